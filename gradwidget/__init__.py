@@ -1,0 +1,33 @@
+"""gradwidget: see how gradients flow through a network while it trains.
+
+Public API: GradientPanel, Recorder, record (array recorder), Run, load_run, analyze, Thresholds.
+Names are imported lazily so that ``import gradwidget`` stays fast and does not import torch.
+"""
+from __future__ import annotations
+
+from .run import METRICS, SCALARS, LayerInfo, Run
+from .thresholds import Thresholds
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Recorder": ("gradwidget.collect.torch", "Recorder"),
+    "ArrayRecorder": ("gradwidget.collect.arrays", "ArrayRecorder"),
+    "load_run": ("gradwidget.storage", "load_run"),
+    "analyze": ("gradwidget.analysis", "analyze"),
+    "GradientPanel": ("gradwidget.widget", "GradientPanel"),
+}
+
+__all__ = ["GradientPanel", "Recorder", "ArrayRecorder", "Run", "LayerInfo", "load_run", "analyze",
+           "Thresholds", "METRICS", "SCALARS", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        mod, attr = _LAZY[name]
+        value = getattr(importlib.import_module(mod), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'gradwidget' has no attribute {name!r}")

@@ -1,0 +1,146 @@
+"""Framework-agnostic recording: ``record(step, {name: array})`` for numpy, JAX, anything array-like.
+
+The seed's ``record_step``: per layer mean |g|, max |g|, L2 norm, flags against the thresholds and
+``flow_intensity`` (see Run), plus the rest of the Run's metrics, a rolling window (``max_steps``)
+and, optionally, a run directory written as it goes (``log_dir``).
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from ..run import HIST_HI, HIST_LO, METRICS, N_BINS, LayerInfo, Run
+from ..thresholds import as_thresholds
+
+
+def log_hist(a: np.ndarray) -> np.ndarray:
+    """Counts of log10|a| in the Run's fixed bins; zeros and non-finite entries are not counted
+    (they have their own metrics); values beyond the range land in the edge bins."""
+    a = np.abs(a[np.isfinite(a)])
+    a = a[a > 0]
+    if a.size == 0:
+        return np.zeros(N_BINS, np.uint32)
+    idx = np.floor((np.log10(a) - HIST_LO) * (N_BINS / (HIST_HI - HIST_LO))).astype(np.int64)
+    return np.bincount(np.clip(idx, 0, N_BINS - 1), minlength=N_BINS).astype(np.uint32)
+
+
+def array_stats(g: np.ndarray, w: np.ndarray | None = None, prev_w: np.ndarray | None = None) -> np.ndarray:
+    """One column of the Run's metrics (order: METRICS) from a gradient array and, optionally,
+    the weights and the previous step's weights (for the update norm)."""
+    g = np.asarray(g, dtype=np.float64).ravel()
+    out = np.full(len(METRICS), np.nan)
+    n = g.size
+    if n:
+        finite = np.isfinite(g)
+        nonfinite = n - int(finite.sum())
+        gf = g if nonfinite == 0 else np.where(finite, g, np.nan)
+        a = np.abs(g)
+        out[METRICS.index("grad_norm")] = np.sqrt(np.dot(g, g)) if nonfinite == 0 else np.inf
+        out[METRICS.index("mean_abs")] = a.mean() if nonfinite == 0 else np.nan
+        out[METRICS.index("max_abs")] = a.max() if nonfinite == 0 else np.inf
+        out[METRICS.index("std")] = gf.std() if nonfinite == 0 else np.nan
+        out[METRICS.index("zero_frac")] = float((g == 0).sum()) / n
+        out[METRICS.index("nonfinite")] = nonfinite
+    if w is not None:
+        wv = np.asarray(w, dtype=np.float64).ravel()
+        out[METRICS.index("weight_norm")] = np.sqrt(np.dot(wv, wv))
+        if prev_w is not None and prev_w.shape == wv.shape:
+            d = wv - prev_w
+            out[METRICS.index("update_norm")] = np.sqrt(np.dot(d, d))
+    return out
+
+
+def _to_numpy(x, what: str) -> np.ndarray:
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor
+        x = x.detach().cpu().numpy()
+    try:
+        a = np.asarray(x)
+    except Exception as e:  # noqa: BLE001 - report any conversion failure plainly
+        raise TypeError(f"{what} cannot be converted to an array: {e}") from None
+    if not np.issubdtype(a.dtype, np.number):
+        raise TypeError(f"{what} must be numeric, got dtype {a.dtype}")
+    return a
+
+
+class ArrayRecorder:
+    """Record per-layer gradient arrays step by step into a Run.
+
+    ``record(step, {name: grad}, weights={name: w}, loss=...)``. The first call fixes the layers
+    (in the order given); later calls must give the same names with the same shapes.
+    """
+
+    def __init__(self, *, max_steps: int | None = None, histogram_every: int = 10, thresholds=None,
+                 log_dir=None, overwrite: bool = False) -> None:
+        if histogram_every is not None and (not isinstance(histogram_every, int) or histogram_every < 0):
+            raise ValueError("histogram_every must be a non-negative int (0 turns histograms off)")
+        self.max_steps = max_steps
+        self.histogram_every = histogram_every or 0
+        self.thresholds = as_thresholds(thresholds)
+        self.log_dir, self._overwrite = log_dir, overwrite
+        self.run: Run | None = None
+        self._shapes: dict[str, tuple] = {}
+        self._prev_w: dict[str, np.ndarray] = {}
+        self._writer = None
+        self._count = 0
+
+    def _start(self, gradients: Mapping) -> None:
+        layers = []
+        for name, g in gradients.items():
+            a = _to_numpy(g, f"gradient {name!r}")
+            self._shapes[name] = a.shape
+            layers.append(LayerInfo(name=str(name), shape=tuple(a.shape), numel=int(a.size),
+                                    dtype=str(a.dtype), backward_index=-1, status="trainable"))
+        self.run = Run(layers, thresholds=self.thresholds, max_steps=self.max_steps)
+        if self.log_dir is not None:
+            from ..storage import RunWriter
+
+            self._writer = RunWriter(self.log_dir, self.run, overwrite=self._overwrite)
+
+    def record(self, step: int, gradients: Mapping, weights: Mapping | None = None, loss=None,
+               lr=None) -> None:
+        if not isinstance(gradients, Mapping) or not gradients:
+            raise TypeError("gradients must be a non-empty dict {layer name: array}")
+        if weights is not None and not isinstance(weights, Mapping):
+            raise TypeError("weights must be a dict {layer name: array} or None")
+        if self.run is None:
+            self._start(gradients)
+        names = list(self._shapes)
+        missing = [n for n in names if n not in gradients]
+        extra = [n for n in gradients if n not in self._shapes]
+        if missing or extra:
+            raise ValueError(f"record() got different layers than the first step: missing {missing}, "
+                             f"unexpected {extra}")
+        cols = np.empty((len(METRICS), len(names)))
+        hist_now = self.histogram_every and self._count % self.histogram_every == 0
+        hist = np.zeros((len(names), N_BINS), np.uint32) if hist_now else None
+        for j, n in enumerate(names):
+            g = _to_numpy(gradients[n], f"gradient {n!r}")
+            if g.shape != self._shapes[n]:
+                raise ValueError(f"gradient {n!r} has shape {g.shape}, expected {self._shapes[n]} "
+                                 "(as in the first recorded step)")
+            w = None
+            if weights is not None and n in weights:
+                w = _to_numpy(weights[n], f"weight {n!r}").astype(np.float64).ravel()
+                if w.size != g.size:
+                    raise ValueError(f"weight {n!r} has {w.size} entries but its gradient has {g.size}")
+            cols[:, j] = array_stats(g, w, self._prev_w.get(n))
+            if w is not None:
+                self._prev_w[n] = w
+            if hist is not None:
+                hist[j] = log_hist(g.ravel())
+        gn = cols[METRICS.index("grad_norm")]
+        scalars = {"loss": loss, "lr": lr, "global_norm": float(np.sqrt(np.sum(gn.astype(np.float64) ** 2)))}
+        self.run.append(step, cols, scalars, hist)
+        self._count += 1
+        if self._writer is not None:
+            self._writer.append_last()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+def record(recorder: ArrayRecorder, step: int, gradients: Mapping, **kw) -> None:
+    """Functional spelling of ``recorder.record(...)``."""
+    recorder.record(step, gradients, **kw)

@@ -1,0 +1,398 @@
+"""Record real PyTorch training into a Run, with hooks and fused per-step statistics.
+
+A *step* is an optimizer step (gradients as the optimizer sees them: after accumulation and AMP
+unscaling, via an optimizer step pre-hook) or, without an optimizer, one completed backward pass.
+Statistics are computed with fused ``torch._foreach_norm`` calls grouped by device and dtype (as
+``torch.nn.utils.clip_grad_norm_`` does) and copied to the host once per group and recorded step;
+no ``.item()`` per parameter. Layer order and data-flow edges come from the real autograd graph,
+captured once.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from collections import defaultdict
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..run import HIST_HI, HIST_LO, METRICS, N_BINS, LayerInfo, Run
+from ..thresholds import as_thresholds
+
+_M = {name: i for i, name in enumerate(METRICS)}
+_MAX_GRAPH_VISITS = 200_000
+
+
+def _module_of(model: nn.Module, pname: str) -> tuple[str, str]:
+    path = pname.rsplit(".", 1)[0] if "." in pname else ""
+    try:
+        mod = model.get_submodule(path) if path else model
+        return path, type(mod).__name__
+    except AttributeError:
+        return path, ""
+
+
+class Recorder:
+    """Hooks a model (and optionally its optimizer) and records per-layer gradient statistics.
+
+    Parameters
+    ----------
+    model: the ``nn.Module`` being trained.
+    optimizer: its optimizer; a step is then one ``optimizer.step()`` and update norms are recorded.
+    every: record one step in ``every``.
+    histogram_every: also record a log10|g| histogram every this many recorded steps (0: never).
+    max_steps: keep at most this many steps in memory (older ones fold into ``run.history``).
+    thresholds: a ``Thresholds`` or dict of overrides for the vanishing/exploding flags.
+    log_dir: a run directory written as training goes (readable by ``load_run`` at any time).
+    track_updates: record ``update_norm`` (keeps one copy of the trainable parameters).
+    """
+
+    def __init__(self, model, optimizer=None, *, every: int = 1, histogram_every: int = 10,
+                 max_steps: int | None = None, thresholds=None, log_dir=None, overwrite: bool = False,
+                 track_updates: bool = True) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"Recorder needs a torch.nn.Module, got {type(model).__name__}; "
+                            "for other frameworks use gradwidget.ArrayRecorder")
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a positive int, got {every!r}")
+        if not isinstance(histogram_every, int) or histogram_every < 0:
+            raise ValueError(f"histogram_every must be a non-negative int, got {histogram_every!r}")
+        self.model, self.optimizer = model, optimizer
+        self.every, self.histogram_every = every, histogram_every
+        self.max_steps, self.thresholds = max_steps, as_thresholds(thresholds)
+        self.log_dir, self._overwrite = log_dir, overwrite
+        self.track_updates = track_updates and optimizer is not None
+
+        named = list(model.named_parameters())
+        if not named:
+            raise ValueError(f"{type(model).__name__} has no parameters to record")
+        self._names = [n for n, _ in named]
+        self._params = [p for _, p in named]
+        self._pindex = {id(p): i for i, p in enumerate(self._params)}
+        if optimizer is not None:
+            opt_params = [p for g in optimizer.param_groups for p in g["params"]]
+            foreign = [p for p in opt_params if id(p) not in self._pindex]
+            if foreign:
+                raise ValueError(
+                    f"the optimizer holds {len(foreign)} parameter tensor(s) (of {len(opt_params)}) that "
+                    f"are not parameters of this {type(model).__name__}: pass the optimizer built from "
+                    "model.parameters()")
+
+        self.run: Run | None = None
+        self.on_step: list[Callable[[Run], None]] = []
+        self._handles: list = []
+        self._arrival: list[int] = []        # parameter indices in gradient arrival order
+        self._arrival_set: set[int] = set()
+        self._grad_handles: list = []
+        self._in_backward = False
+        self._count = 0                      # steps seen (recorded or not)
+        self._recorded = 0
+        self._pending: dict = {}
+        self._order: list[int] | None = None  # column -> parameter index
+        self._writer = None
+        self._edges_mod: set[tuple[str, str]] | None = None
+        self._update_bufs = None
+        self._attached = True
+
+        for i, p in enumerate(self._params):
+            if p.requires_grad:
+                self._grad_handles.append(p.register_post_accumulate_grad_hook(self._make_grad_hook(i)))
+        if optimizer is not None:
+            self._handles.append(optimizer.register_step_pre_hook(self._pre_step))
+            self._handles.append(optimizer.register_step_post_hook(self._post_step))
+        self._graph_handles: list = []
+        self._install_graph_capture()
+
+    # ------------------------------------------------------------------ public
+    def log(self, loss=None, lr=None, step: int | None = None) -> None:
+        """Attach the loss (a tensor is fine: it is read once, at record time), a learning rate, or
+        your own step number to the next recorded step."""
+        if loss is not None:
+            self._pending["loss"] = loss
+        if lr is not None:
+            self._pending["lr"] = lr
+        if step is not None:
+            self._pending["step"] = int(step)
+
+    def detach(self) -> None:
+        """Remove every hook this recorder installed and close its run directory."""
+        for h in self._handles + self._grad_handles + self._graph_handles:
+            h.remove()
+        self._handles, self._grad_handles, self._graph_handles = [], [], []
+        self._update_bufs = None
+        if self._writer is not None:
+            self._writer.close()
+        self._attached = False
+
+    close = detach
+
+    def __enter__(self) -> "Recorder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.detach()
+
+    @property
+    def attached(self) -> bool:
+        return self._attached
+
+    def __repr__(self) -> str:
+        state = "attached" if self._attached else "detached"
+        return f"<Recorder {type(self.model).__name__} {state}, {self.run!r}>"
+
+    # ------------------------------------------------------------------ hooks
+    def _make_grad_hook(self, i: int):
+        def hook(p):
+            if self._order is None and i not in self._arrival_set:
+                self._arrival.append(i)
+                self._arrival_set.add(i)
+            if self.optimizer is None and not self._in_backward:
+                self._in_backward = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+        return hook
+
+    def _end_of_backward(self) -> None:
+        self._in_backward = False
+        self._on_step()
+
+    def _pre_step(self, optimizer, args, kwargs) -> None:
+        self._on_step(before_update=True)
+
+    def _post_step(self, optimizer, args, kwargs) -> None:
+        if self._update_bufs is None or not self._snap_taken:
+            return
+        self._snap_taken = False
+        params, bufs = self._update_bufs
+        torch._foreach_sub_(bufs, [p.detach() for p in params])
+        norms = torch.stack([n.float() for n in torch._foreach_norm(bufs, 2)]).cpu().numpy()
+        col = self._update_cols
+        self.run._metrics[self.run.n_steps - 1, _M["update_norm"], col] = norms
+        self._finish_step()
+
+    _snap_taken = False
+
+    # ------------------------------------------------------------------ the step
+    def _on_step(self, before_update: bool = False) -> None:
+        step_no = self._count
+        self._count += 1
+        if step_no % self.every:
+            return
+        if self._order is None:
+            if not self._arrival:
+                return  # no gradient has arrived yet: nothing to record
+            self._start()
+        values, hist = self._collect(with_hist=self.histogram_every > 0
+                                     and self._recorded % self.histogram_every == 0)
+        pend, self._pending = self._pending, {}
+        user_step = pend.get("step", step_no)
+        loss = pend.get("loss")
+        if isinstance(loss, torch.Tensor):
+            loss = float(loss.detach().float().mean().cpu())
+        lr = pend.get("lr")
+        if lr is None and self.optimizer is not None:
+            lr = self.optimizer.param_groups[0].get("lr")
+        if isinstance(lr, torch.Tensor):
+            lr = float(lr)
+        # total norm over the tensors that have a gradient, as clip_grad_norm_ computes it
+        has_grad = ~np.isnan(values[_M["nonfinite"]])
+        gn = values[_M["grad_norm"], has_grad].astype(np.float64)
+        global_norm = float(np.sqrt(np.sum(gn * gn))) if gn.size else float("nan")
+        if self.run.n_steps and user_step <= self.run.steps[-1]:
+            warnings.warn(f"gradwidget: step {user_step} does not increase (last was "
+                          f"{int(self.run.steps[-1])}); recording it as {int(self.run.steps[-1]) + 1}")
+            user_step = int(self.run.steps[-1]) + 1
+        self.run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist)
+        self._recorded += 1
+        if before_update and self._update_bufs is not None:
+            params, bufs = self._update_bufs
+            torch._foreach_copy_(bufs, [p.detach() for p in params])
+            self._snap_taken = True
+            return  # finished in _post_step once the update norms are known
+        self._finish_step()
+
+    def _finish_step(self) -> None:
+        if self._writer is not None:
+            self._writer.append_last()
+        for fn in list(self.on_step):
+            try:
+                fn(self.run)
+            except Exception as e:  # noqa: BLE001 - a display callback must never stop training
+                warnings.warn(f"gradwidget: an on_step callback failed: {e!r}")
+
+    # ------------------------------------------------------------------ setup at the first step
+    def _start(self) -> None:
+        """Fix the columns (depth order = reverse of gradient arrival) and create the Run."""
+        arrived = self._arrival
+        rank = {p: len(arrived) - 1 - k for k, p in enumerate(arrived)}  # depth rank
+        keys, last = [], -0.5
+        for i in range(len(self._params)):
+            if i in rank:
+                last = rank[i]
+                keys.append((last, 0, i))
+            else:
+                keys.append((last, 1, i))
+        self._order = [i for _, _, i in sorted(keys)]
+        layers = []
+        for i in self._order:
+            p, name = self._params[i], self._names[i]
+            mod, mtype = _module_of(self.model, name)
+            status = "frozen" if not p.requires_grad else ("trainable" if i in rank else "unused")
+            layers.append(LayerInfo(name=name, module=mod, module_type=mtype, shape=tuple(p.shape),
+                                    numel=p.numel(), dtype=str(p.dtype).replace("torch.", ""),
+                                    backward_index=arrived.index(i) if i in rank else -1, status=status))
+        self.run = Run(layers, thresholds=self.thresholds, max_steps=self.max_steps,
+                       edges=self._layer_edges(), meta={"model": type(self.model).__name__,
+                                                        "optimizer": type(self.optimizer).__name__
+                                                        if self.optimizer is not None else None,
+                                                        "every": self.every})
+        self._col_of = {pi: c for c, pi in enumerate(self._order)}
+        if self.track_updates:
+            cols = [c for c, pi in enumerate(self._order) if self._params[pi].requires_grad]
+            params = [self._params[self._order[c]] for c in cols]
+            self._update_cols = np.array(cols, dtype=np.int64)
+            self._update_bufs = (params, [torch.empty_like(p, memory_format=torch.preserve_format).detach()
+                                          for p in params])
+        if self.log_dir is not None:
+            from ..storage import RunWriter
+
+            self._writer = RunWriter(self.log_dir, self.run, overwrite=self._overwrite)
+        # with an optimizer, arrival hooks are only needed once: drop them to keep steps cheap
+        if self.optimizer is not None:
+            for h in self._grad_handles:
+                h.remove()
+            self._grad_handles = []
+
+    # ------------------------------------------------------------------ statistics
+    def _collect(self, with_hist: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        L = len(self._order)
+        out = np.full((len(METRICS), L), np.nan, np.float32)
+        hist = np.zeros((L, N_BINS), np.uint32) if with_hist else None
+        groups: dict = defaultdict(list)
+        wgroups: dict = defaultdict(list)
+        for c, pi in enumerate(self._order):
+            p = self._params[pi]
+            wgroups[(p.device, p.dtype)].append(c)
+            g = p.grad
+            if g is not None and not g.is_sparse:
+                groups[(g.device, g.dtype)].append(c)
+        for (_dev, _dt), cols in wgroups.items():
+            ws = [self._params[self._order[c]].detach() for c in cols]
+            wn = torch.stack([n.float() for n in torch._foreach_norm(ws, 2)]).cpu().numpy()
+            out[_M["weight_norm"], cols] = wn
+        for (_dev, _dt), cols in groups.items():
+            grads = [self._params[self._order[c]].grad for c in cols]
+            rows = [torch._foreach_norm(grads, 2), torch._foreach_norm(grads, 1),
+                    torch._foreach_norm(grads, math.inf), torch._foreach_norm(grads, 0),
+                    [g.sum() for g in grads]]
+            host = torch.stack([torch.stack(r).to(torch.float64) for r in rows]).cpu().numpy()
+            l2, l1, linf, nnz, s = host
+            n = np.array([g.numel() for g in grads], np.float64)
+            mean = s / n
+            with np.errstate(invalid="ignore", over="ignore"):
+                var = np.maximum(l2 * l2 / n - mean * mean, 0.0)
+            out[_M["grad_norm"], cols] = l2
+            out[_M["mean_abs"], cols] = l1 / n
+            out[_M["max_abs"], cols] = linf
+            out[_M["std"], cols] = np.sqrt(var)
+            out[_M["zero_frac"], cols] = 1.0 - nnz / n
+            out[_M["nonfinite"], cols] = 0.0
+            bad = ~np.isfinite(l2)
+            if bad.any():  # rare: count the NaN/Inf entries of the offending tensors only
+                for k in np.flatnonzero(bad):
+                    g = grads[k]
+                    out[_M["nonfinite"], cols[k]] = float((~torch.isfinite(g)).sum())
+                    out[_M["zero_frac"], cols[k]] = float((g == 0).sum()) / g.numel()
+            if hist is not None:
+                hist[cols] = self._histograms(grads)
+        return out, hist
+
+    @staticmethod
+    def _histograms(grads: list[torch.Tensor]) -> np.ndarray:
+        """log10|g| counts for a group of tensors with one bincount (fixed bins, see Run)."""
+        flat = torch.cat([g.detach().reshape(-1) for g in grads]).abs().float()
+        numels = torch.tensor([g.numel() for g in grads], device=flat.device)
+        seg = torch.repeat_interleave(torch.arange(len(grads), device=flat.device), numels)
+        valid = torch.isfinite(flat) & (flat > 0)
+        idx = torch.floor((torch.log10(flat) - HIST_LO) * (N_BINS / (HIST_HI - HIST_LO)))
+        idx = idx.nan_to_num(0).clamp_(0, N_BINS - 1).long()
+        key = torch.where(valid, seg * N_BINS + idx, torch.full_like(idx, len(grads) * N_BINS))
+        counts = torch.bincount(key, minlength=len(grads) * N_BINS + 1)[:-1]
+        return counts.reshape(len(grads), N_BINS).cpu().numpy().astype(np.uint32)
+
+    # ------------------------------------------------------------------ backward-graph edges
+    def _install_graph_capture(self) -> None:
+        """Forward hooks that, on the first forward with autograd on, note which module output
+        each parameter-owning module consumes. Removed once captured."""
+        owners = {name: m for name, m in self.model.named_modules()
+                  if any(True for _ in m.parameters(recurse=False))}
+        self._mod_in: dict[str, list] = {}
+        self._mod_out: dict = {}
+
+        def pre(name):
+            def f(mod, args, kwargs=None):
+                if torch.is_grad_enabled() and self._edges_mod is None:
+                    fns = []
+                    for a in list(args) + list((kwargs or {}).values()):
+                        if isinstance(a, torch.Tensor) and a.grad_fn is not None:
+                            fns.append(a.grad_fn)
+                    self._mod_in.setdefault(name, []).extend(fns)
+            return f
+
+        def post(name):
+            def f(mod, args, output):
+                if torch.is_grad_enabled() and self._edges_mod is None:
+                    outs = output if isinstance(output, (tuple, list)) else (output,)
+                    for o in outs:
+                        if isinstance(o, torch.Tensor) and o.grad_fn is not None:
+                            self._mod_out.setdefault(o.grad_fn, name)
+            return f
+
+        def root_done(mod, args, output):
+            if torch.is_grad_enabled() and self._edges_mod is None and self._mod_out:
+                self._edges_mod = self._walk_edges()
+                self._mod_in, self._mod_out = {}, {}
+                for h in self._graph_handles:
+                    h.remove()
+                self._graph_handles = []
+                if self.run is not None:  # graph captured after the first step: store it now
+                    self.run.edges = np.asarray(self._layer_edges(), np.int32).reshape(-1, 2)
+                    if self._writer is not None:
+                        self._writer.write_meta()
+
+        for name, m in owners.items():
+            self._graph_handles.append(m.register_forward_pre_hook(pre(name)))
+            self._graph_handles.append(m.register_forward_hook(post(name)))
+        self._graph_handles.append(self.model.register_forward_hook(root_done))
+
+    def _walk_edges(self) -> set[tuple[str, str]]:
+        edges: set[tuple[str, str]] = set()
+        visits = 0
+        for name, fns in self._mod_in.items():
+            stack, seen = list(fns), set()
+            while stack and visits < _MAX_GRAPH_VISITS:
+                node = stack.pop()
+                if node is None or node in seen:
+                    continue
+                seen.add(node)
+                visits += 1
+                src = self._mod_out.get(node)
+                if src is not None and src != name:
+                    edges.add((src, name))
+                    continue
+                for nxt, _ in getattr(node, "next_functions", ()):
+                    if nxt is not None and type(nxt).__name__ != "AccumulateGrad":
+                        stack.append(nxt)
+        return edges
+
+    def _layer_edges(self) -> list[tuple[int, int]]:
+        if not self._edges_mod or self._order is None:
+            return []
+        by_mod: dict[str, list[int]] = defaultdict(list)
+        for c, pi in enumerate(self._order):
+            by_mod[_module_of(self.model, self._names[pi])[0]].append(c)
+        return sorted({(a, b) for src, dst in self._edges_mod for a in by_mod.get(src, ())
+                       for b in by_mod.get(dst, ())})

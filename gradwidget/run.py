@@ -1,0 +1,465 @@
+"""The Run: a columnar store of per-step, per-layer gradient statistics.
+
+Everything downstream (analysis, widget, plots, reports) reads a Run; collectors append to it.
+Per recorded step and layer it holds ``len(METRICS)`` float32 values (32 bytes); every
+``histogram_every`` steps a histogram of log10|g| (``N_BINS`` uint32 counts, 256 bytes per layer).
+With a rolling window (``max_steps``) the steps that fall out are folded into ``history``, a
+decimated copy whose length never exceeds ``history_capacity`` rows, so memory stays bounded.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .thresholds import Thresholds, as_thresholds
+
+#: per step x layer metrics, in storage order.
+METRICS: tuple[str, ...] = (
+    "grad_norm",    # L2 norm of the gradient tensor
+    "mean_abs",     # mean |g|
+    "max_abs",      # max |g|
+    "std",          # standard deviation of g's entries
+    "zero_frac",    # fraction of entries exactly 0
+    "nonfinite",    # count of NaN/Inf entries
+    "weight_norm",  # L2 norm of the parameter itself
+    "update_norm",  # L2 norm of the optimizer's change to the parameter (NaN without an optimizer)
+)
+#: per step scalars.
+SCALARS: tuple[str, ...] = ("loss", "lr", "global_norm")
+
+#: histogram of log10|g|: fixed bins so histograms add up across steps and processes.
+HIST_LO, HIST_HI, N_BINS = -12.0, 4.0, 64
+HIST_EDGES = np.linspace(HIST_LO, HIST_HI, N_BINS + 1)
+
+#: how each metric is combined when several steps fold into one (downsampling, history).
+_REDUCE = {"max_abs": "max", "nonfinite": "max"}
+
+#: statuses a layer can have.
+LAYER_STATUSES = ("trainable", "frozen", "unused")
+
+
+@dataclass
+class LayerInfo:
+    """One parameter tensor: where it lives in the model and where it sits in the backward graph."""
+
+    name: str
+    module: str = ""
+    module_type: str = ""
+    shape: tuple = ()
+    numel: int = 0
+    dtype: str = "float32"
+    #: position at which its gradient arrived in the first recorded backward pass (0 = first,
+    #: i.e. nearest the loss); -1 when it never received one.
+    backward_index: int = -1
+    #: "trainable", "frozen" (requires_grad=False) or "unused" (trainable but never got a gradient).
+    status: str = "trainable"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["shape"] = list(self.shape)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LayerInfo":
+        d = dict(d)
+        d["shape"] = tuple(d.get("shape", ()))
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+
+def _as_layers(layers) -> list[LayerInfo]:
+    out = []
+    for x in layers:
+        if isinstance(x, LayerInfo):
+            out.append(x)
+        elif isinstance(x, str):
+            out.append(LayerInfo(name=x))
+        elif isinstance(x, dict):
+            out.append(LayerInfo.from_dict(x))
+        else:
+            raise TypeError(f"a layer must be a name, a dict or a LayerInfo, not {type(x).__name__}")
+    names = [l.name for l in out]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"layer names must be unique; repeated: {dup}")
+    return out
+
+
+def _concat_rows(a: "Run", b: "Run") -> "Run":
+    r = a._slice_rows(0, a.n_steps)
+    r._steps = np.concatenate([a.steps, b.steps])
+    r._metrics = np.concatenate([a._metrics[: a.n_steps], b._metrics[: b.n_steps]])
+    r._scalars = np.concatenate([a._scalars[: a.n_steps], b._scalars[: b.n_steps]])
+    r._n = r._cap = len(r._steps)
+    return r
+
+
+def reduce_blocks(a: np.ndarray, k: int, how: str = "mean") -> np.ndarray:
+    """Combine consecutive groups of ``k`` rows (the last group may be shorter)."""
+    n = a.shape[0]
+    if k <= 1 or n == 0:
+        return a.copy()
+    starts = np.arange(0, n, k)
+    if how == "max":
+        return np.maximum.reduceat(a, starts, axis=0)
+    if how == "first":
+        return a[starts].copy()
+    sums = np.add.reduceat(a.astype(np.float64), starts, axis=0)
+    counts = np.diff(np.append(starts, n)).reshape((-1,) + (1,) * (a.ndim - 1))
+    return (sums / counts).astype(a.dtype)
+
+
+class Run:
+    """Per-layer metadata plus ``(steps, layers)`` float32 metric arrays, histograms and scalars.
+
+    Columns are layers in depth order (input side first, loss side last: the reverse of the order in
+    which gradients arrive). ``edges`` holds forward data-flow pairs ``(upstream, downstream)`` of
+    layer indices, recorded from the real autograd graph by the torch Recorder.
+    """
+
+    def __init__(
+        self,
+        layers: Sequence,
+        *,
+        thresholds=None,
+        max_steps: int | None = None,
+        history_capacity: int = 2048,
+        edges: Iterable[tuple[int, int]] = (),
+        meta: dict | None = None,
+    ) -> None:
+        self.layers: list[LayerInfo] = _as_layers(layers)
+        self.thresholds: Thresholds = as_thresholds(thresholds)
+        if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+            raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+        self.max_steps = max_steps
+        self.history_capacity = int(history_capacity)
+        self.edges = np.asarray(list(edges), dtype=np.int32).reshape(-1, 2)
+        self.meta: dict = dict(meta or {})
+        L = len(self.layers)
+        self._n = 0
+        self._cap = 0
+        self._steps = np.zeros(0, np.int64)
+        self._metrics = np.zeros((0, len(METRICS), L), np.float32)
+        self._scalars = np.zeros((0, len(SCALARS)), np.float64)
+        self._hn = 0
+        self._hist_steps = np.zeros(0, np.int64)
+        self._hist = np.zeros((0, L, N_BINS), np.uint32)
+        self.history: Run | None = None  # decimated steps that fell out of the window
+        self.history_block = 1
+        self._pending: Run | None = None
+        self._index = {l.name: i for i, l in enumerate(self.layers)}
+        self.version = 0  # bumps on every change; views use it to know when to refresh
+
+    # ----------------------------------------------------------------- shape and access
+    @property
+    def n_steps(self) -> int:
+        return self._n
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def layer_names(self) -> list[str]:
+        return [l.name for l in self.layers]
+
+    def layer_index(self, layer: int | str) -> int:
+        if isinstance(layer, (int, np.integer)):
+            if not -self.n_layers <= layer < self.n_layers:
+                raise IndexError(f"layer index {layer} out of range for {self.n_layers} layers")
+            return int(layer) % self.n_layers
+        try:
+            return self._index[layer]
+        except KeyError:
+            raise KeyError(f"no layer named {layer!r}; layers are {self.layer_names[:8]}"
+                           + ("..." if self.n_layers > 8 else "")) from None
+
+    @property
+    def steps(self) -> np.ndarray:
+        """The user's step numbers of the recorded steps, shape ``(steps,)``."""
+        return self._steps[: self._n]
+
+    def metric(self, name: str) -> np.ndarray:
+        """A ``(steps, layers)`` float32 view of one metric."""
+        try:
+            j = METRICS.index(name)
+        except ValueError:
+            raise KeyError(f"unknown metric {name!r}; metrics are {list(METRICS)}") from None
+        return self._metrics[: self._n, j, :]
+
+    @property
+    def metrics(self) -> dict[str, np.ndarray]:
+        return {m: self.metric(m) for m in METRICS}
+
+    def scalar(self, name: str) -> np.ndarray:
+        try:
+            j = SCALARS.index(name)
+        except ValueError:
+            raise KeyError(f"unknown scalar {name!r}; scalars are {list(SCALARS)}") from None
+        return self._scalars[: self._n, j]
+
+    @property
+    def hist_steps(self) -> np.ndarray:
+        return self._hist_steps[: self._hn]
+
+    @property
+    def hist(self) -> np.ndarray:
+        """``(histogram steps, layers, N_BINS)`` counts of log10|g| (zeros and non-finite excluded)."""
+        return self._hist[: self._hn]
+
+    hist_edges = HIST_EDGES
+
+    def step_position(self, step: int) -> int:
+        """Row of the recorded step nearest to the user's step number ``step``."""
+        if self._n == 0:
+            raise ValueError("the run is empty: no step has been recorded yet")
+        s = self.steps
+        i = int(np.searchsorted(s, step))
+        if i >= len(s):
+            return len(s) - 1
+        if i > 0 and step - s[i - 1] <= s[i] - step:
+            return i - 1
+        return i
+
+    def histogram_at(self, layer: int | str, step: int) -> tuple[int, np.ndarray] | None:
+        """The histogram of ``layer`` recorded nearest to ``step`` (its step, counts), or None."""
+        if self._hn == 0:
+            return None
+        j = self.layer_index(layer)
+        hs = self.hist_steps
+        i = int(np.argmin(np.abs(hs - step)))
+        return int(hs[i]), self.hist[i, j]
+
+    # ----------------------------------------------------------------- flags (seed animator)
+    def vanishing(self) -> np.ndarray:
+        """Boolean ``(steps, layers)``: mean |g| below ``thresholds.vanishing`` (frozen layers excluded)."""
+        with np.errstate(invalid="ignore"):
+            v = self.metric("mean_abs") < self.thresholds.vanishing
+        return v & self.trainable_mask()[None, :]
+
+    def exploding(self) -> np.ndarray:
+        """Boolean ``(steps, layers)``: max |g| above ``thresholds.exploding`` or non-finite."""
+        with np.errstate(invalid="ignore"):
+            return (self.metric("max_abs") > self.thresholds.exploding) | self.nonfinite()
+
+    def nonfinite(self) -> np.ndarray:
+        return self.metric("nonfinite") > 0
+
+    def flow_intensity(self) -> np.ndarray:
+        """Seed's ``flow_intensity``: norm / the step's largest norm, in [0, 1] (0 for empty steps)."""
+        g = np.nan_to_num(self.metric("grad_norm"), nan=0.0, posinf=0.0)
+        top = g.max(axis=1, keepdims=True) if g.size else np.zeros((g.shape[0], 1), np.float32)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out = np.where(top > 0, g / np.where(top > 0, top, 1), 0.0)
+        return np.clip(out, 0.0, 1.0).astype(np.float32)
+
+    def trainable_mask(self) -> np.ndarray:
+        return np.array([l.status != "frozen" for l in self.layers], bool)
+
+    # ----------------------------------------------------------------- appending
+    def _grow(self, need: int) -> None:
+        if need <= self._cap:
+            return
+        cap = max(16, self._cap * 2, need)
+        if self.max_steps is not None:
+            cap = min(cap, 2 * self.max_steps)
+            cap = max(cap, need)
+        L = self.n_layers
+        steps = np.zeros(cap, np.int64)
+        mets = np.full((cap, len(METRICS), L), np.nan, np.float32)
+        sc = np.full((cap, len(SCALARS)), np.nan, np.float64)
+        steps[: self._n] = self._steps[: self._n]
+        mets[: self._n] = self._metrics[: self._n]
+        sc[: self._n] = self._scalars[: self._n]
+        self._steps, self._metrics, self._scalars, self._cap = steps, mets, sc, cap
+
+    def append(self, step: int, values: np.ndarray, scalars: dict | None = None,
+               hist: np.ndarray | None = None) -> None:
+        """Add one step. ``values`` is ``(len(METRICS), layers)``; ``hist`` is ``(layers, N_BINS)``."""
+        values = np.asarray(values, np.float32)
+        if values.shape != (len(METRICS), self.n_layers):
+            raise ValueError(f"values must have shape {(len(METRICS), self.n_layers)}, got {values.shape}")
+        step = int(step)
+        if self._n and step <= self._steps[self._n - 1]:
+            raise ValueError(f"steps must increase: got step {step} after step {int(self._steps[self._n - 1])}")
+        if self.max_steps is not None and self._n >= self.max_steps:
+            self._evict(self._n - self.max_steps + 1)
+        self._grow(self._n + 1)
+        self._steps[self._n] = step
+        self._metrics[self._n] = values
+        row = np.full(len(SCALARS), np.nan)
+        for k, v in (scalars or {}).items():
+            if v is not None:
+                row[SCALARS.index(k)] = float(v)
+        self._scalars[self._n] = row
+        self._n += 1
+        if hist is not None:
+            self.append_hist(step, hist)
+        self.version += 1
+
+    def append_hist(self, step: int, hist: np.ndarray) -> None:
+        hist = np.asarray(hist)
+        if hist.shape != (self.n_layers, N_BINS):
+            raise ValueError(f"hist must have shape {(self.n_layers, N_BINS)}, got {hist.shape}")
+        if self._hn == self._hist.shape[0]:
+            cap = max(8, 2 * self._hn)
+            h = np.zeros((cap, self.n_layers, N_BINS), np.uint32)
+            hs = np.zeros(cap, np.int64)
+            h[: self._hn], hs[: self._hn] = self._hist[: self._hn], self._hist_steps[: self._hn]
+            self._hist, self._hist_steps = h, hs
+        self._hist[self._hn] = hist
+        self._hist_steps[self._hn] = int(step)
+        self._hn += 1
+        self.version += 1
+
+    def _evict(self, k: int) -> None:
+        """Drop the ``k`` oldest steps, folding them into ``history``; drop their histograms."""
+        old = self._slice_rows(0, k)
+        self._fold_into_history(old)
+        n = self._n - k
+        self._steps[:n] = self._steps[k: self._n]
+        self._metrics[:n] = self._metrics[k: self._n]
+        self._scalars[:n] = self._scalars[k: self._n]
+        self._n = n
+        if self._hn:
+            keep = self._hist_steps[: self._hn] >= self._steps[0]
+            m = int(keep.sum())
+            self._hist[:m] = self._hist[: self._hn][keep]
+            self._hist_steps[:m] = self._hist_steps[: self._hn][keep]
+            self._hn = m
+
+    def _fold_into_history(self, old: "Run") -> None:
+        """Fold evicted steps into ``history`` in blocks of ``history_block`` steps; when history
+        outgrows ``history_capacity`` rows, merge neighbours and double the block."""
+        if self.history is None:
+            self.history = Run(self.layers, thresholds=self.thresholds)
+            self._pending: Run | None = None
+        pend = old if self._pending is None else _concat_rows(self._pending, old)
+        k = self.history_block
+        full = (pend.n_steps // k) * k
+        if full:
+            dec = pend._slice_rows(0, full).downsample_by(k)
+            h = self.history
+            for i in range(dec.n_steps):
+                h.append(int(dec.steps[i]), dec._metrics[i], dict(zip(SCALARS, dec._scalars[i])))
+        self._pending = pend._slice_rows(full, pend.n_steps) if full < pend.n_steps else None
+        if self.history.n_steps > self.history_capacity:
+            self.history = self.history.downsample_by(2)
+            self.history_block *= 2
+
+    # ----------------------------------------------------------------- slicing / downsampling
+    def _slice_rows(self, a: int, b: int) -> "Run":
+        r = Run(self.layers, thresholds=self.thresholds, edges=self.edges, meta=self.meta)
+        n = max(0, b - a)
+        r._steps = self._steps[a:b].copy()
+        r._metrics = self._metrics[a:b].copy()
+        r._scalars = self._scalars[a:b].copy()
+        r._n = r._cap = n
+        if self._hn:
+            lo, hi = (self._steps[a], self._steps[b - 1]) if n else (1, 0)
+            m = (self.hist_steps >= lo) & (self.hist_steps <= hi)
+            r._hist, r._hist_steps = self.hist[m].copy(), self.hist_steps[m].copy()
+            r._hn = int(m.sum())
+        return r
+
+    def slice(self, steps: slice | None = None, layers: Sequence[int | str] | None = None) -> "Run":
+        """A copy restricted to a range of step rows and/or a subset of layers (kept in depth order)."""
+        a, b, st = (steps or slice(None)).indices(self._n)
+        if st != 1:
+            raise ValueError("step slices must be contiguous (use downsample to thin a run)")
+        r = self._slice_rows(a, b)
+        if layers is None:
+            return r
+        idx = sorted({self.layer_index(x) for x in layers})
+        remap = {old: new for new, old in enumerate(idx)}
+        out = Run([self.layers[i] for i in idx], thresholds=self.thresholds, meta=self.meta,
+                  edges=[(remap[u], remap[v]) for u, v in self.edges if u in remap and v in remap])
+        out._steps, out._n, out._cap = r._steps, r._n, r._n
+        out._metrics = r._metrics[:, :, idx].copy()
+        out._scalars = r._scalars
+        out._hist, out._hist_steps, out._hn = r._hist[:, idx].copy(), r._hist_steps, r._hn
+        return out
+
+    def downsample_by(self, k: int) -> "Run":
+        """Fold every ``k`` consecutive steps into one (max for max |g| and non-finite, mean otherwise)."""
+        r = Run(self.layers, thresholds=self.thresholds, edges=self.edges, meta=self.meta)
+        if self._n == 0:
+            return r
+        m = self._metrics[: self._n]
+        parts = [reduce_blocks(m[:, j], k, _REDUCE.get(name, "mean")) for j, name in enumerate(METRICS)]
+        r._metrics = np.stack(parts, axis=1)
+        r._steps = reduce_blocks(self.steps, k, "first")
+        r._scalars = reduce_blocks(self._scalars[: self._n], k, "mean")
+        r._n = r._cap = len(r._steps)
+        r._hist, r._hist_steps, r._hn = self.hist.copy(), self.hist_steps.copy(), self._hn
+        return r
+
+    def downsample(self, max_steps: int) -> "Run":
+        """A copy with at most ``max_steps`` rows."""
+        k = max(1, -(-self._n // max(1, int(max_steps))))
+        return self.downsample_by(k)
+
+    # ----------------------------------------------------------------- tables
+    def to_frame(self) -> "pd.DataFrame":  # noqa: F821
+        """Long table: one row per (step, layer) with every metric and the seed's flags."""
+        import pandas as pd
+
+        n, L = self._n, self.n_layers
+        data = {
+            "step": np.repeat(self.steps, L),
+            "layer": pd.Categorical(np.tile(np.array(self.layer_names, dtype=object), n),
+                                    categories=self.layer_names, ordered=True),
+        }
+        for name in METRICS:
+            data[name] = self.metric(name).reshape(-1)
+        data["is_vanishing"] = self.vanishing().reshape(-1)
+        data["is_exploding"] = self.exploding().reshape(-1)
+        data["flow_intensity"] = self.flow_intensity().reshape(-1)
+        return pd.DataFrame(data)
+
+    def layers_frame(self) -> "pd.DataFrame":  # noqa: F821
+        import pandas as pd
+
+        return pd.DataFrame([l.to_dict() for l in self.layers])
+
+    def nbytes(self) -> int:
+        """Bytes held by the arrays (capacity included), history included."""
+        b = self._steps.nbytes + self._metrics.nbytes + self._scalars.nbytes
+        b += self._hist.nbytes + self._hist_steps.nbytes
+        return b + (self.history.nbytes() if self.history is not None else 0)
+
+    def __repr__(self) -> str:
+        span = f"steps {int(self.steps[0])}..{int(self.steps[-1])}" if self._n else "empty"
+        return f"<Run {self.n_layers} layers, {self._n} steps ({span}), {self._hn} histograms>"
+
+    # ----------------------------------------------------------------- seed views (delegated)
+    def to_ascii(self, width: int = 80) -> str:
+        from .frames import to_ascii
+
+        return to_ascii(self, width=width)
+
+    def summary(self):
+        from .frames import summary
+
+        return summary(self)
+
+    def export_json(self, path) -> None:
+        from .frames import export_json
+
+        export_json(self, path)
+
+    def export_csv(self, path) -> None:
+        from .frames import export_csv
+
+        export_csv(self, path)
+
+    def save(self, path) -> None:
+        from .storage import save_run
+
+        save_run(self, path)
+
+    def report(self, thresholds=None):
+        from .analysis import analyze
+
+        return analyze(self, thresholds=thresholds)

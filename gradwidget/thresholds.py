@@ -1,0 +1,70 @@
+"""One place for every threshold the flags and analyses use.
+
+Defaults come from the seed crate (vanishing: mean |g| < 1e-7, exploding: max |g| > 1e3) and
+are documented here so a tiny model and a huge one can be tuned with one object. Scale-free
+signals (a layer vs. the median layer, the update/weight ratio) complement the absolute ones.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    #: a layer-step is *vanishing* when its mean |g| is below this (seed default 1e-7).
+    vanishing: float = 1e-7
+    #: a layer-step is *exploding* when its max |g| is above this (seed default 1e3).
+    exploding: float = 1e3
+    #: a layer whose median gradient norm is this many times below the median layer is "weak".
+    relative_vanishing: float = 1e-3
+    #: ... and this many times above the median layer is "hot".
+    relative_exploding: float = 1e3
+    #: a layer-step is *dead* when at least this fraction of its gradient entries is exactly zero.
+    dead_zero_fraction: float = 0.99
+    #: healthy update/weight norm ratio band (per step); outside it the learning rate is suspect.
+    update_ratio_low: float = 1e-5
+    update_ratio_high: float = 1e-1
+    #: a series is *oscillating* when more than this fraction of consecutive differences flip sign.
+    oscillation: float = 0.6
+    #: a series is on a *plateau* when its relative change per step stays below this.
+    plateau_rel_change: float = 1e-3
+    #: share of recorded steps with an issue that makes the run "MinorIssues" / "Problems" /
+    #: "Critical" (seed: 0.1 / 0.3 / 0.5).
+    minor_issue_ratio: float = 0.1
+    problem_issue_ratio: float = 0.3
+    critical_issue_ratio: float = 0.5
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, (int, float)) or v != v or v < 0:
+                raise ValueError(f"Thresholds.{f.name} must be a non-negative number, got {v!r}")
+        if self.vanishing >= self.exploding:
+            raise ValueError(
+                f"Thresholds.vanishing ({self.vanishing}) must be below Thresholds.exploding ({self.exploding})"
+            )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "Thresholds":
+        if not d:
+            return cls()
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: float(v) for k, v in d.items() if k in known})
+
+
+def as_thresholds(value) -> Thresholds:
+    """Accept None, a Thresholds, or a dict of overrides; raise a clear error otherwise."""
+    if value is None:
+        return Thresholds()
+    if isinstance(value, Thresholds):
+        return value
+    if isinstance(value, dict):
+        known = {f.name for f in fields(Thresholds)}
+        unknown = set(value) - known
+        if unknown:
+            raise ValueError(f"unknown threshold(s) {sorted(unknown)}; known: {sorted(known)}")
+        return Thresholds(**value)
+    raise TypeError(f"thresholds must be a Thresholds, a dict or None, not {type(value).__name__}")
