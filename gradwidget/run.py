@@ -29,9 +29,12 @@ METRICS: tuple[str, ...] = (
 #: per step scalars.
 SCALARS: tuple[str, ...] = ("loss", "lr", "global_norm")
 
-#: histogram of log10|g|: fixed bins so histograms add up across steps and processes.
-HIST_LO, HIST_HI, N_BINS = -12.0, 4.0, 64
-HIST_EDGES = np.linspace(HIST_LO, HIST_HI, N_BINS + 1)
+#: histogram of |g| in fixed octave bins (factor-2 wide, 2**-50 ~ 8.9e-16 up to 2**14 = 16384) so
+#: histograms add up across steps and processes and can be read straight off float exponents.
+#: Values beyond the range land in the edge bins; zeros and non-finite values are not counted.
+HIST_LOG2_LO, N_BINS = -50, 64
+HIST_EDGES = np.arange(HIST_LOG2_LO, HIST_LOG2_LO + N_BINS + 1) * np.log10(2.0)  #: bin edges in log10|g|
+HIST_LO, HIST_HI = float(HIST_EDGES[0]), float(HIST_EDGES[-1])
 
 #: how each metric is combined when several steps fold into one (downsampling, history).
 _REDUCE = {"max_abs": "max", "nonfinite": "max"}

@@ -10,19 +10,21 @@ from typing import Mapping
 
 import numpy as np
 
-from ..run import HIST_HI, HIST_LO, METRICS, N_BINS, LayerInfo, Run
+from ..run import HIST_LOG2_LO, METRICS, N_BINS, LayerInfo, Run
 from ..thresholds import as_thresholds
 
 
 def log_hist(a: np.ndarray) -> np.ndarray:
-    """Counts of log10|a| in the Run's fixed bins; zeros and non-finite entries are not counted
-    (they have their own metrics); values beyond the range land in the edge bins."""
-    a = np.abs(a[np.isfinite(a)])
-    a = a[a > 0]
+    """Counts of |a| in the Run's octave bins (bin k holds 2**(LO+k) <= |a| < 2**(LO+k+1)); zeros and
+    non-finite entries are not counted (they have their own metrics); values beyond the range land
+    in the edge bins."""
+    a = np.abs(np.asarray(a, dtype=np.float64))
+    a = a[np.isfinite(a) & (a > 0)]
     if a.size == 0:
         return np.zeros(N_BINS, np.uint32)
-    idx = np.floor((np.log10(a) - HIST_LO) * (N_BINS / (HIST_HI - HIST_LO))).astype(np.int64)
-    return np.bincount(np.clip(idx, 0, N_BINS - 1), minlength=N_BINS).astype(np.uint32)
+    _, e = np.frexp(a)  # a = m * 2**e with 0.5 <= m < 1, so floor(log2 a) = e - 1
+    idx = np.clip(e.astype(np.int64) - 1 - HIST_LOG2_LO, 0, N_BINS - 1)
+    return np.bincount(idx, minlength=N_BINS).astype(np.uint32)
 
 
 def array_stats(g: np.ndarray, w: np.ndarray | None = None, prev_w: np.ndarray | None = None) -> np.ndarray:

@@ -18,11 +18,51 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..run import HIST_HI, HIST_LO, METRICS, N_BINS, LayerInfo, Run
+from ..run import HIST_LOG2_LO, METRICS, N_BINS, LayerInfo, Run
 from ..thresholds import as_thresholds
 
 _M = {name: i for i, name in enumerate(METRICS)}
 _MAX_GRAPH_VISITS = 200_000
+
+
+def _grad_stats(grads: list[torch.Tensor], foreach_all: bool) -> np.ndarray:
+    """Rows L2 norm, L1 norm, max |g|, non-zero count and sum for a group of same-device/dtype
+    gradients, stacked on the device and copied to the host once.
+
+    On CUDA the multi-tensor ``_foreach_norm`` kernels are fastest for every order; on CPU they are
+    only fast for the L2 norm, while per-tensor ``abs().sum()``, ``aminmax`` and ``count_nonzero``
+    are 2-15x faster (bench/overhead.py), so CPU uses those. None of them syncs with the host.
+    """
+    l2 = torch.stack(torch._foreach_norm(grads, 2))
+    if foreach_all:
+        l1 = torch.stack(torch._foreach_norm(grads, 1))
+        linf = torch.stack(torch._foreach_norm(grads, math.inf))
+        nnz = torch.stack(torch._foreach_norm(grads, 0))
+    else:
+        l1 = torch.stack([g.abs().sum() for g in grads])
+        lo, hi = (torch.stack(x) for x in zip(*[torch.aminmax(g) for g in grads]))
+        linf = torch.maximum(-lo, hi)
+        nnz = torch.stack([torch.count_nonzero(g) for g in grads])
+    sums = torch.stack([g.sum() for g in grads])
+    return torch.stack([r.to(torch.float64) for r in (l2, l1, linf, nnz, sums)]).cpu().numpy()
+
+
+def _octave_histograms(grads: list[torch.Tensor], nonzero: np.ndarray) -> np.ndarray:
+    """Counts of |g| in the Run's octave bins, read off the float32 exponent bits: one shift and one
+    bincount per tensor instead of a log10 and a histc (3x faster than torch.histc on log10|g|)."""
+    counts = []
+    for g in grads:
+        bits = g.detach().float().reshape(-1).view(torch.int32)
+        counts.append(torch.bincount(torch.bitwise_right_shift(bits, 23).bitwise_and_(255), minlength=256))
+    c = torch.stack(counts).cpu().numpy().astype(np.int64)  # (tensors, 256 biased exponents)
+    out = np.zeros((len(grads), N_BINS), np.int64)
+    # biased exponent e (1..254) holds 2**(e-127) <= |g| < 2**(e-126); 0 holds zeros and
+    # subnormals, 255 holds Inf/NaN (not counted)
+    idx = np.clip(np.arange(1, 255) - 127 - HIST_LOG2_LO, 0, N_BINS - 1)
+    np.add.at(out.T, idx, c[:, 1:255].T)
+    subnormal = np.maximum(0, nonzero.astype(np.int64) - c[:, 1:256].sum(axis=1))
+    out[:, 0] += subnormal
+    return out.astype(np.uint32)
 
 
 def _module_of(model: nn.Module, pname: str) -> tuple[str, str]:
@@ -47,11 +87,13 @@ class Recorder:
     thresholds: a ``Thresholds`` or dict of overrides for the vanishing/exploding flags.
     log_dir: a run directory written as training goes (readable by ``load_run`` at any time).
     track_updates: record ``update_norm`` (keeps one copy of the trainable parameters).
+    update_every: measure the update norm every this many recorded steps (NaN in between): taking
+        it costs a copy of the parameters, ~2.5% of a step for a small transformer on CPU.
     """
 
     def __init__(self, model, optimizer=None, *, every: int = 1, histogram_every: int = 10,
                  max_steps: int | None = None, thresholds=None, log_dir=None, overwrite: bool = False,
-                 track_updates: bool = True) -> None:
+                 track_updates: bool = True, update_every: int = 10, foreach_all: bool = False) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"Recorder needs a torch.nn.Module, got {type(model).__name__}; "
                             "for other frameworks use gradwidget.ArrayRecorder")
@@ -59,6 +101,8 @@ class Recorder:
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive int, got {every!r}")
+        if not isinstance(update_every, int) or update_every < 1:
+            raise ValueError(f"update_every must be a positive int, got {update_every!r}")
         if not isinstance(histogram_every, int) or histogram_every < 0:
             raise ValueError(f"histogram_every must be a non-negative int, got {histogram_every!r}")
         self.model, self.optimizer = model, optimizer
@@ -66,6 +110,8 @@ class Recorder:
         self.max_steps, self.thresholds = max_steps, as_thresholds(thresholds)
         self.log_dir, self._overwrite = log_dir, overwrite
         self.track_updates = track_updates and optimizer is not None
+        self.update_every = update_every
+        self.foreach_all = foreach_all  # use _foreach_norm for every statistic (the CUDA path) on CPU too
 
         named = list(model.named_parameters())
         if not named:
@@ -207,7 +253,7 @@ class Recorder:
             user_step = int(self.run.steps[-1]) + 1
         self.run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist)
         self._recorded += 1
-        if before_update and self._update_bufs is not None:
+        if before_update and self._update_bufs is not None and (self._recorded - 1) % self.update_every == 0:
             params, bufs = self._update_bufs
             torch._foreach_copy_(bufs, [p.detach() for p in params])
             self._snap_taken = True
@@ -277,19 +323,16 @@ class Recorder:
             p = self._params[pi]
             wgroups[(p.device, p.dtype)].append(c)
             g = p.grad
-            if g is not None and not g.is_sparse:
+            if g is not None and not g.is_sparse and g.numel() > 0:
                 groups[(g.device, g.dtype)].append(c)
         for (_dev, _dt), cols in wgroups.items():
             ws = [self._params[self._order[c]].detach() for c in cols]
             wn = torch.stack([n.float() for n in torch._foreach_norm(ws, 2)]).cpu().numpy()
             out[_M["weight_norm"], cols] = wn
-        for (_dev, _dt), cols in groups.items():
+        for (dev, _dt), cols in groups.items():
             grads = [self._params[self._order[c]].grad for c in cols]
-            rows = [torch._foreach_norm(grads, 2), torch._foreach_norm(grads, 1),
-                    torch._foreach_norm(grads, math.inf), torch._foreach_norm(grads, 0),
-                    [g.sum() for g in grads]]
-            host = torch.stack([torch.stack(r).to(torch.float64) for r in rows]).cpu().numpy()
-            l2, l1, linf, nnz, s = host
+            host = _grad_stats(grads, foreach_all=self.foreach_all or dev.type != "cpu")
+            l2, l1, linf, nnz, s = host[:5]
             n = np.array([g.numel() for g in grads], np.float64)
             mean = s / n
             with np.errstate(invalid="ignore", over="ignore"):
@@ -306,22 +349,10 @@ class Recorder:
                     g = grads[k]
                     out[_M["nonfinite"], cols[k]] = float((~torch.isfinite(g)).sum())
                     out[_M["zero_frac"], cols[k]] = float((g == 0).sum()) / g.numel()
+                    out[_M["max_abs"], cols[k]] = math.inf
             if hist is not None:
-                hist[cols] = self._histograms(grads)
+                hist[cols] = _octave_histograms(grads, n * (1.0 - out[_M["zero_frac"], cols]))
         return out, hist
-
-    @staticmethod
-    def _histograms(grads: list[torch.Tensor]) -> np.ndarray:
-        """log10|g| counts for a group of tensors with one bincount (fixed bins, see Run)."""
-        flat = torch.cat([g.detach().reshape(-1) for g in grads]).abs().float()
-        numels = torch.tensor([g.numel() for g in grads], device=flat.device)
-        seg = torch.repeat_interleave(torch.arange(len(grads), device=flat.device), numels)
-        valid = torch.isfinite(flat) & (flat > 0)
-        idx = torch.floor((torch.log10(flat) - HIST_LO) * (N_BINS / (HIST_HI - HIST_LO)))
-        idx = idx.nan_to_num(0).clamp_(0, N_BINS - 1).long()
-        key = torch.where(valid, seg * N_BINS + idx, torch.full_like(idx, len(grads) * N_BINS))
-        counts = torch.bincount(key, minlength=len(grads) * N_BINS + 1)[:-1]
-        return counts.reshape(len(grads), N_BINS).cpu().numpy().astype(np.uint32)
 
     # ------------------------------------------------------------------ backward-graph edges
     def _install_graph_capture(self) -> None:

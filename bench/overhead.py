@@ -1,0 +1,185 @@
+"""Training-step overhead of recording, measured side by side in one run.
+
+A small transformer (4 layers, d=256) is trained on CPU. Each variant runs in interleaved blocks
+(bare, ours stats-only, ours + histograms every 10 steps, naive per-parameter recorder) so drift in
+machine load hits all of them alike; we report the median step time and its ratio to bare.
+
+The naive recorder does what wandb.watch-style loggers do: per parameter ``.norm().item()`` (one
+host sync each) and ``torch.histc`` per tensor.
+
+    python bench/overhead.py [--blocks 6] [--steps 10]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from gradwidget.collect.torch import Recorder
+
+
+def make_model(d=256, layers=4, vocab=2000, seed=0):
+    torch.manual_seed(seed)
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, d)
+            self.encoder = nn.TransformerEncoder(
+                nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True), layers,
+                enable_nested_tensor=False)
+            self.head = nn.Linear(d, vocab)
+
+        def forward(self, x):
+            return self.head(self.encoder(self.embed(x)))
+
+    return LM()
+
+
+class NaiveRecorder:
+    """Per-parameter statistics with a host sync each, and torch.histc per tensor."""
+
+    def __init__(self, model, optimizer, histogram_every=10):
+        self.model, self.n, self.every = model, 0, histogram_every
+        self.rows = []
+        self.h = optimizer.register_step_pre_hook(self._step)
+
+    def _step(self, *_):
+        row = {}
+        for name, p in self.model.named_parameters():
+            g = p.grad
+            if g is None:
+                continue
+            row[name] = (g.norm().item(), g.abs().mean().item(), g.abs().max().item(), g.std().item(),
+                         (g == 0).float().mean().item(), p.norm().item())
+            if self.n % self.every == 0:
+                torch.histc(torch.log10(g.abs() + 1e-30), bins=64, min=-12, max=4).cpu()
+        self.rows.append(row)
+        self.n += 1
+
+    def detach(self):
+        self.h.remove()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--blocks", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=10, help="steps per block")
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=64)
+    args = ap.parse_args()
+
+    model = make_model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(0)
+    data = [torch.randint(0, 2000, (args.batch, args.seq + 1), generator=g) for _ in range(8)]
+    loss_fn = nn.CrossEntropyLoss()
+    n_params = sum(p.numel() for p in model.parameters())
+    n_tensors = sum(1 for _ in model.parameters())
+
+    def step(i, rec=None):
+        b = data[i % len(data)]
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten())
+        loss.backward()
+        if rec is not None and hasattr(rec, "log"):
+            rec.log(loss=loss)
+        opt.step()
+
+    variants = {
+        "bare": lambda: None,
+        "ours: stats every step": lambda: Recorder(model, opt, histogram_every=0),
+        "ours: + histograms every 10": lambda: Recorder(model, opt, histogram_every=10),
+        "naive per-parameter": lambda: NaiveRecorder(model, opt),
+    }
+    times = {k: [] for k in variants}
+    for i in range(3):  # warm-up
+        step(i)
+    for blk in range(args.blocks):
+        order = list(variants) if blk % 2 == 0 else list(reversed(variants))
+        for name in order:
+            rec = variants[name]()
+            step(0, rec)  # first step under a new recorder sets it up: not timed
+            for i in range(args.steps):
+                t = time.perf_counter()
+                step(i + 1, rec)
+                times[name].append(time.perf_counter() - t)
+            if rec is not None:
+                rec.detach()
+
+    # the recording work alone, on the same gradients, interleaved (less noisy than step deltas)
+    step(0)
+    ours = Recorder(model, opt, histogram_every=0)
+    step(1, ours)
+    naive = NaiveRecorder(model, opt, histogram_every=1)
+    naive.h.remove()
+    ours_hist = Recorder(model, opt, histogram_every=1)
+    step(2, ours_hist)
+
+    def ours_work(rec):
+        rec._on_step(before_update=True)
+        rec._post_step(opt, (), {})
+
+    work = {"ours: stats": [], "ours: stats + histogram": [], "naive: stats + histc": []}
+    for _ in range(args.blocks * args.steps):
+        for name, fn in (("ours: stats", lambda: ours_work(ours)),
+                         ("ours: stats + histogram", lambda: ours_work(ours_hist)),
+                         ("naive: stats + histc", lambda: naive._step())):
+            t = time.perf_counter()
+            fn()
+            work[name].append(time.perf_counter() - t)
+    def wandb_like():  # what wandb.watch(log="gradients") does at every logged step, per tensor
+        for _, p in model.named_parameters():
+            g = p.grad.detach().reshape(-1)
+            g.norm().item()
+            lo, hi = g.min().item(), g.max().item()
+            torch.histc(g, bins=64, min=lo, max=hi).cpu()
+
+    work["wandb.watch-like: norm + histc"] = []
+    for _ in range(args.blocks * args.steps):
+        t = time.perf_counter()
+        wandb_like()
+        work["wandb.watch-like: norm + histc"].append(time.perf_counter() - t)
+    work["ours: stats, no update norms"] = []
+    ours.track_updates, ours._update_bufs = False, None
+    for _ in range(args.blocks * args.steps):
+        t = time.perf_counter()
+        ours_work(ours)
+        work["ours: stats, no update norms"].append(time.perf_counter() - t)
+    ours.detach()
+    ours_hist.detach()
+    naive.every = 10 ** 9  # no histograms from here on
+    work["naive: stats only"] = []
+    for _ in range(args.blocks * args.steps):
+        t = time.perf_counter()
+        naive._step()
+        work["naive: stats only"].append(time.perf_counter() - t)
+
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"model: transformer 4 x d256, {n_tensors} parameter tensors, {n_params / 1e6:.1f} M parameters; "
+          f"batch {args.batch} x seq {args.seq}; torch threads {torch.get_num_threads()}")
+    print(f"{'variant':32s} {'median step':>12s} {'vs bare':>8s}  (n={args.blocks * args.steps} steps each)")
+    for k, v in med.items():
+        print(f"{k:32s} {v * 1e3:10.1f}ms {v / med['bare']:8.3f}x")
+    wm = {k: statistics.median(v) for k, v in work.items()}
+    print("recording work per step, same gradients (median):")
+    for k, v in wm.items():
+        print(f"  {k:30s} {v * 1e3:8.2f} ms")
+    print(f"RATIO stats-only/bare (step time) = {med['ours: stats every step'] / med['bare']:.3f} (target <= 1.05)")
+    print(f"RATIO recording work / bare step = {wm['ours: stats'] / med['bare']:.3f} (stats incl. update norms)")
+    ours10 = wm["ours: stats"] + (wm["ours: stats + histogram"] - wm["ours: stats"]) / 10
+    naive10 = wm["naive: stats only"] + (wm["naive: stats + histc"] - wm["naive: stats only"]) / 10
+    print(f"RATIO naive/ours, stats every step + histograms every 10 (amortised) = {naive10 / ours10:.1f}x")
+    print(f"RATIO wandb.watch-like every step / ours stats every step + histograms every 10 = "
+          f"{wm['wandb.watch-like: norm + histc'] / ours10:.1f}x")
+    print(f"RATIO naive/ours, same statistics (no update norms) = "
+          f"{wm['naive: stats only'] / wm['ours: stats, no update norms']:.1f}x; "
+          f"naive/ours incl. our update norms = {wm['naive: stats only'] / wm['ours: stats']:.1f}x; "
+          f"with histograms = {wm['naive: stats + histc'] / wm['ours: stats + histogram']:.1f}x (target >= 3)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Command line: ``gradwidget demo | ascii RUN | export RUN | report RUN``."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _load(path: str):
+    from .storage import load_run
+
+    return load_run(path)
+
+
+def cmd_demo(args) -> int:
+    from .demo import train_demo
+
+    out = Path(args.out)
+    print(f"gradwidget demo: a {12}-layer sigmoid MLP on synthetic data, {args.steps} steps -> {out}/")
+    rec = train_demo(args.steps, log_dir=out, progress=not args.quiet)
+    run = rec.run
+    print(run.to_ascii(width=args.width))
+    print(run.summary())
+    try:
+        from .analysis import analyze
+    except ImportError:
+        analyze = None
+    if analyze is not None:
+        report = analyze(run)
+        print()
+        print(report.summary_text())
+    print(f"\nRun saved in {out}/  (open it in a notebook: GradientPanel.from_run({str(out)!r}))")
+    return 0
+
+
+def cmd_ascii(args) -> int:
+    print(_load(args.run).to_ascii(width=args.width, ), end="")
+    return 0
+
+
+def cmd_export(args) -> int:
+    run = _load(args.run)
+    fmt = args.format or Path(args.output).suffix.lstrip(".").lower()
+    if fmt == "json":
+        run.export_json(args.output)
+    elif fmt == "csv":
+        run.export_csv(args.output)
+    else:
+        print(f"gradwidget export: unknown format {fmt!r}; use --format json or csv", file=sys.stderr)
+        return 2
+    print(f"wrote {run.n_steps} steps x {run.n_layers} layers to {args.output}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .report import main_report
+
+    main_report(args.run, args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gradwidget", description="See how gradients flow while a network trains.")
+    sub = p.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("demo", help="train the built-in demo model and show its gradient flow")
+    d.add_argument("--steps", type=int, default=300)
+    d.add_argument("--out", default="gradwidget-demo-run", help="run directory to write")
+    d.add_argument("--width", type=int, default=80, help="columns of the ASCII heatmap")
+    d.add_argument("--quiet", action="store_true", help="no progress bar")
+    d.set_defaults(func=cmd_demo)
+    a = sub.add_parser("ascii", help="print a run directory as an ASCII heatmap")
+    a.add_argument("run")
+    a.add_argument("--width", type=int, default=80)
+    a.set_defaults(func=cmd_ascii)
+    e = sub.add_parser("export", help="export a run directory as JSON frames or a CSV timeline")
+    e.add_argument("run")
+    e.add_argument("--format", choices=["json", "csv"])
+    e.add_argument("-o", "--output", required=True)
+    e.set_defaults(func=cmd_export)
+    r = sub.add_parser("report", help="write a self-contained HTML report of a run directory")
+    r.add_argument("run")
+    r.add_argument("-o", "--output", default="gradwidget-report.html")
+    r.set_defaults(func=cmd_report)
+    return p
+
+
+def main(argv=None) -> int:
+    from .storage import RunFormatError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (RunFormatError, FileNotFoundError, ValueError) as e:
+        print(f"gradwidget {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tests share 2 cores: keep torch to one thread so parallel test jobs do not thrash."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def make_run(n_steps=10, layers=("a", "b", "c"), value=0.1, **kw):
+    """A synthetic Run whose every metric is derived from one constant gradient value."""
+    from gradwidget.collect.arrays import ArrayRecorder
+
+    rec = ArrayRecorder(**kw)
+    for s in range(n_steps):
+        rec.record(s, {n: np.full(4, value) for n in layers})
+    return rec.run

@@ -1,0 +1,91 @@
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gradwidget.cli import main
+from gradwidget.collect.arrays import ArrayRecorder, array_stats, log_hist
+from gradwidget.run import HIST_EDGES, METRICS
+
+
+def test_array_stats_match_numpy():
+    g = np.array([[0.0, -2.0], [3.0, 1e-3]])
+    w = np.array([1.0, 2.0, 3.0, 4.0])
+    s = dict(zip(METRICS, array_stats(g, w, w - 0.5)))
+    assert s["grad_norm"] == pytest.approx(np.linalg.norm(g))
+    assert s["mean_abs"] == pytest.approx(np.abs(g).mean())
+    assert s["max_abs"] == 3.0 and s["zero_frac"] == 0.25 and s["nonfinite"] == 0
+    assert s["std"] == pytest.approx(g.std())
+    assert s["weight_norm"] == pytest.approx(np.linalg.norm(w))
+    assert s["update_norm"] == pytest.approx(1.0)
+
+
+def test_log_hist_uses_fixed_bins():
+    h = log_hist(np.array([1e-3, -1e-3, 0.0, np.nan, 10.0, 1e-30, 1e9]))
+    assert h.sum() == 5  # zero and NaN are not counted; out-of-range values land in the edge bins
+    centre = lambda v: np.searchsorted(HIST_EDGES, np.log10(v), side="right") - 1
+    assert h[centre(1e-3)] == 2 and h[centre(10.0)] == 1 and h[0] == 1 and h[-1] == 1
+
+
+def test_accepts_torch_tensors_and_lists():
+    torch = pytest.importorskip("torch")
+    rec = ArrayRecorder()
+    rec.record(0, {"t": torch.ones(3), "l": [1.0, 2.0]})
+    assert rec.run.metric("grad_norm")[0].tolist() == pytest.approx([3 ** 0.5, 5 ** 0.5])
+
+
+@pytest.mark.parametrize("second,match", [
+    ({"a": np.ones(3)}, "missing \\['b'\\]"),
+    ({"a": np.ones(3), "b": np.ones(2), "c": np.ones(1)}, "unexpected \\['c'\\]"),
+    ({"a": np.ones(4), "b": np.ones(2)}, "has shape \\(4,\\), expected \\(3,\\)"),
+])
+def test_mismatched_names_or_shapes_are_clear_errors(second, match):
+    rec = ArrayRecorder()
+    rec.record(0, {"a": np.ones(3), "b": np.ones(2)})
+    with pytest.raises(ValueError, match=match):
+        rec.record(1, second)
+    assert rec.run.n_steps == 1  # nothing half-recorded
+
+
+def test_other_bad_inputs():
+    rec = ArrayRecorder()
+    with pytest.raises(TypeError, match="non-empty dict"):
+        rec.record(0, [np.ones(3)])
+    with pytest.raises(TypeError, match="numeric"):
+        rec.record(0, {"a": np.array(["x", "y"])})
+    rec.record(0, {"a": np.ones(3)})
+    with pytest.raises(ValueError, match="steps must increase"):
+        rec.record(0, {"a": np.ones(3)})
+    with pytest.raises(ValueError, match="unknown threshold"):
+        ArrayRecorder(thresholds={"vanish": 1})
+
+
+def test_cli_export_ascii_and_errors(tmp_path, capsys):
+    rec = ArrayRecorder(log_dir=tmp_path / "r")
+    for s in range(4):
+        rec.record(s, {"x": np.full(3, 0.5), "y": np.full(3, 1e-9)})
+    rec.close()
+    assert main(["export", str(tmp_path / "r"), "-o", str(tmp_path / "o.json")]) == 0
+    assert len(json.loads((tmp_path / "o.json").read_text())) == 4
+    assert main(["export", str(tmp_path / "r"), "--format", "csv", "-o", str(tmp_path / "o.csv")]) == 0
+    assert (tmp_path / "o.csv").read_text().splitlines()[0].startswith("step,layer,mean_abs_grad")
+    assert main(["ascii", str(tmp_path / "r")]) == 0
+    assert "Gradient Flow Animation" in capsys.readouterr().out
+    assert main(["ascii", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "r"), "-o", str(tmp_path / "o.xml")]) == 2
+
+
+def test_cli_demo_end_to_end(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "demo"
+    p = subprocess.run([sys.executable, "-m", "gradwidget.cli", "demo", "--steps", "40", "--out", str(out),
+                        "--quiet"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "Gradient Flow Animation" in p.stdout and "vanishing layers" in p.stdout
+    assert "0.weight" in p.stdout.split("vanishing layers")[1].splitlines()[0]
+    from gradwidget.storage import load_run
+
+    assert load_run(out).n_steps == 40
