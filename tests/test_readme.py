@@ -1,0 +1,20 @@
+"""The README's quick start must stay true: CI runs exactly its test command."""
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def quick_start_commands():
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    return [l.strip() for l in block.splitlines() if l.strip() and not l.strip().startswith("#")]
+
+
+def test_quick_start_is_two_commands_and_ci_runs_the_test_one():
+    cmds = quick_start_commands()
+    assert len(cmds) == 2
+    demo, tests = cmds
+    assert demo.endswith("gradwidget demo") and demo.startswith("pip install torch==2.13.0")
+    assert "pytest" in tests
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert tests in ci.splitlines()
