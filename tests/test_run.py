@@ -1,0 +1,68 @@
+import numpy as np
+import pytest
+
+from gradwidget.run import METRICS, N_BINS, Run, reduce_blocks
+
+
+def filled(n=20, L=3, max_steps=None, history_capacity=2048):
+    r = Run([f"l{i}" for i in range(L)], max_steps=max_steps, history_capacity=history_capacity)
+    for s in range(n):
+        v = np.full((len(METRICS), L), float(s), np.float32)
+        r.append(s, v, {"loss": 1.0 / (s + 1)}, hist=np.full((L, N_BINS), s, np.uint32) if s % 5 == 0 else None)
+    return r
+
+
+def test_append_and_views():
+    r = filled()
+    assert r.n_steps == 20 and r.metric("grad_norm").shape == (20, 3)
+    assert r.hist.shape == (4, 3, N_BINS) and r.hist_steps.tolist() == [0, 5, 10, 15]
+    assert r.histogram_at("l1", 12)[0] == 10
+    assert r.step_position(12) == 12 and r.step_position(1000) == 19
+    with pytest.raises(ValueError, match="steps must increase"):
+        r.append(3, np.zeros((len(METRICS), 3)))
+    with pytest.raises(ValueError, match="shape"):
+        r.append(30, np.zeros((2, 3)))
+    with pytest.raises(KeyError, match="unknown metric"):
+        r.metric("nope")
+    with pytest.raises(KeyError, match="no layer named"):
+        r.layer_index("zz")
+
+
+def test_duplicate_layer_names_rejected():
+    with pytest.raises(ValueError, match="unique"):
+        Run(["a", "a"])
+
+
+def test_slice_and_downsample():
+    r = filled()
+    s = r.slice(slice(5, 10), layers=["l2", "l0"])
+    assert s.layer_names == ["l0", "l2"] and s.steps.tolist() == [5, 6, 7, 8, 9]
+    assert s.hist_steps.tolist() == [5] and s.hist.shape == (1, 2, N_BINS)
+    d = r.downsample(5)
+    assert d.n_steps == 5 and d.steps.tolist() == [0, 4, 8, 12, 16]
+    np.testing.assert_allclose(d.metric("grad_norm")[:, 0], [1.5, 5.5, 9.5, 13.5, 17.5])
+    np.testing.assert_allclose(d.metric("max_abs")[:, 0], [3, 7, 11, 15, 19])  # max, not mean
+
+
+def test_reduce_blocks_uneven_tail():
+    a = np.arange(7, dtype=np.float32)
+    assert reduce_blocks(a, 3).tolist() == [1.0, 4.0, 6.0]
+    assert reduce_blocks(a, 3, "max").tolist() == [2.0, 5.0, 6.0]
+
+
+def test_rolling_window_memory_is_bounded():
+    small = filled(200, L=4, max_steps=50, history_capacity=16)
+    big = filled(5000, L=4, max_steps=50, history_capacity=16)
+    assert big.n_steps == 50 and big.steps[0] == 4950
+    assert big.history.n_steps <= 17
+    assert big.history.steps[0] == 0  # the start of training is still summarised
+    assert big.nbytes() <= small.nbytes() * 1.5
+    # histograms that fell out of the window are dropped with their steps
+    assert big.hist_steps.min() >= big.steps[0]
+
+
+def test_to_frame_long_table():
+    r = filled(4, L=2)
+    df = r.to_frame()
+    assert len(df) == 8 and list(df.layer.cat.categories) == ["l0", "l1"]
+    assert {"step", "grad_norm", "is_vanishing", "is_exploding", "flow_intensity"} <= set(df.columns)
