@@ -294,3 +294,20 @@ def test_bad_arguments_give_clear_errors(bad, err, match):
             Recorder(model, every=0)
         else:
             Recorder(nn.ReLU())
+
+
+@pytest.mark.slow
+def test_works_with_torch_compile():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with Recorder(model, opt) as rec:
+        compiled = torch.compile(model)
+        for _ in range(3):
+            opt.zero_grad()
+            compiled(torch.randn(4, 8)).sum().backward()
+            opt.step()
+        expect = {n: p.grad.norm().item() for n, p in model.named_parameters()}
+    assert rec.run.n_steps == 3
+    for n, v in expect.items():
+        assert rec.run.metric("grad_norm")[-1, rec.run.layer_index(n)] == pytest.approx(v, rel=1e-6)
