@@ -92,8 +92,8 @@ def _as_layers(layers) -> list[LayerInfo]:
 def _concat_rows(a: "Run", b: "Run") -> "Run":
     r = a._slice_rows(0, a.n_steps)
     r._steps = np.concatenate([a.steps, b.steps])
-    r._metrics = np.concatenate([a._metrics[: a.n_steps], b._metrics[: b.n_steps]])
-    r._scalars = np.concatenate([a._scalars[: a.n_steps], b._scalars[: b.n_steps]])
+    r._metrics = np.concatenate([a._M3, b._M3])
+    r._scalars = np.concatenate([a._S2, b._S2])
     r._n = r._cap = len(r._steps)
     return r
 
@@ -140,12 +140,14 @@ class Run:
         self.edges = np.asarray(list(edges), dtype=np.int32).reshape(-1, 2)
         self.meta: dict = dict(meta or {})
         L = len(self.layers)
-        self._n = 0
+        self._n = 0       # rows in the window
+        self._s = 0       # physical row where the window starts (advances as old steps fall out)
         self._cap = 0
         self._steps = np.zeros(0, np.int64)
         self._metrics = np.zeros((0, len(METRICS), L), np.float32)
         self._scalars = np.zeros((0, len(SCALARS)), np.float64)
         self._hn = 0
+        self._hs = 0  # physical row of the first histogram in the window
         self._hist_steps = np.zeros(0, np.int64)
         self._hist = np.zeros((0, L, N_BINS), np.uint32)
         self.history: Run | None = None  # decimated steps that fell out of the window
@@ -181,7 +183,16 @@ class Run:
     @property
     def steps(self) -> np.ndarray:
         """The user's step numbers of the recorded steps, shape ``(steps,)``."""
-        return self._steps[: self._n]
+        return self._steps[self._s: self._s + self._n]
+
+    @property
+    def _M3(self) -> np.ndarray:
+        """``(steps, metrics, layers)`` view of the window."""
+        return self._metrics[self._s: self._s + self._n]
+
+    @property
+    def _S2(self) -> np.ndarray:
+        return self._scalars[self._s: self._s + self._n]
 
     def metric(self, name: str) -> np.ndarray:
         """A ``(steps, layers)`` float32 view of one metric."""
@@ -189,7 +200,7 @@ class Run:
             j = METRICS.index(name)
         except ValueError:
             raise KeyError(f"unknown metric {name!r}; metrics are {list(METRICS)}") from None
-        return self._metrics[: self._n, j, :]
+        return self._M3[:, j, :]
 
     @property
     def metrics(self) -> dict[str, np.ndarray]:
@@ -200,16 +211,16 @@ class Run:
             j = SCALARS.index(name)
         except ValueError:
             raise KeyError(f"unknown scalar {name!r}; scalars are {list(SCALARS)}") from None
-        return self._scalars[: self._n, j]
+        return self._S2[:, j]
 
     @property
     def hist_steps(self) -> np.ndarray:
-        return self._hist_steps[: self._hn]
+        return self._hist_steps[self._hs: self._hs + self._hn]
 
     @property
     def hist(self) -> np.ndarray:
         """``(histogram steps, layers, N_BINS)`` counts of log10|g| (zeros and non-finite excluded)."""
-        return self._hist[: self._hn]
+        return self._hist[self._hs: self._hs + self._hn]
 
     hist_edges = HIST_EDGES
 
@@ -262,7 +273,16 @@ class Run:
 
     # ----------------------------------------------------------------- appending
     def _grow(self, need: int) -> None:
-        if need <= self._cap:
+        """Make room for ``need`` rows after the window start: slide the window back to row 0 when
+        it reaches the end (amortised O(1) per step), reallocate when that is not enough."""
+        if self._s + need <= self._cap:
+            return
+        if self._s and need <= self._cap:
+            n = self._n
+            self._steps[:n] = self._steps[self._s: self._s + n]
+            self._metrics[:n] = self._metrics[self._s: self._s + n]
+            self._scalars[:n] = self._scalars[self._s: self._s + n]
+            self._s = 0
             return
         cap = max(16, self._cap * 2, need)
         if self.max_steps is not None:
@@ -272,10 +292,10 @@ class Run:
         steps = np.zeros(cap, np.int64)
         mets = np.full((cap, len(METRICS), L), np.nan, np.float32)
         sc = np.full((cap, len(SCALARS)), np.nan, np.float64)
-        steps[: self._n] = self._steps[: self._n]
-        mets[: self._n] = self._metrics[: self._n]
-        sc[: self._n] = self._scalars[: self._n]
-        self._steps, self._metrics, self._scalars, self._cap = steps, mets, sc, cap
+        steps[: self._n] = self.steps
+        mets[: self._n] = self._M3
+        sc[: self._n] = self._S2
+        self._steps, self._metrics, self._scalars, self._cap, self._s = steps, mets, sc, cap, 0
 
     def append(self, step: int, values: np.ndarray, scalars: dict | None = None,
                hist: np.ndarray | None = None) -> None:
@@ -284,18 +304,19 @@ class Run:
         if values.shape != (len(METRICS), self.n_layers):
             raise ValueError(f"values must have shape {(len(METRICS), self.n_layers)}, got {values.shape}")
         step = int(step)
-        if self._n and step <= self._steps[self._n - 1]:
-            raise ValueError(f"steps must increase: got step {step} after step {int(self._steps[self._n - 1])}")
+        if self._n and step <= self.steps[-1]:
+            raise ValueError(f"steps must increase: got step {step} after step {int(self.steps[-1])}")
         if self.max_steps is not None and self._n >= self.max_steps:
             self._evict(self._n - self.max_steps + 1)
         self._grow(self._n + 1)
-        self._steps[self._n] = step
-        self._metrics[self._n] = values
+        i = self._s + self._n
+        self._steps[i] = step
+        self._metrics[i] = values
         row = np.full(len(SCALARS), np.nan)
         for k, v in (scalars or {}).items():
             if v is not None:
                 row[SCALARS.index(k)] = float(v)
-        self._scalars[self._n] = row
+        self._scalars[i] = row
         self._n += 1
         if hist is not None:
             self.append_hist(step, hist)
@@ -305,14 +326,18 @@ class Run:
         hist = np.asarray(hist)
         if hist.shape != (self.n_layers, N_BINS):
             raise ValueError(f"hist must have shape {(self.n_layers, N_BINS)}, got {hist.shape}")
-        if self._hn == self._hist.shape[0]:
-            cap = max(8, 2 * self._hn)
-            h = np.zeros((cap, self.n_layers, N_BINS), np.uint32)
-            hs = np.zeros(cap, np.int64)
-            h[: self._hn], hs[: self._hn] = self._hist[: self._hn], self._hist_steps[: self._hn]
-            self._hist, self._hist_steps = h, hs
-        self._hist[self._hn] = hist
-        self._hist_steps[self._hn] = int(step)
+        if self._hs + self._hn == self._hist.shape[0]:
+            # slide back to row 0 if at least half the buffer is free, else grow (amortised O(1))
+            if self._hs >= self._hist.shape[0] // 2 and self._hs:
+                h, hs = self._hist, self._hist_steps
+            else:
+                cap = max(8, 2 * self._hn)
+                h = np.zeros((cap, self.n_layers, N_BINS), np.uint32)
+                hs = np.zeros(cap, np.int64)
+            h[: self._hn], hs[: self._hn] = self.hist.copy(), self.hist_steps.copy()
+            self._hist, self._hist_steps, self._hs = h, hs, 0
+        self._hist[self._hs + self._hn] = hist
+        self._hist_steps[self._hs + self._hn] = int(step)
         self._hn += 1
         self.version += 1
 
@@ -320,17 +345,12 @@ class Run:
         """Drop the ``k`` oldest steps, folding them into ``history``; drop their histograms."""
         old = self._slice_rows(0, k)
         self._fold_into_history(old)
-        n = self._n - k
-        self._steps[:n] = self._steps[k: self._n]
-        self._metrics[:n] = self._metrics[k: self._n]
-        self._scalars[:n] = self._scalars[k: self._n]
-        self._n = n
+        self._s += k
+        self._n -= k
         if self._hn:
-            keep = self._hist_steps[: self._hn] >= self._steps[0]
-            m = int(keep.sum())
-            self._hist[:m] = self._hist[: self._hn][keep]
-            self._hist_steps[:m] = self._hist_steps[: self._hn][keep]
-            self._hn = m
+            drop = int(np.searchsorted(self.hist_steps, self.steps[0]))  # histogram steps are sorted
+            self._hs += drop
+            self._hn -= drop
 
     def _fold_into_history(self, old: "Run") -> None:
         """Fold evicted steps into ``history`` in blocks of ``history_block`` steps; when history
@@ -345,7 +365,7 @@ class Run:
             dec = pend._slice_rows(0, full).downsample_by(k)
             h = self.history
             for i in range(dec.n_steps):
-                h.append(int(dec.steps[i]), dec._metrics[i], dict(zip(SCALARS, dec._scalars[i])))
+                h.append(int(dec.steps[i]), dec._M3[i], dict(zip(SCALARS, dec._S2[i])))
         self._pending = pend._slice_rows(full, pend.n_steps) if full < pend.n_steps else None
         if self.history.n_steps > self.history_capacity:
             self.history = self.history.downsample_by(2)
@@ -355,12 +375,12 @@ class Run:
     def _slice_rows(self, a: int, b: int) -> "Run":
         r = Run(self.layers, thresholds=self.thresholds, edges=self.edges, meta=self.meta)
         n = max(0, b - a)
-        r._steps = self._steps[a:b].copy()
-        r._metrics = self._metrics[a:b].copy()
-        r._scalars = self._scalars[a:b].copy()
+        r._steps = self.steps[a:b].copy()
+        r._metrics = self._M3[a:b].copy()
+        r._scalars = self._S2[a:b].copy()
         r._n = r._cap = n
         if self._hn:
-            lo, hi = (self._steps[a], self._steps[b - 1]) if n else (1, 0)
+            lo, hi = (self.steps[a], self.steps[b - 1]) if n else (1, 0)
             m = (self.hist_steps >= lo) & (self.hist_steps <= hi)
             r._hist, r._hist_steps = self.hist[m].copy(), self.hist_steps[m].copy()
             r._hn = int(m.sum())
@@ -389,11 +409,11 @@ class Run:
         r = Run(self.layers, thresholds=self.thresholds, edges=self.edges, meta=self.meta)
         if self._n == 0:
             return r
-        m = self._metrics[: self._n]
+        m = self._M3
         parts = [reduce_blocks(m[:, j], k, _REDUCE.get(name, "mean")) for j, name in enumerate(METRICS)]
         r._metrics = np.stack(parts, axis=1)
         r._steps = reduce_blocks(self.steps, k, "first")
-        r._scalars = reduce_blocks(self._scalars[: self._n], k, "mean")
+        r._scalars = reduce_blocks(self._S2, k, "mean")
         r._n = r._cap = len(r._steps)
         r._hist, r._hist_steps, r._hn = self.hist.copy(), self.hist_steps.copy(), self._hn
         return r

@@ -93,9 +93,9 @@ class RunWriter:
         rec = np.zeros(1, self._sdt)
         rec["step"] = run.steps[i]
         for j, s in enumerate(SCALARS):
-            rec[s] = run._scalars[i, j]
+            rec[s] = run._S2[i, j]
         for j, m in enumerate(METRICS):
-            rec[m] = run._metrics[i, j]
+            rec[m] = run._M3[i, j]
         self._steps.write(rec.tobytes())
         self._steps.flush()
         if run._hn and run.hist_steps[-1] == run.steps[i]:
