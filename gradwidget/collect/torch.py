@@ -83,7 +83,10 @@ class Recorder:
     optimizer: its optimizer; a step is then one ``optimizer.step()`` and update norms are recorded.
     every: record one step in ``every``.
     histogram_every: also record a log10|g| histogram every this many recorded steps (0: never).
-    max_steps: keep at most this many steps in memory (older ones fold into ``run.history``).
+    max_steps: keep at most this many steps in memory (older ones fold into ``run.history``);
+        ``"auto"`` (default) sizes the window to ``memory_budget`` bytes, None keeps everything.
+    memory_budget: bytes the in-memory Run may use with ``max_steps="auto"`` (default 256 MiB);
+        a ``log_dir`` on disk always keeps every step.
     thresholds: a ``Thresholds`` or dict of overrides for the vanishing/exploding flags.
     log_dir: a run directory written as training goes (readable by ``load_run`` at any time).
     track_updates: record ``update_norm`` (keeps one copy of the trainable parameters).
@@ -92,7 +95,8 @@ class Recorder:
     """
 
     def __init__(self, model, optimizer=None, *, every: int = 1, histogram_every: int = 10,
-                 max_steps: int | None = None, thresholds=None, log_dir=None, overwrite: bool = False,
+                 max_steps: int | str | None = "auto", memory_budget: int = 256 << 20, thresholds=None,
+                 log_dir=None, overwrite: bool = False,
                  track_updates: bool = True, update_every: int = 10, foreach_all: bool = False) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"Recorder needs a torch.nn.Module, got {type(model).__name__}; "
@@ -107,7 +111,10 @@ class Recorder:
             raise ValueError(f"histogram_every must be a non-negative int, got {histogram_every!r}")
         self.model, self.optimizer = model, optimizer
         self.every, self.histogram_every = every, histogram_every
+        if not (max_steps is None or max_steps == "auto" or (isinstance(max_steps, int) and max_steps > 0)):
+            raise ValueError(f"max_steps must be a positive int, 'auto' or None, got {max_steps!r}")
         self.max_steps, self.thresholds = max_steps, as_thresholds(thresholds)
+        self.memory_budget = int(memory_budget)
         self.log_dir, self._overwrite = log_dir, overwrite
         self.track_updates = track_updates and optimizer is not None
         self.update_every = update_every
@@ -216,7 +223,7 @@ class Recorder:
         torch._foreach_sub_(bufs, [p.detach() for p in params])
         norms = torch.stack([n.float() for n in torch._foreach_norm(bufs, 2)]).cpu().numpy()
         col = self._update_cols
-        self.run._metrics[self.run.n_steps - 1, _M["update_norm"], col] = norms
+        self.run._M3[-1, _M["update_norm"], col] = norms
         self._finish_step()
 
     _snap_taken = False
@@ -290,7 +297,7 @@ class Recorder:
             layers.append(LayerInfo(name=name, module=mod, module_type=mtype, shape=tuple(p.shape),
                                     numel=p.numel(), dtype=str(p.dtype).replace("torch.", ""),
                                     backward_index=arrived.index(i) if i in rank else -1, status=status))
-        self.run = Run(layers, thresholds=self.thresholds, max_steps=self.max_steps,
+        self.run = Run(layers, thresholds=self.thresholds, max_steps=self._window(len(layers)),
                        edges=self._layer_edges(), meta={"model": type(self.model).__name__,
                                                         "optimizer": type(self.optimizer).__name__
                                                         if self.optimizer is not None else None,
@@ -311,6 +318,16 @@ class Recorder:
             for h in self._grad_handles:
                 h.remove()
             self._grad_handles = []
+
+    def _window(self, n_layers: int) -> int | None:
+        """Steps kept in memory: with "auto", as many as fit the memory budget (the Run allocates up
+        to twice the window while it slides), at least 1,000."""
+        if self.max_steps != "auto":
+            return self.max_steps
+        per_step = 4 * len(METRICS) * n_layers + 32
+        if self.histogram_every:
+            per_step += 4 * N_BINS * n_layers / self.histogram_every
+        return max(1000, int(self.memory_budget / (2 * per_step)))
 
     # ------------------------------------------------------------------ statistics
     def _collect(self, with_hist: bool) -> tuple[np.ndarray, np.ndarray | None]:
