@@ -326,3 +326,20 @@ def test_default_window_fits_the_memory_budget():
     assert rec2.run.max_steps == int((64 << 20) / (2 * per_step))
     with pytest.raises(ValueError, match="max_steps"):
         Recorder(model, max_steps=0)
+
+
+def test_amp_grad_scaler_records_unscaled_gradients():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    with Recorder(model, opt) as rec:
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(torch.randn(4, 8)).float().pow(2).mean()
+        scaler.scale(loss).backward()
+        scaled = {n: p.grad.norm().item() for n, p in model.named_parameters()}
+        scaler.step(opt)
+        scaler.update()
+    for n, v in scaled.items():  # the optimizer (and so the recorder) sees gradients / 1024
+        assert rec.run.metric("grad_norm")[0, rec.run.layer_index(n)] == pytest.approx(v / 1024, rel=1e-5)
