@@ -1,0 +1,487 @@
+"""matplotlib figures of a Run: the static renditions of what the live panel shows.
+
+They are what survives where no widget runs (exported HTML, GitHub, CI logs, the HTML report), so
+they draw the same things the front end draws, the same way:
+
+Colour scale (shared with the front end and ``Run.to_ascii``)
+    matplotlib's ``viridis`` (perceptually uniform, colour-blind safe) on **log10 of the metric**,
+    with **one scale across all steps and layers**: the 1st..99th percentile of the finite positive
+    values of the whole run (``frames.log_levels``). Values outside are clipped to the ends. A
+    network-wide fade therefore stays visible, which a per-step normalisation would hide.
+Marks (cell colours outside viridis, so they never read as a value)
+    ``VANISHING_COLOR`` light grey: mean |g| below ``thresholds.vanishing``;
+    ``EXPLODING_COLOR`` red: max |g| above ``thresholds.exploding``;
+    ``NONFINITE_COLOR`` magenta: NaN/Inf entries (takes precedence over exploding);
+    ``NODATA_COLOR`` white: no gradient (frozen or unused parameters, or no value recorded).
+
+Layers are drawn in the Run's depth order (input side at the top), steps left to right.
+Every function returns a ``matplotlib.figure.Figure`` (built without pyplot, so nothing leaks into
+a notebook's figure manager) and takes an ``ax`` to draw into an existing figure where that fits.
+"""
+from __future__ import annotations
+
+import base64
+import io
+from typing import Iterable, Sequence
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.colors import Normalize, to_rgba
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from .frames import log_levels
+from .run import METRICS, Run
+
+CMAP_NAME = "viridis"
+VANISHING_COLOR = "#c8c8c8"
+EXPLODING_COLOR = "#e3120b"
+NONFINITE_COLOR = "#ff00ff"
+NODATA_COLOR = "#ffffff"
+HEALTH_COLORS = {"Healthy": "#2e7d32", "Warning": "#ef8f00", "Critical": "#c62828", "Unknown": "#8a8a8a"}
+
+#: heatmaps wider than this many steps are downsampled (max |g| and non-finite keep their maxima).
+MAX_COLUMNS = 600
+
+_METRIC_LABELS = {
+    "grad_norm": "gradient L2 norm",
+    "mean_abs": "mean |g|",
+    "max_abs": "max |g|",
+    "std": "std of g",
+    "zero_frac": "fraction of zero entries",
+    "nonfinite": "non-finite entries",
+    "weight_norm": "weight L2 norm",
+    "update_norm": "update L2 norm",
+}
+
+
+def metric_label(metric: str) -> str:
+    return _METRIC_LABELS.get(metric, metric)
+
+
+def _check_metric(metric: str) -> None:
+    if metric not in METRICS:
+        raise KeyError(f"unknown metric {metric!r}; metrics are {list(METRICS)}")
+
+
+def _check_run(run) -> Run:
+    if not isinstance(run, Run):
+        inner = getattr(run, "run", None)  # a Recorder, a GradientPanel or an analysis Report
+        if isinstance(inner, Run):
+            return inner
+        raise TypeError(f"expected a gradwidget Run (or something with .run), got {type(run).__name__}")
+    return run
+
+
+def _new_ax(ax, figsize):
+    if ax is not None:
+        return ax.figure, ax
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _empty(ax, text: str = "no steps recorded yet", axis_off: bool = True) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+    if axis_off:
+        ax.set_axis_off()
+
+
+def short_name(name: str, width: int = 28) -> str:
+    """A layer name cut from the left (the end of a module path is the informative part)."""
+    return name if len(name) <= width else "…" + name[-(width - 1):]
+
+
+def color_scale(run: Run, metric: str = "grad_norm") -> tuple[float, float]:
+    """The log10 range (lo, hi) of the colour scale: one scale across every step of the run."""
+    _check_metric(metric)
+    return log_levels(run.metric(metric)) if run.n_steps else (0.0, 1.0)
+
+
+def cell_colors(run: Run, metric: str = "grad_norm", scale: tuple[float, float] | None = None) -> np.ndarray:
+    """RGBA ``(steps, layers, 4)``: viridis on log10(metric) over ``scale``, then the marks."""
+    _check_metric(metric)
+    lo, hi = scale if scale is not None else color_scale(run, metric)
+    vals = run.metric(metric).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lv = np.log10(vals)
+    rgba = colormaps[CMAP_NAME](Normalize(lo, hi, clip=True)(np.where(np.isfinite(lv), lv, lo)))
+    rgba = np.asarray(rgba, dtype=np.float64)
+    nodata = np.isnan(vals)
+    rgba[nodata] = to_rgba(NODATA_COLOR)
+    rgba[run.vanishing() & ~nodata] = to_rgba(VANISHING_COLOR)
+    rgba[run.exploding()] = to_rgba(EXPLODING_COLOR)
+    rgba[run.nonfinite()] = to_rgba(NONFINITE_COLOR)
+    return rgba
+
+
+def _mark_legend(ax, run: Run) -> None:
+    t = run.thresholds
+    handles = [Patch(facecolor=VANISHING_COLOR, edgecolor="0.5", label=f"vanishing (mean|g| < {t.vanishing:g})"),
+               Patch(facecolor=EXPLODING_COLOR, edgecolor="0.5", label=f"exploding (max|g| > {t.exploding:g})"),
+               Patch(facecolor=NONFINITE_COLOR, edgecolor="0.5", label="NaN / Inf"),
+               Patch(facecolor=NODATA_COLOR, edgecolor="0.5", label="no gradient")]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.14), ncol=4, fontsize=7,
+              frameon=False, handlelength=1.2, columnspacing=1.0)
+
+
+def _layer_ticks(ax, names: Sequence[str], axis: str = "y", max_labels: int = 40) -> None:
+    n = len(names)
+    every = max(1, -(-n // max_labels))
+    idx = list(range(0, n, every))
+    labels = [short_name(names[i]) for i in idx]
+    if axis == "y":
+        ax.set_yticks(idx, labels, fontsize=7)
+    else:
+        ax.set_xticks(idx, labels, fontsize=7, rotation=90)
+
+
+def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, ax=None,
+                 max_columns: int = MAX_COLUMNS, colorbar: bool = True, legend: bool = True) -> Figure:
+    """Layers x steps heatmap of a metric: where along the depth gradients fade or blow up, and when.
+
+    Why: it is the panel's main view; one log scale across steps shows a network-wide fade that a
+    per-step scale hides. ``step`` draws a cursor at that step (the panel's scrubber position).
+    """
+    run = _check_run(run)
+    _check_metric(metric)
+    fig, ax = _new_ax(ax, (9, 0.6 + 0.22 * max(run.n_layers, 4)))
+    if run.n_steps == 0:
+        _empty(ax)
+        return fig
+    scale = color_scale(run, metric)
+    r = run.downsample(max_columns) if run.n_steps > max_columns else run
+    rgba = cell_colors(r, metric, scale)  # (steps, layers, 4)
+    steps = r.steps
+    x0 = float(steps[0])
+    x1 = float(run.steps[-1]) + (float(steps[-1] - steps[-2]) if len(steps) > 1 else 1.0)
+    ax.imshow(rgba.transpose(1, 0, 2), aspect="auto", interpolation="nearest",
+              extent=(x0 - 0.5, x1 - 0.5, r.n_layers - 0.5, -0.5))
+    _layer_ticks(ax, r.layer_names, "y")
+    ax.set_xlabel("step")
+    ax.set_title(f"Gradient flow: {metric_label(metric)} (log10, one scale across steps)", fontsize=10)
+    if step is not None:
+        ax.axvline(float(step), color="white", lw=2.2)
+        ax.axvline(float(step), color="black", lw=1.0)
+    if colorbar:
+        from matplotlib.cm import ScalarMappable
+
+        sm = ScalarMappable(Normalize(*scale), colormaps[CMAP_NAME])
+        cb = fig.colorbar(sm, ax=ax, pad=0.01, fraction=0.04)
+        cb.set_label(f"log10 {metric_label(metric)}", fontsize=8)
+        cb.ax.tick_params(labelsize=7)
+    if legend:
+        _mark_legend(ax, run)
+    return fig
+
+
+def layer_bars(run: Run, step: int | None = None, metric: str = "grad_norm", ax=None) -> Figure:
+    """Per-layer bars of a metric at one step, coloured like the heatmap, with threshold lines.
+
+    Why: the heatmap shows the pattern; the bars give the actual values at the scrubbed step and
+    how far each layer sits from the vanishing / exploding thresholds.
+    """
+    run = _check_run(run)
+    _check_metric(metric)
+    fig, ax = _new_ax(ax, (5, 0.6 + 0.22 * max(run.n_layers, 4)))
+    if run.n_steps == 0:
+        _empty(ax)
+        return fig
+    i = run.n_steps - 1 if step is None else run.step_position(step)
+    colors = cell_colors(run, metric)[i]
+    vals = run.metric(metric)[i].astype(np.float64)
+    floor = 10.0 ** (color_scale(run, metric)[0] - 1)
+    shown = np.where(np.isfinite(vals) & (vals > 0), vals, np.nan)
+    y = np.arange(run.n_layers)
+    ax.barh(y, np.nan_to_num(shown, nan=0.0) - floor, left=floor, color=colors, edgecolor="0.4", linewidth=0.3)
+    ax.set_xscale("log")
+    ax.set_ylim(run.n_layers - 0.5, -0.5)
+    _layer_ticks(ax, run.layer_names, "y")
+    for j in np.flatnonzero(~np.isfinite(vals) & ~np.isnan(vals)):
+        ax.text(floor, j, " inf", va="center", fontsize=7, color=NONFINITE_COLOR)
+    t = run.thresholds
+    if metric == "mean_abs":
+        ax.axvline(t.vanishing, color="0.45", ls="--", lw=0.8, label=f"vanishing {t.vanishing:g}")
+    if metric == "max_abs":
+        ax.axvline(t.exploding, color=EXPLODING_COLOR, ls="--", lw=0.8, label=f"exploding {t.exploding:g}")
+    lo, hi = ax.get_xlim()
+    ax.set_xlim(max(lo, floor), hi)
+    ax.set_xlabel(metric_label(metric))
+    ax.set_title(f"{metric_label(metric)} at step {int(run.steps[i])}", fontsize=10)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def histogram_plot(run: Run, layer: int | str, step: int | None = None, ax=None) -> Figure:
+    """Histogram of log10|g| for one layer at (the histogram step nearest) ``step``.
+
+    Why: a norm hides the shape; the histogram shows whether a layer's gradients are uniformly tiny
+    (vanishing), have a few huge entries (exploding tail), or a spike of exact zeros (dead units).
+    """
+    run = _check_run(run)
+    fig, ax = _new_ax(ax, (5, 3))
+    j = run.layer_index(layer)
+    name = run.layer_names[j]
+    want = (int(run.steps[-1]) if run.n_steps else 0) if step is None else step
+    got = run.histogram_at(j, want)
+    if got is None:
+        ax.text(0.5, 0.5, "no histogram recorded", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(short_name(name, 40), fontsize=10)
+        return fig
+    hstep, counts = got
+    edges = run.hist_edges
+    ax.stairs(counts, edges, fill=True, color=colormaps[CMAP_NAME](0.35), alpha=0.85)
+    t = run.thresholds
+    ax.axvline(np.log10(t.vanishing), color="0.45", ls="--", lw=0.8, label=f"vanishing {t.vanishing:g}")
+    ax.axvline(np.log10(t.exploding), color=EXPLODING_COLOR, ls="--", lw=0.8, label=f"exploding {t.exploding:g}")
+    nz = np.flatnonzero(counts)
+    if nz.size:
+        lo = min(edges[nz[0]], np.log10(t.vanishing)) - 1
+        hi = max(edges[nz[-1] + 1], np.log10(t.exploding)) + 1
+        ax.set_xlim(lo, hi)
+    i = run.step_position(hstep) if run.n_steps else 0
+    zf = float(run.metric("zero_frac")[i, j]) if run.n_steps else float("nan")
+    ax.set_xlabel("log10 |g|")
+    ax.set_ylabel("entries")
+    ax.set_title(f"{short_name(name, 40)} at step {hstep}" + (f"  (zeros: {zf:.0%})" if zf == zf else ""),
+                 fontsize=10)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def metric_series(run: Run, layers: Iterable[int | str] | int | str | None = None, metric: str = "mean_abs",
+                  ax=None, step: int | None = None) -> Figure:
+    """A metric over steps for a few layers (log y), with the threshold that applies to it.
+
+    Why: shows whether a problem is permanent, growing, or a transient spike, and when it began.
+    """
+    run = _check_run(run)
+    _check_metric(metric)
+    fig, ax = _new_ax(ax, (6, 3))
+    if layers is None:
+        layers = range(run.n_layers)
+    elif isinstance(layers, (int, np.integer, str)):
+        layers = [layers]
+    idx = [run.layer_index(x) for x in layers]
+    if run.n_steps == 0:
+        _empty(ax)
+        return fig
+    cmap = colormaps["plasma"]
+    vals = run.metric(metric)
+    for k, j in enumerate(idx):
+        c = cmap(0.1 + 0.75 * k / max(1, len(idx) - 1)) if len(idx) > 1 else "#31688e"
+        ax.plot(run.steps, vals[:, j], lw=1.1, color=c, label=short_name(run.layer_names[j], 32))
+    positive = vals[:, idx][np.isfinite(vals[:, idx]) & (vals[:, idx] > 0)]
+    if positive.size:
+        ax.set_yscale("log")
+    t = run.thresholds
+    if metric == "mean_abs":
+        ax.axhline(t.vanishing, color="0.45", ls="--", lw=0.8, label=f"vanishing {t.vanishing:g}")
+    if metric == "max_abs":
+        ax.axhline(t.exploding, color=EXPLODING_COLOR, ls="--", lw=0.8, label=f"exploding {t.exploding:g}")
+    if step is not None:
+        ax.axvline(float(step), color="black", lw=0.8)
+    ax.set_xlabel("step")
+    ax.set_ylabel(metric_label(metric))
+    ax.set_title(f"{metric_label(metric)} over steps", fontsize=10)
+    if len(idx) <= 12:
+        ax.legend(fontsize=7, ncol=1 + len(idx) // 7)
+    return fig
+
+
+def loss_plot(run: Run, ax=None) -> Figure:
+    """Loss (and global gradient norm) over steps: the context every gradient pattern is read in."""
+    run = _check_run(run)
+    fig, ax = _new_ax(ax, (6, 2.6))
+    loss = run.scalar("loss") if run.n_steps else np.zeros(0)
+    if np.isfinite(loss).any():
+        ax.plot(run.steps, loss, color="#31688e", lw=1.2, label="loss")
+        ax.set_ylabel("loss")
+    gn = run.scalar("global_norm") if run.n_steps else np.zeros(0)
+    if np.isfinite(gn).any():
+        ax2 = ax.twinx()
+        ax2.plot(run.steps, gn, color="#b5de2b", lw=1.0, label="global grad norm")
+        ax2.set_ylabel("global grad norm", fontsize=8)
+        if (gn[np.isfinite(gn)] > 0).all():
+            ax2.set_yscale("log")
+    if not np.isfinite(loss).any() and not np.isfinite(gn).any():
+        ax.text(0.5, 0.5, "no loss logged (recorder.log(loss=...))", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set_xlabel("step")
+    ax.set_title("loss and global gradient norm", fontsize=10)
+    return fig
+
+
+def weight_plot(run: Run, ax=None, layers: Sequence[int | str] | None = None) -> Figure:
+    """Update/weight norm ratio per layer over steps (or weight norms when updates are not recorded).
+
+    Why: the ratio says whether the learning rate suits each layer (about 1e-3 is typical): far
+    below, the layer barely moves; far above, it is being rewritten every step.
+    """
+    run = _check_run(run)
+    fig, ax = _new_ax(ax, (6, 3))
+    if run.n_steps == 0:
+        _empty(ax)
+        return fig
+    w = run.metric("weight_norm").astype(np.float64)
+    u = run.metric("update_norm").astype(np.float64)
+    idx = list(range(run.n_layers)) if layers is None else [run.layer_index(x) for x in layers]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = u / w
+    use_ratio = np.isfinite(ratio[:, idx]).any()
+    data, label = (ratio, "update / weight norm") if use_ratio else (w, "weight L2 norm")
+    cmap = colormaps["plasma"]
+    for k, j in enumerate(idx):
+        ok = np.isfinite(data[:, j])
+        if ok.any():
+            ax.plot(run.steps[ok], data[ok, j], lw=1.0, marker="." if ok.sum() < 30 else None,
+                    color=cmap(0.1 + 0.75 * k / max(1, len(idx) - 1)), label=short_name(run.layer_names[j], 32))
+    pos = data[:, idx][np.isfinite(data[:, idx]) & (data[:, idx] > 0)]
+    if pos.size:
+        ax.set_yscale("log")
+    if use_ratio:
+        t = run.thresholds
+        ax.axhspan(t.update_ratio_low, t.update_ratio_high, color="#2e7d32", alpha=0.07,
+                   label=f"healthy band {t.update_ratio_low:g}..{t.update_ratio_high:g}")
+    ax.set_xlabel("step")
+    ax.set_ylabel(label)
+    ax.set_title(f"weights: {label} per layer", fontsize=10)
+    if len(idx) <= 12:
+        ax.legend(fontsize=6, ncol=2)
+    return fig
+
+
+def _health_frame(report):
+    layers = getattr(report, "layers", None)
+    if layers is None or not hasattr(layers, "columns"):
+        raise TypeError("expected an analysis Report (gradwidget.analyze(run)) with a .layers DataFrame, "
+                        f"got {type(report).__name__}")
+    return layers
+
+
+#: columns of the health table, in order, with their headers and formats.
+HEALTH_COLUMNS = (
+    ("layer", "layer", "{}"),
+    ("module_type", "type", "{}"),
+    ("health", "health", "{}"),
+    ("grad_norm_median", "median ‖g‖", "{:.2e}"),
+    ("mean_abs_median", "median mean|g|", "{:.2e}"),
+    ("max_abs_max", "max |g|", "{:.2e}"),
+    ("zero_frac_mean", "zeros", "{:.0%}"),
+    ("trend", "trend", "{}"),
+    ("flags", "flags", "{}"),
+)
+
+
+def format_cell(value, fmt: str) -> str:
+    if isinstance(value, (list, tuple, set, np.ndarray)):
+        return ", ".join(str(v) for v in value)
+    if value is None:
+        return ""
+    if isinstance(value, float) and value != value:
+        return "–"
+    try:
+        return fmt.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def health_table_figure(report, ax=None, max_rows: int = 40) -> Figure:
+    """The per-layer health table as a figure (for PNG/PDF exports where HTML cannot go).
+
+    Why: the table is the panel's verdict per layer; the health cell is coloured and spelled out,
+    so it reads without colour too.
+    """
+    df = _health_frame(report)
+    cols = [c for c in HEALTH_COLUMNS if c[0] in df.columns]
+    rows = df.head(max_rows)
+    fig, ax = _new_ax(ax, (10, 0.5 + 0.24 * (len(rows) + 1)))
+    ax.set_axis_off()
+    cells = [[format_cell(r[c], f) if c != "layer" else short_name(str(r[c]), 34) for c, _, f in cols]
+             for _, r in rows.iterrows()]
+    if not cells:
+        ax.text(0.5, 0.5, "no layers", ha="center", va="center", transform=ax.transAxes)
+        return fig
+    table = ax.table(cellText=cells, colLabels=[h for _, h, _ in cols], loc="upper center", cellLoc="left")
+    table.auto_set_font_size(False)
+    table.set_fontsize(7)
+    table.auto_set_column_width(list(range(len(cols))))
+    hcol = [c for c, _, _ in cols].index("health") if "health" in df.columns else None
+    for (r, c), cell in table.get_celld().items():
+        cell.set_edgecolor("0.85")
+        if r == 0:
+            cell.set_facecolor("#eeeeee")
+            cell.get_text().set_fontweight("bold")
+        elif c == hcol:
+            h = str(rows.iloc[r - 1]["health"])
+            cell.set_facecolor(HEALTH_COLORS.get(h, HEALTH_COLORS["Unknown"]))
+            cell.get_text().set_color("white")
+            cell.get_text().set_fontweight("bold")
+    if len(df) > max_rows:
+        ax.set_title(f"layer health (first {max_rows} of {len(df)} layers)", fontsize=10)
+    else:
+        ax.set_title("layer health", fontsize=10)
+    return fig
+
+
+def default_layer(run: Run) -> int:
+    """The layer a static view focuses on when none is chosen: the one flagged most often
+    (non-finite, exploding, vanishing, in that order of weight), else the input-side layer."""
+    if run.n_steps == 0 or run.n_layers == 0:
+        return 0
+    score = (1e6 * run.nonfinite().sum(axis=0) + 1e3 * run.exploding().sum(axis=0)
+             + run.vanishing().sum(axis=0))
+    return int(np.argmax(score)) if score.max() > 0 else 0
+
+
+def panel_figure(run, step: int | None = None, layer: int | str | None = None,
+                 metric: str = "grad_norm") -> Figure:
+    """One figure with what the live panel shows: heatmap with the step cursor, per-layer bars at
+    the step, and the selected layer's histogram and metric over time.
+
+    Why: it is the static rendition a GradientPanel carries in its output, so exported notebooks,
+    GitHub and CI logs show the panel's current view where no widget runs.
+    """
+    run = _check_run(run)
+    _check_metric(metric)
+    L = max(run.n_layers, 4)
+    h_top = 0.9 + 0.2 * min(L, 48)
+    fig = Figure(figsize=(12, h_top + 3.0), layout="constrained")
+    gs = fig.add_gridspec(2, 3, height_ratios=[h_top, 3.0], width_ratios=[1.0, 1.0, 1.0])
+    ax_heat = fig.add_subplot(gs[0, :2])
+    ax_bars = fig.add_subplot(gs[0, 2])
+    ax_hist = fig.add_subplot(gs[1, 0])
+    ax_series = fig.add_subplot(gs[1, 1])
+    ax_loss = fig.add_subplot(gs[1, 2])
+    if run.n_steps == 0:
+        for ax in (ax_heat, ax_bars, ax_hist, ax_series, ax_loss):
+            ax.set_axis_off()
+        ax_heat.text(0.5, 0.5, f"GradientPanel: {run.n_layers} layers, no steps recorded yet",
+                     ha="center", va="center", transform=ax_heat.transAxes)
+        return fig
+    s = int(run.steps[-1]) if step is None else int(run.steps[run.step_position(step)])
+    j = default_layer(run) if layer is None else run.layer_index(layer)
+    flow_heatmap(run, metric, step=s, ax=ax_heat)
+    layer_bars(run, s, metric, ax=ax_bars)
+    ax_bars.set_yticklabels([])
+    ax_bars.axhspan(j - 0.5, j + 0.5, color="#31688e", alpha=0.12, zorder=0)
+    histogram_plot(run, j, s, ax=ax_hist)
+    series_metric = "mean_abs" if metric == "grad_norm" else metric
+    metric_series(run, [j], series_metric, ax=ax_series, step=s)
+    ax_series.set_title(f"{short_name(run.layer_names[j], 36)}: {metric_label(series_metric)}", fontsize=10)
+    loss_plot(run, ax=ax_loss)
+    ax_loss.axvline(s, color="black", lw=0.8)
+    fig.suptitle(f"gradwidget · {run.n_layers} layers · steps {int(run.steps[0])}..{int(run.steps[-1])} "
+                 f"· step {s} · layer {run.layer_names[j]}", fontsize=11)
+    return fig
+
+
+def figure_to_png(fig: Figure, dpi: int = 96) -> bytes:
+    """PNG bytes of a figure (Agg canvas; no pyplot, no display)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+def figure_to_data_uri(fig: Figure, dpi: int = 96) -> str:
+    return "data:image/png;base64," + base64.b64encode(figure_to_png(fig, dpi)).decode("ascii")

@@ -1,0 +1,305 @@
+"""HTML renditions of an analysis: the health table and the self-contained report.
+
+``health_table_html(report)`` is the table the panel's static fallback and the report both show:
+plain HTML with inline styles only (no ``<style>`` sheet, no scripts, no external resources), so it
+survives notebook sanitisers, nbconvert, and being pasted anywhere.
+
+``write_report(report, path)`` writes one HTML file that opens with the network off: figures are
+PNGs embedded as ``data:`` URIs, styles are inline in the document, nothing is fetched.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import plots
+from .run import Run
+
+#: marker class on every element gradwidget emits into notebook outputs (the exporter looks for it).
+FALLBACK_CLASS = "gradwidget-static"
+
+_HEALTH_ORDER = {"Critical": 0, "Warning": 1, "Unknown": 2, "Healthy": 3}
+_TD = "padding:2px 8px;border-bottom:1px solid #e3e3e3;text-align:left;vertical-align:top;"
+_TH = "padding:3px 8px;border-bottom:2px solid #bbb;text-align:left;background:#f4f4f4;"
+
+
+def _esc(x) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _as_report(obj):
+    """A Report from a Report, a Run, or anything with ``.run`` (Recorder, GradientPanel)."""
+    if hasattr(obj, "layers") and hasattr(getattr(obj, "layers"), "columns"):
+        return obj
+    run = obj if isinstance(obj, Run) else getattr(obj, "run", None)
+    if isinstance(run, Run):
+        from .analysis import analyze
+
+        return analyze(run)
+    raise TypeError("expected an analysis Report (gradwidget.analyze(run)) or a Run, "
+                    f"got {type(obj).__name__}")
+
+
+def health_table_html(report, max_rows: int = 200, suggestions: bool = True) -> str:
+    """The per-layer health table as an HTML ``<table>`` with inline styles.
+
+    Rows are layers in depth order; the health cell is coloured and spelled out (readable without
+    colour). ``report`` is an analysis Report (a Run is analysed first).
+    """
+    report = _as_report(report)
+    df = report.layers
+    cols = [c for c in plots.HEALTH_COLUMNS if c[0] in df.columns]
+    if suggestions and "suggestion" in df.columns:
+        cols.append(("suggestion", "suggestion", "{}"))
+    head = "".join(f'<th style="{_TH}">{_esc(h)}</th>' for _, h, _ in cols)
+    body = []
+    for _, row in df.head(max_rows).iterrows():
+        tds = []
+        for c, _, fmt in cols:
+            text = plots.format_cell(row[c], fmt)
+            style = _TD
+            if c == "health":
+                color = plots.HEALTH_COLORS.get(str(row[c]), plots.HEALTH_COLORS["Unknown"])
+                style += f"background:{color};color:#fff;font-weight:bold;"
+            elif c == "layer":
+                style += "font-family:monospace;white-space:nowrap;"
+            elif fmt != "{}":
+                style += "text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;"
+            tds.append(f'<td style="{style}">{_esc(text)}</td>')
+        layer = _esc(row["layer"]) if "layer" in df.columns else ""
+        body.append(f'<tr data-layer="{layer}">{"".join(tds)}</tr>')
+    more = ""
+    if len(df) > max_rows:
+        more = (f'<caption style="caption-side:bottom;font-size:11px;color:#666;text-align:left">'
+                f"first {max_rows} of {len(df)} layers</caption>")
+    overall = getattr(report, "overall_health", None)
+    title = ""
+    if overall is not None:
+        title = (f'<caption style="caption-side:top;text-align:left;font-weight:bold;padding:4px 0">'
+                 f"Layer health — overall: {_esc(_enum_text(overall))}</caption>")
+    return (f'<table class="gradwidget-health" style="border-collapse:collapse;font-size:12px;'
+            f'font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;color:#222;'
+            f'background:#fff">{title}{more}<thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table>')
+
+
+def _enum_text(x) -> str:
+    v = getattr(x, "value", x)
+    return str(v)
+
+
+def static_fallback_html(png: bytes | None, table_html: str = "", alt: str = "gradwidget panel") -> str:
+    """The HTML a GradientPanel output carries for places where no widget runs: the panel image
+    (embedded as a data URI) above the health table, inside one ``div.gradwidget-static``."""
+    import base64
+
+    img = ""
+    if png:
+        uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+        img = f'<img class="gradwidget-panel-image" alt="{_esc(alt)}" src="{uri}" style="max-width:100%"/>'
+    return f'<div class="{FALLBACK_CLASS}">{img}{table_html}</div>'
+
+
+def static_mimebundle(run, step=None, layer=None, metric: str = "grad_norm", report=None,
+                      dpi: int = 80) -> dict:
+    """``{'image/png': b64, 'text/html': img + health table}`` for a run's current view: what
+    ``GradientPanel._repr_mimebundle_`` adds beside the widget view (``text/html`` holds the image
+    too, because an exporter without widget state shows only one of the other mime types)."""
+    import base64
+
+    run = plots._check_run(run)
+    fig = plots.panel_figure(run, step=step, layer=layer, metric=metric)
+    png = plots.figure_to_png(fig, dpi=dpi)
+    table = ""
+    if run.n_steps:
+        try:
+            table = health_table_html(report if report is not None else run, suggestions=False)
+        except ImportError:
+            table = ""
+    return {"image/png": base64.b64encode(png).decode("ascii"),
+            "text/html": static_fallback_html(png, table)}
+
+
+# --------------------------------------------------------------------------- the full report
+_CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:0;color:#222;background:#fafafa}
+main{max-width:1180px;margin:0 auto;padding:24px}
+h1{font-size:24px;margin:0 0 4px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+h3{font-size:14px;margin:14px 0 6px}
+.meta{color:#666;font-size:13px}
+.badge{display:inline-block;padding:2px 10px;border-radius:10px;color:#fff;font-weight:bold;font-size:13px}
+.card{background:#fff;border:1px solid #e3e3e3;border-radius:6px;padding:12px 16px;margin:10px 0}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(520px,1fr));gap:12px}
+img.fig{max-width:100%;height:auto;display:block}
+ol.recs li{margin:6px 0}
+.prio{font-size:11px;color:#fff;background:#555;border-radius:3px;padding:0 5px;margin-right:6px}
+pre.summary{white-space:pre-wrap;font-size:13px;background:#fff;border:1px solid #e3e3e3;padding:10px;border-radius:6px}
+table.kv td{padding:1px 10px 1px 0;font-size:12px}
+.scroll{overflow-x:auto}
+"""
+
+
+def _img(fig, alt: str, dpi: int = 90) -> str:
+    return f'<img class="fig" alt="{_esc(alt)}" src="{plots.figure_to_data_uri(fig, dpi)}"/>'
+
+
+def _rec_text(rec: Any) -> tuple[str, str]:
+    """(priority label, text) of one recommendation, whatever its shape (dataclass, dict, str)."""
+    if isinstance(rec, str):
+        return "", rec
+    d = rec if isinstance(rec, dict) else (rec.to_dict() if hasattr(rec, "to_dict") else vars(rec)
+                                           if hasattr(rec, "__dict__") else {"text": str(rec)})
+    prio = d.get("priority", d.get("severity", d.get("level", "")))
+    parts = []
+    for key in ("title", "issue", "problem", "message", "text", "description"):
+        if d.get(key):
+            parts.append(str(d[key]))
+            break
+    for key in ("action", "suggestion", "recommendation", "fix"):
+        if d.get(key):
+            parts.append(str(d[key]))
+            break
+    layers = d.get("layers") or d.get("affected_layers")
+    if layers:
+        ls = list(layers) if not isinstance(layers, str) else [layers]
+        parts.append("Layers: " + ", ".join(map(str, ls[:8])) + (" …" if len(ls) > 8 else ""))
+    if not parts:
+        parts = [str(rec)]
+    return _enum_text(prio) if prio not in (None, "") else "", " — ".join(parts)
+
+
+def _recommendations_html(report) -> str:
+    recs = getattr(report, "recommendations", None)
+    if recs is None:
+        return "<p>No recommendations.</p>"
+    if hasattr(recs, "iterrows"):
+        recs = [r.to_dict() for _, r in recs.iterrows()]
+    recs = list(recs)
+    if not recs:
+        return "<p>No recommendations: nothing to fix.</p>"
+    items = []
+    for r in recs:
+        prio, text = _rec_text(r)
+        tag = f'<span class="prio">{_esc(prio)}</span>' if prio else ""
+        items.append(f"<li>{tag}{_esc(text)}</li>")
+    return f'<ol class="recs">{"".join(items)}</ol>'
+
+
+def worst_layers(report, k: int = 4) -> list[str]:
+    """Names of up to ``k`` layers in most need of attention (health, then risk, then flags)."""
+    df = report.layers
+    if df is None or len(df) == 0:
+        return []
+    d = df.copy()
+    d["_h"] = d["health"].map(lambda h: _HEALTH_ORDER.get(str(h), 2)) if "health" in d else 2
+    d["_r"] = -d["risk"].astype(float).fillna(0) if "risk" in d else 0.0
+    d = d.sort_values(["_h", "_r"], kind="stable")
+    bad = d[d["_h"] < 2] if "health" in d else d
+    chosen = bad if len(bad) else d
+    return [str(x) for x in chosen["layer"].head(k)]
+
+
+def _weights_html(report, run: Run) -> str:
+    parts = []
+    w = getattr(report, "weights", None)
+    if w is not None:
+        if hasattr(w, "to_html") and hasattr(w, "columns"):
+            parts.append(f'<div class="scroll">{w.to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}")}</div>')
+        else:
+            frame = getattr(w, "layers", None)
+            summary = getattr(w, "summary_text", None)
+            if callable(summary):
+                parts.append(f'<pre class="summary">{_esc(summary())}</pre>')
+            elif hasattr(w, "summary") and isinstance(getattr(w, "summary"), str):
+                parts.append(f'<pre class="summary">{_esc(w.summary)}</pre>')
+            if frame is not None and hasattr(frame, "to_html"):
+                parts.append(f'<div class="scroll">{frame.to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}")}</div>')
+            if not parts:
+                d = w.to_dict() if hasattr(w, "to_dict") else (vars(w) if hasattr(w, "__dict__") else {"weights": w})
+                rows = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(_short(v))}</td></tr>" for k, v in d.items())
+                parts.append(f'<table class="kv">{rows}</table>')
+    if run.n_steps and np.isfinite(run.metric("weight_norm")).any():
+        idx = [run.layer_index(n) for n in worst_layers(report, 6)] or list(range(min(6, run.n_layers)))
+        parts.append(_img(plots.weight_plot(run, layers=idx), "weight health"))
+    return "".join(parts) or "<p>No weight statistics recorded.</p>"
+
+
+def _short(v, n: int = 200) -> str:
+    s = str(v)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def render_report(report, title: str | None = None) -> str:
+    """The report as one HTML string (see ``write_report``)."""
+    report = _as_report(report)
+    run: Run = report.run
+    overall = _enum_text(getattr(report, "overall_health", "Unknown"))
+    color = {"Healthy": "#2e7d32", "MinorIssues": "#ef8f00", "Warning": "#ef8f00",
+             "ProblemsDetected": "#d84315", "Critical": "#c62828"}.get(overall, "#8a8a8a")
+    span = f"steps {int(run.steps[0])}–{int(run.steps[-1])}" if run.n_steps else "no steps"
+    title = title or str(run.meta.get("name") or "gradwidget report")
+    summary = report.summary_text() if hasattr(report, "summary_text") else ""
+    created = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+
+    sections = []
+    sections.append(f'<h2 id="summary">Summary</h2><pre class="summary">{_esc(summary)}</pre>')
+    sections.append(f'<h2 id="recommendations">Recommendations</h2><div class="card">'
+                    f"{_recommendations_html(report)}</div>")
+    if run.n_steps:
+        sections.append('<h2 id="flow">Gradient flow</h2><div class="card">'
+                        + _img(plots.flow_heatmap(run, "grad_norm"), "gradient flow heatmap")
+                        + _img(plots.loss_plot(run), "loss") + "</div>")
+    sections.append(f'<h2 id="health">Layer health</h2><div class="card scroll">{health_table_html(report)}</div>')
+    worst = worst_layers(report, 4)
+    if run.n_steps and worst:
+        figs = []
+        for name in worst:
+            figs.append('<div class="card">' + f"<h3>{_esc(name)}</h3>"
+                        + _img(plots.histogram_plot(run, name), f"histogram of {name}")
+                        + _img(plots.metric_series(run, [name], "mean_abs"), f"mean |g| of {name}")
+                        + _img(plots.metric_series(run, [name], "max_abs"), f"max |g| of {name}")
+                        + "</div>")
+        sections.append('<h2 id="distributions">Distributions of the layers most in need of attention</h2>'
+                        f'<div class="grid">{"".join(figs)}</div>')
+    sections.append(f'<h2 id="weights">Weight health</h2><div class="card">{_weights_html(report, run)}</div>')
+    t = run.thresholds.to_dict()
+    rows = "".join(f"<tr><td>{_esc(k)}</td><td>{v:g}</td></tr>" for k, v in t.items())
+    sections.append(f'<h2 id="thresholds">Thresholds</h2><div class="card"><table class="kv">{rows}</table></div>')
+
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body><main>"
+            f"<h1>{_esc(title)}</h1>"
+            f'<p class="meta"><span class="badge" style="background:{color}">{_esc(overall)}</span> '
+            f"&nbsp;{run.n_layers} layers · {run.n_steps} recorded steps ({span}) · generated {created} "
+            "by gradwidget</p>"
+            + "".join(sections) + "</main></body></html>\n")
+
+
+def write_report(report, path) -> Path:
+    """Write the self-contained HTML report (summary, recommendations, heatmap, health table,
+    distributions of the worst layers, weight health) to ``path``; return the path."""
+    text = render_report(report)
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def main_report(run_path, out_path) -> Path:
+    """``gradwidget report RUN -o OUT``: load a run directory, analyse it, write the report."""
+    from .analysis import analyze
+    from .storage import load_run
+
+    run = load_run(run_path)
+    if run.n_steps == 0:
+        raise ValueError(f"{run_path} holds no recorded steps yet; train for a few steps first")
+    return write_report(analyze(run), out_path)
