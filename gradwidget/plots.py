@@ -86,6 +86,16 @@ def _empty(ax, text: str = "no steps recorded yet", axis_off: bool = True) -> No
         ax.set_axis_off()
 
 
+def _layers_axes(run, metric: str, ax, width: float):
+    """Checked run, figure and axes sized for one row per layer (empty runs get a note)."""
+    run = _check_run(run)
+    _check_metric(metric)
+    fig, ax = _new_ax(ax, (width, 0.6 + 0.22 * max(run.n_layers, 4)))
+    if run.n_steps == 0:
+        _empty(ax)
+    return run, fig, ax
+
+
 def short_name(name: str, width: int = 28) -> str:
     """A layer name cut from the left (the end of a module path is the informative part)."""
     return name if len(name) <= width else "…" + name[-(width - 1):]
@@ -142,11 +152,8 @@ def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, a
     Why: it is the panel's main view; one log scale across steps shows a network-wide fade that a
     per-step scale hides. ``step`` draws a cursor at that step (the panel's scrubber position).
     """
-    run = _check_run(run)
-    _check_metric(metric)
-    fig, ax = _new_ax(ax, (9, 0.6 + 0.22 * max(run.n_layers, 4)))
+    run, fig, ax = _layers_axes(run, metric, ax, 9)
     if run.n_steps == 0:
-        _empty(ax)
         return fig
     scale = color_scale(run, metric)
     r = run.downsample(max_columns) if run.n_steps > max_columns else run
@@ -180,11 +187,8 @@ def layer_bars(run: Run, step: int | None = None, metric: str = "grad_norm", ax=
     Why: the heatmap shows the pattern; the bars give the actual values at the scrubbed step and
     how far each layer sits from the vanishing / exploding thresholds.
     """
-    run = _check_run(run)
-    _check_metric(metric)
-    fig, ax = _new_ax(ax, (5, 0.6 + 0.22 * max(run.n_layers, 4)))
+    run, fig, ax = _layers_axes(run, metric, ax, 5)
     if run.n_steps == 0:
-        _empty(ax)
         return fig
     i = run.n_steps - 1 if step is None else run.step_position(step)
     colors = cell_colors(run, metric)[i]
