@@ -296,10 +296,11 @@ def write_report(report, path) -> Path:
 
 def main_report(run_path, out_path) -> Path:
     """``gradwidget report RUN -o OUT``: load a run directory, analyse it, write the report."""
-    from .analysis import analyze
     from .storage import load_run
 
     run = load_run(run_path)
     if run.n_steps == 0:
         raise ValueError(f"{run_path} holds no recorded steps yet; train for a few steps first")
+    from .analysis import analyze
+
     return write_report(analyze(run), out_path)

@@ -1,0 +1,177 @@
+"""The nbconvert exporter: a widget output's static rendition survives HTML export, offline, with
+and without saved widget state; and the live widget replaces it where the widget manager loads."""
+import base64
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+from nbconvert import HTMLExporter
+from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+from gradwidget import plots
+from gradwidget.export import WIDGET_VIEW, GradwidgetHTMLExporter, StaticFallbackPreprocessor, export_html
+from gradwidget.report import health_table_html, static_fallback_html
+from gw_browser import IMAGES_JS, TABLE_LAYERS_JS, offline_page
+from test_plots import LAYERS, pathological_run
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE = "application/vnd.jupyter.widget-state+json"
+MODEL_ID = "5d0b7c2e8a7f4c1f9d3e2b1a0c9d8e7f"
+
+
+class TableOnly:
+    """Enough of an analysis Report for the health table: a per-layer frame."""
+
+    def __init__(self, run):
+        self.layers = pd.DataFrame({"layer": run.layer_names, "health": ["Healthy"] * run.n_layers})
+
+
+def panel_output(run):
+    png = plots.figure_to_png(plots.panel_figure(run), dpi=50)
+    return new_output("display_data", data={
+        "text/plain": "GradientPanel(5 layers)",
+        "image/png": base64.b64encode(png).decode(),
+        "text/html": static_fallback_html(png, health_table_html(TableOnly(run))),
+        WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": MODEL_ID},
+    })
+
+
+def notebook(with_state: bool):
+    run = pathological_run(20)
+    nb = new_notebook(cells=[new_code_cell("panel = GradientPanel(model)\npanel", outputs=[panel_output(run)]),
+                             new_code_cell("1 + 1", outputs=[new_output("execute_result", data={"text/plain": "2"},
+                                                                        execution_count=2)])])
+    if with_state:
+        nb.metadata["widgets"] = {STATE: {"version_major": 2, "version_minor": 0, "state": {MODEL_ID: {
+            "model_name": "AnyModel", "model_module": "anywidget", "model_module_version": "~0.9.*",
+            "state": {"_anywidget_id": "gradwidget.widget.GradientPanel"}}}}}
+    return nb
+
+
+def panel_images(html: str) -> list[str]:
+    tags = [t for t in re.findall(r"<img\b[^>]*>", html) if 'class="gradwidget-panel-image"' in t]
+    return [m.group(1) for t in tags if (m := re.search(r'src="data:image/png;base64,([^"]+)"', t))]
+
+
+def table_layers(html: str) -> list[str]:
+    return re.findall(r'<tr data-layer="([^"]+)"', html)
+
+
+def test_plain_html_export_loses_the_panel_once_widget_state_is_saved():
+    """The nbconvert behaviour the exporter exists for (measured with nbconvert 7.17)."""
+    without, _ = HTMLExporter().from_notebook_node(notebook(False))
+    with_state, _ = HTMLExporter().from_notebook_node(notebook(True))
+    assert len(panel_images(without)) == 1 and table_layers(without) == list(LAYERS)
+    assert panel_images(with_state) == [] and table_layers(with_state) == []
+    assert f'<script type="{WIDGET_VIEW}">' in with_state and "html-manager" in with_state
+
+
+@pytest.mark.parametrize("with_state", [False, True], ids=["no-widget-state", "widget-state"])
+def test_gradwidget_exporter_keeps_the_static_rendition(with_state):
+    html = export_html(notebook(with_state))
+    imgs = panel_images(html)
+    assert len(imgs) == 1 and base64.b64decode(imgs[0])[:4] == b"\x89PNG"
+    assert table_layers(html) == list(LAYERS)
+    assert (f'<script type="{WIDGET_VIEW}">' in html) == with_state  # the live widget is kept where it can load
+    assert ">2</pre>" in html  # other outputs untouched
+
+
+def test_widget_outputs_without_a_static_rendition_are_left_alone():
+    nb = notebook(True)
+    nb.cells[0].outputs = [new_output("display_data", data={
+        "text/plain": "IntSlider(value=3)", WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": MODEL_ID}})]
+    nb2, _ = StaticFallbackPreprocessor().preprocess(nb, {})
+    assert set(nb2.cells[0].outputs[0].data) == {"text/plain", WIDGET_VIEW}
+    assert "gradwidget-export" not in export_html(nb)
+
+
+def test_a_foreign_widget_with_an_image_gets_the_same_treatment():
+    nb = notebook(True)
+    data = nb.cells[0].outputs[0].data
+    data["text/html"] = "<b>other widget</b>"
+    html = export_html(nb)
+    assert len(panel_images(html)) == 1 and "<b>other widget</b>" in html
+
+
+def _fake_install(tmp_path) -> dict:
+    """Environment in which importlib.metadata sees gradwidget's nbconvert entry point exactly as
+    pyproject.toml declares it (as `pip install .` would register it), plus the source tree."""
+    env = dict(os.environ)
+    try:
+        from importlib.metadata import entry_points
+
+        if "gradwidget" in entry_points(group="nbconvert.exporters").names:
+            env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+            return env
+    except Exception:  # pragma: no cover - metadata backends vary
+        pass
+    eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["nbconvert.exporters"]
+    dist = tmp_path / "site" / "gradwidget_nbconvert-0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: gradwidget-nbconvert\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text("[nbconvert.exporters]\n"
+                                           + "".join(f"{k} = {v}\n" for k, v in eps.items()))
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "site"), str(ROOT), env.get("PYTHONPATH", "")])
+    return env
+
+
+@pytest.mark.parametrize("with_state", [False, True], ids=["no-widget-state", "widget-state"])
+def test_jupyter_nbconvert_to_gradwidget_command(tmp_path, with_state):
+    nbformat.write(notebook(with_state), tmp_path / "nb.ipynb")
+    cmd = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "gradwidget", "nb.ipynb"]
+    p = subprocess.run(cmd, cwd=tmp_path, env=_fake_install(tmp_path), capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr
+    html = (tmp_path / "nb.html").read_text()
+    assert len(panel_images(html)) == 1 and table_layers(html) == list(LAYERS)
+
+
+def test_static_only_preprocessor_with_plain_html(tmp_path):
+    nbformat.write(notebook(True), tmp_path / "nb.ipynb")
+    cmd = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html",
+           "--HTMLExporter.preprocessors=gradwidget.export.StaticOnly", "nb.ipynb"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr
+    html = (tmp_path / "nb.html").read_text()
+    assert len(panel_images(html)) == 1 and table_layers(html) == list(LAYERS)
+    assert f'<script type="{WIDGET_VIEW}">' not in html
+
+
+def test_exporter_is_an_html_exporter_with_its_template():
+    e = GradwidgetHTMLExporter()
+    assert isinstance(e, HTMLExporter) and e.template_name == "gradwidget" and e.file_extension == ".html"
+    assert any(p.endswith(os.path.join("nbconvert", "gradwidget")) for p in e.template_paths)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("with_state", [False, True], ids=["no-widget-state", "widget-state"])
+def test_exported_panel_is_visible_offline_in_chromium(tmp_path, with_state):
+    path = tmp_path / "nb.html"
+    export_html(notebook(with_state), path)
+    with offline_page() as (page, blocked):
+        page.goto(path.as_uri())
+        page.wait_for_load_state("load")
+        page.wait_for_timeout(300)
+        imgs = [i for i in page.evaluate(IMAGES_JS) if i["cls"] == "gradwidget-panel-image"]
+        layers = page.evaluate(TABLE_LAYERS_JS)
+        if with_state:
+            # what happens where html-manager does load: it draws the widget into the live
+            # container; the static copy then makes way for it
+            page.evaluate("""() => {
+              const live = document.querySelector('.gradwidget-export').nextElementSibling;
+              const view = document.createElement('div');
+              view.className = 'widget-subarea'; view.style.height = '200px'; view.textContent = 'live panel';
+              live.insertBefore(view, live.firstChild);
+            }""")
+            page.wait_for_function("() => getComputedStyle(document.querySelector('.gradwidget-export')).display === 'none'",
+                                   timeout=5000)
+    assert len(imgs) == 1 and imgs[0]["complete"] and imgs[0]["w"] > 200 and imgs[0]["visible"]
+    assert layers == list(LAYERS)
+    if with_state:
+        assert any("html-manager" in u for u in blocked), "the widget manager was wanted and refused"
