@@ -112,6 +112,9 @@ def static_mimebundle(run, step=None, layer=None, metric: str = "grad_norm", rep
     too, because an exporter without widget state shows only one of the other mime types)."""
     import base64
 
+    if run is None or (not isinstance(run, Run) and getattr(run, "run", 0) is None):
+        note = '<p style="font-family:sans-serif;color:#666">GradientPanel: no step recorded yet</p>'
+        return {"text/html": f'<div class="{FALLBACK_CLASS}">{note}</div>'}
     run = plots._check_run(run)
     fig = plots.panel_figure(run, step=step, layer=layer, metric=metric)
     png = plots.figure_to_png(fig, dpi=dpi)

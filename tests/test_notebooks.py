@@ -87,7 +87,8 @@ def test_notebook_runs_top_to_bottom(executed, name):
     # the panel outputs carry the widget view and its static rendition, and the state was saved
     panels = [o for c in nb.cells for o in c.get("outputs", []) if WIDGET_VIEW in o.get("data", {})]
     assert panels, "no panel displayed"
-    assert all("image/png" in o.data and "gradwidget-static" in o.data.get("text/html", "") for o in panels)
+    assert all("gradwidget-static" in o.data.get("text/html", "") for o in panels)
+    assert "image/png" in panels[-1].data  # the last one, after training, has the panel image
     assert STATE in nb.metadata.get("widgets", {})
 
 
