@@ -20,7 +20,7 @@ def need_chromium():
 
 
 @contextmanager
-def offline_page():
+def offline_page(viewport=None):
     """A page in a browser context that is offline and aborts every request that is not a local
     file or a data: URI. Yields (page, blocked) where ``blocked`` lists the URLs it refused."""
     need_chromium()
@@ -30,7 +30,7 @@ def offline_page():
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
+            context = browser.new_context(offline=True, viewport=viewport or {"width": 1280, "height": 900})
 
             def route(r):
                 url = r.request.url
