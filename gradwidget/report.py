@@ -107,9 +107,10 @@ def static_fallback_html(png: bytes | None, table_html: str = "", alt: str = "gr
 
 def static_mimebundle(run, step=None, layer=None, metric: str = "grad_norm", report=None,
                       dpi: int = 80) -> dict:
-    """``{'image/png': b64, 'text/html': img + health table}`` for a run's current view: what
-    ``GradientPanel._repr_mimebundle_`` adds beside the widget view (``text/html`` holds the image
-    too, because an exporter without widget state shows only one of the other mime types)."""
+    """``{'image/png': b64, 'text/html': img + health table, 'text/plain': ASCII heatmap}`` for a
+    run's current view: what ``GradientPanel._repr_mimebundle_`` adds beside the widget view.
+    ``text/html`` holds the image too, because an exporter without widget state shows only one of
+    the other mime types; ``text/plain`` is what CI logs and terminals print."""
     import base64
 
     if run is None or (not isinstance(run, Run) and getattr(run, "run", 0) is None):
@@ -125,7 +126,8 @@ def static_mimebundle(run, step=None, layer=None, metric: str = "grad_norm", rep
         except ImportError:
             table = ""
     return {"image/png": base64.b64encode(png).decode("ascii"),
-            "text/html": static_fallback_html(png, table)}
+            "text/html": static_fallback_html(png, table),
+            "text/plain": run.to_ascii(width=60)}
 
 
 # --------------------------------------------------------------------------- the full report

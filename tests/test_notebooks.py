@@ -119,6 +119,31 @@ def test_plain_html_export(executed, name):
     assert not panel_images(html) and f'<script type="{WIDGET_VIEW}">' in html
 
 
+def test_nbconvert_execute_to_gradwidget_command(tmp_path):
+    """What a user types: execute and export in one go (execution saves widget state)."""
+    need_widget()
+    import subprocess
+    import sys
+
+    shutil.copy(NOTEBOOKS / "quickstart.ipynb", tmp_path)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               OMP_NUM_THREADS="1")
+    try:
+        from importlib.metadata import entry_points
+
+        to = "gradwidget" if "gradwidget" in entry_points(group="nbconvert.exporters").names else None
+    except Exception:  # pragma: no cover
+        to = None
+    to = to or "gradwidget.export.GradwidgetHTMLExporter"  # same class, by import path, if not installed
+    p = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", to, "--execute",
+                        "--ExecutePreprocessor.timeout=240", "quickstart.ipynb"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, p.stderr[-3000:]
+    html = (tmp_path / "quickstart.html").read_text()
+    assert f'<script type="{WIDGET_VIEW}">' in html and STATE in html  # widget state was saved
+    assert panel_images(html) and set(EXPECTED["quickstart"]) <= set(table_layers(html))
+
+
 @pytest.mark.browser
 def test_exported_quickstart_offline_in_chromium(executed, tmp_path):
     from gradwidget.export import export_html

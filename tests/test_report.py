@@ -67,6 +67,10 @@ def test_static_mimebundle_holds_image_and_table(run, rep):
     assert png[:4] == b"\x89PNG"
     assert 'class="gradwidget-static"' in b["text/html"] and b["image/png"] in b["text/html"]
     assert re.findall(r'data-layer="([^"]+)"', b["text/html"]) == list(LAYERS)
+    assert b["text/plain"].startswith("Gradient Flow Animation") and "vanish" in b["text/plain"]
+    assert gwreport.static_mimebundle(None) == {
+        "text/html": '<div class="gradwidget-static"><p style="font-family:sans-serif;color:#666">'
+                     "GradientPanel: no step recorded yet</p></div>"}
 
 
 def test_write_report_sections_and_self_containment(tmp_path, run, rep):
