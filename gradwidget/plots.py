@@ -29,6 +29,7 @@ from matplotlib import colormaps
 from matplotlib.colors import Normalize, to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.transforms import offset_copy
 
 from .frames import log_levels
 from .run import METRICS, Run
@@ -130,8 +131,10 @@ def _mark_legend(ax, run: Run) -> None:
                Patch(facecolor=EXPLODING_COLOR, edgecolor="0.5", label=f"exploding (max|g| > {t.exploding:g})"),
                Patch(facecolor=NONFINITE_COLOR, edgecolor="0.5", label="NaN / Inf"),
                Patch(facecolor=NODATA_COLOR, edgecolor="0.5", label="no gradient")]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.14), ncol=4, fontsize=7,
-              frameon=False, handlelength=1.2, columnspacing=1.0)
+    # a fixed distance below the axes (under the tick labels and the x label), whatever its height
+    below = offset_copy(ax.transAxes, fig=ax.figure, y=-30, units="points")
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, 0), bbox_transform=below, ncol=4,
+              fontsize=7, frameon=False, handlelength=1.2, columnspacing=1.0)
 
 
 def _layer_ticks(ax, names: Sequence[str], axis: str = "y", max_labels: int = 40) -> None:
@@ -247,8 +250,8 @@ def histogram_plot(run: Run, layer: int | str, step: int | None = None, ax=None)
     zf = float(run.metric("zero_frac")[i, j]) if run.n_steps else float("nan")
     ax.set_xlabel("log10 |g|")
     ax.set_ylabel("entries")
-    ax.set_title(f"{short_name(name, 40)} at step {hstep}" + (f"  (zeros: {zf:.0%})" if zf == zf else ""),
-                 fontsize=10)
+    ax.set_title(f"{short_name(name, 30)} at step {hstep}" + (f"\nzeros: {zf:.0%}" if zf == zf else ""),
+                 fontsize=9)
     ax.legend(fontsize=7)
     return fig
 
@@ -472,7 +475,7 @@ def panel_figure(run, step: int | None = None, layer: int | str | None = None,
     histogram_plot(run, j, s, ax=ax_hist)
     series_metric = "mean_abs" if metric == "grad_norm" else metric
     metric_series(run, [j], series_metric, ax=ax_series, step=s)
-    ax_series.set_title(f"{short_name(run.layer_names[j], 36)}: {metric_label(series_metric)}", fontsize=10)
+    ax_series.set_title(f"{short_name(run.layer_names[j], 30)}\n{metric_label(series_metric)}", fontsize=9)
     loss_plot(run, ax=ax_loss)
     ax_loss.axvline(s, color="black", lw=0.8)
     fig.suptitle(f"gradwidget · {run.n_layers} layers · steps {int(run.steps[0])}..{int(run.steps[-1])} "
