@@ -265,9 +265,10 @@ def render_report(report, title: str | None = None) -> str:
         figs = []
         for name in worst:
             figs.append('<div class="card">' + f"<h3>{_esc(name)}</h3>"
-                        + _img(plots.histogram_plot(run, name), f"histogram of {name}")
-                        + _img(plots.metric_series(run, [name], "mean_abs"), f"mean |g| of {name}")
-                        + _img(plots.metric_series(run, [name], "max_abs"), f"max |g| of {name}")
+                        + _img(plots.histogram_plot(run, name), f"histogram of {name}", dpi=80)
+                        + _img(plots.histogram_over_time(run, name), f"distribution over steps of {name}", dpi=80)
+                        + _img(plots.metric_series(run, [name], "mean_abs"), f"mean |g| of {name}", dpi=80)
+                        + _img(plots.metric_series(run, [name], "max_abs"), f"max |g| of {name}", dpi=80)
                         + "</div>")
         sections.append('<h2 id="distributions">Distributions of the layers most in need of attention</h2>'
                         f'<div class="grid">{"".join(figs)}</div>')

@@ -207,3 +207,13 @@ def test_figures_draw_into_a_given_axes(run):
     assert plots.histogram_plot(run, "mid", ax=ax1) is fig
     assert plots.metric_series(run, "mid", ax=ax2) is fig
     assert len(fig.axes) == 2
+
+
+def test_histogram_over_time_shares_per_column(run):
+    ax = plots.histogram_over_time(run, "vanish", step=10).axes[0]
+    mesh = ax.collections[0]
+    share = np.ma.filled(mesh.get_array(), 0).reshape(len(run.hist_edges) - 1, len(run.hist_steps))
+    np.testing.assert_allclose(share.sum(axis=0), 1.0, rtol=1e-6)  # each column is one histogram
+    counts = run.hist[:, 1, :].T
+    np.testing.assert_allclose(share, counts / counts.sum(axis=0), rtol=1e-6)
+    assert {"vanishing 1e-07", "exploding 1000"} <= {l.get_label() for l in ax.lines}
