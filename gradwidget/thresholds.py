@@ -33,6 +33,23 @@ class Thresholds:
     minor_issue_ratio: float = 0.1
     problem_issue_ratio: float = 0.3
     critical_issue_ratio: float = 0.5
+    #: ... an oscillation only counts when the norm also moves by more than this fraction of its
+    #: level per step on average (plain minibatch noise flips sign 2/3 of the time).
+    oscillation_amplitude: float = 0.5
+    #: a layer's norm is "rising" / "falling" when its least-squares trend changes it by more than
+    #: this many decades (powers of 10) over the run.
+    trend_decades: float = 1.0
+    #: a backward hop that keeps less than this share of the gradient (per-entry RMS) is a bottleneck;
+    #: one that multiplies it by more than the inverse is an amplifier.
+    bottleneck_gain: float = 0.1
+    #: a layer whose stability 1/(1 + CV of its norm) is below this is "unstable" (seed 000: 0.5).
+    unstable: float = 0.5
+    #: the network is "Stable" when the median layer stability is above this (seed 000: 0.8).
+    stable_network: float = 0.8
+    #: recorded steps over which convergence is judged (seed 000 convergence_window: 100).
+    convergence_window: int = 100
+    #: a dead zone dead on more than this share of steps has Low recovery potential (seed 002: 0.9).
+    dead_recovery_share: float = 0.9
 
     def __post_init__(self) -> None:
         for f in fields(self):
