@@ -109,6 +109,13 @@ class Recorder:
             raise ValueError(f"update_every must be a positive int, got {update_every!r}")
         if not isinstance(histogram_every, int) or histogram_every < 0:
             raise ValueError(f"histogram_every must be a non-negative int, got {histogram_every!r}")
+        #: how the model is distributed (None in a single process: no distributed code runs)
+        self._dist = None
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            from .distributed import attach
+
+            self._dist = attach(model, optimizer)
+            model = self._dist.model  # DDP unwrapped, so names match the single-process model
         self.model, self.optimizer = model, optimizer
         self.every, self.histogram_every = every, histogram_every
         if not (max_steps is None or max_steps == "auto" or (isinstance(max_steps, int) and max_steps > 0)):
@@ -150,6 +157,10 @@ class Recorder:
         self._edges_mod: set[tuple[str, str]] | None = None
         self._update_bufs = None
         self._attached = True
+        self._fwd_modules: list[str] = []     # parameter-owning modules in first-forward order
+        self._graph_handles: list = []
+        if self._dist is not None and self._dist.inert:
+            return  # replicated gradients (DDP): rank 0 records them, the other ranks do nothing
 
         for i, p in enumerate(self._params):
             if p.requires_grad:
@@ -157,7 +168,6 @@ class Recorder:
         if optimizer is not None:
             self._handles.append(optimizer.register_step_pre_hook(self._pre_step))
             self._handles.append(optimizer.register_step_post_hook(self._post_step))
-        self._graph_handles: list = []
         self._install_graph_capture()
 
     # ------------------------------------------------------------------ public
@@ -209,8 +219,18 @@ class Recorder:
         return hook
 
     def _end_of_backward(self) -> None:
+        if self._dist is not None and not self._requeued:
+            # DDP (and FSDP) queue their own end-of-backward callback, which finishes the gradient
+            # reduction, after ours: run once more behind it, so the reduced gradients are read
+            self._requeued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+            return
+        self._requeued = False
         self._in_backward = False
         self._on_step()
+
+    _requeued = False
+    _dist_step = None
 
     def _pre_step(self, optimizer, args, kwargs) -> None:
         self._on_step(before_update=True)
@@ -219,6 +239,10 @@ class Recorder:
         if self._update_bufs is None or not self._snap_taken:
             return
         self._snap_taken = False
+        if self._dist is not None and self._dist.sharded:
+            self._dist.local_update_sumsq(self._update_bufs, self._update_cols, self._dist_step["partials"])
+            self._end_sharded_step()
+            return
         params, bufs = self._update_bufs
         torch._foreach_sub_(bufs, [p.detach() for p in params])
         norms = torch.stack([n.float() for n in torch._foreach_norm(bufs, 2)]).cpu().numpy()
@@ -235,12 +259,30 @@ class Recorder:
         if step_no % self.every:
             return
         if self._order is None:
+            if self._dist is not None and self._dist.sharded and self._fwd_modules:
+                # sharded gradients arrive per FSDP group (FSDP1: without per-parameter hooks at all),
+                # not in autograd order: derive the order from the first forward instead
+                self._arrival = self._dist.fallback_arrival(self._names, self._params, self._fwd_modules)
             if not self._arrival:
                 return  # no gradient has arrived yet: nothing to record
             self._start()
-        values, hist = self._collect(with_hist=self.histogram_every > 0
-                                     and self._recorded % self.histogram_every == 0)
+        with_hist = self.histogram_every > 0 and self._recorded % self.histogram_every == 0
+        if self._dist is not None and self._dist.sharded:
+            self._begin_sharded_step(step_no, with_hist, before_update)
+            return
+        values, hist = self._collect(with_hist=with_hist)
         pend, self._pending = self._pending, {}
+        self._append_step(step_no, pend, values, hist)
+        self._recorded += 1
+        if before_update and self._update_bufs is not None and (self._recorded - 1) % self.update_every == 0:
+            params, bufs = self._update_bufs
+            torch._foreach_copy_(bufs, [p.detach() for p in params])
+            self._snap_taken = True
+            return  # finished in _post_step once the update norms are known
+        self._finish_step()
+
+    def _append_step(self, step_no: int, pend: dict, values: np.ndarray, hist) -> None:
+        """Append one step's values with its loss, learning rate and global norm to the Run."""
         user_step = pend.get("step", step_no)
         loss = pend.get("loss")
         if isinstance(loss, torch.Tensor):
@@ -259,12 +301,30 @@ class Recorder:
                           f"{int(self.run.steps[-1])}); recording it as {int(self.run.steps[-1]) + 1}")
             user_step = int(self.run.steps[-1]) + 1
         self.run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist)
+
+    # ------------------------------------------------------------------ sharded (FSDP) steps
+    def _begin_sharded_step(self, step_no: int, with_hist: bool, before_update: bool) -> None:
+        """Every rank computes partial sums over its shards; with an update to measure, the one
+        collective waits for the optimizer step post-hook so the update's partials ride along."""
+        measure = (before_update and self._update_bufs is not None
+                   and self._recorded % self.update_every == 0)
+        pend, self._pending = self._pending, {}
         self._recorded += 1
-        if before_update and self._update_bufs is not None and (self._recorded - 1) % self.update_every == 0:
-            params, bufs = self._update_bufs
-            torch._foreach_copy_(bufs, [p.detach() for p in params])
+        partials = self._dist.local_partials(self._params, with_hist, self.foreach_all)
+        self._dist_step = {"step_no": step_no, "pend": pend, "partials": partials, "measure": measure}
+        if measure:
+            self._dist.snapshot(self._update_bufs)
             self._snap_taken = True
-            return  # finished in _post_step once the update norms are known
+            return
+        self._end_sharded_step()
+
+    def _end_sharded_step(self) -> None:
+        st, self._dist_step = self._dist_step, None
+        stacked = self._dist.gather(st["partials"])
+        if stacked is None:
+            return  # not rank 0: rank 0 records and writes
+        values, hist = self._dist.statistics(stacked, getattr(self, "_update_cols", None), st["measure"])
+        self._append_step(st["step_no"], st["pend"], values, hist)
         self._finish_step()
 
     def _finish_step(self) -> None:
@@ -290,26 +350,46 @@ class Recorder:
                 keys.append((last, 1, i))
         self._order = [i for _, _, i in sorted(keys)]
         layers = []
+        sharded = self._dist is not None and self._dist.sharded
+        if sharded:
+            from .distributed import clean_name, type_name
+
+            self._dist.prepare(self._names, self._params, self._order)
         for i in self._order:
             p, name = self._params[i], self._names[i]
             mod, mtype = _module_of(self.model, name)
             status = "frozen" if not p.requires_grad else ("trainable" if i in rank else "unused")
-            layers.append(LayerInfo(name=name, module=mod, module_type=mtype, shape=tuple(p.shape),
-                                    numel=p.numel(), dtype=str(p.dtype).replace("torch.", ""),
+            shape = self._dist.full_shape(name, p) if sharded else tuple(p.shape)
+            if sharded:
+                mtype = type_name(self.model.get_submodule(mod)) if mtype else mtype
+                name, mod = clean_name(name), clean_name(mod)
+            layers.append(LayerInfo(name=name, module=mod, module_type=mtype, shape=shape,
+                                    numel=math.prod(shape), dtype=str(p.dtype).replace("torch.", ""),
                                     backward_index=arrived.index(i) if i in rank else -1, status=status))
-        self.run = Run(layers, thresholds=self.thresholds, max_steps=self._window(len(layers)),
-                       edges=self._layer_edges(), meta={"model": type(self.model).__name__,
-                                                        "optimizer": type(self.optimizer).__name__
-                                                        if self.optimizer is not None else None,
-                                                        "every": self.every})
+        if self._dist is not None and not self._dist.is_writer:
+            self.run = None  # sharded, not rank 0: partial sums go to rank 0, which records
+        else:
+            self.run = Run(layers, thresholds=self.thresholds, max_steps=self._window(len(layers)),
+                           edges=self._layer_edges(), meta={"model": type(self.model).__name__,
+                                                            "optimizer": type(self.optimizer).__name__
+                                                            if self.optimizer is not None else None,
+                                                            "every": self.every})
+            if self._dist is not None:
+                from .distributed import type_name
+
+                self.run.meta["model"] = type_name(self.model)
+                self.run.meta["distributed"] = {"kind": self._dist.kind, "world_size": self._dist.world_size}
         self._col_of = {pi: c for c, pi in enumerate(self._order)}
         if self.track_updates:
             cols = [c for c, pi in enumerate(self._order) if self._params[pi].requires_grad]
             params = [self._params[self._order[c]] for c in cols]
             self._update_cols = np.array(cols, dtype=np.int64)
-            self._update_bufs = (params, [torch.empty_like(p, memory_format=torch.preserve_format).detach()
-                                          for p in params])
-        if self.log_dir is not None:
+            if sharded:
+                self._update_bufs = self._dist.update_buffers(params)
+            else:
+                self._update_bufs = (params, [torch.empty_like(p, memory_format=torch.preserve_format).detach()
+                                              for p in params])
+        if self.log_dir is not None and self.run is not None:
             from ..storage import RunWriter
 
             self._writer = RunWriter(self.log_dir, self.run, overwrite=self._overwrite)
@@ -383,6 +463,8 @@ class Recorder:
         def pre(name):
             def f(mod, args, kwargs=None):
                 if torch.is_grad_enabled() and self._edges_mod is None:
+                    if name not in self._mod_in:
+                        self._fwd_modules.append(name)
                     fns = []
                     for a in list(args) + list((kwargs or {}).values()):
                         if isinstance(a, torch.Tensor) and a.grad_fn is not None:

@@ -1,0 +1,323 @@
+"""Recording under ``torch.distributed``: DDP (replicated gradients) and FSDP (sharded gradients).
+
+The torch ``Recorder`` calls :func:`attach` only when a default process group is initialised, so a
+single-process run never imports or pays for any of this.
+
+Two modes:
+
+``replicated`` (DDP, or a plain module in a process group)
+    After backward, DDP has averaged the gradients and every rank holds the same values. Rank 0
+    records them exactly as a single process would; the other ranks install no hooks at all and
+    do no work. No extra communication.
+
+``sharded`` (FSDP2 ``fully_shard`` and FSDP1 ``FullyShardedDataParallel(use_orig_params=True)``)
+    Each rank holds a slice of every gradient. Per recorded step, each rank computes partial sums
+    over its own slices (as FSDP's ``clip_grad_norm_`` does for the total norm, but per tensor and
+    for every statistic): sum of squares, sum of |g|, max |g|, count of zeros, sum, count of
+    non-finite entries, a has-a-gradient flag, the weight's and the update's sums of squares and,
+    on histogram steps, octave-bin counts. These ``9`` (+ ``N_BINS``) float64 numbers per layer are
+    packed into one tensor and sent to rank 0 with a single ``gather``. Rank 0 sums the partials
+    over ranks (max |g|: the max over ranks; maxima do not add, which is why the partials are
+    gathered rather than all-reduced) and forms the statistics with the unsharded element counts,
+    so norms, means, std and zero fractions equal those of the unsharded model.
+
+    Bytes per recorded step: every rank sends ``8 * L * (9 + N_BINS * h)`` bytes (``L`` layers,
+    ``h`` = 1 on histogram steps, else 0); rank 0 receives ``world_size - 1`` such messages. With an
+    optimizer and update norms on, the gather runs after ``optimizer.step()`` (in the step post-hook)
+    so the update's partials ride in the same message: still one collective per recorded step.
+
+Only rank 0 writes the run directory and holds the recorded ``Run``; on the other ranks
+``recorder.run`` is ``None``.
+
+Layer names: DDP's wrapper is unwrapped (no ``module.`` prefix); FSDP1's ``_fsdp_wrapped_module``,
+activation checkpointing's ``_checkpoint_wrapped_module`` and ``torch.compile``'s ``_orig_mod`` path
+components are dropped, so names match the single-process model. FSDP2 keeps the original names.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..run import METRICS, N_BINS
+
+#: path components inserted by wrappers, dropped from layer and module names.
+WRAPPER_PARTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
+
+#: columns of the per-layer partials, in packing order.
+PARTIALS = ("sumsq", "l1", "max", "zeros", "sum", "nonfinite", "has_grad", "weight_sumsq", "update_sumsq")
+_P = {k: i for i, k in enumerate(PARTIALS)}
+_M = {name: i for i, name in enumerate(METRICS)}
+
+
+def active() -> bool:
+    """True when a default process group is initialised (the only case that needs this module)."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def clean_name(name: str) -> str:
+    """A parameter or module path with wrapper components removed."""
+    return ".".join(p for p in name.split(".") if p not in WRAPPER_PARTS)
+
+
+def type_name(module: nn.Module) -> str:
+    """The class name a user wrote: FSDP2 swaps a module's class for a generated subclass
+    ``FSDP<Name>`` of (FSDPModule, <Name>) and FSDP1 wraps it; report <Name>."""
+    FSDP = _fsdp1_class()
+    if FSDP is not None and isinstance(module, FSDP):
+        return type_name(module.module)  # FSDP1 wraps: name what it wraps
+    cls = type(module)
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover
+        return cls.__name__
+    if issubclass(cls, FSDPModule):
+        for base in cls.__mro__[1:]:
+            if not issubclass(base, FSDPModule):
+                return base.__name__
+    return cls.__name__
+
+
+def bytes_per_step(n_layers: int, with_hist: bool) -> int:
+    """Bytes each rank sends to rank 0 for one recorded step in sharded mode."""
+    return 8 * n_layers * (len(PARTIALS) + (N_BINS if with_hist else 0))
+
+
+def _is_dtensor(t) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch without DTensor
+        return False
+    return isinstance(t, DTensor)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if _is_dtensor(t) else t
+
+
+def _fsdp1_class():
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+    except ImportError:  # pragma: no cover
+        return None
+    return FullyShardedDataParallel
+
+
+class DistContext:
+    """What the Recorder needs to know about the process group and how the model is distributed."""
+
+    def __init__(self, model: nn.Module, kind: str, group=None) -> None:
+        self.model = model            # the module whose parameters are recorded (DDP unwrapped)
+        self.kind = kind              # "ddp", "replicated", "fsdp2" or "fsdp1"
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self.is_writer = self.rank == 0
+        self.sharded = kind in ("fsdp2", "fsdp1")
+        #: True on ranks that record nothing at all (replicated mode, rank != 0)
+        self.inert = not self.sharded and not self.is_writer
+        self.bytes_sent = 0           # bytes this rank sent in collectives issued by the recorder
+        self.collectives = 0          # collectives issued by the recorder
+        self._fsdp1_shapes: dict[str, tuple] = {}
+        if kind == "fsdp1":
+            self._fsdp1_shapes = _fsdp1_full_shapes(model)
+        backend = dist.get_backend(group)
+        self._comm_device = (torch.device("cuda", torch.cuda.current_device())
+                             if backend == "nccl" else torch.device("cpu"))
+        self._pending = None
+
+    def __repr__(self) -> str:
+        return f"<DistContext {self.kind} rank {self.rank}/{self.world_size}>"
+
+    # ------------------------------------------------------------------ layout
+    def full_shape(self, name: str, p: torch.Tensor) -> tuple:
+        """The unsharded shape of parameter ``name``."""
+        if self.kind == "fsdp1":
+            return tuple(self._fsdp1_shapes.get(clean_name(name), tuple(p.shape)))
+        return tuple(p.shape)  # a DTensor reports its global shape
+
+    def owns(self, name: str, p: torch.Tensor) -> bool:
+        """Whether this rank's local piece of ``p`` counts towards the global statistics: shards
+        always do; replicated copies count once (mesh coordinate 0 along replicated dimensions)."""
+        if _is_dtensor(p):
+            from torch.distributed.tensor import Replicate
+
+            coord = p.device_mesh.get_coordinate() or []
+            return all(c == 0 for c, pl in zip(coord, p.placements) if isinstance(pl, Replicate))
+        if self.kind == "fsdp1" and clean_name(name) in self._fsdp1_shapes:
+            return True
+        return self.is_writer  # a parameter FSDP does not manage is replicated
+
+    def fallback_arrival(self, names: list[str], params: list[torch.Tensor], fwd_modules: list[str]) -> list[int]:
+        """Gradient arrival order for sharded models, where per-parameter gradient hooks fire per
+        FSDP group (FSDP2) or not at all (FSDP1): the parameter-owning modules in reverse order of
+        their first forward call, each module's parameters in reverse registration order (the
+        order autograd delivers them in a single process for ``nn.Linear``: bias, then weight)."""
+        by_mod: dict[str, list[int]] = {}
+        for i, n in enumerate(names):
+            by_mod.setdefault(n.rsplit(".", 1)[0] if "." in n else "", []).append(i)
+        out = []
+        for mod in reversed(fwd_modules):
+            out += [i for i in reversed(by_mod.get(mod, ())) if params[i].requires_grad and i not in out]
+        return out
+
+    # ------------------------------------------------------------------ sharded statistics
+    def prepare(self, names: list[str], params: list[torch.Tensor], order: list[int]) -> None:
+        """Fix, for the recorder's column order, the unsharded element counts and ownership."""
+        self._order = list(order)
+        self._numel = np.array([float(np.prod(self.full_shape(names[i], params[i]), dtype=np.float64))
+                                for i in order], np.float64)
+        self._owned = np.array([self.owns(names[i], params[i]) for i in order], bool)
+
+    def update_buffers(self, params: list[torch.Tensor]):
+        """(local views, snapshot buffers) for the update norm, on this rank's pieces only."""
+        loc = [_local(p.detach()) for p in params]
+        return params, [torch.empty_like(t) for t in loc]
+
+    def snapshot(self, update_bufs) -> None:
+        params, bufs = update_bufs
+        torch._foreach_copy_(bufs, [_local(p.detach()) for p in params])
+
+    def local_partials(self, params: list[torch.Tensor], with_hist: bool, foreach_all: bool) -> np.ndarray:
+        """``(L, len(PARTIALS) [+ N_BINS])`` float64 partial sums of this rank's pieces, columns in
+        the recorder's order."""
+        from .torch import _grad_stats, _octave_histograms
+
+        L = len(self._order)
+        P = np.zeros((L, len(PARTIALS) + (N_BINS if with_hist else 0)), np.float64)
+        wgroups: dict = {}
+        ggroups: dict = {}
+        for c, pi in enumerate(self._order):
+            if not self._owned[c]:
+                continue
+            p = params[pi]
+            w = _local(p.detach())
+            if w.numel():
+                wgroups.setdefault((w.device, w.dtype), []).append((c, w))
+            g = p.grad
+            if g is None or g.is_sparse:
+                continue
+            P[c, _P["has_grad"]] = 1.0
+            g = _local(g)
+            if g.numel():
+                ggroups.setdefault((g.device, g.dtype), []).append((c, g))
+        for items in wgroups.values():
+            cols = [c for c, _ in items]
+            wn = torch.stack([n.double() for n in torch._foreach_norm([w for _, w in items], 2)]).cpu().numpy()
+            P[cols, _P["weight_sumsq"]] = wn * wn
+        for (dev, _dt), items in ggroups.items():
+            cols = [c for c, _ in items]
+            grads = [g for _, g in items]
+            l2, l1, linf, nnz, s = _grad_stats(grads, foreach_all=foreach_all or dev.type != "cpu")[:5]
+            n = np.array([g.numel() for g in grads], np.float64)
+            zeros = n - nnz
+            nonfinite = np.zeros(len(grads))
+            for k in np.flatnonzero(~np.isfinite(l2)):  # rare: count the offending entries exactly
+                nonfinite[k] = float((~torch.isfinite(grads[k])).sum())
+                zeros[k] = float((grads[k] == 0).sum())
+                linf[k] = np.inf
+            P[cols, _P["sumsq"]] = l2 * l2
+            P[cols, _P["l1"]] = l1
+            P[cols, _P["max"]] = linf
+            P[cols, _P["zeros"]] = zeros
+            P[cols, _P["sum"]] = s
+            P[cols, _P["nonfinite"]] = nonfinite
+            if with_hist:
+                P[cols, len(PARTIALS):] = _octave_histograms(grads, n - zeros)
+        return P
+
+    def local_update_sumsq(self, update_bufs, update_cols: np.ndarray, P: np.ndarray) -> None:
+        params, bufs = update_bufs
+        torch._foreach_sub_(bufs, [_local(p.detach()) for p in params])
+        if not bufs:
+            return
+        sq = torch.stack([n.double() for n in torch._foreach_norm(bufs, 2)]).cpu().numpy() ** 2
+        owned = self._owned[update_cols]
+        P[update_cols[owned], _P["update_sumsq"]] = sq[owned]
+
+    def gather(self, P: np.ndarray) -> np.ndarray | None:
+        """The one collective per recorded step: every rank's packed partials to rank 0. Returns the
+        ``(world_size, *P.shape)`` stack on rank 0, None elsewhere."""
+        t = torch.from_numpy(np.ascontiguousarray(P)).to(self._comm_device)
+        out = [torch.empty_like(t) for _ in range(self.world_size)] if self.is_writer else None
+        dist.gather(t, out, dst=dist.get_global_rank(self.group, 0) if self.group is not None else 0,
+                    group=self.group)
+        self.collectives += 1
+        self.bytes_sent += t.numel() * t.element_size()
+        if not self.is_writer:
+            return None
+        return torch.stack(out).cpu().numpy()
+
+    def statistics(self, stacked: np.ndarray, update_cols: np.ndarray | None,
+                   measured_update: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """Sum (max for max |g|) the ranks' partials and form the recorder's ``(METRICS, L)`` values
+        and ``(L, N_BINS)`` histogram with the unsharded element counts."""
+        S = stacked.sum(axis=0)
+        mx = stacked[:, :, _P["max"]].max(axis=0)
+        L = S.shape[0]
+        out = np.full((len(METRICS), L), np.nan, np.float32)
+        n = self._numel
+        has = S[:, _P["has_grad"]] > 0
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            sumsq, total = S[:, _P["sumsq"]], S[:, _P["sum"]]
+            mean = total / n
+            var = np.maximum(sumsq / n - mean * mean, 0.0)
+            vals = {
+                "grad_norm": np.sqrt(sumsq),
+                "mean_abs": S[:, _P["l1"]] / n,
+                "max_abs": mx,
+                "std": np.sqrt(var),
+                "zero_frac": S[:, _P["zeros"]] / n,
+                "nonfinite": S[:, _P["nonfinite"]],
+            }
+        for k, v in vals.items():
+            out[_M[k], has] = v[has]
+        out[_M["weight_norm"]] = np.sqrt(S[:, _P["weight_sumsq"]])
+        if measured_update and update_cols is not None and len(update_cols):
+            out[_M["update_norm"], update_cols] = np.sqrt(S[update_cols, _P["update_sumsq"]])
+        hist = None
+        if S.shape[1] > len(PARTIALS):
+            hist = np.rint(S[:, len(PARTIALS):]).astype(np.uint32)
+        return out, hist
+
+
+def _fsdp1_full_shapes(model: nn.Module) -> dict[str, tuple]:
+    """Unsharded shapes of the parameters FSDP1 manages, by clean name."""
+    FSDP = _fsdp1_class()
+    shapes = {}
+    for prefix, m in model.named_modules():
+        if not isinstance(m, FSDP):
+            continue
+        handle = getattr(m, "_handle", None)
+        if handle is None:
+            continue
+        fp = handle.flat_param
+        for fqn, shape in zip(fp._fqns, fp._shapes):
+            shapes[clean_name(f"{prefix}.{fqn}" if prefix else fqn)] = tuple(shape)
+    return shapes
+
+
+def attach(model: nn.Module, optimizer=None, group=None) -> DistContext:
+    """Inspect ``model`` inside the initialised process group and choose how to record it."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(model, DistributedDataParallel):
+        return DistContext(model.module, "ddp", group)
+    FSDP = _fsdp1_class()
+    if FSDP is not None and any(isinstance(m, FSDP) for m in model.modules()):
+        flat = [n for n, _ in model.named_parameters() if n.endswith("_flat_param")]
+        if flat:
+            raise ValueError(
+                "gradwidget records FSDP1 models wrapped with use_orig_params=True (it needs the "
+                f"original parameters, not flat ones such as {flat[0]!r}); wrap with "
+                "FullyShardedDataParallel(..., use_orig_params=True) or use FSDP2's fully_shard")
+        if optimizer is None:
+            raise ValueError(
+                "gradwidget records an FSDP1 model at optimizer.step() (FSDP1 sets the sharded "
+                "gradients without per-parameter hooks, so the end of backward cannot be seen): "
+                "pass the optimizer, Recorder(model, optimizer), or use FSDP2's fully_shard")
+        return DistContext(model, "fsdp1", group)
+    if any(_is_dtensor(p) for p in model.parameters()):
+        return DistContext(model, "fsdp2", group)
+    return DistContext(model, "replicated", group)

@@ -1,0 +1,124 @@
+"""One process of a distributed recording test (started by tests/test_distributed.py).
+
+    python tests/dist_worker.py MODE LOG_DIR OUT_DIR [--steps N] [--delay S]
+
+MODE is ``single`` (no process group), ``ddp``, ``fsdp2`` or ``fsdp1``. With a process group the
+rank, world size and rendezvous come from the usual environment variables (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT), as torchrun sets them. Every mode trains the same model on the same
+global batches; rank r of W takes rows r::W... of each batch, so the averaged gradient equals the
+single-process full-batch gradient. Each rank writes OUT_DIR/rank{r}.json describing what it did.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gradwidget.collect.torch import Recorder  # noqa: E402
+
+GLOBAL_BATCH = 16
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)
+    # odd widths: FSDP shards dim 0 unevenly, and some ranks hold empty shards (the 1-row head)
+    return nn.Sequential(nn.Linear(10, 7), nn.ReLU(), nn.Linear(7, 5), nn.Tanh(), nn.Linear(5, 1))
+
+
+def batches(steps: int):
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        x = torch.randn(GLOBAL_BATCH, 10, generator=g)
+        yield x, x[:, :1] * 2 - x[:, 1:2]
+
+
+def train(mode: str, log_dir: str | None, steps: int, delay: float, histogram_every: int,
+          update_every: int, no_optimizer: bool = False) -> dict:
+    rank, world = 0, 1
+    if mode != "single":
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+    model = make_model()
+    if mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(model)
+    elif mode == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        for m in model:
+            if isinstance(m, nn.Linear):
+                fully_shard(m)
+        fully_shard(model)
+    elif mode == "fsdp1":
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        model = FullyShardedDataParallel(model, use_orig_params=True, device_id=torch.device("cpu"))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    rec = Recorder(model, None if no_optimizer else opt, log_dir=log_dir, histogram_every=histogram_every,
+                   update_every=update_every)
+    for i, (x, y) in enumerate(batches(steps)):
+        xb, yb = x[rank::world], y[rank::world]
+        opt.zero_grad()
+        loss = ((model(xb) - yb) ** 2).mean()
+        rec.log(loss=loss)
+        loss.backward()
+        if no_optimizer:  # a hand-written update: each backward is a step
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.sub_(0.05 * p.grad)
+        else:
+            opt.step()
+        if rank == 0:
+            print(f"step {i}", flush=True)
+        if delay:
+            time.sleep(delay)
+    info = {
+        "rank": rank,
+        "world": world,
+        "has_run": rec.run is not None,
+        "has_writer": rec._writer is not None,
+        "grad_hooks": sum(len(p._post_accumulate_grad_hooks or {}) for p in rec.model.parameters()),
+        "optimizer_hooks": len(opt._optimizer_step_pre_hooks) + len(opt._optimizer_step_post_hooks),
+        "kind": rec._dist.kind if rec._dist is not None else None,
+        "collectives": rec._dist.collectives if rec._dist is not None else 0,
+        "bytes_sent": rec._dist.bytes_sent if rec._dist is not None else 0,
+    }
+    rec.detach()
+    if mode != "single":
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
+    return info
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["single", "ddp", "fsdp2", "fsdp1"])
+    ap.add_argument("log_dir")
+    ap.add_argument("out_dir")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--delay", type=float, default=0.0)
+    ap.add_argument("--histogram-every", type=int, default=1)
+    ap.add_argument("--update-every", type=int, default=1)
+    ap.add_argument("--no-optimizer", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    info = train(args.mode, args.log_dir, args.steps, args.delay, args.histogram_every, args.update_every,
+                 args.no_optimizer)
+    Path(args.out_dir, f"rank{info['rank']}.json").write_text(json.dumps(info))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+"""Recording under torch.distributed: 2 CPU processes (gloo) for DDP, FSDP2 and FSDP1.
+
+Every distributed run trains the same model on the same global batches as a single process (each
+rank takes half of each batch), so the per-layer statistics must equal the single-process ones.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gradwidget.storage import RunReader, load_run
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "dist_worker.py"
+COMPARED = ("grad_norm", "mean_abs", "max_abs", "std", "zero_frac", "nonfinite", "weight_norm", "update_norm")
+
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+
+def _worker_module():
+    spec = importlib.util.spec_from_file_location("gw_dist_worker", WORKER)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Launch:
+    """Two worker processes with the rendezvous environment torchrun would give them."""
+
+    def __init__(self, mode: str, log_dir: Path, out_dir: Path, *extra: str, world: int = 2) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        port = _free_port()
+        self.out_dir = out_dir
+        self.procs = []
+        for r in range(world):
+            env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world),
+                       LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+            log = open(out_dir / f"rank{r}.log", "wb")
+            self.procs.append(subprocess.Popen(
+                [sys.executable, str(WORKER), mode, str(log_dir), str(out_dir), *extra],
+                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT)))
+            log.close()
+
+    def running(self) -> bool:
+        return any(p.poll() is None for p in self.procs)
+
+    def wait(self, timeout: float = 180) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        try:
+            for p in self.procs:
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"workers timed out; logs:\n{self.logs()}") from None
+        codes = [p.returncode for p in self.procs]
+        assert codes == [0] * len(codes), f"workers exited with {codes}; logs:\n{self.logs()}"
+        return [json.loads((self.out_dir / f"rank{r}.json").read_text()) for r in range(len(self.procs))]
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+        for p in self.procs:
+            p.wait(timeout=30)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- rank {r}\n" + (self.out_dir / f"rank{r}.log").read_text(errors="replace")[-3000:]
+                         for r in range(len(self.procs)))
+
+
+@pytest.fixture
+def launch():
+    started: list[Launch] = []
+
+    def start(*args, **kw) -> Launch:
+        started.append(Launch(*args, **kw))
+        return started[-1]
+
+    yield start
+    for l in started:  # always reap the children, even when a test failed
+        l.kill()
+
+
+@pytest.fixture(scope="module")
+def single_runs(tmp_path_factory):
+    """Single-process reference runs (with and without an optimizer), recorded in this process."""
+    import torch
+
+    w = _worker_module()
+    base = tmp_path_factory.mktemp("single")
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        w.train("single", str(base / "opt"), 4, 0.0, 1, 1)
+        w.train("single", str(base / "noopt"), 4, 0.0, 1, 1, no_optimizer=True)
+    finally:
+        torch.set_num_threads(n)
+    return {"opt": load_run(base / "opt"), "noopt": load_run(base / "noopt")}
+
+
+def assert_same_statistics(run, ref, rtol=1e-5):
+    """Per-layer statistics compared by layer name; histograms must match count for count."""
+    assert sorted(run.layer_names) == sorted(ref.layer_names)
+    np.testing.assert_array_equal(run.steps, ref.steps)
+    for name in ref.layer_names:
+        i, j = run.layer_index(name), ref.layer_index(name)
+        for m in COMPARED:
+            a, b = run.metric(m)[:, i], ref.metric(m)[:, j]
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-7, err_msg=f"{m} of {name}")
+        np.testing.assert_array_equal(run.hist[:, i], ref.hist[:, j], err_msg=f"histogram of {name}")
+    np.testing.assert_allclose(run.scalar("global_norm"), ref.scalar("global_norm"), rtol=rtol)
+
+
+def _fsdp1_usable():
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel  # noqa: F401
+    except ImportError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2", "fsdp1"])
+def test_two_process_run_equals_single_process(mode, launch, single_runs, tmp_path):
+    if mode == "fsdp1" and _fsdp1_usable():
+        pytest.skip(f"FSDP1 unavailable: {_fsdp1_usable()}")
+    log_dir = tmp_path / "run"
+    infos = launch(mode, log_dir, tmp_path / "out").wait()
+    ref = single_runs["opt"]
+    run = load_run(log_dir)
+    assert run.n_steps == 4
+    assert_same_statistics(run, ref)
+    assert run.meta["distributed"] == {"kind": mode, "world_size": 2}
+    # the same names, order, shapes, module types and data-flow edges as the single-process run
+    assert [l.to_dict() for l in run.layers] == [l.to_dict() for l in ref.layers]
+    np.testing.assert_array_equal(run.edges, ref.edges)
+    assert run.meta["model"] == ref.meta["model"] == "Sequential"
+    # one run directory, written by rank 0 alone
+    assert sorted(p.name for p in log_dir.iterdir()) == ["hist.bin", "meta.json", "steps.bin"]
+    r0, r1 = infos
+    assert r0["has_writer"] and r0["has_run"]
+    assert not r1["has_writer"] and not r1["has_run"]
+    assert r0["kind"] == r1["kind"] == mode
+    if mode == "ddp":
+        # the other rank installs nothing and sends nothing; rank 0 reads DDP's averaged gradients
+        assert r1["grad_hooks"] == 0 and r1["optimizer_hooks"] == 0
+        assert r0["collectives"] == r1["collectives"] == 0
+    else:
+        from gradwidget.collect.distributed import bytes_per_step
+
+        # one gather per recorded step; 6 layers x (9 partials + 64 histogram bins) x 8 bytes
+        assert r0["collectives"] == r1["collectives"] == 4
+        assert r1["bytes_sent"] == 4 * bytes_per_step(6, with_hist=True) == 4 * 6 * 73 * 8
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
+def test_without_optimizer_each_backward_is_a_step(mode, launch, single_runs, tmp_path):
+    # DDP finishes its all-reduce in an end-of-backward callback: the recorder must read after it
+    launch(mode, tmp_path / "run", tmp_path / "out", "--no-optimizer").wait()
+    run = load_run(tmp_path / "run")
+    assert run.n_steps == 4
+    assert np.isnan(run.metric("update_norm")).all()
+    assert_same_statistics(run, single_runs["noopt"])
+
+
+def test_fsdp1_without_optimizer_is_refused_with_a_clear_message(launch, tmp_path):
+    if _fsdp1_usable():
+        pytest.skip(f"FSDP1 unavailable: {_fsdp1_usable()}")
+    l = launch("fsdp1", tmp_path / "run", tmp_path / "out", "--no-optimizer")
+    for p in l.procs:
+        p.wait(timeout=180)
+    assert all(p.returncode != 0 for p in l.procs)
+    assert "pass the optimizer" in l.logs()
+
+
+def test_sparse_histograms_and_updates_still_one_collective_per_step(launch, single_runs, tmp_path):
+    infos = launch("fsdp2", tmp_path / "run", tmp_path / "out", "--steps", "5",
+                   "--histogram-every", "2", "--update-every", "3").wait()
+    run = load_run(tmp_path / "run")
+    assert run.n_steps == 5
+    assert run.hist_steps.tolist() == [0, 2, 4]
+    measured = np.isfinite(run.metric("update_norm")).all(axis=1)
+    assert measured.tolist() == [True, False, False, True, False]
+    from gradwidget.collect.distributed import bytes_per_step
+
+    sent = 3 * bytes_per_step(6, True) + 2 * bytes_per_step(6, False)
+    assert [i["collectives"] for i in infos] == [5, 5]
+    assert infos[1]["bytes_sent"] == sent
+
+
+def test_live_reader_sees_steps_arrive_while_the_script_runs(launch, tmp_path):
+    log_dir = tmp_path / "run"
+    l = launch("ddp", log_dir, tmp_path / "out", "--steps", "12", "--delay", "0.4")
+    deadline = time.monotonic() + 120
+    while not (log_dir / "meta.json").exists():
+        assert l.running(), l.logs()
+        assert time.monotonic() < deadline, "no run directory appeared"
+        time.sleep(0.05)
+    reader = RunReader(log_dir)
+    seen = [reader.run.n_steps]
+    while l.running() and time.monotonic() < deadline:
+        if reader.poll():
+            seen.append(reader.run.n_steps)
+        time.sleep(0.05)
+    l.wait()
+    reader.poll()
+    seen.append(reader.run.n_steps)
+    during = sorted(set(seen[:-1]))
+    assert len(during) >= 3, f"the reader saw step counts {seen} while the script ran"
+    assert seen[-1] == 12
+    assert np.isfinite(reader.run.metric("grad_norm")).all()
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
+def test_killing_the_script_mid_run_leaves_a_readable_run(mode, launch, tmp_path):
+    log_dir = tmp_path / "run"
+    l = launch(mode, log_dir, tmp_path / "out", "--steps", "200", "--delay", "0.05")
+    deadline = time.monotonic() + 120
+    while True:
+        assert l.running(), l.logs()
+        assert time.monotonic() < deadline, "no steps were written"
+        if (log_dir / "steps.bin").exists() and (log_dir / "steps.bin").stat().st_size > 0:
+            if RunReader(log_dir).run.n_steps >= 3:
+                break
+        time.sleep(0.05)
+    l.kill()
+    assert all(p.returncode == -signal.SIGKILL for p in l.procs)
+    run = load_run(log_dir)
+    assert 3 <= run.n_steps < 200
+    assert np.isfinite(run.metric("grad_norm")).all()
+    assert run.steps.tolist() == list(range(run.n_steps))
