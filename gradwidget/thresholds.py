@@ -42,6 +42,8 @@ class Thresholds:
     #: a backward hop that keeps less than this share of the gradient (per-entry RMS) is a bottleneck;
     #: one that multiplies it by more than the inverse is an amplifier.
     bottleneck_gain: float = 0.1
+    #: training is in "rapid learning" while the loss falls by more than this share per step.
+    rapid_rel_change: float = 1e-2
     #: a layer whose stability 1/(1 + CV of its norm) is below this is "unstable" (seed 000: 0.5).
     unstable: float = 0.5
     #: the network is "Stable" when the median layer stability is above this (seed 000: 0.8).

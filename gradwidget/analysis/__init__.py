@@ -1,0 +1,106 @@
+"""Analysis engine: pure, vectorised functions from a Run to a Report (no I/O, no widgets).
+
+``analyze(run)`` runs every analysis once over shared views of the run (``stats.Series``):
+statistics (stats), flow characteristics and regions (flow), flow network and critical paths
+(network), health (health), groups / suggestions / priorities / recommendations (advice), and
+weights (weights) when weight arrays are given.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..run import Run
+from ..thresholds import as_thresholds
+from . import advice, flow, health, network, stats
+from .report import Report
+from .weights import analyze_weights, drift_from_run, gradient_explosion, weights_from_module
+
+__all__ = ["analyze", "Report", "analyze_weights", "weights_from_module"]
+
+
+def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
+            max_rows: int = stats.MAX_ROWS) -> Report:
+    """Analyse ``run`` and return a Report.
+
+    ``thresholds`` overrides ``run.thresholds`` (a Thresholds or a dict of overrides). ``weights``
+    (``{name: array}`` or a torch module) adds the weight section; ``previous_weights`` adds drift
+    between the two snapshots. Runs longer than ``max_rows`` recorded steps are analysed on bounded
+    views (see ``stats.Series``); extremes and flag counts stay exact.
+    """
+    if not isinstance(run, Run):
+        raise TypeError(f"analyze() needs a gradwidget Run (e.g. recorder.run), not {type(run).__name__}")
+    if thresholds is not None:
+        t = as_thresholds(dict(run.thresholds.to_dict(), **as_thresholds(thresholds).to_dict())
+                          if not isinstance(thresholds, dict) else dict(run.thresholds.to_dict(), **thresholds))
+        run = run.slice()
+        run.thresholds = t
+    t = run.thresholds
+    notes = []
+    if run.n_steps == 0:
+        notes.append("the run has no recorded steps: every layer is Unknown")
+    s = stats.Series(run, max_rows)
+    if run.n_steps > max_rows:
+        notes.append(f"{run.n_steps} steps: distribution statistics use {max_rows} evenly spaced steps, "
+                     f"trends a {s.block}-step block average; extremes and flag counts use every step")
+    fl = flow.flow_characteristics(s)
+    factors = health.risk_factors(s, fl)
+    hl = health.layer_health(s, fl, factors)
+    regs = flow.regions(s)
+    net = network.flow_network(s, fl)
+    paths = network.critical_paths(s)
+    known = (hl["health"] != "Unknown").to_numpy()
+    dist = health.distribution(s, known)
+    inter = health.interactions(s)
+    conv = health.convergence(s, hl)
+    dyn = health.dynamics(s)
+    stab = health.stability(s, fl, factors)
+    groups = advice.layer_groups(s, hl)
+    sugg = advice.suggestions(factors, regs)
+    prio = advice.priorities(hl, sugg)
+    recs = advice.recommendations(factors, regs, dyn, hl)
+    overall = health.overall_health(hl, s.exact)
+    layers = _layers_table(run, s, fl, hl, sugg)
+    from ..frames import summary
+
+    last = run.metric("grad_norm")[-1] if run.n_steps else np.full(run.n_layers, np.nan)
+    wrep = None
+    if weights is not None:
+        if not isinstance(weights, dict):
+            weights = weights_from_module(weights)
+        wrep = analyze_weights(weights, previous_weights, t,
+                               gradient_norms=dict(zip(run.layer_names, map(float, last))))
+    return Report(run=run, thresholds=t, overall_health=overall, layers=layers, statistics=s.stats, flow=fl,
+                  health=hl, risk_factors=factors, regions=regs, network=net, critical_paths=paths,
+                  distribution=dist, interactions=inter, convergence=conv, dynamics=dyn, stability=stab,
+                  groups=groups, suggestions=sugg, priorities=prio, recommendations=recs,
+                  seed_summary=summary(run), weights=wrep, weight_drift=drift_from_run(run),
+                  explosion=gradient_explosion(run.layer_names, last, t.exploding), notes=notes)
+
+
+def _layers_table(run: Run, s: stats.Series, fl: pd.DataFrame, hl: pd.DataFrame, sugg) -> pd.DataFrame:
+    top: dict[str, str] = {}
+    for sg in sugg:  # sorted by impact: the first per layer is its top suggestion
+        top.setdefault(sg.layer, sg.text)
+    ex = s.exact
+    return pd.DataFrame({
+        "layer": run.layer_names,
+        "module_type": [l.module_type for l in run.layers],
+        "numel": [int(l.numel) for l in run.layers],
+        "status": [l.status for l in run.layers],
+        "health": hl["health"].to_numpy(),
+        "risk": hl["risk"].to_numpy(),
+        "grad_norm_median": s.stat("grad_norm", "median"),
+        "mean_abs_median": s.stat("mean_abs", "median"),
+        "max_abs_max": ex["max_abs_max"],
+        "zero_frac_mean": s.stat("zero_frac", "mean"),
+        "nonfinite_total": ex["nonfinite_total"],
+        "vanishing_share": ex["vanishing_share"],
+        "exploding_share": ex["exploding_share"],
+        "dead_share": ex["dead_share"],
+        "stability": fl["stability"].to_numpy(),
+        "trend": fl["trend"].to_numpy(),
+        "direction": fl["direction"].to_numpy(),
+        "flags": hl["flags"].to_numpy(),
+        "suggestion": [top.get(n, "") for n in run.layer_names],
+    })

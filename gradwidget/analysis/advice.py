@@ -1,0 +1,245 @@
+"""What to do about it: layer groups (by gradient level and by module), per-layer suggestions with
+the evidence that triggered them, optimisation priorities, and ranked plain-language
+recommendations that name layers (seed 000 hierarchy, priorities and suggestions).
+
+Group characteristics are computed from their members (the seed hard-coded 2.0 / 0.8 / 0.7 ...);
+every suggestion is tied to a risk factor that fired, and its expected impact is that factor's
+measured severity.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .flow import Region
+from .health import Dynamics, RiskFactor
+from .stats import Series, _quiet, block_mean
+from .health import CORR_ROWS
+
+PRIORITY_ORDER = ("Critical", "High", "Medium", "Low")
+#: seed 000 weights of a layer's health in its priority score.
+_HEALTH_WEIGHT = {"Critical": 1.0, "Warning": 0.7, "Unknown": 0.5, "Healthy": 0.3}
+
+
+@dataclass
+class GroupCharacteristics:
+    mean_gradient_norm: float     #: geometric mean of the members' median gradient norms
+    synchronization: float        #: mean pairwise correlation of the members' log-norm series
+    lr_sensitivity: float         #: median update/weight ratio of the members (NaN without optimizer)
+    internal_coherence: float     #: 1/(1 + std of the members' log10 levels)
+    difficulty: str               #: Difficult (a Critical member) / Moderate (a Warning) / Easy
+
+
+@dataclass
+class LayerGroup:
+    name: str
+    by: str                       #: "level" or "module"
+    layers: list[str]
+    characteristics: GroupCharacteristics
+    health_counts: dict
+
+
+def _module_keys(names: list[str]) -> list[str]:
+    """The shallowest module prefix (up to 3 dotted components) that splits the layers in 2+ groups."""
+    parts = [n.split(".")[:-1] or [n] for n in names]
+    for depth in (1, 2, 3):
+        keys = [".".join(p[:depth]) for p in parts]
+        if len(set(keys)) > 1:
+            return keys
+    return [".".join(p[:1]) for p in parts]
+
+
+def layer_groups(s: Series, health: pd.DataFrame) -> list[LayerGroup]:
+    """Groups by gradient level (High / Medium / Low: more than 1/``bottleneck_gain`` times above or
+    below the median layer) and by module prefix, each characterised from its members."""
+    run, t = s.run, s.run.thresholds
+    names = run.layer_names
+    known = (health["health"] != "Unknown").to_numpy()
+    g = s.stat("grad_norm", "median")
+    with np.errstate(divide="ignore", invalid="ignore"), _quiet():
+        lg = np.log10(np.where(g > 0, g, np.nan))
+        rel = lg - np.nanmedian(lg[known]) if known.any() else lg * np.nan
+    band = -np.log10(t.bottleneck_gain)
+    level = np.where(~known | ~np.isfinite(rel), "", np.where(rel > band, "High gradient",
+                                                              np.where(rel < -band, "Low gradient", "Medium gradient")))
+    x, _ = block_mean(s.coarse, CORR_ROWS)
+    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
+        x = x - np.nanmean(x, axis=0)
+        x = np.where(np.isfinite(x), x, 0.0)
+        sd = np.sqrt((x * x).sum(0))
+        z = np.where(sd > 0, x / np.where(sd > 0, sd, 1), 0.0)
+    ur = health["update_ratio"].to_numpy()
+    hv = health["health"].to_numpy()
+    out = []
+    for by, keys in (("level", level), ("module", np.array(_module_keys(names), dtype=object))):
+        for key in pd.unique(keys[known]) if known.any() else []:
+            if key == "":
+                continue
+            idx = np.flatnonzero((keys == key) & known)
+            m = len(idx)
+            zz = z[:, idx][:, sd[idx] > 0]
+            k = zz.shape[1]
+            sync = float((np.sum(zz.sum(1) ** 2) - k) / (k * (k - 1))) if k > 1 else float("nan")
+            with _quiet():
+                ch = GroupCharacteristics(
+                    mean_gradient_norm=float(10 ** np.nanmean(lg[idx])) if np.isfinite(lg[idx]).any() else float("nan"),
+                    synchronization=sync,
+                    lr_sensitivity=float(np.nanmedian(ur[idx])) if np.isfinite(ur[idx]).any() else float("nan"),
+                    internal_coherence=float(1 / (1 + np.nanstd(lg[idx]))) if np.isfinite(lg[idx]).any() else float("nan"),
+                    difficulty="Difficult" if (hv[idx] == "Critical").any() else
+                    "Moderate" if (hv[idx] == "Warning").any() else "Easy")
+            counts = {h: int((hv[idx] == h).sum()) for h in ("Healthy", "Warning", "Critical")}
+            out.append(LayerGroup(str(key), by, [names[i] for i in idx], ch, counts))
+    return out
+
+
+# --------------------------------------------------------------------------- suggestions
+@dataclass
+class Suggestion:
+    layer: str
+    kind: str            #: initialisation, learning_rate, clipping, normalisation, regularisation, residual, activation
+    text: str
+    evidence: str
+    expected_impact: float   #: severity of the risk factor it addresses (0..1)
+    complexity: str          #: Simple / Moderate / Complex
+
+
+_ACTIONS = {
+    "nonfinite": [("clipping", "Simple", "clip gradients (torch.nn.utils.clip_grad_norm_) and lower the learning rate; "
+                                         "check the loss for log(0) or division by zero, and use a GradScaler under AMP")],
+    "exploding": [("clipping", "Simple", "clip gradients (torch.nn.utils.clip_grad_norm_)"),
+                  ("learning_rate", "Simple", "lower the learning rate")],
+    "vanishing": [("initialisation", "Simple", "re-initialise with a gain that matches the activation "
+                                               "(Kaiming for ReLU, Xavier for tanh/sigmoid)")],
+    "weak": [("initialisation", "Simple", "check its initialisation scale; its gradient is far below the other layers'")],
+    "dead": [("activation", "Moderate", "its gradient entries are zero: units are dead (e.g. ReLU stuck off); use "
+                                        "LeakyReLU/GELU, re-initialise the biases feeding it, or lower the learning rate")],
+    "hot": [("normalisation", "Moderate", "add normalisation (LayerNorm/BatchNorm) before it, or a per-layer learning rate")],
+    "unstable": [("normalisation", "Moderate", "add normalisation to steady its gradient scale")],
+    "oscillating": [("regularisation", "Simple", "add weight decay, lower the momentum or the learning rate")],
+    "lr_high": [("learning_rate", "Simple", "lower the learning rate for this layer (updates are large relative to weights)")],
+    "lr_low": [("learning_rate", "Simple", "raise the learning rate for this layer (updates barely move the weights)")],
+}
+
+
+def suggestions(factors: list[RiskFactor], regions: list[Region]) -> list[Suggestion]:
+    """One or more suggestions per risk factor, plus residual connections for layers inside a
+    vanishing or dead region that spans several layers; strongest first."""
+    out = []
+    for f in factors:
+        for kind, cx, text in _ACTIONS[f.kind]:
+            out.append(Suggestion(f.layer, kind, f"{f.layer}: {text}", f.evidence, f.severity, cx))
+    for r in regions:
+        if r.kind in ("vanishing", "dead") and len(r.layers) >= 2:
+            for name in r.layers:
+                out.append(Suggestion(name, "residual", f"{name}: add residual (skip) connections across "
+                                                        f"{r.start_layer} … {r.end_layer}",
+                                      f"{r.kind} region of {len(r.layers)} adjacent layers "
+                                      f"({r.parameters} parameters) for {r.duration_steps} steps", r.share, "Complex"))
+    out.sort(key=lambda x: -x.expected_impact)
+    return out
+
+
+@dataclass
+class Priority:
+    layer: str
+    score: float
+    urgency: str
+    potential: float
+    actions: list[str]
+    expected_impact: float
+
+
+def priorities(health: pd.DataFrame, sugg: list[Suggestion]) -> list[Priority]:
+    """Seed 000 priority score for each layer that is not Healthy: 0.4 x health weight +
+    0.3 x (1 - stability) + 0.2 x optimisation potential + 0.1 x risk; urgency Critical for Critical
+    layers, High for Warning layers with stability < 0.3 (seed), else Medium."""
+    by_layer: dict[str, list[Suggestion]] = {}
+    for sg in sugg:
+        by_layer.setdefault(sg.layer, []).append(sg)
+    out = []
+    for _, r in health[health["health"].isin(["Critical", "Warning"])].iterrows():
+        st = r["stability"] if np.isfinite(r["stability"]) else 0.0
+        pot = r["potential"] if np.isfinite(r["potential"]) else 0.0
+        risk = r["risk"] if np.isfinite(r["risk"]) else 0.0
+        score = min(1.0, 0.4 * _HEALTH_WEIGHT[r["health"]] + 0.3 * (1 - st) + 0.2 * pot + 0.1 * risk)
+        urg = "Critical" if r["health"] == "Critical" else "High" if st < 0.3 else "Medium"
+        ss = by_layer.get(r["layer"], [])
+        out.append(Priority(r["layer"], float(score), urg, float(pot), [x.text for x in ss],
+                            float(max((x.expected_impact for x in ss), default=0.0))))
+    out.sort(key=lambda p: (PRIORITY_ORDER.index(p.urgency), -p.score))
+    return out
+
+
+# --------------------------------------------------------------------------- recommendations
+@dataclass
+class Recommendation:
+    priority: str        #: Critical / High / Medium / Low
+    text: str            #: what is wrong, in plain language
+    action: str          #: what to do
+    layers: list[str]    #: affected layers, most affected first
+    kind: str
+    evidence: str = ""
+    score: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+_PROBLEM = {
+    "nonfinite": "Non-finite (NaN/Inf) gradients",
+    "exploding": "Exploding gradients",
+    "vanishing": "Vanishing gradients",
+    "dead": "Dead layers: their gradients are exactly zero",
+    "weak": "Gradients far weaker than in the rest of the network",
+    "hot": "Gradients far stronger than in the rest of the network",
+    "unstable": "Unstable gradient scale",
+    "oscillating": "Oscillating gradients",
+    "lr_high": "Updates too large for the weights (learning rate too high)",
+    "lr_low": "Updates too small to move the weights (learning rate too low)",
+}
+_KIND_ORDER = tuple(_PROBLEM)
+
+
+def recommendations(factors: list[RiskFactor], regions: list[Region], dyn: Dynamics, health: pd.DataFrame,
+                    max_layers: int = 12) -> list[Recommendation]:
+    """One recommendation per kind of problem, naming its layers (most severe first), plus plateau
+    advice; ranked by priority (Critical when a factor is critical, High from severity 0.5, Medium
+    from 0.2), then by summed severity."""
+    by_kind: dict[str, list[RiskFactor]] = {}
+    for f in factors:
+        by_kind.setdefault(f.kind, []).append(f)
+    lvl = dict(zip(health["layer"], health["relative_level"]))
+    out = []
+    for kind in _KIND_ORDER:
+        fs = by_kind.get(kind)
+        if not fs:
+            continue
+        if kind in ("vanishing", "weak", "dead"):  # the starved end first: lowest level, then severity
+            fs = sorted(fs, key=lambda f: (-f.severity, np.nan_to_num(lvl.get(f.layer, 0.0), nan=0.0)))
+        else:
+            fs = sorted(fs, key=lambda f: -f.severity)
+        sev = max(f.severity for f in fs)
+        prio = ("Critical" if any(f.critical for f in fs) else "High" if sev >= 0.5 else
+                "Medium" if sev >= 0.2 else "Low")
+        names = [f.layer for f in fs]
+        action = _ACTIONS[kind][0][2]
+        region = [r for r in regions if r.kind == kind and len(r.layers) >= 2]
+        if region:
+            r = max(region, key=lambda r: r.parameters)
+            action += (f"; the layers {r.start_layer} … {r.end_layer} form one {kind} region "
+                       f"({len(r.layers)} layers, {r.parameters} parameters): add residual connections or "
+                       "normalisation across it")
+        shown = ", ".join(names[:max_layers]) + (f" and {len(names) - max_layers} more" if len(names) > max_layers else "")
+        out.append(Recommendation(prio, f"{_PROBLEM[kind]} in {len(names)} layer{'s' * (len(names) > 1)}: {shown}.",
+                                  action, names, kind, fs[0].evidence, float(sum(f.severity for f in fs))))
+    if dyn.plateau.is_plateau:
+        p = dyn.plateau
+        prio = "High" if p.severity == "Severe" else "Medium" if p.severity == "Moderate" else "Low"
+        out.append(Recommendation(prio, f"Training has plateaued: the {dyn.series} has barely changed for "
+                                        f"{p.duration_steps} steps.", p.suggested_actions[0], [], "plateau",
+                                  f"relative change per step {p.rel_change_per_step:.2g}", 0.0))
+    out.sort(key=lambda r: (PRIORITY_ORDER.index(r.priority), -r.score))
+    return out

@@ -1,0 +1,454 @@
+"""Health: per-layer risk factors and Healthy / Warning / Critical / Unknown, comparative analysis,
+and the network view (overall health, distribution of layer levels, layer interactions,
+convergence, training dynamics with plateau detection, stability assessment) — seed 000.
+
+Every number is measured from the Run: the neuron-activity ratio is 1 - the recorded zero fraction
+(the seed derived it from the norm), convergence and plateaus come from slopes of the real series,
+and the forecast states the R^2 of the fit it extrapolates as its confidence.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .stats import (Series, _quiet, block_mean, log10_pos, lstsq_slope, moments, trailing_true)
+
+HEALTH = ("Healthy", "Warning", "Critical", "Unknown")
+#: a pair of layers whose log-norm series correlate at least this much (in absolute value) is
+#: Cooperative (positive) or Competitive (negative); by convention |r| >= 0.5 is a strong correlation.
+INTERACTION_CORR = 0.5
+#: how many interacting pairs to keep, strongest first (bounds memory and output for 1,000 layers).
+TOP_PAIRS = 50
+#: rows of the series used for pairwise correlations (block-averaged).
+CORR_ROWS = 512
+#: a layer with more than this many risk factors is Critical even if none alone is (seed: > 2).
+MAX_WARNING_FACTORS = 2
+
+
+@dataclass
+class RiskFactor:
+    layer: str
+    kind: str          #: nonfinite, exploding, vanishing, dead, weak, hot, unstable, oscillating, lr_high, lr_low
+    severity: float    #: 0..1
+    critical: bool
+    evidence: str
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}" if np.isfinite(x) else "n/a"
+
+
+def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
+    """Every risk factor that fires, with its evidence. Rules (thresholds from ``run.thresholds``):
+    non-finite gradients (critical); max |g| above ``exploding`` (critical from ``minor_issue_ratio``
+    of steps); mean |g| below ``vanishing`` or zero fraction at least ``dead_zero_fraction`` on at
+    least ``minor_issue_ratio`` of steps (critical from ``critical_issue_ratio``); median norm
+    ``relative_vanishing`` times below / ``relative_exploding`` above the median layer; stability below
+    ``unstable``; oscillation; median update/weight ratio outside the healthy band."""
+    run, t, ex = s.run, s.run.thresholds, s.exact
+    names = run.layer_names
+    out: list[RiskFactor] = []
+
+    def add(mask, kind, sev, crit, text):
+        for i in np.flatnonzero(mask):
+            out.append(RiskFactor(names[i], kind, float(np.clip(sev[i], 0, 1)), bool(crit[i]), text(i)))
+
+    L = run.n_layers
+    ok = s.trainable & (ex["known_steps"] > 0)
+    nfs = ex["nonfinite_share"]
+    add(ok & (nfs > 0), "nonfinite", np.ones(L), np.ones(L, bool),
+        lambda i: f"non-finite (NaN/Inf) gradient entries on {nfs[i]:.0%} of steps "
+                  f"({int(ex['nonfinite_total'][i])} entries in total)")
+    es = ex["exploding_share"]
+    finite_max = np.nanmax(np.where(np.isfinite(run.metric("max_abs")), run.metric("max_abs"), np.nan), axis=0) \
+        if run.n_steps and np.isfinite(run.metric("max_abs")).any() else np.full(L, np.nan)
+    add(ok & (es > 0) & (nfs == 0), "exploding", 0.5 + 0.5 * es, es >= t.minor_issue_ratio,
+        lambda i: f"max |g| reached {_fmt(finite_max[i])} (> {t.exploding:g}) on {es[i]:.0%} of steps")
+    vs = ex["vanishing_share"]
+    add(ok & (vs >= t.minor_issue_ratio), "vanishing", vs, vs >= t.critical_issue_ratio,
+        lambda i: f"mean |g| below {t.vanishing:g} on {vs[i]:.0%} of steps "
+                  f"(median {_fmt(s.stat('mean_abs', 'median')[i])})")
+    ds = ex["dead_share"]
+    add(ok & (ds >= t.minor_issue_ratio), "dead", ds, ds >= t.critical_issue_ratio,
+        lambda i: f"at least {t.dead_zero_fraction:.0%} of gradient entries exactly zero on {ds[i]:.0%} of steps")
+    lvl = np.log10(np.where(s.stat("grad_norm", "median") > 0, s.stat("grad_norm", "median"), np.nan))
+    with _quiet():
+        med = np.nanmedian(lvl[ok]) if ok.any() else np.nan
+    rel = lvl - med
+    lo, hi = np.log10(t.relative_vanishing), np.log10(t.relative_exploding)
+    with np.errstate(invalid="ignore"):
+        add(ok & (rel < lo) & ~(vs >= t.minor_issue_ratio), "weak", (lo - rel) / max(-lo, 1e-12), np.zeros(L, bool),
+            lambda i: f"median gradient norm {10 ** -rel[i]:.3g}x below the median layer")
+        add(ok & (rel > hi), "hot", (rel - hi) / max(hi, 1e-12), np.zeros(L, bool),
+            lambda i: f"median gradient norm {10 ** rel[i]:.3g}x above the median layer")
+    st = flow["stability"].to_numpy()
+    with np.errstate(invalid="ignore"):
+        add(ok & (st < t.unstable), "unstable", 1 - st / t.unstable, np.zeros(L, bool),
+            lambda i: f"gradient-norm stability 1/(1+CV) = {st[i]:.2f} (< {t.unstable:g})")
+    osc, fr = flow["oscillation"].to_numpy(), flow["flow_rate"].to_numpy()
+    add(ok & flow["oscillating"].to_numpy(bool), "oscillating", osc, np.zeros(L, bool),
+        lambda i: f"norm changes direction on {osc[i]:.0%} of steps, moving {fr[i]:.0%} of its level per step")
+    ur = update_ratio(s)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        add(ok & (ur > t.update_ratio_high), "lr_high", np.log10(ur / t.update_ratio_high), np.zeros(L, bool),
+            lambda i: f"median update/weight ratio {ur[i]:.3g} above {t.update_ratio_high:g}")
+        add(ok & (ur < t.update_ratio_low) & (ds < t.minor_issue_ratio) & (vs < t.minor_issue_ratio), "lr_low",
+            np.log10(t.update_ratio_low / ur), np.zeros(L, bool),
+            lambda i: f"median update/weight ratio {ur[i]:.3g} below {t.update_ratio_low:g}")
+    return out
+
+
+def update_ratio(s: Series) -> np.ndarray:
+    """Median over recorded steps of ||update|| / ||weight|| per layer (NaN without an optimizer;
+    update_norm is measured every few steps, so NaN rows are skipped)."""
+    run = s.run
+    rows = slice(max(0, run.n_steps - s.max_rows * 4), None)
+    u = np.asarray(run.metric("update_norm")[rows], np.float64)
+    w = np.asarray(run.metric("weight_norm")[rows], np.float64)
+    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
+        r = np.where(w > 0, u / w, np.nan)
+        return np.nanmedian(r, axis=0) if r.shape[0] else np.full(run.n_layers, np.nan)
+
+
+def convergence_indicator(s: Series) -> np.ndarray:
+    """Per layer, how far the gradient norm fell over the last ``convergence_window`` steps, in
+    decades, clipped to 0..1 (seed: negative trend slope over the window). NaN with fewer steps."""
+    w = int(s.run.thresholds.convergence_window)
+    x = s.recent
+    if x.shape[0] < max(3, w):
+        return np.full(x.shape[1], np.nan)
+    slope, _ = lstsq_slope(log10_pos(x[-w:]))
+    return np.clip(-slope * (w - 1), 0.0, 1.0)
+
+
+def layer_health(s: Series, flow: pd.DataFrame, factors: list[RiskFactor]) -> pd.DataFrame:
+    """One row per layer: health, risk (1 - prod(1 - severity)), flags, stability, neuron activity
+    (1 - mean zero fraction), convergence indicator, update ratio and the comparative analysis
+    (relative level to the median layer, rank by level, similar layers within 1.2x (seed), gap in
+    decades, optimisation potential = gap / the relative-vanishing gap, capped at 1)."""
+    run, t, ex = s.run, s.run.thresholds, s.exact
+    names = run.layer_names
+    L = run.n_layers
+    idx = {n: i for i, n in enumerate(names)}
+    sev = np.zeros(L)
+    keep = np.ones(L)
+    crit = np.zeros(L, bool)
+    count = np.zeros(L, int)
+    flags: list[list[str]] = [[] for _ in range(L)]
+    for f in factors:
+        i = idx[f.layer]
+        keep[i] *= 1 - f.severity
+        crit[i] |= f.critical
+        count[i] += 1
+        flags[i].append(f.kind)
+    risk = 1 - keep
+    known = s.trainable & (ex["known_steps"] > 0)
+    health = np.where(~known, "Unknown", np.where(crit | (count > MAX_WARNING_FACTORS), "Critical",
+                                                   np.where(count > 0, "Warning", "Healthy")))
+    lvl = s.stat("mean_abs", "median")
+    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
+        llog = np.log10(np.where(lvl > 0, lvl, np.nan))
+        med = np.nanmedian(llog[known]) if known.any() else np.nan
+        rel = llog - med
+        gap = np.abs(rel)
+        potential = np.clip(gap / -np.log10(t.relative_vanishing), 0, 1)
+    rank = pd.Series(np.where(known, lvl, np.nan)).rank(ascending=False, method="min").to_numpy()
+    similar = _similar(llog, names, np.log10(1.2))
+    return pd.DataFrame({
+        "layer": names, "health": health, "risk": np.where(known, risk, np.nan), "flags": [", ".join(f) for f in flags],
+        "n_factors": count, "stability": flow["stability"].to_numpy(),
+        "neuron_activity": 1 - s.stat("zero_frac", "mean"), "convergence": convergence_indicator(s),
+        "update_ratio": update_ratio(s), "relative_level": 10 ** rel, "rank": rank,
+        "similar_layers": similar, "gap_decades": gap, "potential": potential,
+    })
+
+
+def _similar(llog: np.ndarray, names: list[str], tol: float, k: int = 5) -> list[list[str]]:
+    """Up to ``k`` layers whose level is within ``tol`` decades, nearest first (sorted search: O(L log L))."""
+    order = np.argsort(np.where(np.isfinite(llog), llog, np.inf))
+    srt = llog[order]
+    out: list[list[str]] = [[] for _ in names]
+    for p, i in enumerate(order):
+        if not np.isfinite(srt[p]):
+            break
+        lo, hi = max(0, p - k), min(len(srt), p + k + 1)
+        cand = [order[q] for q in range(lo, hi) if q != p and abs(srt[q] - srt[p]) <= tol]
+        cand.sort(key=lambda j: abs(llog[j] - srt[p]))
+        out[i] = [names[j] for j in cand[:k]]
+    return out
+
+
+# --------------------------------------------------------------------------- network level
+@dataclass
+class Distribution:
+    """Distribution across layers of their median gradient norm, in log10 (raw norms across layers
+    span decades, so their raw skewness is always large)."""
+    mean_log10: float
+    std_log10: float
+    skewness: float
+    kurtosis: float
+    kind: str           #: Normal / Skewed / HeavyTailed / Multimodal / Degenerate
+    n_layers: int
+
+
+def distribution(s: Series, known: np.ndarray) -> Distribution:
+    """Seed 000 classification: Degenerate (fewer than 3 layers or no spread), Skewed (|skew| > 2),
+    HeavyTailed (excess kurtosis > 3), Multimodal (excess kurtosis < -1, as a two-cluster mix gives),
+    else Normal."""
+    g = s.stat("grad_norm", "median")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.log10(g[known & (g > 0)])
+    if x.size < 3 or np.ptp(x) == 0:
+        return Distribution(float(np.mean(x)) if x.size else float("nan"), 0.0, 0.0, 0.0, "Degenerate", int(x.size))
+    m = moments(x[:, None])
+    sk, ku = float(m["skewness"][0]), float(m["kurtosis"][0])
+    kind = "Skewed" if abs(sk) > 2 else "HeavyTailed" if ku > 3 else "Multimodal" if ku < -1 else "Normal"
+    return Distribution(float(m["mean"][0]), float(m["std"][0]), sk, ku, kind, int(x.size))
+
+
+@dataclass
+class Interaction:
+    layer1: str
+    layer2: str
+    correlation: float
+    interaction_type: str   #: Cooperative / Competitive / Neutral
+
+
+def interactions(s: Series, top_k: int = TOP_PAIRS, block: int = 256) -> list[Interaction]:
+    """The ``top_k`` most strongly correlated pairs of layers (Pearson r of their log10 gradient-norm
+    series, block-averaged to ``CORR_ROWS`` rows). Computed block-wise: a ``(block, L)`` slice of the
+    correlation matrix at a time, keeping a running top-k, so memory is O(block x L + k), never L^2."""
+    x, _ = block_mean(s.coarse, CORR_ROWS)
+    names = s.run.layer_names
+    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
+        x = x - np.nanmean(x, axis=0)
+        x = np.where(np.isfinite(x), x, 0.0)
+        sd = np.sqrt(np.sum(x * x, axis=0))
+        z = np.where(sd > 0, x / np.where(sd > 0, sd, 1), 0.0)
+    valid = sd > 0
+    L = z.shape[1]
+    best_r = np.zeros(0)
+    best_ij = np.zeros((0, 2), np.int64)
+    for a in range(0, L, block):
+        b = min(L, a + block)
+        c = z[:, a:b].T @ z  # (b - a, L)
+        i, j = np.nonzero(np.triu(np.ones((b - a, L), bool), k=a + 1) & valid[a:b, None] & valid[None, :])
+        r = c[i, j]
+        if r.size > top_k:
+            keep = np.argpartition(-np.abs(r), top_k)[:top_k]
+            i, j, r = i[keep], j[keep], r[keep]
+        best_r = np.concatenate([best_r, r])
+        best_ij = np.concatenate([best_ij, np.stack([i + a, j], 1)])
+        if best_r.size > top_k:
+            keep = np.argpartition(-np.abs(best_r), top_k)[:top_k]
+            best_r, best_ij = best_r[keep], best_ij[keep]
+    order = np.argsort(-np.abs(best_r), kind="stable")
+    return [Interaction(names[best_ij[k, 0]], names[best_ij[k, 1]], float(np.clip(best_r[k], -1, 1)),
+                        "Cooperative" if best_r[k] >= INTERACTION_CORR else
+                        "Competitive" if best_r[k] <= -INTERACTION_CORR else "Neutral") for k in order]
+
+
+def _progress_series(run) -> tuple[np.ndarray, np.ndarray, str]:
+    """The series training progress is judged on: the loss when recorded, else the global norm."""
+    loss = run.scalar("loss")
+    if np.isfinite(loss).sum() >= 3:
+        return loss, run.steps, "loss"
+    return run.scalar("global_norm"), run.steps, "global gradient norm"
+
+
+@dataclass
+class Convergence:
+    gradient: float         #: median layer convergence indicator
+    loss: float             #: decades the loss fell over the window, clipped 0..1
+    parameters: float       #: decades the median update/weight ratio fell over the window, clipped 0..1
+    rel_change_per_step: float
+    trend: str              #: Converging / Stable / Diverging / Unknown
+    series: str             #: which series the trend is read from
+
+
+def _rel_slope(y: np.ndarray, window: int) -> tuple[float, float]:
+    """Relative change per step (slope of ln y) over the last ``window`` finite points, and its R^2."""
+    y = np.asarray(y, np.float64)
+    y = y[np.isfinite(y) & (y > 0)][-window:]
+    if y.size < 3:
+        return float("nan"), float("nan")
+    sl, r2 = lstsq_slope(np.log(y)[:, None])
+    return float(sl[0]), float(r2[0])
+
+
+def convergence(s: Series, health: pd.DataFrame) -> Convergence:
+    run, t = s.run, s.run.thresholds
+    w = int(t.convergence_window)
+    y, _, what = _progress_series(run)
+    rel, _ = _rel_slope(y, w)
+    loss_fall, _ = _rel_slope(run.scalar("loss"), w)
+    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
+        u = np.asarray(run.metric("update_norm")[-w * 10:], np.float64)
+        wn = np.asarray(run.metric("weight_norm")[-w * 10:], np.float64)
+        ratio = np.nanmedian(np.where(wn > 0, u / wn, np.nan), axis=1) if u.size else np.zeros(0)
+    par, _ = _rel_slope(ratio, w)
+    ln10 = np.log(10)
+    trend = ("Unknown" if not np.isfinite(rel) else "Converging" if rel < -t.plateau_rel_change
+             else "Diverging" if rel > t.plateau_rel_change else "Stable")
+    clip = lambda v: float(np.clip(-v * (w - 1) / ln10, 0, 1)) if np.isfinite(v) else float("nan")
+    with _quiet():
+        g = float(np.nanmedian(health["convergence"])) if np.isfinite(health["convergence"]).any() else float("nan")
+    return Convergence(g, clip(loss_fall), clip(par), rel, trend, what)
+
+
+@dataclass
+class Plateau:
+    is_plateau: bool
+    duration_steps: int      #: user steps since the progress series stopped changing
+    severity: str            #: None / Mild / Moderate / Severe (share of the run on the plateau)
+    rel_change_per_step: float
+    suggested_actions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Dynamics:
+    learning_phase: str      #: InitialLearning / RapidLearning / Refinement / Plateau / Diverging
+    rel_change_per_step: float
+    plateau: Plateau
+    series: str
+
+
+def dynamics(s: Series) -> Dynamics:
+    """Learning phase and plateau from the progress series (loss, else global norm): smoothed with a
+    moving average of ``w`` points, its relative change per step is compared to
+    ``plateau_rel_change``; the plateau's duration is the trailing run of steps below it (real steps)."""
+    run, t = s.run, s.run.thresholds
+    y, steps, what = _progress_series(run)
+    ok = np.isfinite(y)
+    y, steps = y[ok], steps[ok]
+    W = int(t.convergence_window)
+    if y.size < 3:
+        return Dynamics("InitialLearning", float("nan"), Plateau(False, 0, "None", float("nan")), what)
+    yb, k = block_mean(y[:, None], 4096)
+    yb = yb[:, 0]
+    sb = steps[len(steps) - (len(steps) // k) * k:][::k]
+    w = int(max(2, min(max(2, W // k), len(yb) // 4 or 2)))
+    c = np.concatenate([[0.0], np.cumsum(yb)])
+    ma = (c[w:] - c[:-w]) / w          # ma[i] averages yb[i : i + w]; it stands at step sb[i + w - 1]
+    at = sb[w - 1:]
+    span = w                            # compare each average with the one w points later
+    if len(ma) > span:
+        dy = np.abs(ma[span:] - ma[:-span])
+        dt = np.maximum(at[span:] - at[:-span], 1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rel = dy / (np.abs(ma[:-span]) * dt)
+    else:
+        rel = np.zeros(0)
+    rel_now, _ = _rel_slope(y, W)
+    flat = rel < t.plateau_rel_change
+    n_flat = int(trailing_true(flat)[0]) if flat.size else 0
+    duration = int(steps[-1] - at[len(rel) - n_flat]) if n_flat else 0
+    share = duration / max(1, int(steps[-1] - steps[0]))
+    is_plateau = n_flat > 0 and duration >= min(W, int(steps[-1] - steps[0]) // 2)
+    sev = ("None" if not is_plateau else "Severe" if share >= t.critical_issue_ratio
+           else "Moderate" if share >= t.problem_issue_ratio else "Mild")
+    acts = []
+    if is_plateau:
+        acts = [f"the {what} has changed less than {t.plateau_rel_change:g} per step for {duration} steps: "
+                "try a learning-rate schedule (warm restart or decay), or check that the model can still learn "
+                "(vanishing or dead layers)"]
+    if len(y) < W:
+        phase = "InitialLearning"
+    elif is_plateau:
+        phase = "Plateau"
+    elif rel_now > t.plateau_rel_change:
+        phase = "Diverging" if what == "loss" else "Refinement"
+    elif rel_now < -t.rapid_rel_change:
+        phase = "RapidLearning"
+    else:
+        phase = "Refinement"
+    return Dynamics(phase, float(rel_now), Plateau(is_plateau, duration, sev, float(rel[-1]) if rel.size else float("nan"), acts), what)
+
+
+@dataclass
+class InstabilitySource:
+    kind: str
+    layers: list[str]
+    severity: float
+    description: str
+
+
+@dataclass
+class Forecast:
+    outlook: str            #: Improving / Stable / Deteriorating / Uncertain
+    projected_decades: float  #: change of the global norm over the next window if the trend holds
+    confidence: float       #: R^2 of the fit that is extrapolated
+    basis: str
+
+
+@dataclass
+class Stability:
+    overall: float          #: median layer stability
+    trend: str              #: Improving / Stable / Degrading (first vs last quarter of the run)
+    quarters: list[float]   #: stability 1/(1+CV) of the global norm per quarter of the run
+    sources: list[InstabilitySource]
+    forecast: Forecast
+
+
+def stability(s: Series, flow: pd.DataFrame, factors: list[RiskFactor], max_sources: int = 20) -> Stability:
+    """Network stability: the median layer stability; its trend from the global norm's stability in
+    the first and last quarter of the run; the instability sources (layers with exploding,
+    non-finite, vanishing, oscillating or unstable factors, strongest first); and a forecast that
+    extrapolates the last ``convergence_window`` steps of the global norm, with the fit's R^2."""
+    run, t = s.run, s.run.thresholds
+    with _quiet():
+        overall = float(np.nanmedian(flow["stability"][s.trainable])) if np.isfinite(flow["stability"][s.trainable]).any() else float("nan")
+    g = run.scalar("global_norm")
+    g = g[np.isfinite(g)]
+    quarters = []
+    if g.size >= 8:
+        for part in np.array_split(g, 4):
+            m = part.mean()
+            quarters.append(float(1 / (1 + part.std() / m)) if m > 0 else float("nan"))
+    trend = "Stable"
+    if len(quarters) == 4 and all(np.isfinite(quarters)):
+        if quarters[-1] < t.stable_network <= quarters[0] or (quarters[-1] < quarters[0] and quarters[-1] < t.unstable):
+            trend = "Degrading"
+        elif quarters[0] < t.stable_network <= quarters[-1]:
+            trend = "Improving"
+    kinds = {"exploding": "GradientExplosion", "nonfinite": "NonFinite", "vanishing": "GradientVanishing",
+             "oscillating": "Oscillation", "unstable": "Instability", "dead": "DeadGradients"}
+    srcs = [InstabilitySource(kinds[f.kind], [f.layer], f.severity, f"{f.layer}: {f.evidence}")
+            for f in factors if f.kind in kinds]
+    srcs.sort(key=lambda x: -x.severity)
+    W = int(t.convergence_window)
+    sl, r2 = _rel_slope(g, W)
+    proj = sl * W / np.log(10) if np.isfinite(sl) else float("nan")
+    pace = t.trend_decades * W / max(1, run.n_steps)
+    if not np.isfinite(proj):
+        outlook = "Uncertain"
+    elif abs(proj) <= pace:
+        outlook = "Stable" if (np.isfinite(overall) and overall >= t.unstable) else "Uncertain"
+    elif r2 < 0.5:
+        outlook = "Uncertain"
+    else:
+        outlook = "Deteriorating" if proj > 0 else "Improving"
+    basis = (f"least-squares trend of log global gradient norm over the last {min(W, g.size)} steps: "
+             f"{_fmt(proj)} decades per {W} steps")
+    return Stability(overall, trend, quarters, srcs[:max_sources],
+                     Forecast(outlook, float(proj), float(r2) if np.isfinite(r2) else float("nan"), basis))
+
+
+def overall_health(health: pd.DataFrame, exact: dict) -> str:
+    """Critical when any layer had non-finite gradients or more than 30% of known layers are Critical
+    (seed); Warning when any layer is Critical or more than 10% are Warning; Unknown without any
+    known layer; else Healthy."""
+    h = health["health"]
+    known = h != "Unknown"
+    n = int(known.sum())
+    if n == 0:
+        return "Unknown"
+    crit = float((h == "Critical").sum()) / n
+    warn = float((h == "Warning").sum()) / n
+    if (exact["nonfinite_share"] > 0).any() or crit > 0.3:
+        return "Critical"
+    if crit > 0 or warn > 0.1:
+        return "Warning"
+    return "Healthy"

@@ -1,0 +1,218 @@
+"""The flow network over the backward graph the Recorder saw, and its critical paths (seed 002).
+
+Edges are the real data-flow pairs ``run.edges`` from the autograd graph; when a run has none (an
+ArrayRecorder run) the network is reported unavailable instead of inventing neighbours. Levels are
+per-entry RMS gradients (norm / sqrt(numel)) so tensors of different sizes compare. Paths come from
+a dynamic programme over the graph in topological order, O(layers + edges).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..run import Run
+from .stats import Series, _quiet, sample_rows
+
+NODE_TYPES = ("Source", "Sink", "Bottleneck", "Amplifier", "Normal")
+EDGE_TYPES = ("Strong", "Weak", "Intermittent", "Blocked")
+
+
+# --------------------------------------------------------------------------- flow network
+@dataclass
+class FlowNode:
+    layer: str
+    node_type: str
+    level: float            #: median RMS gradient entry (grad_norm / sqrt(numel))
+    gain: float             #: level / largest downstream neighbour's level (backward gain into it)
+    in_degree: int          #: upstream neighbours (forward)
+    out_degree: int         #: downstream neighbours (forward)
+    influence: float        #: level x flow consistency (seed 002)
+
+
+@dataclass
+class FlowEdge:
+    upstream: str
+    downstream: str
+    gain: float             #: median ratio upstream/downstream RMS level: what survives the backward hop
+    consistency: float      #: 1/(1 + std of log10 gain over steps)
+    blocked_share: float    #: share of sampled steps the upstream layer had no gradient but downstream did
+    edge_type: str
+
+
+@dataclass
+class NetworkMetrics:
+    flow_efficiency: float      #: geometric mean edge gain
+    connectivity: float         #: edges / (L (L - 1))
+    bottleneck_density: float   #: share of nodes typed Bottleneck
+    flow_stability: float       #: mean edge consistency
+    blocked_edges: int
+
+
+@dataclass
+class FlowNetwork:
+    available: bool
+    reason: str = ""
+    nodes: list[FlowNode] = field(default_factory=list)
+    edges: list[FlowEdge] = field(default_factory=list)
+    metrics: NetworkMetrics | None = None
+
+
+@dataclass
+class CriticalPath:
+    kind: str                  #: "attenuation" (gradient lost) or "amplification" (gradient grown)
+    layers: list[str]          #: in backward order: loss side first
+    decades: float             #: total decades lost (or gained), recoveries not counted
+    bottleneck_layers: list[str]
+    worst_hop: tuple[str, str] | None
+    criticality: float         #: 1 - 10**(-decades): share of gradient magnitude lost (or added)
+
+
+def _rms_log(s: Series) -> tuple[np.ndarray, np.ndarray]:
+    """(coarse log10 RMS entry per step, median of it per layer): norms made comparable across
+    tensors of different sizes."""
+    numel = np.array([max(1, l.numel) for l in s.run.layers], np.float64)
+    rms = s.coarse - 0.5 * np.log10(numel)[None, :]
+    with _quiet():
+        return rms, np.nanmedian(rms, axis=0) if rms.shape[0] else np.full(len(numel), np.nan)
+
+
+def no_flow_flags(run: Run, rows=None) -> np.ndarray:
+    """Boolean (rows, layers): the layer had no usable gradient (vanishing or dead) at that step."""
+    t = run.thresholds
+    rows = slice(None) if rows is None else rows
+    with np.errstate(invalid="ignore"):
+        return (run.metric("mean_abs")[rows] < t.vanishing) | (run.metric("zero_frac")[rows] >= t.dead_zero_fraction)
+
+
+def flow_network(s: Series, flow: pd.DataFrame) -> FlowNetwork:
+    """Nodes and edges over ``run.edges`` (forward data-flow pairs from the autograd graph).
+
+    Node types: Bottleneck (backward gain into it below ``bottleneck_gain``), Amplifier (above its
+    inverse), else Source (no downstream layer: the gradient enters here from the loss), Sink (no
+    upstream layer: the gradient ends here), else Normal. Edge types: Blocked (upstream starved
+    while downstream flows on at least ``critical_issue_ratio`` of steps), Intermittent (at least
+    ``minor_issue_ratio``), Weak (median gain below ``bottleneck_gain``), else Strong."""
+    run, t = s.run, s.run.thresholds
+    E = run.edges
+    if len(E) == 0:
+        return FlowNetwork(False, "the run has no recorded backward graph (record with the torch Recorder "
+                                  "to get which layers feed which)")
+    names = run.layer_names
+    L = run.n_layers
+    rms, level = _rms_log(s)
+    u, v = E[:, 0].astype(np.int64), E[:, 1].astype(np.int64)
+    with _quiet(), np.errstate(invalid="ignore"):
+        lg = rms[:, u] - rms[:, v]
+        gain_log = np.nanmedian(lg, axis=0) if lg.shape[0] else np.full(len(E), np.nan)
+        gstd = np.nanstd(lg, axis=0) if lg.shape[0] else np.full(len(E), np.nan)
+    consistency = 1.0 / (1.0 + gstd)
+    rows = sample_rows(run.n_steps, s.max_rows)
+    nf = no_flow_flags(run, rows)
+    blocked = (nf[:, u] & ~nf[:, v]).mean(axis=0) if nf.shape[0] else np.zeros(len(E))
+    bg = np.log10(t.bottleneck_gain)
+    etype = np.where(blocked >= t.critical_issue_ratio, "Blocked",
+                     np.where(blocked >= t.minor_issue_ratio, "Intermittent",
+                              np.where(gain_log < bg, "Weak", "Strong")))
+    edges = [FlowEdge(names[a], names[b], float(10 ** g) if np.isfinite(g) else float("nan"),
+                      float(c), float(bl), str(et))
+             for a, b, g, c, bl, et in zip(u, v, gain_log, consistency, blocked, etype)]
+    indeg = np.bincount(v, minlength=L)
+    outdeg = np.bincount(u, minlength=L)
+    # backward gain into a node: its level relative to its strongest downstream neighbour
+    down_max = np.full(L, -np.inf)
+    np.maximum.at(down_max, u, np.where(np.isfinite(level[v]), level[v], -np.inf))
+    with np.errstate(invalid="ignore"):
+        node_gain = np.where(np.isfinite(down_max), level - down_max, np.nan)
+    ntype = np.where(node_gain < bg, "Bottleneck",
+                     np.where(node_gain > -bg, "Amplifier",
+                              np.where((outdeg == 0) & (indeg > 0), "Source",
+                                       np.where((indeg == 0) & (outdeg > 0), "Sink", "Normal"))))
+    cons = flow["consistency"].to_numpy()
+    nodes = [FlowNode(names[i], str(ntype[i]), _f(10 ** level[i]), _f(10 ** node_gain[i]),
+                      int(indeg[i]), int(outdeg[i]), _f(10 ** level[i] * cons[i])) for i in range(L)]
+    fin = np.isfinite(gain_log)
+    metrics = NetworkMetrics(
+        flow_efficiency=float(10 ** np.mean(gain_log[fin])) if fin.any() else float("nan"),
+        connectivity=len(E) / max(1, L * (L - 1)),
+        bottleneck_density=float(np.mean(ntype == "Bottleneck")),
+        flow_stability=float(np.nanmean(consistency)) if len(E) else float("nan"),
+        blocked_edges=int(np.sum(etype == "Blocked")))
+    return FlowNetwork(True, "", nodes, edges, metrics)
+
+
+def _f(x) -> float:
+    x = float(x)
+    return x if np.isfinite(x) else float("nan")
+
+
+def critical_paths(s: Series) -> list[CriticalPath]:
+    """The input-to-output path with the largest gradient attenuation, and the one with the largest
+    amplification, by dynamic programming over the recorded graph in topological order. A path's
+    cost counts only the hops that lose (or gain) gradient, so a drop followed by a recovery is not
+    cancelled out. Empty when the run has no graph."""
+    run, t = s.run, s.run.thresholds
+    E = run.edges
+    if len(E) == 0:
+        return []
+    names = run.layer_names
+    _, level = _rms_log(s)
+    lvl = np.where(np.isfinite(level), level, np.nanmin(level) if np.isfinite(level).any() else 0.0)
+    order = _topological(run.n_layers, E)
+    if order is None:
+        return []
+    down: dict[int, list[int]] = {}
+    for a, b in E.tolist():
+        down.setdefault(a, []).append(b)
+    out = []
+    for kind, sign in (("attenuation", 1.0), ("amplification", -1.0)):
+        best = np.full(run.n_layers, -np.inf)
+        nxt = np.full(run.n_layers, -1)
+        for n in reversed(order):  # loss side first
+            ds = down.get(n)
+            if not ds:
+                best[n] = 0.0
+                continue
+            w = [best[d] + max(0.0, sign * (lvl[d] - lvl[n])) for d in ds]
+            k = int(np.argmax(w))
+            best[n], nxt[n] = w[k], ds[k]
+        starts = [n for n in range(run.n_layers) if nxt[n] >= 0]
+        if not starts:
+            continue
+        start = max(starts, key=lambda n: best[n])
+        path = [start]
+        while nxt[path[-1]] >= 0:
+            path.append(int(nxt[path[-1]]))
+        path = path[::-1]  # backward order: loss side first
+        hops = [(path[i], path[i + 1]) for i in range(len(path) - 1)]  # (downstream, upstream)
+        loss = [sign * (lvl[a] - lvl[b]) for a, b in hops]
+        dec = float(best[start])
+        if dec <= 0:
+            continue
+        bott = [names[b] for (a, b), x in zip(hops, loss) if x > -np.log10(t.bottleneck_gain)]
+        worst = hops[int(np.argmax(loss))] if hops else None
+        out.append(CriticalPath(kind, [names[i] for i in path], dec, bott,
+                                (names[worst[0]], names[worst[1]]) if worst else None,
+                                float(1 - 10 ** (-dec))))
+    return out
+
+
+def _topological(n: int, E: np.ndarray) -> list[int] | None:
+    """Kahn's algorithm over forward edges; None when the recorded graph has a cycle."""
+    indeg = np.bincount(E[:, 1], minlength=n).astype(np.int64)
+    down: dict[int, list[int]] = {}
+    for a, b in E.tolist():
+        down.setdefault(a, []).append(b)
+    stack = [i for i in range(n) if indeg[i] == 0]
+    order = []
+    while stack:
+        i = stack.pop()
+        order.append(i)
+        for j in down.get(i, ()):
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                stack.append(j)
+    return order if len(order) == n else None
+
+

@@ -1,0 +1,132 @@
+"""The Report: every analysis of a Run as dataclasses and DataFrames that serialise to JSON.
+
+``report.layers`` is the health table (one row per layer, depth order); ``report.recommendations``
+the ranked advice; ``summary_text()`` the plain-language digest. ``to_html`` hands the report to
+``gradwidget.report.write_report`` (imported lazily: the analysis does no I/O of its own).
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..run import Run
+from ..thresholds import Thresholds
+
+
+def to_jsonable(x: Any) -> Any:
+    """Dataclasses, DataFrames, numpy values and enums to plain JSON types (NaN/Inf become None)."""
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: to_jsonable(getattr(x, f.name)) for f in dataclasses.fields(x) if f.name != "run"}
+    if isinstance(x, pd.DataFrame):
+        return [to_jsonable(r) for r in x.to_dict(orient="records")]
+    if isinstance(x, dict):
+        return {str(k): to_jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [to_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return [to_jsonable(v) for v in x.tolist()]
+    if isinstance(x, enum.Enum):
+        return to_jsonable(x.value)
+    if isinstance(x, (np.bool_, bool)):
+        return bool(x)
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        v = float(x)
+        return v if math.isfinite(v) else None
+    if x is None or isinstance(x, (str, int)):
+        return x
+    return str(x)
+
+
+@dataclass
+class Report:
+    run: Run
+    thresholds: Thresholds
+    overall_health: str
+    layers: pd.DataFrame                 #: the health table, one row per layer in depth order
+    statistics: pd.DataFrame             #: per (metric, layer) statistics over the steps
+    flow: pd.DataFrame                   #: per-layer flow characteristics and direction
+    health: pd.DataFrame                 #: per-layer health details and comparative analysis
+    risk_factors: list
+    regions: list
+    network: Any                         #: FlowNetwork (``available`` False without a recorded graph)
+    critical_paths: list
+    distribution: Any
+    interactions: list
+    convergence: Any
+    dynamics: Any
+    stability: Any
+    groups: list
+    suggestions: list
+    priorities: list
+    recommendations: list
+    seed_summary: Any                    #: the seed 003 summary (gradwidget.frames.summary)
+    weights: Any = None                  #: WeightReport when weights were given
+    weight_drift: Any = None             #: drift read from the run's update/weight ratios
+    explosion: Any = None                #: seed 001 gradient-explosion analysis at the last step
+    notes: list = field(default_factory=list)
+
+    # ------------------------------------------------------------------ text
+    def summary_text(self) -> str:
+        """Plain-language lines: overall verdict first, then the problems by rank."""
+        run = self.run
+        h = self.layers["health"].value_counts()
+        span = f"steps {int(run.steps[0])}–{int(run.steps[-1])}" if run.n_steps else "no steps"
+        lines = [f"Gradient health: {self.overall_health} — {run.n_layers} layers over {run.n_steps} recorded steps "
+                 f"({span}): {int(h.get('Critical', 0))} critical, {int(h.get('Warning', 0))} warning, "
+                 f"{int(h.get('Healthy', 0))} healthy, {int(h.get('Unknown', 0))} unknown."]
+        for r in self.regions:
+            where = (f"{r.start_layer} … {r.end_layer} ({len(r.layers)} layers" if len(r.layers) > 1
+                     else f"{r.start_layer} (1 layer")
+            lines.append(f"{r.kind.capitalize()} region: {where}, {r.parameters} parameters) on {r.duration_steps} steps "
+                         f"({r.first_step}–{r.last_step}){', still active' if r.active_now else ''}.")
+        for i, rec in enumerate(self.recommendations[:6], 1):
+            lines.append(f"{i}. [{rec.priority}] {rec.text} {rec.action[:1].upper()}{rec.action[1:]}.")
+        d = self.dynamics
+        lines.append(f"Training phase: {d.learning_phase} (from the {d.series})"
+                     + (f"; plateau for {d.plateau.duration_steps} steps." if d.plateau.is_plateau else "."))
+        st = self.stability
+        lines.append(f"Stability: {st.overall:.2f} ({st.trend}); outlook {st.forecast.outlook} "
+                     f"(confidence R² {st.forecast.confidence:.2f})." if np.isfinite(st.overall) else
+                     "Stability: not enough data.")
+        if not self.network.available:
+            lines.append("Flow network: unavailable — " + self.network.reason + ".")
+        elif self.critical_paths:
+            p = self.critical_paths[0]
+            lines.append(f"Critical path ({p.kind}): {p.layers[0]} → {p.layers[-1]}, {p.decades:.2f} decades"
+                         + (f"; bottlenecks {', '.join(p.bottleneck_layers[:4])}" if p.bottleneck_layers else "") + ".")
+        if not self.recommendations:
+            lines.append("No problems found: gradients look healthy.")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<Report {self.overall_health}: {len(self.layers)} layers, {len(self.recommendations)} recommendations>"
+
+    # ------------------------------------------------------------------ export
+    def to_dict(self) -> dict:
+        d = to_jsonable(self)
+        d["run"] = {"n_layers": self.run.n_layers, "n_steps": self.run.n_steps,
+                    "first_step": int(self.run.steps[0]) if self.run.n_steps else None,
+                    "last_step": int(self.run.steps[-1]) if self.run.n_steps else None}
+        return d
+
+    def to_json(self, path=None, indent: int | None = 1) -> str:
+        text = json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        if path is not None:
+            from pathlib import Path
+
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    def to_html(self, path):
+        from ..report import write_report
+
+        return write_report(self, path)
