@@ -1,0 +1,165 @@
+// Colour scale: viridis (perceptually uniform, readable with the common colour-vision deficiencies
+// and in greyscale) on log10 of the value, with ONE range over every step and layer, so a
+// network-wide fade stays visible (a per-step scale would hide it). Flagged cells get colours that
+// viridis never uses, the same as gradwidget.plots' static figure.
+
+import { FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING } from "./decode";
+
+const VIRIDIS_HEX =
+  "44015444025645045745055946075a46085c460a5d460b5e470d60470e6147106347116447136548146748166848176948186a481a6c481b6d481c6e481d6f481f70482071482173482374482475482576482677482878482979472a7a472c7a472d7b472e7c472f7d46307e46327e46337f463480453581453781453882443983443a83443b84433d84433e85423f854240864241864142874144874045884046883f47883f48893e49893e4a893e4c8a3d4d8a3d4e8a3c4f8a3c508b3b518b3b528b3a538b3a548c39558c39568c38588c38598c375a8c375b8d365c8d365d8d355e8d355f8d34608d34618d33628d33638d32648e32658e31668e31678e31688e30698e306a8e2f6b8e2f6c8e2e6d8e2e6e8e2e6f8e2d708e2d718e2c718e2c728e2c738e2b748e2b758e2a768e2a778e2a788e29798e297a8e297b8e287c8e287d8e277e8e277f8e27808e26818e26828e26828e25838e25848e25858e24868e24878e23888e23898e238a8d228b8d228c8d228d8d218e8d218f8d21908d21918c20928c20928c20938c1f948c1f958b1f968b1f978b1f988b1f998a1f9a8a1e9b8a1e9c891e9d891f9e891f9f881fa0881fa1881fa1871fa28720a38620a48621a58521a68522a78522a88423a98324aa8325ab8225ac8226ad8127ad8128ae8029af7f2ab07f2cb17e2db27d2eb37c2fb47c31b57b32b67a34b67935b77937b87838b9773aba763bbb753dbc743fbc7340bd7242be7144bf7046c06f48c16e4ac16d4cc26c4ec36b50c46a52c56954c56856c66758c7655ac8645cc8635ec96260ca6063cb5f65cb5e67cc5c69cd5b6ccd5a6ece5870cf5773d05675d05477d1537ad1517cd2507fd34e81d34d84d44b86d54989d5488bd6468ed64590d74393d74195d84098d83e9bd93c9dd93ba0da39a2da37a5db36a8db34aadc32addc30b0dd2fb2dd2db5de2bb8de29bade28bddf26c0df25c2df23c5e021c8e020cae11fcde11dd0e11cd2e21bd5e21ad8e219dae319dde318dfe318e2e418e5e419e7e419eae51aece51befe51cf1e51df4e61ef6e620f8e621fbe723fde725";
+
+/** 256 x RGBA viridis lookup table. */
+export const VIRIDIS: Uint8ClampedArray = (() => {
+  const lut = new Uint8ClampedArray(256 * 4);
+  for (let i = 0; i < 256; i++) {
+    lut[4 * i] = parseInt(VIRIDIS_HEX.slice(6 * i, 6 * i + 2), 16);
+    lut[4 * i + 1] = parseInt(VIRIDIS_HEX.slice(6 * i + 2, 6 * i + 4), 16);
+    lut[4 * i + 2] = parseInt(VIRIDIS_HEX.slice(6 * i + 4, 6 * i + 6), 16);
+    lut[4 * i + 3] = 255;
+  }
+  return lut;
+})();
+
+/** Marks, outside viridis' gamut; also used by the legend, bars and the static figure. */
+export const MARKS = {
+  vanishing: [200, 200, 200] as const, // light grey   (#c8c8c8)
+  exploding: [227, 18, 11] as const, // red          (#e3120b)
+  nonfinite: [255, 0, 255] as const, // magenta      (#ff00ff)
+  nodata: [255, 255, 255] as const, //   white        (#ffffff)
+};
+
+export function rgbCss(c: readonly number[]): string {
+  return `rgb(${c[0]},${c[1]},${c[2]})`;
+}
+
+export interface LogScale {
+  lo: number; // log10 of the value at the bottom of the scale
+  hi: number; // log10 of the value at the top
+}
+
+/** One log10 range over all finite positive values (robust: ignores NaN, Inf, zeros). */
+export function logScale(values: ArrayLike<number>): LogScale {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i];
+    if (v > 0 && v < Infinity) {
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+  }
+  if (!(lo <= hi)) return { lo: -1, hi: 0 };
+  let a = Math.log10(lo);
+  let b = Math.log10(hi);
+  if (b - a < 1e-6) {
+    a -= 0.5;
+    b += 0.5;
+  }
+  return { lo: a, hi: b };
+}
+
+/** Position in [0, 1] of a value on the scale (values <= 0 go to 0, clipped at both ends). */
+export function scalePos(v: number, s: LogScale): number {
+  if (!(v > 0)) return 0;
+  const t = (Math.log10(v) - s.lo) / (s.hi - s.lo);
+  return t < 0 ? 0 : t > 1 ? 1 : t;
+}
+
+/** LUT index (0..255) of a value. */
+export function lutIndex(v: number, s: LogScale): number {
+  return Math.round(scalePos(v, s) * 255);
+}
+
+/** RGB of a value with its flags: marks win over the colour scale (non-finite > exploding >
+ *  vanishing > no data). */
+export function cellRgb(v: number, flags: number, s: LogScale): [number, number, number] {
+  if (flags & FLAG_NONFINITE) return [...MARKS.nonfinite];
+  if (flags & FLAG_EXPLODING) return [...MARKS.exploding];
+  if (flags & FLAG_VANISHING) return [...MARKS.vanishing];
+  if (flags & FLAG_NODATA || v !== v) return [...MARKS.nodata];
+  const i = lutIndex(v, s) * 4;
+  return [VIRIDIS[i], VIRIDIS[i + 1], VIRIDIS[i + 2]];
+}
+
+/**
+ * Colour a rows x cols matrix into RGBA pixels laid out as an image whose pixel (x, y) is
+ * column x of row order[y]. `order` maps display rows to matrix rows (e.g. backward order).
+ */
+export function colorize(
+  data: Float32Array,
+  flags: Uint8Array | null,
+  rows: number,
+  cols: number,
+  order: ArrayLike<number>,
+  s: LogScale,
+  out?: Uint8ClampedArray,
+): Uint8ClampedArray {
+  const px = out && out.length === rows * cols * 4 ? out : new Uint8ClampedArray(rows * cols * 4);
+  const span = s.hi - s.lo;
+  const k = 255 / span;
+  const LN10 = Math.LN10;
+  for (let y = 0; y < rows; y++) {
+    const r = order[y];
+    const src = r * cols;
+    let o = y * cols * 4;
+    for (let x = 0; x < cols; x++, o += 4) {
+      const f = flags ? flags[src + x] : 0;
+      const v = data[src + x];
+      let c: readonly number[] | null = null;
+      if (f) {
+        if (f & FLAG_NONFINITE) c = MARKS.nonfinite;
+        else if (f & FLAG_EXPLODING) c = MARKS.exploding;
+        else if (f & FLAG_VANISHING) c = MARKS.vanishing;
+        else if (f & FLAG_NODATA) c = MARKS.nodata;
+      } else if (v !== v) c = MARKS.nodata;
+      if (c) {
+        px[o] = c[0];
+        px[o + 1] = c[1];
+        px[o + 2] = c[2];
+        px[o + 3] = 255;
+        continue;
+      }
+      let t = v > 0 ? (Math.log(v) / LN10 - s.lo) * k : 0;
+      t = t < 0 ? 0 : t > 255 ? 255 : t;
+      const i = (t + 0.5) | 0;
+      px[o] = VIRIDIS[4 * i];
+      px[o + 1] = VIRIDIS[4 * i + 1];
+      px[o + 2] = VIRIDIS[4 * i + 2];
+      px[o + 3] = 255;
+    }
+  }
+  return px;
+}
+
+/** Relative luminance (WCAG) of an sRGB colour in 0..255: used to test perceptual ordering. */
+export function luminance(c: readonly number[]): number {
+  const f = (u: number) => {
+    const x = u / 255;
+    return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4);
+  };
+  return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]);
+}
+
+/** Nice tick values (powers of ten) inside a log scale, for axes and the colour bar. */
+export function logTicks(s: LogScale, maxTicks = 6): number[] {
+  const a = Math.ceil(s.lo - 1e-9);
+  const b = Math.floor(s.hi + 1e-9);
+  const n = b - a + 1;
+  if (n <= 0) return [];
+  const every = Math.max(1, Math.ceil(n / maxTicks));
+  const out: number[] = [];
+  for (let e = a; e <= b; e += every) out.push(e);
+  return out;
+}
+
+/** Format a number compactly for labels and tooltips. */
+export function fmt(v: number): string {
+  if (v !== v) return "NaN";
+  if (v === Infinity) return "Inf";
+  if (v === -Infinity) return "-Inf";
+  if (v === 0) return "0";
+  const a = Math.abs(v);
+  if (Number.isInteger(v) && a < 1e9) return String(v); // step numbers and counts stay exact
+  if (a >= 1e4 || a < 1e-3) return v.toExponential(2);
+  return Number(v.toPrecision(3)).toString();
+}

@@ -1,0 +1,139 @@
+// The layers x steps heatmap. Colouring two million cells is done once per data update into an
+// offscreen image at the data's own resolution (folded to the canvas' device pixels); a scrub only
+// blits that image and draws the cursor, which keeps redraws far below a frame.
+
+import { colorize, LogScale } from "./colormap";
+import { decimate, Grid } from "./decimate";
+import { Rect } from "./layout";
+import { Theme } from "./theme";
+import { fmt } from "./colormap";
+
+export class HeatmapImage {
+  canvas: HTMLCanvasElement | null = null;
+  rows = 0; // rows of the image (after folding)
+  cols = 0;
+  private pixels: Uint8ClampedArray | undefined;
+
+  /** Colour `grid` (display row order) into an image of at most maxRows x maxCols pixels. */
+  build(grid: Grid, scale: LogScale, maxRows: number, maxCols: number): void {
+    const g = decimate(grid, Math.max(1, Math.floor(maxRows)), Math.max(1, Math.floor(maxCols)));
+    this.rows = g.rows;
+    this.cols = g.cols;
+    if (g.rows * g.cols === 0) {
+      this.canvas = null;
+      return;
+    }
+    const identity = new Int32Array(g.rows);
+    for (let i = 0; i < g.rows; i++) identity[i] = i;
+    this.pixels = colorize(g.data, g.flags, g.rows, g.cols, identity, scale, this.pixels);
+    const c = this.canvas ?? document.createElement("canvas");
+    c.width = g.cols;
+    c.height = g.rows;
+    const ctx = c.getContext("2d")!;
+    const img = new ImageData(this.pixels as Uint8ClampedArray<ArrayBuffer>, g.cols, g.rows);
+    ctx.putImageData(img, 0, 0);
+    this.canvas = c;
+  }
+
+  /** Blit the image into `r`, nearest-neighbour (cells stay crisp). */
+  draw(ctx: CanvasRenderingContext2D, r: Rect): void {
+    if (!this.canvas) return;
+    ctx.imageSmoothingEnabled = false;
+    ctx.drawImage(this.canvas, r.x, r.y, r.w, r.h);
+  }
+}
+
+/** Vertical cursor at column `col` of `cols`, drawn twice (halo + line) to show on any colour. */
+export function drawCursor(ctx: CanvasRenderingContext2D, r: Rect, cols: number, col: number, t: Theme): void {
+  if (cols <= 0) return;
+  const w = r.w / cols;
+  const x = r.x + (col + 0.5) * w;
+  ctx.save();
+  if (w >= 4) {
+    ctx.strokeStyle = t.cursor;
+    ctx.lineWidth = 1.5;
+    ctx.strokeRect(r.x + col * w + 0.5, r.y + 0.5, w - 1, r.h - 1);
+  }
+  ctx.strokeStyle = t.dark ? "rgba(0,0,0,0.8)" : "rgba(255,255,255,0.9)";
+  ctx.lineWidth = 3;
+  ctx.beginPath();
+  ctx.moveTo(x, r.y);
+  ctx.lineTo(x, r.y + r.h);
+  ctx.stroke();
+  ctx.strokeStyle = t.cursor;
+  ctx.lineWidth = 1.25;
+  ctx.stroke();
+  ctx.restore();
+}
+
+/** Outline of the selected layer's row across the heatmap and the bars. */
+export function drawRowSelection(ctx: CanvasRenderingContext2D, r: Rect, rows: number, row: number, t: Theme): void {
+  if (row < 0 || row >= rows) return;
+  const h = r.h / rows;
+  const y = r.y + row * h;
+  ctx.save();
+  ctx.strokeStyle = t.accent;
+  ctx.lineWidth = 2;
+  ctx.strokeRect(r.x - 1, y - 1, r.w + 2, Math.max(h, 1) + 2);
+  ctx.restore();
+}
+
+/** Layer names down the gutter (every `every`-th), selected one highlighted. */
+export function drawGutter(
+  ctx: CanvasRenderingContext2D,
+  r: Rect,
+  names: string[],
+  every: number,
+  selected: number,
+  t: Theme,
+): void {
+  const n = names.length;
+  if (!n) return;
+  const h = r.h / n;
+  ctx.save();
+  ctx.textAlign = "right";
+  ctx.textBaseline = "middle";
+  const size = Math.max(8, Math.min(11, h - 1));
+  for (let i = 0; i < n; i++) {
+    if (i % every !== 0 && i !== selected) continue;
+    const sel = i === selected;
+    ctx.font = `${sel ? "bold " : ""}${size}px ${t.font}`;
+    ctx.fillStyle = sel ? t.accent : t.fg2;
+    ctx.fillText(shorten(names[i], r.w, size), r.x + r.w, r.y + (i + 0.5) * h);
+  }
+  ctx.restore();
+}
+
+/** A name cut from the left to fit `width` px (the end of a module path is what tells layers apart). */
+export function shorten(name: string, width: number, size = 11): string {
+  const maxChars = Math.max(4, Math.floor(width / (size * 0.58)));
+  return name.length <= maxChars ? name : "…" + name.slice(name.length - maxChars + 1);
+}
+
+/** Step ticks under the heatmap: about one per 90 px, labelled with the user's step numbers. */
+export function drawStepAxis(
+  ctx: CanvasRenderingContext2D,
+  r: Rect,
+  colSteps: ArrayLike<number>,
+  t: Theme,
+): void {
+  const C = colSteps.length;
+  if (!C) return;
+  ctx.save();
+  ctx.fillStyle = t.fg2;
+  ctx.strokeStyle = t.grid;
+  ctx.font = `10px ${t.font}`;
+  ctx.textBaseline = "top";
+  const nTicks = Math.max(2, Math.min(C, Math.floor(r.w / 90)));
+  for (let i = 0; i < nTicks; i++) {
+    const c = Math.round((i * (C - 1)) / Math.max(1, nTicks - 1));
+    const x = r.x + ((c + 0.5) / C) * r.w;
+    ctx.beginPath();
+    ctx.moveTo(x, r.y);
+    ctx.lineTo(x, r.y + 4);
+    ctx.stroke();
+    ctx.textAlign = i === 0 ? "left" : i === nTicks - 1 ? "right" : "center";
+    ctx.fillText(fmt(colSteps[c]), x, r.y + 6);
+  }
+  ctx.restore();
+}

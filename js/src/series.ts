@@ -1,0 +1,114 @@
+// The selected layer's metric over time (one point per heatmap column), log y axis, with the
+// thresholds that apply to the metric and the step cursor.
+
+import { fmt, LogScale, logTicks } from "./colormap";
+import { Rect } from "./layout";
+import { beginPlot, Theme } from "./theme";
+import { Threshold } from "./bars";
+
+/** Log range of a series' finite positive values, widened to the thresholds. */
+export function seriesScale(ys: ArrayLike<number>, thresholds: Threshold[]): LogScale {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (let i = 0; i < ys.length; i++) {
+    const v = ys[i];
+    if (v > 0 && v < Infinity) {
+      lo = Math.min(lo, v);
+      hi = Math.max(hi, v);
+    }
+  }
+  for (const t of thresholds) {
+    if (t.value > 0) {
+      lo = Math.min(lo, t.value);
+      hi = Math.max(hi, t.value);
+    }
+  }
+  if (!(lo <= hi)) return { lo: -1, hi: 0 };
+  let a = Math.log10(lo);
+  let b = Math.log10(hi);
+  const pad = Math.max(0.1, (b - a) * 0.05);
+  return { lo: a - pad, hi: b + pad };
+}
+
+export function drawSeries(
+  ctx: CanvasRenderingContext2D,
+  r: Rect,
+  ys: ArrayLike<number>,
+  cursor: number,
+  thresholds: Threshold[],
+  title: string,
+  t: Theme,
+): void {
+  beginPlot(ctx, r, title, t);
+  const n = ys.length;
+  if (!n) {
+    ctx.restore();
+    return;
+  }
+  const s = seriesScale(ys, thresholds);
+  const Y = (v: number) => r.y + r.h - ((Math.log10(v) - s.lo) / (s.hi - s.lo)) * r.h;
+  const X = (i: number) => r.x + ((i + 0.5) / n) * r.w;
+  // grid + y labels
+  ctx.font = `10px ${t.font}`;
+  ctx.fillStyle = t.fg2;
+  ctx.textAlign = "right";
+  ctx.textBaseline = "middle";
+  for (const e of logTicks(s, 4)) {
+    const y = Y(Math.pow(10, e));
+    ctx.strokeStyle = t.grid;
+    ctx.beginPath();
+    ctx.moveTo(r.x, y);
+    ctx.lineTo(r.x + r.w, y);
+    ctx.stroke();
+    ctx.fillText(`1e${e}`, r.x - 3, y);
+  }
+  for (const th of thresholds) {
+    const y = Y(th.value);
+    ctx.strokeStyle = th.color;
+    ctx.setLineDash([4, 3]);
+    ctx.beginPath();
+    ctx.moveTo(r.x, y);
+    ctx.lineTo(r.x + r.w, y);
+    ctx.stroke();
+    ctx.setLineDash([]);
+    ctx.fillStyle = th.color;
+    ctx.textAlign = "left";
+    ctx.textBaseline = "bottom";
+    ctx.fillText(th.label, r.x + 3, y - 1);
+  }
+  // the line; gaps where values are missing, non-finite drawn as marks at the top
+  ctx.strokeStyle = t.accent;
+  ctx.lineWidth = 1.5;
+  ctx.beginPath();
+  let pen = false;
+  for (let i = 0; i < n; i++) {
+    const v = ys[i];
+    if (v > 0 && v < Infinity) {
+      const x = X(i);
+      const y = Y(v);
+      if (pen) ctx.lineTo(x, y);
+      else ctx.moveTo(x, y);
+      pen = true;
+    } else pen = false;
+  }
+  ctx.stroke();
+  ctx.fillStyle = "#ff00ff";
+  for (let i = 0; i < n; i++) {
+    const v = ys[i];
+    if (v !== v || v === Infinity) ctx.fillRect(X(i) - 1.5, r.y + 1, 3, 6);
+  }
+  // cursor
+  const cx = X(Math.max(0, Math.min(n - 1, cursor)));
+  ctx.strokeStyle = t.cursor;
+  ctx.lineWidth = 1;
+  ctx.beginPath();
+  ctx.moveTo(cx, r.y);
+  ctx.lineTo(cx, r.y + r.h);
+  ctx.stroke();
+  const v = ys[Math.max(0, Math.min(n - 1, cursor))];
+  ctx.fillStyle = t.fg;
+  ctx.textAlign = cx > r.x + r.w / 2 ? "right" : "left";
+  ctx.textBaseline = "top";
+  ctx.fillText(fmt(v), cx + (cx > r.x + r.w / 2 ? -4 : 4), r.y + 3);
+  ctx.restore();
+}
