@@ -1,0 +1,344 @@
+"""GradientPanel, Python side: traits, throttling, decimation bounds, two-way sync, bad input."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import traitlets
+
+from gradwidget.run import METRICS, N_BINS, Run
+from gradwidget.widget import (FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING, MAX_COLUMNS,
+                               GradientPanel, block_reduce, column_block, table_from_run)
+
+L_NAMES = ["0.weight", "0.bias", "2.weight", "2.bias"]
+
+
+def synthetic_run(n_steps=50, layers=L_NAMES, hist_every=10, nonfinite_at=None, seed=0) -> Run:
+    """Depth-ordered layers whose gradients shrink toward the input (layer 0 vanishes)."""
+    rng = np.random.default_rng(seed)
+    run = Run(layers)
+    L = len(layers)
+    scale = np.logspace(-9, -1, L)  # input side tiny, output side large
+    for s in range(n_steps):
+        g = scale * (1 + 0.1 * rng.standard_normal(L))
+        vals = np.zeros((len(METRICS), L), np.float32)
+        vals[METRICS.index("grad_norm")] = g * 10
+        vals[METRICS.index("mean_abs")] = g
+        vals[METRICS.index("max_abs")] = g * 3
+        vals[METRICS.index("std")] = g
+        vals[METRICS.index("weight_norm")] = 1.0
+        vals[METRICS.index("update_norm")] = np.nan
+        if nonfinite_at is not None and s == nonfinite_at:
+            vals[METRICS.index("nonfinite")][L - 1] = 5
+            vals[METRICS.index("grad_norm")][L - 1] = np.nan
+        hist = None
+        if hist_every and s % hist_every == 0:
+            hist = np.zeros((L, N_BINS), np.uint32)
+            hist[:, 20 + s % 7] = 100
+        run.append(s * 2, vals, {"loss": 1.0 / (s + 1)}, hist=hist)
+    return run
+
+
+def f32(b) -> np.ndarray:
+    return np.frombuffer(b, np.float32)
+
+
+class FakeRecorder:
+    """What GradientPanel needs of a Recorder: on_step, run, log, attached."""
+
+    def __init__(self, run):
+        self.run = run
+        self.on_step = []
+        self.attached = True
+        self.logged = []
+
+    def log(self, **kw):
+        self.logged.append(kw)
+
+    def step(self, s):
+        vals = np.full((len(METRICS), self.run.n_layers), 0.01, np.float32)
+        self.run.append(s, vals)
+        for fn in self.on_step:
+            fn(self.run)
+
+
+# --------------------------------------------------------------------------- traits
+def test_traits_of_a_run():
+    run = synthetic_run(50)
+    p = GradientPanel(run)
+    m = p.meta
+    assert (m["rows"], m["cols"], m["n_steps"], m["n_layers"]) == (4, 50, 50, 4)
+    assert [l["name"] for l in m["layers"]] == L_NAMES
+    assert m["metric"] == "mean_abs" and m["metrics"] == list(METRICS)
+    assert m["thresholds"] == {"vanishing": 1e-7, "exploding": 1e3}
+    heat = f32(p.heat).reshape(4, 50)
+    np.testing.assert_allclose(heat, run.metric("mean_abs").T)  # one column per step, depth order
+    flags = np.frombuffer(p.flags, np.uint8).reshape(4, 50)
+    assert (flags[0] & FLAG_VANISHING).all() and not (flags[3] & FLAG_VANISHING).any()
+    np.testing.assert_array_equal(np.frombuffer(p.col_steps, np.float64), run.steps)
+    np.testing.assert_allclose(f32(p.loss), run.scalar("loss"), rtol=1e-6)
+    # follows the newest step; exact values there; the most flagged layer is selected
+    assert p.step == 98 and p.follow
+    assert p.detail_step == 98
+    np.testing.assert_allclose(f32(p.detail).reshape(len(METRICS), 4), run._M3[-1])
+    assert p.layer == 0 and p.layer_name == "0.weight"
+    assert p.hist_layer == 0
+    hs = np.frombuffer(p.hist_steps, np.float64)
+    np.testing.assert_array_equal(hs, run.hist_steps)
+    assert np.frombuffer(p.hists, np.uint32).reshape(len(hs), N_BINS).sum() == 100 * len(hs)
+    assert len(p.table) == 4 and {r["layer"] for r in p.table} == set(L_NAMES)
+    assert p.table[0]["health"] in ("Healthy", "Warning", "Critical", "Unknown")
+    assert not p.live
+    assert repr(p) == "GradientPanel(4 layers, 50 steps)"
+
+
+def test_metric_change_recomputes_the_heatmap():
+    run = synthetic_run(20)
+    p = GradientPanel(run)
+    p.metric = "max_abs"
+    assert p.meta["metric"] == "max_abs"
+    np.testing.assert_allclose(f32(p.heat).reshape(4, 20), run.metric("max_abs").T)
+    with pytest.raises(traitlets.TraitError, match="unknown metric 'nope'"):
+        p.metric = "nope"
+
+
+def test_metric_without_data_says_so():
+    p = GradientPanel(synthetic_run(10), metric="update_norm")
+    assert p.meta["level"] == "warning" and "update_norm" in p.meta["message"]
+    assert np.isnan(f32(p.heat)).all()
+    assert (np.frombuffer(p.flags, np.uint8) & FLAG_NODATA).sum() == 0  # mean |g| exists: not "no gradient"
+
+
+# --------------------------------------------------------------------------- decimation
+def test_block_reduce():
+    a = np.array([[1, np.nan], [3, np.nan], [np.inf, 2], [5, 4]], np.float32)
+    np.testing.assert_allclose(block_reduce(a, 2, "mean"), [[2, np.nan], [5, 3]])
+    np.testing.assert_allclose(block_reduce(a, 2, "max"), [[3, np.nan], [np.inf, 4]])
+    f = np.array([[1], [4], [0], [2]], np.uint8)
+    np.testing.assert_array_equal(block_reduce(f, 2, "or"), [[5], [2]])
+    np.testing.assert_array_equal(block_reduce(f, 1, "or"), f)
+    assert block_reduce(np.zeros((0, 3), np.float32), 4).shape == (0, 3)
+    assert column_block(100_000, 1024) == 98 and column_block(5, 1024) == 1
+
+
+@pytest.fixture(scope="module")
+def long_run():
+    run = synthetic_run(100_000, layers=[f"l{i}.weight" for i in range(8)], hist_every=1000, nonfinite_at=54_321)
+    return run
+
+
+def test_payload_is_bounded_for_100k_steps(long_run):
+    p = GradientPanel(long_run, columns=2048)
+    m = p.meta
+    assert m["n_steps"] == 100_000
+    assert m["cols"] <= 2048 and m["block"] == 49
+    data_bytes = sum(len(getattr(p, k)) for k in ("heat", "flags", "col_steps", "loss", "detail", "hists", "hist_steps"))
+    assert data_bytes < 8 * 2048 * 5 + 2048 * 12 + 40_000
+    # the single non-finite step is still marked in its column, and the run's message says so
+    flags = np.frombuffer(p.flags, np.uint8).reshape(8, m["cols"])
+    col = np.flatnonzero(flags[7] & FLAG_NONFINITE)
+    assert len(col) == 1 and col[0] == (54_321 // 49)
+    assert m["level"] == "error" and "Non-finite" in m["message"]
+    # the browser asks for the columns its screen shows: the payload follows
+    p.columns = 300
+    assert p.meta["cols"] <= 300 and len(p.heat) == 8 * p.meta["cols"] * 4
+    p.columns = 10 ** 6
+    assert p.columns == MAX_COLUMNS
+
+
+def test_exploding_and_histograms_are_thinned(long_run):
+    p = GradientPanel(long_run, columns=512)
+    assert len(np.frombuffer(p.hist_steps, np.float64)) <= 129  # 100 histograms: all of them fit
+    run = synthetic_run(30)
+    run._M3[5, METRICS.index("max_abs"), 2] = 1e5
+    p2 = GradientPanel(run, columns=64)
+    fl = np.frombuffer(p2.flags, np.uint8).reshape(4, 30)
+    assert fl[2, 5] & FLAG_EXPLODING
+
+
+# --------------------------------------------------------------------------- two-way sync
+def test_step_snaps_to_recorded_steps_and_sends_detail():
+    run = synthetic_run(50)  # steps 0, 2, ..., 98
+    p = GradientPanel(run)
+    p.step = 37
+    assert p.step in (36, 38) and not p.follow
+    assert p.detail_step == p.step
+    np.testing.assert_allclose(f32(p.detail).reshape(len(METRICS), 4), run._M3[p.step // 2])
+    p.step = 10 ** 9
+    assert p.step == 98 and p.follow
+
+
+def test_front_end_messages_move_the_kernel_state():
+    """What the browser sends (an ipywidgets update message) lands in the traits."""
+    run = synthetic_run(50)
+    p = GradientPanel(run)
+    p.set_state({"step": 20, "follow": False})
+    assert p.step == 20 and p.detail_step == 20
+    p.set_state({"layer": 3})
+    assert p.layer == 3 and p.hist_layer == 3 and p.layer_name == "2.bias"
+    p.set_state({"metric": "grad_norm"})
+    assert p.meta["metric"] == "grad_norm"
+    # new steps do not yank a scrubbed cursor
+    p2 = GradientPanel(FakeRecorder(synthetic_run(10)), max_rate=1000)
+    p2.set_state({"step": 4, "follow": False})
+    time.sleep(0.01)
+    p2.recorder.step(100)
+    assert p2.step == 4 and p2.meta["last_step"] == 100
+    p2.set_state({"step": 100, "follow": True})
+    time.sleep(0.01)
+    p2.recorder.step(101)
+    time.sleep(0.01)
+    p2.recorder.step(102)
+    assert p2.step == 102
+
+
+def test_select_layer_by_name_and_bad_layers():
+    p = GradientPanel(synthetic_run(10))
+    p.select("2.weight")
+    assert p.layer == 2 and p.hist_layer == 2
+    with pytest.raises(KeyError, match="no layer named"):
+        p.select("nope")
+    with pytest.raises(traitlets.TraitError, match="column index below 4"):
+        p.layer = 4
+    with pytest.raises(traitlets.TraitError):
+        p.step = "ten"
+    assert GradientPanel(synthetic_run(10), layer="0.bias").layer == 1
+
+
+# --------------------------------------------------------------------------- throttling
+def test_updates_are_throttled_with_a_trailing_update():
+    rec = FakeRecorder(synthetic_run(5))
+    p = GradientPanel(rec, max_rate=4)
+    assert p.live
+    start = p.push_count
+    t0 = time.monotonic()
+    s = 100
+    while time.monotonic() - t0 < 0.6:  # ~ thousands of steps in 0.6 s
+        rec.step(s)
+        s += 1
+    sent = p.push_count - start
+    assert s - 100 > 50
+    assert 1 <= sent <= 4, sent  # at most 4 per second (+1 for the first)
+    time.sleep(0.5)  # the trailing update carries the last step
+    assert p.meta["last_step"] == s - 1
+    assert p.step == s - 1
+
+
+def test_idle_panel_sends_table_and_static_image():
+    rec = FakeRecorder(synthetic_run(20))
+    p = GradientPanel(rec, max_rate=20)
+    assert p.static_png == ""
+    for s in range(100, 110):
+        rec.step(s)
+    deadline = time.monotonic() + 20
+    while not p.static_png and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert p.static_png.startswith("data:image/png;base64,")
+    assert p.meta["last_step"] == 109
+
+
+# --------------------------------------------------------------------------- inputs and outputs
+def test_bad_inputs_raise_clear_errors(tmp_path):
+    with pytest.raises(TypeError, match="needs a torch.nn.Module"):
+        GradientPanel(42)
+    with pytest.raises(TypeError, match="no optimizer"):
+        GradientPanel(synthetic_run(3), optimizer=object())
+    with pytest.raises(ValueError, match="max_rate"):
+        GradientPanel(synthetic_run(3), max_rate=0)
+    with pytest.raises(ValueError, match="live=True follows a run directory"):
+        GradientPanel(synthetic_run(3), live=True)
+    from gradwidget.storage import RunFormatError
+
+    with pytest.raises(RunFormatError):
+        GradientPanel.from_run(tmp_path / "missing")
+    with pytest.raises(TypeError, match="log\\(\\) needs"):
+        GradientPanel(synthetic_run(3)).log(loss=1.0)
+
+
+def test_empty_run_and_non_finite_messages():
+    p = GradientPanel(Run(["a", "b"]))
+    assert p.meta["n_steps"] == 0 and p.heat == b"" and "empty" in p.meta["message"]
+    p2 = GradientPanel(synthetic_run(12, nonfinite_at=3))
+    assert p2.meta["level"] == "error" and "3.bias" not in p2.meta["message"] and "2.bias" in p2.meta["message"]
+
+
+def test_mimebundle_carries_a_static_fallback():
+    p = GradientPanel(synthetic_run(30))
+    data, _ = p._repr_mimebundle_()
+    assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == p.model_id
+    assert data["image/png"] and "gradwidget-static" in data["text/html"]
+    assert 'class="gradwidget-panel-image"' in data["text/html"]
+    assert "<table" in data["text/html"]
+    assert p.static_png == "data:image/png;base64," + data["image/png"]
+
+
+def test_table_without_the_analysis_package():
+    rows = table_from_run(synthetic_run(20, nonfinite_at=4))
+    by = {r["layer"]: r for r in rows}
+    assert by["0.weight"]["health"] == "Critical" and "vanishing" in by["0.weight"]["flags"]
+    assert by["2.bias"]["health"] == "Critical" and "non-finite" in by["2.bias"]["suggestion"]
+    assert by["2.weight"]["health"] == "Healthy"
+
+
+def test_report_is_the_analysis():
+    pytest.importorskip("gradwidget.analysis")
+    import gradwidget
+
+    run = synthetic_run(30)
+    p = GradientPanel(run)
+    rep = p.report
+    assert list(rep.layers["layer"]) == L_NAMES
+    assert rep is p.report  # cached while the run is unchanged
+    assert {r["layer"]: r["health"] for r in p.table} == dict(zip(rep.layers["layer"], rep.layers["health"]))
+    assert type(rep) is type(gradwidget.analyze(run))
+
+
+# --------------------------------------------------------------------------- real training
+torch = pytest.importorskip("torch")
+
+
+def test_panel_on_a_model_updates_while_training():
+    from gradwidget.demo import build_demo, train_demo
+
+    model, opt, data = build_demo(depth=4, width=16)
+    p = GradientPanel(model, opt, max_rate=50)
+    assert p.run is None and "No step recorded yet" in p.meta["message"]
+    assert repr(p) == "GradientPanel(no step recorded yet)"
+    seen = []
+    train_demo(40, recorder=p, model=model, optimizer=opt, data=data,
+               callback=lambda i, loss: (time.sleep(0.01), seen.append(p.meta["n_steps"])))
+    assert p.live and p.push_count >= 3
+    assert len(set(seen)) >= 3  # the browser saw the run grow during training
+    time.sleep(0.3)
+    assert p.meta["n_steps"] == 40 and p.step == int(p.run.steps[-1])
+    assert np.isfinite(np.frombuffer(p.loss, np.float32)).all()
+    p.detach()
+    assert not p.live and not p.recorder.attached
+
+
+def test_from_run_follows_a_directory(tmp_path):
+    from gradwidget.collect.torch import Recorder
+    from gradwidget.demo import build_demo
+
+    model, opt, data = build_demo(depth=3, width=8)
+    rec = Recorder(model, opt, log_dir=tmp_path / "run")
+
+    def train(n):
+        for _ in range(n):
+            x, y = next(data)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+
+    train(5)
+    p = GradientPanel.from_run(tmp_path / "run", live=True, poll_interval=0.05, max_rate=100)
+    assert p.live and p.meta["n_steps"] == 5
+    train(7)
+    deadline = time.monotonic() + 10
+    while p.meta["n_steps"] < 12 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert p.meta["n_steps"] == 12
+    p.stop()
+    assert not p.live
+    rec.detach()
