@@ -61,8 +61,6 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
     recs = advice.recommendations(factors, regs, dyn, hl)
     overall = health.overall_health(hl, s.exact)
     layers = _layers_table(run, s, fl, hl, sugg)
-    from ..frames import summary
-
     last = run.metric("grad_norm")[-1] if run.n_steps else np.full(run.n_layers, np.nan)
     wrep = None
     if weights is not None:
@@ -74,7 +72,7 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
                   health=hl, risk_factors=factors, regions=regs, network=net, critical_paths=paths,
                   distribution=dist, interactions=inter, convergence=conv, dynamics=dyn, stability=stab,
                   groups=groups, suggestions=sugg, priorities=prio, recommendations=recs,
-                  seed_summary=summary(run), weights=wrep, weight_drift=drift_from_run(run),
+                  weights=wrep, weight_drift=drift_from_run(run, s.update_rows),
                   explosion=gradient_explosion(run.layer_names, last, t.exploding), notes=notes)
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from .flow import Region
 from .health import Dynamics, RiskFactor
-from .stats import Series, _quiet, block_mean
+from .stats import Series, _quiet, block_mean, nanmedian
 from .health import CORR_ROWS
 
 PRIORITY_ORDER = ("Critical", "High", "Medium", "Low")
@@ -60,7 +60,7 @@ def layer_groups(s: Series, health: pd.DataFrame) -> list[LayerGroup]:
     g = s.stat("grad_norm", "median")
     with np.errstate(divide="ignore", invalid="ignore"), _quiet():
         lg = np.log10(np.where(g > 0, g, np.nan))
-        rel = lg - np.nanmedian(lg[known]) if known.any() else lg * np.nan
+        rel = lg - nanmedian(lg[known]) if known.any() else lg * np.nan
     band = -np.log10(t.bottleneck_gain)
     level = np.where(~known | ~np.isfinite(rel), "", np.where(rel > band, "High gradient",
                                                               np.where(rel < -band, "Low gradient", "Medium gradient")))
@@ -86,7 +86,7 @@ def layer_groups(s: Series, health: pd.DataFrame) -> list[LayerGroup]:
                 ch = GroupCharacteristics(
                     mean_gradient_norm=float(10 ** np.nanmean(lg[idx])) if np.isfinite(lg[idx]).any() else float("nan"),
                     synchronization=sync,
-                    lr_sensitivity=float(np.nanmedian(ur[idx])) if np.isfinite(ur[idx]).any() else float("nan"),
+                    lr_sensitivity=float(nanmedian(ur[idx])) if np.isfinite(ur[idx]).any() else float("nan"),
                     internal_coherence=float(1 / (1 + np.nanstd(lg[idx]))) if np.isfinite(lg[idx]).any() else float("nan"),
                     difficulty="Difficult" if (hv[idx] == "Critical").any() else
                     "Moderate" if (hv[idx] == "Warning").any() else "Easy")

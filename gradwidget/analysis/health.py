@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .stats import (Series, _quiet, block_mean, log10_pos, lstsq_slope, moments, trailing_true)
+from .stats import (Series, _quiet, block_mean, log10_pos, lstsq_slope, moments, nanmedian, trailing_true,
+                    update_ratio_rows)
 
 HEALTH = ("Healthy", "Warning", "Critical", "Unknown")
 #: a pair of layers whose log-norm series correlate at least this much (in absolute value) is
@@ -62,8 +63,7 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
         lambda i: f"non-finite (NaN/Inf) gradient entries on {nfs[i]:.0%} of steps "
                   f"({int(ex['nonfinite_total'][i])} entries in total)")
     es = ex["exploding_share"]
-    finite_max = np.nanmax(np.where(np.isfinite(run.metric("max_abs")), run.metric("max_abs"), np.nan), axis=0) \
-        if run.n_steps and np.isfinite(run.metric("max_abs")).any() else np.full(L, np.nan)
+    finite_max = ex["max_abs_finite"]
     add(ok & (es > 0) & (nfs == 0), "exploding", 0.5 + 0.5 * es, es >= t.minor_issue_ratio,
         lambda i: f"max |g| reached {_fmt(finite_max[i])} (> {t.exploding:g}) on {es[i]:.0%} of steps")
     vs = ex["vanishing_share"]
@@ -75,7 +75,7 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
         lambda i: f"at least {t.dead_zero_fraction:.0%} of gradient entries exactly zero on {ds[i]:.0%} of steps")
     lvl = np.log10(np.where(s.stat("grad_norm", "median") > 0, s.stat("grad_norm", "median"), np.nan))
     with _quiet():
-        med = np.nanmedian(lvl[ok]) if ok.any() else np.nan
+        med = nanmedian(lvl[ok]) if ok.any() else np.nan
     rel = lvl - med
     lo, hi = np.log10(t.relative_vanishing), np.log10(t.relative_exploding)
     with np.errstate(invalid="ignore"):
@@ -103,13 +103,10 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
 def update_ratio(s: Series) -> np.ndarray:
     """Median over recorded steps of ||update|| / ||weight|| per layer (NaN without an optimizer;
     update_norm is measured every few steps, so NaN rows are skipped)."""
-    run = s.run
-    rows = slice(max(0, run.n_steps - s.max_rows * 4), None)
-    u = np.asarray(run.metric("update_norm")[rows], np.float64)
-    w = np.asarray(run.metric("weight_norm")[rows], np.float64)
-    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
-        r = np.where(w > 0, u / w, np.nan)
-        return np.nanmedian(r, axis=0) if r.shape[0] else np.full(run.n_layers, np.nan)
+    if s._update_ratio is None:
+        r = s.update_rows
+        s._update_ratio = nanmedian(r) if r.shape[0] else np.full(s.run.n_layers, np.nan)
+    return s._update_ratio
 
 
 def convergence_indicator(s: Series) -> np.ndarray:
@@ -150,7 +147,7 @@ def layer_health(s: Series, flow: pd.DataFrame, factors: list[RiskFactor]) -> pd
     lvl = s.stat("mean_abs", "median")
     with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
         llog = np.log10(np.where(lvl > 0, lvl, np.nan))
-        med = np.nanmedian(llog[known]) if known.any() else np.nan
+        med = nanmedian(llog[known]) if known.any() else np.nan
         rel = llog - med
         gap = np.abs(rel)
         potential = np.clip(gap / -np.log10(t.relative_vanishing), 0, 1)
@@ -284,17 +281,15 @@ def convergence(s: Series, health: pd.DataFrame) -> Convergence:
     y, _, what = _progress_series(run)
     rel, _ = _rel_slope(y, w)
     loss_fall, _ = _rel_slope(run.scalar("loss"), w)
-    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
-        u = np.asarray(run.metric("update_norm")[-w * 10:], np.float64)
-        wn = np.asarray(run.metric("weight_norm")[-w * 10:], np.float64)
-        ratio = np.nanmedian(np.where(wn > 0, u / wn, np.nan), axis=1) if u.size else np.zeros(0)
+    r = s.update_rows
+    ratio = nanmedian(r, axis=1) if r.size else np.zeros(0)
     par, _ = _rel_slope(ratio, w)
     ln10 = np.log(10)
     trend = ("Unknown" if not np.isfinite(rel) else "Converging" if rel < -t.plateau_rel_change
              else "Diverging" if rel > t.plateau_rel_change else "Stable")
     clip = lambda v: float(np.clip(-v * (w - 1) / ln10, 0, 1)) if np.isfinite(v) else float("nan")
     with _quiet():
-        g = float(np.nanmedian(health["convergence"])) if np.isfinite(health["convergence"]).any() else float("nan")
+        g = float(nanmedian(health["convergence"])) if np.isfinite(health["convergence"]).any() else float("nan")
     return Convergence(g, clip(loss_fall), clip(par), rel, trend, what)
 
 
@@ -399,7 +394,7 @@ def stability(s: Series, flow: pd.DataFrame, factors: list[RiskFactor], max_sour
     extrapolates the last ``convergence_window`` steps of the global norm, with the fit's R^2."""
     run, t = s.run, s.run.thresholds
     with _quiet():
-        overall = float(np.nanmedian(flow["stability"][s.trainable])) if np.isfinite(flow["stability"][s.trainable]).any() else float("nan")
+        overall = float(nanmedian(flow["stability"][s.trainable])) if np.isfinite(flow["stability"][s.trainable]).any() else float("nan")
     g = run.scalar("global_norm")
     g = g[np.isfinite(g)]
     quarters = []

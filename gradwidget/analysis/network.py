@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..run import Run
-from .stats import Series, _quiet, sample_rows
+from ..run import METRICS, Run
+from .stats import STAT_ROWS, Series, _quiet, nanmedian, sample_rows
 
 NODE_TYPES = ("Source", "Sink", "Bottleneck", "Amplifier", "Normal")
 EDGE_TYPES = ("Strong", "Weak", "Intermittent", "Blocked")
@@ -72,18 +72,19 @@ class CriticalPath:
 def _rms_log(s: Series) -> tuple[np.ndarray, np.ndarray]:
     """(coarse log10 RMS entry per step, median of it per layer): norms made comparable across
     tensors of different sizes."""
-    numel = np.array([max(1, l.numel) for l in s.run.layers], np.float64)
-    rms = s.coarse - 0.5 * np.log10(numel)[None, :]
-    with _quiet():
-        return rms, np.nanmedian(rms, axis=0) if rms.shape[0] else np.full(len(numel), np.nan)
+    if s._rms is None:
+        numel = np.array([max(1, l.numel) for l in s.run.layers], np.float64)
+        rms = s.coarse - 0.5 * np.log10(numel)[None, :]
+        s._rms = rms, (nanmedian(rms, axis=0) if rms.shape[0] else np.full(len(numel), np.nan))
+    return s._rms
 
 
 def no_flow_flags(run: Run, rows=None) -> np.ndarray:
     """Boolean (rows, layers): the layer had no usable gradient (vanishing or dead) at that step."""
     t = run.thresholds
-    rows = slice(None) if rows is None else rows
+    c = run._M3[slice(None) if rows is None else rows]  # one gather for both metrics
     with np.errstate(invalid="ignore"):
-        return (run.metric("mean_abs")[rows] < t.vanishing) | (run.metric("zero_frac")[rows] >= t.dead_zero_fraction)
+        return (c[:, METRICS.index("mean_abs")] < t.vanishing) | (c[:, METRICS.index("zero_frac")] >= t.dead_zero_fraction)
 
 
 def flow_network(s: Series, flow: pd.DataFrame) -> FlowNetwork:
@@ -105,10 +106,10 @@ def flow_network(s: Series, flow: pd.DataFrame) -> FlowNetwork:
     u, v = E[:, 0].astype(np.int64), E[:, 1].astype(np.int64)
     with _quiet(), np.errstate(invalid="ignore"):
         lg = rms[:, u] - rms[:, v]
-        gain_log = np.nanmedian(lg, axis=0) if lg.shape[0] else np.full(len(E), np.nan)
+        gain_log = nanmedian(lg, axis=0) if lg.shape[0] else np.full(len(E), np.nan)
         gstd = np.nanstd(lg, axis=0) if lg.shape[0] else np.full(len(E), np.nan)
     consistency = 1.0 / (1.0 + gstd)
-    rows = sample_rows(run.n_steps, s.max_rows)
+    rows = sample_rows(run.n_steps, min(s.max_rows, STAT_ROWS))
     nf = no_flow_flags(run, rows)
     blocked = (nf[:, u] & ~nf[:, v]).mean(axis=0) if nf.shape[0] else np.zeros(len(E))
     bg = np.log10(t.bottleneck_gain)

@@ -68,11 +68,21 @@ class Report:
     suggestions: list
     priorities: list
     recommendations: list
-    seed_summary: Any                    #: the seed 003 summary (gradwidget.frames.summary)
     weights: Any = None                  #: WeightReport when weights were given
     weight_drift: Any = None             #: drift read from the run's update/weight ratios
     explosion: Any = None                #: seed 001 gradient-explosion analysis at the last step
     notes: list = field(default_factory=list)
+
+    @property
+    def seed_summary(self):
+        """The seed 003 summary (``gradwidget.frames.summary``), computed on first use."""
+        if self._seed_summary is None:
+            from ..frames import summary
+
+            self._seed_summary = summary(self.run)
+        return self._seed_summary
+
+    _seed_summary: Any = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ text
     def summary_text(self) -> str:
@@ -113,6 +123,8 @@ class Report:
     # ------------------------------------------------------------------ export
     def to_dict(self) -> dict:
         d = to_jsonable(self)
+        d.pop("_seed_summary", None)
+        d["seed_summary"] = to_jsonable(self.seed_summary)
         d["run"] = {"n_layers": self.run.n_layers, "n_steps": self.run.n_steps,
                     "first_step": int(self.run.steps[0]) if self.run.n_steps else None,
                     "last_step": int(self.run.steps[-1]) if self.run.n_steps else None}

@@ -21,6 +21,8 @@ STAT_NAMES = ("mean", "std", "variance", "median", "p5", "p95", "skewness", "kur
 #: rows analysed at full resolution (distribution stats, flow characteristics) and the length of
 #: the block-averaged copy used for trends, plateaus and correlations.
 MAX_ROWS = 4096
+#: evenly spaced steps the distribution statistics (moments, quantiles) are computed on.
+STAT_ROWS = 2048
 _TINY = np.finfo(np.float32).tiny
 
 
@@ -41,10 +43,15 @@ def block_mean(a: np.ndarray, max_rows: int = MAX_ROWS) -> tuple[np.ndarray, int
         a = np.asarray(a, np.float64)
         return np.where(np.isfinite(a), a, np.nan), 1
     m = (n // k) * k
-    b = np.asarray(a[n - m:], np.float32).reshape((m // k, k) + a.shape[1:])
-    b = np.where(np.isfinite(b), b, np.float32(np.nan))
+    out = np.empty((m // k,) + a.shape[1:], np.float64)
+    per = max(1, (1 << 22) // max(1, k * int(np.prod(a.shape[1:]))))  # blocks per chunk: ~4M values
     with np.errstate(invalid="ignore"), _quiet():
-        return np.nanmean(b, axis=1, dtype=np.float64), k
+        for i in range(0, m // k, per):  # chunks bound the temporary copies
+            j = min(m // k, i + per)
+            b = np.asarray(a[n - m + i * k: n - m + j * k]).reshape((j - i, k) + a.shape[1:])
+            b = np.where(np.isfinite(b), b, np.float32(np.nan))
+            out[i:j] = np.nanmean(b, axis=1, dtype=np.float64)
+    return out, k
 
 
 class _quiet:
@@ -85,9 +92,9 @@ def moments(x: np.ndarray) -> dict[str, np.ndarray]:
 def quantiles(x: np.ndarray, qs=(0.05, 0.5, 0.95)) -> np.ndarray:
     """NaN-aware quantiles per column with linear interpolation, ``(len(qs), columns)``; one sort
     for all columns instead of ``np.nanpercentile``'s per-column loop."""
-    x = np.asarray(x, np.float64)
+    x = np.asarray(x)
     x = np.where(np.isfinite(x), x, np.nan)
-    s = np.sort(x, axis=0)  # NaN sorts last
+    s = np.sort(x, axis=0).astype(np.float64, copy=False)  # NaN sorts last; float32 input sorts as float32
     n = np.sum(np.isfinite(s), axis=0)
     out = np.full((len(qs), x.shape[1]), np.nan)
     ok = n > 0
@@ -112,14 +119,15 @@ def column_stats(x: np.ndarray) -> dict[str, np.ndarray]:
     return {k: out[k] for k in STAT_NAMES}
 
 
-def layer_statistics(run: Run, metrics=METRICS, max_rows: int = MAX_ROWS) -> pd.DataFrame:
+def layer_statistics(run: Run, metrics=METRICS, max_rows: int = STAT_ROWS) -> pd.DataFrame:
     """Long table: one row per (metric, layer) with ``STAT_NAMES`` over the recorded steps
     (on at most ``max_rows`` evenly spaced steps; see the module docstring)."""
     rows = sample_rows(run.n_steps, max_rows)
     names = np.array(run.layer_names, dtype=object)
+    sample = run._M3[rows]  # one gather for every metric
     parts = []
     for m in metrics:
-        st = column_stats(run.metric(m)[rows])
+        st = column_stats(sample[:, METRICS.index(m)])
         df = pd.DataFrame({"metric": m, "layer": names, **st})
         parts.append(df)
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["metric", "layer", *STAT_NAMES])
@@ -127,27 +135,81 @@ def layer_statistics(run: Run, metrics=METRICS, max_rows: int = MAX_ROWS) -> pd.
     return out
 
 
-def exact_reductions(run: Run) -> dict[str, np.ndarray]:
-    """Per-layer values one step can change, computed over every recorded step: the largest max |g|,
-    the total count of non-finite entries, and the share of steps each seed flag fired
-    (vanishing, exploding, dead, non-finite)."""
+def exact_reductions(run: Run, chunk: int = 8192, block: int = 0) -> dict[str, np.ndarray]:
+    """Per-layer values one step can change, computed over every recorded step: the largest max |g|
+    (inf when a step was non-finite; ``max_abs_finite`` ignores those), the total count of non-finite
+    entries, and the share of steps each seed flag fired (vanishing, exploding, dead, non-finite).
+    One pass over contiguous chunks of rows, all reductions together. With ``block`` > 0 the same
+    pass also returns ``coarse_grad_norm``: the gradient norm averaged over blocks of ``block`` steps
+    aligned to the last step (finite values only; a partial first block is left out)."""
     t = run.thresholds
-    with _quiet(), np.errstate(invalid="ignore"):
-        mx = run.metric("max_abs")
-        nf = run.metric("nonfinite")
-        nonfinite_total = np.nansum(nf, axis=0, dtype=np.float64)
-        nonfinite_steps = np.sum(nf > 0, axis=0)
-        max_abs_max = np.where(nonfinite_steps > 0, np.inf, np.nanmax(mx, axis=0)) if run.n_steps else \
-            np.full(run.n_layers, np.nan)
-        n = max(run.n_steps, 1)
-        trainable = run.trainable_mask()
-        vanishing_share = np.sum(run.metric("mean_abs") < t.vanishing, axis=0) / n * trainable
-        exploding_share = np.sum((mx > t.exploding) | (nf > 0), axis=0) / n
-        dead_share = np.sum(run.metric("zero_frac") >= t.dead_zero_fraction, axis=0) / n * trainable
-        known = np.sum(np.isfinite(run.metric("grad_norm")) | (nf > 0), axis=0)
-    return {"max_abs_max": max_abs_max, "nonfinite_total": nonfinite_total,
-            "nonfinite_share": nonfinite_steps / n, "vanishing_share": vanishing_share,
-            "exploding_share": exploding_share, "dead_share": dead_share, "known_steps": known}
+    L, n = run.n_layers, run.n_steps
+    j = {m: i for i, m in enumerate(METRICS)}
+    mx_max = np.full(L, -np.inf)
+    nf_total = np.zeros(L)
+    nf_steps, van, expl, dead, known = (np.zeros(L, np.int64) for _ in range(5))
+    M = run._M3
+    k = max(1, block)
+    head = n - (n // k) * k if block else n
+    coarse = np.empty(((n - head) // k, L)) if block else None
+    chunk = max(k, (chunk // k) * k)
+    bounds = ([(0, head)] if head else []) + [(a, min(n, a + chunk)) for a in range(head, n, chunk)]
+    with np.errstate(invalid="ignore"):
+        for a, b in bounds:
+            c = M[a:b]
+            mx, nf = c[:, j["max_abs"]], c[:, j["nonfinite"]]
+            nfb = nf > 0
+            cm = np.fmax.reduce(mx, axis=0)  # ignores NaN (no data); +inf marks a non-finite step
+            bad = ~np.isfinite(cm) & ~np.isnan(cm)
+            if bad.any():  # rare: recompute those columns without their non-finite steps
+                sub = mx[:, bad]
+                cm[bad] = np.where(np.isfinite(sub), sub, -np.inf).max(axis=0)
+            np.fmax(mx_max, cm, out=mx_max)
+            nf_total += np.where(nfb, nf, 0).sum(axis=0, dtype=np.float64)
+            nf_steps += nfb.sum(axis=0)
+            van += (c[:, j["mean_abs"]] < t.vanishing).sum(axis=0)
+            expl += ((mx > t.exploding) | nfb).sum(axis=0)
+            dead += (c[:, j["zero_frac"]] >= t.dead_zero_fraction).sum(axis=0)
+            g = c[:, j["grad_norm"]]
+            fin = np.isfinite(g)
+            known += (fin | nfb).sum(axis=0)
+            if block and a >= head:
+                gz = np.where(fin, g, 0).reshape(-1, k, L)
+                cnt = fin.reshape(-1, k, L).sum(axis=1)
+                with np.errstate(divide="ignore"):
+                    coarse[(a - head) // k:(b - head) // k] = np.where(
+                        cnt > 0, gz.sum(axis=1, dtype=np.float64) / np.maximum(cnt, 1), np.nan)
+    trainable = run.trainable_mask()
+    d = max(n, 1)
+    finite_max = np.where(mx_max > -np.inf, mx_max, np.nan)
+    out = {"max_abs_max": np.where(nf_steps > 0, np.inf, finite_max), "max_abs_finite": finite_max,
+           "nonfinite_total": nf_total, "nonfinite_share": nf_steps / d,
+           "vanishing_share": van / d * trainable, "exploding_share": expl / d,
+           "dead_share": dead / d * trainable, "known_steps": known}
+    if block:
+        out["coarse_grad_norm"] = coarse
+    return out
+
+
+def nanmedian(x: np.ndarray, axis: int = 0) -> np.ndarray | float:
+    """Median ignoring NaN/Inf; one sort (``np.nanmedian`` loops per column when NaNs are present)."""
+    x = np.asarray(x, np.float64)
+    if x.ndim == 1:
+        return float(quantiles(x[:, None], (0.5,))[0, 0])
+    if axis == 1:
+        x = x.T
+    return quantiles(x, (0.5,))[0]
+
+
+def update_ratio_rows(run: Run, max_rows: int = MAX_ROWS) -> np.ndarray:
+    """``update_norm / weight_norm`` per step and layer over the most recent ``2 * max_rows`` steps,
+    keeping only steps where an update was measured (update_norm is measured every few steps)."""
+    c = run._M3[max(0, run.n_steps - 2 * max_rows):]
+    u = c[:, METRICS.index("update_norm")].astype(np.float64)
+    w = c[:, METRICS.index("weight_norm")].astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.where(w > 0, u / w, np.nan)
+    return r[np.isfinite(r).any(axis=1)]
 
 
 def lstsq_slope(y: np.ndarray, x: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -214,13 +276,23 @@ class Series:
         rec = np.asarray(g[max(0, n - max_rows):], np.float64)
         self.recent = np.where(np.isfinite(rec), rec, np.nan)  # non-finite steps are counted apart
         self.recent_steps = run.steps[max(0, n - max_rows):]
-        coarse, self.block = block_mean(g, max_rows)
-        self.coarse = log10_pos(coarse)
+        self.block = max(1, -(-n // max_rows))
+        self.exact = exact_reductions(run, block=self.block)
+        self.coarse = log10_pos(self.exact.pop("coarse_grad_norm"))
         m = (n // self.block) * self.block
         self.coarse_steps = run.steps[n - m:][:: self.block] if n else run.steps
-        self.exact = exact_reductions(run)
-        self.stats = layer_statistics(run, max_rows=max_rows)
+        self.stats = layer_statistics(run, max_rows=min(max_rows, STAT_ROWS))
         self.trainable = run.trainable_mask()
+        self._update_ratio = None
+        self._update_rows = None
+        self._rms = None
+
+    @property
+    def update_rows(self) -> np.ndarray:
+        """``update_ratio_rows(run)``, computed once."""
+        if self._update_rows is None:
+            self._update_rows = update_ratio_rows(self.run, self.max_rows)
+        return self._update_rows
 
     def stat(self, metric: str, name: str) -> np.ndarray:
         """One statistic of one metric for every layer, in depth order."""

@@ -259,22 +259,18 @@ def drift_between(weights: dict, previous: dict, thresholds=None) -> Drift:
                  [n for n, x in zip(names, v) if x > t.update_ratio_high])
 
 
-def drift_from_run(run) -> Drift | None:
-    """Per-step update/weight norm ratio recorded in the run: per layer its median, then the mean and
+def drift_from_run(run, rows: np.ndarray | None = None) -> Drift | None:
+    """Per-step update/weight norm ratio recorded in the run (its most recent steps, see
+    ``stats.update_ratio_rows``): per layer its median, then the mean and
     max over layers; layers whose median is above ``update_ratio_high`` are affected. None when the
     run never measured updates."""
-    u = np.asarray(run.metric("update_norm"), np.float64)
-    w = np.asarray(run.metric("weight_norm"), np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.where(w > 0, u / w, np.nan)
+    from .stats import nanmedian, update_ratio_rows
+
+    r = update_ratio_rows(run) if rows is None else rows
     ok = np.isfinite(r).any(axis=0)
     if not ok.any():
         return None
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        med = np.nanmedian(r[:, ok], axis=0)
+    med = nanmedian(r[:, ok])
     t = run.thresholds
     names = [n for n, k in zip(run.layer_names, ok) if k]
     mx = float(np.max(med))
