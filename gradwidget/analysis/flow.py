@@ -76,9 +76,9 @@ def flow_characteristics(s: Series) -> pd.DataFrame:
 
 def temporal_direction(x: np.ndarray, stagnant_rel: float) -> tuple[np.ndarray, np.ndarray]:
     """Direction of each column's norm at its last row (seed 002 ``get_latest_flow_direction``):
-    over the last 3 values, Oscillating when the two differences have opposite signs, else
-    Forward (growing) / Backward (shrinking), Stagnant when the change is below ``stagnant_rel``
-    of the level. Stability: 1/(1 + CV) of the last 5 values (the seed used the raw variance).
+    over the last 3 values, Oscillating when the two differences have opposite signs (and one of them
+    is above ``stagnant_rel`` of the level), else Stagnant when the net change is below
+    ``stagnant_rel`` of the level, else Forward (growing) / Backward (shrinking). Stability: 1/(1 + CV) of the last 5 values (the seed used the raw variance).
     Fewer than 3 rows: Stagnant with stability NaN."""
     n, L = x.shape
     if n < 3:
@@ -88,8 +88,9 @@ def temporal_direction(x: np.ndarray, stagnant_rel: float) -> tuple[np.ndarray, 
         level = np.abs(np.nanmean(x[-3:], axis=0))
         change = c - a
         stag = ~(np.abs(change) > stagnant_rel * level)
-        osc = (b - a) * (c - b) < 0
-        out = np.where(stag, "Stagnant", np.where(osc, "Oscillating", np.where(change > 0, "Forward", "Backward")))
+        swing = np.maximum(np.abs(b - a), np.abs(c - b)) > stagnant_rel * level
+        osc = ((b - a) * (c - b) < 0) & swing
+        out = np.where(osc, "Oscillating", np.where(stag, "Stagnant", np.where(change > 0, "Forward", "Backward")))
         last = x[-5:]
         m = np.nanmean(last, axis=0)
         stab = np.where(m > 0, 1.0 / (1.0 + np.nanstd(last, axis=0) / np.where(m > 0, m, 1)), np.nan)

@@ -83,6 +83,7 @@ def moments(x: np.ndarray) -> dict[str, np.ndarray]:
         kurt = np.nanmean(d2 * d2, axis=0) / (var * var) - 3.0
     # a constant column (numerically: variance below float64 rounding of its mean) has no shape
     flat = ~(var > (np.abs(mean) * 1e-12) ** 2)
+    var = np.where(flat & (n > 0), 0.0, var)
     skew = np.where(flat & (n > 0), 0.0, skew)
     kurt = np.where(flat & (n > 0), 0.0, kurt)
     return {"mean": mean, "std": np.sqrt(var), "variance": var, "skewness": skew, "kurtosis": kurt,

@@ -1,0 +1,174 @@
+"""Flow characteristics, temporal direction, regions, flow network and critical paths on synthetic
+runs whose answers are known by construction."""
+import numpy as np
+import pytest
+
+from gradwidget.analysis import flow, network
+from gradwidget.analysis.stats import Series
+from test_analysis_stats import synth
+
+T = 60
+
+
+def chars(g, **kw):
+    s = Series(synth(g, **kw))
+    return s, flow.flow_characteristics(s)
+
+
+def test_constant_series():
+    _, f = chars(np.full((T, 1), 0.5))
+    r = f.iloc[0]
+    assert r.consistency == pytest.approx(1) and r.smoothness == pytest.approx(1)
+    assert r.oscillation == 0 and not r.oscillating and r.stability == pytest.approx(1)
+    assert r.bottleneck_score == pytest.approx(0, abs=1e-9) and r.flow_rate == pytest.approx(0)
+    assert r.trend_slope == pytest.approx(0, abs=1e-9) and r.trend == "flat"
+    assert r.direction == "Stagnant" and r.direction_stability == pytest.approx(1)
+
+
+def test_alternating_series_oscillates():
+    g = np.where(np.arange(T) % 2 == 0, 1.0, 3.0)[:, None]
+    _, f = chars(g)
+    r = f.iloc[0]
+    assert r.oscillation == pytest.approx(1.0) and r.oscillating and r.trend == "oscillating"
+    assert r.direction == "Oscillating"
+    assert r.flow_rate == pytest.approx(2 / 2.0)       # |Δ| = 2 around a mean of 2
+    assert r.stability == pytest.approx(1 / (1 + 0.5))  # CV = 1/2
+    assert r.bottleneck_score == pytest.approx(0.5)     # min 1 vs mean 2
+
+
+def test_small_noise_is_not_oscillation():
+    rng = np.random.default_rng(0)
+    _, f = chars(1 + 0.05 * rng.standard_normal((T, 1)))
+    assert f.iloc[0].oscillation > 0.4 and not f.iloc[0].oscillating
+
+
+def test_exponential_decay_and_growth_trends():
+    steps = np.arange(T)
+    g = np.column_stack([10 ** (-0.1 * steps), 10 ** (0.05 * steps)])
+    _, f = chars(g)
+    dec, grow = f.iloc[0], f.iloc[1]
+    assert dec.trend_slope == pytest.approx(-0.1, rel=1e-4) and dec.trend_r2 == pytest.approx(1)
+    assert dec.trend_decades == pytest.approx(-0.1 * (T - 1), rel=1e-4) and dec.trend == "falling"
+    assert dec.direction == "Backward" and grow.direction == "Forward" and grow.trend == "rising"
+    assert dec.consistency == pytest.approx(1 / (1 + (1 - 10 ** -0.1)), rel=1e-4)
+
+
+def test_trend_uses_user_steps():
+    g = 10 ** (-0.1 * np.arange(T))[:, None]
+    _, f = chars(g, steps=np.arange(T) * 10)
+    assert f.iloc[0].trend_slope == pytest.approx(-0.01, rel=1e-4)
+
+
+def test_linear_decay_is_falling_but_not_oscillating():
+    g = np.linspace(1.0, 0.001, T)[:, None]
+    _, f = chars(g)
+    assert f.iloc[0].trend == "falling" and f.iloc[0].oscillation == 0 and f.iloc[0].direction == "Backward"
+
+
+def _regions(**kw):
+    return flow.regions(Series(synth(**kw)))
+
+
+def test_vanishing_region_is_contiguous_in_backward_order_with_real_sizes():
+    g = np.full((T, 6), 1.0)
+    g[:, 1:4] = 1e-9
+    regs = _regions(g=g, numel=[10, 20, 30, 40, 50, 60])
+    (r,) = [x for x in regs if x.kind == "vanishing"]
+    assert r.layers == ["l3.weight", "l2.weight", "l1.weight"]
+    assert (r.start_layer, r.end_layer) == ("l3.weight", "l1.weight")
+    assert r.parameters == 20 + 30 + 40 and r.duration_steps == T
+    assert r.severity == "Critical" and r.active_now and (r.first_step, r.last_step) == (0, T - 1)
+
+
+def test_a_frozen_layer_splits_regions():
+    g = np.full((T, 5), 1e-9)
+    regs = _regions(g=g, status=["trainable", "trainable", "frozen", "trainable", "trainable"])
+    van = [r for r in regs if r.kind == "vanishing"]
+    assert [r.layers for r in van] == [["l1.weight", "l0.weight"], ["l4.weight", "l3.weight"]]
+
+
+def test_exploding_tail_has_its_real_duration():
+    g = np.full((T, 3), 1.0)
+    mx = np.full((T, 3), 1.0)
+    mx[-5:, 2] = 1e5
+    regs = _regions(g=g, max_abs=mx)
+    (r,) = regs
+    assert r.kind == "exploding" and r.layers == ["l2.weight"] and r.duration_steps == 5
+    assert r.first_step == T - 5 and r.active_now and r.severity == "Moderate"
+
+
+def test_dead_zone_and_its_recovery():
+    g = np.full((T, 3), 1.0)
+    z = np.zeros((T, 3))
+    z[:, 0] = 1.0            # dead all along: Low recovery
+    z[: T // 2, 2] = 1.0     # dead for the first half, then recovered: High
+    regs = {tuple(r.layers): r for r in _regions(g=g, zero_frac=z) if r.kind == "dead"}
+    low, high = regs[("l0.weight",)], regs[("l2.weight",)]
+    assert low.recovery == "Low" and low.intervention_required and low.duration_steps == T
+    assert high.recovery == "High" and not high.intervention_required and high.last_step == T // 2 - 1
+    z2 = np.zeros((T, 1))
+    z2[T // 4:] = 1.0        # dead on 75% of steps and still dead: Medium
+    (mid,) = [r for r in _regions(g=np.ones((T, 1)), zero_frac=z2) if r.kind == "dead"]
+    assert mid.recovery == "Medium" and mid.intervention_required
+
+
+def test_no_recorded_graph_means_no_network():
+    s = Series(synth(np.ones((T, 3))))
+    net = network.flow_network(s, flow.flow_characteristics(s))
+    assert not net.available and "no recorded backward graph" in net.reason and net.edges == []
+    assert network.critical_paths(s) == []
+
+
+def chain(levels, edges=None, zero_frac=None):
+    L = len(levels)
+    g = np.tile(np.asarray(levels, float), (T, 1))
+    edges = edges if edges is not None else [(i, i + 1) for i in range(L - 1)]
+    s = Series(synth(g, numel=1, edges=edges, zero_frac=zero_frac))
+    return s, network.flow_network(s, flow.flow_characteristics(s))
+
+
+def test_node_and_edge_types_from_levels_on_the_recorded_graph():
+    # input side first: l0 -> l1 -> l2 -> l3 -> loss. The gradient enters at l3 (Source) and drops
+    # 1000x going back into l1 (Bottleneck); l0 gets 100x more than l1 (Amplifier).
+    s, net = chain([1e-2, 1e-4, 1e-1, 1e-1])
+    types = {n.layer: n.node_type for n in net.nodes}
+    assert types == {"l0.weight": "Amplifier", "l1.weight": "Bottleneck", "l2.weight": "Normal",
+                     "l3.weight": "Source"}
+    edges = {(e.upstream, e.downstream): e for e in net.edges}
+    assert edges[("l1.weight", "l2.weight")].edge_type == "Weak"
+    assert edges[("l1.weight", "l2.weight")].gain == pytest.approx(1e-3, rel=1e-3)
+    assert edges[("l2.weight", "l3.weight")].edge_type == "Strong"
+    assert edges[("l2.weight", "l3.weight")].consistency == pytest.approx(1)
+    assert net.metrics.bottleneck_density == pytest.approx(0.25)
+    assert net.metrics.connectivity == pytest.approx(3 / 12)
+    _, net2 = chain([1e-1, 1e-1, 1e-1])
+    assert {n.layer: n.node_type for n in net2.nodes}["l0.weight"] == "Sink"
+
+
+def test_blocked_and_intermittent_edges():
+    z = np.zeros((T, 3))
+    z[:, 0] = 1.0                # l0 starved on every step while l1 flows: Blocked
+    z[: T // 4, 1] = 1.0         # l1 starved on a quarter of steps while l2 flows: Intermittent
+    _, net = chain([1.0, 1.0, 1.0], zero_frac=z)
+    et = {(e.upstream, e.downstream): e.edge_type for e in net.edges}
+    assert et[("l0.weight", "l1.weight")] == "Blocked"
+    assert et[("l1.weight", "l2.weight")] == "Intermittent"
+    assert net.metrics.blocked_edges == 1
+
+
+def test_critical_path_follows_the_largest_attenuation_not_the_columns():
+    # two branches into l3: l0 -> l1 -> l3 loses 4 decades, l2 -> l3 loses 1
+    s, _ = chain([1e-5, 1e-3, 1e-2, 1e-1], edges=[(0, 1), (1, 3), (2, 3)])
+    (att,) = [p for p in network.critical_paths(s) if p.kind == "attenuation"]
+    assert att.layers == ["l3.weight", "l1.weight", "l0.weight"]
+    assert att.decades == pytest.approx(4, rel=1e-4)
+    assert att.bottleneck_layers == ["l1.weight", "l0.weight"]
+    assert att.worst_hop == ("l1.weight", "l0.weight")
+    assert att.criticality == pytest.approx(1 - 1e-4, rel=1e-6)
+
+
+def test_a_drop_and_recovery_is_not_cancelled_out():
+    s, _ = chain([1e-1, 1e-3, 1e-1])  # backward: 1e-1 -> 1e-3 (lose 2) -> 1e-1 (gain 2)
+    paths = {p.kind: p for p in network.critical_paths(s)}
+    assert paths["attenuation"].decades == pytest.approx(2, rel=1e-4)
+    assert paths["amplification"].decades == pytest.approx(2, rel=1e-4)

@@ -1,0 +1,116 @@
+"""Per-layer statistics and the shared views: checked against numpy on series with known answers."""
+import numpy as np
+import pytest
+
+from gradwidget.analysis import stats
+from gradwidget.run import METRICS, LayerInfo, Run
+
+
+def synth(g, names=None, *, numel=100, edges=(), loss=None, zero_frac=None, nonfinite=None, max_abs=None,
+          mean_abs=None, update=None, weight=None, status=None, steps=None, thresholds=None):
+    """A Run built from a ``(steps, layers)`` gradient-norm array; the other metrics follow from it
+    (mean |g| = norm / sqrt(numel), max |g| = 3 x mean |g|) unless given."""
+    g = np.asarray(g, np.float64)
+    if g.ndim == 1:
+        g = g[:, None]
+    T, L = g.shape
+    names = names or [f"l{i}.weight" for i in range(L)]
+    numel = np.broadcast_to(np.asarray(numel), (L,))
+    status = status or ["trainable"] * L
+    run = Run([LayerInfo(n, module=n.rsplit(".", 1)[0], module_type="Linear", shape=(int(k),), numel=int(k),
+                         status=st) for n, k, st in zip(names, numel, status)], edges=edges, thresholds=thresholds)
+    ma = g / np.sqrt(numel) if mean_abs is None else np.asarray(mean_abs, np.float64).reshape(T, L)
+    cols = {
+        "grad_norm": g, "mean_abs": ma, "max_abs": 3 * ma if max_abs is None else np.asarray(max_abs).reshape(T, L),
+        "std": ma, "zero_frac": np.zeros((T, L)) if zero_frac is None else np.asarray(zero_frac).reshape(T, L),
+        "nonfinite": np.zeros((T, L)) if nonfinite is None else np.asarray(nonfinite).reshape(T, L),
+        "weight_norm": np.ones((T, L)) if weight is None else np.asarray(weight).reshape(T, L),
+        "update_norm": np.full((T, L), np.nan) if update is None else np.asarray(update).reshape(T, L),
+    }
+    for i, st in enumerate(status):
+        if st == "frozen":
+            for m in ("grad_norm", "mean_abs", "max_abs", "std", "zero_frac", "nonfinite", "update_norm"):
+                cols[m][:, i] = np.nan
+    steps = np.arange(T) if steps is None else steps
+    for r in range(T):
+        v = np.stack([cols[m][r] for m in METRICS]).astype(np.float32)
+        run.append(int(steps[r]), v, {"loss": None if loss is None else float(loss[r]),
+                                      "global_norm": float(np.sqrt(np.nansum(g[r] ** 2)))})
+    return run
+
+
+def test_moments_and_quantiles_match_numpy():
+    rng = np.random.default_rng(0)
+    x = rng.lognormal(0, 1, (501, 7))
+    x[::5, 3] = np.nan
+    st = stats.column_stats(x)
+    for j in range(7):
+        c = x[:, j][np.isfinite(x[:, j])]
+        m, sd = c.mean(), c.std()
+        assert st["mean"][j] == pytest.approx(m)
+        assert st["std"][j] == pytest.approx(sd) and st["variance"][j] == pytest.approx(sd ** 2)
+        assert st["median"][j] == pytest.approx(np.median(c))
+        assert st["p5"][j] == pytest.approx(np.percentile(c, 5))
+        assert st["p95"][j] == pytest.approx(np.percentile(c, 95))
+        assert st["skewness"][j] == pytest.approx(np.mean(((c - m) / sd) ** 3))
+        assert st["kurtosis"][j] == pytest.approx(np.mean(((c - m) / sd) ** 4) - 3)
+        assert st["samples"][j] == c.size
+
+
+def test_constant_series_has_no_shape_and_all_nan_has_no_samples():
+    x = np.column_stack([np.full(50, 0.1), np.full(50, np.nan)])
+    st = stats.column_stats(x)
+    assert st["std"][0] == 0 and st["skewness"][0] == 0 and st["kurtosis"][0] == 0
+    assert st["median"][0] == pytest.approx(0.1) and st["samples"][0] == 50
+    assert st["samples"][1] == 0 and np.isnan(st["mean"][1]) and np.isnan(st["median"][1])
+
+
+def test_layer_statistics_cover_every_metric_and_skip_unmeasured_steps():
+    g = np.linspace(1, 2, 40)[:, None] * np.array([1.0, 10.0])
+    upd = np.full((40, 2), np.nan)
+    upd[::10] = 0.5
+    run = synth(g, update=upd)
+    df = stats.layer_statistics(run)
+    assert set(df["metric"]) == set(METRICS) and len(df) == len(METRICS) * 2
+    row = df[(df.metric == "grad_norm") & (df.layer == "l1.weight")].iloc[0]
+    assert row["mean"] == pytest.approx(15.0, rel=1e-6) and row["samples"] == 40
+    u = df[(df.metric == "update_norm") & (df.layer == "l0.weight")].iloc[0]
+    assert u["samples"] == 4 and u["mean"] == pytest.approx(0.5)
+
+
+def test_exact_reductions_see_a_single_spike_in_a_long_run():
+    """Distribution statistics are sampled on long runs; one exploding step must still be counted."""
+    T = 3 * stats.MAX_ROWS + 17
+    g = np.full((T, 2), 0.1)
+    mx = np.full((T, 2), 0.3)
+    mx[1234, 1] = 5e3
+    nf = np.zeros((T, 2))
+    nf[777, 0] = 3
+    run = synth(g, max_abs=mx, nonfinite=nf)
+    ex = stats.exact_reductions(run)
+    assert ex["max_abs_max"][1] == pytest.approx(5e3) and ex["exploding_share"][1] == pytest.approx(1 / T)
+    assert ex["nonfinite_total"][0] == 3 and ex["max_abs_max"][0] == np.inf
+    assert ex["max_abs_finite"][0] == pytest.approx(0.3)
+    s = stats.Series(run)
+    assert s.coarse.shape[0] <= stats.MAX_ROWS and s.block == -(-T // stats.MAX_ROWS)
+    np.testing.assert_allclose(s.coarse, -1.0, atol=1e-6)
+
+
+def test_coarse_series_is_the_block_mean_aligned_to_the_end():
+    T, k = 10, 3
+    g = np.arange(1, T + 1, dtype=float)[:, None]
+    run = synth(g)
+    ex = stats.exact_reductions(run, chunk=3, block=k)
+    # blocks aligned to the last step: [2,3,4], [5,6,7], [8,9,10] (values 1-based)
+    np.testing.assert_allclose(ex["coarse_grad_norm"][:, 0], [3, 6, 9])
+    b, kk = stats.block_mean(g, 4)
+    assert kk == 3 and np.allclose(b[:, 0], [3, 6, 9])
+
+
+def test_slope_runs_and_trailing():
+    y = np.column_stack([3 + 0.5 * np.arange(20), np.full(20, 2.0)])
+    sl, r2 = stats.lstsq_slope(y)
+    assert sl[0] == pytest.approx(0.5) and r2[0] == pytest.approx(1.0) and sl[1] == pytest.approx(0)
+    assert stats.runs_of_true([0, 1, 1, 0, 1]) == [(1, 3), (4, 5)]
+    assert list(stats.trailing_true(np.array([[1, 0], [1, 1], [1, 1]], bool))) == [3, 2]
+    assert stats.nanmedian(np.array([1.0, np.nan, 3.0, np.inf])) == pytest.approx(2.0)
