@@ -84,7 +84,7 @@ def temporal_direction(x: np.ndarray, stagnant_rel: float) -> tuple[np.ndarray, 
     if n < 3:
         return np.full(L, "Stagnant", dtype=object), np.full(L, np.nan)
     a, b, c = x[-3], x[-2], x[-1]
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
         level = np.abs(np.nanmean(x[-3:], axis=0))
         change = c - a
         stag = ~(np.abs(change) > stagnant_rel * level)

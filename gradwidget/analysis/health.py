@@ -326,8 +326,8 @@ def dynamics(s: Series) -> Dynamics:
     sb = steps[len(steps) - (len(steps) // k) * k:][::k]
     w = int(max(2, min(max(2, W // k), len(yb) // 4 or 2)))
     c = np.concatenate([[0.0], np.cumsum(yb)])
-    ma = (c[w:] - c[:-w]) / w          # ma[i] averages yb[i : i + w]; it stands at step sb[i + w - 1]
-    at = sb[w - 1:]
+    ma = (c[w:] - c[:-w]) / w          # ma[i] averages yb[i : i + w]
+    at = sb[w - 1:]                     # ... and is known at step sb[i + w - 1]
     span = w                            # compare each average with the one w points later
     if len(ma) > span:
         dy = np.abs(ma[span:] - ma[:-span])
@@ -339,7 +339,9 @@ def dynamics(s: Series) -> Dynamics:
     rel_now, _ = _rel_slope(y, W)
     flat = rel < t.plateau_rel_change
     n_flat = int(trailing_true(flat)[0]) if flat.size else 0
-    duration = int(steps[-1] - at[len(rel) - n_flat]) if n_flat else 0
+    # the plateau starts at the middle of the first flat comparison's earlier window (the estimate
+    # is good to about half a smoothing window, w // 2 points)
+    duration = int(steps[-1] - sb[len(rel) - n_flat + w // 2]) if n_flat else 0
     share = duration / max(1, int(steps[-1] - steps[0]))
     is_plateau = n_flat > 0 and duration >= min(W, int(steps[-1] - steps[0]) // 2)
     sev = ("None" if not is_plateau else "Severe" if share >= t.critical_issue_ratio

@@ -1,0 +1,230 @@
+"""Health: every risk factor and classification fires on a run built to trigger it."""
+import numpy as np
+import pytest
+
+from gradwidget.analysis import flow, health
+from gradwidget.analysis.stats import Series
+from test_analysis_stats import synth
+
+T = 200
+
+
+def analyse(g, **kw):
+    s = Series(synth(g, **kw))
+    fl = flow.flow_characteristics(s)
+    f = health.risk_factors(s, fl)
+    return s, fl, f, health.layer_health(s, fl, f)
+
+
+def kinds(factors, layer):
+    return {f.kind for f in factors if f.layer == layer}
+
+
+def base(L=6, level=0.1, seed=0):
+    rng = np.random.default_rng(seed)
+    return level * np.exp(0.05 * rng.standard_normal((T, L)))
+
+
+def test_each_risk_factor_fires_on_its_layer_only():
+    g = base(10)
+    mx = 3 * g / 10
+    nf = np.zeros_like(g)
+    z = np.zeros_like(g)
+    upd = np.full_like(g, np.nan)
+    upd[::10] = 1e-3                          # healthy update/weight ratio (weight norm 1)
+    nf[50, 0] = 2                             # l0: non-finite
+    mx[-30:, 1] = 1e4                         # l1: exploding tail
+    g[:, 2] = 1e-8                            # l2: vanishing (mean |g| = 1e-9)
+    z[:, 3] = 1.0                             # l3: dead
+    g[:, 4] = 0.1 * np.where(np.arange(T) % 2, 1.0, 4.0)   # l4: oscillating (and unstable)
+    g[:, 5] = 1e-6                            # l5: weak (relative), not vanishing (mean |g| 1e-7)
+    g[:, 6] = 1e3                             # l6: hot
+    upd[::10, 7] = 0.5                        # l7: lr too high
+    upd[::10, 8] = 1e-8                       # l8: lr too low
+    g[:, 9] = 0.1 * 10 ** (3 * np.arange(T) / T) * np.exp(np.random.default_rng(1).standard_normal(T))
+    s, fl, f, h = analyse(g, max_abs=np.where(np.arange(10) == 1, mx, 3 * g / 10), nonfinite=nf, zero_frac=z,
+                          update=upd)
+    names = [f"l{i}.weight" for i in range(10)]
+    assert "nonfinite" in kinds(f, names[0])
+    assert "exploding" in kinds(f, names[1])
+    assert "vanishing" in kinds(f, names[2])
+    assert "dead" in kinds(f, names[3])
+    assert "oscillating" in kinds(f, names[4])
+    assert "weak" in kinds(f, names[5]) and "vanishing" not in kinds(f, names[5])
+    assert "hot" in kinds(f, names[6])
+    assert kinds(f, names[7]) == {"lr_high"} and kinds(f, names[8]) == {"lr_low"}
+    assert "unstable" in kinds(f, names[9])
+    for fac in f:
+        assert fac.evidence and 0 <= fac.severity <= 1
+    hh = dict(zip(h.layer, h.health))
+    assert hh[names[0]] == hh[names[1]] == hh[names[2]] == hh[names[3]] == "Critical"
+    assert hh[names[7]] == "Warning"
+    # every factor is named in the flags of its layer
+    for fac in f:
+        assert fac.kind in h.set_index("layer").loc[fac.layer, "flags"]
+
+
+def test_healthy_unknown_and_too_many_factors():
+    g = base(3)
+    s, fl, f, h = analyse(g, status=["trainable", "frozen", "trainable"])
+    assert list(h.health) == ["Healthy", "Unknown", "Healthy"] and np.isnan(h.risk[1])
+    assert h.risk[0] == 0
+    # three non-critical factors make a layer Critical (seed: more than 2)
+    g2 = base(4)
+    g2[:, 0] = 10 * np.where(np.arange(T) % 2, 1.0, 5.0)  # hot, oscillating, and updates too large
+    upd = np.full_like(g2, np.nan)
+    upd[::10] = 1e-3
+    upd[::10, 0] = 0.5
+    _, _, f2, h2 = analyse(g2, update=upd, thresholds={"relative_exploding": 10.0})
+    assert {"hot", "oscillating", "lr_high"} <= kinds(f2, "l0.weight")
+    assert not any(x.critical for x in f2)
+    assert h2.health[0] == "Critical" and h2.n_factors[0] >= 3
+
+
+def test_neuron_activity_is_one_minus_the_recorded_zero_fraction():
+    z = np.full((T, 2), 0.25)
+    z[:, 1] = 0.9
+    _, _, _, h = analyse(base(2), zero_frac=z)
+    assert h.neuron_activity.tolist() == pytest.approx([0.75, 0.1])
+
+
+def test_convergence_indicator_over_the_window():
+    w = 100
+    g = np.column_stack([10 ** (-np.arange(T) / (w - 1)), np.full(T, 0.1), 10 ** (np.arange(T) / w)])
+    _, _, _, h = analyse(g)
+    assert h.convergence[0] == pytest.approx(1.0) and h.convergence[1] == pytest.approx(0, abs=1e-9)
+    assert h.convergence[2] == 0
+    g_half = 10 ** (-0.5 * np.arange(T) / (w - 1))[:, None]
+    assert analyse(g_half)[3].convergence[0] == pytest.approx(0.5)
+    assert np.isnan(analyse(np.full((50, 1), 0.1))[3].convergence[0])  # fewer steps than the window
+
+
+def test_comparative_analysis():
+    g = np.tile([1e-3, 1.1e-3, 1e-1, 1e-5], (T, 1))
+    _, _, _, h = analyse(g)
+    assert h["rank"].tolist() == [3, 2, 1, 4]
+    assert h.similar_layers[0] == ["l1.weight"] and h.similar_layers[2] == []
+    med = np.median(np.log10([1e-3, 1.1e-3, 1e-1, 1e-5]) - 1)  # mean |g| = norm / 10 (numel 100)
+    assert h.relative_level[2] == pytest.approx(10 ** (np.log10(1e-2) - med), rel=1e-4)
+    assert h.gap_decades[3] == pytest.approx(abs(np.log10(1e-6) - med), rel=1e-4)
+    assert h.potential[2] < h.potential[3] <= 1
+
+
+@pytest.mark.parametrize("levels,kind", [
+    ([1e-2, 1e-2, 1e-2, 1e-2], "Degenerate"),
+    ([1e-2, 1e-3], "Degenerate"),
+    (10 ** np.random.default_rng(0).normal(-2, 0.5, 400), "Normal"),
+    ([1e-2] * 30 + [1e2], "Skewed"),
+    ([1e-3] * 20 + [1e-2] * 20, "Multimodal"),
+    (10 ** np.concatenate([np.random.default_rng(1).normal(-2, 0.1, 400), [-5] * 10, [1] * 10]), "HeavyTailed"),
+])
+def test_distribution_types(levels, kind):
+    g = np.tile(np.asarray(levels, float), (20, 1))
+    s = Series(synth(g))
+    d = health.distribution(s, np.ones(len(levels), bool))
+    assert d.kind == kind, d
+
+
+def test_interactions_are_correlations_and_stay_bounded():
+    t = np.arange(T)
+    a = 10 ** (np.sin(t / 10))
+    rng = np.random.default_rng(0)
+    g = np.column_stack([a, 2 * a, 1 / a, np.exp(rng.standard_normal(T))])
+    s = Series(synth(g))
+    inter = health.interactions(s, top_k=3)
+    pairs = {(i.layer1, i.layer2): i for i in inter}
+    assert pairs[("l0.weight", "l1.weight")].interaction_type == "Cooperative"
+    assert pairs[("l0.weight", "l1.weight")].correlation == pytest.approx(1, abs=1e-6)
+    assert pairs[("l0.weight", "l2.weight")].interaction_type == "Competitive"
+    assert len(inter) == 3 and abs(inter[0].correlation) >= abs(inter[-1].correlation)
+
+
+def test_interactions_for_1000_layers_keep_top_k():
+    rng = np.random.default_rng(0)
+    g = np.exp(rng.standard_normal((40, 1000)))
+    g[:, 999] = g[:, 3] * 5
+    inter = health.interactions(Series(synth(g, numel=1)), top_k=10, block=128)
+    assert len(inter) == 10 and (inter[0].layer1, inter[0].layer2) == ("l3.weight", "l999.weight")
+
+
+def _dyn(loss, g=None):
+    n = len(loss)
+    g = np.full((n, 2), 0.1) if g is None else g
+    s = Series(synth(g, loss=loss))
+    return s, health.dynamics(s)
+
+
+def test_plateau_with_real_duration():
+    n = 600
+    loss = np.concatenate([np.linspace(2.0, 0.5, 300), np.full(300, 0.5)])
+    _, d = _dyn(loss)
+    assert d.plateau.is_plateau and d.learning_phase == "Plateau"
+    assert 250 <= d.plateau.duration_steps <= 300, d.plateau  # the real plateau is 300 steps
+    assert d.plateau.severity == "Moderate" and d.plateau.suggested_actions
+    _, d2 = _dyn(np.linspace(2.0, 0.5, n))
+    assert not d2.plateau.is_plateau and d2.plateau.duration_steps == 0 and d2.plateau.severity == "None"
+
+
+def test_learning_phases():
+    n = 400
+    assert _dyn(np.exp(-0.02 * np.arange(n)))[1].learning_phase == "RapidLearning"
+    assert _dyn(np.exp(-0.003 * np.arange(n)))[1].learning_phase == "Refinement"
+    assert _dyn(np.exp(0.01 * np.arange(n)))[1].learning_phase == "Diverging"
+    assert _dyn(np.exp(-0.02 * np.arange(50)))[1].learning_phase == "InitialLearning"
+
+
+def test_convergence_trend_from_the_loss():
+    n = 300
+    for loss, trend in ((np.exp(-0.01 * np.arange(n)), "Converging"), (np.full(n, 0.3), "Stable"),
+                        (np.exp(0.01 * np.arange(n)), "Diverging")):
+        s, d = _dyn(loss)
+        fl = flow.flow_characteristics(s)
+        h = health.layer_health(s, fl, health.risk_factors(s, fl))
+        c = health.convergence(s, h)
+        assert c.trend == trend and c.series == "loss"
+    assert c.loss == 0
+    s, _ = _dyn(np.exp(-0.1 * np.arange(n) / 99 * np.log(10)))  # a tenth of a decade per 100 steps
+    fl = flow.flow_characteristics(s)
+    c = health.convergence(s, health.layer_health(s, fl, health.risk_factors(s, fl)))
+    assert c.loss == pytest.approx(0.1, rel=1e-3)
+
+
+def test_stability_trend_sources_and_forecast():
+    n = 400
+    rng = np.random.default_rng(0)
+    calm = 0.1 * np.exp(0.01 * rng.standard_normal((n, 2)))
+    noisy = calm.copy()
+    noisy[n // 2:] *= np.exp(1.5 * rng.standard_normal((n // 2, 2)))
+    growing = calm * (10 ** (4 * np.arange(n) / n))[:, None]
+    for g, trend, outlook in ((calm, "Stable", "Stable"), (noisy, "Degrading", None), (growing, None, "Deteriorating")):
+        s = Series(synth(g))
+        fl = flow.flow_characteristics(s)
+        f = health.risk_factors(s, fl)
+        st = health.stability(s, fl, f)
+        if trend:
+            assert st.trend == trend
+        if outlook:
+            assert st.forecast.outlook == outlook
+        assert 0 <= st.forecast.confidence <= 1
+    assert st.forecast.confidence == pytest.approx(1, abs=1e-3) and st.forecast.projected_decades > 0
+    s = Series(synth(noisy))
+    fl = flow.flow_characteristics(s)
+    f = health.risk_factors(s, fl)
+    srcs = health.stability(s, fl, f).sources
+    assert srcs and {x.kind for x in srcs} >= {"Instability"}
+
+
+def test_overall_health_rules():
+    import pandas as pd
+
+    def oh(hs, nonfinite=False):
+        ex = {"nonfinite_share": np.array([0.1 if nonfinite else 0.0])}
+        return health.overall_health(pd.DataFrame({"health": hs}), ex)
+
+    assert oh(["Healthy"] * 10) == "Healthy"
+    assert oh(["Healthy"] * 10, nonfinite=True) == "Critical"
+    assert oh(["Critical"] * 4 + ["Healthy"] * 6) == "Critical"
+    assert oh(["Critical"] + ["Healthy"] * 9) == "Warning"
+    assert oh(["Warning"] * 2 + ["Healthy"] * 8) == "Warning"
+    assert oh(["Warning"] + ["Healthy"] * 19) == "Healthy"
+    assert oh(["Unknown"] * 3) == "Unknown"
