@@ -247,3 +247,33 @@ def test_killing_the_script_mid_run_leaves_a_readable_run(mode, launch, tmp_path
     assert 3 <= run.n_steps < 200
     assert np.isfinite(run.metric("grad_norm")).all()
     assert run.steps.tolist() == list(range(run.n_steps))
+
+
+def test_example_script_under_torchrun_and_the_documented_reader(tmp_path):
+    """examples/distributed_train.py under torchrun (DDP and FSDP2); the run it leaves is read back
+    with the numpy + pandas code of docs/run-format.md and equals load_run."""
+    import re
+
+    for flag in ([], ["--fsdp"]):
+        log_dir = tmp_path / ("fsdp" if flag else "ddp")
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+               "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
+               str(ROOT / "examples" / "distributed_train.py"), "--log-dir", str(log_dir), "--steps", "12", *flag]
+        p = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1"),
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        assert "recorded 12 steps of 8 layers" in p.stdout
+        run = load_run(log_dir)
+        assert run.n_steps == 12 and run.meta["distributed"]["kind"] == ("fsdp2" if flag else "ddp")
+
+        doc = (ROOT / "docs" / "run-format.md").read_text()
+        code = re.search(r"## Reading it with numpy and pandas alone\s+```python\n(.*?)```", doc, re.S).group(1)
+        ns: dict = {}
+        exec(code.replace('Path("runs/x")', f"Path({str(log_dir)!r})"), ns)
+        np.testing.assert_array_equal(ns["steps"]["step"], run.steps)
+        np.testing.assert_array_equal(ns["grad_norm"].to_numpy(), run.metric("grad_norm"))
+        np.testing.assert_array_equal(ns["scalars"]["loss"].to_numpy(), run.scalar("loss"))
+        np.testing.assert_array_equal(ns["hists"]["counts"], run.hist)
+        frame = run.to_frame()
+        np.testing.assert_array_equal(ns["long"]["max_abs"].to_numpy(), frame["max_abs"].to_numpy())
+        assert list(ns["long"]["layer"]) == [str(x) for x in frame["layer"]]

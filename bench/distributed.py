@@ -1,0 +1,195 @@
+"""Training-step overhead of recording under 2-process DDP (or FSDP2) on CPU, side by side.
+
+Two gloo processes train a small transformer language model. Variants run in interleaved blocks
+(bare, stats every step, + histograms every 10, + writing the run directory) so drift in machine
+load hits all of them alike; rank 0 reports the median step time and its ratio to bare. Under DDP
+rank 0 does the recording work while rank 1 does none, so rank 0's extra work shows up as the
+other rank waiting at the next all-reduce: the step time of both.
+
+    python bench/distributed.py [--blocks 6] [--steps 10] [--fsdp]
+
+(it starts its two processes itself; under torchrun it acts as one of them).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_model(d=128, layers=2, vocab=1000, seed=0):
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, d)
+            self.encoder = nn.TransformerEncoder(
+                nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True), layers,
+                enable_nested_tensor=False)
+            self.head = nn.Linear(d, vocab)
+
+        def forward(self, x):
+            return self.head(self.encoder(self.embed(x)))
+
+    return LM()
+
+
+def worker(args) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    sys.path.insert(0, str(ROOT))
+    from gradwidget.collect.torch import Recorder
+
+    torch.set_num_threads(1)
+    # the LM's head returns a view; FSDP2 warns about in-place ops on it, which this loop never does
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module")
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        model = make_model()
+        if args.fsdp:
+            from torch.distributed.fsdp import fully_shard
+
+            for layer in model.encoder.layers:
+                fully_shard(layer)
+            fully_shard(model)
+        else:
+            model = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        g = torch.Generator().manual_seed(rank)
+        data = [torch.randint(0, 1000, (args.batch, args.seq + 1), generator=g) for _ in range(8)]
+        loss_fn = nn.CrossEntropyLoss()
+
+        def step(i, rec=None):
+            b = data[i % len(data)]
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten())
+            loss.backward()
+            if rec is not None:
+                rec.log(loss=loss)
+            opt.step()
+
+        tmp = tempfile.mkdtemp(prefix="gw-bench-")
+        variants = {
+            "bare": lambda: None,
+            "stats every step": lambda: Recorder(model, opt, histogram_every=0),
+            "+ histograms every 10": lambda: Recorder(model, opt, histogram_every=10),
+            "+ histograms + log_dir": lambda: Recorder(model, opt, histogram_every=10,
+                                                       log_dir=os.path.join(tmp, "run"), overwrite=True),
+        }
+        times = {k: [] for k in variants}
+        for i in range(3):  # warm-up
+            step(i)
+        for blk in range(args.blocks):
+            order = list(variants) if blk % 2 == 0 else list(reversed(variants))
+            for name in order:
+                rec = variants[name]()
+                step(0, rec)  # the first step under a new recorder sets it up: not timed
+                for i in range(args.steps):
+                    dist.barrier()  # start every timed step together
+                    t = time.perf_counter()
+                    step(i + 1, rec)
+                    times[name].append(time.perf_counter() - t)
+                if rec is not None:
+                    rec.detach()
+        # rank 0's recording work alone, on the same gradients (DDP: a rank-local cost, the others
+        # wait for it at the next all-reduce; FSDP: includes the gather, run on every rank)
+        step(0)
+        work = {}
+        for name in ("stats every step", "+ histograms every 10"):
+            rec = Recorder(model, opt, histogram_every=1 if name.startswith("+") else 0, update_every=10)
+            step(1, rec)
+            ts = []
+            for _ in range(args.blocks * args.steps):
+                dist.barrier()
+                t = time.perf_counter()
+                if rec.run is not None or args.fsdp:
+                    rec._on_step(before_update=True)
+                    rec._post_step(opt, (), {})
+                ts.append(time.perf_counter() - t)
+            rec.detach()
+            work[name] = statistics.median(ts)
+        if rank == 0:
+            n_params = sum(p.numel() for p in model.parameters())  # a DTensor reports its global numel
+            n_tensors = sum(1 for _ in model.parameters())
+            med = {k: statistics.median(v) for k, v in times.items()}
+            kind = "FSDP2 fully_shard" if args.fsdp else "DDP"
+            print(f"{kind}, {world} processes (gloo, 1 thread each); transformer 2 x d128, {n_tensors} "
+                  f"parameter tensors, ~{n_params / 1e6:.2f} M parameters; batch {args.batch}/rank x seq {args.seq}")
+            print(f"{'variant':26s} {'median step':>12s} {'vs bare':>8s}  (n={args.blocks * args.steps} steps each)")
+            for k, v in med.items():
+                print(f"{k:26s} {v * 1e3:10.1f}ms {v / med['bare']:8.3f}x")
+            if args.fsdp:
+                from gradwidget.collect.distributed import bytes_per_step
+
+                print(f"one gather per recorded step: {bytes_per_step(n_tensors, False)} B per rank, "
+                      f"{bytes_per_step(n_tensors, True)} B on histogram steps")
+            blk_ratio = {k: statistics.median(
+                statistics.median(times[k][b * args.steps:(b + 1) * args.steps])
+                / statistics.median(times["bare"][b * args.steps:(b + 1) * args.steps])
+                for b in range(args.blocks)) for k in times}
+            print("median over blocks of (variant / bare in the same block): "
+                  + ", ".join(f"{k} {v:.3f}x" for k, v in blk_ratio.items() if k != "bare"))
+            u = "update norms every 10 steps"
+            print(f"recording work on rank 0 per step, same gradients: stats {work['stats every step'] * 1e3:.2f} ms; "
+                  f"with a histogram {work['+ histograms every 10'] * 1e3:.2f} ms ({u})")
+            hist10 = work["stats every step"] + (work["+ histograms every 10"] - work["stats every step"]) / 10
+            print(f"RATIO recording work / bare step = {work['stats every step'] / med['bare']:.3f} (stats), "
+                  f"{hist10 / med['bare']:.3f} (stats + histograms every 10, amortised)")
+            print(f"RATIO stats every step / bare = {med['stats every step'] / med['bare']:.3f}")
+            print(f"RATIO stats + histograms every 10 + log_dir / bare = "
+                  f"{med['+ histograms + log_dir'] / med['bare']:.3f}")
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(argv: list[str]) -> int:
+    """Start two worker processes with the rendezvous environment torchrun would give them."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, __file__, *argv], env=env))
+    try:
+        return max(p.wait() for p in procs)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--blocks", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per block")
+    ap.add_argument("--batch", type=int, default=8, help="sequences per rank")
+    ap.add_argument("--seq", type=int, default=32)
+    ap.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard instead of DDP")
+    args = ap.parse_args()
+    if "RANK" in os.environ:
+        worker(args)
+    else:
+        sys.exit(launch(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
