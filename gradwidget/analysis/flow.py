@@ -129,7 +129,8 @@ def _step_flags(run: Run, kind: str, cols) -> np.ndarray:
 def regions(s: Series) -> list[Region]:
     """Vanishing regions, exploding regions and dead zones: maximal runs of adjacent trainable layers
     (depth order, reported in backward order) flagged on at least ``minor_issue_ratio`` of steps
-    (exploding: on any step, since one explosion is enough to derail training)."""
+    (exploding: on any step, since one explosion is enough to derail training). Dead layers are not
+    also counted in vanishing regions."""
     run, t = s.run, s.run.thresholds
     ex = s.exact
     tr = s.trainable
@@ -137,6 +138,8 @@ def regions(s: Series) -> list[Region]:
     out = []
     for kind, share in shares.items():
         member = (share > 0) if kind == "exploding" else (share >= max(t.minor_issue_ratio, 1e-12))
+        if kind == "vanishing":  # exact zeros belong to a dead zone, not a vanishing region
+            member &= ~(ex["dead_share"] >= max(t.minor_issue_ratio, 1e-12))
         member = member & tr
         for a, b in runs_of_true(member):
             cols = np.arange(a, b)

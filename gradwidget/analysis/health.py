@@ -24,6 +24,8 @@ INTERACTION_CORR = 0.5
 TOP_PAIRS = 50
 #: rows of the series used for pairwise correlations (block-averaged).
 CORR_ROWS = 512
+#: a log10 series whose spread (root sum of squares) is below this is constant up to rounding.
+_FLAT = 1e-9
 #: a layer with more than this many risk factors is Critical even if none alone is (seed: > 2).
 MAX_WARNING_FACTORS = 2
 
@@ -43,11 +45,12 @@ def _fmt(x: float) -> str:
 
 def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
     """Every risk factor that fires, with its evidence. Rules (thresholds from ``run.thresholds``):
-    non-finite gradients (critical); max |g| above ``exploding`` (critical from ``minor_issue_ratio``
-    of steps); mean |g| below ``vanishing`` or zero fraction at least ``dead_zero_fraction`` on at
+    non-finite gradients (critical); max |g| above ``exploding`` on any step (critical: one explosion
+    can wreck the weights); mean |g| below ``vanishing`` or zero fraction at least ``dead_zero_fraction`` on at
     least ``minor_issue_ratio`` of steps (critical from ``critical_issue_ratio``); median norm
     ``relative_vanishing`` times below / ``relative_exploding`` above the median layer; stability below
-    ``unstable``; oscillation; median update/weight ratio outside the healthy band."""
+    ``unstable``; oscillation; median update/weight ratio outside the healthy band. A dead layer
+    (exact zeros) is not also reported as vanishing or weak."""
     run, t, ex = s.run, s.run.thresholds, s.exact
     names = run.layer_names
     out: list[RiskFactor] = []
@@ -64,14 +67,15 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
                   f"({int(ex['nonfinite_total'][i])} entries in total)")
     es = ex["exploding_share"]
     finite_max = ex["max_abs_finite"]
-    add(ok & (es > 0) & (nfs == 0), "exploding", 0.5 + 0.5 * es, es >= t.minor_issue_ratio,
+    add(ok & (es > 0) & (nfs == 0), "exploding", 0.5 + 0.5 * es, np.ones(L, bool),
         lambda i: f"max |g| reached {_fmt(finite_max[i])} (> {t.exploding:g}) on {es[i]:.0%} of steps")
     vs = ex["vanishing_share"]
-    add(ok & (vs >= t.minor_issue_ratio), "vanishing", vs, vs >= t.critical_issue_ratio,
+    ds = ex["dead_share"]
+    dead = ds >= t.minor_issue_ratio  # exact zeros: "dead" is the sharper diagnosis than "vanishing"
+    add(ok & (vs >= t.minor_issue_ratio) & ~dead, "vanishing", vs, vs >= t.critical_issue_ratio,
         lambda i: f"mean |g| below {t.vanishing:g} on {vs[i]:.0%} of steps "
                   f"(median {_fmt(s.stat('mean_abs', 'median')[i])})")
-    ds = ex["dead_share"]
-    add(ok & (ds >= t.minor_issue_ratio), "dead", ds, ds >= t.critical_issue_ratio,
+    add(ok & dead, "dead", ds, ds >= t.critical_issue_ratio,
         lambda i: f"at least {t.dead_zero_fraction:.0%} of gradient entries exactly zero on {ds[i]:.0%} of steps")
     lvl = np.log10(np.where(s.stat("grad_norm", "median") > 0, s.stat("grad_norm", "median"), np.nan))
     with _quiet():
@@ -79,7 +83,7 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
     rel = lvl - med
     lo, hi = np.log10(t.relative_vanishing), np.log10(t.relative_exploding)
     with np.errstate(invalid="ignore"):
-        add(ok & (rel < lo) & ~(vs >= t.minor_issue_ratio), "weak", (lo - rel) / max(-lo, 1e-12), np.zeros(L, bool),
+        add(ok & (rel < lo) & ~(vs >= t.minor_issue_ratio) & ~dead, "weak", (lo - rel) / max(-lo, 1e-12), np.zeros(L, bool),
             lambda i: f"median gradient norm {10 ** -rel[i]:.3g}x below the median layer")
         add(ok & (rel > hi), "hot", (rel - hi) / max(hi, 1e-12), np.zeros(L, bool),
             lambda i: f"median gradient norm {10 ** rel[i]:.3g}x above the median layer")
@@ -223,8 +227,8 @@ def interactions(s: Series, top_k: int = TOP_PAIRS, block: int = 256) -> list[In
         x = x - np.nanmean(x, axis=0)
         x = np.where(np.isfinite(x), x, 0.0)
         sd = np.sqrt(np.sum(x * x, axis=0))
-        z = np.where(sd > 0, x / np.where(sd > 0, sd, 1), 0.0)
-    valid = sd > 0
+        z = np.where(sd > _FLAT, x / np.where(sd > _FLAT, sd, 1), 0.0)
+    valid = sd > _FLAT
     L = z.shape[1]
     best_r = np.zeros(0)
     best_ij = np.zeros((0, 2), np.int64)
