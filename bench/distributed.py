@@ -26,33 +26,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def make_model(d=128, layers=2, vocab=1000, seed=0):
-    import torch
-    from torch import nn
-
-    torch.manual_seed(seed)
-
-    class LM(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed = nn.Embedding(vocab, d)
-            self.encoder = nn.TransformerEncoder(
-                nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True), layers,
-                enable_nested_tensor=False)
-            self.head = nn.Linear(d, vocab)
-
-        def forward(self, x):
-            return self.head(self.encoder(self.embed(x)))
-
-    return LM()
-
-
 def worker(args) -> None:
     import torch
     import torch.distributed as dist
     from torch import nn
 
-    sys.path.insert(0, str(ROOT))
+    sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+    from overhead import make_model  # the single-process benchmark's transformer LM
+
     from gradwidget.collect.torch import Recorder
 
     torch.set_num_threads(1)
@@ -61,7 +42,7 @@ def worker(args) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     try:
-        model = make_model()
+        model = make_model(d=128, layers=2, vocab=1000)
         if args.fsdp:
             from torch.distributed.fsdp import fully_shard
 

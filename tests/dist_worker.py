@@ -2,7 +2,8 @@
 
     python tests/dist_worker.py MODE LOG_DIR OUT_DIR [--steps N] [--delay S]
 
-MODE is ``single`` (no process group), ``ddp``, ``fsdp2`` or ``fsdp1``. With a process group the
+MODE is ``single`` (no process group), ``ddp``, ``fsdp2``, ``fsdp1``, ``fsdp1-flat`` (``use_orig_params=False``) or ``plain`` (an unwrapped
+model in a process group, every rank training on the whole batch). With a process group the
 rank, world size and rendezvous come from the usual environment variables (RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT), as torchrun sets them. Every mode trains the same model on the same
 global batches; rank r of W takes rows r::W... of each batch, so the averaged gradient equals the
@@ -60,15 +61,15 @@ def train(mode: str, log_dir: str | None, steps: int, delay: float, histogram_ev
             if isinstance(m, nn.Linear):
                 fully_shard(m)
         fully_shard(model)
-    elif mode == "fsdp1":
+    elif mode in ("fsdp1", "fsdp1-flat"):
         from torch.distributed.fsdp import FullyShardedDataParallel
 
-        model = FullyShardedDataParallel(model, use_orig_params=True, device_id=torch.device("cpu"))
+        model = FullyShardedDataParallel(model, use_orig_params=mode == "fsdp1", device_id=torch.device("cpu"))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     rec = Recorder(model, None if no_optimizer else opt, log_dir=log_dir, histogram_every=histogram_every,
                    update_every=update_every)
     for i, (x, y) in enumerate(batches(steps)):
-        xb, yb = x[rank::world], y[rank::world]
+        xb, yb = (x, y) if mode == "plain" else (x[rank::world], y[rank::world])
         opt.zero_grad()
         loss = ((model(xb) - yb) ** 2).mean()
         rec.log(loss=loss)
@@ -105,7 +106,7 @@ def train(mode: str, log_dir: str | None, steps: int, delay: float, histogram_ev
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["single", "ddp", "fsdp2", "fsdp1"])
+    ap.add_argument("mode", choices=["single", "ddp", "fsdp2", "fsdp1", "fsdp1-flat", "plain"])
     ap.add_argument("log_dir")
     ap.add_argument("out_dir")
     ap.add_argument("--steps", type=int, default=4)

@@ -138,7 +138,7 @@ def _fsdp1_usable():
     return None
 
 
-@pytest.mark.parametrize("mode", ["ddp", "fsdp2", "fsdp1"])
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2", "fsdp1", "plain"])
 def test_two_process_run_equals_single_process(mode, launch, single_runs, tmp_path):
     if mode == "fsdp1" and _fsdp1_usable():
         pytest.skip(f"FSDP1 unavailable: {_fsdp1_usable()}")
@@ -148,7 +148,8 @@ def test_two_process_run_equals_single_process(mode, launch, single_runs, tmp_pa
     run = load_run(log_dir)
     assert run.n_steps == 4
     assert_same_statistics(run, ref)
-    assert run.meta["distributed"] == {"kind": mode, "world_size": 2}
+    kind = "replicated" if mode == "plain" else mode
+    assert run.meta["distributed"] == {"kind": kind, "world_size": 2}
     # the same names, order, shapes, module types and data-flow edges as the single-process run
     assert [l.to_dict() for l in run.layers] == [l.to_dict() for l in ref.layers]
     np.testing.assert_array_equal(run.edges, ref.edges)
@@ -158,8 +159,8 @@ def test_two_process_run_equals_single_process(mode, launch, single_runs, tmp_pa
     r0, r1 = infos
     assert r0["has_writer"] and r0["has_run"]
     assert not r1["has_writer"] and not r1["has_run"]
-    assert r0["kind"] == r1["kind"] == mode
-    if mode == "ddp":
+    assert r0["kind"] == r1["kind"] == kind
+    if kind in ("ddp", "replicated"):
         # the other rank installs nothing and sends nothing; rank 0 reads DDP's averaged gradients
         assert r1["grad_hooks"] == 0 and r1["optimizer_hooks"] == 0
         assert r0["collectives"] == r1["collectives"] == 0
@@ -181,14 +182,19 @@ def test_without_optimizer_each_backward_is_a_step(mode, launch, single_runs, tm
     assert_same_statistics(run, single_runs["noopt"])
 
 
-def test_fsdp1_without_optimizer_is_refused_with_a_clear_message(launch, tmp_path):
+@pytest.mark.parametrize("mode,extra,message", [
+    ("fsdp1", ["--no-optimizer"], "pass the optimizer"),
+    ("fsdp1-flat", [], "use_orig_params=True"),
+])
+def test_fsdp1_cases_it_cannot_record_are_refused_with_a_clear_message(mode, extra, message, launch, tmp_path):
     if _fsdp1_usable():
         pytest.skip(f"FSDP1 unavailable: {_fsdp1_usable()}")
-    l = launch("fsdp1", tmp_path / "run", tmp_path / "out", "--no-optimizer")
+    l = launch(mode, tmp_path / "run", tmp_path / "out", *extra)
     for p in l.procs:
         p.wait(timeout=180)
     assert all(p.returncode != 0 for p in l.procs)
-    assert "pass the optimizer" in l.logs()
+    assert message in l.logs()
+    assert not (tmp_path / "run").exists()
 
 
 def test_sparse_histograms_and_updates_still_one_collective_per_step(launch, single_runs, tmp_path):
