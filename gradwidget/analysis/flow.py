@@ -25,6 +25,8 @@ def flow_characteristics(s: Series) -> pd.DataFrame:
     - ``consistency`` 1/(1 + mean |Δx|/x_prev) (seed 000), 1 for a constant series;
     - ``smoothness`` 1/(1 + mean |Δ²x| / mean x) (the seed's was not scale-free);
     - ``oscillation`` share of consecutive differences that flip sign (1 for an alternating series);
+      ``oscillating`` when it is above ``thresholds.oscillation``, significantly above the 2/3 that plain
+      noise gives (turning-point test) and the norm moves by ``oscillation_amplitude`` of its level;
     - ``stability`` 1/(1 + std/mean) (seed); NaN when the layer never had a gradient;
     - ``bottleneck_score`` 1 - min/mean (seed 002): how deep the norm dips below its usual level;
     - ``flow_rate`` mean |Δx| / mean x: relative change per step (information flow rate);
@@ -58,7 +60,12 @@ def flow_characteristics(s: Series) -> pd.DataFrame:
     slope, r2 = lstsq_slope(s.coarse, s.coarse_steps)
     span = float(run.steps[-1] - run.steps[0]) if run.n_steps > 1 else 0.0
     decades = slope * span
-    oscillating = (osc > t.oscillation) & (flow_rate > t.oscillation_amplitude)
+    # turning-point test: iid noise flips on 2/3 of pairs with variance (16 n - 29) / 90 turning points
+    # over n points; only a flip rate 2 standard deviations above that (and above the threshold) counts
+    pts = valid + 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        noise = 2 / 3 + 2 * np.sqrt(np.maximum(16 * pts - 29, 0) / 90) / np.maximum(valid, 1)
+    oscillating = (osc > np.maximum(t.oscillation, noise)) & (flow_rate > t.oscillation_amplitude) & (valid > 0)
     trend = np.where(~np.isfinite(decades), "n/a",
                      np.where(oscillating, "oscillating",
                               np.where(decades > t.trend_decades, "rising",

@@ -48,7 +48,8 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
     non-finite gradients (critical); max |g| above ``exploding`` on any step (critical: one explosion
     can wreck the weights); mean |g| below ``vanishing`` or zero fraction at least ``dead_zero_fraction`` on at
     least ``minor_issue_ratio`` of steps (critical from ``critical_issue_ratio``); median norm
-    ``relative_vanishing`` times below / ``relative_exploding`` above the median layer; stability below
+    ``relative_vanishing`` times below / ``relative_exploding`` above the median of the layers that
+    are neither vanishing nor dead; stability below
     ``unstable``; oscillation; median update/weight ratio outside the healthy band. A dead layer
     (exact zeros) is not also reported as vanishing or weak."""
     run, t, ex = s.run, s.run.thresholds, s.exact
@@ -78,8 +79,10 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
     add(ok & dead, "dead", ds, ds >= t.critical_issue_ratio,
         lambda i: f"at least {t.dead_zero_fraction:.0%} of gradient entries exactly zero on {ds[i]:.0%} of steps")
     lvl = np.log10(np.where(s.stat("grad_norm", "median") > 0, s.stat("grad_norm", "median"), np.nan))
+    ref = ok & ~dead & ~(vs >= t.minor_issue_ratio)  # the reference: layers with a usable gradient
+    ref = ref if ref.any() else ok
     with _quiet():
-        med = nanmedian(lvl[ok]) if ok.any() else np.nan
+        med = nanmedian(lvl[ref]) if ref.any() else np.nan
     rel = lvl - med
     lo, hi = np.log10(t.relative_vanishing), np.log10(t.relative_exploding)
     with np.errstate(invalid="ignore"):

@@ -1,0 +1,159 @@
+"""The Report end to end: JSON, the health table, thresholds, edge cases, and real (tiny) torch runs
+whose report names the right layers first."""
+import json
+
+import numpy as np
+import pytest
+
+from gradwidget import Run, analyze
+from gradwidget.analysis import Report
+from test_analysis_stats import synth
+from test_plots import pathological_run
+
+LAYER_COLUMNS = ["layer", "module_type", "numel", "status", "health", "grad_norm_median", "mean_abs_median",
+                 "max_abs_max", "zero_frac_mean", "nonfinite_total", "trend", "flags", "suggestion", "risk"]
+
+
+def test_report_table_json_and_text():
+    run = pathological_run()
+    rep = analyze(run)
+    assert isinstance(rep, Report) and rep.run is run
+    df = rep.layers
+    assert set(LAYER_COLUMNS) <= set(df.columns) and list(df.layer) == run.layer_names
+    h = df.set_index("layer")
+    assert h.loc["vanish", "health"] == "Critical" and "vanishing" in h.loc["vanish", "flags"]
+    assert h.loc["hot", "health"] == "Critical" and "exploding" in h.loc["hot", "flags"]
+    assert h.loc["broken", "nonfinite_total"] == 1 and h.loc["broken", "max_abs_max"] == np.inf
+    assert h.loc["mid", "trend"] == "rising"           # grows 100x over the run
+    assert h.loc["vanish", "suggestion"].startswith("vanish:")
+    assert rep.overall_health == "Critical"
+    d = json.loads(rep.to_json())
+    assert d["overall_health"] == "Critical" and len(d["layers"]) == 5 and d["run"]["n_steps"] == 30
+    assert d["seed_summary"]["layers_with_vanishing_grads"] == ["vanish"]
+    assert {r["kind"] for r in d["regions"]} >= {"vanishing", "exploding"}
+    assert d["network"]["available"] is False
+    first = rep.summary_text().splitlines()[0]
+    assert first.startswith("Gradient health: Critical") and "5 layers over 30 recorded steps" in first
+    assert rep.recommendations[0].priority == "Critical"
+
+
+def test_to_html_writes_the_report(tmp_path):
+    rep = analyze(pathological_run())
+    path = rep.to_html(tmp_path / "r.html")
+    assert 'data-layer="vanish"' in path.read_text()
+
+
+def test_thresholds_override_changes_the_verdict_not_the_run():
+    run = pathological_run()
+    rep = analyze(run, thresholds={"vanishing": 1e-12})
+    assert "vanishing" not in rep.layers.set_index("layer").loc["vanish", "flags"]
+    assert run.thresholds.vanishing == 1e-7 and rep.thresholds.vanishing == 1e-12
+    with pytest.raises(ValueError, match="unknown threshold"):
+        analyze(run, thresholds={"vanshing": 1})
+    with pytest.raises(TypeError, match="Run"):
+        analyze("not a run")
+
+
+def test_empty_and_single_step_runs():
+    rep = analyze(Run(["a", "b"]))
+    assert rep.overall_health == "Unknown" and list(rep.layers.health) == ["Unknown", "Unknown"]
+    json.loads(rep.to_json())
+    rep1 = analyze(synth(np.array([[0.1, 1e-9]])))
+    assert rep1.layers.health.tolist() == ["Healthy", "Critical"]
+    json.loads(rep1.to_json())
+
+
+def test_a_long_run_is_analysed_on_bounded_views():
+    T = 9000
+    g = np.full((T, 3), 0.1)
+    g[:, 2] = 10 ** (-4 * np.arange(T) / T)
+    rep = analyze(synth(g), max_rows=1000)
+    assert any("evenly spaced steps" in n for n in rep.notes)
+    assert rep.layers.set_index("layer").loc["l2.weight", "trend"] == "falling"
+
+
+# --------------------------------------------------------------------------- real torch runs
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from gradwidget.collect.torch import Recorder  # noqa: E402
+
+
+def _train(model, opt, steps, seed=0, n_in=8, loss_fn=None):
+    g = torch.Generator().manual_seed(seed)
+    loss_fn = loss_fn or nn.MSELoss()
+    with Recorder(model, opt, histogram_every=0) as rec:
+        for _ in range(steps):
+            x = torch.randn(32, n_in, generator=g)
+            y = x.sum(1, keepdim=True)
+            opt.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            rec.log(loss=loss)
+            opt.step()
+    return rec.run
+
+
+def test_vanishing_deep_sigmoid_stack_names_the_input_layers_first():
+    from gradwidget.demo import build_demo
+
+    model, opt, data = build_demo(depth=12, width=16, n_features=8)
+    rec_run = None
+    with Recorder(model, opt, histogram_every=0) as rec:
+        for _ in range(15):
+            x, y = next(data)
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            rec.log(loss=loss)
+            opt.step()
+        rec_run = rec.run
+    rep = analyze(rec_run)
+    top = rep.recommendations[0]
+    assert top.kind == "vanishing" and top.priority == "Critical"
+    assert top.layers[0] in ("0.weight", "0.bias")
+    (reg,) = [r for r in rep.regions if r.kind == "vanishing"]
+    assert reg.end_layer == "0.weight"                 # reaches the input layer
+    names = rec_run.layer_names
+    assert reg.parameters == sum(rec_run.layers[names.index(n)].numel for n in reg.layers)
+    assert rep.network.available and rep.critical_paths
+    att = [p for p in rep.critical_paths if p.kind == "attenuation"][0]
+    assert att.layers[-1].startswith("0.") and att.decades > 3   # the loss-side to input path loses > 1000x
+    last = rep.layers.set_index("layer").loc[names[-1]]
+    assert last["health"] != "Critical" and "vanishing" not in last["flags"]
+
+
+def test_exploding_learning_rate_is_critical_and_named():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=3.0)
+    run = _train(model, opt, 12)
+    rep = analyze(run)
+    assert rep.overall_health == "Critical"
+    top = rep.recommendations[0]
+    assert top.kind in ("nonfinite", "exploding") and top.priority == "Critical" and top.layers
+    assert any(r.kind == "exploding" for r in rep.regions)
+    assert rep.explosion is not None
+    assert "lr_high" in ",".join(rep.layers["flags"]) or top.kind == "nonfinite"
+
+
+def test_dead_relu_layer_from_a_large_negative_bias():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 1))
+    with torch.no_grad():
+        model[2].bias.fill_(-100.0)   # every unit of the second layer is off: nothing flows back
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    run = _train(model, opt, 12)
+    rep = analyze(run)
+    h = rep.layers.set_index("layer")
+    for name in ("2.weight", "2.bias", "0.weight", "0.bias", "4.weight"):
+        assert "dead" in h.loc[name, "flags"], name
+    assert h.loc["4.bias", "health"] == "Healthy"
+    (zone,) = [r for r in rep.regions if r.kind == "dead"]
+    assert zone.layers == ["4.weight", "2.bias", "2.weight", "0.bias", "0.weight"]
+    assert zone.recovery == "Low" and zone.intervention_required
+    dead = [r for r in rep.recommendations if r.kind == "dead"][0]
+    assert dead is rep.recommendations[0] and "2.bias" in dead.layers
+    # edges out of the dead block are blocked in the recorded graph
+    blocked = {(e.upstream, e.downstream) for e in rep.network.edges if e.edge_type == "Blocked"}
+    assert any(u.startswith("4.") or d.startswith("4.") for u, d in blocked) or blocked
