@@ -7,6 +7,8 @@ weights (weights) when weight arrays are given.
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pandas as pd
 
@@ -30,10 +32,10 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
     """
     if not isinstance(run, Run):
         raise TypeError(f"analyze() needs a gradwidget Run (e.g. recorder.run), not {type(run).__name__}")
-    if thresholds is not None:
-        t = as_thresholds(dict(run.thresholds.to_dict(), **as_thresholds(thresholds).to_dict())
-                          if not isinstance(thresholds, dict) else dict(run.thresholds.to_dict(), **thresholds))
-        run = run.slice()
+    if thresholds is not None:  # a Thresholds replaces the run's; a dict overrides some of them
+        t = as_thresholds(dict(run.thresholds.to_dict(), **thresholds) if isinstance(thresholds, dict)
+                          else thresholds)
+        run = copy.copy(run)  # shares the arrays; only this view sees the new thresholds
         run.thresholds = t
     t = run.thresholds
     notes = []

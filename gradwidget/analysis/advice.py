@@ -15,8 +15,8 @@ import pandas as pd
 
 from .flow import Region
 from .health import Dynamics, RiskFactor
-from .stats import Series, _quiet, block_mean, nanmedian
-from .health import _FLAT, CORR_ROWS
+from .stats import Series, _quiet, block_mean, nanmedian, standardized
+from .health import CORR_ROWS
 
 PRIORITY_ORDER = ("Critical", "High", "Medium", "Low")
 #: seed 000 weights of a layer's health in its priority score.
@@ -64,12 +64,7 @@ def layer_groups(s: Series, health: pd.DataFrame) -> list[LayerGroup]:
     band = -np.log10(t.bottleneck_gain)
     level = np.where(~known | ~np.isfinite(rel), "", np.where(rel > band, "High gradient",
                                                               np.where(rel < -band, "Low gradient", "Medium gradient")))
-    x, _ = block_mean(s.coarse, CORR_ROWS)
-    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
-        x = x - np.nanmean(x, axis=0)
-        x = np.where(np.isfinite(x), x, 0.0)
-        sd = np.sqrt((x * x).sum(0))
-        z = np.where(sd > _FLAT, x / np.where(sd > _FLAT, sd, 1), 0.0)
+    z, varies = standardized(block_mean(s.coarse, CORR_ROWS)[0])
     ur = health["update_ratio"].to_numpy()
     hv = health["health"].to_numpy()
     out = []
@@ -79,7 +74,7 @@ def layer_groups(s: Series, health: pd.DataFrame) -> list[LayerGroup]:
                 continue
             idx = np.flatnonzero((keys == key) & known)
             m = len(idx)
-            zz = z[:, idx][:, sd[idx] > _FLAT]
+            zz = z[:, idx][:, varies[idx]]
             k = zz.shape[1]
             sync = float((np.sum(zz.sum(1) ** 2) - k) / (k * (k - 1))) if k > 1 else float("nan")
             with _quiet():

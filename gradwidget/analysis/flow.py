@@ -7,7 +7,7 @@ durations (the seed made one region per layer with 1000 parameters).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd

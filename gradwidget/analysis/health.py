@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .stats import (Series, _quiet, block_mean, log10_pos, lstsq_slope, moments, nanmedian, trailing_true,
-                    update_ratio_rows)
+from .stats import (Series, _quiet, block_mean, log10_pos, lstsq_slope, moments, nanmedian, standardized,
+                    trailing_true)
 
 HEALTH = ("Healthy", "Warning", "Critical", "Unknown")
 #: a pair of layers whose log-norm series correlate at least this much (in absolute value) is
@@ -24,8 +24,6 @@ INTERACTION_CORR = 0.5
 TOP_PAIRS = 50
 #: rows of the series used for pairwise correlations (block-averaged).
 CORR_ROWS = 512
-#: a log10 series whose spread (root sum of squares) is below this is constant up to rounding.
-_FLAT = 1e-9
 #: a layer with more than this many risk factors is Critical even if none alone is (seed: > 2).
 MAX_WARNING_FACTORS = 2
 
@@ -226,12 +224,7 @@ def interactions(s: Series, top_k: int = TOP_PAIRS, block: int = 256) -> list[In
     correlation matrix at a time, keeping a running top-k, so memory is O(block x L + k), never L^2."""
     x, _ = block_mean(s.coarse, CORR_ROWS)
     names = s.run.layer_names
-    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
-        x = x - np.nanmean(x, axis=0)
-        x = np.where(np.isfinite(x), x, 0.0)
-        sd = np.sqrt(np.sum(x * x, axis=0))
-        z = np.where(sd > _FLAT, x / np.where(sd > _FLAT, sd, 1), 0.0)
-    valid = sd > _FLAT
+    z, valid = standardized(x)
     L = z.shape[1]
     best_r = np.zeros(0)
     best_ij = np.zeros((0, 2), np.int64)

@@ -244,6 +244,18 @@ def log10_pos(x: np.ndarray) -> np.ndarray:
         return np.where(x > 0, np.log10(np.maximum(x, _TINY)), np.where(x == 0, np.log10(_TINY), np.nan))
 
 
+def standardized(x: np.ndarray, flat: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
+    """Columns centred and scaled to unit length (so ``z.T @ z`` is the Pearson correlation matrix),
+    NaN treated as the column mean, and a mask of the columns that vary (root sum of squares of the
+    deviations above ``flat``; constant columns, up to rounding, get z = 0)."""
+    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
+        x = x - np.nanmean(x, axis=0)
+        x = np.where(np.isfinite(x), x, 0.0)
+        sd = np.sqrt(np.sum(x * x, axis=0))
+        ok = sd > flat
+        return np.where(ok, x / np.where(ok, sd, 1), 0.0), ok
+
+
 def runs_of_true(flags: np.ndarray) -> list[tuple[int, int]]:
     """Half-open ``(start, stop)`` index ranges of consecutive True values in a 1-D array."""
     f = np.concatenate([[False], np.asarray(flags, bool), [False]]).astype(np.int8)

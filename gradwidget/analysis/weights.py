@@ -13,7 +13,7 @@ norm ratio (update_norm / weight_norm) of every step it was measured.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
