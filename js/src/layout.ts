@@ -32,7 +32,7 @@ export function mainLayout(width: number, nLayers: number, opts: { maxHeight?: n
   const rowH = heatH / rows;
   const narrow = W < 560;
   const gutterW = narrow ? Math.min(90, Math.floor(W * 0.22)) : Math.min(170, Math.max(90, Math.floor(W * 0.14)));
-  const top = 6;
+  const top = 16; // room for the bars' title
   const axisH = 22;
   if (narrow) {
     const heatW = W - gutterW - 8;

@@ -65,12 +65,13 @@ export function sortRows(rows: Row[], s: SortState | null): Row[] {
   return out;
 }
 
-/** Rows whose layer, type, health, status, flags or suggestion contain every word of `q`. */
+/** Rows whose layer name, type, health, status or flags contain every word of `q` (not the
+ *  suggestion text: it names other layers and remedies, and would blur the filter). */
 export function filterRows(rows: Row[], q: string): Row[] {
   const words = q.toLowerCase().split(/\s+/).filter(Boolean);
   if (!words.length) return rows;
   return rows.filter((r) => {
-    const hay = ["layer", "module_type", "health", "status", "flags", "suggestion", "trend"]
+    const hay = ["layer", "module_type", "health", "status", "flags"]
       .map((k) => String(r[k] ?? ""))
       .join(" ")
       .toLowerCase();

@@ -274,10 +274,19 @@ export class PanelView {
     });
     ro.observe(this.root);
     this.disposers.push(() => ro.disconnect());
-    const mo = new MutationObserver(() => {
+    // a theme switch flips <body> attributes before the new theme's CSS has loaded: read the
+    // variables again a little later too
+    const retheme = () => {
       this.theme = readTheme(this.root);
+      this.updateLegend();
       this.schedule();
+    };
+    const timers: ReturnType<typeof setTimeout>[] = [];
+    const mo = new MutationObserver(() => {
+      retheme();
+      for (const ms of [150, 500, 1500]) timers.push(setTimeout(retheme, ms));
     });
+    this.disposers.push(() => timers.forEach(clearTimeout));
     mo.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-light", "data-jp-theme-name", "class"] });
     this.disposers.push(() => mo.disconnect());
   }

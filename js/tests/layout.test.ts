@@ -123,5 +123,7 @@ describe("health table logic", () => {
     expect(filterRows(rows, "conv").map((r) => r.index)).toEqual([2]);
     expect(filterRows(rows, "linear weight").map((r) => r.index)).toEqual([0]);
     expect(filterRows(rows, "  ").length).toBe(3);
+    const withAdvice = [{ ...rows[1], suggestion: "check 0.weight's init" }];
+    expect(filterRows(withAdvice, "0.weight")).toEqual([]);
   });
 });
