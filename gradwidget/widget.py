@@ -293,6 +293,7 @@ class GradientPanel(anywidget.AnyWidget):
         self._lock = threading.RLock()
         self._internal = 0
         self._last_push = 0.0
+        self._push_cost = 0.0  # seconds the last update took to build and send
         self._pushed_version = -1
         self._timer: threading.Timer | None = None
         self._table_time = 0.0
@@ -442,13 +443,19 @@ class GradientPanel(anywidget.AnyWidget):
         """Called by the recorder after each recorded step (in the training thread)."""
         self._ping()
 
+    def _interval(self) -> float:
+        """Seconds between updates: at most ``max_rate`` a second, and never more than a tenth of
+        the training thread's time spent building them (long runs cost more per update)."""
+        return max(self._min_interval, 10.0 * self._push_cost)
+
     def _ping(self) -> None:
         now = time.monotonic()
-        if now - self._last_push >= self._min_interval:
+        interval = self._interval()
+        if now - self._last_push >= interval:
             self._cancel_timer()
             self._push()
         elif self._timer is None:
-            delay = self._min_interval - (now - self._last_push) + 0.05
+            delay = interval - (now - self._last_push) + 0.05
             self._timer = threading.Timer(delay, self._trailing)
             self._timer.daemon = True
             self._timer.start()
@@ -598,6 +605,7 @@ class GradientPanel(anywidget.AnyWidget):
             version = run.version if run is not None else -1
             if not force and version == self._pushed_version:
                 return True
+            t_start = time.monotonic()
             try:
                 payload = self._payload(run)
                 if run is not None and run.n_steps:
@@ -628,6 +636,7 @@ class GradientPanel(anywidget.AnyWidget):
                 self._internal -= 1
             self._pushed_version = version
             self._last_push = time.monotonic()
+            self._push_cost = self._last_push - t_start
             self.push_count += 1
             return True
 

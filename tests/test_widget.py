@@ -182,13 +182,13 @@ def test_front_end_messages_move_the_kernel_state():
     # new steps do not yank a scrubbed cursor
     p2 = GradientPanel(FakeRecorder(synthetic_run(10)), max_rate=1000)
     p2.set_state({"step": 4, "follow": False})
-    time.sleep(0.01)
+    time.sleep(0.15)  # past the rate limit (a tenth of the time goes to updates at most)
     p2.recorder.step(100)
     assert p2.step == 4 and p2.meta["last_step"] == 100
     p2.set_state({"step": 100, "follow": True})
-    time.sleep(0.01)
+    time.sleep(0.15)
     p2.recorder.step(101)
-    time.sleep(0.01)
+    time.sleep(0.15)
     p2.recorder.step(102)
     assert p2.step == 102
 
