@@ -11,17 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "browser")]
 from gw_browser import ARGS, CHROMIUM, offline_page  # noqa: E402  (the tests' Chromium setup)
 
 #: what the panel cell runs in JupyterLab.
@@ -63,77 +58,38 @@ def shoot_report(run_dir: Path, out: Path, work: Path) -> dict:
             "report_images": n_images}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_http(url: str, proc: subprocess.Popen, timeout: float) -> None:
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if proc.poll() is not None:
-            raise RuntimeError(f"jupyter lab exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"jupyter lab did not answer at {url} within {timeout:.0f}s")
-
-
 def shoot_panel(run_dir: Path, out: Path, work: Path, timeout: float = 180) -> dict:
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
     from playwright.sync_api import sync_playwright
 
+    from lab import KERNEL_READY_JS, jupyter_lab  # tests/browser/lab.py: the e2e tests' JupyterLab
+
     nb = new_notebook(cells=[new_code_cell(PANEL_CELL.format(run=str(run_dir)))])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, work / "panel.ipynb")
-    port = _free_port()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-           "--allow-root", "--ServerApp.token=", "--ServerApp.password=", "--LabApp.expose_app_in_browser=True",
-           f"--ServerApp.root_dir={work}", "--ServerApp.open_browser=False"]
-    log = open(work / "jupyter.log", "w")
-    proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        _wait_http(f"{base}/api/status", proc, timeout)
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            try:
-                ctx = browser.new_context(viewport={"width": 1400, "height": 1100})
-                ctx.route("**/*", lambda r: r.continue_() if r.request.url.startswith((base, "data:", "blob:"))
-                          else r.abort())
-                page = ctx.new_page()
-                page.goto(f"{base}/lab/tree/panel.ipynb", timeout=timeout * 1000)
-                page.wait_for_function("() => window.jupyterapp && document.querySelector('.jp-Notebook')",
-                                       timeout=timeout * 1000)
-                page.wait_for_function("""() => { const s = document.querySelector('.jp-Notebook-ExecutionIndicator');
-                    const app = window.jupyterapp; const w = app.shell.currentWidget;
-                    return w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel
-                        && w.sessionContext.session.kernel.connectionStatus === 'connected'; }""",
-                                       timeout=timeout * 1000)
-                page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-                output = page.locator(".jp-OutputArea-output").filter(has=page.locator(".widget-subarea, canvas"))
-                output.first.wait_for(state="visible", timeout=timeout * 1000)
-                page.wait_for_function("""() => Array.from(document.querySelectorAll('.jp-OutputArea-output canvas'))
-                                              .some(c => c.width > 0 && c.getBoundingClientRect().height > 0)""",
-                                       timeout=timeout * 1000)
-                page.wait_for_timeout(1500)  # let the first frames settle
-                canvases = page.evaluate(CANVAS_JS)
-                output.first.screenshot(path=str(out / "panel.png"))
-            finally:
-                browser.close()
-    finally:
-        proc.terminate()
+    ms = timeout * 1000
+    with jupyter_lab(work, timeout=timeout) as base, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+            ctx = browser.new_context(viewport={"width": 1500, "height": 1100})
+            ctx.route("**/*", lambda r: r.continue_() if r.request.url.startswith((base, "data:", "blob:"))
+                      else r.abort())
+            page = ctx.new_page()
+            page.goto(f"{base}/lab/tree/panel.ipynb", timeout=ms)
+            page.wait_for_function(KERNEL_READY_JS, timeout=ms)
+            page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
+            page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            page.wait_for_function("""() => Array.from(document.querySelectorAll('.jp-OutputArea-output canvas'))
+                                          .some(c => c.width > 0 && c.getBoundingClientRect().height > 0)""",
+                                   timeout=ms)
+            page.wait_for_timeout(1500)  # let the first frames settle
+            canvases = page.evaluate(CANVAS_JS)
+            root = page.locator(".gw-root")
+            target = root.first if root.count() else page.locator(".jp-OutputArea-output").last
+            target.screenshot(path=str(out / "panel.png"))
+        finally:
+            browser.close()
     return {"panel_png": str(out / "panel.png"), "canvases": canvases}
 
 

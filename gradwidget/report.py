@@ -170,7 +170,7 @@ def _rec_text(rec: Any) -> tuple[str, str]:
             parts.append(str(d[key]))
             break
     layers = d.get("layers") or d.get("affected_layers")
-    if layers:
+    if layers and not any(str(x) in " ".join(parts) for x in layers):
         ls = list(layers) if not isinstance(layers, str) else [layers]
         parts.append("Layers: " + ", ".join(map(str, ls[:8])) + (" …" if len(ls) > 8 else ""))
     if not parts:
@@ -209,25 +209,45 @@ def worst_layers(report, k: int = 4) -> list[str]:
     return [str(x) for x in chosen["layer"].head(k)]
 
 
+def _frame_html(frame) -> str:
+    return ('<div class="scroll">' + frame.to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}")
+            + "</div>")
+
+
+def _kv_html(obj, caption: str = "") -> str:
+    """A small two-column table of a result object's fields (dataclass, dict or plain object)."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(obj):
+        d = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    else:
+        d = obj if isinstance(obj, dict) else vars(obj)
+    rows = []
+    for k, v in d.items():
+        if isinstance(v, float):
+            text = f"{v:.3g}"
+        elif isinstance(v, (list, tuple)):
+            text = ", ".join(map(str, v[:12])) + (" …" if len(v) > 12 else "") if v else "none"
+        else:
+            text = _short(v)
+        rows.append(f"<tr><td>{_esc(k.replace('_', ' '))}</td><td>{_esc(text)}</td></tr>")
+    cap = f"<h3>{_esc(caption)}</h3>" if caption else ""
+    return f'{cap}<table class="kv">{"".join(rows)}</table>'
+
+
 def _weights_html(report, run: Run) -> str:
+    """Weight statistics when the analysis had the weights, the update/weight drift read from the
+    run, and the per-layer update/weight ratio (or weight norm) over steps."""
     parts = []
     w = getattr(report, "weights", None)
     if w is not None:
-        if hasattr(w, "to_html") and hasattr(w, "columns"):
-            parts.append(f'<div class="scroll">{w.to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}")}</div>')
-        else:
-            frame = getattr(w, "layers", None)
-            summary = getattr(w, "summary_text", None)
-            if callable(summary):
-                parts.append(f'<pre class="summary">{_esc(summary())}</pre>')
-            elif hasattr(w, "summary") and isinstance(getattr(w, "summary"), str):
-                parts.append(f'<pre class="summary">{_esc(w.summary)}</pre>')
-            if frame is not None and hasattr(frame, "to_html"):
-                parts.append(f'<div class="scroll">{frame.to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}")}</div>')
-            if not parts:
-                d = w.to_dict() if hasattr(w, "to_dict") else (vars(w) if hasattr(w, "__dict__") else {"weights": w})
-                rows = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(_short(v))}</td></tr>" for k, v in d.items())
-                parts.append(f'<table class="kv">{rows}</table>')
+        if callable(getattr(w, "summary_text", None)):
+            parts.append(f'<pre class="summary">{_esc(w.summary_text())}</pre>')
+        if hasattr(getattr(w, "layers", None), "to_html"):
+            parts.append(_frame_html(w.layers))
+    drift = getattr(report, "weight_drift", None)
+    if drift is not None:
+        parts.append(_kv_html(drift, "Update / weight drift"))
     if run.n_steps and np.isfinite(run.metric("weight_norm")).any():
         idx = [run.layer_index(n) for n in worst_layers(report, 6)] or list(range(min(6, run.n_layers)))
         parts.append(_img(plots.weight_plot(run, layers=idx), "weight health"))

@@ -137,3 +137,17 @@ def test_report_opens_complete_offline_in_chromium(tmp_path, run, rep):
     assert headings[:3] == ["Summary", "Recommendations", "Gradient flow"]
     assert any("Weight" in h for h in headings) and any("Distributions" in h for h in headings)
     assert badge.strip() == gwreport._enum_text(rep.overall_health)
+
+
+def test_weight_section_with_and_without_weight_arrays(run):
+    analyze = need_analysis()
+    rng = np.random.default_rng(3)
+    plain = gwreport.render_report(analyze(run))
+    section = plain[plain.index('id="weights"'):plain.index('id="thresholds"')]
+    assert "Update / weight drift" in section and 'alt="weight health"' in section
+    weights = {n: rng.normal(0, 1, 64) for n in run.layer_names}
+    weights["hot"][:3] = 1e4  # outliers
+    full = gwreport.render_report(analyze(run, weights=weights))
+    section = full[full.index('id="weights"'):full.index('id="thresholds"')]
+    assert "Weights: 5 layers" in htmllib.unescape(section)
+    assert section.count("<tr>") > 5 and "hot" in section
