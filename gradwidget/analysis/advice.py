@@ -114,8 +114,8 @@ _ACTIONS = {
     "hot": [("normalisation", "Moderate", "add normalisation (LayerNorm/BatchNorm) before it, or a per-layer learning rate")],
     "unstable": [("normalisation", "Moderate", "add normalisation to steady its gradient scale")],
     "oscillating": [("regularisation", "Simple", "add weight decay, lower the momentum or the learning rate")],
-    "lr_high": [("learning_rate", "Simple", "lower the learning rate for this layer (updates are large relative to weights)")],
-    "lr_low": [("learning_rate", "Simple", "raise the learning rate for this layer (updates barely move the weights)")],
+    "lr_high": [("learning_rate", "Simple", "lower the learning rate for these parameters (updates are large relative to the weights)")],
+    "lr_low": [("learning_rate", "Simple", "raise the learning rate for these parameters (updates barely move the weights)")],
 }
 
 
@@ -169,6 +169,12 @@ def priorities(health: pd.DataFrame, sugg: list[Suggestion]) -> list[Priority]:
 
 
 # --------------------------------------------------------------------------- recommendations
+def dyn_rel(dyn: Dynamics) -> str:
+    """The plateau's measured relative change per step, as text."""
+    v = dyn.plateau.rel_change_per_step
+    return f"{v:.1e}" if np.isfinite(v) else "n/a"
+
+
 @dataclass
 class Recommendation:
     priority: str        #: Critical / High / Medium / Low
@@ -233,8 +239,9 @@ def recommendations(factors: list[RiskFactor], regions: list[Region], dyn: Dynam
     if dyn.plateau.is_plateau:
         p = dyn.plateau
         prio = "High" if p.severity == "Severe" else "Medium" if p.severity == "Moderate" else "Low"
-        out.append(Recommendation(prio, f"Training has plateaued: the {dyn.series} has barely changed for "
-                                        f"{p.duration_steps} steps.", p.suggested_actions[0], [], "plateau",
+        out.append(Recommendation(prio, f"Training has plateaued: for {p.duration_steps} steps the {dyn.series} "
+                                        f"has moved by only {dyn_rel(dyn)} of its value per step.",
+                                  p.suggested_actions[0], [], "plateau",
                                   f"relative change per step {p.rel_change_per_step:.2g}", 0.0))
     out.sort(key=lambda r: (PRIORITY_ORDER.index(r.priority), -r.score))
     return out

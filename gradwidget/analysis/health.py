@@ -348,8 +348,7 @@ def dynamics(s: Series) -> Dynamics:
            else "Moderate" if share >= t.problem_issue_ratio else "Mild")
     acts = []
     if is_plateau:
-        acts = [f"the {what} has changed less than {t.plateau_rel_change:g} per step for {duration} steps: "
-                "try a learning-rate schedule (warm restart or decay), or check that the model can still learn "
+        acts = ["try a learning-rate schedule (warm restart or decay), or check that the model can still learn "
                 "(vanishing or dead layers)"]
     if len(y) < W:
         phase = "InitialLearning"

@@ -104,7 +104,7 @@ class Report:
         lines.append(f"Training phase: {d.learning_phase} (from the {d.series})"
                      + (f"; plateau for {d.plateau.duration_steps} steps." if d.plateau.is_plateau else "."))
         st = self.stability
-        lines.append(f"Stability: {st.overall:.2f} ({st.trend}); outlook {st.forecast.outlook} "
+        lines.append(f"Stability: {st.overall:.2f} (trend {st.trend}); outlook {st.forecast.outlook} "
                      f"(confidence R² {st.forecast.confidence:.2f})." if np.isfinite(st.overall) else
                      "Stability: not enough data.")
         if not self.network.available:

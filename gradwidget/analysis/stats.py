@@ -290,11 +290,20 @@ class Series:
         self.recent = np.where(np.isfinite(rec), rec, np.nan)  # non-finite steps are counted apart
         self.recent_steps = run.steps[max(0, n - max_rows):]
         self.block = max(1, -(-n // max_rows))
-        self.exact = exact_reductions(run, block=self.block)
+        stat_rows = min(max_rows, STAT_ROWS)
+        if n > stat_rows:  # two independent numpy-heavy passes (both release the GIL): overlap them
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                fut = pool.submit(layer_statistics, run, max_rows=stat_rows)
+                self.exact = exact_reductions(run, block=self.block)
+                self.stats = fut.result()
+        else:
+            self.exact = exact_reductions(run, block=self.block)
+            self.stats = layer_statistics(run, max_rows=stat_rows)
         self.coarse = log10_pos(self.exact.pop("coarse_grad_norm"))
         m = (n // self.block) * self.block
         self.coarse_steps = run.steps[n - m:][:: self.block] if n else run.steps
-        self.stats = layer_statistics(run, max_rows=min(max_rows, STAT_ROWS))
         self.trainable = run.trainable_mask()
         self._update_ratio = None
         self._update_rows = None
