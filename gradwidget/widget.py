@@ -619,7 +619,8 @@ class GradientPanel(anywidget.AnyWidget):
                     now = time.monotonic()
                     if table or self._table_version < 0 or now - self._table_time > 2.0:
                         payload["table"] = self._table_rows(run)
-                        self._table_time, self._table_version = now, version
+                        self._table_time, self._table_version = time.monotonic(), version
+                        t_start += self._table_time - now  # the table has its own pace (every 2 s)
             except Exception as e:
                 if check_version:
                     return False  # a torn read while training appends; the next step sends again
