@@ -161,8 +161,18 @@ def test_exported_panel_is_visible_offline_in_chromium(tmp_path, with_state):
         imgs = [i for i in page.evaluate(IMAGES_JS) if i["cls"] == "gradwidget-panel-image"]
         layers = page.evaluate(TABLE_LAYERS_JS)
         if with_state:
-            # what happens where html-manager does load: it draws the widget into the live
-            # container; the static copy then makes way for it
+            # where html-manager loads but the widget fails, it shows an error: the static copy stays
+            page.evaluate("""() => {
+              const live = document.querySelector('.gradwidget-export').nextElementSibling;
+              const err = document.createElement('div');
+              err.className = 'jupyter-widgets-error-widget'; err.style.height = '60px'; err.textContent = 'Error';
+              live.insertBefore(err, live.firstChild);
+            }""")
+            page.wait_for_timeout(200)
+            assert page.evaluate("() => getComputedStyle(document.querySelector('.gradwidget-export')).display") != "none"
+            page.evaluate("() => document.querySelector('.jupyter-widgets-error-widget').remove()")
+            # where html-manager loads and draws the widget into the live container, the static
+            # copy makes way for it
             page.evaluate("""() => {
               const live = document.querySelector('.gradwidget-export').nextElementSibling;
               const view = document.createElement('div');
