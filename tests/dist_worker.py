@@ -28,8 +28,24 @@ from gradwidget.collect.torch import Recorder  # noqa: E402
 GLOBAL_BATCH = 16
 
 
-def make_model() -> nn.Module:
+class Transformer(nn.Module):
+    """One encoder layer (multi-head attention whose out_proj is used without calling it) and a
+    head; the input is a (batch, 10) row read as 5 tokens of 2 features."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(2, 8)
+        self.layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        return self.head(self.layer(self.embed(x.reshape(len(x), 5, 2))).mean(dim=1))
+
+
+def make_model(kind: str = "mlp") -> nn.Module:
     torch.manual_seed(0)
+    if kind == "transformer":
+        return Transformer()
     # odd widths: FSDP shards dim 0 unevenly, and some ranks hold empty shards (the 1-row head)
     return nn.Sequential(nn.Linear(10, 7), nn.ReLU(), nn.Linear(7, 5), nn.Tanh(), nn.Linear(5, 1))
 
@@ -42,14 +58,14 @@ def batches(steps: int):
 
 
 def train(mode: str, log_dir: str | None, steps: int, delay: float, histogram_every: int,
-          update_every: int, no_optimizer: bool = False) -> dict:
+          update_every: int, no_optimizer: bool = False, model_kind: str = "mlp") -> dict:
     rank, world = 0, 1
     if mode != "single":
         import torch.distributed as dist
 
         dist.init_process_group("gloo")
         rank, world = dist.get_rank(), dist.get_world_size()
-    model = make_model()
+    model = make_model(model_kind)
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
@@ -57,8 +73,8 @@ def train(mode: str, log_dir: str | None, steps: int, delay: float, histogram_ev
     elif mode == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
-        for m in model:
-            if isinstance(m, nn.Linear):
+        for m in (model.layer,) if model_kind == "transformer" else model:
+            if isinstance(m, (nn.Linear, nn.TransformerEncoderLayer)):
                 fully_shard(m)
         fully_shard(model)
     elif mode in ("fsdp1", "fsdp1-flat"):
@@ -114,10 +130,11 @@ def main() -> None:
     ap.add_argument("--histogram-every", type=int, default=1)
     ap.add_argument("--update-every", type=int, default=1)
     ap.add_argument("--no-optimizer", action="store_true")
+    ap.add_argument("--model", choices=["mlp", "transformer"], default="mlp")
     args = ap.parse_args()
     torch.set_num_threads(1)
     info = train(args.mode, args.log_dir, args.steps, args.delay, args.histogram_every, args.update_every,
-                 args.no_optimizer)
+                 args.no_optimizer, args.model)
     Path(args.out_dir, f"rank{info['rank']}.json").write_text(json.dumps(info))
 
 

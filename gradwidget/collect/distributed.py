@@ -149,18 +149,35 @@ class DistContext:
             return True
         return self.is_writer  # a parameter FSDP does not manage is replicated
 
-    def fallback_arrival(self, names: list[str], params: list[torch.Tensor], fwd_modules: list[str]) -> list[int]:
+    def fallback_arrival(self, names: list[str], params: list[torch.Tensor], fwd_modules: list[str],
+                         got_grad: set[int] | None = None) -> list[int]:
         """Gradient arrival order for sharded models, where per-parameter gradient hooks fire per
-        FSDP group (FSDP2) or not at all (FSDP1): the parameter-owning modules in reverse order of
-        their first forward call, each module's parameters in reverse registration order (the
-        order autograd delivers them in a single process for ``nn.Linear``: bias, then weight)."""
-        by_mod: dict[str, list[int]] = {}
+        FSDP group (FSDP2) or not at all (FSDP1), so their order is not autograd's.
+
+        Built from the first forward instead: parameter-owning modules in reverse order of their
+        first call; within a module, parameters in reverse registration order (autograd's order for
+        ``nn.Linear``: bias, then weight). A parameter whose module is never called itself (such as
+        ``MultiheadAttention.out_proj``, used through its parent's functional forward) is placed
+        with its nearest called ancestor, after the ancestor's own parameters in depth order.
+        ``got_grad``: the parameters known to have received a gradient (FSDP2), or None to take
+        every trainable parameter under a called module (FSDP1).
+        """
+        pos = {m: k for k, m in enumerate(fwd_modules)}
+        depth = []
         for i, n in enumerate(names):
-            by_mod.setdefault(n.rsplit(".", 1)[0] if "." in n else "", []).append(i)
-        out = []
-        for mod in reversed(fwd_modules):
-            out += [i for i in reversed(by_mod.get(mod, ())) if params[i].requires_grad and i not in out]
-        return out
+            if not params[i].requires_grad or (got_grad is not None and i not in got_grad):
+                continue
+            mod = n.rsplit(".", 1)[0] if "." in n else ""
+            anchor = mod
+            while anchor not in pos and anchor:
+                anchor = anchor.rsplit(".", 1)[0] if "." in anchor else ""
+            if anchor not in pos:
+                if got_grad is None:
+                    continue  # under no module that ran: treated as unused
+                depth.append((-1, 0, i))  # got a gradient outside any module's forward: input side
+            else:
+                depth.append((pos[anchor], 0 if anchor == mod else 1, i))
+        return [i for _, _, i in sorted(depth, reverse=True)]
 
     # ------------------------------------------------------------------ sharded statistics
     def prepare(self, names: list[str], params: list[torch.Tensor], order: list[int]) -> None:

@@ -92,6 +92,12 @@ class Recorder:
     track_updates: record ``update_norm`` (keeps one copy of the trainable parameters).
     update_every: measure the update norm every this many recorded steps (NaN in between): taking
         it costs a copy of the parameters, ~2.5% of a step for a small transformer on CPU.
+
+    Under ``torch.distributed`` (a default process group is initialised), build the Recorder on
+    every rank, after wrapping the model (DDP, ``fully_shard``, FSDP1 ``use_orig_params=True``):
+    DDP's averaged gradients are recorded on rank 0; FSDP shards are combined on rank 0 with one
+    gather per recorded step. Only rank 0 writes ``log_dir`` and holds ``run`` (None elsewhere).
+    See ``gradwidget.collect.distributed``.
     """
 
     def __init__(self, model, optimizer=None, *, every: int = 1, histogram_every: int = 10,
@@ -262,7 +268,8 @@ class Recorder:
             if self._dist is not None and self._dist.sharded and self._fwd_modules:
                 # sharded gradients arrive per FSDP group (FSDP1: without per-parameter hooks at all),
                 # not in autograd order: derive the order from the first forward instead
-                self._arrival = self._dist.fallback_arrival(self._names, self._params, self._fwd_modules)
+                self._arrival = self._dist.fallback_arrival(self._names, self._params, self._fwd_modules,
+                                                            set(self._arrival) if self._arrival else None)
             if not self._arrival:
                 return  # no gradient has arrived yet: nothing to record
             self._start()
