@@ -149,6 +149,16 @@ def test_exporter_is_an_html_exporter_with_its_template():
     assert any(p.endswith(os.path.join("nbconvert", "gradwidget")) for p in e.template_paths)
 
 
+#: put an element into the live widget's container, as html-manager would.
+INSERT_LIVE_JS = """([cls, height, text]) => {
+  const live = document.querySelector('.gradwidget-export').nextElementSibling;
+  const el = document.createElement('div');
+  el.className = cls; el.style.height = height + 'px'; el.textContent = text;
+  live.insertBefore(el, live.firstChild);
+}"""
+FALLBACK_DISPLAY_JS = "() => getComputedStyle(document.querySelector('.gradwidget-export')).display"
+
+
 @pytest.mark.browser
 @pytest.mark.parametrize("with_state", [False, True], ids=["no-widget-state", "widget-state"])
 def test_exported_panel_is_visible_offline_in_chromium(tmp_path, with_state):
@@ -162,25 +172,14 @@ def test_exported_panel_is_visible_offline_in_chromium(tmp_path, with_state):
         layers = page.evaluate(TABLE_LAYERS_JS)
         if with_state:
             # where html-manager loads but the widget fails, it shows an error: the static copy stays
-            page.evaluate("""() => {
-              const live = document.querySelector('.gradwidget-export').nextElementSibling;
-              const err = document.createElement('div');
-              err.className = 'jupyter-widgets-error-widget'; err.style.height = '60px'; err.textContent = 'Error';
-              live.insertBefore(err, live.firstChild);
-            }""")
+            page.evaluate(INSERT_LIVE_JS, ["jupyter-widgets-error-widget", 60, "Error"])
             page.wait_for_timeout(200)
-            assert page.evaluate("() => getComputedStyle(document.querySelector('.gradwidget-export')).display") != "none"
+            assert page.evaluate(FALLBACK_DISPLAY_JS) != "none"
             page.evaluate("() => document.querySelector('.jupyter-widgets-error-widget').remove()")
             # where html-manager loads and draws the widget into the live container, the static
             # copy makes way for it
-            page.evaluate("""() => {
-              const live = document.querySelector('.gradwidget-export').nextElementSibling;
-              const view = document.createElement('div');
-              view.className = 'widget-subarea'; view.style.height = '200px'; view.textContent = 'live panel';
-              live.insertBefore(view, live.firstChild);
-            }""")
-            page.wait_for_function("() => getComputedStyle(document.querySelector('.gradwidget-export')).display === 'none'",
-                                   timeout=5000)
+            page.evaluate(INSERT_LIVE_JS, ["widget-subarea", 200, "live panel"])
+            page.wait_for_function(f"() => ({FALLBACK_DISPLAY_JS})() === 'none'", timeout=5000)
     assert len(imgs) == 1 and imgs[0]["complete"] and imgs[0]["w"] > 200 and imgs[0]["visible"]
     assert layers == list(LAYERS)
     if with_state:
