@@ -95,3 +95,17 @@ def test_plateau_recommendation():
     rep = analyze(synth(np.full((500, 2), 0.1), loss=loss))
     (r,) = rep.recommendations
     assert r.kind == "plateau" and "plateaued" in r.text and rep.dynamics.learning_phase == "Plateau"
+
+
+def test_recommendation_priority_bands():
+    import pandas as pd
+
+    from gradwidget.analysis.health import Dynamics, Plateau, RiskFactor
+
+    h = pd.DataFrame({"layer": ["a", "b", "c", "d"], "relative_level": [1.0] * 4})
+    dyn = Dynamics("Refinement", 0.0, Plateau(False, 0, "None", 0.0), "loss")
+    fs = [RiskFactor("a", "unstable", 0.1, False, "e"), RiskFactor("b", "oscillating", 0.3, False, "e"),
+          RiskFactor("c", "hot", 0.6, False, "e"), RiskFactor("d", "exploding", 0.5, True, "e")]
+    recs = advice.recommendations(fs, [], dyn, h)
+    assert [(r.kind, r.priority) for r in recs] == [("exploding", "Critical"), ("hot", "High"),
+                                                   ("oscillating", "Medium"), ("unstable", "Low")]

@@ -172,3 +172,10 @@ def test_a_drop_and_recovery_is_not_cancelled_out():
     paths = {p.kind: p for p in network.critical_paths(s)}
     assert paths["attenuation"].decades == pytest.approx(2, rel=1e-4)
     assert paths["amplification"].decades == pytest.approx(2, rel=1e-4)
+
+
+def test_non_finite_makes_an_exploding_region_critical():
+    nf = np.zeros((T, 2))
+    nf[10, 1] = 1
+    (r,) = _regions(g=np.ones((T, 2)), nonfinite=nf)
+    assert r.kind == "exploding" and r.severity == "Critical" and r.duration_steps == 1 and not r.active_now

@@ -228,3 +228,52 @@ def test_overall_health_rules():
     assert oh(["Warning"] * 2 + ["Healthy"] * 8) == "Warning"
     assert oh(["Warning"] + ["Healthy"] * 19) == "Healthy"
     assert oh(["Unknown"] * 3) == "Unknown"
+
+
+def test_remaining_classifications_fire():
+    rng = np.random.default_rng(3)
+    # interaction between two moderately correlated layers: Neutral
+    a = rng.standard_normal(T)
+    g = np.exp(np.column_stack([a, 0.3 * a + rng.standard_normal(T)]))
+    (i,) = health.interactions(Series(synth(g)))
+    assert i.interaction_type == "Neutral" and 0 < abs(i.correlation) < health.INTERACTION_CORR
+    # too few steps for a trend: Unknown
+    s = Series(synth(np.full((2, 1), 0.1)))
+    fl = flow.flow_characteristics(s)
+    assert health.convergence(s, health.layer_health(s, fl, [])).trend == "Unknown"
+    # plateau severities from the share of the run spent on it
+    n = 600
+    mild = np.concatenate([np.linspace(3, 1, 440), np.full(160, 1.0)])
+    severe = np.concatenate([np.linspace(3, 1, 120), np.full(480, 1.0)])
+    assert _dyn(mild)[1].plateau.severity == "Mild"
+    assert _dyn(severe)[1].plateau.severity == "Severe"
+    # stability improving; forecasts improving and uncertain
+    n = 400
+    calm = 0.1 * np.exp(0.01 * rng.standard_normal((n, 2)))
+    settling = calm.copy()
+    settling[: n // 2] *= np.exp(1.5 * rng.standard_normal((n // 2, 2)))
+    falling = calm * (10 ** (-4 * np.arange(n) / n))[:, None]
+    wild = 0.1 * np.exp(1.5 * rng.standard_normal((n, 2)))
+    out = {}
+    for name, g in (("settling", settling), ("falling", falling), ("wild", wild)):
+        s = Series(synth(g))
+        fl = flow.flow_characteristics(s)
+        out[name] = health.stability(s, fl, health.risk_factors(s, fl))
+    assert out["settling"].trend == "Improving"
+    assert out["falling"].forecast.outlook == "Improving"
+    assert out["wild"].forecast.outlook == "Uncertain"
+
+
+def test_urgency_levels():
+    from gradwidget.analysis import advice
+
+    rng = np.random.default_rng(4)
+    g = 0.1 * np.exp(0.05 * rng.standard_normal((T, 6)))
+    g[:, 0] = 1e3 * np.exp(3 * rng.standard_normal(T))   # hot and very unstable: Warning, stability < 0.3
+    upd = np.full_like(g, np.nan)
+    upd[::10] = 1e-3
+    upd[::10, 1] = 0.5                                  # lr too high only: Warning, stable
+    s, fl, f, h = analyse(g, update=upd, max_abs=np.full_like(g, 0.03))  # no explosion, only a hot layer
+    assert list(h.health[:2]) == ["Warning", "Warning"], h[["layer", "health", "flags", "stability"]]
+    pri = {p.layer: p for p in advice.priorities(h, advice.suggestions(f, []))}
+    assert pri["l0.weight"].urgency == "High" and pri["l1.weight"].urgency == "Medium"

@@ -112,3 +112,11 @@ def test_weights_from_a_torch_module_and_in_analyze():
     assert "Weights: 2 layers" in rep.weights.summary_text()
     with pytest.raises(TypeError, match="non-empty dict"):
         W.analyze_weights({})
+
+
+def test_remaining_severities():
+    norms = [1.0] * 19
+    assert W.gradient_explosion(range(20), norms + [2.5e3], 1e3).severity == "Medium"
+    assert W.gradient_explosion(range(20), norms + [6e3], 1e3).severity == "High"
+    w0 = {"a": np.ones(100)}
+    assert W.drift_between({"a": np.ones(100) * (1 + 1e-4)}, w0).severity == "Low"
