@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "dist_worker.py"
 COMPARED = ("grad_norm", "mean_abs", "max_abs", "std", "zero_frac", "nonfinite", "weight_norm", "update_norm")
 
+pytestmark = pytest.mark.slow  # each test starts processes
+
 dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
