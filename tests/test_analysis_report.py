@@ -119,6 +119,9 @@ def test_vanishing_deep_sigmoid_stack_names_the_input_layers_first():
     assert rep.network.available and rep.critical_paths
     att = [p for p in rep.critical_paths if p.kind == "attenuation"][0]
     assert att.layers[-1].startswith("0.") and att.decades > 3   # the loss-side to input path loses > 1000x
+    d = json.loads(rep.to_json())
+    assert d["network"]["available"] and len(d["network"]["edges"]) == len(rec_run.edges)
+    assert d["critical_paths"][0]["layers"] == att.layers
     last = rep.layers.set_index("layer").loc[names[-1]]
     assert last["health"] != "Critical" and "vanishing" not in last["flags"]
 

@@ -114,3 +114,33 @@ def test_slope_runs_and_trailing():
     assert stats.runs_of_true([0, 1, 1, 0, 1]) == [(1, 3), (4, 5)]
     assert list(stats.trailing_true(np.array([[1, 0], [1, 1], [1, 1]], bool))) == [3, 2]
     assert stats.nanmedian(np.array([1.0, np.nan, 3.0, np.inf])) == pytest.approx(2.0)
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis.extra.numpy import arrays  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(arrays(np.float64, (23, 3), elements=st.one_of(st.floats(-1e6, 1e6), st.just(np.nan))))
+def test_quantiles_agree_with_numpy_nanpercentile(x):
+    q = stats.quantiles(x)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ref = np.nanpercentile(x, [5, 50, 95], axis=0)
+    np.testing.assert_allclose(q, ref, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.floats(1e-6, 1e6))
+def test_flow_characteristics_are_scale_free(seed, scale):
+    from gradwidget.analysis.flow import flow_characteristics
+
+    g = np.exp(np.random.default_rng(seed).standard_normal((40, 2)))
+    a = flow_characteristics(stats.Series(synth(g)))
+    b = flow_characteristics(stats.Series(synth(g * scale)))
+    for c in ("consistency", "smoothness", "oscillation", "stability", "bottleneck_score", "flow_rate",
+              "trend_slope", "direction_stability"):
+        np.testing.assert_allclose(a[c], b[c], rtol=2e-4, atol=1e-6, err_msg=c)
+    assert list(a.trend) == list(b.trend) and list(a.direction) == list(b.direction)
