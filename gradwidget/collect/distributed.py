@@ -5,10 +5,11 @@ single-process run never imports or pays for any of this.
 
 Two modes:
 
-``replicated`` (DDP, or a plain module in a process group)
+``replicated`` (DDP, or a plain module in a process group, taken to be kept in sync by its user)
     After backward, DDP has averaged the gradients and every rank holds the same values. Rank 0
     records them exactly as a single process would; the other ranks install no hooks at all and
-    do no work. No extra communication.
+    do no work. No extra communication. Without an optimizer, the step is read in an autograd
+    end-of-backward callback queued behind DDP's own (which finishes the all-reduce).
 
 ``sharded`` (FSDP2 ``fully_shard`` and FSDP1 ``FullyShardedDataParallel(use_orig_params=True)``)
     Each rank holds a slice of every gradient. Per recorded step, each rank computes partial sums
@@ -28,6 +29,9 @@ Two modes:
 
 Only rank 0 writes the run directory and holds the recorded ``Run``; on the other ranks
 ``recorder.run`` is ``None``.
+
+Layer order under FSDP comes from the first forward pass (see ``DistContext.fallback_arrival``):
+FSDP hands over gradients per shard group, not in autograd's order.
 
 Layer names: DDP's wrapper is unwrapped (no ``module.`` prefix); FSDP1's ``_fsdp_wrapped_module``,
 activation checkpointing's ``_checkpoint_wrapped_module`` and ``torch.compile``'s ``_orig_mod`` path
@@ -49,11 +53,6 @@ WRAPPER_PARTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module",
 PARTIALS = ("sumsq", "l1", "max", "zeros", "sum", "nonfinite", "has_grad", "weight_sumsq", "update_sumsq")
 _P = {k: i for i, k in enumerate(PARTIALS)}
 _M = {name: i for i, name in enumerate(METRICS)}
-
-
-def active() -> bool:
-    """True when a default process group is initialised (the only case that needs this module)."""
-    return dist.is_available() and dist.is_initialized()
 
 
 def clean_name(name: str) -> str:
