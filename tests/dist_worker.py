@@ -2,7 +2,8 @@
 
     python tests/dist_worker.py MODE LOG_DIR OUT_DIR [--steps N] [--delay S]
 
-MODE is ``single`` (no process group), ``ddp``, ``fsdp2``, ``fsdp1``, ``fsdp1-flat`` (``use_orig_params=False``) or ``plain`` (an unwrapped
+MODE is ``single`` (no process group), ``ddp``, ``fsdp2``, ``fsdp1``, ``fsdp1-flat`` (``use_orig_params=False``), ``hsdp`` (FSDP2 on a 2 x 1 replicate x shard
+mesh) or ``plain`` (an unwrapped
 model in a process group, every rank training on the whole batch). With a process group the
 rank, world size and rendezvous come from the usual environment variables (RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT), as torchrun sets them. Every mode trains the same model on the same
@@ -70,13 +71,18 @@ def train(mode: str, log_dir: str | None, steps: int, delay: float, histogram_ev
         from torch.nn.parallel import DistributedDataParallel
 
         model = DistributedDataParallel(model)
-    elif mode == "fsdp2":
+    elif mode in ("fsdp2", "hsdp"):
         from torch.distributed.fsdp import fully_shard
 
+        kw = {}
+        if mode == "hsdp":  # replicate across the 2 ranks, shard within each (1-rank) group
+            from torch.distributed.device_mesh import init_device_mesh
+
+            kw["mesh"] = init_device_mesh("cpu", (world, 1), mesh_dim_names=("replicate", "shard"))
         for m in (model.layer,) if model_kind == "transformer" else model:
             if isinstance(m, (nn.Linear, nn.TransformerEncoderLayer)):
-                fully_shard(m)
-        fully_shard(model)
+                fully_shard(m, **kw)
+        fully_shard(model, **kw)
     elif mode in ("fsdp1", "fsdp1-flat"):
         from torch.distributed.fsdp import FullyShardedDataParallel
 
@@ -122,7 +128,7 @@ def train(mode: str, log_dir: str | None, steps: int, delay: float, histogram_ev
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["single", "ddp", "fsdp2", "fsdp1", "fsdp1-flat", "plain"])
+    ap.add_argument("mode", choices=["single", "ddp", "fsdp2", "fsdp1", "fsdp1-flat", "plain", "hsdp"])
     ap.add_argument("log_dir")
     ap.add_argument("out_dir")
     ap.add_argument("--steps", type=int, default=4)

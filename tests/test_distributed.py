@@ -145,7 +145,7 @@ def _fsdp1_usable():
     return None
 
 
-@pytest.mark.parametrize("mode", ["ddp", "fsdp2", "fsdp1", "plain"])
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2", "fsdp1", "plain", "hsdp"])
 def test_two_process_run_equals_single_process(mode, launch, single_runs, tmp_path):
     if mode == "fsdp1" and _fsdp1_usable():
         pytest.skip(f"FSDP1 unavailable: {_fsdp1_usable()}")
@@ -155,7 +155,8 @@ def test_two_process_run_equals_single_process(mode, launch, single_runs, tmp_pa
     run = load_run(log_dir)
     assert run.n_steps == 4
     assert_same_statistics(run, ref)
-    kind = "replicated" if mode == "plain" else mode
+    # hsdp: FSDP2 on a 2 x 1 (replicate x shard) mesh, each rank a full replica: counted once
+    kind = {"plain": "replicated", "hsdp": "fsdp2"}.get(mode, mode)
     assert run.meta["distributed"] == {"kind": kind, "world_size": 2}
     # the same names, order, shapes, module types and data-flow edges as the single-process run
     assert [l.to_dict() for l in run.layers] == [l.to_dict() for l in ref.layers]
