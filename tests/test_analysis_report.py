@@ -155,6 +155,8 @@ def test_dead_relu_layer_from_a_large_negative_bias():
     (zone,) = [r for r in rep.regions if r.kind == "dead"]
     assert zone.layers == ["4.weight", "2.bias", "2.weight", "0.bias", "0.weight"]
     assert zone.recovery == "Low" and zone.intervention_required
+    att = [p for p in rep.critical_paths if p.kind == "attenuation"][0]
+    assert att.reaches_zero and "falls to exactly zero" in rep.summary_text()
     dead = [r for r in rep.recommendations if r.kind == "dead"][0]
     assert dead is rep.recommendations[0] and "2.bias" in dead.layers
     # edges out of the dead block are blocked in the recorded graph

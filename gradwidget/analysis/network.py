@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..run import METRICS, Run
-from .stats import STAT_ROWS, Series, _quiet, nanmedian, sample_rows
+from .stats import _TINY, STAT_ROWS, Series, _quiet, nanmedian, sample_rows
 
 NODE_TYPES = ("Source", "Sink", "Bottleneck", "Amplifier", "Normal")
 EDGE_TYPES = ("Strong", "Weak", "Intermittent", "Blocked")
@@ -67,6 +67,7 @@ class CriticalPath:
     bottleneck_layers: list[str]
     worst_hop: tuple[str, str] | None
     criticality: float         #: 1 - 10**(-decades): share of gradient magnitude lost (or added)
+    reaches_zero: bool = False  #: a layer on it had exactly zero gradient (decades then only say "all")
 
 
 def _rms_log(s: Series) -> tuple[np.ndarray, np.ndarray]:
@@ -159,13 +160,16 @@ def critical_paths(s: Series) -> list[CriticalPath]:
         return []
     names = run.layer_names
     _, level = _rms_log(s)
-    lvl = np.where(np.isfinite(level), level, np.nanmin(level) if np.isfinite(level).any() else 0.0)
+    lvl = level
     order = _topological(run.n_layers, E)
     if order is None:
         return []
     down: dict[int, list[int]] = {}
-    for a, b in E.tolist():
-        down.setdefault(a, []).append(b)
+    for a, b in E.tolist():  # layers without a known level (frozen, unused) are not on any path
+        if np.isfinite(lvl[a]) and np.isfinite(lvl[b]):
+            down.setdefault(a, []).append(b)
+    # the level a layer gets when its gradient is exactly zero (log10_pos maps 0 to float32 tiny)
+    zero = np.log10(_TINY) - 0.5 * np.log10(np.array([max(1, l.numel) for l in run.layers], np.float64))
     out = []
     for kind, sign in (("attenuation", 1.0), ("amplification", -1.0)):
         best = np.full(run.n_layers, -np.inf)
@@ -195,7 +199,7 @@ def critical_paths(s: Series) -> list[CriticalPath]:
         worst = hops[int(np.argmax(loss))] if hops else None
         out.append(CriticalPath(kind, [names[i] for i in path], dec, bott,
                                 (names[worst[0]], names[worst[1]]) if worst else None,
-                                float(1 - 10 ** (-dec))))
+                                float(1 - 10 ** (-dec)), bool(np.any(lvl[path] <= zero[path] + 1e-6))))
     return out
 
 

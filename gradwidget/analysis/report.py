@@ -111,7 +111,8 @@ class Report:
             lines.append("Flow network: unavailable — " + self.network.reason + ".")
         elif self.critical_paths:
             p = self.critical_paths[0]
-            lines.append(f"Critical path ({p.kind}): {p.layers[0]} → {p.layers[-1]}, {p.decades:.2f} decades"
+            amount = "gradient falls to exactly zero" if p.reaches_zero else f"{p.decades:.2f} decades"
+            lines.append(f"Critical path ({p.kind}): {p.layers[0]} → {p.layers[-1]}, {amount}"
                          + (f"; bottlenecks {', '.join(p.bottleneck_layers[:4])}" if p.bottleneck_layers else "") + ".")
         if not self.recommendations:
             lines.append("No problems found: gradients look healthy.")
