@@ -136,50 +136,66 @@ def layer_statistics(run: Run, metrics=METRICS, max_rows: int = STAT_ROWS) -> pd
     return out
 
 
-def exact_reductions(run: Run, chunk: int = 8192, block: int = 0) -> dict[str, np.ndarray]:
+def _chunk_reductions(c: np.ndarray, t, k: int, with_coarse: bool) -> tuple:
+    """The exact reductions of one contiguous chunk of rows ``(rows, metrics, layers)``."""
+    j = {m: i for i, m in enumerate(METRICS)}
+    L = c.shape[2]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mx, nf = c[:, j["max_abs"]], c[:, j["nonfinite"]]
+        nfb = nf > 0
+        cm = np.fmax.reduce(mx, axis=0)  # ignores NaN (no data); +inf marks a non-finite step
+        bad = np.isposinf(cm)
+        if bad.any():  # rare: recompute those columns without their non-finite steps
+            sub = mx[:, bad]
+            cm[bad] = np.where(np.isfinite(sub), sub, -np.inf).max(axis=0)
+        nf_total = np.where(nfb, nf, 0).sum(axis=0, dtype=np.float64)
+        nf_steps = np.count_nonzero(nfb, axis=0)
+        van = np.count_nonzero(c[:, j["mean_abs"]] < t.vanishing, axis=0)
+        expl = np.count_nonzero((mx > t.exploding) | nfb, axis=0)
+        dead = np.count_nonzero(c[:, j["zero_frac"]] >= t.dead_zero_fraction, axis=0)
+        g = c[:, j["grad_norm"]]
+        fin = np.isfinite(g)
+        known = np.count_nonzero(fin | nfb, axis=0)
+        coarse = None
+        if with_coarse:
+            gz = np.where(fin, g, 0).reshape(-1, k, L)
+            cnt = fin.reshape(-1, k, L).sum(axis=1)
+            coarse = np.where(cnt > 0, gz.sum(axis=1, dtype=np.float64) / np.maximum(cnt, 1), np.nan)
+    return cm, nf_total, nf_steps, van, expl, dead, known, coarse
+
+
+def exact_reductions(run: Run, chunk: int = 8192, block: int = 0, threads: int = 2) -> dict[str, np.ndarray]:
     """Per-layer values one step can change, computed over every recorded step: the largest max |g|
     (inf when a step was non-finite; ``max_abs_finite`` ignores those), the total count of non-finite
     entries, and the share of steps each seed flag fired (vanishing, exploding, dead, non-finite).
-    One pass over contiguous chunks of rows, all reductions together. With ``block`` > 0 the same
-    pass also returns ``coarse_grad_norm``: the gradient norm averaged over blocks of ``block`` steps
-    aligned to the last step (finite values only; a partial first block is left out)."""
+    One pass over contiguous chunks of rows, all reductions together (chunks spread over ``threads``
+    threads: numpy releases the GIL). With ``block`` > 0 the same pass also returns
+    ``coarse_grad_norm``: the gradient norm averaged over blocks of ``block`` steps aligned to the last
+    step (finite values only; a partial first block is left out)."""
     t = run.thresholds
     L, n = run.n_layers, run.n_steps
-    j = {m: i for i, m in enumerate(METRICS)}
-    mx_max = np.full(L, -np.inf)
-    nf_total = np.zeros(L)
-    nf_steps, van, expl, dead, known = (np.zeros(L, np.int64) for _ in range(5))
     M = run._M3
     k = max(1, block)
     head = n - (n // k) * k if block else n
-    coarse = np.empty(((n - head) // k, L)) if block else None
     chunk = max(k, (chunk // k) * k)
     bounds = ([(0, head)] if head else []) + [(a, min(n, a + chunk)) for a in range(head, n, chunk)]
-    with np.errstate(invalid="ignore"):
-        for a, b in bounds:
-            c = M[a:b]
-            mx, nf = c[:, j["max_abs"]], c[:, j["nonfinite"]]
-            nfb = nf > 0
-            cm = np.fmax.reduce(mx, axis=0)  # ignores NaN (no data); +inf marks a non-finite step
-            bad = ~np.isfinite(cm) & ~np.isnan(cm)
-            if bad.any():  # rare: recompute those columns without their non-finite steps
-                sub = mx[:, bad]
-                cm[bad] = np.where(np.isfinite(sub), sub, -np.inf).max(axis=0)
-            np.fmax(mx_max, cm, out=mx_max)
-            nf_total += np.where(nfb, nf, 0).sum(axis=0, dtype=np.float64)
-            nf_steps += nfb.sum(axis=0)
-            van += (c[:, j["mean_abs"]] < t.vanishing).sum(axis=0)
-            expl += ((mx > t.exploding) | nfb).sum(axis=0)
-            dead += (c[:, j["zero_frac"]] >= t.dead_zero_fraction).sum(axis=0)
-            g = c[:, j["grad_norm"]]
-            fin = np.isfinite(g)
-            known += (fin | nfb).sum(axis=0)
-            if block and a >= head:
-                gz = np.where(fin, g, 0).reshape(-1, k, L)
-                cnt = fin.reshape(-1, k, L).sum(axis=1)
-                with np.errstate(divide="ignore"):
-                    coarse[(a - head) // k:(b - head) // k] = np.where(
-                        cnt > 0, gz.sum(axis=1, dtype=np.float64) / np.maximum(cnt, 1), np.nan)
+
+    def work(ab):
+        a, b = ab
+        return _chunk_reductions(M[a:b], t, k, bool(block) and a >= head)
+
+    if threads > 1 and len(bounds) > 2:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            parts = list(pool.map(work, bounds))
+    else:
+        parts = [work(ab) for ab in bounds]
+    mx_max = np.full(L, -np.inf)
+    for p in parts:
+        np.fmax(mx_max, p[0], out=mx_max)
+    nf_total, nf_steps, van, expl, dead, known = (
+        sum((p[i] for p in parts), np.zeros(L, np.float64 if i == 1 else np.int64)) for i in range(1, 7))
     trainable = run.trainable_mask()
     d = max(n, 1)
     finite_max = np.where(mx_max > -np.inf, mx_max, np.nan)
@@ -188,7 +204,8 @@ def exact_reductions(run: Run, chunk: int = 8192, block: int = 0) -> dict[str, n
            "vanishing_share": van / d * trainable, "exploding_share": expl / d,
            "dead_share": dead / d * trainable, "known_steps": known}
     if block:
-        out["coarse_grad_norm"] = coarse
+        cs = [p[7] for p in parts if p[7] is not None]
+        out["coarse_grad_norm"] = np.concatenate(cs) if cs else np.empty((0, L))
     return out
 
 
@@ -290,17 +307,8 @@ class Series:
         self.recent = np.where(np.isfinite(rec), rec, np.nan)  # non-finite steps are counted apart
         self.recent_steps = run.steps[max(0, n - max_rows):]
         self.block = max(1, -(-n // max_rows))
-        stat_rows = min(max_rows, STAT_ROWS)
-        if n > stat_rows:  # two independent numpy-heavy passes (both release the GIL): overlap them
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(max_workers=1) as pool:
-                fut = pool.submit(layer_statistics, run, max_rows=stat_rows)
-                self.exact = exact_reductions(run, block=self.block)
-                self.stats = fut.result()
-        else:
-            self.exact = exact_reductions(run, block=self.block)
-            self.stats = layer_statistics(run, max_rows=stat_rows)
+        self.exact = exact_reductions(run, block=self.block)
+        self.stats = layer_statistics(run, max_rows=min(max_rows, STAT_ROWS))
         self.coarse = log10_pos(self.exact.pop("coarse_grad_norm"))
         m = (n // self.block) * self.block
         self.coarse_steps = run.steps[n - m:][:: self.block] if n else run.steps
