@@ -159,6 +159,9 @@ def test_dead_relu_layer_from_a_large_negative_bias():
     assert att.reaches_zero and "falls to exactly zero" in rep.summary_text()
     dead = [r for r in rep.recommendations if r.kind == "dead"][0]
     assert dead is rep.recommendations[0] and "2.bias" in dead.layers
-    # edges out of the dead block are blocked in the recorded graph
-    blocked = {(e.upstream, e.downstream) for e in rep.network.edges if e.edge_type == "Blocked"}
-    assert any(u.startswith("4.") or d.startswith("4.") for u, d in blocked) or blocked
+    # every recorded edge into the dead block is blocked; the loss-side layers are the sources
+    et = {(e.upstream, e.downstream): e.edge_type for e in rep.network.edges}
+    assert set(et) == {(run.layer_names[a], run.layer_names[b]) for a, b in run.edges}
+    assert all(t == "Blocked" for t in et.values())
+    nodes = {n.layer: n.node_type for n in rep.network.nodes}
+    assert nodes["4.bias"] == "Source" and nodes["2.bias"] == "Bottleneck"

@@ -37,7 +37,7 @@ class FlowEdge:
     downstream: str
     gain: float             #: median ratio upstream/downstream RMS level: what survives the backward hop
     consistency: float      #: 1/(1 + std of log10 gain over steps)
-    blocked_share: float    #: share of sampled steps the upstream layer had no gradient but downstream did
+    blocked_share: float    #: share of sampled steps no gradient reached the upstream layer (vanishing or dead)
     edge_type: str
 
 
@@ -93,9 +93,9 @@ def flow_network(s: Series, flow: pd.DataFrame) -> FlowNetwork:
 
     Node types: Bottleneck (backward gain into it below ``bottleneck_gain``), Amplifier (above its
     inverse), else Source (no downstream layer: the gradient enters here from the loss), Sink (no
-    upstream layer: the gradient ends here), else Normal. Edge types: Blocked (upstream starved
-    while downstream flows on at least ``critical_issue_ratio`` of steps), Intermittent (at least
-    ``minor_issue_ratio``), Weak (median gain below ``bottleneck_gain``), else Strong."""
+    upstream layer: the gradient ends here), else Normal. Edge types: Blocked (no gradient gets
+    through to the upstream layer on at least ``critical_issue_ratio`` of steps), Intermittent (at
+    least ``minor_issue_ratio``), Weak (median gain below ``bottleneck_gain``), else Strong."""
     run, t = s.run, s.run.thresholds
     E = run.edges
     if len(E) == 0:
@@ -112,7 +112,7 @@ def flow_network(s: Series, flow: pd.DataFrame) -> FlowNetwork:
     consistency = 1.0 / (1.0 + gstd)
     rows = sample_rows(run.n_steps, min(s.max_rows, STAT_ROWS))
     nf = no_flow_flags(run, rows)
-    blocked = (nf[:, u] & ~nf[:, v]).mean(axis=0) if nf.shape[0] else np.zeros(len(E))
+    blocked = nf[:, u].mean(axis=0) if nf.shape[0] else np.zeros(len(E))
     bg = np.log10(t.bottleneck_gain)
     etype = np.where(blocked >= t.critical_issue_ratio, "Blocked",
                      np.where(blocked >= t.minor_issue_ratio, "Intermittent",
