@@ -313,7 +313,11 @@ class Dynamics:
 def dynamics(s: Series) -> Dynamics:
     """Learning phase and plateau from the progress series (loss, else global norm): smoothed with a
     moving average of ``w`` points, its relative change per step is compared to
-    ``plateau_rel_change``; the plateau's duration is the trailing run of steps below it (real steps)."""
+    ``plateau_rel_change``; the plateau's duration is the trailing run of steps below it (real steps),
+    and it counts as a plateau once it lasts ``convergence_window`` steps (or half a shorter run).
+    Phases: InitialLearning (fewer steps than the window), Plateau, Diverging (loss rising by more
+    than ``plateau_rel_change`` per step), RapidLearning (falling by more than ``rapid_rel_change``),
+    else Refinement."""
     run, t = s.run, s.run.thresholds
     y, steps, what = _progress_series(run)
     ok = np.isfinite(y)
@@ -392,7 +396,10 @@ def stability(s: Series, flow: pd.DataFrame, factors: list[RiskFactor], max_sour
     """Network stability: the median layer stability; its trend from the global norm's stability in
     the first and last quarter of the run; the instability sources (layers with exploding,
     non-finite, vanishing, oscillating or unstable factors, strongest first); and a forecast that
-    extrapolates the last ``convergence_window`` steps of the global norm, with the fit's R^2."""
+    extrapolates the last ``convergence_window`` steps of the global norm, with the fit's R^2 as its
+    confidence: Stable when the projected change is below the pace of ``trend_decades`` per run,
+    Uncertain when the line explains less than half the variance (R^2 < 0.5), else Improving
+    (falling norm) or Deteriorating (growing norm)."""
     run, t = s.run, s.run.thresholds
     with _quiet():
         overall = float(nanmedian(flow["stability"][s.trainable])) if np.isfinite(flow["stability"][s.trainable]).any() else float("nan")
