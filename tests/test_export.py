@@ -171,6 +171,11 @@ def test_exported_panel_is_visible_offline_in_chromium(tmp_path, with_state):
         imgs = [i for i in page.evaluate(IMAGES_JS) if i["cls"] == "gradwidget-panel-image"]
         layers = page.evaluate(TABLE_LAYERS_JS)
         if with_state:
+            # the static copy gets the output's full width (it does not share the row with the
+            # empty live-widget container)
+            ratio = page.evaluate("""() => { const f = document.querySelector('.gradwidget-export');
+              return f.getBoundingClientRect().width / f.closest('.jp-OutputArea-child').getBoundingClientRect().width; }""")
+            assert ratio > 0.8, ratio
             # where html-manager loads but the widget fails, it shows an error: the static copy stays
             page.evaluate(INSERT_LIVE_JS, ["jupyter-widgets-error-widget", 60, "Error"])
             page.wait_for_timeout(200)
