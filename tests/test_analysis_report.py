@@ -165,3 +165,20 @@ def test_dead_relu_layer_from_a_large_negative_bias():
     assert all(t == "Blocked" for t in et.values())
     nodes = {n.layer: n.node_type for n in rep.network.nodes}
     assert nodes["4.bias"] == "Source" and nodes["2.bias"] == "Bottleneck"
+
+
+def test_thousand_layers_stay_bounded_and_rolling_window_is_noted():
+    rng = np.random.default_rng(0)
+    g = np.exp(rng.standard_normal((30, 1000)))
+    run = synth(g, numel=1, edges=[(i, i + 1) for i in range(999)])
+    rep = analyze(run)
+    assert len(rep.layers) == 1000 and len(rep.interactions) <= 50
+    assert len(rep.network.edges) == 999 and rep.critical_paths
+    json.loads(rep.to_json())
+    from gradwidget.collect.arrays import ArrayRecorder
+
+    rec = ArrayRecorder(max_steps=10, histogram_every=0)
+    for s in range(25):
+        rec.record(s, {"a": np.full(4, 0.1)})
+    notes = analyze(rec.run).notes
+    assert any("rolling window (steps 15–24)" in n for n in notes)

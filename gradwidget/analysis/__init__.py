@@ -41,6 +41,9 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
     notes = []
     if run.n_steps == 0:
         notes.append("the run has no recorded steps: every layer is Unknown")
+    if run.history is not None and run.history.n_steps:
+        notes.append(f"the analysis covers the rolling window (steps {int(run.steps[0])}–{int(run.steps[-1])}); "
+                     f"{run.history.n_steps} older, decimated rows are in run.history")
     s = stats.Series(run, max_rows)
     if run.n_steps > max_rows:
         notes.append(f"{run.n_steps} steps: distribution statistics use {max_rows} evenly spaced steps, "
