@@ -108,11 +108,11 @@ _ACTIONS = {
                   ("learning_rate", "Simple", "lower the learning rate")],
     "vanishing": [("initialisation", "Simple", "re-initialise with a gain that matches the activation "
                                                "(Kaiming for ReLU, Xavier for tanh/sigmoid)")],
-    "weak": [("initialisation", "Simple", "check its initialisation scale; its gradient is far below the other layers'")],
-    "dead": [("activation", "Moderate", "its gradient entries are zero: units are dead (e.g. ReLU stuck off); use "
+    "weak": [("initialisation", "Simple", "check the initialisation scale; the gradient is far below the other layers'")],
+    "dead": [("activation", "Moderate", "the gradient entries are zero: units are dead (e.g. ReLU stuck off); use "
                                         "LeakyReLU/GELU, re-initialise the biases feeding it, or lower the learning rate")],
     "hot": [("normalisation", "Moderate", "add normalisation (LayerNorm/BatchNorm) before it, or a per-layer learning rate")],
-    "unstable": [("normalisation", "Moderate", "add normalisation to steady its gradient scale")],
+    "unstable": [("normalisation", "Moderate", "add normalisation to steady the gradient scale")],
     "oscillating": [("regularisation", "Simple", "add weight decay, lower the momentum or the learning rate")],
     "lr_high": [("learning_rate", "Simple", "lower the learning rate for these parameters (updates are large relative to the weights)")],
     "lr_low": [("learning_rate", "Simple", "raise the learning rate for these parameters (updates barely move the weights)")],

@@ -116,6 +116,7 @@ class Report:
                          + (f"; bottlenecks {', '.join(p.bottleneck_layers[:4])}" if p.bottleneck_layers else "") + ".")
         if not self.recommendations:
             lines.append("No problems found: gradients look healthy.")
+        lines.extend(f"Note: {n}." for n in self.notes)
         return "\n".join(lines)
 
     def __repr__(self) -> str:
