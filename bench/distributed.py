@@ -13,6 +13,7 @@ other rank waiting at the next all-reduce: the step time of both.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import socket
 import statistics
@@ -136,6 +137,8 @@ def worker(args) -> None:
             print(f"RATIO stats + histograms every 10 + log_dir / bare = "
                   f"{med['+ histograms + log_dir'] / med['bare']:.3f}")
     finally:
+        model = opt = step = rec = None  # free the process group's users first (examples/distributed_train.py)
+        gc.collect()
         dist.destroy_process_group()
 
 

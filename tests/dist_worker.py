@@ -118,11 +118,6 @@ def train(mode: str, log_dir: str | None, steps: int, delay: float, histogram_ev
         "bytes_sent": rec._dist.bytes_sent if rec._dist is not None else 0,
     }
     rec.detach()
-    if mode != "single":
-        import torch.distributed as dist
-
-        dist.barrier()
-        dist.destroy_process_group()
     return info
 
 
@@ -141,6 +136,14 @@ def main() -> None:
     torch.set_num_threads(1)
     info = train(args.mode, args.log_dir, args.steps, args.delay, args.histogram_every, args.update_every,
                  args.no_optimizer, args.model)
+    if args.mode != "single":
+        import gc
+
+        import torch.distributed as dist
+
+        gc.collect()  # the model held the process group; see examples/distributed_train.py
+        dist.barrier()
+        dist.destroy_process_group()
     Path(args.out_dir, f"rank{info['rank']}.json").write_text(json.dumps(info))
 
 
