@@ -56,7 +56,7 @@ class GradientFlowSummary:
                              ("exploding", self.layers_with_exploding_grads),
                              ("non-finite", self.layers_with_nonfinite_grads)):
             if names:
-                lines.append(f"  {label} layers ({len(names)}): {', '.join(names)}")
+                lines.append(f"  {label} layers ({len(names)}, at any step): {', '.join(names)}")
         lines.append("Recommendations:")
         lines += [f"  - {r}" for r in self.recommendations]
         return "\n".join(lines)

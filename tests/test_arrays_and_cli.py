@@ -86,6 +86,7 @@ def test_cli_demo_end_to_end(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "Gradient Flow Animation" in p.stdout and "vanishing layers" in p.stdout
     assert "0.weight" in p.stdout.split("vanishing layers")[1].splitlines()[0]
+    assert "at any step" in p.stdout.split("vanishing layers")[1].splitlines()[0]  # the seed's criterion, said out loud
     from gradwidget.storage import load_run
 
     assert load_run(out).n_steps == 40
