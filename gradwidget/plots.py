@@ -6,8 +6,9 @@ they draw the same things the front end draws, the same way:
 Colour scale (shared with the front end and ``Run.to_ascii``)
     matplotlib's ``viridis`` (perceptually uniform, colour-blind safe) on **log10 of the metric**,
     with **one scale across all steps and layers**: the 1st..99th percentile of the finite positive
-    values of the whole run (``frames.log_levels``). Values outside are clipped to the ends. A
-    network-wide fade therefore stays visible, which a per-step normalisation would hide.
+    values of the whole run (``color_range``; the live panel's kernel sends the front end the same
+    range). Values outside are clipped to the ends. A network-wide fade therefore stays visible,
+    which a per-step normalisation would hide.
 Marks (cell colours outside viridis, so they never read as a value)
     ``VANISHING_COLOR`` light grey: mean |g| below ``thresholds.vanishing``;
     ``EXPLODING_COLOR`` red: max |g| above ``thresholds.exploding``;
@@ -103,10 +104,27 @@ def short_name(name: str, width: int = 28) -> str:
     return name if len(name) <= width else "…" + name[-(width - 1):]
 
 
+#: most cells ``color_range`` reads; a larger array is read at an even stride (the 1st..99th
+#: percentiles of a million evenly spread cells are the whole array's to a fraction of a percent).
+SCALE_MAX_CELLS = 1 << 20
+
+
+def color_range(values: np.ndarray) -> tuple[float, float]:
+    """THE colour scale of gradwidget, shared by these figures and the live panel (the kernel sends
+    it to the front end in ``meta["scale"]``): ``(lo, hi)`` in log10, the 1st..99th percentile of
+    log10 of the finite, non-zero cells of ``values`` (``frames.log_levels``), over every step and
+    layer at once. ``(0, 1)`` when there is no such cell."""
+    v = np.asarray(values).ravel()
+    if v.size > SCALE_MAX_CELLS:
+        v = v[:: -(-v.size // SCALE_MAX_CELLS)]
+    return log_levels(v)
+
+
 def color_scale(run: Run, metric: str = "grad_norm") -> tuple[float, float]:
-    """The log10 range (lo, hi) of the colour scale: one scale across every step of the run."""
+    """The log10 range (lo, hi) of the colour scale of a run's metric: ``color_range`` over every
+    step of the run."""
     _check_metric(metric)
-    return log_levels(run.metric(metric)) if run.n_steps else (0.0, 1.0)
+    return color_range(run.metric(metric)) if run.n_steps else (0.0, 1.0)
 
 
 def cell_colors(run: Run, metric: str = "grad_norm", scale: tuple[float, float] | None = None) -> np.ndarray:

@@ -52,6 +52,24 @@ def test_marks_take_precedence_over_the_scale(run):
     np.testing.assert_allclose(rgba[:, j["embed"]], expect)
 
 
+def test_color_range_is_robust_percentiles_of_log10_over_finite_nonzero_cells(run):
+    """The one colour-scale definition (the live panel's kernel sends the same range)."""
+    v = np.array([[0.0, np.nan], [np.inf, -np.inf]] + [[10.0 ** k, 10.0 ** (k / 2)] for k in range(-8, 9)])
+    lv = np.log10(v[np.isfinite(v) & (v > 0)])
+    assert plots.color_range(v) == pytest.approx(tuple(np.percentile(lv, [1, 99])))
+    assert plots.color_range(np.array([np.nan, 0.0])) == (0.0, 1.0)
+    for m in ("grad_norm", "mean_abs", "max_abs"):
+        assert plots.color_scale(run, m) == plots.color_range(run.metric(m))
+    # a very large array is read at a stride: the same range to within half a percent of its width
+    big = 10.0 ** np.random.default_rng(1).normal(-3, 2, 6_000_000)
+    exact = np.percentile(np.log10(big), [1, 99])
+    assert np.allclose(plots.color_range(big), exact, atol=0.005 * (exact[1] - exact[0]))
+    # the heatmap's colour bar is that range
+    fig = plots.flow_heatmap(run, "grad_norm")
+    norms = [im.norm for ax in fig.axes for im in ax.collections + ax.images if hasattr(im, "norm")]
+    assert any((n.vmin, n.vmax) == pytest.approx(plots.color_scale(run)) for n in norms)
+
+
 def test_one_scale_across_steps_not_per_step_max(run):
     """The seed normalised each step by its own max, which hides a network-wide fade: the same
     value must get the same colour at every step, whatever else happens at that step."""
