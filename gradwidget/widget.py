@@ -12,7 +12,9 @@ trait          type         sync   content
 meta           Dict         ->     shape (rows, cols, n_steps, n_layers), layers (name, module_type,
                                    status, numel), metric of the heatmap, metric list, thresholds,
                                    first/last step, steps per column (block), histogram range,
-                                   message + level (empty run, non-finite data, metric without data)
+                                   message + level (empty run, non-finite data, metric without data),
+                                   scale: [lo, hi] log10 colour range (``plots.color_range``, the
+                                   static figures' scale), hist_all_step: the step of ``hist_all``
 heat           Bytes        ->     float32 (layers, cols) row-major, depth order: the heat metric,
                                    ``cols`` <= ``columns`` step columns (block means; max for max |g|)
 flags          Bytes        ->     uint8 (layers, cols): 1 vanishing, 2 exploding, 4 non-finite,
@@ -24,6 +26,9 @@ detail_step    Int          ->     the recorded step ``detail`` belongs to (-1: 
 hists          Bytes        ->     uint32 (H, 64) histograms of log10|g| of layer ``hist_layer``
 hist_steps     Bytes        ->     float64 (H,) their steps (H <= MAX_HISTS, evenly thinned)
 hist_layer     Int          ->     the layer ``hists`` belong to
+hist_all       Bytes        ->     uint32 (layers, 64): every layer's histogram at the newest
+                                   histogram step (so a layer picked while the kernel is busy shows
+                                   its histogram at once); empty beyond MAX_HIST_ALL_LAYERS layers
 table          List[Dict]   ->     layer health rows (from ``gradwidget.analyze``)
 static_png     Unicode      ->     data URL of ``plots.panel_figure``: shown by the front end when
                                    the notebook's saved widget state has lost the binary buffers
@@ -39,6 +44,23 @@ Payload: the heatmap is bounded by ``columns`` (at most 4096) whatever the run's
 100,000-step run costs about ``layers x columns x 5`` bytes per update, sent at most ``max_rate``
 times a second. Exact values at one step (``detail``) and a layer's histograms come on demand,
 when the step or the layer changes.
+
+Training in the panel's own cell, or in a thread
+-------------------------------------------------
+Updates from the kernel reach the browser while a cell runs, but messages from the browser
+(a scrubbed step, a selected layer, a metric) are handled by the kernel only between cells: while
+a training loop runs in the cell, they wait in the kernel's queue. The front end therefore applies
+the user's choice to its own view at once (cursor, selected row, series, the histogram at the
+newest histogram step) and keeps it until the kernel has caught up; exact values at a scrubbed step
+and a layer's histograms over time arrive when the cell has finished. To keep two-way sync live
+during training (``panel.step`` / ``panel.layer`` readable in Python, exact values on demand), run
+the loop in a background thread and leave the cell::
+
+    import threading
+    threading.Thread(target=train, daemon=True).start()   # train() as usual; the cell returns
+
+After each cell the panel sends its final view and re-renders its static image
+(``static_png``, the ``image/png`` of exported notebooks) at the step the view shows.
 """
 from __future__ import annotations
 
@@ -48,6 +70,7 @@ import pathlib
 import threading
 import time
 import warnings
+import weakref
 from typing import Any
 
 import anywidget
@@ -72,6 +95,8 @@ export default { render };
 
 #: most histogram steps of one layer sent at once (evenly thinned beyond).
 MAX_HISTS = 128
+#: most layers for which every layer's newest histogram (``hist_all``) is sent (256 bytes a layer).
+MAX_HIST_ALL_LAYERS = 4096
 #: columns the kernel will ever send (a very wide, HiDPI screen).
 MAX_COLUMNS = 4096
 MIN_COLUMNS = 16
@@ -268,6 +293,7 @@ class GradientPanel(anywidget.AnyWidget):
     hists = t.Bytes(b"").tag(sync=True)
     hist_steps = t.Bytes(b"").tag(sync=True)
     hist_layer = t.Int(-1).tag(sync=True)
+    hist_all = t.Bytes(b"").tag(sync=True)
     table = t.List(t.Dict()).tag(sync=True)
     static_png = t.Unicode("").tag(sync=True)
     live = t.Bool(False).tag(sync=True)
@@ -307,6 +333,8 @@ class GradientPanel(anywidget.AnyWidget):
         self._poll_interval = float(poll_interval)
         self._initial_layer = layer
         self.push_count = 0  # updates sent (tests and benchmarks read it)
+        #: the step the static image (``static_png``, the mime bundle's ``image/png``) shows
+        self.static_step: int | None = None
         self._ready = False
 
         self._attach_source(source, optimizer, recorder_kwargs, live)
@@ -315,6 +343,8 @@ class GradientPanel(anywidget.AnyWidget):
         self._push(force=True)
         if self._reader is not None and live:
             self._start_polling()
+        if self.recorder is not None or (self._reader is not None and live):
+            _watch_cells(self)
 
     # ----------------------------------------------------------------- sources
     def _attach_source(self, source, optimizer, recorder_kwargs: dict, live: bool) -> None:
@@ -416,6 +446,7 @@ class GradientPanel(anywidget.AnyWidget):
         rec = getattr(self, "recorder", None)
         if rec is not None and self._on_step in rec.on_step:
             rec.on_step.remove(self._on_step)
+        _WATCHED.discard(self)
         super().close()
 
     def select(self, layer) -> None:
@@ -526,7 +557,7 @@ class GradientPanel(anywidget.AnyWidget):
                     "first_step": 0, "last_step": 0, "hist_lo": HIST_LO, "hist_hi": HIST_HI,
                     "n_bins": N_BINS, "block": 1, "version": 0, "level": "info",
                     "message": "No step recorded yet: train the model and the panel fills in as it goes."}
-            return {"meta": meta, "heat": b"", "flags": b"", "col_steps": b"", "loss": b""}
+            return {"meta": meta, "heat": b"", "flags": b"", "col_steps": b"", "loss": b"", "hist_all": b""}
         steps, mets, loss = _history_rows(run)
         N, L = len(steps), run.n_layers
         k = column_block(N, self.columns)
@@ -553,8 +584,16 @@ class GradientPanel(anywidget.AnyWidget):
                 message = (f"No finite values of {metric} in this run"
                            + (" (update norms need an optimizer)" if metric == "update_norm" else "") + ".")
                 level = "warning"
+        from .plots import color_range
+
+        lo, hi = color_range(values)
+        hs = run.hist_steps
+        hist_all = b""
+        if len(hs) and L <= MAX_HIST_ALL_LAYERS:
+            hist_all = np.ascontiguousarray(run.hist[-1], dtype=np.uint32).tobytes()
         meta = {
             "n_layers": L, "n_steps": int(N), "rows": L if cols else 0, "cols": int(cols),
+            "scale": [float(lo), float(hi)], "hist_all_step": int(hs[-1]) if len(hist_all) else -1,
             "layers": [{"name": li.name, "module_type": li.module_type, "status": li.status,
                         "numel": int(li.numel)} for li in run.layers],
             "metric": metric, "metrics": list(METRICS), "thresholds": _thresholds(run),
@@ -565,7 +604,8 @@ class GradientPanel(anywidget.AnyWidget):
         }
         return {"meta": meta, "heat": np.ascontiguousarray(heat).tobytes(),
                 "flags": np.ascontiguousarray(fl, dtype=np.uint8).tobytes(),
-                "col_steps": col_steps.tobytes(), "loss": loss_cols.astype(np.float32).tobytes()}
+                "col_steps": col_steps.tobytes(), "loss": loss_cols.astype(np.float32).tobytes(),
+                "hist_all": hist_all}
 
     def _detail_payload(self, run: Run | None, step: int, layer: int) -> dict:
         out: dict = {"detail": b"", "detail_step": -1, "hists": b"", "hist_steps": b"", "hist_layer": -1}
@@ -660,16 +700,28 @@ class GradientPanel(anywidget.AnyWidget):
         except ImportError:
             return 0
 
+    def _view_step(self, run: Run) -> int:
+        """The step the view shows: the newest when following, else the scrubbed step."""
+        return int(run.steps[-1]) if self.follow else self._snap(self.step)
+
+    def _catch_up(self) -> None:
+        """Send an update still held back by the rate limit (so ``step`` is the newest when following)."""
+        run = self.run
+        if run is not None and run.version != self._pushed_version:
+            self._cancel_timer()
+            self._push(force=True)
+
     def _refresh_static(self, check_version: bool = False) -> None:
         """Render ``plots.panel_figure`` of the current view into ``static_png`` (a data URL)."""
         run = self.run
         if run is None or run.n_steps == 0 or run.version == self._static_version:
             return
         version = run.version
+        step = self._view_step(run)
         try:
             from . import plots
 
-            fig = plots.panel_figure(run, step=self.step, layer=self.layer if self.layer >= 0 else None,
+            fig = plots.panel_figure(run, step=step, layer=self.layer if self.layer >= 0 else None,
                                      metric=self.metric)
             png = plots.figure_to_png(fig, dpi=60)
         except ImportError:
@@ -682,7 +734,7 @@ class GradientPanel(anywidget.AnyWidget):
         if check_version and run.version != version:
             return
         self.static_png = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-        self._static_version = version
+        self._static_version, self.static_step = version, step
 
     # ----------------------------------------------------------------- validation and two-way sync
     @t.validate("metric")
@@ -737,7 +789,10 @@ class GradientPanel(anywidget.AnyWidget):
     def _send_detail(self) -> None:
         with self._lock:
             run = self.run
-            payload = self._detail_payload(run, self.step, self.layer)
+            try:
+                payload = self._detail_payload(run, self.step, self.layer)
+            except Exception:  # a torn read while a training thread appends: its next update
+                return         # carries the detail of this step and layer
             self._internal += 1
             try:
                 with self.hold_sync():
@@ -753,15 +808,17 @@ class GradientPanel(anywidget.AnyWidget):
         out = super()._repr_mimebundle_(**kwargs)
         data, md = out if isinstance(out, tuple) else (out, {})
         data = dict(data)
+        self._catch_up()  # training in this cell may have left the last steps unsent
+        run = self.run
+        step = self._view_step(run) if run is not None and run.n_steps else None
         try:
             from .report import static_mimebundle
 
-            run = self.run
             try:
-                report = self.report if run is not None and run.n_steps else None
+                report = self.report if step is not None else None
             except Exception:
                 report = None
-            static = static_mimebundle(run, step=self.step if run is not None and run.n_steps else None,
+            static = static_mimebundle(run, step=step,
                                        layer=self.layer if self.layer >= 0 else None, metric=self.metric,
                                        report=report)
         except ImportError:
@@ -772,11 +829,50 @@ class GradientPanel(anywidget.AnyWidget):
         for k, v in static.items():
             if k == "text/plain" or k not in data:
                 data[k] = v
-        run = self.run
         if static.get("image/png") and run is not None:
             self.static_png = "data:image/png;base64," + static["image/png"]
-            self._static_version = run.version
+            self._static_version, self.static_step = run.version, step
         return data, md
+
+    def _after_cell(self) -> None:
+        """After a cell ran (IPython ``post_run_cell``): if it recorded steps, send the final view
+        and re-render the static image now, before the notebook is saved or exported."""
+        run = self.run
+        if run is None or (run.version == self._pushed_version and run.version == self._static_version):
+            return
+        self._cancel_timer()
+        self._push(force=True, table=True)
+        self._refresh_static()
+
+
+_WATCHED: "weakref.WeakSet[GradientPanel]" = weakref.WeakSet()
+_HOOKED: list = []  # the IPython shell whose post_run_cell runs _after_cell_hook
+
+
+def _after_cells() -> None:
+    for panel in list(_WATCHED):
+        try:
+            panel._after_cell()
+        except Exception as e:  # never break the user's cell
+            warnings.warn(f"gradwidget: updating the panel after the cell failed: {e!r}")
+
+
+def _after_cell_hook(result=None) -> None:
+    _after_cells()
+
+
+def _watch_cells(panel: GradientPanel) -> None:
+    """Flush ``panel`` after every IPython cell (weakly referenced; one hook for all panels)."""
+    _WATCHED.add(panel)
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    ip = get_ipython()
+    if ip is None or any(sh is ip for sh in _HOOKED):
+        return
+    ip.events.register("post_run_cell", _after_cell_hook)
+    _HOOKED.append(ip)
 
 
 def _is_module(obj) -> bool:

@@ -1,6 +1,7 @@
 """GradientPanel, Python side: traits, throttling, decimation bounds, two-way sync, bad input."""
 from __future__ import annotations
 
+import base64
 import time
 
 import numpy as np
@@ -256,11 +257,27 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
         GradientPanel(synthetic_run(3)).log(loss=1.0)
 
 
+def all_nonfinite_run(n_steps=6, layers=("a", "b")) -> Run:
+    run = Run(list(layers))
+    for s in range(n_steps):
+        vals = np.full((len(METRICS), len(layers)), np.nan, np.float32)
+        vals[METRICS.index("nonfinite")] = 16
+        run.append(s, vals)
+    return run
+
+
 def test_empty_run_and_non_finite_messages():
     p = GradientPanel(Run(["a", "b"]))
     assert p.meta["n_steps"] == 0 and p.heat == b"" and "empty" in p.meta["message"]
     p2 = GradientPanel(synthetic_run(12, nonfinite_at=3))
     assert p2.meta["level"] == "error" and "3.bias" not in p2.meta["message"] and "2.bias" in p2.meta["message"]
+    # every value non-finite: an error naming the layers, and the flags mark every cell
+    p3 = GradientPanel(all_nonfinite_run())
+    assert p3.meta["level"] == "error" and "12 layer-steps, 2 layer(s): a, b" in p3.meta["message"]
+    assert (np.frombuffer(p3.flags, np.uint8) & FLAG_NONFINITE).all()
+    assert p3.meta["scale"] == [0.0, 1.0]
+    data, _ = p3._repr_mimebundle_()  # the static rendition copes too
+    assert data["image/png"]
 
 
 def test_mimebundle_carries_a_static_fallback():
@@ -271,6 +288,76 @@ def test_mimebundle_carries_a_static_fallback():
     assert 'class="gradwidget-panel-image"' in data["text/html"]
     assert "<table" in data["text/html"]
     assert p.static_png == "data:image/png;base64," + data["image/png"]
+
+
+def test_static_image_is_made_at_the_last_step_when_following():
+    """Training under a panel, then showing it: the rate limit may still hold the last steps back;
+    the mime bundle (and ``static_png``) must show the newest step, not the last one sent."""
+    from gradwidget import plots
+
+    rec = FakeRecorder(synthetic_run(5))
+    p = GradientPanel(rec, max_rate=1)
+    for s in range(100, 160):
+        rec.step(s)
+    assert p.meta["last_step"] < 159  # held back by the rate limit
+    data, _ = p._repr_mimebundle_()
+    assert p.static_step == 159 and p.step == 159 and p.meta["last_step"] == 159
+    want = plots.figure_to_png(plots.panel_figure(rec.run, step=159, layer=p.layer, metric=p.metric), dpi=80)
+    assert data["image/png"] == base64.b64encode(want).decode("ascii")
+    # scrubbed (not following): the image is made at the scrubbed step
+    p.set_state({"step": 120, "follow": False})
+    rec.step(160)
+    p._repr_mimebundle_()
+    assert p.static_step == 120
+
+
+def test_after_a_cell_the_panel_sends_the_last_step_and_its_static_image():
+    """IPython's post_run_cell: when a cell that trained finishes, the panel sends its final view
+    and re-renders ``static_png`` (saved in the notebook's widget state) at the newest step."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from gradwidget import plots
+
+    shell = InteractiveShell.instance()
+    try:
+        shell.user_ns["rec"] = FakeRecorder(synthetic_run(5))
+        shell.run_cell("from gradwidget import GradientPanel\npanel = GradientPanel(rec, max_rate=1)")
+        p = shell.user_ns["panel"]
+        shell.run_cell("for s in range(100, 140): rec.step(s)")
+        assert p.meta["last_step"] == 139 and p.step == 139 and p.static_step == 139
+        want = plots.figure_to_png(plots.panel_figure(p.run, step=139, layer=p.layer, metric=p.metric), dpi=60)
+        assert p.static_png == "data:image/png;base64," + base64.b64encode(want).decode("ascii")
+        pushes = p.push_count
+        shell.run_cell("x = 1")  # nothing recorded: nothing sent
+        assert p.push_count == pushes
+    finally:
+        InteractiveShell.clear_instance()
+
+
+def test_colour_scale_is_the_static_figures_one():
+    """One definition of the colour range: the kernel sends ``plots.color_range`` of the values it
+    shows; the matplotlib figures use the same function."""
+    from gradwidget import plots
+
+    run = synthetic_run(40, nonfinite_at=7)
+    p = GradientPanel(run)
+    for metric in ("mean_abs", "grad_norm", "max_abs"):
+        p.metric = metric
+        assert p.meta["scale"] == pytest.approx(list(plots.color_scale(run, metric)))
+        assert p.meta["scale"] == pytest.approx(list(plots.color_range(run.metric(metric))))
+    # robust: the 1st..99th percentile of log10 of the finite, non-zero cells, not min..max
+    v = run.metric("max_abs")
+    lv = np.log10(v[np.isfinite(v) & (v > 0)])
+    assert p.meta["scale"] == pytest.approx(list(np.percentile(lv, [1, 99])))
+    assert lv.min() < p.meta["scale"][0] and p.meta["scale"][1] < lv.max()
+
+
+def test_every_layers_newest_histogram_is_sent():
+    run = synthetic_run(45, hist_every=10)
+    p = GradientPanel(run)
+    assert p.meta["hist_all_step"] == int(run.hist_steps[-1]) == 80
+    np.testing.assert_array_equal(np.frombuffer(p.hist_all, np.uint32).reshape(4, N_BINS), run.hist[-1])
+    assert GradientPanel(synthetic_run(5, hist_every=0)).hist_all == b""
 
 
 def test_table_without_the_analysis_package():
@@ -315,6 +402,18 @@ def test_panel_on_a_model_updates_while_training():
     assert np.isfinite(np.frombuffer(p.loss, np.float32)).all()
     p.detach()
     assert not p.live and not p.recorder.attached
+
+
+def test_static_image_after_training_a_model_is_made_at_the_last_step():
+    from gradwidget.demo import build_demo, train_demo
+
+    n = 30
+    model, opt, data = build_demo(depth=3, width=8)
+    p = GradientPanel(model, opt, max_rate=1)
+    train_demo(n, recorder=p, model=model, optimizer=opt, data=data)
+    p._repr_mimebundle_()
+    assert p.run.n_steps == n and p.static_step == int(p.run.steps[-1]) == n - 1
+    p.detach()
 
 
 def test_from_run_follows_a_directory(tmp_path):
