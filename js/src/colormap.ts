@@ -58,6 +58,17 @@ export function logScale(values: ArrayLike<number>): LogScale {
   return { lo: a, hi: b };
 }
 
+/** The heatmap's colour range: the one the kernel computed (`meta.scale`, the same range as the
+ *  static figures: 1st..99th percentile of log10 over finite non-zero cells), else the data's own
+ *  min..max (a kernel that sends no range). */
+export function heatScale(sent: unknown, values: ArrayLike<number>): LogScale {
+  if (Array.isArray(sent) && sent.length === 2) {
+    const [lo, hi] = sent.map(Number);
+    if (Number.isFinite(lo) && Number.isFinite(hi) && hi > lo) return { lo, hi };
+  }
+  return logScale(values);
+}
+
 /** Position in [0, 1] of a value on the scale (values <= 0 go to 0, clipped at both ends). */
 export function scalePos(v: number, s: LogScale): number {
   if (!(v > 0)) return 0;

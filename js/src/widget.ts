@@ -9,12 +9,17 @@
 //   col_steps   bytes  float64 (columns): first user step of each column
 //   detail      bytes  float32 (metrics x layers) at detail_step (exact values for the bars)
 //   hists       bytes  uint32  (histograms x bins) of hist_layer, at hist_steps (float64)
+//   hist_all    bytes  uint32  (layers x bins) every layer's histogram at meta.hist_all_step
 //   table       JSON   per-layer health rows
 //   static_png  str    data URL of the static panel image (shown when saved state lost the buffers)
 //   step, layer, metric, follow   synced both ways;   columns   JS -> Python (screen width)
+//
+// A click or a scrub changes this view at once (sync.ts: the user's choice is kept until the kernel
+// agrees), because a kernel running a training loop in the panel's cell reads browser messages only
+// when the cell ends.
 
 import { asFloat32, asFloat64, asUint32, asUint8, Binary, byteLength, FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING } from "./decode";
-import { fmt, logScale, LogScale, rgbCss, VIRIDIS, MARKS } from "./colormap";
+import { fmt, heatScale, LogScale, rgbCss, VIRIDIS, MARKS } from "./colormap";
 import { backwardOrder, colForStep, reorderRows } from "./decimate";
 import { HeatmapImage, drawCursor, drawGutter, drawRowSelection, drawStepAxis } from "./heatmap";
 import { barScale, drawBars, thresholdsFor } from "./bars";
@@ -24,6 +29,7 @@ import { HealthTable, Row } from "./table";
 import { bottomLayout, colAt, fitCanvas, mainLayout, MainLayout, rowAt, wantedColumns } from "./layout";
 import { readTheme, Theme } from "./theme";
 import { installStyle } from "./style";
+import { Intent } from "./sync";
 
 export interface Model {
   get(key: string): any;
@@ -59,6 +65,10 @@ export interface Meta {
   message: string;
   level: string;
   version: number;
+  /** [lo, hi] log10 colour range computed by the kernel (gradwidget.plots.color_range) */
+  scale?: [number, number];
+  /** step of hist_all (-1: none) */
+  hist_all_step?: number;
 }
 
 export const METRIC_LABELS: Record<string, string> = {
@@ -104,6 +114,11 @@ export class PanelView {
   hists: Uint32Array = new Uint32Array(0);
   histSteps: Float64Array = new Float64Array(0);
   histLayer = -1;
+  histAll: Uint32Array = new Uint32Array(0); // layers x bins, newest histogram step
+  /** what the histogram shows: the layer, its step, and whether from the kernel's per-layer
+   *  series ("layer") or every layer's newest histogram ("newest") */
+  histShown: { layer: number; step: number; source: string } | null = null;
+  intent = new Intent();
   order: Int32Array = new Int32Array(0); // display row -> depth index
   scale: LogScale = { lo: -1, hi: 0 };
   image = new HeatmapImage();
@@ -121,6 +136,9 @@ export class PanelView {
   private playT = 0;
   private playPos = 0;
   private sendTimer: ReturnType<typeof setTimeout> | null = null;
+  private toSend: { step: number; follow: boolean } | null = null;
+  private ownSet = false; // our own model.set() fires change events too: they are not the kernel's
+  private kernelKeys: Set<string> | null = null; // keys of the kernel's update being applied
   private lastSent = 0;
   private disposers: (() => void)[] = [];
   // DOM
@@ -210,21 +228,15 @@ export class PanelView {
       this.loadData();
       this.schedule();
     };
-    for (const k of ["meta", "heat", "flags", "col_steps", "loss"]) on(`change:${k}`, data);
+    for (const k of ["meta", "heat", "flags", "col_steps", "loss", "hist_all"]) on(`change:${k}`, data);
     const detail = () => {
       this.loadDetail();
       this.schedule();
     };
     for (const k of ["detail", "detail_step", "hists", "hist_steps", "hist_layer"]) on(`change:${k}`, detail);
-    on("change:step", () => {
-      this.cursor = colForStep(this.colSteps, Number(m.get("step")));
-      this.schedule();
-    });
-    on("change:layer", () => {
-      this.layer = Number(m.get("layer"));
-      this.table.select(this.layer);
-      this.schedule();
-    });
+    // step and layer from the kernel: decided once the whole update has been applied (one
+    // synchronous set of the model), knowing whether it carried new data (see sync.ts)
+    for (const k of ["meta", "step", "layer", "follow"]) on(`change:${k}`, () => this.noteKernel(k));
     on("change:metric", () => {
       this.metricSel.value = String(m.get("metric"));
       this.schedule();
@@ -302,6 +314,38 @@ export class PanelView {
     this.schedule();
   }
 
+  private noteKernel(key: string): void {
+    if (this.ownSet) return;
+    if (!this.kernelKeys) {
+      this.kernelKeys = new Set();
+      queueMicrotask(() => this.applyKernel());
+    }
+    this.kernelKeys.add(key);
+  }
+
+  private applyKernel(): void {
+    const keys = this.kernelKeys ?? new Set<string>();
+    this.kernelKeys = null;
+    const withData = keys.has("meta");
+    const m = this.model;
+    if (keys.has("step") || (keys.has("follow") && !withData)) {
+      if (this.intent.kernelStep(Number(m.get("step")), withData)) this.cursor = this.cursorColumn();
+    }
+    if (keys.has("layer")) {
+      const k = Number(m.get("layer"));
+      if (this.intent.kernelLayer(k, withData)) {
+        this.layer = k;
+        this.table.select(this.layer);
+      }
+    }
+    this.schedule();
+  }
+
+  /** The cursor's column: the user's pending scrub, else the kernel's step. */
+  private cursorColumn(): number {
+    return this.intent.cursor(this.meta.cols, Number(this.model.get("step")), (s) => colForStep(this.colSteps, s));
+  }
+
   /** Decode meta + heatmap buffers; malformed data becomes a message, never an exception. */
   loadData(): void {
     const m = this.model;
@@ -335,9 +379,17 @@ export class PanelView {
     this.order = backwardOrder(rows);
     this.dispHeat = reorderRows(this.heat, rows, cols, this.order);
     this.dispFlags = reorderRows(this.flags, rows, cols, this.order);
-    this.scale = logScale(this.heat);
+    this.scale = heatScale(meta.scale, this.heat);
     this.imageDirty = true;
-    this.cursor = colForStep(this.colSteps, Number(m.get("step")));
+    if (this.intent.step !== null) this.intent.kernelStep(Number(m.get("step")));
+    this.cursor = this.cursorColumn();
+    try {
+      const ha: Binary = m.get("hist_all");
+      const n = meta.n_layers * meta.n_bins;
+      this.histAll = n > 0 && byteLength(ha) === n * 4 ? asUint32(ha, n) : new Uint32Array(0);
+    } catch {
+      this.histAll = new Uint32Array(0);
+    }
     this.slider.max = String(Math.max(0, cols - 1));
     this.slider.disabled = cols <= 1;
     // metric choices
@@ -424,7 +476,7 @@ export class PanelView {
       `<span><span class="gw-chip" style="background:${rgbCss(c)}"></span>${text}</span>`;
     this.legend.innerHTML =
       (this.heat.length
-        ? `<span>${label}: ${fmt(Math.pow(10, this.scale.lo))} <span class="gw-cbar" style="background:linear-gradient(to right,${stops.join(",")})"></span> ${fmt(Math.pow(10, this.scale.hi))} (log, one scale for all steps)</span>`
+        ? `<span>${label}: ${fmt(Math.pow(10, this.scale.lo))} <span class="gw-cbar" style="background:linear-gradient(to right,${stops.join(",")})"></span> ${fmt(Math.pow(10, this.scale.hi))} (log, 1st–99th percentile, one scale for all steps)</span>`
         : "") +
       chip(MARKS.vanishing, `vanishing (mean|g| &lt; ${fmt(t.vanishing)})`) +
       chip(MARKS.exploding, `exploding (max|g| &gt; ${fmt(t.exploding)})`) +
@@ -441,6 +493,12 @@ export class PanelView {
     const c = Math.max(0, Math.min(C - 1, Math.round(col)));
     if (c === this.cursor && this.slider.value === String(c)) return;
     this.cursor = c;
+    // the newest column follows new steps: send the newest step itself (a column starts at its
+    // first step, which the kernel would not take for "follow")
+    const follow = c === C - 1;
+    const step = follow ? Math.max(this.meta.last_step, this.colSteps[c]) : this.colSteps[c];
+    this.intent.scrubbed(step, follow);
+    this.toSend = { step, follow };
     this.draw();
     this.sendStep();
   }
@@ -450,11 +508,10 @@ export class PanelView {
     const flush = () => {
       this.sendTimer = null;
       this.lastSent = performance.now();
-      const step = this.colSteps[this.cursor];
-      if (step === undefined) return;
-      this.model.set("step", step);
-      this.model.set("follow", this.cursor === this.meta.cols - 1);
-      this.model.save_changes();
+      const s = this.toSend;
+      this.toSend = null;
+      if (!s) return;
+      this.setModel({ step: s.step, follow: s.follow });
     };
     if (now - this.lastSent >= STEP_SEND_MS && !this.sendTimer) flush();
     else if (!this.sendTimer) this.sendTimer = setTimeout(flush, STEP_SEND_MS);
@@ -466,9 +523,20 @@ export class PanelView {
     this.table.select(index);
     this.draw();
     if (send) {
-      this.model.set("layer", index);
-      this.model.save_changes();
+      this.intent.selected(index);
+      this.setModel({ layer: index });
     }
+  }
+
+  /** Send the user's changes to the kernel (the change events they fire here are ignored). */
+  private setModel(values: Record<string, unknown>): void {
+    this.ownSet = true;
+    try {
+      for (const [k, v] of Object.entries(values)) this.model.set(k, v);
+    } finally {
+      this.ownSet = false;
+    }
+    this.model.save_changes();
   }
 
   togglePlay(): void {
@@ -663,16 +731,24 @@ export class PanelView {
     let hd = null;
     let note = "";
     let hstep = NaN;
+    this.histShown = null;
+    const newest = this.histAll.length === meta.n_layers * nb && nb > 0 && this.layer >= 0 && this.layer < meta.n_layers;
     if (this.layer < 0) note = "select a layer (table row or heatmap row)";
-    else if (this.histLayer !== this.layer) note = "histogram arrives when the kernel is idle";
-    else if (!this.histSteps.length || !nb) note = "no histogram recorded yet (histogram_every)";
-    else {
+    else if (this.histLayer === this.layer && this.histSteps.length && nb) {
       const i = nearestIndex(this.histSteps, step);
       hstep = this.histSteps[i];
       hd = { counts: this.hists.subarray(i * nb, (i + 1) * nb), lo: meta.hist_lo, hi: meta.hist_hi };
-    }
+      this.histShown = { layer: this.layer, step: hstep, source: "layer" };
+    } else if (newest) {
+      // picked while the kernel is busy: every layer's newest histogram came with the heatmap
+      hstep = meta.hist_all_step ?? NaN;
+      hd = { counts: this.histAll.subarray(this.layer * nb, (this.layer + 1) * nb), lo: meta.hist_lo, hi: meta.hist_hi };
+      note = this.histLayer !== this.layer ? "newest; other steps when the kernel is idle" : "";
+      this.histShown = { layer: this.layer, step: hstep, source: "newest" };
+    } else if (this.histLayer !== this.layer) note = "histogram arrives when the kernel is idle";
+    else note = "no histogram recorded yet (histogram_every)";
     drawHistogram(hctx, rect, hd, meta.thresholds,
-      name ? `|g| histogram · ${name}${hstep === hstep ? ` · step ${fmt(hstep)}` : ""}` : "|g| histogram", hd ? "" : note, t);
+      name ? `|g| histogram · ${name}${hstep === hstep ? ` · step ${fmt(hstep)}` : ""}` : "|g| histogram", note, t);
     // series: the selected layer's row of the heatmap
     const sctx = fitCanvas(this.seriesCanvas, pw, ph, dpr);
     sctx.clearRect(0, 0, pw, ph);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { cellRgb, colorize, fmt, logScale, logTicks, luminance, lutIndex, MARKS, scalePos, VIRIDIS } from "../src/colormap";
+import { cellRgb, colorize, fmt, heatScale, logScale, logTicks, luminance, lutIndex, MARKS, scalePos, VIRIDIS } from "../src/colormap";
 import { FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING } from "../src/decode";
 
 const lut = (i: number) => [VIRIDIS[4 * i], VIRIDIS[4 * i + 1], VIRIDIS[4 * i + 2]];
@@ -29,6 +29,26 @@ describe("viridis", () => {
         const d = Math.abs(c[0] - m[0]) + Math.abs(c[1] - m[1]) + Math.abs(c[2] - m[2]);
         expect(d).toBeGreaterThan(40);
       }
+    }
+  });
+});
+
+describe("the colour range sent by the kernel", () => {
+  it("is used as is: the same range as the static figures, not the data's min..max", () => {
+    const data = new Float32Array([1e-9, 1e-3, 1e-2, 1e4]); // outliers at both ends
+    const s = heatScale([-3.5, 2.25], data);
+    expect(s).toEqual({ lo: -3.5, hi: 2.25 });
+    expect(lutIndex(1e-9, s)).toBe(0); // clipped, as matplotlib's Normalize(clip=True)
+    expect(lutIndex(1e4, s)).toBe(255);
+    expect(lutIndex(Math.pow(10, (-3.5 + 2.25) / 2), s)).toBe(128);
+  });
+
+  it("falls back to the data's own range when the kernel sent none or a bad one", () => {
+    const data = [1e-8, 1e2];
+    for (const sent of [undefined, null, [], [1, 1], [2, 1], [NaN, 1], "x"]) {
+      const s = heatScale(sent, data);
+      expect(s.lo).toBeCloseTo(-8);
+      expect(s.hi).toBeCloseTo(2);
     }
   });
 });
