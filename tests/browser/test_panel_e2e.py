@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: gw_browser
-from gw_browser import ARGS, CHROMIUM, need_chromium  # noqa: E402
-from lab import (KERNEL_EXEC_JS, KERNEL_IDLE_JS, KERNEL_READY_JS, ROOT, RUN_CELL_JS,  # noqa: E402
-                 jupyter_lab)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/browser: lab
+from lab import (HEAT_PIXELS_JS, KERNEL_EXEC_JS, KERNEL_IDLE_JS, ROOT, RUN_CELL_JS, VIEW,  # noqa: E402
+                 notebook_page)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -36,22 +35,19 @@ panel""",
     f"""train_demo({TRAIN_STEPS}, recorder=panel, model=model, optimizer=opt, data=data,
            callback=lambda i, loss: time.sleep(0.02))
 print("trained", panel.run.n_steps)""",
+    # 2: a longer same-cell training loop (~12 s), during which the kernel reads no browser message
+    """train_demo(240, recorder=panel, model=model, optimizer=opt, data=data,
+           callback=lambda i, loss: time.sleep(0.05))""",
+    # 3: the messages of an empty run and of a run whose every value is non-finite
+    """import numpy as np
+from IPython.display import display
+from gradwidget import Run, METRICS
+bad = Run(["a", "b"])
+for s in range(6):
+    v = np.full((len(METRICS), 2), np.nan, np.float32); v[METRICS.index("nonfinite")] = 16
+    bad.append(s, v)
+display(GradientPanel(Run(["a", "b"])), GradientPanel(bad))""",
 ]
-
-VIEW = "document.querySelector('.gw-root').parentElement.gradwidget"
-
-#: pixels of the heatmap's rectangle on the main canvas: how many are opaque, how many colours.
-HEAT_PIXELS_JS = f"""() => {{
-  const v = {VIEW}; const c = v.canvas; const L = v.layout; const dpr = c.width / L.width;
-  const x = Math.round(L.heat.x * dpr), y = Math.round(L.heat.y * dpr);
-  const w = Math.round(L.heat.w * dpr), h = Math.round(L.heat.h * dpr);
-  const d = c.getContext('2d').getImageData(x, y, w, h).data;
-  let opaque = 0; const colours = new Set();
-  for (let i = 0; i < d.length; i += 4) {{
-    if (d[i + 3] > 0) {{ opaque++; colours.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]); }}
-  }}
-  return {{opaque, total: w * h, colours: colours.size}};
-}}"""
 
 #: a fingerprint of a canvas' pixels (to see that it was redrawn with something else).
 CANVAS_HASH_JS = """(sel) => { const c = document.querySelector(sel);
@@ -76,31 +72,9 @@ def luminance(css: str) -> float:
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    need_chromium()
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_notebook
-    from playwright.sync_api import sync_playwright
-
-    if not (ROOT / "gradwidget" / "static" / "widget.js").is_file():
-        pytest.fail("the front end is not built: run `pip install -e .` (builds js/ into gradwidget/static/)")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    work = tmp_path_factory.mktemp("lab")
-    nb = new_notebook(cells=[new_code_cell(c) for c in CELLS])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, work / "panel.ipynb")
-    with jupyter_lab(work) as base, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-            ctx.route("**/*", lambda r: r.continue_() if r.request.url.startswith((base, "data:", "blob:"))
-                      else r.abort())
-            pg = ctx.new_page()
-            pg.set_default_timeout(TIMEOUT_MS)
-            pg.goto(f"{base}/lab/tree/panel.ipynb")
-            pg.wait_for_function(KERNEL_READY_JS, timeout=TIMEOUT_MS)
-            yield pg
-        finally:
-            browser.close()
+    with notebook_page(tmp_path_factory.mktemp("lab"), CELLS, app="lab", timeout_ms=TIMEOUT_MS) as pg:
+        yield pg
 
 
 def test_panel_draws_and_keeps_updating_while_training(page):
@@ -215,3 +189,92 @@ def test_clicking_a_table_row_selects_the_layer_and_redraws_the_histogram(page):
     page.locator(".gw-filter").fill("")
     page.locator(".jp-OutputArea-output").filter(has=page.locator(".gw-root")).first.screenshot(
         path=str(ARTIFACTS / "panel_selected_layer.png"))
+
+
+def test_resizing_the_cell_redraws_at_the_new_width(page):
+    out = page.locator(".jp-OutputArea-output").filter(has=page.locator(".gw-root")).first
+    wide = page.evaluate(f"() => [{VIEW}.layout.width, {VIEW}.canvas.width]")
+    cols = int(kernel(page, "print(panel.columns)"))
+    try:
+        page.set_viewport_size({"width": 700, "height": 1000})
+        page.wait_for_function(f"() => {VIEW}.layout.width < {wide[0]} - 300")
+        page.wait_for_timeout(300)
+        narrow = page.evaluate(f"() => [{VIEW}.layout.width, {VIEW}.canvas.width, {VIEW}.layout.stacked]")
+        assert narrow[1] < wide[1] and narrow[2] is True, (wide, narrow)  # bars go under the heatmap
+        px = page.evaluate(HEAT_PIXELS_JS)
+        assert px["opaque"] == px["total"] and px["colours"] >= 20, px
+        # the panel fits the output area (no horizontal overflow) and asked for fewer columns
+        assert page.evaluate(f"() => {VIEW}.root.scrollWidth <= {VIEW}.root.clientWidth + 1")
+        page.wait_for_function(f"""async () => Number((await ({KERNEL_EXEC_JS})("print(panel.columns)")).trim()) < {cols}""")
+        out.screenshot(path=str(ARTIFACTS / "panel_narrow.png"))
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 1000})
+    page.wait_for_function(f"() => {VIEW}.layout.width >= {wide[0]} - 2")
+    page.wait_for_timeout(300)
+    px = page.evaluate(HEAT_PIXELS_JS)
+    assert px["opaque"] == px["total"], px
+
+
+def test_colour_range_is_the_kernels(page):
+    """The heatmap's colour range is the one the kernel sent (the static figures' range)."""
+    sent, used = page.evaluate(f"() => [{VIEW}.meta.scale, [{VIEW}.scale.lo, {VIEW}.scale.hi]]")
+    assert sent == pytest.approx(used)
+    lo, hi = (float(x) for x in kernel(page, "from gradwidget import plots; print(*plots.color_scale(panel.run, panel.metric))").split())
+    assert sent == pytest.approx([lo, hi], rel=1e-6)
+
+
+def test_clicks_and_scrubs_apply_at_once_while_the_cell_trains(page):
+    """A training loop in a cell keeps the kernel from reading browser messages until it ends:
+    the page must still show a clicked layer (row, histogram) and a scrubbed cursor at once, keep
+    them while the busy kernel sends newer steps, and the kernel takes them when the cell ends."""
+    kernel(page, "panel.step = int(panel.run.steps[-1])")  # following again
+    page.wait_for_function(f"() => {{ const v = {VIEW}; return v.cursor === v.meta.cols - 1; }}")
+    start = page.evaluate(f"() => {VIEW}.meta.n_steps")
+    before_layer = int(kernel(page, "print(panel.layer)"))
+    page.evaluate(RUN_CELL_JS, 2)
+    page.wait_for_function(f"() => !({KERNEL_IDLE_JS})() && {VIEW}.meta.n_steps > {start} + 5")
+    target = page.evaluate(f"""() => {{
+        const rows = Array.from(document.querySelectorAll('table.gw-health tbody tr'));
+        const r = rows.find(tr => Number(tr.dataset.index) !== {before_layer} && tr.dataset.layer.endsWith('weight'));
+        return {{index: Number(r.dataset.index), layer: r.dataset.layer}}; }}""")
+    hist_before = page.evaluate(CANVAS_HASH_JS, "canvas.gw-hist")
+    page.locator(f"table.gw-health tbody tr[data-index='{target['index']}']").click()
+    # at once (the next frame), not when the cell ends
+    page.wait_for_function(f"() => {VIEW}.histShown && {VIEW}.histShown.layer === {target['index']}", timeout=2000)
+    shown = page.evaluate(f"() => [{VIEW}.layer, {VIEW}.histShown.source, ({KERNEL_IDLE_JS})()]")
+    assert shown == [target["index"], "newest", False], shown  # drawn from every layer's newest histogram
+    assert page.locator("table.gw-health tr.gw-selected").get_attribute("data-layer") == target["layer"]
+    hist_now = page.evaluate(CANVAS_HASH_JS, "canvas.gw-hist")
+    assert hist_now["hash"] != hist_before["hash"] and hist_now["painted"] > 500
+    # scrub to the first column while the kernel, still following, keeps sending newer steps
+    page.locator(".gw-root").focus()
+    page.keyboard.press("Home")
+    assert page.evaluate(f"() => {VIEW}.cursor") == 0
+    n0 = page.evaluate(f"() => {VIEW}.meta.n_steps")
+    page.wait_for_function(f"() => {VIEW}.meta.n_steps > {n0} + 3", timeout=10_000)  # updates kept coming
+    state = page.evaluate(f"() => [{VIEW}.cursor, {VIEW}.layer, ({KERNEL_IDLE_JS})()]")
+    assert state == [0, target["index"], False], state  # neither was pulled back
+    page.locator(".jp-OutputArea-output").filter(has=page.locator(".gw-root")).first.screenshot(
+        path=str(ARTIFACTS / "panel_clicked_while_training.png"))
+    # the cell ends: the kernel takes both, and sends the layer's histograms over time
+    page.wait_for_function(KERNEL_IDLE_JS)
+    first = page.evaluate(f"() => {VIEW}.colSteps[0]")
+    page.wait_for_function(f"""async () => (await ({KERNEL_EXEC_JS})("print(panel.layer, panel.step, panel.follow)")).trim()
+                               === "{target['index']} {int(first)} False" """)
+    page.wait_for_function(f"() => {VIEW}.histShown.source === 'layer' && {VIEW}.cursor === 0")
+
+
+def test_empty_and_all_non_finite_runs_say_so(page):
+    page.evaluate(RUN_CELL_JS, 3)
+    page.wait_for_function("() => document.querySelectorAll('.gw-root').length >= 3")
+    page.wait_for_function(KERNEL_IDLE_JS)
+    roots = page.locator(".gw-root")
+    n = roots.count()
+    empty, bad = roots.nth(n - 2), roots.nth(n - 1)
+    page.wait_for_function("() => { const r = document.querySelectorAll('.gw-root'); "
+                           "return r[r.length - 1].querySelector('.gw-message').textContent.length > 0; }")
+    assert "empty" in empty.locator(".gw-message").inner_text()
+    msg = bad.locator(".gw-message")
+    assert "Non-finite gradients" in msg.inner_text() and "a, b" in msg.inner_text()
+    assert "gw-error" in msg.get_attribute("class") and msg.is_visible()
+    bad.screenshot(path=str(ARTIFACTS / "panel_all_nonfinite.png"))
