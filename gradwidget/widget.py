@@ -645,6 +645,8 @@ class GradientPanel(anywidget.AnyWidget):
             version = run.version if run is not None else -1
             if not force and version == self._pushed_version:
                 return True
+            from . import plots  # noqa: F401  (imported once, outside the timed cost of an update)
+
             t_start = time.monotonic()
             try:
                 payload = self._payload(run)

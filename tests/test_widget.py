@@ -360,6 +360,38 @@ def test_every_layers_newest_histogram_is_sent():
     assert GradientPanel(synthetic_run(5, hist_every=0)).hist_all == b""
 
 
+def test_training_in_a_thread_keeps_two_way_sync():
+    """What the docstring advises: with training in a thread the kernel handles the browser's
+    messages while steps arrive (set_state is what ipywidgets calls for a browser message)."""
+    import threading
+
+    rec = FakeRecorder(synthetic_run(20, hist_every=5))
+    p = GradientPanel(rec, max_rate=20)
+    stop = threading.Event()
+
+    def train():
+        s = 100
+        while not stop.is_set():
+            rec.step(s)
+            s += 1
+            time.sleep(0.002)
+
+    th = threading.Thread(target=train)
+    th.start()
+    try:
+        time.sleep(0.2)
+        p.set_state({"layer": 2})
+        assert p.layer == 2 and p.hist_layer == 2
+        p.set_state({"step": 10, "follow": False})
+        assert p.step == 10 and p.detail_step == 10 and not p.follow
+        n = p.meta["n_steps"]
+        time.sleep(0.4)
+        assert p.meta["n_steps"] > n and p.step == 10  # steps keep coming; the scrub stands
+    finally:
+        stop.set()
+        th.join()
+
+
 def test_table_without_the_analysis_package():
     rows = table_from_run(synthetic_run(20, nonfinite_at=4))
     by = {r["layer"]: r for r in rows}
