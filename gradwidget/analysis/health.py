@@ -302,6 +302,25 @@ class Plateau:
     suggested_actions: list[str] = field(default_factory=list)
 
 
+def _plateau_start(y: np.ndarray, offset: int, k: int, j0: int, w: int, t) -> int:
+    """Index in ``y`` where the plateau found by the smoothed comparison starts.
+
+    The first flat comparison's window starts at block ``j0``; the real start lies between it and
+    one window later (a window half on the slope can still compare flat, a whole one cannot), which
+    is too coarse for a duration: its start or middle was off by up to half a window (a 100-step
+    plateau read as 97 steps, and missed). Within that range the plateau starts where the raw series
+    enters, for good, its final band: the median of the sure part (after the range) plus or minus
+    3 robust standard deviations or ``plateau_rel_change`` of the level, whichever is wider."""
+    lo = offset + j0 * k
+    hi = min(len(y) - 1, offset + (j0 + w) * k)
+    tail = y[hi:]
+    level = float(np.median(tail))
+    sigma = 1.4826 * float(np.median(np.abs(tail - level)))
+    tol = max(3 * sigma, t.plateau_rel_change * abs(level))
+    inside = np.abs(y[lo:hi] - level) <= tol
+    return int(hi - (trailing_true(inside)[0] if inside.size else 0))
+
+
 @dataclass
 class Dynamics:
     learning_phase: str      #: InitialLearning / RapidLearning / Refinement / Plateau / Diverging
@@ -343,9 +362,7 @@ def dynamics(s: Series) -> Dynamics:
     rel_now, _ = _rel_slope(y, W)
     flat = rel < t.plateau_rel_change
     n_flat = int(trailing_true(flat)[0]) if flat.size else 0
-    # the plateau starts at the middle of the first flat comparison's earlier window (the estimate
-    # is good to about half a smoothing window, w // 2 points)
-    duration = int(steps[-1] - sb[len(rel) - n_flat + w // 2]) if n_flat else 0
+    duration = int(steps[-1] - steps[_plateau_start(y, len(steps) % k, k, len(rel) - n_flat, w, t)]) if n_flat else 0
     share = duration / max(1, int(steps[-1] - steps[0]))
     is_plateau = n_flat > 0 and duration >= min(W, int(steps[-1] - steps[0]) // 2)
     sev = ("None" if not is_plateau else "Severe" if share >= t.critical_issue_ratio
@@ -386,7 +403,8 @@ class Forecast:
 @dataclass
 class Stability:
     overall: float          #: median layer stability
-    trend: str              #: Improving / Stable / Degrading (first vs last quarter of the run)
+    trend: str              #: Improving / Stable / Degrading (first vs last quarter of the run); Unknown
+                            #: with fewer than 8 finite global norms
     quarters: list[float]   #: stability 1/(1+CV) of the global norm per quarter of the run
     sources: list[InstabilitySource]
     forecast: Forecast
@@ -410,8 +428,9 @@ def stability(s: Series, flow: pd.DataFrame, factors: list[RiskFactor], max_sour
         for part in np.array_split(g, 4):
             m = part.mean()
             quarters.append(float(1 / (1 + part.std() / m)) if m > 0 else float("nan"))
-    trend = "Stable"
+    trend = "Unknown"  # fewer than 8 finite global norms: nothing to compare
     if len(quarters) == 4 and all(np.isfinite(quarters)):
+        trend = "Stable"
         if quarters[-1] < t.stable_network <= quarters[0] or (quarters[-1] < quarters[0] and quarters[-1] < t.unstable):
             trend = "Degrading"
         elif quarters[0] < t.stable_network <= quarters[-1]:
@@ -434,7 +453,9 @@ def stability(s: Series, flow: pd.DataFrame, factors: list[RiskFactor], max_sour
     else:
         outlook = "Deteriorating" if proj > 0 else "Improving"
     basis = (f"least-squares trend of log global gradient norm over the last {min(W, g.size)} steps: "
-             f"{_fmt(proj)} decades per {W} steps")
+             f"{_fmt(proj)} decades per {W} steps" if np.isfinite(proj) else
+             f"no trend: {g.size} recorded step{'s' if g.size != 1 else ''} with a finite positive global "
+             "gradient norm (at least 3 are needed)")
     return Stability(overall, trend, quarters, srcs[:max_sources],
                      Forecast(outlook, float(proj), float(r2) if np.isfinite(r2) else float("nan"), basis))
 
