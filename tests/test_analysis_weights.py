@@ -39,6 +39,8 @@ def test_every_issue_fires_with_its_own_recommendation():
     assert "extreme" in df.loc["extreme", "issue_codes"]
     assert df.loc["ok", "issue_codes"] == "" and df.loc["ok", "health_score"] == 100
     for code, (issue, rec) in W.ISSUES.items():
+        if code == "nonfinite":  # test_nonfinite_weights_are_critical_not_excellent
+            continue
         layer = {"mostly_zero": "zero", "skewed": "skew", "heavy_tailed": "heavy", "extreme": "extreme"}[code]
         assert issue in df.loc[layer, "issues"] and rec in df.loc[layer, "recommendations"]
     assert df.loc["zero", "health_score"] <= 70 and df.loc["zero", "distribution"] != "Excellent"
@@ -120,3 +122,38 @@ def test_remaining_severities():
     assert W.gradient_explosion(range(20), norms + [6e3], 1e3).severity == "High"
     w0 = {"a": np.ones(100)}
     assert W.drift_between({"a": np.ones(100) * (1 + 1e-4)}, w0).severity == "Low"
+
+
+def test_nonfinite_weights_are_critical_not_excellent():
+    rng = np.random.default_rng(0)
+    good = rng.normal(0, 0.05, (32, 32))
+    some_nan = good.copy()
+    some_nan[3, 4] = np.nan
+    all_inf = np.full((4, 4), np.inf)
+    rep = W.analyze_weights({"good": good, "some_nan": some_nan, "all_inf": all_inf})
+    df = rep.layers.set_index("layer")
+    assert df.loc["good", "health_score"] == 100 and df.loc["good", "distribution"] == "Excellent"
+    for name, n_bad in (("some_nan", 1), ("all_inf", 16)):
+        assert df.loc[name, "nonfinite"] == n_bad
+        assert df.loc[name, "health_score"] == 0 and df.loc[name, "distribution"] == "Critical"
+        assert "NaN/Inf" in df.loc[name, "issues"] and "checkpoint" in df.loc[name, "recommendations"]
+    assert rep.distribution_status == "Critical"
+    assert "NaN/Inf" in rep.summary_text()
+
+
+def test_nonfinite_drift_is_reported_as_such():
+    w = {"a": np.ones(4), "b": np.ones(4)}
+    prev = {"a": np.ones(4), "b": np.ones(4)}
+    w["b"] = np.array([1.0, np.inf, 1.0, 1.0])
+    d = W.drift_between(w, prev)
+    assert d.severity == "NonFinite" and d.max_drift == np.inf and d.affected_layers == ["b"]
+    assert d.mean_drift == 0.0  # the finite layers' mean
+    # the same read from a run: an update norm that overflowed
+    T = 30
+    g = np.full((T, 2), 0.1)
+    upd = np.full((T, 2), np.nan)
+    upd[::5] = 1e-3
+    upd[20, 1] = np.inf
+    rd = W.drift_from_run(synth(g, update=upd))
+    assert rd.severity == "NonFinite" and rd.affected_layers == ["l1.weight"]
+    assert W.drift_from_run(synth(g, update=np.where(np.isinf(upd), 1e-3, upd))).severity != "NonFinite"

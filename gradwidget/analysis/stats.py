@@ -221,13 +221,15 @@ def nanmedian(x: np.ndarray, axis: int = 0) -> np.ndarray | float:
 
 def update_ratio_rows(run: Run, max_rows: int = MAX_ROWS) -> np.ndarray:
     """``update_norm / weight_norm`` per step and layer over the most recent ``2 * max_rows`` steps,
-    keeping only steps where an update was measured (update_norm is measured every few steps)."""
+    keeping only steps where an update was measured (update_norm is measured every few steps); inf
+    where the update or the weight norm overflowed."""
     c = run._M3[max(0, run.n_steps - 2 * max_rows):]
     u = c[:, METRICS.index("update_norm")].astype(np.float64)
     w = c[:, METRICS.index("weight_norm")].astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         r = np.where(w > 0, u / w, np.nan)
-    return r[np.isfinite(r).any(axis=1)]
+    r = np.where(np.isinf(u) | np.isinf(w), np.inf, r)  # an overflowed update or weight: not "no drift"
+    return r[~np.isnan(r).all(axis=1)]
 
 
 def lstsq_slope(y: np.ndarray, x: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -31,6 +31,9 @@ DIST_ZERO, DIST_SKEW, DIST_KURT, DIST_EXTREME = 0.3, 1.0, 5.0, 5.0
 OUTLIER_Z, OUTLIER_HIGH_Z, MAX_OUTLIERS = 3.0, 5.0, 5
 
 ISSUES = {
+    "nonfinite": ("NaN/Inf weights: training has diverged",
+                  "restore the last good checkpoint, then lower the learning rate, clip gradients "
+                  "(clip_grad_norm_) and check the loss for log(0) or division by zero"),
     "mostly_zero": ("more than half of the weights are exactly zero (pruned, masked or never updated)",
                     "check masking/pruning; if unintended, re-initialise the layer or lower weight decay"),
     "skewed": ("highly skewed weight distribution (|skewness| > 2)",
@@ -77,7 +80,7 @@ class Drift:
     source: str              #: "snapshots" (weights vs previous) or "recorded updates" (update/weight per step)
     mean_drift: float
     max_drift: float
-    severity: str            #: Minimal / Low / Medium / High
+    severity: str            #: Minimal / Low / Medium / High; NonFinite when a layer's drift is NaN/Inf
     affected_layers: list[str]
 
 
@@ -120,13 +123,15 @@ def weights_from_module(model) -> dict[str, np.ndarray]:
 
 def weight_statistics(w: np.ndarray) -> dict:
     """Mean, std, skewness, excess kurtosis, entropy (bits, and normalised 0..1, of a histogram with
-    ~sqrt(n) bins up to 256), min, max and zero fraction of one tensor's finite values."""
+    ~sqrt(n) bins up to 256), min, max and zero fraction of one tensor's finite values, and the count
+    of its non-finite ones (which the health scores treat as fatal, not as missing)."""
     a = np.asarray(w, np.float64).ravel()
+    total = a.size
     a = a[np.isfinite(a)]
     n = a.size
     if n == 0:
         return dict(mean=np.nan, std=np.nan, skewness=np.nan, kurtosis=np.nan, entropy_bits=np.nan,
-                    entropy=np.nan, min=np.nan, max=np.nan, zero_frac=np.nan, numel=0)
+                    entropy=np.nan, min=np.nan, max=np.nan, zero_frac=np.nan, numel=0, nonfinite=int(total))
     m = a.mean()
     d = a - m
     var = np.mean(d * d)
@@ -142,11 +147,15 @@ def weight_statistics(w: np.ndarray) -> dict:
     else:
         h, hn = 0.0, 0.0
     return dict(mean=float(m), std=float(sd), skewness=skew, kurtosis=kurt, entropy_bits=h, entropy=float(hn),
-                min=float(a.min()), max=float(a.max()), zero_frac=float(np.mean(a == 0)), numel=int(n))
+                min=float(a.min()), max=float(a.max()), zero_frac=float(np.mean(a == 0)), numel=int(n),
+                nonfinite=int(total - n))
 
 
 def health_score(st: dict) -> tuple[float, list[str]]:
-    """Seed 001 score (100 minus deductions) and the issue codes that caused them."""
+    """Seed 001 score (100 minus deductions) and the issue codes that caused them; 0 with any NaN/Inf
+    weight (the seed would score the finite rest)."""
+    if st.get("nonfinite", 0):
+        return 0.0, ["nonfinite"]
     score, issues = 100.0, []
     if max(abs(st["max"]), abs(st["min"])) > EXTREME_VALUE:
         score -= 20
@@ -164,7 +173,10 @@ def health_score(st: dict) -> tuple[float, list[str]]:
 
 
 def distribution_health(st: dict) -> tuple[float, str]:
-    """Seed 001 distribution score and its status: Excellent >= 90, Good >= 75, Fair >= 60, Poor >= 40."""
+    """Seed 001 distribution score and its status: Excellent >= 90, Good >= 75, Fair >= 60, Poor >= 40;
+    0 and Critical with any NaN/Inf weight."""
+    if st.get("nonfinite", 0):
+        return 0.0, "Critical"
     score = 100.0
     if st["zero_frac"] > DIST_ZERO:
         score -= 25
@@ -234,8 +246,10 @@ def _g(x) -> str:
 
 def _drift_severity(x: float, t: Thresholds) -> str:
     """Minimal below ``update_ratio_low``, Low up to the band's geometric middle, Medium up to
-    ``update_ratio_high``, High above."""
-    if not np.isfinite(x) or x < t.update_ratio_low:
+    ``update_ratio_high``, High above; NonFinite for NaN/Inf (diverged weights are not a small drift)."""
+    if not np.isfinite(x):
+        return "NonFinite"
+    if x < t.update_ratio_low:
         return "Minimal"
     if x <= np.sqrt(t.update_ratio_low * t.update_ratio_high):
         return "Low"
@@ -253,10 +267,19 @@ def drift_between(weights: dict, previous: dict, thresholds=None) -> Drift:
             base = np.linalg.norm(p)
             names.append(n)
             vals.append(d / base if base > 0 else (0.0 if d == 0 else np.inf))
-    v = np.asarray(vals)
-    mx = float(v.max()) if v.size else float("nan")
-    return Drift("snapshots", float(v.mean()) if v.size else float("nan"), mx, _drift_severity(mx, t),
-                 [n for n, x in zip(names, v) if x > t.update_ratio_high])
+    return _drift("snapshots", names, np.asarray(vals, np.float64), t)
+
+
+def _drift(source: str, names: list[str], v: np.ndarray, t: Thresholds) -> Drift:
+    """Mean and max over layers, severity of the max, affected layers (above ``update_ratio_high`` or
+    non-finite). Any NaN/Inf drift makes the max non-finite and the severity NonFinite."""
+    if not v.size:
+        return Drift(source, float("nan"), float("nan"), "Minimal", [])
+    bad = ~np.isfinite(v)
+    mx = float("inf") if bad.any() else float(v.max())
+    mean = float(v[~bad].mean()) if (~bad).any() else float("nan")
+    return Drift(source, mean, mx, _drift_severity(mx, t),
+                 [n for n, x, b in zip(names, v, bad) if b or x > t.update_ratio_high])
 
 
 def drift_from_run(run, rows: np.ndarray | None = None) -> Drift | None:
@@ -267,15 +290,15 @@ def drift_from_run(run, rows: np.ndarray | None = None) -> Drift | None:
     from .stats import nanmedian, update_ratio_rows
 
     r = update_ratio_rows(run) if rows is None else rows
-    ok = np.isfinite(r).any(axis=0)
+    measured = ~np.isnan(r)            # inf counts as measured: an update or weight that blew up
+    ok = measured.any(axis=0)
     if not ok.any():
         return None
-    med = nanmedian(r[:, ok])
-    t = run.thresholds
+    r = r[:, ok]
+    med = nanmedian(np.where(np.isinf(r), np.nan, r))
+    med = np.where(np.isinf(r).any(axis=0), np.inf, med)
     names = [n for n, k in zip(run.layer_names, ok) if k]
-    mx = float(np.max(med))
-    return Drift("recorded updates", float(np.mean(med)), mx, _drift_severity(mx, t),
-                 [n for n, x in zip(names, med) if x > t.update_ratio_high])
+    return _drift("recorded updates", names, np.asarray(med, np.float64), run.thresholds)
 
 
 def analyze_weights(weights: dict, previous: dict | None = None, thresholds=None,
@@ -290,8 +313,9 @@ def analyze_weights(weights: dict, previous: dict | None = None, thresholds=None
     for name, w in weights.items():
         a = np.asarray(w)
         st = weight_statistics(a)
-        score, issues = health_score(st) if st["numel"] else (float("nan"), [])
-        dscore, dstatus = distribution_health(st) if st["numel"] else (float("nan"), "Unknown")
+        known = st["numel"] or st["nonfinite"]
+        score, issues = health_score(st) if known else (float("nan"), [])
+        dscore, dstatus = distribution_health(st) if known else (float("nan"), "Unknown")
         n_out, top = outliers(name, a, st)
         outs.extend(top)
         rows.append(dict(layer=name, **st, health_score=score, distribution=dstatus,
@@ -303,6 +327,7 @@ def analyze_weights(weights: dict, previous: dict | None = None, thresholds=None
     agg = {k: float(np.average(df[k].fillna(0), weights=wts)) if wts.sum() else float("nan")
            for k in ("zero_frac", "skewness", "kurtosis")}
     agg["max"], agg["min"] = float(df["max"].max()), float(df["min"].min())
+    agg["nonfinite"] = int(df["nonfinite"].sum())
     dscore, dstatus = distribution_health(agg)
     rep = WeightReport(df, outs, dscore, dstatus)
     if previous is not None:
