@@ -230,7 +230,7 @@ def layer_bars(run: Run, step: int | None = None, metric: str = "grad_norm", ax=
     if metric == "max_abs":
         ax.axvline(t.exploding, color=EXPLODING_COLOR, ls="--", lw=0.8, label=f"exploding {t.exploding:g}")
     lo, hi = ax.get_xlim()
-    ax.set_xlim(max(lo, floor), hi)
+    ax.set_xlim(max(lo, floor), max(hi, 10 * floor))  # no finite bar (all NaN/Inf): keep a decade
     ax.set_xlabel(metric_label(metric))
     ax.set_title(f"{metric_label(metric)} at step {int(run.steps[i])}", fontsize=10)
     if ax.get_legend_handles_labels()[0]:

@@ -237,3 +237,16 @@ def test_histogram_over_time_shares_per_column(run):
     counts = run.hist[:, 1, :].T
     np.testing.assert_allclose(share, counts / counts.sum(axis=0), rtol=1e-6)
     assert {"vanishing 1e-07", "exploding 1000"} <= {l.get_label() for l in ax.lines}
+
+
+def test_bars_of_a_step_with_no_finite_value_draw_without_warnings():
+    import warnings
+
+    rec = ArrayRecorder(histogram_every=0)
+    for s in range(3):
+        rec.record(s, {"a": np.full(4, np.nan), "b": np.full(4, np.inf)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = plots.layer_bars(rec.run)
+    lo, hi = fig.axes[0].get_xlim()
+    assert hi > lo
