@@ -196,7 +196,7 @@ def test_resizing_the_cell_redraws_at_the_new_width(page):
     wide = page.evaluate(f"() => [{VIEW}.layout.width, {VIEW}.canvas.width]")
     cols = int(kernel(page, "print(panel.columns)"))
     try:
-        page.set_viewport_size({"width": 700, "height": 1000})
+        page.set_viewport_size({"width": 600, "height": 1000})  # leaves the panel < 560 px: stacked
         page.wait_for_function(f"() => {VIEW}.layout.width < {wide[0]} - 300")
         page.wait_for_timeout(300)
         narrow = page.evaluate(f"() => [{VIEW}.layout.width, {VIEW}.canvas.width, {VIEW}.layout.stacked]")
