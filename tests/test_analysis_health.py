@@ -307,3 +307,50 @@ def test_stability_without_a_global_norm_is_unknown_not_stable():
     assert st.trend == "Unknown" and st.quarters == []
     assert st.forecast.outlook == "Uncertain" and "0 recorded steps" in st.forecast.basis
     assert "last 0" not in st.forecast.basis
+
+
+def test_a_starved_majority_does_not_make_healthy_output_layers_hot():
+    """Seven of twelve layers starve at 3e-6 (above the absolute vanishing threshold: mean |g| 3e-7),
+    three sit at 1e-2 and the two output layers at 1e-1. The starved layers are the problem ("weak",
+    3.5 decades below the typical layer); the output layers, one decade above the middle ones, are not
+    "far stronger than the rest" (against the median layer, dragged down to 3e-6, they were 4.5
+    decades above it)."""
+    rng = np.random.default_rng(0)
+    lv = np.array([3e-6] * 7 + [1e-2] * 3 + [1e-1] * 2)
+    g = lv * np.exp(0.05 * rng.standard_normal((T, 12)))
+    _, _, f, _ = analyse(g)
+    names = [f"l{i}.weight" for i in range(12)]
+    assert not [x for x in f if x.kind == "hot"], [(x.layer, x.evidence) for x in f]
+    assert {x.layer for x in f if x.kind == "weak"} == set(names[:7])
+    assert {x.kind for x in f} == {"weak"}
+    assert all("typical layer" in x.evidence for x in f)
+
+
+def test_a_hot_layer_is_still_found_against_the_typical_layer():
+    g = base(8)
+    g[:, 7] = 1e3                                     # 4 decades above the others
+    g[:, :3] = 1e-5                                   # a weak region of three (mean |g| 1e-6: not vanishing)
+    _, _, f, _ = analyse(g)
+    assert kinds(f, "l7.weight") == {"hot"}
+    assert {x.layer for x in f if x.kind == "weak"} == {"l0.weight", "l1.weight", "l2.weight"}
+
+
+@pytest.mark.parametrize("zero_frac", [1.0, np.nan])
+def test_a_dead_layer_is_dead_not_vanishing(zero_frac):
+    """A layer whose gradient is exactly zero is dead (also when its zero fraction was not recorded):
+    it gets the dead-layer advice first and is not repeated in the vanishing recommendation."""
+    from gradwidget.analysis import analyze
+
+    g = np.full((T, 6), 0.1)
+    g[:, 0] = 0.0                       # dead
+    g[:, 1:3] = 1e-8                    # vanishing (mean |g| 1e-9)
+    z = np.zeros_like(g)
+    z[:, 0] = zero_frac
+    rep = analyze(synth(g, zero_frac=z))
+    assert kinds(rep.risk_factors, "l0.weight") == {"dead"}
+    recs = {r.kind: r for r in rep.recommendations}
+    assert recs["dead"].layers == ["l0.weight"]
+    assert recs["vanishing"].layers == ["l1.weight", "l2.weight"]
+    assert rep.layers.suggestion[0].startswith("l0.weight: the gradient entries are zero")
+    regs = {r.kind: r for r in rep.regions}
+    assert regs["dead"].layers == ["l0.weight"] and "l0.weight" not in regs["vanishing"].layers

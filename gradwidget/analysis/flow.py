@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..run import Run
-from .stats import Series, _quiet, lstsq_slope, runs_of_true
+from .stats import Series, _quiet, dead_flags, lstsq_slope, runs_of_true
 
 DIRECTIONS = ("Forward", "Backward", "Oscillating", "Stagnant")
 
@@ -130,7 +130,7 @@ def _step_flags(run: Run, kind: str, cols) -> np.ndarray:
             return run.metric("mean_abs")[:, cols] < t.vanishing
         if kind == "exploding":
             return (run.metric("max_abs")[:, cols] > t.exploding) | (run.metric("nonfinite")[:, cols] > 0)
-        return run.metric("zero_frac")[:, cols] >= t.dead_zero_fraction
+        return dead_flags(run.metric("zero_frac")[:, cols], run.metric("grad_norm")[:, cols], t)
 
 
 def regions(s: Series) -> list[Region]:

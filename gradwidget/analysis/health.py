@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .stats import (Series, _quiet, block_mean, log10_pos, lstsq_slope, moments, nanmedian, standardized,
-                    trailing_true)
+from .stats import (Series, _quiet, block_mean, log10_pos, lstsq_slope, moments, nanmedian, quantiles,
+                    standardized, trailing_true)
 
 HEALTH = ("Healthy", "Warning", "Critical", "Unknown")
 #: a pair of layers whose log-norm series correlate at least this much (in absolute value) is
@@ -41,13 +41,29 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}" if np.isfinite(x) else "n/a"
 
 
+#: the "typical layer" that weak / hot layers are measured against: this quantile of the log levels
+#: (median gradient norm) of the layers with a usable gradient. The upper quartile, not the median:
+#: a starved region (often half of a deep network, above the absolute vanishing threshold) cannot
+#: pull it down and make the healthy output layers look "far stronger", and a few hot layers (up to
+#: a quarter) cannot pull it up.
+REFERENCE_QUANTILE = 0.75
+REF_TEXT = "upper quartile of the layers with a usable gradient"
+
+
+def reference_level(lvl: np.ndarray, usable: np.ndarray, fallback: np.ndarray) -> float:
+    """``REFERENCE_QUANTILE`` of ``lvl`` over the ``usable`` layers (over ``fallback`` when none is
+    usable); NaN without any finite level."""
+    ref = usable if usable.any() else fallback
+    return float(quantiles(lvl[ref][:, None], (REFERENCE_QUANTILE,))[0, 0]) if ref.any() else float("nan")
+
+
 def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
     """Every risk factor that fires, with its evidence. Rules (thresholds from ``run.thresholds``):
     non-finite gradients (critical); max |g| above ``exploding`` on any step (critical: one explosion
     can wreck the weights); mean |g| below ``vanishing`` or zero fraction at least ``dead_zero_fraction`` on at
     least ``minor_issue_ratio`` of steps (critical from ``critical_issue_ratio``); median norm
-    ``relative_vanishing`` times below / ``relative_exploding`` above the median of the layers that
-    are neither vanishing nor dead; stability below
+    ``relative_vanishing`` times below / ``relative_exploding`` above the typical layer (the upper
+    quartile of the layers that are neither vanishing nor dead, see ``REFERENCE_QUANTILE``); stability below
     ``unstable``; oscillation; median update/weight ratio outside the healthy band. A dead layer
     (exact zeros) is not also reported as vanishing or weak."""
     run, t, ex = s.run, s.run.thresholds, s.exact
@@ -76,18 +92,16 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
                   f"(median {_fmt(s.stat('mean_abs', 'median')[i])})")
     add(ok & dead, "dead", ds, ds >= t.critical_issue_ratio,
         lambda i: f"at least {t.dead_zero_fraction:.0%} of gradient entries exactly zero on {ds[i]:.0%} of steps")
-    lvl = np.log10(np.where(s.stat("grad_norm", "median") > 0, s.stat("grad_norm", "median"), np.nan))
-    ref = ok & ~dead & ~(vs >= t.minor_issue_ratio)  # the reference: layers with a usable gradient
-    ref = ref if ref.any() else ok
-    with _quiet():
-        med = nanmedian(lvl[ref]) if ref.any() else np.nan
-    rel = lvl - med
+    gm = s.stat("grad_norm", "median")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lvl = np.log10(np.where(gm > 0, gm, np.nan))
+    rel = lvl - reference_level(lvl, ok & ~dead & ~(vs >= t.minor_issue_ratio), ok)
     lo, hi = np.log10(t.relative_vanishing), np.log10(t.relative_exploding)
     with np.errstate(invalid="ignore"):
         add(ok & (rel < lo) & ~(vs >= t.minor_issue_ratio) & ~dead, "weak", (lo - rel) / max(-lo, 1e-12), np.zeros(L, bool),
-            lambda i: f"median gradient norm {10 ** -rel[i]:.3g}x below the median layer")
+            lambda i: f"median gradient norm {10 ** -rel[i]:.3g}x below the typical layer ({REF_TEXT})")
         add(ok & (rel > hi), "hot", (rel - hi) / max(hi, 1e-12), np.zeros(L, bool),
-            lambda i: f"median gradient norm {10 ** rel[i]:.3g}x above the median layer")
+            lambda i: f"median gradient norm {10 ** rel[i]:.3g}x above the typical layer ({REF_TEXT})")
     st = flow["stability"].to_numpy()
     with np.errstate(invalid="ignore"):
         add(ok & (st < t.unstable), "unstable", 1 - st / t.unstable, np.zeros(L, bool),

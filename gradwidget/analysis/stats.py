@@ -136,6 +136,13 @@ def layer_statistics(run: Run, metrics=METRICS, max_rows: int = STAT_ROWS) -> pd
     return out
 
 
+def dead_flags(zero_frac: np.ndarray, grad_norm: np.ndarray, t) -> np.ndarray:
+    """A layer-step is dead when at least ``dead_zero_fraction`` of its gradient entries are exactly
+    zero, or its gradient norm is exactly zero (also when the zero fraction was not recorded)."""
+    with np.errstate(invalid="ignore"):
+        return (zero_frac >= t.dead_zero_fraction) | (grad_norm == 0)
+
+
 def _chunk_reductions(c: np.ndarray, t, k: int, with_coarse: bool) -> tuple:
     """The exact reductions of one contiguous chunk of rows ``(rows, metrics, layers)``."""
     j = {m: i for i, m in enumerate(METRICS)}
@@ -152,8 +159,8 @@ def _chunk_reductions(c: np.ndarray, t, k: int, with_coarse: bool) -> tuple:
         nf_steps = np.count_nonzero(nfb, axis=0)
         van = np.count_nonzero(c[:, j["mean_abs"]] < t.vanishing, axis=0)
         expl = np.count_nonzero((mx > t.exploding) | nfb, axis=0)
-        dead = np.count_nonzero(c[:, j["zero_frac"]] >= t.dead_zero_fraction, axis=0)
         g = c[:, j["grad_norm"]]
+        dead = np.count_nonzero(dead_flags(c[:, j["zero_frac"]], g, t), axis=0)
         fin = np.isfinite(g)
         known = np.count_nonzero(fin | nfb, axis=0)
         coarse = None
