@@ -179,3 +179,36 @@ def test_non_finite_makes_an_exploding_region_critical():
     nf[10, 1] = 1
     (r,) = _regions(g=np.ones((T, 2)), nonfinite=nf)
     assert r.kind == "exploding" and r.severity == "Critical" and r.duration_steps == 1 and not r.active_now
+
+
+def test_minibatch_noise_is_not_oscillation():
+    """Trendless noise as large as its level (the demo's minibatch noise flips sign on ~2/3 of steps
+    and moves the norm by more than half its level) is not oscillating in any of 300 layers: the
+    turning-point test at 2 standard deviations let ~2% of noisy layers through."""
+    rng = np.random.default_rng(0)
+    g = np.exp(rng.standard_normal((300, 300)))
+    _, f = chars(g)
+    assert (f.flow_rate > 0.5).all() and f.oscillation.between(0.55, 0.8).all()
+    assert not f.oscillating.any(), f[f.oscillating]
+    assert (f.trend != "oscillating").all()
+
+
+def test_alternation_above_the_noise_oscillates():
+    """An alternating norm (x1.5 / x0.5 around a falling level) with batch noise of 10% is oscillating;
+    the same noise without the alternation is not."""
+    rng = np.random.default_rng(1)
+    n = 300
+    level = 10 ** (-np.arange(n) / n)
+    noise = np.exp(0.1 * rng.standard_normal(n))
+    alt = np.where(np.arange(n) % 2, 1.5, 0.5)
+    _, f = chars(np.column_stack([level * alt * noise, level * noise, level * np.exp(rng.standard_normal(n))]))
+    assert list(f.oscillating) == [True, False, False]
+    assert f.autocorr_lag1[0] < -0.5 and abs(f.autocorr_lag1[2]) < 0.25
+
+
+@pytest.mark.parametrize("tail", [[1, 3, 1, 3, 1, 3], [3, 1, 3, 1, 3, 1], [2, 2, 1, 3, 1], [5, 5, 5, 1, 3]])
+def test_direction_checks_alternation_before_stagnation(tail):
+    """The last three values up-down (or down-up) by more than the stagnation band are Oscillating,
+    even when the net change over them is zero (which alone reads Stagnant)."""
+    direction, _ = flow.temporal_direction(np.asarray(tail, float)[:, None], 1e-3)
+    assert direction[0] == "Oscillating"

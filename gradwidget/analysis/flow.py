@@ -16,6 +16,9 @@ from ..run import Run
 from .stats import Series, _quiet, dead_flags, lstsq_slope, runs_of_true
 
 DIRECTIONS = ("Forward", "Backward", "Oscillating", "Stagnant")
+#: a norm oscillates only when its detrended lag-1 autocorrelation is below minus this: the
+#: alternating part carries more of the variance than the noise (noise alone gives about 0).
+ALTERNATION = 0.5
 
 
 # --------------------------------------------------------------------------- per-layer characteristics
@@ -24,9 +27,13 @@ def flow_characteristics(s: Series) -> pd.DataFrame:
 
     - ``consistency`` 1/(1 + mean |Δx|/x_prev) (seed 000), 1 for a constant series;
     - ``smoothness`` 1/(1 + mean |Δ²x| / mean x) (the seed's was not scale-free);
-    - ``oscillation`` share of consecutive differences that flip sign (1 for an alternating series);
-      ``oscillating`` when it is above ``thresholds.oscillation``, significantly above the 2/3 that plain
-      noise gives (turning-point test) and the norm moves by ``oscillation_amplitude`` of its level;
+    - ``oscillation`` share of consecutive differences that flip sign (1 for an alternating series,
+      about 2/3 for plain noise);
+    - ``autocorr_lag1`` lag-1 autocorrelation of the linearly detrended log norm: about 0 (within
+      1/sqrt(n)) for batch noise, -1 for a norm that alternates up and down;
+    - ``oscillating`` when the sign flips on more than ``thresholds.oscillation`` of steps, the
+      alternation dominates the noise (``autocorr_lag1`` below -``ALTERNATION`` and 4 standard
+      errors from 0) and the norm moves by ``oscillation_amplitude`` of its level per step;
     - ``stability`` 1/(1 + std/mean) (seed); NaN when the layer never had a gradient;
     - ``bottleneck_score`` 1 - min/mean (seed 002): how deep the norm dips below its usual level;
     - ``flow_rate`` mean |Δx| / mean x: relative change per step (information flow rate);
@@ -60,12 +67,10 @@ def flow_characteristics(s: Series) -> pd.DataFrame:
     slope, r2 = lstsq_slope(s.coarse, s.coarse_steps)
     span = float(run.steps[-1] - run.steps[0]) if run.n_steps > 1 else 0.0
     decades = slope * span
-    # turning-point test: iid noise flips on 2/3 of pairs with variance (16 n - 29) / 90 turning points
-    # over n points; only a flip rate 2 standard deviations above that (and above the threshold) counts
-    pts = valid + 2
+    r1, pairs = lag1_autocorrelation(x)
     with np.errstate(invalid="ignore", divide="ignore"):
-        noise = 2 / 3 + 2 * np.sqrt(np.maximum(16 * pts - 29, 0) / 90) / np.maximum(valid, 1)
-    oscillating = (osc > np.maximum(t.oscillation, noise)) & (flow_rate > t.oscillation_amplitude) & (valid > 0)
+        alternates = r1 < -np.maximum(ALTERNATION, 4 / np.sqrt(np.maximum(pairs, 1)))
+    oscillating = (osc > t.oscillation) & alternates & (flow_rate > t.oscillation_amplitude) & (valid > 0)
     trend = np.where(~np.isfinite(decades), "n/a",
                      np.where(oscillating, "oscillating",
                               np.where(decades > t.trend_decades, "rising",
@@ -73,12 +78,30 @@ def flow_characteristics(s: Series) -> pd.DataFrame:
     direction, dstab = temporal_direction(x, t.plateau_rel_change)
     return pd.DataFrame({
         "layer": run.layer_names, "consistency": consistency, "smoothness": smooth,
-        "oscillation": osc, "oscillating": oscillating, "stability": stability,
+        "oscillation": osc, "autocorr_lag1": r1, "oscillating": oscillating, "stability": stability,
         "bottleneck_score": bottleneck, "flow_rate": flow_rate, "trend_slope": slope,
         "trend_decades": decades, "trend_r2": r2, "trend": trend,
         "direction": direction, "direction_stability": dstab,
         "magnitude": x[-1] if n else np.full(L, np.nan),
     })
+
+
+def lag1_autocorrelation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per column: the lag-1 autocorrelation of log10 of the positive values after removing their
+    least-squares line, and how many consecutive pairs it is measured on (NaN with fewer than 3)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        y = np.where(x > 0, np.log10(np.where(x > 0, x, 1.0)), np.nan)
+    slope, _ = lstsq_slope(y)
+    t = np.arange(y.shape[0], dtype=np.float64)[:, None]
+    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
+        e = y - slope * t
+        e = e - np.nanmean(e, axis=0)
+        both = np.isfinite(e[1:]) & np.isfinite(e[:-1])
+        pairs = both.sum(axis=0)
+        num = np.where(both, e[1:] * e[:-1], 0.0).sum(axis=0)
+        den = np.where(np.isfinite(e), e * e, 0.0).sum(axis=0)
+        r1 = np.where((pairs >= 3) & (den > 0), num / np.where(den > 0, den, 1.0), np.nan)
+    return r1, pairs
 
 
 def temporal_direction(x: np.ndarray, stagnant_rel: float) -> tuple[np.ndarray, np.ndarray]:

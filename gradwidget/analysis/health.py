@@ -106,9 +106,10 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
     with np.errstate(invalid="ignore"):
         add(ok & (st < t.unstable), "unstable", 1 - st / t.unstable, np.zeros(L, bool),
             lambda i: f"gradient-norm stability 1/(1+CV) = {st[i]:.2f} (< {t.unstable:g})")
-    osc, fr = flow["oscillation"].to_numpy(), flow["flow_rate"].to_numpy()
+    osc, fr, r1 = flow["oscillation"].to_numpy(), flow["flow_rate"].to_numpy(), flow["autocorr_lag1"].to_numpy()
     add(ok & flow["oscillating"].to_numpy(bool), "oscillating", osc, np.zeros(L, bool),
-        lambda i: f"norm changes direction on {osc[i]:.0%} of steps, moving {fr[i]:.0%} of its level per step")
+        lambda i: f"norm alternates up and down (lag-1 autocorrelation {r1[i]:.2f}; direction changes on "
+                  f"{osc[i]:.0%} of steps), moving {fr[i]:.0%} of its level per step")
     ur = update_ratio(s)
     with np.errstate(invalid="ignore", divide="ignore"):
         add(ok & (ur > t.update_ratio_high), "lr_high", np.log10(ur / t.update_ratio_high), np.zeros(L, bool),
