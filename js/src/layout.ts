@@ -21,11 +21,14 @@ export interface MainLayout {
 }
 
 export const ROW_MAX = 16;
+/** Narrowest drawing width (CSS px): the root's min-width (style.ts) less its 2 x 4 px padding, so a
+ * panel squeezed to its minimum never overflows its own box. */
+export const MIN_WIDTH = 232;
 export const MIN_HEAT_H = 120;
 export const MAX_HEAT_H = 440;
 
 export function mainLayout(width: number, nLayers: number, opts: { maxHeight?: number } = {}): MainLayout {
-  const W = Math.max(240, Math.floor(width));
+  const W = Math.max(MIN_WIDTH, Math.floor(width));
   const rows = Math.max(1, nLayers);
   const maxH = opts.maxHeight ?? MAX_HEAT_H;
   const heatH = Math.max(MIN_HEAT_H, Math.min(maxH, rows * ROW_MAX));
@@ -94,7 +97,7 @@ export function colX(r: Rect, cols: number, c: number): number {
 
 /** Bottom row layout: table beside the plots, or stacked under them when narrow. */
 export function bottomLayout(width: number): { stacked: boolean; plotW: number; tableW: number } {
-  const W = Math.max(240, Math.floor(width));
+  const W = Math.max(MIN_WIDTH, Math.floor(width));
   if (W < 760) return { stacked: true, plotW: W, tableW: W };
   const plotW = Math.max(300, Math.min(520, Math.floor(W * 0.42)));
   return { stacked: false, plotW, tableW: W - plotW - 12 };

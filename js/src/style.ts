@@ -1,13 +1,15 @@
 // The panel's CSS: JupyterLab's theme variables with fallbacks, so it follows light and dark themes
 // in JupyterLab 4 and Notebook 7 and stays readable elsewhere.
 
+import { MIN_WIDTH } from "./layout";
+
 export const CSS = `
 .gw-root{--gw-bg:var(--jp-layout-color0,#fff);--gw-bg2:var(--jp-layout-color1,#fff);--gw-bg3:var(--jp-layout-color2,#eee);
  --gw-fg:var(--jp-ui-font-color1,rgba(0,0,0,.87));--gw-fg2:var(--jp-ui-font-color2,rgba(0,0,0,.54));
  --gw-border:var(--jp-border-color2,#e0e0e0);--gw-accent:var(--jp-brand-color1,#1976d2);
  font-family:var(--jp-ui-font-family,system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-serif);
  font-size:var(--jp-ui-font-size1,13px);color:var(--gw-fg);background:var(--gw-bg);
- box-sizing:border-box;width:100%;min-width:240px;padding:6px 4px;outline:none;position:relative}
+ box-sizing:border-box;width:100%;min-width:${MIN_WIDTH + 8}px;padding:6px 4px;outline:none;position:relative}
 .gw-root:focus-visible{box-shadow:0 0 0 2px var(--gw-accent)}
 .gw-root *{box-sizing:border-box}
 .gw-header{display:flex;flex-wrap:wrap;align-items:center;gap:6px 10px;margin:0 0 6px}

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { bottomLayout, colAt, colX, labelEvery, mainLayout, MAX_HEAT_H, MIN_HEAT_H, rowAt, wantedColumns } from "../src/layout";
+import { bottomLayout, colAt, colX, labelEvery, mainLayout, MAX_HEAT_H, MIN_HEAT_H, MIN_WIDTH, rowAt, wantedColumns } from "../src/layout";
 import { shorten } from "../src/heatmap";
+import { CSS } from "../src/style";
 import { barScale, thresholdsFor } from "../src/bars";
 import { nearestIndex, visibleBins } from "../src/hist";
 import { seriesScale } from "../src/series";
@@ -19,6 +20,16 @@ describe("main layout", () => {
     expect(L.bars.y).toBe(L.heat.y);
     expect(L.bars.h).toBe(L.heat.h); // rows are shared
     expect(L.axis.y).toBe(L.heat.y + L.heat.h);
+  });
+
+  it("fits the root's narrowest content box (min-width less padding) without overflow", () => {
+    const content = MIN_WIDTH; // .gw-root min-width ${MIN_WIDTH + 8}px, 4 px padding each side
+    for (const w of [content - 40, content, content + 1]) {
+      const L = mainLayout(w, 24);
+      expect(L.width).toBe(Math.max(content, w));
+      for (const r of [L.gutter, L.heat, L.bars, L.axis]) expect(inside(L.width, r)).toBe(true);
+    }
+    expect(CSS).toContain(`min-width:${MIN_WIDTH + 8}px`);
   });
 
   it("stacks the bars under the heatmap in a narrow cell", () => {

@@ -204,7 +204,11 @@ def test_resizing_the_cell_redraws_at_the_new_width(page):
         px = page.evaluate(HEAT_PIXELS_JS)
         assert px["opaque"] == px["total"] and px["colours"] >= 20, px
         # the panel fits the output area (no horizontal overflow) and asked for fewer columns
-        assert page.evaluate(f"() => {VIEW}.root.scrollWidth <= {VIEW}.root.clientWidth + 1")
+        fit = page.evaluate(f"""() => {{ const r = {VIEW}.root, right = r.getBoundingClientRect().right;
+            const out = Array.from(r.querySelectorAll('*')).filter(e => e.getBoundingClientRect().right > right + 1
+                                                                     && !e.closest('.gw-table-scroll'));
+            return [r.scrollWidth, r.clientWidth, out.slice(0, 5).map(e => e.tagName + '.' + e.className)]; }}""")
+        assert fit[0] <= fit[1] + 1, fit  # [scrollWidth, clientWidth, what sticks out]
         page.wait_for_function(f"""async () => Number((await ({KERNEL_EXEC_JS})("print(panel.columns)")).trim()) < {cols}""")
         out.screenshot(path=str(ARTIFACTS / "panel_narrow.png"))
     finally:
