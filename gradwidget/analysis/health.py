@@ -311,92 +311,151 @@ def convergence(s: Series, health: pd.DataFrame) -> Convergence:
 @dataclass
 class Plateau:
     is_plateau: bool
-    duration_steps: int      #: user steps since the progress series stopped changing
+    duration_steps: int      #: user steps from start_step to end_step (0 without a plateau)
     severity: str            #: None / Mild / Moderate / Severe (share of the run on the plateau)
-    rel_change_per_step: float
+    rel_change_per_step: float  #: the flat stretch's least-squares slope / its mean level, per user step
     suggested_actions: list[str] = field(default_factory=list)
+    start_step: int | None = None  #: first step of the trailing flat stretch (None when there is none)
+    end_step: int | None = None    #: its last step: the last recorded step
 
 
-def _plateau_start(y: np.ndarray, offset: int, k: int, j0: int, w: int, t) -> int:
-    """Index in ``y`` where the plateau found by the smoothed comparison starts.
+#: a point departs from a flat stretch when it is more than this many noise standard deviations
+#: (robust, from first differences) off the stretch's least-squares line.
+PLATEAU_BAND_SIGMA = 4.0
+#: candidate starts tried at full resolution per pass (coarser first, then refined).
+_PLATEAU_GRID = 256
 
-    The first flat comparison's window starts at block ``j0``; the real start lies between it and
-    one window later (a window half on the slope can still compare flat, a whole one cannot), which
-    is too coarse for a duration: its start or middle was off by up to half a window (a 100-step
-    plateau read as 97 steps, and missed). Within that range the plateau starts where the raw series
-    enters, for good, its final band: the median of the sure part (after the range) plus or minus
-    3 robust standard deviations or ``plateau_rel_change`` of the level, whichever is wider."""
-    lo = offset + j0 * k
-    hi = min(len(y) - 1, offset + (j0 + w) * k)
-    tail = y[hi:]
-    level = float(np.median(tail))
-    sigma = 1.4826 * float(np.median(np.abs(tail - level)))
-    tol = max(3 * sigma, t.plateau_rel_change * abs(level))
-    inside = np.abs(y[lo:hi] - level) <= tol
-    return int(hi - (trailing_true(inside)[0] if inside.size else 0))
+
+def _running_median(y: np.ndarray, width: int = 5) -> np.ndarray:
+    """Centred running median (edges padded with the end values): one outlying point cannot end a
+    plateau."""
+    if y.size < width:
+        return y
+    h = width // 2
+    p = np.concatenate([np.full(h, y[0]), y, np.full(h, y[-1])])
+    return np.median(np.lib.stride_tricks.sliding_window_view(p, width), axis=1)
+
+
+def _noise_sigma(y: np.ndarray) -> float:
+    """Robust standard deviation of the point-to-point noise: MAD of the first differences / sqrt 2."""
+    if y.size < 3:
+        return 0.0
+    d = np.diff(y)
+    return float(1.4826 * np.median(np.abs(d - np.median(d))) / np.sqrt(2))
+
+
+def _flat_from(y: np.ndarray, x: np.ndarray, j: int, sigma: float, ys: np.ndarray, r: float) -> tuple[bool, float]:
+    """Whether ``y[j:]`` is flat, and its relative slope per unit of ``x``: its least-squares slope is
+    not significantly above ``r`` of its mean level (2 standard errors of the slope under the noise
+    ``sigma``), and no point of the smoothed series ``ys`` is more than ``PLATEAU_BAND_SIGMA`` sigma
+    (at least ``r`` of the level) off the line."""
+    yy, xx = y[j:], x[j:]
+    level = abs(float(np.mean(yy)))
+    xc = xx - xx.mean()
+    sxx = float(xc @ xc)
+    if sxx <= 0 or not level > 0:
+        return False, float("nan")
+    slope = float(xc @ (yy - yy.mean())) / sxx
+    se = sigma / np.sqrt(sxx)
+    tol = max(PLATEAU_BAND_SIGMA * sigma, r * level)
+    off = np.abs(ys[j:] - (yy.mean() + slope * xc))
+    return bool(abs(slope) <= r * level + 2 * se and off.max() <= tol), slope / level
+
+
+def _trailing_plateau(y: np.ndarray, x: np.ndarray, r: float) -> tuple[int, float]:
+    """Start index of the longest flat suffix of ``y`` (at positions ``x``), scanning back from the end
+    and stopping at the first suffix that is not flat (coarse candidates first, then every index
+    between the last flat and first non-flat one), and the flat stretch's relative slope. The noise
+    is measured on the last quarter, then again on the stretch found. ``len(y) - 1`` when not even
+    the last 3 points are flat."""
+    n = y.size
+    if n < 3:
+        return n - 1, float("nan")
+    ys = _running_median(y)
+    j, rel = n - 1, float("nan")
+    sigma = _noise_sigma(y[-max(3, n // 4):])
+    for _ in range(2):
+        c = max(1, n // _PLATEAU_GRID)
+        grid = list(range(n - 3, -1, -c))
+        last_ok, last_rel, bad = n - 1, float("nan"), None
+        for g in grid:
+            ok, rr = _flat_from(y, x, g, sigma, ys, r)
+            if not ok:
+                bad = g
+                break
+            last_ok, last_rel = g, rr
+        if bad is not None and c > 1:  # refine between the first non-flat and the last flat candidate
+            for g in range(min(last_ok, n - 3) - 1, bad, -1):
+                ok, rr = _flat_from(y, x, g, sigma, ys, r)
+                if not ok:
+                    break
+                last_ok, last_rel = g, rr
+        j, rel = last_ok, last_rel
+        if j >= n - 3:
+            break
+        sigma = _noise_sigma(y[j:])  # the stretch's own noise: the slope before it is not noise
+    return j, rel
 
 
 @dataclass
 class Dynamics:
-    learning_phase: str      #: InitialLearning / RapidLearning / Refinement / Plateau / Diverging
+    learning_phase: str      #: InitialLearning / RapidLearning / Refinement / Plateau / Diverging / Unknown
     rel_change_per_step: float
     plateau: Plateau
     series: str
 
 
 def dynamics(s: Series) -> Dynamics:
-    """Learning phase and plateau from the progress series (loss, else global norm): smoothed with a
-    moving average of ``w`` points, its relative change per step is compared to
-    ``plateau_rel_change``; the plateau's duration is the trailing run of steps below it (real steps),
-    and it counts as a plateau once it lasts ``convergence_window`` steps (or half a shorter run).
-    Phases: InitialLearning (fewer steps than the window), Plateau, Diverging (loss rising by more
-    than ``plateau_rel_change`` per step), RapidLearning (falling by more than ``rapid_rel_change``),
-    else Refinement."""
+    """Learning phase and plateau from the progress series (loss, else global norm; block-averaged to
+    at most 4096 points on long runs).
+
+    Plateau: the trailing stretch over which the series is flat (see ``_trailing_plateau``): its
+    relative change per step is below ``plateau_rel_change`` up to noise, and no point leaves the
+    band around its line. No moving average, so its start is where the series really flattens (a
+    smoothed comparison missed plateaus shorter than two windows and moved their start). It counts as
+    a plateau once it lasts ``convergence_window`` steps (or half a shorter run); severity from the
+    share of the run it covers.
+    Phases: Unknown (fewer than 3 finite values of the series although steps were recorded),
+    InitialLearning (fewer steps than the window), Plateau, Diverging (loss rising by more than
+    ``plateau_rel_change`` per step over the last window), RapidLearning (falling by more than
+    ``rapid_rel_change``), else Refinement."""
     run, t = s.run, s.run.thresholds
     y, steps, what = _progress_series(run)
     ok = np.isfinite(y)
     y, steps = y[ok], steps[ok]
     W = int(t.convergence_window)
     if y.size < 3:
-        return Dynamics("InitialLearning", float("nan"), Plateau(False, 0, "None", float("nan")), what)
+        phase = "InitialLearning" if 0 < run.n_steps < 3 and y.size == run.n_steps else "Unknown"
+        return Dynamics(phase, float("nan"), Plateau(False, 0, "None", float("nan")), what)
     yb, k = block_mean(y[:, None], 4096)
     yb = yb[:, 0]
-    sb = steps[len(steps) - (len(steps) // k) * k:][::k]
-    w = int(max(2, min(max(2, W // k), len(yb) // 4 or 2)))
-    c = np.concatenate([[0.0], np.cumsum(yb)])
-    ma = (c[w:] - c[:-w]) / w          # ma[i] averages yb[i : i + w]
-    at = sb[w - 1:]                     # ... and is known at step sb[i + w - 1]
-    span = w                            # compare each average with the one w points later
-    if len(ma) > span:
-        dy = np.abs(ma[span:] - ma[:-span])
-        dt = np.maximum(at[span:] - at[:-span], 1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rel = dy / (np.abs(ma[:-span]) * dt)
-    else:
-        rel = np.zeros(0)
-    rel_now, _ = _rel_slope(y, W)
-    flat = rel < t.plateau_rel_change
-    n_flat = int(trailing_true(flat)[0]) if flat.size else 0
-    duration = int(steps[-1] - steps[_plateau_start(y, len(steps) % k, k, len(rel) - n_flat, w, t)]) if n_flat else 0
-    share = duration / max(1, int(steps[-1] - steps[0]))
-    is_plateau = n_flat > 0 and duration >= min(W, int(steps[-1] - steps[0]) // 2)
+    sb = steps[len(steps) - (len(steps) // k) * k:][::k].astype(np.float64)
+    j, rel = _trailing_plateau(yb, sb, t.plateau_rel_change)
+    start = int(steps[0]) if j == 0 else int(sb[j])  # a whole-run plateau starts at the first step
+    duration = int(steps[-1]) - start
+    span = int(steps[-1] - steps[0])
+    is_plateau = j < len(yb) - 1 and duration >= min(W, span // 2) and duration > 0
+    share = duration / max(1, span)
     sev = ("None" if not is_plateau else "Severe" if share >= t.critical_issue_ratio
            else "Moderate" if share >= t.problem_issue_ratio else "Mild")
     acts = []
     if is_plateau:
         acts = ["try a learning-rate schedule (warm restart or decay), or check that the model can still learn "
                 "(vanishing or dead layers)"]
-    if len(y) < W:
-        phase = "InitialLearning"
-    elif is_plateau:
+    rel_now, _ = _rel_slope(y, W)
+    if is_plateau:
         phase = "Plateau"
+    elif len(y) < W:
+        phase = "InitialLearning"
     elif rel_now > t.plateau_rel_change:
         phase = "Diverging" if what == "loss" else "Refinement"
     elif rel_now < -t.rapid_rel_change:
         phase = "RapidLearning"
     else:
         phase = "Refinement"
-    return Dynamics(phase, float(rel_now), Plateau(is_plateau, duration, sev, float(rel[-1]) if rel.size else float("nan"), acts), what)
+    plateau = Plateau(is_plateau, duration if is_plateau else 0, sev, float(rel), acts,
+                      start if is_plateau else None, int(steps[-1]) if is_plateau else None)
+    return Dynamics(phase, float(rel_now), plateau, what)
 
 
 @dataclass
