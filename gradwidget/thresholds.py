@@ -28,6 +28,9 @@ class Thresholds:
     oscillation: float = 0.6
     #: a series is on a *plateau* when its relative change per step stays below this.
     plateau_rel_change: float = 1e-3
+    #: ... and its fitted line moves by less than this share of its level over the whole plateau (a
+    #: slow, steady descent over a long run is progress, not a plateau).
+    plateau_total_change: float = 0.05
     #: share of recorded steps with an issue that makes the run "MinorIssues" / "Problems" /
     #: "Critical" (seed: 0.1 / 0.3 / 0.5).
     minor_issue_ratio: float = 0.1

@@ -291,6 +291,22 @@ def test_plateau_of_half_the_run_is_found_with_its_length(n_flat):
     assert n_flat - 3 <= d.plateau.duration_steps <= n_flat + 3, d.plateau
 
 
+def test_a_slow_steady_descent_is_progress_and_a_settling_decay_plateaus_near_its_floor():
+    """Long runs: a loss falling steadily by 4/5 over 4,096 steps changes by < plateau_rel_change per
+    step, yet is not a plateau (its line falls far more than plateau_total_change of its level); an
+    exponential decay plateaus where what is left of it is within that share of its floor."""
+    rng = np.random.default_rng(5)
+    n = 4096
+    _, d = _dyn(np.linspace(5.0, 1.0, n) + 0.05 * rng.standard_normal(n))
+    assert not d.plateau.is_plateau and d.learning_phase != "Plateau", d
+    t = np.arange(n)
+    _, d = _dyn(2.0 * np.exp(-t / 500) + 0.3 + 0.01 * rng.standard_normal(n))
+    assert d.plateau.is_plateau and d.plateau.end_step == n - 1, d.plateau
+    left = 2.0 * np.exp(-d.plateau.start_step / 500) / 0.3  # the decay still to come, per unit of floor
+    assert 0.02 < left < 0.15, (d.plateau, left)
+    assert d.plateau.duration_steps == d.plateau.end_step - d.plateau.start_step
+
+
 def test_stability_without_a_global_norm_is_unknown_not_stable():
     """No finite global norm (an array recorder that logged none, or a run of NaN): the stability trend
     and the forecast say they do not know, instead of "Stable" over "the last 0 steps"."""

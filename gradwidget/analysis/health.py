@@ -344,11 +344,13 @@ def _noise_sigma(y: np.ndarray) -> float:
     return float(1.4826 * np.median(np.abs(d - np.median(d))) / np.sqrt(2))
 
 
-def _flat_from(y: np.ndarray, x: np.ndarray, j: int, sigma: float, ys: np.ndarray, r: float) -> tuple[bool, float]:
+def _flat_from(y: np.ndarray, x: np.ndarray, j: int, sigma: float, ys: np.ndarray, r: float,
+               total: float) -> tuple[bool, float]:
     """Whether ``y[j:]`` is flat, and its relative slope per unit of ``x``: its least-squares slope is
-    not significantly above ``r`` of its mean level (2 standard errors of the slope under the noise
-    ``sigma``), and no point of the smoothed series ``ys`` is more than ``PLATEAU_BAND_SIGMA`` sigma
-    (at least ``r`` of the level) off the line."""
+    not significantly (2 standard errors under the noise ``sigma``) above ``r`` of its mean level per
+    unit of ``x``, nor its line's rise or fall over the stretch above ``total`` of that level; and no
+    point of the smoothed series ``ys`` is more than ``PLATEAU_BAND_SIGMA`` sigma (at least ``r`` of
+    the level) off the line."""
     yy, xx = y[j:], x[j:]
     level = abs(float(np.mean(yy)))
     xc = xx - xx.mean()
@@ -359,10 +361,12 @@ def _flat_from(y: np.ndarray, x: np.ndarray, j: int, sigma: float, ys: np.ndarra
     se = sigma / np.sqrt(sxx)
     tol = max(PLATEAU_BAND_SIGMA * sigma, r * level)
     off = np.abs(ys[j:] - (yy.mean() + slope * xc))
-    return bool(abs(slope) <= r * level + 2 * se and off.max() <= tol), slope / level
+    width = float(xx[-1] - xx[0])
+    flat = abs(slope) <= r * level + 2 * se and abs(slope) * width <= total * level + 2 * se * width
+    return bool(flat and off.max() <= tol), slope / level
 
 
-def _trailing_plateau(y: np.ndarray, x: np.ndarray, r: float) -> tuple[int, float]:
+def _trailing_plateau(y: np.ndarray, x: np.ndarray, r: float, total: float) -> tuple[int, float]:
     """Start index of the longest flat suffix of ``y`` (at positions ``x``), scanning back from the end
     and stopping at the first suffix that is not flat (coarse candidates first, then every index
     between the last flat and first non-flat one), and the flat stretch's relative slope. The noise
@@ -379,14 +383,14 @@ def _trailing_plateau(y: np.ndarray, x: np.ndarray, r: float) -> tuple[int, floa
         grid = list(range(n - 3, -1, -c))
         last_ok, last_rel, bad = n - 1, float("nan"), None
         for g in grid:
-            ok, rr = _flat_from(y, x, g, sigma, ys, r)
+            ok, rr = _flat_from(y, x, g, sigma, ys, r, total)
             if not ok:
                 bad = g
                 break
             last_ok, last_rel = g, rr
         if bad is not None and c > 1:  # refine between the first non-flat and the last flat candidate
             for g in range(min(last_ok, n - 3) - 1, bad, -1):
-                ok, rr = _flat_from(y, x, g, sigma, ys, r)
+                ok, rr = _flat_from(y, x, g, sigma, ys, r, total)
                 if not ok:
                     break
                 last_ok, last_rel = g, rr
@@ -410,7 +414,8 @@ def dynamics(s: Series) -> Dynamics:
     at most 4096 points on long runs).
 
     Plateau: the trailing stretch over which the series is flat (see ``_trailing_plateau``): its
-    relative change per step is below ``plateau_rel_change`` up to noise, and no point leaves the
+    relative change per step is below ``plateau_rel_change`` and its total change below
+    ``plateau_total_change`` of its level, up to noise, and no point leaves the
     band around its line. No moving average, so its start is where the series really flattens (a
     smoothed comparison missed plateaus shorter than two windows and moved their start). It counts as
     a plateau once it lasts ``convergence_window`` steps (or half a shorter run); severity from the
@@ -430,7 +435,7 @@ def dynamics(s: Series) -> Dynamics:
     yb, k = block_mean(y[:, None], 4096)
     yb = yb[:, 0]
     sb = steps[len(steps) - (len(steps) // k) * k:][::k].astype(np.float64)
-    j, rel = _trailing_plateau(yb, sb, t.plateau_rel_change)
+    j, rel = _trailing_plateau(yb, sb, t.plateau_rel_change, t.plateau_total_change)
     start = int(steps[0]) if j == 0 else int(sb[j])  # a whole-run plateau starts at the first step
     duration = int(steps[-1]) - start
     span = int(steps[-1] - steps[0])
