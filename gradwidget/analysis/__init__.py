@@ -30,8 +30,7 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
     between the two snapshots. Runs longer than ``max_rows`` recorded steps are analysed on bounded
     views (see ``stats.Series``); extremes and flag counts stay exact.
     """
-    if not isinstance(run, Run):
-        raise TypeError(f"analyze() needs a gradwidget Run (e.g. recorder.run), not {type(run).__name__}")
+    weights, previous_weights = _check_args(run, weights, previous_weights, max_rows)
     if thresholds is not None:  # a Thresholds replaces the run's; a dict overrides some of them
         t = as_thresholds(dict(run.thresholds.to_dict(), **thresholds) if isinstance(thresholds, dict)
                           else thresholds)
@@ -44,6 +43,8 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
     if run.history is not None and run.history.n_steps:
         notes.append(f"the analysis covers the rolling window (steps {int(run.steps[0])}–{int(run.steps[-1])}); "
                      f"{run.history.n_steps} older, decimated rows are in run.history")
+    if network.dropped_edges_note(run):
+        notes.append(network.dropped_edges_note(run))
     s = stats.Series(run, max_rows)
     if run.n_steps > max_rows:
         notes.append(f"{run.n_steps} steps: distribution statistics use {max_rows} evenly spaced steps, "
@@ -69,8 +70,6 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
     last = run.metric("grad_norm")[-1] if run.n_steps else np.full(run.n_layers, np.nan)
     wrep = None
     if weights is not None:
-        if not isinstance(weights, dict):
-            weights = weights_from_module(weights)
         wrep = analyze_weights(weights, previous_weights, t,
                                gradient_norms=dict(zip(run.layer_names, map(float, last))))
     return Report(run=run, thresholds=t, overall_health=overall, layers=layers, statistics=s.stats, flow=fl,
@@ -79,6 +78,41 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
                   groups=groups, suggestions=sugg, priorities=prio, recommendations=recs,
                   weights=wrep, weight_drift=drift_from_run(run, s.update_rows),
                   explosion=gradient_explosion(run.layer_names, last, t.exploding), notes=notes)
+
+
+#: fewest rows ``max_rows`` may keep: trends, plateaus and correlations need a handful of points.
+MIN_ROWS = 16
+
+
+def _check_args(run, weights, previous_weights, max_rows):
+    """Reject wrong arguments at the API edge with a message saying what to pass (a deep
+    AttributeError or ZeroDivisionError says neither); return the weights as ``{name: array}``."""
+    if not isinstance(run, Run):
+        raise TypeError(f"analyze() needs a gradwidget Run (e.g. recorder.run), not {type(run).__name__}")
+    if isinstance(max_rows, bool) or not isinstance(max_rows, (int, np.integer)):
+        raise TypeError(f"max_rows must be an int (rows analysed at full resolution), not {type(max_rows).__name__}")
+    if max_rows < MIN_ROWS:
+        raise ValueError(f"max_rows must be at least {MIN_ROWS} (trends need a handful of rows), got {max_rows}")
+    if previous_weights is not None and weights is None:
+        raise ValueError("previous_weights needs weights too: drift is measured between the two snapshots")
+    return _as_weights(weights, "weights"), _as_weights(previous_weights, "previous_weights")
+
+
+def _as_weights(w, what: str):
+    """``{name: array}`` from a dict or a torch module; None stays None; anything else is an error."""
+    if w is None:
+        return None
+    if isinstance(w, dict):
+        if not w:
+            raise ValueError(f"{what} is an empty dict: pass {{layer name: array}} or a torch module")
+        bad = [k for k in w if not isinstance(k, str)]
+        if bad:
+            raise TypeError(f"{what} keys must be layer names (str), got {type(bad[0]).__name__} {bad[0]!r}")
+        return w
+    if callable(getattr(w, "named_parameters", None)):
+        return weights_from_module(w)
+    raise TypeError(f"{what} must be a dict {{layer name: array}} or a torch module (nn.Module), "
+                    f"not {type(w).__name__}")
 
 
 def _layers_table(run: Run, s: stats.Series, fl: pd.DataFrame, hl: pd.DataFrame, sugg) -> pd.DataFrame:

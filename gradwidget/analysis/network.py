@@ -80,6 +80,22 @@ def _rms_log(s: Series) -> tuple[np.ndarray, np.ndarray]:
     return s._rms
 
 
+def graph_edges(run: Run) -> tuple[np.ndarray, int]:
+    """The recorded edges whose two ends are layers of the run (int64 ``(E, 2)``), and how many were
+    dropped: a hand-built or truncated run directory can name a layer index that does not exist, and
+    one bad pair should not hide the rest of the graph."""
+    E = np.asarray(run.edges, np.int64).reshape(-1, 2)
+    ok = ((E >= 0) & (E < run.n_layers)).all(axis=1)
+    return E[ok], int((~ok).sum())
+
+
+def dropped_edges_note(run: Run) -> str:
+    """A report note when the run's graph names layers it does not have ('' otherwise)."""
+    _, bad = graph_edges(run)
+    return (f"{bad} recorded graph edge{'s' * (bad != 1)} named a layer index outside 0..{run.n_layers - 1} "
+            f"and {'were' if bad != 1 else 'was'} left out of the flow network" if bad else "")
+
+
 def no_flow_flags(run: Run, rows=None) -> np.ndarray:
     """Boolean (rows, layers): the layer had no usable gradient (vanishing or dead) at that step."""
     t = run.thresholds
@@ -97,14 +113,14 @@ def flow_network(s: Series, flow: pd.DataFrame) -> FlowNetwork:
     through to the upstream layer on at least ``critical_issue_ratio`` of steps), Intermittent (at
     least ``minor_issue_ratio``), Weak (median gain below ``bottleneck_gain``), else Strong."""
     run, t = s.run, s.run.thresholds
-    E = run.edges
+    E, _ = graph_edges(run)
     if len(E) == 0:
         return FlowNetwork(False, "the run has no recorded backward graph (record with the torch Recorder "
                                   "to get which layers feed which)")
     names = run.layer_names
     L = run.n_layers
     rms, level = _rms_log(s)
-    u, v = E[:, 0].astype(np.int64), E[:, 1].astype(np.int64)
+    u, v = E[:, 0], E[:, 1]
     with _quiet(), np.errstate(invalid="ignore"):
         lg = rms[:, u] - rms[:, v]
         gain_log = nanmedian(lg, axis=0) if lg.shape[0] else np.full(len(E), np.nan)
@@ -155,7 +171,7 @@ def critical_paths(s: Series) -> list[CriticalPath]:
     cost counts only the hops that lose (or gain) gradient, so a drop followed by a recovery is not
     cancelled out. Empty when the run has no graph."""
     run, t = s.run, s.run.thresholds
-    E = run.edges
+    E, _ = graph_edges(run)
     if len(E) == 0:
         return []
     names = run.layer_names
