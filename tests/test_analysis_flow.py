@@ -212,3 +212,33 @@ def test_direction_checks_alternation_before_stagnation(tail):
     even when the net change over them is zero (which alone reads Stagnant)."""
     direction, _ = flow.temporal_direction(np.asarray(tail, float)[:, None], 1e-3)
     assert direction[0] == "Oscillating"
+
+
+def test_a_reused_block_keeps_its_critical_path_and_says_the_graph_had_cycles():
+    # l0 -> l1 -> l2 -> l3 with l2 feeding back into l1 (a block applied twice): the back edge
+    # (2, 1) runs against the layer order and is left out; the path still loses 4 decades.
+    s, net = chain([1e-5, 1e-3, 1e-2, 1e-1], edges=[(0, 1), (1, 2), (2, 1), (2, 3)])
+    assert net.available and len(net.edges) == 4
+    dag, back = network.break_cycles(4, network.graph_edges(s.run)[0])
+    assert back.tolist() == [[2, 1]] and network._topological(4, dag) is not None
+    (att,) = [p for p in network.critical_paths(s) if p.kind == "attenuation"]
+    assert att.layers == ["l3.weight", "l2.weight", "l1.weight", "l0.weight"]
+    assert att.decades == pytest.approx(4, rel=1e-4) and att.graph_had_cycles
+    assert "1 back edge (l2.weight → l1.weight)" in network.cycle_note(s.run)
+    s2, _ = chain([1e-5, 1e-3, 1e-2, 1e-1])
+    assert network.cycle_note(s2.run) == "" and not network.critical_paths(s2)[0].graph_had_cycles
+
+
+def test_break_cycles_leaves_an_acyclic_graph():
+    rng = np.random.default_rng(0)
+    for n in (1, 5, 40):
+        E = rng.integers(0, n, (3 * n, 2))  # random digraph with self-loops and many cycles
+        comp = network.strong_components(n, E)
+        dag, back = network.break_cycles(n, E)
+        assert network._topological(n, dag) is not None and len(dag) + len(back) == len(E)
+        assert all(comp[a] == comp[b] and a >= b for a, b in back.tolist())
+        reach = np.eye(n, dtype=bool)  # brute-force transitive closure: same component iff mutual reach
+        reach[E[:, 0], E[:, 1]] = True
+        for k in range(n):
+            reach |= reach[:, [k]] & reach[[k], :]
+        assert ((comp[:, None] == comp[None, :]) == (reach & reach.T)).all()

@@ -43,8 +43,7 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
     if run.history is not None and run.history.n_steps:
         notes.append(f"the analysis covers the rolling window (steps {int(run.steps[0])}–{int(run.steps[-1])}); "
                      f"{run.history.n_steps} older, decimated rows are in run.history")
-    if network.dropped_edges_note(run):
-        notes.append(network.dropped_edges_note(run))
+    notes.extend(n for n in (network.dropped_edges_note(run), network.cycle_note(run)) if n)
     s = stats.Series(run, max_rows)
     if run.n_steps > max_rows:
         notes.append(f"{run.n_steps} steps: distribution statistics use {max_rows} evenly spaced steps, "

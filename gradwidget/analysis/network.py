@@ -68,6 +68,7 @@ class CriticalPath:
     worst_hop: tuple[str, str] | None
     criticality: float         #: 1 - 10**(-decades): share of gradient magnitude lost (or added)
     reaches_zero: bool = False  #: a layer on it had exactly zero gradient (decades then only say "all")
+    graph_had_cycles: bool = False  #: back edges of a reused module were left out (see ``break_cycles``)
 
 
 def _rms_log(s: Series) -> tuple[np.ndarray, np.ndarray]:
@@ -167,7 +168,8 @@ def _f(x) -> float:
 
 def critical_paths(s: Series) -> list[CriticalPath]:
     """The input-to-output path with the largest gradient attenuation, and the one with the largest
-    amplification, by dynamic programming over the recorded graph in topological order. A path's
+    amplification, by dynamic programming over the recorded graph in topological order (cycles of a
+    reused module broken first, see ``break_cycles``). A path's
     cost counts only the hops that lose (or gain) gradient, so a drop followed by a recovery is not
     cancelled out. Empty when the run has no graph."""
     run, t = s.run, s.run.thresholds
@@ -177,9 +179,8 @@ def critical_paths(s: Series) -> list[CriticalPath]:
     names = run.layer_names
     _, level = _rms_log(s)
     lvl = level
+    E, back = break_cycles(run.n_layers, E)
     order = _topological(run.n_layers, E)
-    if order is None:
-        return []
     down: dict[int, list[int]] = {}
     for a, b in E.tolist():  # layers without a known level (frozen, unused) are not on any path
         if np.isfinite(lvl[a]) and np.isfinite(lvl[b]):
@@ -215,16 +216,15 @@ def critical_paths(s: Series) -> list[CriticalPath]:
         worst = hops[int(np.argmax(loss))] if hops else None
         out.append(CriticalPath(kind, [names[i] for i in path], dec, bott,
                                 (names[worst[0]], names[worst[1]]) if worst else None,
-                                float(1 - 10 ** (-dec)), bool(np.any(lvl[path] <= zero[path] + 1e-6))))
+                                float(1 - 10 ** (-dec)), bool(np.any(lvl[path] <= zero[path] + 1e-6)),
+                                len(back) > 0))
     return out
 
 
 def _topological(n: int, E: np.ndarray) -> list[int] | None:
-    """Kahn's algorithm over forward edges; None when the recorded graph has a cycle."""
+    """Kahn's algorithm over forward edges; None when the graph has a cycle."""
     indeg = np.bincount(E[:, 1], minlength=n).astype(np.int64)
-    down: dict[int, list[int]] = {}
-    for a, b in E.tolist():
-        down.setdefault(a, []).append(b)
+    down = _adjacency(E)
     stack = [i for i in range(n) if indeg[i] == 0]
     order = []
     while stack:
@@ -237,3 +237,76 @@ def _topological(n: int, E: np.ndarray) -> list[int] | None:
     return order if len(order) == n else None
 
 
+def _adjacency(E: np.ndarray) -> dict[int, list[int]]:
+    down: dict[int, list[int]] = {}
+    for a, b in E.tolist():
+        down.setdefault(a, []).append(b)
+    return down
+
+
+def strong_components(n: int, E: np.ndarray) -> np.ndarray:
+    """Component id per node (iterative Tarjan, O(nodes + edges)): nodes share an id exactly when
+    each reaches the other, i.e. they sit on a common cycle."""
+    down = _adjacency(E)
+    index = np.full(n, -1)
+    low = np.zeros(n, np.int64)
+    comp = np.full(n, -1)
+    on, stack, counter, ncomp = np.zeros(n, bool), [], 0, 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        work = [(root, 0)]
+        while work:
+            v, k = work.pop()
+            if k == 0:
+                index[v] = low[v] = counter
+                counter += 1
+                stack.append(v)
+                on[v] = True
+            nb = down.get(v, [])
+            if k < len(nb):
+                work.append((v, k + 1))
+                w = nb[k]
+                if index[w] < 0:
+                    work.append((w, 0))
+                elif on[w]:
+                    low[v] = min(low[v], index[w])
+                continue
+            if low[v] == index[v]:  # v roots a component: pop it
+                while True:
+                    w = stack.pop()
+                    on[w] = False
+                    comp[w] = ncomp
+                    if w == v:
+                        break
+                ncomp += 1
+            if work:  # hand the low link back to the caller
+                u = work[-1][0]
+                low[u] = min(low[u], low[v])
+    return comp
+
+
+def break_cycles(n: int, E: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(acyclic edges, back edges). A reused module (weight tying, a recurrent block) feeds its own
+    input, so the recorded graph has cycles and no topological order. Inside each strongly connected
+    component the edges that run against the model's layer order (``a >= b``: the loop back to an
+    earlier layer, or a layer into itself) are the back edges; without them every component follows
+    the layer order, so the rest is acyclic and each pass through the block is counted once."""
+    if len(E) == 0:
+        return E, E
+    comp = strong_components(n, E)
+    back = (comp[E[:, 0]] == comp[E[:, 1]]) & (E[:, 0] >= E[:, 1])
+    return E[~back], E[back]
+
+
+def cycle_note(run: Run) -> str:
+    """A report note naming the reused layers when the recorded graph has cycles ('' otherwise)."""
+    E, _ = graph_edges(run)
+    _, back = break_cycles(run.n_layers, E)
+    if len(back) == 0:
+        return ""
+    names = run.layer_names
+    hops = ", ".join(f"{names[a]} → {names[b]}" for a, b in back[:4].tolist()) + (" …" if len(back) > 4 else "")
+    return (f"the recorded graph has cycles (a module used more than once, e.g. weight tying or a recurrent "
+            f"block): {len(back)} back edge{'s' * (len(back) != 1)} ({hops}) left out of the critical paths, "
+            "so each reuse is counted once")
