@@ -74,7 +74,7 @@ def test_gradient_explosion_analysis():
     norms = [1.0] * 18 + [5e3, 2e4]
     e = W.gradient_explosion([f"l{i}" for i in range(20)], norms, 1e3)
     assert [x.layer for x in e.exploding_layers] == ["l18", "l19"]
-    assert e.explosion_ratio == pytest.approx(0.1) and e.max_norm == 2e4
+    assert e.explosion_ratio == pytest.approx(0.1) and e.max_abs == 2e4
     assert e.severity == "Critical"                       # max > 10 x threshold
     assert e.exploding_layers[1].ratio_to_mean == pytest.approx(2e4 / np.mean(norms))
     assert e.exploding_layers[1].severity == "Medium"    # ~16x the mean
@@ -157,3 +157,20 @@ def test_nonfinite_drift_is_reported_as_such():
     rd = W.drift_from_run(synth(g, update=upd))
     assert rd.severity == "NonFinite" and rd.affected_layers == ["l1.weight"]
     assert W.drift_from_run(synth(g, update=np.where(np.isinf(upd), 1e-3, upd))).severity != "NonFinite"
+
+
+def test_report_explosion_uses_the_flags_metric_and_threshold():
+    from gradwidget.analysis import analyze
+
+    T = 20
+    g = np.full((T, 3), 0.5 * np.sqrt(5e6))   # L2 norm 1118 from |g| = 0.5 everywhere: healthy
+    mx = np.full((T, 3), 0.5)
+    mx[7, 2] = 5e3                             # one step with a huge entry in l2 (not the last step)
+    rep = analyze(synth(g, numel=[5_000_000, 5_000_000, 10], max_abs=mx, mean_abs=np.full((T, 3), 0.5)))
+    flagged = sorted(f.layer for f in rep.risk_factors if f.kind in ("exploding", "nonfinite"))
+    e = rep.explosion
+    assert [x.layer for x in e.exploding_layers] == flagged == ["l2.weight"]
+    assert e.max_abs == 5e3 and e.threshold == rep.thresholds.exploding
+    assert e.exploding_layers[0].ratio_to_mean == pytest.approx(5e3 / np.mean([0.5, 0.5, 5e3]))
+    calm = analyze(synth(g, numel=5_000_000, max_abs=np.full((T, 3), 0.5), mean_abs=np.full((T, 3), 0.5)))
+    assert calm.explosion.exploding_layers == [] and calm.explosion.severity == "Low"

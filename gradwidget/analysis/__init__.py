@@ -66,17 +66,17 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
     recs = advice.recommendations(factors, regs, dyn, hl)
     overall = health.overall_health(hl, s.exact)
     layers = _layers_table(run, s, fl, hl, sugg)
-    last = run.metric("grad_norm")[-1] if run.n_steps else np.full(run.n_layers, np.nan)
+    explosion = gradient_explosion(run.layer_names, s.exact["max_abs_max"], t.exploding)  # the flags' metric
     wrep = None
     if weights is not None:
-        wrep = analyze_weights(weights, previous_weights, t,
-                               gradient_norms=dict(zip(run.layer_names, map(float, last))))
+        wrep = analyze_weights(weights, previous_weights, t)
+        wrep.explosion = explosion
     return Report(run=run, thresholds=t, overall_health=overall, layers=layers, statistics=s.stats, flow=fl,
                   health=hl, risk_factors=factors, regions=regs, network=net, critical_paths=paths,
                   distribution=dist, interactions=inter, convergence=conv, dynamics=dyn, stability=stab,
                   groups=groups, suggestions=sugg, priorities=prio, recommendations=recs,
                   weights=wrep, weight_drift=drift_from_run(run, s.update_rows),
-                  explosion=gradient_explosion(run.layer_names, last, t.exploding), notes=notes)
+                  explosion=explosion, notes=notes)
 
 
 #: fewest rows ``max_rows`` may keep: trends, plateaus and correlations need a handful of points.

@@ -57,18 +57,21 @@ class Outlier:
 @dataclass
 class ExplodingLayer:
     layer: str
-    gradient_norm: float
-    ratio_to_mean: float
+    max_abs: float           #: largest |g| entry over the recorded steps (inf after a non-finite one)
+    ratio_to_mean: float     #: max_abs / the mean over layers of their finite max |g|
     severity: str
     action: str
 
 
 @dataclass
 class ExplosionAnalysis:
+    """Seed 001 explosion analysis on the same metric and threshold as the exploding flags: a
+    layer's largest |g| entry against ``Thresholds.exploding`` (the seed compared L2 norms, which
+    grow with sqrt(numel): a healthy 5M-entry layer with |g| = 0.5 everywhere has norm 1118)."""
     exploding_layers: list[ExplodingLayer]
-    max_norm: float
-    mean_norm: float
-    std_norm: float
+    max_abs: float           #: largest max |g| of any layer
+    mean_max_abs: float      #: mean over layers of their finite max |g|
+    std_max_abs: float
     explosion_ratio: float   #: share of layers above the threshold
     severity: str            #: Low / Medium / High / Critical
     threshold: float
@@ -112,7 +115,7 @@ class WeightReport:
                              + (f"; layers: {', '.join(d.affected_layers[:5])}" if d.affected_layers else ""))
         if self.explosion is not None and self.explosion.exploding_layers:
             e = self.explosion
-            lines.append(f"  Gradient explosion {e.severity}: {len(e.exploding_layers)} layers above {e.threshold:g}.")
+            lines.append(f"  Gradient explosion {e.severity}: {len(e.exploding_layers)} layers with |g| above {e.threshold:g}.")
         return "\n".join(lines)
 
 
@@ -208,11 +211,12 @@ def outliers(name: str, w: np.ndarray, st: dict, k: int = MAX_OUTLIERS) -> tuple
     return int(np.sum(flat > OUTLIER_Z)), out
 
 
-def gradient_explosion(names, norms, threshold: float) -> ExplosionAnalysis:
-    """Seed 001 ``detect_gradient_explosion`` over per-layer gradient L2 norms: layers above
-    ``threshold`` with their ratio to the mean norm (Critical > 100x, High > 50x, Medium > 10x), the
-    overall severity from the share of exploding layers and the largest norm, and mitigations."""
-    g = np.asarray(norms, np.float64)
+def gradient_explosion(names, max_abs, threshold: float) -> ExplosionAnalysis:
+    """Seed 001 ``detect_gradient_explosion`` over per-layer max |g| (the exploding flags' metric;
+    inf for a layer that had non-finite entries): layers above ``threshold`` with their ratio to the
+    mean max |g| (Critical > 100x, High > 50x, Medium > 10x), the overall severity from the share of
+    exploding layers and the largest value, and mitigations."""
+    g = np.asarray(max_abs, np.float64)
     fin = np.isfinite(g)
     mean = float(g[fin].mean()) if fin.any() else float("nan")
     std = float(g[fin].std()) if fin.any() else float("nan")
@@ -232,10 +236,10 @@ def gradient_explosion(names, norms, threshold: float) -> ExplosionAnalysis:
            else "Medium" if ratio > 0.1 or mx > threshold * 2 else "Low")
     mit = []
     if ratio > 0.3:
-        mit.append(f"{ratio:.0%} of layers exceed {threshold:g}: reduce the learning rate substantially")
+        mit.append(f"{ratio:.0%} of layers have |g| entries above {threshold:g}: reduce the learning rate substantially")
     if layers:
-        mit.append("clip gradients (torch.nn.utils.clip_grad_norm_) to about the typical norm "
-                   f"({_g(np.median(g[fin])) if fin.any() else 'n/a'})")
+        mit.append("clip gradients (torch.nn.utils.clip_grad_norm_); the typical layer's largest |g| is "
+                   f"{_g(np.median(g[fin])) if fin.any() else 'n/a'}")
         mit.append("consider batch or layer normalisation in front of the exploding layers")
     return ExplosionAnalysis(layers, mx, mean, std, ratio, sev, threshold, mit)
 
@@ -302,10 +306,10 @@ def drift_from_run(run, rows: np.ndarray | None = None) -> Drift | None:
 
 
 def analyze_weights(weights: dict, previous: dict | None = None, thresholds=None,
-                    gradient_norms: dict | None = None) -> WeightReport:
+                    gradient_max_abs: dict | None = None) -> WeightReport:
     """Weight statistics, health score, issues, recommendations and outliers per layer; the overall
     distribution health (numel-weighted mean of the layers' statistics); drift against
-    ``previous``; gradient-explosion analysis when ``gradient_norms`` ({name: L2 norm}) are given."""
+    ``previous``; gradient-explosion analysis when ``gradient_max_abs`` ({name: largest |g|}) is given."""
     t = as_thresholds(thresholds)
     if not isinstance(weights, dict) or not weights:
         raise TypeError("weights must be a non-empty dict {layer name: array} (see weights_from_module(model))")
@@ -332,6 +336,6 @@ def analyze_weights(weights: dict, previous: dict | None = None, thresholds=None
     rep = WeightReport(df, outs, dscore, dstatus)
     if previous is not None:
         rep.drift = drift_between(weights, previous, t)
-    if gradient_norms:
-        rep.explosion = gradient_explosion(list(gradient_norms), list(gradient_norms.values()), t.exploding)
+    if gradient_max_abs:
+        rep.explosion = gradient_explosion(list(gradient_max_abs), list(gradient_max_abs.values()), t.exploding)
     return rep
