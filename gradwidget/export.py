@@ -13,7 +13,9 @@ A ``GradientPanel`` output carries, beside the widget view, a static rendition o
 ``jupyter nbconvert --to gradwidget notebook.ipynb`` (this module's ``GradwidgetHTMLExporter``,
 registered as an nbconvert exporter entry point) handles both: every widget output that carries a
 static rendition shows it, always in the page, and where the live widget loads it replaces the
-static copy. With ``--to html``, add ``--HTMLExporter.preprocessors=gradwidget.export.StaticOnly``
+static copy. When the saved widget state holds the panel's newest rendition (``static_png`` and
+``static_html``, kept current after every cell), that one is shown: a panel displayed before the
+training cell exports its final state. With ``--to html``, add ``--HTMLExporter.preprocessors=gradwidget.export.StaticOnly``
 to get the static rendition alone (the widget views are dropped).
 """
 from __future__ import annotations
@@ -28,6 +30,8 @@ from traitlets import Bool, default
 from .report import FALLBACK_CLASS, static_fallback_html
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+PNG_URL = "data:image/png;base64,"
 TEMPLATES = Path(__file__).parent / "templates" / "nbconvert"
 
 
@@ -59,24 +63,60 @@ def static_html_of(data: dict) -> str | None:
     return static_fallback_html(png, html)
 
 
+def widget_states(nb) -> dict:
+    """``{model_id: state}`` of the notebook's saved widget state (empty when none was saved)."""
+    saved = nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {})
+    states = saved.get("state", {}) if isinstance(saved, dict) else {}
+    return {k: v.get("state", {}) for k, v in states.items() if isinstance(v, dict)}
+
+
+def state_static(data: dict, states: dict) -> tuple[str, str] | None:
+    """``(png_base64, table_html)``: the newest static rendition of a widget output's model, from
+    the saved widget state, or None when the state holds none.
+
+    Why: an output's own mime bundle is frozen when its cell ran (``panel`` shown before training
+    shows no step), while the panel keeps ``static_png``/``static_html`` current in its state.
+    """
+    view = data.get(WIDGET_VIEW)
+    model_id = view.get("model_id") if isinstance(view, dict) else None
+    state = states.get(model_id, {})
+    url = state.get("static_png", "")
+    if not isinstance(url, str) or not url.startswith(PNG_URL):
+        return None
+    table = state.get("static_html", "")
+    return url[len(PNG_URL):], table if isinstance(table, str) else ""
+
+
 class StaticFallbackPreprocessor(Preprocessor):
     """Make every widget output's static rendition available to the HTML templates.
 
     For each output with a widget view and a static rendition, ``text/html`` becomes that rendition
-    (image plus health table, marked ``gradwidget-static``). With ``keep_live=False`` the widget
-    view is removed, so any exporter shows the static rendition alone.
+    (image plus health table, marked ``gradwidget-static``). The saved widget state's rendition (the
+    panel's latest) wins over the one in the output (the panel when its cell ran). With
+    ``keep_live=False`` the widget view is removed, so any exporter shows the static rendition alone.
     """
 
     keep_live = Bool(True, help="keep the widget view next to the static rendition").tag(config=True)
 
+    def preprocess(self, nb, resources):
+        self._states = widget_states(nb)
+        return super().preprocess(nb, resources)
+
     def preprocess_cell(self, cell, resources, index):
+        states = getattr(self, "_states", {})
         for out in cell.get("outputs", []):
             if out.get("output_type") not in ("display_data", "execute_result"):
                 continue
             data = out.get("data", {})
             if WIDGET_VIEW not in data:
                 continue
-            html = static_html_of(data)
+            latest = state_static(data, states)
+            if latest is not None:
+                png, table = latest
+                data["image/png"] = png
+                html = static_fallback_html(_png_bytes(png), table)
+            else:
+                html = static_html_of(data)
             if html is None:
                 continue
             data["text/html"] = html

@@ -32,6 +32,8 @@ hist_all       Bytes        ->     uint32 (layers, 64): every layer's histogram 
 table          List[Dict]   ->     layer health rows (from ``gradwidget.analyze``)
 static_png     Unicode      ->     data URL of ``plots.panel_figure``: shown by the front end when
                                    the notebook's saved widget state has lost the binary buffers
+static_html    Unicode      ->     the health table (HTML) that goes with ``static_png``; both are
+                                   kept in the saved widget state, which ``--to gradwidget`` exports
 live           Bool         ->     updates are flowing (a recorder attached or a directory followed)
 step           Int          <->    scrubbed step (user step number; snapped to a recorded step)
 layer          Int          <->    selected layer (column of the run, depth order; -1 none)
@@ -59,8 +61,9 @@ the loop in a background thread and leave the cell::
     import threading
     threading.Thread(target=train, daemon=True).start()   # train() as usual; the cell returns
 
-After each cell the panel sends its final view and re-renders its static image
-(``static_png``, the ``image/png`` of exported notebooks) at the step the view shows.
+After each cell the panel sends its final view and re-renders its static image and health table
+(``static_png``, ``static_html``) at the step the view shows; they are part of the saved widget
+state, from which ``jupyter nbconvert --to gradwidget`` exports the panel's final state.
 """
 from __future__ import annotations
 
@@ -296,6 +299,7 @@ class GradientPanel(anywidget.AnyWidget):
     hist_all = t.Bytes(b"").tag(sync=True)
     table = t.List(t.Dict()).tag(sync=True)
     static_png = t.Unicode("").tag(sync=True)
+    static_html = t.Unicode("").tag(sync=True)
     live = t.Bool(False).tag(sync=True)
     step = t.Int(0).tag(sync=True)
     layer = t.Int(-1).tag(sync=True)
@@ -735,7 +739,23 @@ class GradientPanel(anywidget.AnyWidget):
             return
         if check_version and run.version != version:
             return
-        self.static_png = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+        self._set_static(png, self._table_html(), version, step)
+
+    def _table_html(self) -> str:
+        """The health table of the run as HTML ("" when it cannot be analysed), kept in
+        ``static_html`` so an exported notebook shows the table of the panel's final state."""
+        try:
+            from .report import health_table_html
+
+            return health_table_html(self.report, suggestions=False)
+        except Exception:  # no analysis package, or an analysis bug: the image alone still helps
+            return ""
+
+    def _set_static(self, png: bytes, table_html: str, version: int, step: int | None) -> None:
+        """Store the static rendition in the synced traits (and so in the saved widget state)."""
+        with self.hold_sync():
+            self.static_png = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+            self.static_html = table_html
         self._static_version, self.static_step = version, step
 
     # ----------------------------------------------------------------- validation and two-way sync
@@ -832,8 +852,7 @@ class GradientPanel(anywidget.AnyWidget):
             if k == "text/plain" or k not in data:
                 data[k] = v
         if static.get("image/png") and run is not None:
-            self.static_png = "data:image/png;base64," + static["image/png"]
-            self._static_version, self.static_step = run.version, step
+            self._set_static(base64.b64decode(static["image/png"]), self._table_html(), run.version, step)
         return data, md
 
     def _after_cell(self) -> None:

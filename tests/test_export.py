@@ -99,6 +99,61 @@ def test_a_foreign_widget_with_an_image_gets_the_same_treatment():
     assert len(panel_images(html)) == 1 and "<b>other widget</b>" in html
 
 
+def stale_notebook():
+    """A panel displayed before training: its output says "no step recorded yet", while the saved
+    widget state holds the final image and health table (``static_png``, ``static_html``)."""
+    run = pathological_run(20)
+    png = plots.figure_to_png(plots.panel_figure(run), dpi=50)
+    nb = notebook(True)
+    nb.cells[0].outputs = [new_output("display_data", data={
+        "text/plain": "GradientPanel(no step recorded yet)",
+        "text/html": '<div class="gradwidget-static"><p>GradientPanel: no step recorded yet</p></div>',
+        WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": MODEL_ID}})]
+    state = nb.metadata["widgets"][STATE]["state"][MODEL_ID]["state"]
+    state["static_png"] = "data:image/png;base64," + base64.b64encode(png).decode()
+    state["static_html"] = health_table_html(TableOnly(run))
+    return nb, png
+
+
+def test_the_saved_widget_states_latest_rendition_wins_over_the_stale_output():
+    nb, png = stale_notebook()
+    html = export_html(nb)
+    assert [base64.b64decode(i) for i in panel_images(html)] == [png]
+    assert table_layers(html) == list(LAYERS)
+    assert "GradientPanel: no step recorded yet</p>" not in html
+
+
+def test_static_only_uses_the_saved_widget_states_rendition_too():
+    nb, png = stale_notebook()
+    html, _ = HTMLExporter(preprocessors=["gradwidget.export.StaticOnly"]).from_notebook_node(nb)
+    assert [base64.b64decode(i) for i in panel_images(html)] == [png]
+    assert f'<script type="{WIDGET_VIEW}">' not in html
+
+
+README_CELLS = ["""import torch
+from gradwidget import GradientPanel
+m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Sigmoid(), torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(m.parameters(), 0.1)
+panel = GradientPanel(m, opt)
+panel""", """for i in range(30):
+    opt.zero_grad(); m(torch.randn(8, 4)).sum().backward(); opt.step()"""]
+
+
+def test_readme_workflow_executed_by_nbclient_exports_the_trained_panel(monkeypatch):
+    """Panel shown in one cell, training in the next (the README's workflow): the export shows the
+    panel after training, with its health table, although the output was made before any step."""
+    from nbclient import NotebookClient
+
+    nb = new_notebook(cells=[new_code_cell(c) for c in README_CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    NotebookClient(nb, timeout=180, kernel_name="python3").execute()
+    html = export_html(nb)
+    assert len(panel_images(html)) == 1, "the panel image is missing from the export"
+    assert "GradientPanel: no step recorded yet</p>" not in html  # the stale output's note
+    assert table_layers(html) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+
+
 def _fake_install(tmp_path) -> dict:
     """Environment in which importlib.metadata sees gradwidget's nbconvert entry point exactly as
     pyproject.toml declares it (as `pip install .` would register it), plus the source tree."""

@@ -327,6 +327,8 @@ def test_after_a_cell_the_panel_sends_the_last_step_and_its_static_image():
         assert p.meta["last_step"] == 139 and p.step == 139 and p.static_step == 139
         want = plots.figure_to_png(plots.panel_figure(p.run, step=139, layer=p.layer, metric=p.metric), dpi=60)
         assert p.static_png == "data:image/png;base64," + base64.b64encode(want).decode("ascii")
+        # the health table of that final state goes with it (an export shows both)
+        assert "gradwidget-health" in p.static_html and 'data-layer="0.weight"' in p.static_html
         pushes = p.push_count
         shell.run_cell("x = 1")  # nothing recorded: nothing sent
         assert p.push_count == pushes
