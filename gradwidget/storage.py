@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 import warnings
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
-from .run import HIST_EDGES, METRICS, N_BINS, SCALARS, LayerInfo, Run
+from .run import HIST_EDGES, LAYER_STATUSES, METRICS, N_BINS, SCALARS, LayerInfo, Run
 from .thresholds import Thresholds
 
 FORMAT = "gradwidget-run"
@@ -41,10 +43,12 @@ def hist_dtype(n_layers: int) -> np.dtype:
     return np.dtype([("step", "<i8"), ("counts", "<u4", (n_layers, N_BINS))])
 
 
-def _meta_dict(run: Run) -> dict:
-    return {
+def _meta_dict(run: Run, run_id: str | None = None, created: str | None = None) -> dict:
+    d = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
+        "run_id": run_id,
+        "created": created,
         "layers": [l.to_dict() for l in run.layers],
         "metrics": list(METRICS),
         "scalars": list(SCALARS),
@@ -53,6 +57,7 @@ def _meta_dict(run: Run) -> dict:
         "edges": run.edges.tolist(),
         "meta": run.meta,
     }
+    return {k: v for k, v in d.items() if v is not None}
 
 
 def _write_json_atomic(path: Path, obj: dict) -> None:
@@ -78,13 +83,16 @@ class RunWriter:
         for name in ("steps.bin", "hist.bin"):
             (self.path / name).unlink(missing_ok=True)
         self.run = run
+        #: a fresh id per writer: a reader following this folder sees a rerun as a different run
+        self.run_id = uuid.uuid4().hex
+        self.created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self._sdt, self._hdt = step_dtype(run.n_layers), hist_dtype(run.n_layers)
         self.write_meta()
         self._steps = open(self.path / "steps.bin", "ab")
         self._hist = open(self.path / "hist.bin", "ab")
 
     def write_meta(self) -> None:
-        _write_json_atomic(self.path / "meta.json", _meta_dict(self.run))
+        _write_json_atomic(self.path / "meta.json", _meta_dict(self.run, self.run_id, self.created))
 
     def append_last(self) -> None:
         """Write the run's newest step (and its histogram, if it has one)."""
@@ -148,65 +156,256 @@ def _read_meta(path: Path) -> dict:
         raise RunFormatError(f"{mp} is corrupt and cannot be read: {e}") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise RunFormatError(f"{mp} is not a gradwidget run description")
-    if meta.get("version", 0) > FORMAT_VERSION:
-        raise RunFormatError(f"{path} was written by a newer gradwidget (format {meta['version']}); "
+    version = meta.get("version", FORMAT_VERSION)
+    if not _is_int(version) or version < 1:
+        raise RunFormatError(f"{mp} is corrupt: \"version\" must be a positive integer, got {version!r}")
+    if version > FORMAT_VERSION:
+        raise RunFormatError(f"{path} was written by a newer gradwidget (format {version}); "
                              "upgrade gradwidget to read it")
     if meta.get("metrics") != list(METRICS) or meta.get("scalars") != list(SCALARS):
         raise RunFormatError(f"{mp} lists metrics this gradwidget does not know: {meta.get('metrics')}")
+    problem = _meta_problem(meta)
+    if problem:
+        raise RunFormatError(f"{mp} is corrupt: {problem}")
     return meta
 
 
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+#: the type each optional layer field must have in meta.json (name is required)
+_LAYER_FIELDS = {"module": str, "module_type": str, "dtype": str, "numel": int, "backward_index": int,
+                 "status": str}
+
+
+def _layer_problem(j: int, d) -> str | None:
+    """What is wrong with layer ``j``'s entry in meta.json, or None."""
+    if not isinstance(d, dict) or not isinstance(d.get("name"), str):
+        return f"layers[{j}] must be an object with a string \"name\", got {d!r:.80}"
+    for key, typ in _LAYER_FIELDS.items():
+        if key in d and not (_is_int(d[key]) if typ is int else isinstance(d[key], typ)):
+            return f"layers[{j}] ({d['name']}) has {key}={d[key]!r:.40}, expected {typ.__name__}"
+    if d.get("numel", 0) < 0:
+        return f"layers[{j}] ({d['name']}) has a negative numel {d['numel']}"
+    shape = d.get("shape", [])
+    if not isinstance(shape, list) or not all(_is_int(n) and n >= 0 for n in shape):
+        return f"layers[{j}] ({d['name']}) has shape={shape!r:.40}, expected a list of sizes"
+    if d.get("status", "trainable") not in LAYER_STATUSES:
+        return f"layers[{j}] ({d['name']}) has status {d['status']!r}, expected one of {LAYER_STATUSES}"
+    return None
+
+
+def _meta_problem(meta: dict) -> str | None:
+    """The first field of meta.json with a wrong type or an impossible value, or None: checked
+    here so a damaged run fails at load with one message instead of deep inside the analysis."""
+    layers = meta.get("layers")
+    if not isinstance(layers, list):
+        return f"\"layers\" must be a list of layer objects, got {layers!r:.60}"
+    for j, d in enumerate(layers):
+        problem = _layer_problem(j, d)
+        if problem:
+            return problem
+    edges = meta.get("edges", [])
+    if not isinstance(edges, list):
+        return f"\"edges\" must be a list of [from, to] layer indices, got {edges!r:.60}"
+    for e in edges:
+        if not (isinstance(e, list) and len(e) == 2 and all(_is_int(i) and 0 <= i < len(layers) for i in e)):
+            return f"edge {e!r:.40} is not a pair of layer indices in 0..{len(layers) - 1}"
+    for key in ("thresholds", "meta"):
+        if meta.get(key) is not None and not isinstance(meta[key], dict):
+            return f"\"{key}\" must be an object, got {meta[key]!r:.60}"
+    edges_h = meta.get("hist_edges", list(HIST_EDGES))
+    if not isinstance(edges_h, list) or len(edges_h) != N_BINS + 1:
+        return f"\"hist_edges\" must be a list of {N_BINS + 1} bin edges"
+    return None
+
+
+def _run_from_meta(meta: dict, mp: Path) -> Run:
+    try:
+        layers = [LayerInfo.from_dict(d) for d in meta["layers"]]
+        return Run(layers, thresholds=Thresholds.from_dict(meta.get("thresholds")),
+                   edges=meta.get("edges", []), meta=meta.get("meta") or {})
+    except (KeyError, TypeError, ValueError) as e:
+        raise RunFormatError(f"{mp} is corrupt: {e}") from None
+
+
+def _file_size(p: Path) -> int:
+    """Size of one of the run's binary files (0 while it does not exist yet)."""
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return 0
+    except OSError as e:
+        raise RunFormatError(f"{p} cannot be read: {e}") from None
+    if not p.is_file():
+        raise RunFormatError(f"{p} is not a file: a run keeps its records in a plain file {p.name}")
+    return st.st_size
+
+
+def _meta_signature(p: Path):
+    """What changes when meta.json is rewritten (it is replaced by rename); None while it is absent."""
+    try:
+        st = p.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _bad_step_record(recs: np.ndarray, prev_step) -> tuple[int, str] | None:
+    """The first record that no writer could have produced (index, why), or None. Records carry
+    their step number, which only increases, and norms, fractions and counts are never negative
+(``Run.append`` enforces the first; no recorder produces the second):
+    random bytes, or a meta.json listing a different number of layers, break these at once."""
+    steps = recs["step"]
+    prev = np.concatenate([[prev_step if prev_step is not None else np.iinfo(np.int64).min], steps[:-1]])
+    checks = [(steps <= prev, "its step number {step} does not follow the previous step")]
+    with np.errstate(invalid="ignore"):
+        checks.append((recs["global_norm"] < 0, "its global norm is negative"))
+        for m in METRICS:
+            checks.append(((recs[m] < 0).any(axis=1), f"its {m} is negative"))
+    bad = np.zeros(len(recs), bool)
+    for mask, _ in checks:
+        bad |= mask
+    if not bad.any():
+        return None
+    i = int(np.argmax(bad))
+    why = next(msg for mask, msg in checks if mask[i])
+    return i, why.format(step=int(steps[i]))
+
+
+def _bad_hist_record(hists: np.ndarray, prev_step, steps: np.ndarray) -> tuple[int, str] | None:
+    """The first histogram record whose step is out of order or not a recorded step, or None."""
+    hs = hists["step"]
+    prev = np.concatenate([[prev_step if prev_step is not None else np.iinfo(np.int64).min], hs[:-1]])
+    pos = np.clip(np.searchsorted(steps, hs), 0, max(len(steps) - 1, 0))
+    recorded = (steps[pos] == hs) if len(steps) else np.zeros(len(hs), bool)
+    bad = (hs <= prev) | ~recorded
+    if not bad.any():
+        return None
+    i = int(np.argmax(bad))
+    why = "does not follow the previous histogram" if hs[i] <= prev[i] else "is not a step in steps.bin"
+    return i, f"its step number {int(hs[i])} {why}"
+
+
 class RunReader:
-    """Reads a run directory and follows it while a writer appends (``poll()``)."""
+    """Reads a run directory and follows it while a writer appends (``poll()``).
+
+    When a script restarts into the same folder (``overwrite=True``) the reader notices (meta.json
+    carries a new ``run_id``, or a file shrank) and starts over: ``run`` becomes the new run and
+    ``replaced`` counts the restarts, so a view never splices two runs together.
+    """
 
     def __init__(self, path) -> None:
         self.path = Path(path)
+        #: how many times the folder was taken over by a new run while this reader followed it
+        self.replaced = 0
+        self.run = self._load()
+
+    def _load(self) -> Run:
+        """Read the folder from scratch (meta.json, then every whole record)."""
+        mp = self.path / "meta.json"
+        sig = _meta_signature(mp)
         meta = _read_meta(self.path)
-        try:
-            layers = [LayerInfo.from_dict(d) for d in meta["layers"]]
-            self.run = Run(layers, thresholds=Thresholds.from_dict(meta.get("thresholds")),
-                           edges=meta.get("edges", []), meta=meta.get("meta", {}))
-        except (KeyError, TypeError, ValueError) as e:
-            raise RunFormatError(f"{self.path / 'meta.json'} is corrupt: {e}") from None
-        self._sdt, self._hdt = step_dtype(self.run.n_layers), hist_dtype(self.run.n_layers)
-        self._soff = 0
-        self._hoff = 0
-        self.poll()
+        run = _run_from_meta(meta, mp)
+        self._meta_sig, self._run_id, self._layer_dicts = sig, meta.get("run_id"), meta["layers"]
+        self._sdt, self._hdt = step_dtype(run.n_layers), hist_dtype(run.n_layers)
+        self._soff = self._hoff = 0
+        self._take_new(run)
+        return run
 
     def _read_new(self, name: str, offset: int, dt: np.dtype) -> tuple[np.ndarray, int]:
         p = self.path / name
-        if not p.exists():
-            return np.zeros(0, dt), offset
-        size = p.stat().st_size
-        whole = (size - offset) // dt.itemsize
+        whole = (_file_size(p) - offset) // dt.itemsize
         if whole <= 0:
             return np.zeros(0, dt), offset
-        with open(p, "rb") as f:
-            f.seek(offset)
-            buf = f.read(whole * dt.itemsize)
+        try:
+            with open(p, "rb") as f:
+                f.seek(offset)
+                buf = f.read(whole * dt.itemsize)
+        except OSError as e:
+            raise RunFormatError(f"{p} cannot be read: {e}") from None
         n = len(buf) // dt.itemsize
         return np.frombuffer(buf[: n * dt.itemsize], dtype=dt), offset + n * dt.itemsize
 
-    def poll(self) -> bool:
-        """Take any whole records appended since the last call; True if there were any."""
-        recs, self._soff = self._read_new("steps.bin", self._soff, self._sdt)
-        hists, self._hoff = self._read_new("hist.bin", self._hoff, self._hdt)
-        run = self.run
+    def _take_new(self, run: Run) -> bool:
+        """Append the whole records written since the last read to ``run``, after checking them all
+        (a damaged file raises RunFormatError and leaves ``run`` as it was)."""
+        # histograms first: the writer appends a step's record before its histogram, so every
+        # histogram read here has its step record in steps.bin by the time that is read
+        hists, hoff = self._read_new("hist.bin", self._hoff, self._hdt)
+        recs, soff = self._read_new("steps.bin", self._soff, self._sdt)
+        last = int(run.steps[-1]) if run.n_steps else None
+        bad = _bad_step_record(recs, last)
+        if bad:
+            raise RunFormatError(
+                f"{self.path / 'steps.bin'} is damaged: record {self._soff // self._sdt.itemsize + bad[0]} "
+                f"is not a valid step ({bad[1]}). The file is corrupt, or meta.json lists a different "
+                f"number of layers ({run.n_layers}) than it was written with.")
+        steps = np.concatenate([run.steps, recs["step"]])
+        if len(steps) and _file_size(self.path / "steps.bin") > soff:
+            # a crash cut the last step record short: histograms of the steps after the last whole
+            # record are left unread (load_run warns about them; a live writer may yet add the step)
+            keep = int(np.searchsorted(hists["step"], steps[-1], side="right"))
+            hists, hoff = hists[:keep], self._hoff + keep * self._hdt.itemsize
+        last_h = int(run.hist_steps[-1]) if run._hn else None
+        bad = _bad_hist_record(hists, last_h, steps)
+        if bad:
+            raise RunFormatError(
+                f"{self.path / 'hist.bin'} is damaged: record {self._hoff // self._hdt.itemsize + bad[0]} "
+                f"is not a valid histogram ({bad[1]}).")
         for r in recs:
-            if run.n_steps and r["step"] <= run.steps[-1]:
-                warnings.warn(f"{self.path}: step {int(r['step'])} is out of order; skipped")
-                continue
-            vals = np.stack([r[m] for m in METRICS])
-            run.append(int(r["step"]), vals, {s: r[s] for s in SCALARS})
+            run.append(int(r["step"]), np.stack([r[m] for m in METRICS]), {s: r[s] for s in SCALARS})
         for h in hists:
             run.append_hist(int(h["step"]), h["counts"])
+        self._soff, self._hoff = soff, hoff
         return bool(len(recs) or len(hists))
+
+    def _is_replaced(self) -> bool:
+        """Has the folder been taken over by another run since we last read it? (Same run with new
+        data-flow edges: take the edges and say no.)"""
+        mp = self.path / "meta.json"
+        sig = _meta_signature(mp)
+        if sig is not None and sig != self._meta_sig:
+            meta = _read_meta(self.path)
+            if meta.get("run_id") != self._run_id or meta["layers"] != self._layer_dicts:
+                return True
+            self._meta_sig = sig
+            edges = np.asarray(meta.get("edges", []), np.int32).reshape(-1, 2)
+            if not np.array_equal(edges, self.run.edges):
+                self.run.edges = edges
+                self.run.version += 1
+        return (_file_size(self.path / "steps.bin") < self._soff
+                or _file_size(self.path / "hist.bin") < self._hoff)
+
+    def poll(self) -> bool:
+        """Take any whole records appended since the last call; True if the run changed.
+
+        If the folder now holds a different run (a script restarted with ``overwrite=True``), read it
+        from scratch: ``run`` becomes a new Run (its ``version`` above the old one's, so views
+        refresh), ``replaced`` goes up by one, and True is returned. While meta.json is briefly
+        missing (the folder being recreated) the old run stays and nothing changes.
+        """
+        if _meta_signature(self.path / "meta.json") is None:
+            return False
+        if self._is_replaced():
+            old = self.run
+            new = self._load()
+            new.version += old.version + 1
+            self.run = new
+            self.replaced += 1
+            return True
+        return self._take_new(self.run)
 
     @property
     def truncated_bytes(self) -> int:
         """Bytes at the end of steps.bin that do not make a whole record (a write in progress)."""
-        p = self.path / "steps.bin"
-        return (p.stat().st_size - self._soff) if p.exists() else 0
+        return max(0, _file_size(self.path / "steps.bin") - self._soff)
+
+    @property
+    def unread_histograms(self) -> int:
+        """Whole records in hist.bin not taken: those of steps after the last whole step record."""
+        return max(0, _file_size(self.path / "hist.bin") - self._hoff) // self._hdt.itemsize
 
 
 def load_run(path) -> Run:
@@ -217,4 +416,7 @@ def load_run(path) -> Run:
     reader = RunReader(path)
     if reader.truncated_bytes:
         warnings.warn(f"{path}: ignored {reader.truncated_bytes} bytes of an unfinished last step")
+    if reader.unread_histograms:
+        warnings.warn(f"{path}: ignored {reader.unread_histograms} histogram(s) of steps after the last "
+                      "whole step record")
     return reader.run

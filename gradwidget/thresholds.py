@@ -71,9 +71,15 @@ class Thresholds:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "Thresholds":
+        """Thresholds saved by ``to_dict`` (unknown keys are ignored, for runs from newer versions)."""
         if not d:
             return cls()
+        if not isinstance(d, dict):
+            raise TypeError(f"thresholds must be a dict of name: number, not {type(d).__name__}")
         known = {f.name for f in fields(cls)}
+        bad = {k: v for k, v in d.items() if k in known and (isinstance(v, bool) or not isinstance(v, (int, float)))}
+        if bad:
+            raise ValueError(f"thresholds must be numbers; got {bad}")
         return cls(**{k: float(v) for k, v in d.items() if k in known})
 
 

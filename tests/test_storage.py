@@ -158,3 +158,173 @@ def test_killed_writer_leaves_a_readable_run(tmp_path):
     run = load_run(d)
     assert run.n_steps >= 5
     assert run.steps.tolist() == list(range(run.n_steps))
+
+
+def write_run(path, value, n, layers=("a.weight", "b.weight")):
+    """A run of ``n`` steps whose every metric is ``value``, written the way a Recorder writes."""
+    from gradwidget.storage import RunWriter
+
+    run = Run(list(layers))
+    w = RunWriter(path, run, overwrite=True)
+    for s in range(n):
+        run.append(s, np.full((len(METRICS), len(layers)), value, np.float32))
+        w.append_last()
+    w.close()
+    return w
+
+
+def test_reader_starts_over_when_a_script_reruns_into_the_folder(tmp_path):
+    d = tmp_path / "r"
+    write_run(d, 1.0, 20)
+    reader = RunReader(d)
+    old = reader.run
+    write_run(d, 2.0, 30)  # the training script restarted with overwrite=True
+    assert reader.poll() is True
+    assert reader.replaced == 1
+    assert reader.run.steps.tolist() == list(range(30))
+    assert set(reader.run.metric("grad_norm").ravel().tolist()) == {2.0}  # nothing of the old run
+    assert reader.run.version > old.version  # views keyed on the version refresh
+    assert reader.poll() is False and reader.replaced == 1
+
+
+def test_reader_starts_over_on_a_rerun_with_fewer_steps_and_other_layers(tmp_path):
+    d = tmp_path / "r"
+    write_run(d, 1.0, 20)
+    reader = RunReader(d)
+    write_run(d, 3.0, 5, layers=("x", "y", "z"))
+    assert reader.poll()
+    assert reader.run.layer_names == ["x", "y", "z"] and reader.run.n_steps == 5
+
+
+def test_reader_without_run_id_detects_a_shrunken_steps_file(tmp_path):
+    d = tmp_path / "r"
+    write_run(d, 1.0, 20)
+    meta = json.loads((d / "meta.json").read_text())
+    del meta["run_id"]  # a run written before meta.json carried an id
+    (d / "meta.json").write_text(json.dumps(meta))
+    reader = RunReader(d)
+    write_run(d, 2.0, 5)
+    (d / "meta.json").write_text(json.dumps(meta))
+    assert reader.poll() and reader.run.n_steps == 5
+
+
+def test_reader_takes_new_edges_of_the_same_run_without_starting_over(tmp_path):
+    from gradwidget.storage import RunWriter
+
+    run = Run(["a", "b"])
+    w = RunWriter(tmp_path / "r", run)
+    run.append(0, np.ones((len(METRICS), 2)))
+    w.append_last()
+    reader = RunReader(tmp_path / "r")
+    run.edges = np.array([[0, 1]], np.int32)
+    w.write_meta()  # what the torch Recorder does once the first forward pass has shown the edges
+    run.append(1, np.ones((len(METRICS), 2)))
+    w.append_last()
+    w.close()
+    assert reader.poll()
+    assert reader.replaced == 0 and reader.run.n_steps == 2
+    assert reader.run.edges.tolist() == [[0, 1]]
+
+
+def test_reader_keeps_the_old_run_while_the_folder_is_being_recreated(tmp_path):
+    import shutil
+
+    d = tmp_path / "r"
+    write_run(d, 1.0, 20)
+    reader = RunReader(d)
+    shutil.rmtree(d)
+    assert reader.poll() is False and reader.run.n_steps == 20
+    write_run(d, 2.0, 3)
+    assert reader.poll() and reader.run.n_steps == 3
+
+
+def _edit_meta(p, **changes):
+    meta = json.loads((p / "meta.json").read_text())
+    for k, v in changes.items():
+        if callable(v):
+            v(meta)
+        else:
+            meta[k] = v
+    (p / "meta.json").write_text(json.dumps(meta))
+
+
+def _set_layer(key, value):
+    def f(meta):
+        meta["layers"][0][key] = value
+    return f
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(thresholds=[1, 2]), "\"thresholds\" must be an object"),
+    (dict(thresholds="x"), "\"thresholds\" must be an object"),
+    (dict(thresholds={"vanishing": "x"}), "thresholds must be numbers"),
+    (dict(version="2"), "\"version\" must be a positive integer"),
+    (dict(edges=[[0, 9]]), "edge \\[0, 9\\] is not a pair of layer indices in 0..1"),
+    (dict(edges="x"), "\"edges\" must be a list"),
+    (dict(layers=5), "\"layers\" must be a list"),
+    (dict(layers=["a"]), "layers\\[0\\] must be an object"),
+    (dict(meta=[1]), "\"meta\" must be an object"),
+    (dict(x=_set_layer("numel", "x")), "layers\\[0\\] \\(enc.w\\) has numel='x', expected int"),
+    (dict(x=_set_layer("shape", 5)), "has shape=5, expected a list of sizes"),
+    (dict(x=_set_layer("status", "gone")), "has status 'gone'"),
+])
+def test_damaged_meta_json_is_one_clear_error(tmp_path, change, match):
+    p = tmp_path / "r"
+    save_run(sample_run(3), p)
+    _edit_meta(p, **change)
+    with pytest.raises(RunFormatError, match=match) as e:
+        load_run(p)
+    assert "meta.json" in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["steps.bin", "hist.bin"])
+def test_a_record_file_that_is_a_directory_is_a_clear_error(tmp_path, name):
+    p = tmp_path / "r"
+    save_run(sample_run(3), p)
+    (p / name).unlink()
+    (p / name).mkdir()
+    with pytest.raises(RunFormatError, match=f"{name} is not a file"):
+        load_run(p)
+
+
+@pytest.mark.parametrize("name,match", [
+    ("steps.bin", "steps.bin is damaged: record 0 is not a valid step"),
+    ("hist.bin", "hist.bin is damaged: record 0 is not a valid histogram"),
+])
+def test_random_record_files_are_refused(tmp_path, name, match):
+    p = tmp_path / "r"
+    save_run(sample_run(10), p)
+    size = (p / name).stat().st_size
+    (p / name).write_bytes(np.random.default_rng(0).bytes(size))
+    with pytest.raises(RunFormatError, match=match):
+        load_run(p)
+
+
+def test_meta_json_with_an_extra_layer_is_refused(tmp_path):
+    p = tmp_path / "r"
+    save_run(sample_run(10), p)
+    _edit_meta(p, x=lambda m: m["layers"].append(dict(m["layers"][0], name="extra")))
+    with pytest.raises(RunFormatError, match="different number of layers \\(3\\)"):
+        load_run(p)
+
+
+def test_repeated_steps_are_refused(tmp_path):
+    p = tmp_path / "r"
+    save_run(sample_run(4), p)
+    b = (p / "steps.bin").read_bytes()
+    (p / "steps.bin").write_bytes(b + b)
+    with pytest.raises(RunFormatError, match="record 4 .* step number 0 does not follow"):
+        load_run(p)
+
+
+def test_steps_cut_mid_record_keep_every_whole_step_and_its_histograms(tmp_path):
+    p = tmp_path / "r"
+    run = sample_run(10)  # histograms at steps 0, 15 (every 5th record, steps are 3 apart)
+    save_run(run, p)
+    rec = step_dtype(2).itemsize
+    with open(p / "steps.bin", "r+b") as f:
+        f.truncate(6 * rec + 10)  # killed while writing the 7th record; hist.bin is whole
+    with pytest.warns(UserWarning, match="unfinished last step"):
+        back = load_run(p)
+    assert back.steps.tolist() == run.steps[:6].tolist()
+    assert back.hist_steps.tolist() == [0, 15]
