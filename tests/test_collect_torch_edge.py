@@ -62,3 +62,18 @@ def test_update_norm_is_nan_on_steps_a_layer_got_no_gradient():
     upd, gn = rec.run.metric("update_norm")[:, j], rec.run.metric("grad_norm")[:, j]
     np.testing.assert_array_equal(np.isnan(upd), np.isnan(gn))
     assert np.isnan(upd[[0, 2]]).all() and (upd[[1, 3]] > 0).all()
+
+
+def test_graph_capture_ends_at_the_first_step_when_the_root_forward_never_runs():
+    model = nn.ModuleDict({"enc": nn.Linear(8, 8), "dec": nn.Linear(8, 1)})
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with Recorder(model, opt) as rec:
+        for _ in range(3):
+            opt.zero_grad()
+            model["dec"](torch.tanh(model["enc"](torch.randn(4, 8)))).pow(2).mean().backward()
+            opt.step()
+        # no forward hook is left behind holding grad_fns (and the activations they keep)
+        for m in model.modules():
+            assert not m._forward_hooks and not m._forward_pre_hooks
+    pairs = {(rec.run.layers[a].module, rec.run.layers[b].module) for a, b in rec.run.edges}
+    assert pairs == {("enc", "dec")}

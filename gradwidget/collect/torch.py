@@ -272,6 +272,7 @@ class Recorder:
 
     # ------------------------------------------------------------------ the step
     def _on_step(self, before_update: bool = False) -> None:
+        self._finish_capture()
         step_no = self._count
         self._count += 1
         if step_no % self.every:
@@ -502,21 +503,30 @@ class Recorder:
             return f
 
         def root_done(mod, args, output):
-            if torch.is_grad_enabled() and self._edges_mod is None and self._mod_out:
-                self._edges_mod = self._walk_edges()
-                self._mod_in, self._mod_out = {}, {}
-                for h in self._graph_handles:
-                    h.remove()
-                self._graph_handles = []
-                if self.run is not None:  # graph captured after the first step: store it now
-                    self.run.edges = np.asarray(self._layer_edges(), np.int32).reshape(-1, 2)
-                    if self._writer is not None:
-                        self._writer.write_meta()
+            if torch.is_grad_enabled() and self._mod_out:
+                self._finish_capture()
 
         for name, m in owners.items():
             self._graph_handles.append(m.register_forward_pre_hook(pre(name)))
             self._graph_handles.append(m.register_forward_hook(post(name)))
         self._graph_handles.append(self.model.register_forward_hook(root_done))
+
+    def _finish_capture(self) -> None:
+        """Turn what the forward hooks saw into module edges, then remove the hooks and drop the
+        grad_fns they hold (and the activations those keep alive). Runs when the root module's
+        forward returns or, for models whose root forward never runs (an ``nn.ModuleDict`` whose
+        submodules are called directly), at the first step, whatever was seen by then."""
+        if self._edges_mod is not None:
+            return
+        self._edges_mod = self._walk_edges()
+        self._mod_in, self._mod_out = {}, {}
+        for h in self._graph_handles:
+            h.remove()
+        self._graph_handles = []
+        if self.run is not None:  # graph captured after the first step: store it now
+            self.run.edges = np.asarray(self._layer_edges(), np.int32).reshape(-1, 2)
+            if self._writer is not None:
+                self._writer.write_meta()
 
     def _walk_edges(self) -> set[tuple[str, str]]:
         edges: set[tuple[str, str]] = set()
