@@ -370,3 +370,38 @@ def test_a_dead_layer_is_dead_not_vanishing(zero_frac):
     assert rep.layers.suggestion[0].startswith("l0.weight: the gradient entries are zero")
     regs = {r.kind: r for r in rep.regions}
     assert regs["dead"].layers == ["l0.weight"] and "l0.weight" not in regs["vanishing"].layers
+
+
+def test_trend_fit_standard_error():
+    rng = np.random.default_rng(5)
+    n = 200
+    x = np.arange(n)
+    e = 0.1 * rng.standard_normal(n)
+    sl, se, r2, m = health.trend_fit(np.exp(0.002 * x + e), 10_000)
+    b, a = np.polyfit(x, 0.002 * x + e, 1)
+    res = 0.002 * x + e - (a + b * x)
+    r = max(0.0, (res[1:] @ res[:-1]) / (res @ res))
+    want = np.sqrt(res @ res / (n - 2) / ((x - x.mean()) ** 2).sum() * (1 + r) / (1 - r))
+    assert m == n and sl == pytest.approx(b) and se == pytest.approx(want)
+    # the same noise made autocorrelated (AR(1), 0.9): the error widens, as it must
+    ar = np.zeros(n)
+    for i in range(1, n):
+        ar[i] = 0.9 * ar[i - 1] + e[i]
+    assert health.trend_fit(np.exp(ar), n)[1] > 2 * health.trend_fit(np.exp(e), n)[1]
+
+
+def test_a_flat_noisy_norm_is_confidently_stable_although_its_r2_is_near_zero():
+    rng = np.random.default_rng(1)
+    g = np.exp(0.05 * rng.standard_normal(1000))
+    f = health.forecast(g, 100, band=0.1, steady=True)
+    assert f.r2 < 0.1 and f.outlook == "Stable" and f.confidence > 0.99
+    lo, hi = f.interval
+    assert lo < f.projected_decades < hi and -0.1 < lo and hi < 0.1
+    assert health.forecast(g, 100, band=0.1, steady=False).outlook == "Uncertain"  # unsteady layers
+    # exact growth of 1 decade per 100 steps: certain deterioration, interval of zero width
+    up = health.forecast(10 ** (np.arange(300) / 100), 100, band=0.1, steady=True)
+    assert up.outlook == "Deteriorating" and up.confidence == 1 and up.projected_decades == pytest.approx(1)
+    # a trend right at the edge of the band: as likely inside as outside -> Uncertain, ~50%
+    edge = health.forecast(10 ** (0.1 * np.arange(100) / 100 + 0.05 * rng.standard_normal(100)), 100,
+                           band=0.1, steady=True)
+    assert edge.outlook == "Uncertain" and 0.3 < edge.confidence < 0.8

@@ -182,3 +182,14 @@ def test_thousand_layers_stay_bounded_and_rolling_window_is_noted():
         rec.record(s, {"a": np.full(4, 0.1)})
     notes = analyze(rec.run).notes
     assert any("rolling window (steps 15–24)" in n for n in notes)
+
+
+def test_summary_states_the_forecast_with_its_interval_not_r2():
+    rng = np.random.default_rng(2)
+    rep = analyze(synth(0.1 * np.exp(0.02 * rng.standard_normal((400, 3)))))
+    f = rep.stability.forecast
+    line = [l for l in rep.summary_text().splitlines() if l.startswith("Stability")][0]
+    assert "R²" not in line and f.outlook == "Stable"
+    assert f"95% interval {f.interval[0]:+.2f} to {f.interval[1]:+.2f}" in line
+    assert f"{f.confidence:.0%} probability it stays within ±{f.stable_band:.2f}" in line
+    assert f.stable_band == pytest.approx(100 / 400)  # one decade per run, over a 100-step window

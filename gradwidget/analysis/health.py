@@ -4,7 +4,8 @@ convergence, training dynamics with plateau detection, stability assessment) —
 
 Every number is measured from the Run: the neuron-activity ratio is 1 - the recorded zero fraction
 (the seed derived it from the norm), convergence and plateaus come from slopes of the real series,
-and the forecast states the R^2 of the fit it extrapolates as its confidence.
+and the forecast's confidence is the probability of its outlook under the fitted trend's standard
+error (the R^2 the seed's port used is ~0 for any flat series, however sure its flatness is).
 """
 from __future__ import annotations
 
@@ -282,12 +283,8 @@ class Convergence:
 
 def _rel_slope(y: np.ndarray, window: int) -> tuple[float, float]:
     """Relative change per step (slope of ln y) over the last ``window`` finite points, and its R^2."""
-    y = np.asarray(y, np.float64)
-    y = y[np.isfinite(y) & (y > 0)][-window:]
-    if y.size < 3:
-        return float("nan"), float("nan")
-    sl, r2 = lstsq_slope(np.log(y)[:, None])
-    return float(sl[0]), float(r2[0])
+    sl, _, r2, _ = trend_fit(y, window)
+    return sl, r2
 
 
 def convergence(s: Series, health: pd.DataFrame) -> Convergence:
@@ -475,8 +472,72 @@ class InstabilitySource:
 class Forecast:
     outlook: str            #: Improving / Stable / Deteriorating / Uncertain
     projected_decades: float  #: change of the global norm over the next window if the trend holds
-    confidence: float       #: R^2 of the fit that is extrapolated
+    confidence: float       #: probability of the outlook given the fitted trend's uncertainty (see ``forecast``)
     basis: str
+    interval: tuple[float, float] = (float("nan"), float("nan"))  #: 95% interval of projected_decades
+    stable_band: float = float("nan")  #: |projected change| up to this many decades counts as Stable
+    r2: float = float("nan")  #: share of the window's variance the line explains (~0 for a flat series)
+
+
+#: an outlook is stated only when the fitted trend makes it at least this probable; else Uncertain.
+FORECAST_CONFIDENCE = 0.8
+
+
+def _phi(z: float) -> float:
+    """Standard normal CDF (inf-safe)."""
+    from math import erf
+
+    return 0.5 * (1.0 + erf(z / np.sqrt(2.0))) if np.isfinite(z) else float(z > 0)
+
+
+def trend_fit(y: np.ndarray, window: int) -> tuple[float, float, float, int]:
+    """Least-squares slope of ln y per step over the last ``window`` finite positive points, its
+    standard error, R^2, and the number of points. The standard error is widened for
+    autocorrelated residuals (a gradient norm's noise is not independent from step to step) by
+    sqrt((1 + r) / (1 - r)) with r the residuals' lag-1 autocorrelation clipped to [0, 0.95]."""
+    y = np.asarray(y, np.float64)
+    y = np.log(y[np.isfinite(y) & (y > 0)][-window:])
+    n = y.size
+    if n < 3:
+        return float("nan"), float("nan"), float("nan"), n
+    x = np.arange(n, dtype=np.float64) - (n - 1) / 2
+    sxx = float(x @ x)
+    slope = float(x @ (y - y.mean())) / sxx
+    e = y - y.mean() - slope * x
+    sse, syy = float(e @ e), float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - sse / syy if syy > 0 else 1.0
+    r = float(e[1:] @ e[:-1]) / sse if sse > 0 else 0.0
+    r = min(max(r, 0.0), 0.95)
+    se = np.sqrt(sse / max(n - 2, 1) / sxx * (1 + r) / (1 - r))
+    return slope, float(se), float(min(max(r2, 0.0), 1.0)), n
+
+
+def forecast(g: np.ndarray, window: int, band: float, steady: bool) -> Forecast:
+    """Extrapolate the trend of the global norm ``g`` over the next ``window`` steps. With P the
+    normal probability under the slope's standard error: Stable (projected change within
+    +/-``band`` decades; only for a ``steady`` network), Deteriorating (above), Improving (below);
+    the most probable is stated when its probability reaches ``FORECAST_CONFIDENCE``, else
+    Uncertain. Confidence is that probability, not R^2: a flat series has R^2 ~ 0 by construction
+    however sure its flatness is."""
+    sl, se, r2, n = trend_fit(g, window)
+    if not np.isfinite(sl):
+        return Forecast("Uncertain", float("nan"), float("nan"),
+                        f"no trend: {n} recorded step{'s' if n != 1 else ''} with a finite positive global "
+                        "gradient norm (at least 3 are needed)", stable_band=band)
+    k = window / np.log(10)  # ln per step -> decades per window
+    proj, sp = sl * k, se * k
+    if sp > 0:
+        hi, lo = _phi((band - proj) / sp), _phi((-band - proj) / sp)
+    else:
+        hi, lo = float(proj <= band), float(proj < -band)
+    p = {"Stable": hi - lo, "Deteriorating": 1 - hi, "Improving": lo}
+    best = max(p, key=p.get)
+    outlook = best if p[best] >= FORECAST_CONFIDENCE and (best != "Stable" or steady) else "Uncertain"
+    basis = (f"least-squares trend of log global gradient norm over the last {n} steps: {_fmt(proj)} decades "
+             f"per {window} steps (95% interval {_fmt(proj - 1.96 * sp)} to {_fmt(proj + 1.96 * sp)}); "
+             f"Stable within ±{_fmt(band)}" + ("" if steady else "; the layers are unsteady, so not Stable"))
+    return Forecast(outlook, float(proj), float(p[best]), basis, (float(proj - 1.96 * sp), float(proj + 1.96 * sp)),
+                    float(band), r2)
 
 
 @dataclass
@@ -493,10 +554,8 @@ def stability(s: Series, flow: pd.DataFrame, factors: list[RiskFactor], max_sour
     """Network stability: the median layer stability; its trend from the global norm's stability in
     the first and last quarter of the run; the instability sources (layers with exploding,
     non-finite, vanishing, oscillating or unstable factors, strongest first); and a forecast that
-    extrapolates the last ``convergence_window`` steps of the global norm, with the fit's R^2 as its
-    confidence: Stable when the projected change is below the pace of ``trend_decades`` per run,
-    Uncertain when the line explains less than half the variance (R^2 < 0.5), else Improving
-    (falling norm) or Deteriorating (growing norm)."""
+    extrapolates the last ``convergence_window`` steps of the global norm (see ``forecast``): Stable
+    when the projected change stays within the pace of ``trend_decades`` per run."""
     run, t = s.run, s.run.thresholds
     with _quiet():
         overall = float(nanmedian(flow["stability"][s.trainable])) if np.isfinite(flow["stability"][s.trainable]).any() else float("nan")
@@ -520,23 +579,9 @@ def stability(s: Series, flow: pd.DataFrame, factors: list[RiskFactor], max_sour
             for f in factors if f.kind in kinds]
     srcs.sort(key=lambda x: -x.severity)
     W = int(t.convergence_window)
-    sl, r2 = _rel_slope(g, W)
-    proj = sl * W / np.log(10) if np.isfinite(sl) else float("nan")
-    pace = t.trend_decades * W / max(1, run.n_steps)
-    if not np.isfinite(proj):
-        outlook = "Uncertain"
-    elif abs(proj) <= pace:
-        outlook = "Stable" if (np.isfinite(overall) and overall >= t.unstable) else "Uncertain"
-    elif r2 < 0.5:
-        outlook = "Uncertain"
-    else:
-        outlook = "Deteriorating" if proj > 0 else "Improving"
-    basis = (f"least-squares trend of log global gradient norm over the last {min(W, g.size)} steps: "
-             f"{_fmt(proj)} decades per {W} steps" if np.isfinite(proj) else
-             f"no trend: {g.size} recorded step{'s' if g.size != 1 else ''} with a finite positive global "
-             "gradient norm (at least 3 are needed)")
-    return Stability(overall, trend, quarters, srcs[:max_sources],
-                     Forecast(outlook, float(proj), float(r2) if np.isfinite(r2) else float("nan"), basis))
+    steady = bool(np.isfinite(overall) and overall >= t.unstable)
+    fc = forecast(g, W, t.trend_decades * W / max(1, run.n_steps), steady)
+    return Stability(overall, trend, quarters, srcs[:max_sources], fc)
 
 
 def overall_health(health: pd.DataFrame, exact: dict) -> str:

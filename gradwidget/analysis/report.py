@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..run import Run
 from ..thresholds import Thresholds
+from .health import FORECAST_CONFIDENCE
 
 
 def to_jsonable(x: Any) -> Any:
@@ -44,6 +45,20 @@ def to_jsonable(x: Any) -> Any:
     if x is None or isinstance(x, (str, int)):
         return x
     return str(x)
+
+
+def _outlook(f) -> str:
+    """The forecast in words: its outlook, the projected change with its 95% interval, and how
+    probable the outlook is under that interval."""
+    if not np.isfinite(f.projected_decades):
+        return f"outlook {f.outlook} (no trend to extrapolate)"
+    lo, hi = f.interval
+    what = {"Stable": f"it stays within ±{f.stable_band:.2f}", "Deteriorating": f"it rises by more than {f.stable_band:.2f}",
+            "Improving": f"it falls by more than {f.stable_band:.2f}"}
+    claim = what.get(f.outlook, f"no outlook reaches {FORECAST_CONFIDENCE:.0%}: the most likely one has")
+    return (f"outlook {f.outlook} (global norm projected to change {f.projected_decades:+.2f} decades over the "
+            f"next window, 95% interval {lo:+.2f} to {hi:+.2f}; " +
+            (f"{f.confidence:.0%} probability {claim})" if f.outlook in what else f"{claim} {f.confidence:.0%})"))
 
 
 @dataclass
@@ -104,9 +119,8 @@ class Report:
         lines.append(f"Training phase: {d.learning_phase} (from the {d.series})"
                      + (f"; plateau for {d.plateau.duration_steps} steps." if d.plateau.is_plateau else "."))
         st = self.stability
-        lines.append(f"Stability: {st.overall:.2f} (trend {st.trend}); outlook {st.forecast.outlook} "
-                     f"(confidence R² {st.forecast.confidence:.2f})." if np.isfinite(st.overall) else
-                     "Stability: not enough data.")
+        lines.append(f"Stability: {st.overall:.2f} (trend {st.trend}); {_outlook(st.forecast)}." if np.isfinite(st.overall)
+                     else "Stability: not enough data.")
         if not self.network.available:
             lines.append("Flow network: unavailable — " + self.network.reason + ".")
         elif self.critical_paths:
