@@ -77,3 +77,40 @@ def test_graph_capture_ends_at_the_first_step_when_the_root_forward_never_runs()
             assert not m._forward_hooks and not m._forward_pre_hooks
     pairs = {(rec.run.layers[a].module, rec.run.layers[b].module) for a, b in rec.run.edges}
     assert pairs == {("enc", "dec")}
+
+
+def test_a_step_grad_scaler_skips_is_recorded_with_its_nonfinite_counts():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    with Recorder(model, opt, update_every=1) as rec:
+        for i in range(4):
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(torch.randn(4, 8)).float().pow(2).mean()
+            if i == 1:
+                loss = loss * float("inf")  # overflow: scaler.step skips optimizer.step()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+    run = rec.run
+    assert run.steps.tolist() == [0, 1, 2, 3]
+    assert (run.metric("nonfinite")[1] > 0).all() and (run.metric("nonfinite")[[0, 2, 3]] == 0).all()
+    assert np.isnan(run.metric("update_norm")[1]).all()  # nothing was stepped
+    assert np.isfinite(run.metric("update_norm")[[0, 2, 3]]).all()
+    assert "zero_grad" not in opt.__dict__  # detach restored the optimizer's own method
+
+
+def test_a_skipped_last_step_is_recorded_at_detach_and_zero_grad_twice_records_nothing():
+    model = nn.Sequential(nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    rec = Recorder(model, opt)
+    step(model, opt)
+    opt.zero_grad(set_to_none=False)
+    opt.zero_grad(set_to_none=False)  # no backward in between: no step to record
+    assert rec.run.n_steps == 1
+    model(torch.randn(4, 8)).sum().backward()
+    model[0].weight.grad[0, 0] = float("nan")  # as if the step were skipped on overflow
+    rec.detach()
+    assert rec.run.n_steps == 2 and rec.run.metric("nonfinite")[1].sum() == 1

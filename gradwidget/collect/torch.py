@@ -9,6 +9,7 @@ captured once.
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections import defaultdict
@@ -174,6 +175,8 @@ class Recorder:
         if optimizer is not None:
             self._handles.append(optimizer.register_step_pre_hook(self._pre_step))
             self._handles.append(optimizer.register_step_post_hook(self._post_step))
+            if self._dist is None or not self._dist.sharded:
+                self._wrap_zero_grad()
         self._install_graph_capture()
 
     # ------------------------------------------------------------------ public
@@ -188,10 +191,14 @@ class Recorder:
             self._pending["step"] = int(step)
 
     def detach(self) -> None:
-        """Remove every hook this recorder installed and close its run directory."""
+        """Remove every hook this recorder installed and close its run directory (recording first
+        a last backward no optimizer step consumed)."""
+        if self._attached and self.optimizer is not None and self._zero_grad_wrapper is not None:
+            self._record_unstepped()
         for h in self._handles + self._grad_handles + self._graph_handles:
             h.remove()
         self._handles, self._grad_handles, self._graph_handles = [], [], []
+        self._unwrap_zero_grad()
         self._update_bufs = None
         if self._writer is not None:
             self._writer.close()
@@ -239,7 +246,52 @@ class Recorder:
     _dist_step = None
 
     def _pre_step(self, optimizer, args, kwargs) -> None:
+        self._stepped = True
         self._on_step(before_update=True)
+
+    # ------------------------------------------------------------------ steps the optimizer skipped
+    _stepped = True  # an optimizer step ran since the last zero_grad (or none ran yet)
+    _zero_mark: tuple = ()
+    _zero_grad_wrapper = None
+
+    def _wrap_zero_grad(self) -> None:
+        """Wrap ``optimizer.zero_grad`` on the instance: AMP's GradScaler skips ``optimizer.step()``
+        when it finds Inf/NaN, so the step hooks never see that step; the zero_grad that follows
+        records it. Several backwards per step (accumulation) stay one step: only zero_grad flushes."""
+        opt = self.optimizer
+        original = opt.zero_grad
+        self._own_zero_grad = opt.__dict__.get("zero_grad")  # an instance attribute to restore
+
+        @functools.wraps(original)
+        def zero_grad(*args, **kwargs):
+            self._record_unstepped()
+            out = original(*args, **kwargs)
+            self._stepped, self._zero_mark = False, self._grad_mark()
+            return out
+
+        opt.zero_grad = zero_grad
+        self._zero_grad_wrapper = zero_grad
+
+    def _unwrap_zero_grad(self) -> None:
+        opt = self.optimizer
+        if opt is None or self._zero_grad_wrapper is None or opt.__dict__.get("zero_grad") is not self._zero_grad_wrapper:
+            return  # never wrapped, or wrapped again by someone else since: leave theirs in place
+        if self._own_zero_grad is None:
+            del opt.zero_grad
+        else:
+            opt.zero_grad = self._own_zero_grad
+        self._zero_grad_wrapper = None
+
+    def _grad_mark(self) -> tuple:
+        """Which gradient tensors exist and their in-place version counters: backward changes it
+        (new tensors, or accumulation into zeroed ones), a second zero_grad does not."""
+        return tuple(None if p.grad is None else (id(p.grad), p.grad._version) for p in self._params)
+
+    def _record_unstepped(self) -> None:
+        """Record the gradients of a backward that no optimizer step consumed (a skipped AMP step)."""
+        if not self._stepped and self._grad_mark() != self._zero_mark:
+            self._stepped = True
+            self._on_step()
 
     def _post_step(self, optimizer, args, kwargs) -> None:
         if self._update_bufs is None or not self._snap_taken:
