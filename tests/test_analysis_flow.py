@@ -242,3 +242,14 @@ def test_break_cycles_leaves_an_acyclic_graph():
         for k in range(n):
             reach |= reach[:, [k]] & reach[[k], :]
         assert ((comp[:, None] == comp[None, :]) == (reach & reach.T)).all()
+
+
+def test_a_graph_without_any_gradient_warns_nothing(recwarn):
+    import warnings
+
+    warnings.simplefilter("error")  # 'Mean of empty slice' leaked from the network metrics
+    s = Series(synth(np.ones((T, 3)), edges=[(0, 1), (1, 2)], status=["frozen"] * 3))
+    net = network.flow_network(s, flow.flow_characteristics(s))
+    assert net.available and np.isnan(net.metrics.flow_stability) and np.isnan(net.metrics.flow_efficiency)
+    from gradwidget.analysis import analyze
+    assert analyze(s.run).overall_health == "Unknown"

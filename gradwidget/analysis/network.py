@@ -156,9 +156,15 @@ def flow_network(s: Series, flow: pd.DataFrame) -> FlowNetwork:
         flow_efficiency=float(10 ** np.mean(gain_log[fin])) if fin.any() else float("nan"),
         connectivity=len(E) / max(1, L * (L - 1)),
         bottleneck_density=float(np.mean(ntype == "Bottleneck")),
-        flow_stability=float(np.nanmean(consistency)) if len(E) else float("nan"),
+        flow_stability=_finite_mean(consistency),
         blocked_edges=int(np.sum(etype == "Blocked")))
     return FlowNetwork(True, "", nodes, edges, metrics)
+
+
+def _finite_mean(x: np.ndarray) -> float:
+    """Mean of the finite entries; NaN when there are none (no warning: an all-frozen graph is valid)."""
+    x = x[np.isfinite(x)]
+    return float(x.mean()) if x.size else float("nan")
 
 
 def _f(x) -> float:
