@@ -6,6 +6,29 @@ import sys
 from pathlib import Path
 
 
+#: the files a run directory is made of: no command writes its output over one of them
+RUN_FILES = ("meta.json", "meta.json.tmp", "steps.bin", "hist.bin")
+
+
+def _output(path: str) -> Path:
+    """The output file, refused when it is a folder or one of a run directory's own files (writing
+    a report over ``RUN/meta.json`` would destroy the run it describes)."""
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{p} is a directory; give the file to write, e.g. -o {p / 'report.html'}")
+    if p.name in RUN_FILES and (p.parent / "meta.json").is_file():
+        raise ValueError(f"refusing to write {p}: it is one of the files of the run in {p.parent}; "
+                         "choose another output file")
+    return p
+
+
+def _describe(e: Exception) -> str:
+    """One line for an error: OSErrors say what failed on which file, without the errno prefix."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+    return str(e)
+
+
 def _load(path: str):
     from .storage import load_run
 
@@ -39,8 +62,9 @@ def cmd_ascii(args) -> int:
 
 
 def cmd_export(args) -> int:
+    out = _output(args.output)
     run = _load(args.run)
-    fmt = args.format or Path(args.output).suffix.lstrip(".").lower()
+    fmt = args.format or out.suffix.lstrip(".").lower()
     if fmt == "json":
         run.export_json(args.output)
     elif fmt == "csv":
@@ -55,7 +79,7 @@ def cmd_export(args) -> int:
 def cmd_report(args) -> int:
     from .report import main_report
 
-    main_report(args.run, args.output)
+    main_report(args.run, _output(args.output))
     print(f"wrote {args.output}")
     return 0
 
@@ -91,8 +115,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (RunFormatError, FileNotFoundError, ValueError) as e:
-        print(f"gradwidget {args.command}: error: {e}", file=sys.stderr)
+    except (RunFormatError, OSError, ValueError) as e:
+        print(f"gradwidget {args.command}: error: {_describe(e)}", file=sys.stderr)
         return 2
 
 

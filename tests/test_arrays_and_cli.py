@@ -90,3 +90,49 @@ def test_cli_demo_end_to_end(tmp_path):
     from gradwidget.storage import load_run
 
     assert load_run(out).n_steps == 40
+
+
+def _small_run_dir(path):
+    rec = ArrayRecorder(log_dir=path)
+    for s in range(4):
+        rec.record(s, {"x": np.full(3, 0.5), "y": np.full(3, 1e-3)})
+    rec.close()
+    return path
+
+
+@pytest.mark.parametrize("command", ["report", "export"])
+@pytest.mark.parametrize("name", ["meta.json", "steps.bin", "hist.bin"])
+def test_cli_refuses_to_write_over_a_run_file(tmp_path, capsys, command, name):
+    run = _small_run_dir(tmp_path / "r")
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    assert main([command, str(run), "-o", str(run / name)]) == 2
+    assert "refusing to write" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before  # the run is untouched
+
+
+def test_cli_report_into_a_folder_is_a_clear_error_and_leaves_no_temp_file(tmp_path, capsys):
+    run = _small_run_dir(tmp_path / "r")
+    assert main(["report", str(run), "-o", str(run)]) == 2
+    assert "is a directory; give the file to write" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
+
+
+def test_write_report_cleans_up_its_temp_file_when_the_rename_fails(tmp_path):
+    from gradwidget.analysis import analyze
+    from gradwidget.report import write_report
+    from gradwidget.storage import load_run
+
+    run = _small_run_dir(tmp_path / "r")
+    (tmp_path / "out.html").mkdir()  # os.replace cannot put a file over a folder
+    with pytest.raises(OSError):
+        write_report(analyze(load_run(run)), tmp_path / "out.html")
+    assert not (tmp_path / "out.html.tmp").exists()
+
+
+def test_cli_reports_os_errors_in_one_line(tmp_path, capsys):
+    run = _small_run_dir(tmp_path / "r")
+    (tmp_path / "f").write_text("a file, not a folder")
+    assert main(["export", str(run), "-o", str(tmp_path / "f" / "o.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gradwidget export: error:") and "Traceback" not in err
+    assert str(tmp_path / "f") in err
