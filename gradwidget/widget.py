@@ -312,10 +312,12 @@ class GradientPanel(anywidget.AnyWidget):
                  poll_interval: float = 0.5, **recorder_kwargs) -> None:
         if not _BUNDLE.is_file():
             warnings.warn(BUNDLE_MISSING, stacklevel=2)
-        if not (isinstance(max_rate, (int, float)) and max_rate > 0):
-            raise ValueError(f"max_rate must be a positive number of updates per second, got {max_rate!r}")
-        if not (isinstance(poll_interval, (int, float)) and poll_interval > 0):
-            raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
+        # every argument is checked before anything is attached: a failed constructor must not
+        # leave hooks (and an on_step callback) on the user's model
+        _check_options(metric, columns, max_rate, poll_interval, recorder_kwargs)
+        known = _source_layer_names(source)
+        if known is not None:
+            _check_layer_option(layer, known)
         self.recorder = None
         self._reader = None
         self._static_run: Run | None = None
@@ -335,16 +337,22 @@ class GradientPanel(anywidget.AnyWidget):
         self._thread: threading.Thread | None = None
         self._min_interval = 1.0 / float(max_rate)
         self._poll_interval = float(poll_interval)
-        self._initial_layer = layer
+        self._initial_layer = None if isinstance(layer, (int, np.integer)) and layer == -1 else layer
         self.push_count = 0  # updates sent (tests and benchmarks read it)
         #: the step the static image (``static_png``, the mime bundle's ``image/png``) shows
         self.static_step: int | None = None
         self._ready = False
 
         self._attach_source(source, optimizer, recorder_kwargs, live)
-        super().__init__(metric=metric, columns=columns)
-        self._ready = True
-        self._push(force=True)
+        try:
+            if known is None and self.run is not None:  # a run directory: its layers are known now
+                _check_layer_option(layer, self.run.layer_names)
+            super().__init__(metric=metric, columns=columns)
+            self._ready = True
+            self._push(force=True)
+        except BaseException:
+            self._release_source()
+            raise
         if self._reader is not None and live:
             self._start_polling()
         if self.recorder is not None or (self._reader is not None and live):
@@ -363,7 +371,8 @@ class GradientPanel(anywidget.AnyWidget):
             raise ValueError("live=True follows a run directory: pass its path (GradientPanel.from_run(path, live=True))")
         if isinstance(source, Run):
             if optimizer is not None or recorder_kwargs:
-                raise TypeError("a Run takes no optimizer or recorder options")
+                raise TypeError("a Run takes no optimizer or recorder options, got "
+                                + ", ".join(["optimizer"] * (optimizer is not None) + sorted(recorder_kwargs)))
             self._static_run = source
             return
         if source is not None and hasattr(source, "on_step") and hasattr(source, "run") and hasattr(source, "log"):
@@ -418,13 +427,17 @@ class GradientPanel(anywidget.AnyWidget):
             raise TypeError("log() needs a panel that records a model: GradientPanel(model, optimizer)")
         self.recorder.log(loss=loss, lr=lr, step=step)
 
-    def detach(self) -> None:
-        """Stop recording (remove the hooks of the recorder this panel created) and send the final view."""
+    def _release_source(self) -> None:
+        """Remove this panel's callback from its recorder, and the hooks of a recorder it created."""
         if self.recorder is not None:
             if self._on_step in self.recorder.on_step:
                 self.recorder.on_step.remove(self._on_step)
             if self._own_recorder:
                 self.recorder.detach()
+
+    def detach(self) -> None:
+        """Stop recording (remove the hooks of the recorder this panel created) and send the final view."""
+        self._release_source()
         self.stop()
 
     def stop(self) -> None:
@@ -894,6 +907,53 @@ def _watch_cells(panel: GradientPanel) -> None:
         return
     ip.events.register("post_run_cell", _after_cell_hook)
     _HOOKED.append(ip)
+
+
+def _check_options(metric, columns, max_rate, poll_interval, recorder_kwargs: dict) -> None:
+    """Clear errors for the constructor's options (raised before anything is attached)."""
+    if not isinstance(metric, str) or metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; choose one of {list(METRICS)}")
+    if isinstance(columns, bool) or not isinstance(columns, (int, np.integer)) or columns < 1:
+        raise ValueError(f"columns must be a positive int (step columns of the heatmap), got {columns!r}")
+    if isinstance(max_rate, bool) or not (isinstance(max_rate, (int, float)) and max_rate > 0):
+        raise ValueError(f"max_rate must be a positive number of updates per second, got {max_rate!r}")
+    if isinstance(poll_interval, bool) or not (isinstance(poll_interval, (int, float)) and poll_interval > 0):
+        raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
+    if "step" in recorder_kwargs:
+        raise TypeError("GradientPanel takes no step argument: set panel.step (a recorded step) once "
+                        "the panel exists, which also stops it following the newest step")
+
+
+def _source_layer_names(source) -> list[str] | None:
+    """The layer names a source will show, known before attaching to it (None: a run directory,
+    read when attached, or a source of unknown kind, rejected when attached)."""
+    run = getattr(source, "run", None) if not isinstance(source, Run) else source
+    if isinstance(run, Run):
+        return run.layer_names
+    names = getattr(source, "_names", None)  # a Recorder before its first step
+    if isinstance(names, list):
+        return names
+    if _is_module(source):
+        model = getattr(source, "module", source) if type(source).__name__ == "DistributedDataParallel" else source
+        return [n for n, _ in model.named_parameters()]
+    return None
+
+
+def _check_layer_option(layer, names: list[str]) -> None:
+    """``layer`` must be None, one of ``names`` or a column index of them (a clear error otherwise)."""
+    if layer is None:
+        return
+    shown = ", ".join(repr(n) for n in names[:8]) + (f", ... ({len(names)} layers)" if len(names) > 8 else "")
+    if isinstance(layer, str):
+        if layer not in names:
+            raise ValueError(f"no layer named {layer!r}; layers are {shown or 'none'}")
+        return
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+        raise TypeError(f"layer must be a layer name (str) or a column index (int), "
+                        f"got {type(layer).__name__} {layer!r}")
+    if not -1 <= int(layer) < len(names):
+        raise ValueError(f"layer {int(layer)} is out of range: -1 (none) or a column index below "
+                         f"{len(names)}; layers are {shown or 'none'}")
 
 
 def _is_module(obj) -> bool:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -255,6 +256,58 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
         GradientPanel.from_run(tmp_path / "missing")
     with pytest.raises(TypeError, match="log\\(\\) needs"):
         GradientPanel(synthetic_run(3)).log(loss=1.0)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"metric": "foo"}, ValueError, r"unknown metric 'foo'; choose one of \['grad_norm'"),
+    ({"columns": 0}, ValueError, "columns must be a positive int"),
+    ({"columns": "wide"}, ValueError, "columns must be a positive int"),
+    ({"layer": "zzz"}, ValueError, "no layer named 'zzz'; layers are '0.weight', '0.bias'"),
+    ({"layer": 3.5}, TypeError, "layer must be a layer name .* got float 3.5"),
+    ({"layer": 4}, ValueError, "layer 4 is out of range: -1 .* below 4"),
+    ({"max_rate": -1}, ValueError, "max_rate must be a positive number"),
+    ({"step": 10}, TypeError, "takes no step argument: set panel.step"),
+])
+def test_bad_options_are_refused_before_anything_is_attached(kwargs, error, match):
+    """A failed constructor must not leave its callback on the recorder (every later step would
+    warn "on_step callback failed")."""
+    rec = FakeRecorder(synthetic_run(5))
+    with pytest.raises(error, match=match):
+        GradientPanel(rec, **kwargs)
+    assert rec.on_step == []
+    with pytest.raises(error, match=match):
+        GradientPanel(synthetic_run(5), **kwargs)
+
+
+def test_a_failed_panel_on_a_model_leaves_no_hooks():
+    torch = pytest.importorskip("torch")
+    m = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(m.parameters(), 0.1)
+    for kwargs in ({"metric": "foo"}, {"layer": "zzz"}, {"layer": 2}, {"layer": 3.5}):
+        with pytest.raises((ValueError, TypeError)):
+            GradientPanel(m, opt, **kwargs)
+    assert all(not p._post_accumulate_grad_hooks and not p._backward_hooks for p in m.parameters())
+    assert not m._forward_hooks and not m._forward_pre_hooks
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "on_step callback failed" from a zombie recorder
+        m(torch.randn(4, 3)).sum().backward()
+        opt.step()
+    p = GradientPanel(m, opt, layer="bias")
+    m(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    p.flush()
+    assert p.layer == 1 and p.meta["n_steps"] == 1
+    p.detach()
+
+
+def test_a_path_or_a_number_as_source_is_explained(tmp_path):
+    from gradwidget.storage import RunFormatError
+
+    with pytest.raises(RunFormatError, match="no run at .*does not exist"):
+        GradientPanel(str(tmp_path / "no" / "such" / "path"))
+    with pytest.raises(TypeError, match="needs a torch.nn.Module .* got int"):
+        GradientPanel(5)
+    assert GradientPanel(synthetic_run(5), layer=-1).layer == GradientPanel(synthetic_run(5)).layer
 
 
 def all_nonfinite_run(n_steps=6, layers=("a", "b")) -> Run:
