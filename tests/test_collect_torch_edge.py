@@ -114,3 +114,29 @@ def test_a_skipped_last_step_is_recorded_at_detach_and_zero_grad_twice_records_n
     model[0].weight.grad[0, 0] = float("nan")  # as if the step were skipped on overflow
     rec.detach()
     assert rec.run.n_steps == 2 and rec.run.metric("nonfinite")[1].sum() == 1
+
+
+def test_a_layer_first_used_at_a_later_step_becomes_trainable_with_edges(tmp_path):
+    from gradwidget.storage import load_run
+
+    torch.manual_seed(0)
+    model = Sometimes()  # rare is not in the first forward
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with Recorder(model, opt, log_dir=tmp_path / "run") as rec:
+        opt.zero_grad()
+        model(torch.randn(4, 4)).pow(2).mean().backward()
+        opt.step()
+        assert rec.run.layers[rec.run.layer_index("rare.weight")].status == "unused"
+        for _ in range(5):
+            opt.zero_grad()
+            model(torch.randn(4, 4)).pow(2).mean().backward()
+            opt.step()
+    for run in (rec.run, load_run(tmp_path / "run")):
+        info = {layer.name: layer for layer in run.layers}
+        assert info["rare.weight"].status == info["rare.bias"].status == "trainable"
+        first = [info[n].backward_index for n in ("a.weight", "a.bias", "out.weight", "out.bias")]
+        assert sorted(first) == [0, 1, 2, 3]  # the first backward's order is kept
+        assert {info["rare.weight"].backward_index, info["rare.bias"].backward_index} == {4, 5}
+        pairs = {(run.layers[a].module, run.layers[b].module) for a, b in run.edges}
+        assert pairs == {("a", "rare"), ("a", "out"), ("rare", "out")}
+    assert not model.rare._forward_hooks  # the capture for its edges ended

@@ -24,6 +24,8 @@ from ..thresholds import as_thresholds
 
 _M = {name: i for i, name in enumerate(METRICS)}
 _MAX_GRAPH_VISITS = 200_000
+#: forwards captured again, at most, to find the edges of layers first used after the first step
+_LATE_CAPTURES = 16
 
 
 def _grad_stats(grads: list[torch.Tensor], foreach_all: bool) -> np.ndarray:
@@ -166,6 +168,10 @@ class Recorder:
         self._attached = True
         self._fwd_modules: list[str] = []     # parameter-owning modules in first-forward order
         self._graph_handles: list = []
+        self._capturing = False
+        self._edge_wanted: set[str] = set()   # modules of late layers whose edges are still unknown
+        self._late_captures = 0
+        self._unused_cols: list[int] = []
         if self._dist is not None and self._dist.inert:
             return  # replicated gradients (DDP): rank 0 records them, the other ranks do nothing
 
@@ -325,6 +331,7 @@ class Recorder:
     # ------------------------------------------------------------------ the step
     def _on_step(self, before_update: bool = False) -> None:
         self._finish_capture()
+        self._capture_late_edges()
         step_no = self._count
         self._count += 1
         if step_no % self.every:
@@ -372,6 +379,8 @@ class Recorder:
                           f"{int(self.run.steps[-1])}); recording it as {int(self.run.steps[-1]) + 1}")
             user_step = int(self.run.steps[-1]) + 1
         self.run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist)
+        if self._unused_cols:
+            self._adopt_late_layers(values)
 
     # ------------------------------------------------------------------ sharded (FSDP) steps
     def _begin_sharded_step(self, step_no: int, with_hist: bool, before_update: bool) -> None:
@@ -451,6 +460,7 @@ class Recorder:
                 self.run.meta["model"] = type_name(self.model)
                 self.run.meta["distributed"] = {"kind": self._dist.kind, "world_size": self._dist.world_size}
         self._col_of = {pi: c for c, pi in enumerate(self._order)}
+        self._unused_cols = [c for c, layer in enumerate(layers) if layer.status == "unused"]
         if self.track_updates:
             stepped = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
             cols = [c for c, pi in enumerate(self._order)
@@ -532,11 +542,12 @@ class Recorder:
                   if any(True for _ in m.parameters(recurse=False))}
         self._mod_in: dict[str, list] = {}
         self._mod_out: dict = {}
+        self._capturing = True
 
         def pre(name):
             def f(mod, args, kwargs=None):
-                if torch.is_grad_enabled() and self._edges_mod is None:
-                    if name not in self._mod_in:
+                if torch.is_grad_enabled() and self._capturing:
+                    if name not in self._mod_in and self._order is None:
                         self._fwd_modules.append(name)
                     fns = []
                     for a in list(args) + list((kwargs or {}).values()):
@@ -547,7 +558,7 @@ class Recorder:
 
         def post(name):
             def f(mod, args, output):
-                if torch.is_grad_enabled() and self._edges_mod is None:
+                if torch.is_grad_enabled() and self._capturing:
                     outs = output if isinstance(output, (tuple, list)) else (output,)
                     for o in outs:
                         if isinstance(o, torch.Tensor) and o.grad_fn is not None:
@@ -568,9 +579,11 @@ class Recorder:
         grad_fns they hold (and the activations those keep alive). Runs when the root module's
         forward returns or, for models whose root forward never runs (an ``nn.ModuleDict`` whose
         submodules are called directly), at the first step, whatever was seen by then."""
-        if self._edges_mod is not None:
+        if not self._capturing:
             return
-        self._edges_mod = self._walk_edges()
+        self._capturing = False
+        self._edges_mod = (self._edges_mod or set()) | self._walk_edges()
+        self._edge_wanted -= set(self._mod_in) | set(self._mod_out.values())
         self._mod_in, self._mod_out = {}, {}
         for h in self._graph_handles:
             h.remove()
@@ -579,6 +592,30 @@ class Recorder:
             self.run.edges = np.asarray(self._layer_edges(), np.int32).reshape(-1, 2)
             if self._writer is not None:
                 self._writer.write_meta()
+
+    def _capture_late_edges(self) -> None:
+        """Capture the next forward's graph again while a layer first used after the first step has
+        no edges yet; at most ``_LATE_CAPTURES`` times, since a layer used once may never return."""
+        if self._edge_wanted and not self._capturing and self._late_captures < _LATE_CAPTURES:
+            self._late_captures += 1
+            self._install_graph_capture()
+
+    def _adopt_late_layers(self, values: np.ndarray) -> None:
+        """A layer marked unused at the first step that now has a gradient becomes trainable, placed
+        after the layers of the first backward (its real arrival order was not observed), and the
+        next forward is captured for its edges; the run directory's meta is rewritten."""
+        has = ~np.isnan(values[_M["nonfinite"]])
+        late = [c for c in self._unused_cols if has[c]]
+        if not late:
+            return
+        self._unused_cols = [c for c in self._unused_cols if not has[c]]
+        nxt = 1 + max(layer.backward_index for layer in self.run.layers)
+        for k, c in enumerate(late):
+            self.run.layers[c].status, self.run.layers[c].backward_index = "trainable", nxt + k
+            self._edge_wanted.add(_module_of(self.model, self._names[self._order[c]])[0])
+        self._capture_late_edges()
+        if self._writer is not None:
+            self._writer.write_meta()
 
     def _walk_edges(self) -> set[tuple[str, str]]:
         edges: set[tuple[str, str]] = set()
