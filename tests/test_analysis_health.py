@@ -405,3 +405,53 @@ def test_a_flat_noisy_norm_is_confidently_stable_although_its_r2_is_near_zero():
     edge = health.forecast(10 ** (0.1 * np.arange(100) / 100 + 0.05 * rng.standard_normal(100)), 100,
                            band=0.1, steady=True)
     assert edge.outlook == "Uncertain" and 0.3 < edge.confidence < 0.8
+
+
+def test_steps_to_convergence_of_a_decay_onto_a_floor():
+    # y = 1 + 4 e^(-kt): the rate of ln y is -4k e^(-kt) / y; it falls below r where
+    # 4 k e^(-kt) = r (1 + 4 e^(-kt)), i.e. e^(-kt) = r / (4 (k - r)).
+    k, r, n, w = 0.01, 1e-3, 250, 80
+    t = np.arange(n)
+    y = 1 + 4 * np.exp(-k * t)
+    exact = np.log(4 * (k - r) / r) / k - (n - 1)
+    eta, why = health.steps_to_convergence(y, t, w, r)
+    assert eta == pytest.approx(exact, abs=1) and "R² 1.00" in why
+    eta10, _ = health.steps_to_convergence(y, 10 * t, w, r / 10)  # user steps 10 apart: rates per step / 10
+    assert eta10 == pytest.approx(10 * eta, rel=0.01)
+    assert health.steps_to_convergence(np.full(n, 0.3), t, w, r)[0] == 0
+    assert health.steps_to_convergence(np.exp(-0.01 * t), t, w, r)[0] is None      # constant rate: never
+    assert "never flattens" in health.steps_to_convergence(np.exp(-0.01 * t), t, w, r)[1]
+    assert "rising" in health.steps_to_convergence(np.exp(0.01 * t), t, w, r)[1]
+    assert health.steps_to_convergence(y[:150], t[:150], w, r)[0] is None           # too short for two windows
+    s, _ = _dyn(y)
+    fl = flow.flow_characteristics(s)
+    c = health.convergence(s, health.layer_health(s, fl, health.risk_factors(s, fl)))
+    assert c.trend == "Converging" and c.estimated_steps_to_convergence == eta
+
+
+def test_steps_to_convergence_with_noise_and_a_long_run():
+    rng = np.random.default_rng(4)
+    k, r, w = 2e-4, 1e-5, 1000
+    t = np.arange(20_000)
+    y = (1 + 4 * np.exp(-k * t)) * np.exp(0.003 * rng.standard_normal(t.size))
+    exact = np.log(4 * (k - r) / r) / k - t[-1]
+    eta, why = health.steps_to_convergence(y, t, w, r)
+    assert eta == pytest.approx(exact, rel=0.1), why
+
+
+def test_momentum_velocity_and_adaptation_are_measured():
+    rng = np.random.default_rng(6)
+    t = np.arange(2000)
+    assert health.velocity(0.99 ** t[:50], t[:50]) == pytest.approx(0.01)
+    assert health.velocity(0.99 ** t[:50], 5 * t[:50]) == pytest.approx(0.002)   # per user step
+    assert health.momentum(np.exp(rng.standard_normal(2000))) == pytest.approx(-0.5, abs=0.05)  # noise
+    assert health.momentum(np.exp(np.cumsum(rng.standard_normal(2000)))) == pytest.approx(0, abs=0.06)
+    assert health.momentum(np.exp(np.sin(t / 50))) > 0.99                          # persistent drift
+    assert health.momentum(np.where(t % 2, 1.0, 2.0)) == pytest.approx(-1, abs=1e-3)  # alternation
+    # a loss shedding 2% per step, then 1%: velocity of the window ~1.5%, adaptation -1%
+    loss = np.concatenate([0.98 ** np.arange(51), 0.98 ** 50 * 0.99 ** np.arange(1, 51)])
+    g = np.exp(np.cumsum(0.1 * rng.standard_normal((101, 2)), axis=0))
+    s, d = _dyn(loss, g=g)
+    assert d.learning_velocity == pytest.approx(0.015, abs=1e-3)
+    assert d.adaptation_rate == pytest.approx(-0.01, abs=1e-3)
+    assert d.gradient_momentum == pytest.approx(health.momentum(s.run.scalar("global_norm")[-100:]))

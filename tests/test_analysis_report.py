@@ -193,3 +193,12 @@ def test_summary_states_the_forecast_with_its_interval_not_r2():
     assert f"95% interval {f.interval[0]:+.2f} to {f.interval[1]:+.2f}" in line
     assert f"{f.confidence:.0%} probability it stays within ±{f.stable_band:.2f}" in line
     assert f.stable_band == pytest.approx(100 / 400)  # one decade per run, over a 100-step window
+
+
+def test_summary_gives_the_convergence_estimate():
+    t = np.arange(250)
+    rep = analyze(synth(np.full((250, 2), 0.1), loss=1 + 4 * np.exp(-0.01 * t)))
+    c = rep.convergence
+    assert c.trend == "Converging" and c.estimated_steps_to_convergence == pytest.approx(109, abs=1)
+    assert f"in about {c.estimated_steps_to_convergence} steps" in rep.summary_text()
+    json.loads(rep.to_json())

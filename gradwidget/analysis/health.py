@@ -279,6 +279,9 @@ class Convergence:
     rel_change_per_step: float
     trend: str              #: Converging / Stable / Diverging / Unknown
     series: str             #: which series the trend is read from
+    estimated_steps_to_convergence: int | None = None  #: user steps until the rate falls below
+                                                        #: plateau_rel_change (see ``steps_to_convergence``)
+    estimate_basis: str = ""  #: how the estimate was made, or why there is none
 
 
 def _rel_slope(y: np.ndarray, window: int) -> tuple[float, float]:
@@ -302,7 +305,67 @@ def convergence(s: Series, health: pd.DataFrame) -> Convergence:
     clip = lambda v: float(np.clip(-v * (w - 1) / ln10, 0, 1)) if np.isfinite(v) else float("nan")
     with _quiet():
         g = float(nanmedian(health["convergence"])) if np.isfinite(health["convergence"]).any() else float("nan")
-    return Convergence(g, clip(loss_fall), clip(par), rel, trend, what)
+    eta, why = steps_to_convergence(y, run.steps, w, t.plateau_rel_change)
+    return Convergence(g, clip(loss_fall), clip(par), rel, trend, what, eta, why)
+
+
+#: a decay-onto-a-floor fit must explain at least this share of the variance to be extrapolated.
+DECAY_FIT_R2 = 0.9
+
+
+def fit_decay(y: np.ndarray, x: np.ndarray) -> tuple[float, float, float, float]:
+    """Least-squares fit of y = c + a e^(-k (x - x0)) (x0 the first x): (c, a, k, R^2). For each k of a
+    log grid (then a finer one around the best) c and a are linear least squares."""
+    x = np.asarray(x, np.float64) - x[0]
+    span = max(float(x[-1]), 1.0)
+    best = (np.nan, np.nan, np.nan, -np.inf)
+    grid = np.geomspace(0.1 / span, 50.0 / span, 80)
+    for _ in range(2):
+        for k in grid:
+            A = np.column_stack([np.ones_like(x), np.exp(-k * x)])
+            coef, res, *_ = np.linalg.lstsq(A, y, rcond=None)
+            sse = float(np.sum((A @ coef - y) ** 2))
+            if -sse > best[3]:
+                best = (float(coef[0]), float(coef[1]), float(k), -sse)
+        step = grid[1] / grid[0]
+        grid = np.geomspace(best[2] / step, best[2] * step, 41)
+    syy = float(np.sum((y - y.mean()) ** 2))
+    c, a, k, neg = best
+    return c, a, k, (1 + neg / syy) if syy > 0 else 0.0
+
+
+def steps_to_convergence(y: np.ndarray, steps: np.ndarray, w: int, r: float) -> tuple[int | None, str]:
+    """User steps after the last one until the series' relative change per user step falls below ``r``
+    (the plateau threshold), and how that was read. The trailing half of the series (at least 2
+    ``w`` points) is fitted with a decay onto a floor, y = c + a e^(-kt) (``fit_decay``); its rate
+    a k e^(-kt) / y drops below ``r`` once e^(-kt) < r c / (a (k - r)). 0 when the last ``w``
+    points already change by less than ``r``; None (with the reason) when the series rises, has too
+    few points, does not follow such a decay (R^2 below ``DECAY_FIT_R2``), or decays towards zero
+    (c <= 0: a constant relative rate never flattens)."""
+    ok = np.isfinite(y) & (y > 0)
+    y, steps = np.asarray(y, np.float64)[ok], np.asarray(steps, np.float64)[ok]
+    now = float(lstsq_slope(np.log(y[-w:])[:, None], steps[-w:])[0][0]) if y.size else float("nan")  # per user step
+    if not np.isfinite(now):
+        return None, "fewer than 3 finite positive points"
+    if abs(now) <= r:
+        return 0, f"already changing by {abs(now):.2g} per step (below {r:g})"
+    if now > 0:
+        return None, f"rising by {now:.2g} per step: not converging"
+    m = max(2 * w, y.size // 2)
+    if y.size < m or y.size < 2 * w:
+        return None, f"a decay fit needs {2 * w} points, {y.size} recorded"
+    keep = np.unique(np.linspace(y.size - m, y.size - 1, min(m, 2048)).round().astype(np.int64))  # bounded cost
+    c, a, k, r2 = fit_decay(y[keep], steps[keep])
+    if not r2 >= DECAY_FIT_R2 or not a > 0:
+        return None, f"the series does not follow a decay onto a floor (fit R² {r2:.2f})"
+    if not c > 0:
+        return None, "it decays towards zero at a steady relative rate, which never flattens"
+    if k <= r:  # the fitted rate a k e^(-kt) / y never exceeds k
+        return 0, f"the fitted decay rate {k:.2g} per step is already below {r:g}"
+    t_end = np.log(a * (k - r) / (r * c)) / k  # since the fit's first step
+    left = t_end - (steps[-1] - steps[-m])
+    return int(max(0, np.ceil(left))), (f"fit {c:.3g} + {a:.3g} e^(-{k:.3g} t) (R² {r2:.2f}) to the last {m} "
+                                        f"points; its rate falls below {r:g} {max(0.0, left):.0f} steps after the last")
 
 
 @dataclass
@@ -404,6 +467,42 @@ class Dynamics:
     rel_change_per_step: float
     plateau: Plateau
     series: str
+    gradient_momentum: float = float("nan")  #: lag-1 autocorrelation of the global norm's log changes
+    learning_velocity: float = float("nan")  #: mean share of the progress series shed per user step
+    adaptation_rate: float = float("nan")    #: learning_velocity of the window's second half minus its first
+
+
+def velocity(y: np.ndarray, steps: np.ndarray) -> float:
+    """Mean relative fall per user step, -mean(Δy / y_prev / Δstep): positive while a loss falls
+    (0.01 for y = 0.99^t), negative while it rises; NaN with fewer than 2 usable points."""
+    y, steps = np.asarray(y, np.float64), np.asarray(steps, np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v = -np.diff(y) / y[:-1] / np.diff(steps)
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if v.size else float("nan")
+
+
+def momentum(g: np.ndarray) -> float:
+    """Lag-1 autocorrelation of the changes of ln g: about -0.5 for a steady norm plus batch noise
+    (differencing white noise gives -0.5), 0 for a random walk, towards +1 when the norm keeps moving
+    the same way (persistent drift), towards -1 when it alternates. NaN with fewer than 4 points."""
+    g = np.asarray(g, np.float64)
+    d = np.diff(np.log(g[np.isfinite(g) & (g > 0)]))
+    if d.size < 3:
+        return float("nan")
+    d = d - d.mean()
+    den = float(d @ d)
+    return float(d[1:] @ d[:-1]) / den if den > 0 else float("nan")
+
+
+def _rates(y: np.ndarray, steps: np.ndarray, g: np.ndarray, w: int) -> tuple[float, float, float]:
+    """(gradient_momentum, learning_velocity, adaptation_rate) over the last ``w`` points: seed 000
+    scaled one convergence score into all three; here each is measured (see ``momentum``,
+    ``velocity``)."""
+    y, steps = y[-w:], steps[-w:]
+    h = y.size // 2
+    adapt = velocity(y[h:], steps[h:]) - velocity(y[:h + 1], steps[:h + 1]) if y.size >= 4 else float("nan")
+    return momentum(g[-w:]), velocity(y, steps), adapt
 
 
 def dynamics(s: Series) -> Dynamics:
@@ -457,7 +556,8 @@ def dynamics(s: Series) -> Dynamics:
         phase = "Refinement"
     plateau = Plateau(is_plateau, duration if is_plateau else 0, sev, float(rel), acts,
                       start if is_plateau else None, int(steps[-1]) if is_plateau else None)
-    return Dynamics(phase, float(rel_now), plateau, what)
+    g = run.scalar("global_norm")
+    return Dynamics(phase, float(rel_now), plateau, what, *_rates(y, steps, g[np.isfinite(g)], W))
 
 
 @dataclass

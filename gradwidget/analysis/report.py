@@ -118,6 +118,12 @@ class Report:
         d = self.dynamics
         lines.append(f"Training phase: {d.learning_phase} (from the {d.series})"
                      + (f"; plateau for {d.plateau.duration_steps} steps." if d.plateau.is_plateau else "."))
+        c = self.convergence
+        if c.trend == "Converging":
+            lines.append(f"Convergence: the {c.series} is converging; " + (
+                f"it should flatten (change below {self.thresholds.plateau_rel_change:g} per step) in about "
+                f"{c.estimated_steps_to_convergence} steps." if c.estimated_steps_to_convergence is not None
+                else f"no estimate of when it flattens: {c.estimate_basis}."))
         st = self.stability
         lines.append(f"Stability: {st.overall:.2f} (trend {st.trend}); {_outlook(st.forecast)}." if np.isfinite(st.overall)
                      else "Stability: not enough data.")
