@@ -89,6 +89,34 @@ def _as_layers(layers) -> list[LayerInfo]:
     return out
 
 
+def _as_step(step) -> int:
+    """The step number as an int; a whole float (3.0) is accepted, 'x' or 2.5 are refused."""
+    try:
+        as_float = float(step)
+        ok = as_float == int(as_float)
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if isinstance(step, bool) or isinstance(step, str) or not ok:
+        raise ValueError(f"step must be a whole number (the optimizer step count), got {step!r}")
+    return int(step)
+
+
+def _scalar_row(scalars: dict | None) -> np.ndarray:
+    """The per-step scalars in SCALARS order (NaN where not given), with a clear error for an
+    unknown name or a value that is not a number."""
+    row = np.full(len(SCALARS), np.nan)
+    for k, v in (scalars or {}).items():
+        if k not in SCALARS:
+            raise ValueError(f"unknown scalar {k!r}; scalars are {list(SCALARS)}")
+        if v is None:
+            continue
+        try:
+            row[SCALARS.index(k)] = float(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"{k} must be a number (or None), got {v!r:.60}") from None
+    return row
+
+
 def _concat_rows(a: "Run", b: "Run") -> "Run":
     r = a._slice_rows(0, a.n_steps)
     r._steps = np.concatenate([a.steps, b.steps])
@@ -133,7 +161,7 @@ class Run:
     ) -> None:
         self.layers: list[LayerInfo] = _as_layers(layers)
         self.thresholds: Thresholds = as_thresholds(thresholds)
-        if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
             raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
         self.max_steps = max_steps
         self.history_capacity = int(history_capacity)
@@ -303,19 +331,16 @@ class Run:
         values = np.asarray(values, np.float32)
         if values.shape != (len(METRICS), self.n_layers):
             raise ValueError(f"values must have shape {(len(METRICS), self.n_layers)}, got {values.shape}")
-        step = int(step)
+        step = _as_step(step)
         if self._n and step <= self.steps[-1]:
             raise ValueError(f"steps must increase: got step {step} after step {int(self.steps[-1])}")
+        row = _scalar_row(scalars)  # checked before anything changes: a rejected step leaves no trace
         if self.max_steps is not None and self._n >= self.max_steps:
             self._evict(self._n - self.max_steps + 1)
         self._grow(self._n + 1)
         i = self._s + self._n
         self._steps[i] = step
         self._metrics[i] = values
-        row = np.full(len(SCALARS), np.nan)
-        for k, v in (scalars or {}).items():
-            if v is not None:
-                row[SCALARS.index(k)] = float(v)
         self._scalars[i] = row
         self._n += 1
         if hist is not None:

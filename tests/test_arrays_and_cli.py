@@ -136,3 +136,34 @@ def test_cli_reports_os_errors_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("gradwidget export: error:") and "Traceback" not in err
     assert str(tmp_path / "f") in err
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(max_steps=0), ValueError, "max_steps must be a positive int or None, got 0"),
+    (dict(max_steps="x"), ValueError, "max_steps must be a positive int"),
+    (dict(histogram_every=True), ValueError, "histogram_every must be a non-negative int"),
+    (dict(log_dir=5), TypeError, "log_dir must be a folder path"),
+])
+def test_bad_recorder_options_fail_at_construction(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ArrayRecorder(**kwargs)
+
+
+def test_a_rejected_record_does_not_move_the_update_baseline():
+    rec = ArrayRecorder()
+    rec.record(0, {"a": np.ones(2)}, weights={"a": np.ones(2)})
+    with pytest.raises(ValueError, match="loss must be a number"):
+        rec.record(1, {"a": np.ones(2)}, weights={"a": np.ones(2) * 2}, loss="x")
+    with pytest.raises(ValueError, match="step must be a whole number"):
+        rec.record("x", {"a": np.ones(2)}, weights={"a": np.ones(2) * 2})
+    rec.record(2, {"a": np.ones(2)}, weights={"a": np.ones(2) * 3})
+    assert rec.run.steps.tolist() == [0, 2]
+    assert rec.run.metric("update_norm")[1, 0] == pytest.approx(np.sqrt(8))  # from step 0's weights
+
+
+@pytest.mark.parametrize("which", ["gradient", "weight"])
+def test_complex_arrays_are_refused_not_truncated_to_their_real_part(which):
+    z = np.array([1 + 1j, 0 - 2j])
+    grads, weights = ({"a": z}, None) if which == "gradient" else ({"a": np.ones(2)}, {"a": z})
+    with pytest.raises(TypeError, match=f"{which} 'a' is complex .*np.abs"):
+        ArrayRecorder().record(0, grads, weights=weights)

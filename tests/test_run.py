@@ -66,3 +66,32 @@ def test_to_frame_long_table():
     df = r.to_frame()
     assert len(df) == 8 and list(df.layer.cat.categories) == ["l0", "l1"]
     assert {"step", "grad_norm", "is_vanishing", "is_exploding", "flow_intensity"} <= set(df.columns)
+
+
+@pytest.mark.parametrize("step,scalars,match", [
+    ("x", {}, "step must be a whole number.*'x'"),
+    (2.5, {}, "step must be a whole number.*2.5"),
+    (float("nan"), {}, "step must be a whole number"),
+    (30, {"loss": "x"}, "loss must be a number \\(or None\\), got 'x'"),
+    (30, {"lr": [1, 2]}, "lr must be a number"),
+    (30, {"accuracy": 0.9}, "unknown scalar 'accuracy'"),
+])
+def test_bad_step_or_scalar_is_a_clear_error_that_changes_nothing(step, scalars, match):
+    r = filled(n=10, max_steps=10)  # a full window: a step that is accepted evicts the oldest
+    steps, version = r.steps.tolist(), r.version
+    with pytest.raises(ValueError, match=match):
+        r.append(step, np.zeros((len(METRICS), 3)), scalars)
+    assert r.steps.tolist() == steps and r.version == version and r.history is None
+
+
+def test_whole_float_and_numpy_steps_are_accepted():
+    r = Run(["a"])
+    r.append(np.int64(3), np.zeros((len(METRICS), 1)), {"loss": np.float32(0.5)})
+    r.append(4.0, np.zeros((len(METRICS), 1)))
+    assert r.steps.tolist() == [3, 4] and r.steps.dtype == np.int64
+
+
+@pytest.mark.parametrize("max_steps", [0, True, "x", 2.0])
+def test_bad_max_steps_rejected(max_steps):
+    with pytest.raises(ValueError, match="max_steps must be a positive int"):
+        Run(["a"], max_steps=max_steps)

@@ -6,6 +6,7 @@ and, optionally, a run directory written as it goes (``log_dir``).
 """
 from __future__ import annotations
 
+import os
 from typing import Mapping
 
 import numpy as np
@@ -62,7 +63,23 @@ def _to_numpy(x, what: str) -> np.ndarray:
         raise TypeError(f"{what} cannot be converted to an array: {e}") from None
     if not np.issubdtype(a.dtype, np.number):
         raise TypeError(f"{what} must be numeric, got dtype {a.dtype}")
+    if np.iscomplexobj(a):  # its norms and histogram would silently drop the imaginary part
+        raise TypeError(f"{what} is complex ({a.dtype}); gradwidget records real arrays: pass np.abs() "
+                        "of it, or its real and imaginary parts as two layers")
     return a
+
+
+def _check_options(max_steps, histogram_every, log_dir) -> None:
+    """Refuse bad recorder options at construction, not at the first record() call."""
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int)
+                                  or max_steps < 1):
+        raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+    if histogram_every is not None and (isinstance(histogram_every, bool) or not isinstance(histogram_every, int)
+                                        or histogram_every < 0):
+        raise ValueError("histogram_every must be a non-negative int (0 turns histograms off), "
+                         f"got {histogram_every!r}")
+    if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
+        raise TypeError(f"log_dir must be a folder path (str or pathlib.Path) or None, not {type(log_dir).__name__}")
 
 
 class ArrayRecorder:
@@ -74,8 +91,7 @@ class ArrayRecorder:
 
     def __init__(self, *, max_steps: int | None = None, histogram_every: int = 10, thresholds=None,
                  log_dir=None, overwrite: bool = False) -> None:
-        if histogram_every is not None and (not isinstance(histogram_every, int) or histogram_every < 0):
-            raise ValueError("histogram_every must be a non-negative int (0 turns histograms off)")
+        _check_options(max_steps, histogram_every, log_dir)
         self.max_steps = max_steps
         self.histogram_every = histogram_every or 0
         self.thresholds = as_thresholds(thresholds)
@@ -116,6 +132,7 @@ class ArrayRecorder:
         cols = np.empty((len(METRICS), len(names)))
         hist_now = self.histogram_every and self._count % self.histogram_every == 0
         hist = np.zeros((len(names), N_BINS), np.uint32) if hist_now else None
+        new_w = {}  # kept only once the step is recorded: a rejected call must not move the baseline
         for j, n in enumerate(names):
             g = _to_numpy(gradients[n], f"gradient {n!r}")
             if g.shape != self._shapes[n]:
@@ -128,12 +145,13 @@ class ArrayRecorder:
                     raise ValueError(f"weight {n!r} has {w.size} entries but its gradient has {g.size}")
             cols[:, j] = array_stats(g, w, self._prev_w.get(n))
             if w is not None:
-                self._prev_w[n] = w
+                new_w[n] = w
             if hist is not None:
                 hist[j] = log_hist(g.ravel())
         gn = cols[METRICS.index("grad_norm")]
         scalars = {"loss": loss, "lr": lr, "global_norm": float(np.sqrt(np.sum(gn.astype(np.float64) ** 2)))}
         self.run.append(step, cols, scalars, hist)
+        self._prev_w.update(new_w)
         self._count += 1
         if self._writer is not None:
             self._writer.append_last()
