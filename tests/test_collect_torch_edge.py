@@ -140,3 +140,26 @@ def test_a_layer_first_used_at_a_later_step_becomes_trainable_with_edges(tmp_pat
         pairs = {(run.layers[a].module, run.layers[b].module) for a, b in run.edges}
         assert pairs == {("a", "rare"), ("a", "out"), ("rare", "out")}
     assert not model.rare._forward_hooks  # the capture for its edges ended
+
+
+def test_a_new_recorder_on_the_same_model_detaches_the_old_one():
+    import gc
+    import weakref
+
+    model, opt = head_only_setup()
+    old = Recorder(model, opt)
+    for _ in range(2):
+        step(model, opt)
+    with pytest.warns(UserWarning, match="previous Recorder on this Sequential was detached; "
+                                         "its run keeps the 2 steps it recorded"):
+        new = Recorder(model, opt)
+    assert not old.attached and new.attached
+    for _ in range(3):
+        step(model, opt)
+    assert old.run.n_steps == 2 and new.run.n_steps == 3
+    gone = weakref.ref(old)
+    del old
+    gc.collect()
+    assert gone() is None  # the registry holds recorders weakly
+    new.detach()
+    Recorder(model, opt).detach()  # after detach, no warning: nothing was attached

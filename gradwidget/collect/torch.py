@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+import weakref
 from collections import defaultdict
 from typing import Callable
 
@@ -66,6 +67,23 @@ def _octave_histograms(grads: list[torch.Tensor], nonzero: np.ndarray) -> np.nda
     subnormal = np.maximum(0, nonzero.astype(np.int64) - c[:, 1:256].sum(axis=1))
     out[:, 0] += subnormal
     return out.astype(np.uint32)
+
+
+#: model -> weak reference to the Recorder attached to it; weak both ways, so neither is kept alive
+_ATTACHED: "weakref.WeakKeyDictionary[nn.Module, weakref.ref]" = weakref.WeakKeyDictionary()
+
+
+def _replace_attached(model: nn.Module, new: "Recorder") -> None:
+    """Detach the Recorder still attached to ``model`` (re-running a notebook cell that builds a
+    Recorder or GradientPanel would otherwise stack recorders that all keep recording)."""
+    ref = _ATTACHED.get(model)
+    old = ref() if ref is not None else None
+    if old is not None and old is not new and old.attached:
+        old.detach()
+        n = old.run.n_steps if old.run is not None else 0
+        warnings.warn(f"gradwidget: a previous Recorder on this {type(model).__name__} was detached; "
+                      f"its run keeps the {n} steps it recorded", stacklevel=3)
+    _ATTACHED[model] = weakref.ref(new)
 
 
 def _module_of(model: nn.Module, pname: str) -> tuple[str, str]:
@@ -151,6 +169,7 @@ class Recorder:
                     f"are not parameters of this {type(model).__name__}: pass the optimizer built from "
                     "model.parameters()")
 
+        _replace_attached(model, self)
         self.run: Run | None = None
         self.on_step: list[Callable[[Run], None]] = []
         self._handles: list = []
