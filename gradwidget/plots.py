@@ -89,13 +89,23 @@ def _empty(ax, text: str = "no steps recorded yet", axis_off: bool = True) -> No
         ax.set_axis_off()
 
 
+def _empty_note(run: Run) -> str | None:
+    """Why a run has nothing to draw (no step, or no layer), or None when it has."""
+    if run.n_steps == 0:
+        return "no steps recorded yet"
+    if run.n_layers == 0:
+        return "empty run: no layers recorded"
+    return None
+
+
 def _layers_axes(run, metric: str, ax, width: float):
     """Checked run, figure and axes sized for one row per layer (empty runs get a note)."""
     run = _check_run(run)
     _check_metric(metric)
     fig, ax = _new_ax(ax, (width, 0.6 + 0.22 * max(run.n_layers, 4)))
-    if run.n_steps == 0:
-        _empty(ax)
+    note = _empty_note(run)
+    if note:
+        _empty(ax, note)
     return run, fig, ax
 
 
@@ -175,7 +185,7 @@ def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, a
     per-step scale hides. ``step`` draws a cursor at that step (the panel's scrubber position).
     """
     run, fig, ax = _layers_axes(run, metric, ax, 9)
-    if run.n_steps == 0:
+    if _empty_note(run):
         return fig
     scale = color_scale(run, metric)
     r = run.downsample(max_columns) if run.n_steps > max_columns else run
@@ -210,7 +220,7 @@ def layer_bars(run: Run, step: int | None = None, metric: str = "grad_norm", ax=
     how far each layer sits from the vanishing / exploding thresholds.
     """
     run, fig, ax = _layers_axes(run, metric, ax, 5)
-    if run.n_steps == 0:
+    if _empty_note(run):
         return fig
     i = run.n_steps - 1 if step is None else run.step_position(step)
     colors = cell_colors(run, metric)[i]
@@ -326,8 +336,9 @@ def metric_series(run: Run, layers: Iterable[int | str] | int | str | None = Non
     elif isinstance(layers, (int, np.integer, str)):
         layers = [layers]
     idx = [run.layer_index(x) for x in layers]
-    if run.n_steps == 0:
-        _empty(ax)
+    note = _empty_note(run)
+    if note:
+        _empty(ax, note)
         return fig
     cmap = colormaps["plasma"]
     vals = run.metric(metric)
@@ -383,8 +394,9 @@ def weight_plot(run: Run, ax=None, layers: Sequence[int | str] | None = None) ->
     """
     run = _check_run(run)
     fig, ax = _new_ax(ax, (6, 3))
-    if run.n_steps == 0:
-        _empty(ax)
+    note = _empty_note(run)
+    if note:
+        _empty(ax, note)
         return fig
     w = run.metric("weight_norm").astype(np.float64)
     u = run.metric("update_norm").astype(np.float64)
@@ -489,8 +501,11 @@ def health_table_figure(report, ax=None, max_rows: int = 40) -> Figure:
 
 def default_layer(run: Run) -> int:
     """The layer a static view focuses on when none is chosen: the one flagged most often
-    (non-finite, exploding, vanishing, in that order of weight), else the input-side layer."""
-    if run.n_steps == 0 or run.n_layers == 0:
+    (non-finite, exploding, vanishing, in that order of weight), else the input-side layer;
+    -1 (none) when the run has no layers."""
+    if run.n_layers == 0:
+        return -1
+    if run.n_steps == 0:
         return 0
     score = (1e6 * run.nonfinite().sum(axis=0) + 1e3 * run.exploding().sum(axis=0)
              + run.vanishing().sum(axis=0))
@@ -516,10 +531,11 @@ def panel_figure(run, step: int | None = None, layer: int | str | None = None,
     ax_hist = fig.add_subplot(gs[1, 0])
     ax_series = fig.add_subplot(gs[1, 1])
     ax_loss = fig.add_subplot(gs[1, 2])
-    if run.n_steps == 0:
+    note = _empty_note(run)
+    if note:
         for ax in (ax_heat, ax_bars, ax_hist, ax_series, ax_loss):
             ax.set_axis_off()
-        ax_heat.text(0.5, 0.5, f"GradientPanel: {run.n_layers} layers, no steps recorded yet",
+        ax_heat.text(0.5, 0.5, f"GradientPanel ({run.n_layers} layers, {run.n_steps} steps): {note}",
                      ha="center", va="center", transform=ax_heat.transAxes)
         return fig
     s = int(run.steps[-1]) if step is None else int(run.steps[run.step_position(step)])

@@ -589,6 +589,8 @@ class GradientPanel(anywidget.AnyWidget):
         message, level = "", ""
         if N == 0:
             message, level = "This run is empty: no step has been recorded yet.", "info"
+        elif L == 0:
+            message, level = "This run is empty: it has no layers (no parameter was recorded).", "info"
         else:
             n_nf = int(np.count_nonzero(mets["nonfinite"] > 0))
             if n_nf:
@@ -646,6 +648,8 @@ class GradientPanel(anywidget.AnyWidget):
         return out
 
     def _table_rows(self, run: Run) -> list[dict]:
+        if run.n_layers == 0:
+            return []
         try:
             return table_from_report(self.report, run)
         except ImportError:
@@ -717,7 +721,7 @@ class GradientPanel(anywidget.AnyWidget):
 
             return int(default_layer(run))
         except ImportError:
-            return 0
+            return 0 if run.n_layers else -1
 
     def _view_step(self, run: Run) -> int:
         """The step the view shows: the newest when following, else the scrubbed step."""
@@ -757,6 +761,8 @@ class GradientPanel(anywidget.AnyWidget):
     def _table_html(self) -> str:
         """The health table of the run as HTML ("" when it cannot be analysed), kept in
         ``static_html`` so an exported notebook shows the table of the panel's final state."""
+        if self.run is None or self.run.n_layers == 0:
+            return ""
         try:
             from .report import health_table_html
 
@@ -847,15 +853,7 @@ class GradientPanel(anywidget.AnyWidget):
         run = self.run
         step = self._view_step(run) if run is not None and run.n_steps else None
         try:
-            from .report import static_mimebundle
-
-            try:
-                report = self.report if step is not None else None
-            except Exception:
-                report = None
-            static = static_mimebundle(run, step=step,
-                                       layer=self.layer if self.layer >= 0 else None, metric=self.metric,
-                                       report=report)
+            static = self._static_bundle(run, step)
         except ImportError:
             static = {}
         except Exception as e:
@@ -867,6 +865,24 @@ class GradientPanel(anywidget.AnyWidget):
         if static.get("image/png") and run is not None:
             self._set_static(base64.b64decode(static["image/png"]), self._table_html(), run.version, step)
         return data, md
+
+    def _static_bundle(self, run: Run | None, step: int | None) -> dict:
+        """``report.static_mimebundle`` of the current view; a run without layers has no health
+        table (nothing to analyse), so it gets the panel image with its "empty run" note alone."""
+        from .report import static_fallback_html, static_mimebundle
+
+        layer = self.layer if self.layer >= 0 else None
+        if run is not None and run.n_steps and run.n_layers == 0:
+            from . import plots
+
+            png = plots.figure_to_png(plots.panel_figure(run, metric=self.metric), dpi=80)
+            return {"image/png": base64.b64encode(png).decode("ascii"),
+                    "text/html": static_fallback_html(png), "text/plain": repr(run)}
+        try:
+            report = self.report if step is not None else None
+        except Exception:
+            report = None
+        return static_mimebundle(run, step=step, layer=layer, metric=self.metric, report=report)
 
     def _after_cell(self) -> None:
         """After a cell ran (IPython ``post_run_cell``): if it recorded steps, send the final view

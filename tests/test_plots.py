@@ -250,3 +250,23 @@ def test_bars_of_a_step_with_no_finite_value_draw_without_warnings():
         fig = plots.layer_bars(rec.run)
     lo, hi = fig.axes[0].get_xlim()
     assert hi > lo
+
+
+def layerless_run(n_steps=5) -> Run:
+    """A run with steps but no layer (a model whose parameters were all filtered out)."""
+    run = Run([])
+    for s in range(n_steps):
+        run.append(s, np.zeros((len(METRICS), 0), np.float32), {"loss": 1.0})
+    return run
+
+
+@pytest.mark.parametrize("draw", [plots.flow_heatmap, plots.layer_bars, plots.metric_series, plots.weight_plot,
+                                  plots.panel_figure])
+def test_a_run_without_layers_draws_an_empty_run_note(draw):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = draw(layerless_run())
+    assert any("empty run: no layers recorded" in t.get_text() for ax in fig.axes for t in ax.texts)
+    assert plots.default_layer(layerless_run()) == -1

@@ -528,3 +528,16 @@ def test_from_run_follows_a_directory(tmp_path):
     p.stop()
     assert not p.live
     rec.detach()
+
+
+def test_a_run_without_layers_shows_the_empty_message():
+    run = Run([])
+    for s in range(5):
+        run.append(s, np.zeros((len(METRICS), 0), np.float32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no analysis failure, no failed static rendition
+        p = GradientPanel(run)
+        data, _ = p._repr_mimebundle_()
+    assert p.meta["level"] == "info" and "no layers" in p.meta["message"]
+    assert p.layer == -1 and p.meta["rows"] == 0 and p.table == []
+    assert data["image/png"] and 'class="gradwidget-panel-image"' in data["text/html"]
