@@ -135,8 +135,26 @@ def test_interactions_are_correlations_and_stay_bounded():
     pairs = {(i.layer1, i.layer2): i for i in inter}
     assert pairs[("l0.weight", "l1.weight")].interaction_type == "Cooperative"
     assert pairs[("l0.weight", "l1.weight")].correlation == pytest.approx(1, abs=1e-6)
-    assert pairs[("l0.weight", "l2.weight")].interaction_type == "Competitive"
+    assert pairs[("l0.weight", "l2.weight")].interaction_type == "Disruptive"   # r = -1
     assert len(inter) == 3 and abs(inter[0].correlation) >= abs(inter[-1].correlation)
+    share = health.energy_share(s)
+    m = np.median(g, axis=0) ** 2
+    assert share == pytest.approx(m / m.sum())
+    p = pairs[("l0.weight", "l1.weight")]
+    assert p.impact_score == pytest.approx(share[0] + share[1], rel=1e-6)  # |r| = 1
+
+
+def test_competitive_and_disruptive_are_told_apart():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(T)
+    b = -0.7 * a + np.sqrt(1 - 0.7 ** 2) * rng.standard_normal(T)   # r about -0.7
+    (i,) = health.interactions(Series(synth(np.exp(np.column_stack([a, b])))))
+    assert -DIS < i.correlation <= -health.INTERACTION_CORR and i.interaction_type == "Competitive"
+    assert [health._interaction_type(r) for r in (0.9, 0.2, -0.6, -0.85)] == \
+        ["Cooperative", "Neutral", "Competitive", "Disruptive"]
+
+
+DIS = health.DISRUPTIVE_CORR
 
 
 def test_interactions_for_1000_layers_keep_top_k():

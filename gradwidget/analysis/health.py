@@ -226,17 +226,39 @@ def distribution(s: Series, known: np.ndarray) -> Distribution:
     return Distribution(float(m["mean"][0]), float(m["std"][0]), sk, ku, kind, int(x.size))
 
 
+#: pairs correlating at or below minus this are Disruptive: one layer's gradient grows exactly
+#: when the other's shrinks, so they pull training in turns (|r| >= 0.8: a very strong correlation).
+DISRUPTIVE_CORR = 0.8
+
+
 @dataclass
 class Interaction:
     layer1: str
     layer2: str
     correlation: float
-    interaction_type: str   #: Cooperative / Competitive / Neutral
+    interaction_type: str   #: Cooperative / Competitive / Disruptive / Neutral
+    impact_score: float = float("nan")  #: |r| x the pair's share of the network's gradient energy
+
+
+def energy_share(s: Series) -> np.ndarray:
+    """Each layer's share of the network's gradient energy: median norm^2 / the sum over layers
+    (0 for a layer without a usable norm). A coupled pair of tiny bias vectors matters less than
+    a coupled pair of the largest matrices."""
+    g = np.nan_to_num(s.stat("grad_norm", "median"), nan=0.0, posinf=0.0) ** 2
+    tot = g.sum()
+    return g / tot if tot > 0 else g
+
+
+def _interaction_type(r: float) -> str:
+    return ("Cooperative" if r >= INTERACTION_CORR else "Disruptive" if r <= -DISRUPTIVE_CORR
+            else "Competitive" if r <= -INTERACTION_CORR else "Neutral")
 
 
 def interactions(s: Series, top_k: int = TOP_PAIRS, block: int = 256) -> list[Interaction]:
     """The ``top_k`` most strongly correlated pairs of layers (Pearson r of their log10 gradient-norm
-    series, block-averaged to ``CORR_ROWS`` rows). Computed block-wise: a ``(block, L)`` slice of the
+    series, block-averaged to ``CORR_ROWS`` rows): Cooperative (r >= ``INTERACTION_CORR``),
+    Competitive (r <= -``INTERACTION_CORR``), Disruptive (r <= -``DISRUPTIVE_CORR``), else Neutral;
+    impact = |r| x the pair's ``energy_share`` (the seed halved a similarity of means). Computed block-wise: a ``(block, L)`` slice of the
     correlation matrix at a time, keeping a running top-k, so memory is O(block x L + k), never L^2."""
     x, _ = block_mean(s.coarse, CORR_ROWS)
     names = s.run.layer_names
@@ -258,9 +280,12 @@ def interactions(s: Series, top_k: int = TOP_PAIRS, block: int = 256) -> list[In
             keep = np.argpartition(-np.abs(best_r), top_k)[:top_k]
             best_r, best_ij = best_r[keep], best_ij[keep]
     order = np.argsort(-np.abs(best_r), kind="stable")
-    return [Interaction(names[best_ij[k, 0]], names[best_ij[k, 1]], float(np.clip(best_r[k], -1, 1)),
-                        "Cooperative" if best_r[k] >= INTERACTION_CORR else
-                        "Competitive" if best_r[k] <= -INTERACTION_CORR else "Neutral") for k in order]
+    share = energy_share(s)
+    out = []
+    for k in order:
+        i, j, r = best_ij[k, 0], best_ij[k, 1], float(np.clip(best_r[k], -1, 1))
+        out.append(Interaction(names[i], names[j], r, _interaction_type(r), abs(r) * float(share[i] + share[j])))
+    return out
 
 
 def _progress_series(run) -> tuple[np.ndarray, np.ndarray, str]:
