@@ -163,3 +163,36 @@ def test_a_new_recorder_on_the_same_model_detaches_the_old_one():
     assert gone() is None  # the registry holds recorders weakly
     new.detach()
     Recorder(model, opt).detach()  # after detach, no warning: nothing was attached
+
+
+@pytest.mark.parametrize("kwargs,err,match", [
+    ({"log_dir": 123}, TypeError, "log_dir must be a path .* got int 123"),
+    ({"memory_budget": "x"}, TypeError, "memory_budget must be a number of bytes .* got str 'x'"),
+    ({"memory_budget": 0}, ValueError, "memory_budget must be a positive number of bytes"),
+    ({"every": 2.0}, TypeError, "every must be a positive int, got float 2.0"),
+    ({"every": True}, TypeError, "every must be a positive int, got bool True"),
+    ({"histogram_every": -1}, ValueError, "histogram_every must be a non-negative int, got -1"),
+    ({"histogram_every": "10"}, TypeError, "histogram_every must be a non-negative int, got str"),
+    ({"update_every": 0}, ValueError, "update_every must be a positive int"),
+    ({"max_steps": "all"}, TypeError, "max_steps must be 'auto', None or a positive int, got str 'all'"),
+    ({"max_steps": -5}, ValueError, "max_steps must be 'auto', None or a positive int, got -5"),
+])
+def test_bad_options_fail_at_construction_naming_the_argument(kwargs, err, match):
+    model, opt = head_only_setup()
+    with pytest.raises(err, match=match):
+        Recorder(model, opt, **kwargs)
+    assert not opt._optimizer_step_pre_hooks  # nothing was hooked
+
+
+def test_a_log_dir_holding_a_run_is_refused_at_construction(tmp_path):
+    model, opt = head_only_setup()
+    with Recorder(model, opt, log_dir=tmp_path / "run"):
+        step(model, opt)
+    with pytest.raises(FileExistsError, match="already holds a run; pick a new log_dir or pass overwrite=True"):
+        Recorder(model, opt, log_dir=tmp_path / "run")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(FileExistsError, match="exists and is not a directory"):
+        Recorder(model, opt, log_dir=tmp_path / "file")
+    with Recorder(model, opt, log_dir=tmp_path / "run", overwrite=True, memory_budget=1e9) as rec:
+        step(model, opt)
+    assert rec.run.n_steps == 1 and rec.memory_budget == 10**9

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import warnings
 import weakref
 from collections import defaultdict
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -67,6 +69,42 @@ def _octave_histograms(grads: list[torch.Tensor], nonzero: np.ndarray) -> np.nda
     subnormal = np.maximum(0, nonzero.astype(np.int64) - c[:, 1:256].sum(axis=1))
     out[:, 0] += subnormal
     return out.astype(np.uint32)
+
+
+def _count_arg(name: str, value, minimum: int, also: str = "") -> int:
+    """An int option, checked up front so a bad value fails here, not inside a training hook
+    (a bool is an int to Python, but never what was meant)."""
+    kind = "a positive int" if minimum == 1 else "a non-negative int"
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be {also}{kind}, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be {also}{kind}, got {value!r}")
+    return int(value)
+
+
+def _bytes_arg(name: str, value) -> int:
+    """A positive size in bytes (an int, or a whole float such as 1e9)."""
+    ok = (isinstance(value, (int, np.integer, float)) and not isinstance(value, bool)
+          and math.isfinite(value) and value == int(value))
+    if not ok:
+        raise TypeError(f"{name} must be a number of bytes (an int, e.g. 512 << 20 for 512 MiB), "
+                        f"got {type(value).__name__} {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive number of bytes, got {value!r}")
+    return int(value)
+
+
+def _check_log_dir(log_dir, overwrite: bool) -> None:
+    """Refuse a log_dir the run writer would refuse at the first step, now, with the same message."""
+    if log_dir is None:
+        return
+    if not isinstance(log_dir, (str, os.PathLike)):
+        raise TypeError(f"log_dir must be a path (str or pathlib.Path), got {type(log_dir).__name__} {log_dir!r}")
+    path = Path(log_dir)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"log_dir {path} exists and is not a directory; pick a new log_dir")
+    if (path / "meta.json").exists() and not overwrite:
+        raise FileExistsError(f"{path} already holds a run; pick a new log_dir or pass overwrite=True")
 
 
 #: model -> weak reference to the Recorder attached to it; weak both ways, so neither is kept alive
@@ -130,12 +168,11 @@ class Recorder:
                             "for other frameworks use gradwidget.ArrayRecorder")
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
-        if not isinstance(every, int) or every < 1:
-            raise ValueError(f"every must be a positive int, got {every!r}")
-        if not isinstance(update_every, int) or update_every < 1:
-            raise ValueError(f"update_every must be a positive int, got {update_every!r}")
-        if not isinstance(histogram_every, int) or histogram_every < 0:
-            raise ValueError(f"histogram_every must be a non-negative int, got {histogram_every!r}")
+        every, update_every = _count_arg("every", every, 1), _count_arg("update_every", update_every, 1)
+        histogram_every = _count_arg("histogram_every", histogram_every, 0)
+        if not (max_steps is None or max_steps == "auto"):
+            max_steps = _count_arg("max_steps", max_steps, 1, "'auto', None or ")
+        memory_budget = _bytes_arg("memory_budget", memory_budget)
         #: how the model is distributed (None in a single process: no distributed code runs)
         self._dist = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -145,10 +182,10 @@ class Recorder:
             model = self._dist.model  # DDP unwrapped, so names match the single-process model
         self.model, self.optimizer = model, optimizer
         self.every, self.histogram_every = every, histogram_every
-        if not (max_steps is None or max_steps == "auto" or (isinstance(max_steps, int) and max_steps > 0)):
-            raise ValueError(f"max_steps must be a positive int, 'auto' or None, got {max_steps!r}")
         self.max_steps, self.thresholds = max_steps, as_thresholds(thresholds)
-        self.memory_budget = int(memory_budget)
+        self.memory_budget = memory_budget
+        if self._dist is None or self._dist.is_writer:
+            _check_log_dir(log_dir, overwrite)
         self.log_dir, self._overwrite = log_dir, overwrite
         self.track_updates = track_updates and optimizer is not None
         self.update_every = update_every
