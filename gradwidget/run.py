@@ -502,10 +502,11 @@ class Run:
 
         export_csv(self, path)
 
-    def save(self, path) -> None:
+    def save(self, path, overwrite: bool = False) -> None:
+        """Write the run to a run directory (``load_run`` reads it back, history included)."""
         from .storage import save_run
 
-        save_run(self, path)
+        save_run(self, path, overwrite=overwrite)
 
     def report(self, thresholds=None):
         from .analysis import analyze

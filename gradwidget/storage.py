@@ -7,6 +7,7 @@ Layout of a run directory (format version 1)::
                  step int64, loss/lr/global_norm float64, then each metric as float32[n_layers]
     hist.bin     append-only fixed-size records, numpy dtype ``hist_dtype(n_layers)``:
                  step int64, counts uint32[n_layers, N_BINS] (log10|g| bins, edges in meta.json)
+    history.bin  only from save_run of a rolling-window run: its decimated older steps (steps.bin dtype)
 
 A record is written with one ``write`` and flushed; a reader only takes whole records, so a crash
 mid-write loses at most the step being written and never corrupts earlier ones.
@@ -80,7 +81,7 @@ class RunWriter:
         if (self.path / "meta.json").exists() and not overwrite:
             raise FileExistsError(
                 f"{self.path} already holds a run; pick a new log_dir or pass overwrite=True")
-        for name in ("steps.bin", "hist.bin"):
+        for name in ("steps.bin", "hist.bin", "history.bin"):
             (self.path / name).unlink(missing_ok=True)
         self.run = run
         #: a fresh id per writer: a reader following this folder sees a rerun as a different run
@@ -119,7 +120,9 @@ class RunWriter:
 
 
 def save_run(run: Run, path, overwrite: bool = False) -> None:
-    """Write a whole Run (window only; the decimated history is not saved) to a run directory."""
+    """Write a whole Run to a run directory. A rolling-window run also writes the steps that fell
+    out of its window, as it holds them (decimated, without histograms), to ``history.bin``, so
+    ``load_run`` gives back ``run.history`` too instead of silently keeping only the window."""
     path = Path(path)
     w = RunWriter(path, run, overwrite=overwrite)
     try:
@@ -127,6 +130,11 @@ def save_run(run: Run, path, overwrite: bool = False) -> None:
         h = np.zeros(run.hist.shape[0], w._hdt)
         h["step"], h["counts"] = run.hist_steps, run.hist
         w._hist.write(h.tobytes())
+        older = [r for r in (run.history, run._pending) if r is not None and r.n_steps]
+        if older:
+            with open(path / "history.bin", "wb") as f:
+                for r in older:
+                    f.write(_step_records(r).tobytes())
     finally:
         w.close()
 
@@ -312,7 +320,29 @@ class RunReader:
         self._sdt, self._hdt = step_dtype(run.n_layers), hist_dtype(run.n_layers)
         self._soff = self._hoff = 0
         self._take_new(run)
+        run.history = self._read_history(run)
         return run
+
+    def _read_history(self, run: Run) -> Run | None:
+        """The decimated steps a rolling-window run had folded away when it was saved (history.bin,
+        written by ``save_run`` only), or None."""
+        p = self.path / "history.bin"
+        size = _file_size(p)
+        if not size:
+            return None
+        if size % self._sdt.itemsize:
+            raise RunFormatError(f"{p} is damaged: {size} bytes is not a whole number of "
+                                 f"{self._sdt.itemsize}-byte step records")
+        recs = np.fromfile(p, dtype=self._sdt)
+        bad = _bad_step_record(recs, None)
+        if bad is None and run.n_steps and recs["step"][-1] >= run.steps[0]:
+            bad = len(recs) - 1, f"its step {int(recs['step'][-1])} is not before the first step in steps.bin"
+        if bad:
+            raise RunFormatError(f"{p} is damaged: record {bad[0]} is not a valid step ({bad[1]})")
+        h = Run(run.layers, thresholds=run.thresholds)
+        for r in recs:
+            h.append(int(r["step"]), np.stack([r[m] for m in METRICS]), {s: r[s] for s in SCALARS})
+        return h
 
     def _read_new(self, name: str, offset: int, dt: np.dtype) -> tuple[np.ndarray, int]:
         p = self.path / name

@@ -328,3 +328,43 @@ def test_steps_cut_mid_record_keep_every_whole_step_and_its_histograms(tmp_path)
         back = load_run(p)
     assert back.steps.tolist() == run.steps[:6].tolist()
     assert back.hist_steps.tolist() == [0, 15]
+
+
+def windowed_run(n=1000, max_steps=100, history_capacity=2048):
+    """A rolling-window run: ``n`` steps recorded, the last ``max_steps`` in the window."""
+    run = Run(["a", "b"], max_steps=max_steps, history_capacity=history_capacity)
+    rng = np.random.default_rng(2)
+    for s in range(n):
+        run.append(s, rng.random((len(METRICS), 2)), {"loss": 1.0 / (s + 1)},
+                   hist=np.ones((2, 64), np.uint32) if s % 10 == 0 else None)
+    return run
+
+
+@pytest.mark.parametrize("capacity", [2048, 50])  # 50: history decimated, some steps still pending
+def test_saving_a_rolling_window_run_keeps_its_history(tmp_path, capacity):
+    run = windowed_run(history_capacity=capacity)
+    assert run.n_steps == 100 and run.history.n_steps > 0
+    save_run(run, tmp_path / "r")
+    back = load_run(tmp_path / "r")
+    assert_runs_equal(run, back)  # the window, exactly
+    older = [r for r in (run.history, run._pending) if r is not None]
+    kept = np.concatenate([r.steps for r in older])
+    assert back.history.steps.tolist() == kept.tolist()
+    assert back.history.steps[0] == 0 and back.history.steps[-1] < back.steps[0]
+    np.testing.assert_array_equal(back.history.metric("grad_norm"),
+                                  np.concatenate([r.metric("grad_norm") for r in older]))
+    np.testing.assert_array_equal(back.history.scalar("loss"), np.concatenate([r.scalar("loss") for r in older]))
+
+
+def test_overwriting_a_saved_run_drops_its_old_history(tmp_path):
+    save_run(windowed_run(), tmp_path / "r")
+    save_run(sample_run(3), tmp_path / "r", overwrite=True)
+    assert load_run(tmp_path / "r").history is None
+
+
+def test_a_history_overlapping_the_window_is_refused(tmp_path):
+    p = tmp_path / "r"
+    save_run(windowed_run(), p)
+    (p / "history.bin").write_bytes((p / "history.bin").read_bytes() + (p / "steps.bin").read_bytes()[:step_dtype(2).itemsize])
+    with pytest.raises(RunFormatError, match="history.bin is damaged: record .* not before the first step"):
+        load_run(p)
