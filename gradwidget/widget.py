@@ -13,7 +13,7 @@ meta           Dict         ->     shape (rows, cols, n_steps, n_layers), layers
                                    status, numel), metric of the heatmap, metric list, thresholds,
                                    first/last step, steps per column (block), histogram range,
                                    message + level (empty run, non-finite data, metric without data),
-                                   scale: [lo, hi] log10 colour range (``plots.color_range``, the
+                                   scale: [lo, hi] log10 colour range (``plots.color_scale``, the
                                    static figures' scale), hist_all_step: the step of ``hist_all``
 heat           Bytes        ->     float32 (layers, cols) row-major, depth order: the heat metric,
                                    ``cols`` <= ``columns`` step columns (block means; max for max |g|)
@@ -603,9 +603,9 @@ class GradientPanel(anywidget.AnyWidget):
                 message = (f"No finite values of {metric} in this run"
                            + (" (update norms need an optimizer)" if metric == "update_norm" else "") + ".")
                 level = "warning"
-        from .plots import color_range
+        from .plots import color_scale
 
-        lo, hi = color_range(values)
+        lo, hi = color_scale(run, metric)  # the static figures' scale (history and window)
         hs = run.hist_steps
         hist_all = b""
         if len(hs) and L <= MAX_HIST_ALL_LAYERS:

@@ -407,6 +407,27 @@ def test_colour_scale_is_the_static_figures_one():
     assert lv.min() < p.meta["scale"][0] and p.meta["scale"][1] < lv.max()
 
 
+def test_rolling_window_static_image_and_panel_share_the_colour_scale():
+    """A Run(max_steps=100) fed 1,000 steps: the live panel shows (and scales over) history and
+    window; the PNG must use the same range and show the same steps."""
+    from gradwidget import plots
+
+    run = Run(["a", "b"], max_steps=100)
+    for s in range(1000):
+        v = np.full((len(METRICS), 2), 10.0 ** (-s / 100), np.float32)
+        v[METRICS.index("nonfinite")] = 0
+        run.append(s, v)
+    p = GradientPanel(run)
+    everything = np.concatenate([run.history.metric("mean_abs"), run.metric("mean_abs")])
+    assert p.meta["scale"] == pytest.approx(list(plots.color_range(everything)))
+    assert p.meta["scale"] == pytest.approx(list(plots.color_scale(run, "mean_abs")))
+    assert plots.color_scale(run, "mean_abs") != pytest.approx(plots.color_range(run.metric("mean_abs")))
+    fig = plots.flow_heatmap(run, "mean_abs")
+    image = fig.axes[0].images[0]
+    assert image.get_extent()[0] == pytest.approx(-0.5)  # the history's first step, as in the panel
+    assert fig.axes[1].get_ylim() == pytest.approx(tuple(p.meta["scale"]))  # the colour bar
+
+
 def test_every_layers_newest_histogram_is_sent():
     run = synthetic_run(45, hist_every=10)
     p = GradientPanel(run)
