@@ -28,6 +28,9 @@ class GradientHealth(str, Enum):
     MINOR_ISSUES = "MinorIssues"
     PROBLEMS_DETECTED = "ProblemsDetected"
     CRITICAL = "Critical"
+    #: not in the seed: an empty run has nothing to judge (the seed called it Healthy); the same
+    #: word ``analyze`` uses for it
+    UNKNOWN = "Unknown"
 
 
 @dataclass
@@ -148,10 +151,11 @@ def to_ascii(run: Run, width: int = 80, metric: str = "grad_norm") -> str:
 
 
 def classify_health(run: Run) -> tuple[GradientHealth, float]:
-    """Seed rules: share of steps with any vanishing/exploding layer, plus which kinds occurred."""
+    """Seed rules: share of steps with any vanishing/exploding layer, plus which kinds occurred
+    (Unknown for a run with no steps, which the seed would have called Healthy)."""
     t = run.thresholds
     if run.n_steps == 0:
-        return GradientHealth.HEALTHY, 0.0
+        return GradientHealth.UNKNOWN, 0.0
     van, exp = run.vanishing(), run.exploding()
     ratio = float((van | exp).any(axis=1).mean())
     if exp.any() and ratio > t.critical_issue_ratio:
@@ -192,6 +196,8 @@ def summary(run: Run) -> GradientFlowSummary:
         GradientHealth.MINOR_ISSUES: "Minor gradient issues detected. Monitor closely; intervention may "
                                      "not be required immediately.",
         GradientHealth.HEALTHY: "Gradients appear healthy — no immediate action required.",
+        GradientHealth.UNKNOWN: "No steps were recorded yet, so there is nothing to judge: train for a few "
+                                "steps (with the Recorder attached, or record() called) and look again.",
     }[health])
     return GradientFlowSummary(
         total_steps=run.n_steps,

@@ -95,3 +95,17 @@ def test_whole_float_and_numpy_steps_are_accepted():
 def test_bad_max_steps_rejected(max_steps):
     with pytest.raises(ValueError, match="max_steps must be a positive int"):
         Run(["a"], max_steps=max_steps)
+
+
+def test_summary_of_an_empty_run_says_nothing_was_recorded():
+    from gradwidget.analysis import analyze
+    from gradwidget.frames import GradientHealth
+
+    run = Run(["a", "b"])
+    s = run.summary()
+    assert s.overall_health == GradientHealth.UNKNOWN == analyze(run).overall_health
+    assert s.total_steps == 0 and s.first_step is None
+    assert "No steps were recorded" in s.recommendations[-1]
+    text = str(s)
+    assert "Unknown" in text and "healthy" not in text.lower()
+    assert s.to_dict()["overall_health"] == "Unknown"
