@@ -479,7 +479,10 @@ class Run:
 
     def __repr__(self) -> str:
         span = f"steps {int(self.steps[0])}..{int(self.steps[-1])}" if self._n else "empty"
-        return f"<Run {self.n_layers} layers, {self._n} steps ({span}), {self._hn} histograms>"
+        older = self.history.n_steps + (self._pending.n_steps if self._pending is not None else 0) \
+            if self.history is not None else 0
+        more = f", {older} older rows in history" if older else ""
+        return f"<Run {self.n_layers} layers, {self._n} steps ({span}), {self._hn} histograms{more}>"
 
     # ----------------------------------------------------------------- seed views (delegated)
     def to_ascii(self, width: int = 80) -> str:

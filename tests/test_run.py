@@ -109,3 +109,9 @@ def test_summary_of_an_empty_run_says_nothing_was_recorded():
     text = str(s)
     assert "Unknown" in text and "healthy" not in text.lower()
     assert s.to_dict()["overall_health"] == "Unknown"
+
+
+def test_repr_mentions_the_history_of_a_rolling_window():
+    r = filled(n=50, max_steps=10)
+    assert repr(r).endswith("steps 40..49), 2 histograms, 40 older rows in history>")
+    assert "history" not in repr(filled(n=5))
