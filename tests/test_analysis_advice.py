@@ -66,7 +66,14 @@ def test_suggestions_cover_each_kind_with_evidence():
     assert [x.expected_impact for x in sug] == sorted((x.expected_impact for x in sug), reverse=True)
 
     pri = advice.priorities(h, sug)
-    assert {p.layer for p in pri} == set(h.layer[h.health != "Healthy"])
+    bad = set(h.layer[h.health != "Healthy"])
+    assert {p.layer for p in pri if p.target_type == "IndividualLayer"} == bad
+    (net,) = [p for p in pri if p.target_type == "NetworkLevel"]        # 7 of 8 layers have a problem
+    assert net.layer == "network" and set(net.layers) == bad and net.score == pytest.approx(7 / 8)
+    assert all(x.side_effects == list(advice.ACTION_META[x.kind][3]) for x in sug)
+    l2 = [p for p in pri if p.layer == "l2.weight"][0]             # exploding: clipping and learning rate
+    assert {a.action_type for a in l2.recommended_actions} == {"OptimizationTechnique", "LearningRateScheduling"}
+    assert all(a.implementation_effort == "Minimal" for a in l2.recommended_actions)
     assert pri[0].urgency == "Critical" and all(0 <= p.score <= 1 for p in pri)
     assert [advice.PRIORITY_ORDER.index(p.urgency) for p in pri] == sorted(
         advice.PRIORITY_ORDER.index(p.urgency) for p in pri)
@@ -109,3 +116,43 @@ def test_recommendation_priority_bands():
     recs = advice.recommendations(fs, [], dyn, h)
     assert [(r.kind, r.priority) for r in recs] == [("exploding", "Critical"), ("hot", "High"),
                                                    ("oscillating", "Medium"), ("unstable", "Low")]
+
+
+def test_group_and_network_priorities():
+    L = 10
+    g = np.full((T, L), 0.1)
+    g[:, 0:3] = 1e-8                          # three adjacent vanishing layers: one region
+    s, fl, f, h, regs = parts(g, names=[f"enc.{i}.weight" for i in range(L)], loss=np.exp(-0.02 * np.arange(T)))
+    dyn = health.dynamics(s)
+    pri = advice.priorities(h, advice.suggestions(f, regs), regs, advice.layer_groups(s, h), dyn, None)
+    (grp,) = [p for p in pri if p.target_type == "LayerGroup"]
+    assert grp.layer == "vanishing region enc.2.weight … enc.0.weight"
+    assert sorted(grp.layers) == ["enc.0.weight", "enc.1.weight", "enc.2.weight"]
+    members = [p for p in pri if p.target_type == "IndividualLayer"]
+    assert grp.score == max(p.score for p in members) and grp.urgency == "Critical"
+    assert grp.expected_impact == pytest.approx(1.0)       # flagged on every step
+    types = {a.action_type for a in grp.recommended_actions}
+    assert {"ArchitecturalChange", "ParameterAdjustment"} <= types   # residual connections, re-initialisation
+    res = [a for a in grp.recommended_actions if a.action_type == "ArchitecturalChange"][0]
+    assert res.implementation_effort == "High" and "retraining" in res.prerequisites
+    assert not [p for p in pri if p.target_type == "NetworkLevel"]   # 3 of 10 layers: not network-wide
+    # a plateau and a deteriorating forecast are network-level
+    plateau = health.Dynamics("Plateau", 0.0, health.Plateau(True, 300, "Severe", 0.0, ["use a schedule"]), "loss")
+    fc = health.Forecast("Deteriorating", 1.0, 0.9, "")
+    net = [p for p in advice.priorities(h, [], (), (), plateau, fc) if p.target_type == "NetworkLevel"]
+    assert [(p.layer, p.urgency, p.score) for p in net] == [("training progress", "High", 1.0),
+                                                              ("global gradient norm", "High", 0.9)]
+
+
+def test_a_module_with_most_layers_in_trouble_is_one_priority():
+    g = np.full((T, 5), 0.1)
+    g[:, 2] = 1e-8                                  # dec.a vanishing
+    mx = 3 * g / 10
+    mx[-5:, 4] = 1e5                                # dec.c exploding; dec.b healthy
+    names = ["enc.a.weight", "enc.b.weight", "dec.a.weight", "dec.b.weight", "dec.c.weight"]
+    s, fl, f, h, regs = parts(g, names=names, max_abs=mx, loss=np.exp(-0.02 * np.arange(T)))
+    pri = advice.priorities(h, advice.suggestions(f, regs), regs, advice.layer_groups(s, h))
+    (grp,) = [p for p in pri if p.target_type == "LayerGroup"]
+    assert grp.layer == "module dec" and sorted(grp.layers) == ["dec.a.weight", "dec.c.weight"]
+    names = [a.name for a in grp.recommended_actions]
+    assert any("clip gradients" in n for n in names) and any("re-initialise" in n for n in names)

@@ -62,7 +62,7 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
     stab = health.stability(s, fl, factors)
     groups = advice.layer_groups(s, hl)
     sugg = advice.suggestions(factors, regs)
-    prio = advice.priorities(hl, sugg)
+    prio = advice.priorities(hl, sugg, regs, groups, dyn, stab.forecast)
     recs = advice.recommendations(factors, regs, dyn, hl)
     overall = health.overall_health(hl, s.exact)
     layers = _layers_table(run, s, fl, hl, sugg)
