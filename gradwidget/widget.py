@@ -29,7 +29,8 @@ hist_layer     Int          ->     the layer ``hists`` belong to
 hist_all       Bytes        ->     uint32 (layers, 64): every layer's histogram at the newest
                                    histogram step (so a layer picked while the kernel is busy shows
                                    its histogram at once); empty beyond MAX_HIST_ALL_LAYERS layers
-table          List[Dict]   ->     layer health rows (from ``gradwidget.analyze``)
+table          List[Dict]   ->     layer health rows (from ``gradwidget.analyze``); NaN is null,
+                                   +-Inf the strings "Infinity"/"-Infinity" (JSON has no infinity)
 static_png     Unicode      ->     data URL of ``plots.panel_figure``: shown by the front end when
                                    the notebook's saved widget state has lost the binary buffers
 static_html    Unicode      ->     the health table (HTML) that goes with ``static_png``; both are
@@ -174,9 +175,12 @@ def _history_rows(run: Run) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarr
 
 # --------------------------------------------------------------------------- health table
 def _jsonable(v: Any) -> Any:
+    """A table value as JSON: NaN is missing (None); JSON has no infinities, so +-Inf travel as the
+    strings "Infinity"/"-Infinity", which the front end (``js/src/table.ts`` numberOf) reads back
+    as numbers and shows as Inf (not as a huge finite number)."""
     if isinstance(v, (np.floating, float)):
         f = float(v)
-        return f if math.isfinite(f) else (None if f != f else (1e308 if f > 0 else -1e308))
+        return f if math.isfinite(f) else (None if f != f else ("Infinity" if f > 0 else "-Infinity"))
     if isinstance(v, (np.integer,)):
         return int(v)
     if isinstance(v, (np.bool_,)):

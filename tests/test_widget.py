@@ -476,6 +476,26 @@ def test_table_without_the_analysis_package():
     assert by["2.weight"]["health"] == "Healthy"
 
 
+def test_infinite_table_values_travel_as_infinity_not_as_1e308():
+    """JSON has no infinity: +-Inf become "Infinity"/"-Infinity" (the front end shows "Inf"), NaN
+    is missing (null); the rows stay valid JSON."""
+    import json
+
+    run = Run(["a", "b"])
+    v = np.full((len(METRICS), 2), 0.01, np.float32)
+    v[METRICS.index("max_abs"), 0] = np.inf
+    v[METRICS.index("nonfinite")] = [3, 0]
+    run.append(0, v)
+    rows = {r["layer"]: r for r in table_from_run(run)}
+    assert rows["a"]["max_abs_max"] == "Infinity" and rows["b"]["max_abs_max"] == pytest.approx(0.01)
+    json.loads(json.dumps(rows, allow_nan=False))
+    from gradwidget.widget import _jsonable
+
+    assert [_jsonable(x) for x in (np.float32(-np.inf), float("nan"), 2.5)] == ["-Infinity", None, 2.5]
+    p = GradientPanel(run)
+    assert any("Infinity" in json.dumps(r, allow_nan=False) for r in p.table)
+
+
 def test_report_is_the_analysis():
     pytest.importorskip("gradwidget.analysis")
     import gradwidget

@@ -39,15 +39,29 @@ export interface SortState {
   desc: boolean;
 }
 
-function sortValue(row: Row, key: string): number | string {
+/** The kernel's spelling of non-finite numbers (JSON has none; NaN itself travels as null). */
+const NONFINITE: Record<string, number> = { Infinity: Infinity, "-Infinity": -Infinity, NaN: NaN };
+
+/** A table value as a number: numbers as they are, "Infinity"/"-Infinity"/"NaN" (how the kernel
+ *  sends non-finite values) as those numbers; null for anything else (missing, text). */
+export function numberOf(v: unknown): number | null {
+  if (typeof v === "number") return v;
+  if (typeof v === "string" && v in NONFINITE) return NONFINITE[v];
+  return null;
+}
+
+/** The key a row sorts by; null when the value is missing (null, "" or NaN), which sorts last. */
+function sortValue(row: Row, key: string): number | string | null {
   const v = row[key];
   if (key === "health") return HEALTH_RANK[String(v)] ?? 1;
-  if (typeof v === "number") return v;
-  if (v == null) return "";
+  const n = numberOf(v);
+  if (n !== null) return n === n ? n : null;
+  if (v == null || v === "") return null;
   return String(v).toLowerCase();
 }
 
-/** Rows sorted by a column (numbers numerically, NaN/missing last; ties keep layer order). */
+/** Rows sorted by a column (numbers numerically, NaN/missing last in both directions; ties keep
+ *  layer order). */
 export function sortRows(rows: Row[], s: SortState | null): Row[] {
   const out = rows.slice();
   if (!s) return out;
@@ -55,9 +69,8 @@ export function sortRows(rows: Row[], s: SortState | null): Row[] {
   out.sort((a, b) => {
     const va = sortValue(a, s.key);
     const vb = sortValue(b, s.key);
-    const na = typeof va === "number" && !(va === va);
-    const nb = typeof vb === "number" && !(vb === vb);
-    if (na !== nb) return na ? 1 : -1;
+    if ((va === null) !== (vb === null)) return va === null ? 1 : -1;
+    if (va === null || vb === null) return a.index - b.index;
     if (va < vb) return -dir;
     if (va > vb) return dir;
     return a.index - b.index;
@@ -81,7 +94,8 @@ export function filterRows(rows: Row[], q: string): Row[] {
 
 export function cellText(v: unknown, kind: Column["kind"]): string {
   if (v == null) return "";
-  if (kind === "num" && typeof v === "number") return fmt(v);
+  const n = kind === "num" ? numberOf(v) : null;
+  if (n !== null) return fmt(n); // Inf, -Inf, NaN spelled out
   if (Array.isArray(v)) return v.join(", ");
   return String(v);
 }

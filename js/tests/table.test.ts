@@ -1,0 +1,54 @@
+import { describe, expect, it } from "vitest";
+import { cellText, numberOf, sortRows, type Row } from "../src/table";
+
+const rows: Row[] = [
+  { index: 0, layer: "a", grad_norm_median: 0.5 },
+  { index: 1, layer: "b", grad_norm_median: null },
+  { index: 2, layer: "c", grad_norm_median: 0.001 },
+  { index: 3, layer: "d", grad_norm_median: 2 },
+  { index: 4, layer: "e", grad_norm_median: "Infinity" },
+];
+const order = (desc: boolean, key = "grad_norm_median") =>
+  sortRows(rows, { key, desc }).map((r) => r.layer).join(",");
+
+describe("health table sorting", () => {
+  it("puts missing values last in both directions", () => {
+    expect(order(false)).toBe("c,a,d,e,b");
+    expect(order(true)).toBe("e,d,a,c,b");
+  });
+
+  it("sorts NaN with the missing values, after every number", () => {
+    const withNaN: Row[] = [...rows, { index: 5, layer: "f", grad_norm_median: "NaN" }];
+    const asc = sortRows(withNaN, { key: "grad_norm_median", desc: false }).map((r) => r.layer);
+    expect(asc.slice(-2)).toEqual(["b", "f"]); // missing and NaN last, in layer order
+  });
+
+  it("puts empty text last too", () => {
+    const text: Row[] = [
+      { index: 0, layer: "a", suggestion: "" },
+      { index: 1, layer: "b", suggestion: "clip" },
+      { index: 2, layer: "c", suggestion: "add residual" },
+    ];
+    expect(sortRows(text, { key: "suggestion", desc: false }).map((r) => r.layer)).toEqual(["c", "b", "a"]);
+    expect(sortRows(text, { key: "suggestion", desc: true }).map((r) => r.layer)).toEqual(["b", "c", "a"]);
+  });
+});
+
+describe("non-finite table values", () => {
+  it("reads the kernel's spelling of infinities (JSON has none)", () => {
+    expect(numberOf("Infinity")).toBe(Infinity);
+    expect(numberOf("-Infinity")).toBe(-Infinity);
+    expect(numberOf("NaN")).toBeNaN();
+    expect(numberOf(1.5)).toBe(1.5);
+    expect(numberOf("Linear")).toBeNull();
+    expect(numberOf(null)).toBeNull();
+  });
+
+  it("shows Inf, not a huge finite number", () => {
+    expect(cellText("Infinity", "num")).toBe("Inf");
+    expect(cellText("-Infinity", "num")).toBe("-Inf");
+    expect(cellText(1e308, "num")).toBe("1.00e+308");
+    expect(cellText("Infinity", "text")).toBe("Infinity"); // text columns are shown as sent
+    expect(cellText(null, "num")).toBe("");
+  });
+});
