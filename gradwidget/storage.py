@@ -316,7 +316,7 @@ class RunReader:
         sig = _meta_signature(mp)
         meta = _read_meta(self.path)
         run = _run_from_meta(meta, mp)
-        self._meta_sig, self._run_id, self._layer_dicts = sig, meta.get("run_id"), meta["layers"]
+        self._meta_sig, self._run_id = sig, meta.get("run_id")
         self._sdt, self._hdt = step_dtype(run.n_layers), hist_dtype(run.n_layers)
         self._soff = self._hoff = 0
         self._take_new(run)
@@ -392,21 +392,30 @@ class RunReader:
         return bool(len(recs) or len(hists))
 
     def _is_replaced(self) -> bool:
-        """Has the folder been taken over by another run since we last read it? (Same run with new
-        data-flow edges: take the edges and say no.)"""
+        """Has the folder been taken over by another run since we last read it? (A rewrite of the
+        same run's meta.json, with new edges or a layer's late status, is taken in place.)"""
         mp = self.path / "meta.json"
         sig = _meta_signature(mp)
         if sig is not None and sig != self._meta_sig:
             meta = _read_meta(self.path)
-            if meta.get("run_id") != self._run_id or meta["layers"] != self._layer_dicts:
+            names = [d["name"] for d in meta["layers"]]
+            if meta.get("run_id") != self._run_id or names != self.run.layer_names:
                 return True
             self._meta_sig = sig
-            edges = np.asarray(meta.get("edges", []), np.int32).reshape(-1, 2)
-            if not np.array_equal(edges, self.run.edges):
-                self.run.edges = edges
-                self.run.version += 1
+            self._refresh_meta(meta)
         return (_file_size(self.path / "steps.bin") < self._soff
                 or _file_size(self.path / "hist.bin") < self._hoff)
+
+    def _refresh_meta(self, meta: dict) -> None:
+        """Take what a writer may change in meta.json during a run: the data-flow edges (captured
+        after the first step) and the layers' status / backward_index (a layer used late)."""
+        run = self.run
+        layers = [LayerInfo.from_dict(d) for d in meta["layers"]]
+        edges = np.asarray(meta.get("edges", []), np.int32).reshape(-1, 2)
+        if layers != run.layers or not np.array_equal(edges, run.edges):
+            run.layers[:] = layers
+            run.edges = edges
+            run.version += 1
 
     def poll(self) -> bool:
         """Take any whole records appended since the last call; True if the run changed.

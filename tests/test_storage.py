@@ -208,7 +208,7 @@ def test_reader_without_run_id_detects_a_shrunken_steps_file(tmp_path):
     assert reader.poll() and reader.run.n_steps == 5
 
 
-def test_reader_takes_new_edges_of_the_same_run_without_starting_over(tmp_path):
+def test_reader_takes_new_edges_and_statuses_of_the_same_run_without_starting_over(tmp_path):
     from gradwidget.storage import RunWriter
 
     run = Run(["a", "b"])
@@ -217,6 +217,7 @@ def test_reader_takes_new_edges_of_the_same_run_without_starting_over(tmp_path):
     w.append_last()
     reader = RunReader(tmp_path / "r")
     run.edges = np.array([[0, 1]], np.int32)
+    run.layers[1].status = "unused"
     w.write_meta()  # what the torch Recorder does once the first forward pass has shown the edges
     run.append(1, np.ones((len(METRICS), 2)))
     w.append_last()
@@ -224,6 +225,7 @@ def test_reader_takes_new_edges_of_the_same_run_without_starting_over(tmp_path):
     assert reader.poll()
     assert reader.replaced == 0 and reader.run.n_steps == 2
     assert reader.run.edges.tolist() == [[0, 1]]
+    assert reader.run.layers[1].status == "unused"
 
 
 def test_reader_keeps_the_old_run_while_the_folder_is_being_recreated(tmp_path):
