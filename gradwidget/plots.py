@@ -220,7 +220,12 @@ def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, a
     if step is not None:
         ax.axvline(float(step), color="white", lw=2.2)
         ax.axvline(float(step), color="black", lw=1.0)
-    if colorbar:
+    values = run.metric(metric)
+    if colorbar and not (np.isfinite(values) & (values > 0)).any():
+        # all NaN/Inf/zero: any colour range would be made up, so none is drawn
+        ax.text(1.01, 0.5, "no finite value:\nno colour scale", transform=ax.transAxes, rotation=90,
+                ha="left", va="center", fontsize=7, color="0.4")
+    elif colorbar:
         from matplotlib.cm import ScalarMappable
 
         sm = ScalarMappable(Normalize(*scale), colormaps[CMAP_NAME])

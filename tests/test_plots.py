@@ -270,3 +270,14 @@ def test_a_run_without_layers_draws_an_empty_run_note(draw):
         fig = draw(layerless_run())
     assert any("empty run: no layers recorded" in t.get_text() for ax in fig.axes for t in ax.texts)
     assert plots.default_layer(layerless_run()) == -1
+
+
+def test_an_all_nan_heatmap_has_no_made_up_colour_bar():
+    """No finite value: the 0..1 fallback range would label a colour bar "1 ... 10"; none is drawn."""
+    rec = ArrayRecorder(histogram_every=0)
+    for s in range(4):
+        rec.record(s, {"a": np.full(4, np.nan), "b": np.full(4, np.nan)})
+    fig = plots.flow_heatmap(rec.run, "mean_abs")
+    assert len(fig.axes) == 1  # no colour bar axes
+    assert any("no colour scale" in t.get_text() for t in fig.axes[0].texts)
+    assert len(plots.flow_heatmap(pathological_run(5), "mean_abs").axes) == 2  # finite values: a bar

@@ -37,6 +37,16 @@ export interface LogScale {
   hi: number; // log10 of the value at the top
 }
 
+/** Whether a colour bar means anything: some value is finite and positive. Without one (all
+ *  NaN/Inf/zero) every range would be made up (the fallback 1..10), so no bar is drawn. */
+export function hasScale(values: ArrayLike<number>): boolean {
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i];
+    if (v > 0 && v < Infinity) return true;
+  }
+  return false;
+}
+
 /** One log10 range over all finite positive values (robust: ignores NaN, Inf, zeros). */
 export function logScale(values: ArrayLike<number>): LogScale {
   let lo = Infinity;

@@ -19,7 +19,7 @@
 // when the cell ends.
 
 import { asFloat32, asFloat64, asUint32, asUint8, Binary, byteLength, FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING } from "./decode";
-import { fmt, heatScale, LogScale, rgbCss, VIRIDIS, MARKS } from "./colormap";
+import { fmt, hasScale, heatScale, LogScale, rgbCss, VIRIDIS, MARKS } from "./colormap";
 import { backwardOrder, colForStep, reorderRows } from "./decimate";
 import { HeatmapImage, drawCursor, drawGutter, drawRowSelection, drawStepAxis } from "./heatmap";
 import { barScale, drawBars, thresholdsFor } from "./bars";
@@ -474,10 +474,13 @@ export class PanelView {
     const label = METRIC_LABELS[this.meta.metric] ?? this.meta.metric;
     const chip = (c: readonly number[], text: string) =>
       `<span><span class="gw-chip" style="background:${rgbCss(c)}"></span>${text}</span>`;
-    this.legend.innerHTML =
-      (this.heat.length
+    const bar = !this.heat.length
+      ? ""
+      : hasScale(this.heat)
         ? `<span>${label}: ${fmt(Math.pow(10, this.scale.lo))} <span class="gw-cbar" style="background:linear-gradient(to right,${stops.join(",")})"></span> ${fmt(Math.pow(10, this.scale.hi))} (log, 1st–99th percentile, one scale for all steps)</span>`
-        : "") +
+        : `<span class="gw-noscale">${label}: no finite value, no colour scale</span>`;
+    this.legend.innerHTML =
+      bar +
       chip(MARKS.vanishing, `vanishing (mean|g| &lt; ${fmt(t.vanishing)})`) +
       chip(MARKS.exploding, `exploding (max|g| &gt; ${fmt(t.exploding)})`) +
       chip(MARKS.nonfinite, "NaN / Inf") +

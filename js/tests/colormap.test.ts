@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { cellRgb, colorize, fmt, heatScale, logScale, logTicks, luminance, lutIndex, MARKS, scalePos, VIRIDIS } from "../src/colormap";
+import { cellRgb, colorize, fmt, hasScale, heatScale, logScale, logTicks, luminance, lutIndex, MARKS, scalePos, VIRIDIS } from "../src/colormap";
 import { FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING } from "../src/decode";
 
 const lut = (i: number) => [VIRIDIS[4 * i], VIRIDIS[4 * i + 1], VIRIDIS[4 * i + 2]];
@@ -132,5 +132,13 @@ describe("cell colours and marks", () => {
     expect(fmt(NaN)).toBe("NaN");
     expect(fmt(Infinity)).toBe("Inf");
     expect(fmt(0.1234567)).toBe("0.123");
+  });
+});
+
+describe("colour bar", () => {
+  it("is drawn only when some value is finite and positive (no made-up 1..10 range)", () => {
+    expect(hasScale(new Float32Array([NaN, NaN, Infinity, -Infinity, 0]))).toBe(false);
+    expect(hasScale(new Float32Array(0))).toBe(false);
+    expect(hasScale(new Float32Array([NaN, 1e-9]))).toBe(true);
   });
 });
