@@ -253,3 +253,19 @@ def test_a_graph_without_any_gradient_warns_nothing(recwarn):
     assert net.available and np.isnan(net.metrics.flow_stability) and np.isnan(net.metrics.flow_efficiency)
     from gradwidget.analysis import analyze
     assert analyze(s.run).overall_health == "Unknown"
+
+
+def test_per_step_direction_series():
+    g = np.array([1.0, 1.0, 2.0, 4.0, 2.0, 4.0, 4.0, 4.0, 2.0, 1.0])
+    run = synth(np.column_stack([g, g]), steps=np.arange(10) * 5)
+    d = flow.direction_series(run, "l0.weight")
+    assert d.step.tolist() == list(range(0, 50, 5)) and d.magnitude.tolist() == g.tolist()
+    assert d.direction.tolist() == ["Stagnant", "Stagnant", "Forward", "Forward", "Oscillating", "Oscillating",
+                                    "Forward", "Stagnant", "Backward", "Backward"]
+    assert d.consistency.tolist() == pytest.approx([1, 1, 1 - 1 / 3, 1 - 2 / 6, 1 - 2 / 6, 1 - 2 / 6, 1, 1,
+                                                    1 - 2 / 6, 1 - 1 / 3])
+    # the last row agrees with the current direction of flow_characteristics
+    assert d.direction.iloc[-1] == flow.flow_characteristics(Series(run)).direction.iloc[0]
+    assert flow.direction_series(run, 1).direction.tolist() == d.direction.tolist()
+    from gradwidget.analysis import analyze
+    assert analyze(run).direction_series("l0.weight").equals(d)

@@ -104,28 +104,56 @@ def lag1_autocorrelation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return r1, pairs
 
 
-def temporal_direction(x: np.ndarray, stagnant_rel: float) -> tuple[np.ndarray, np.ndarray]:
-    """Direction of each column's norm at its last row (seed 002 ``get_latest_flow_direction``):
-    over the last 3 values, Oscillating when the two differences have opposite signs (and one of them
-    is above ``stagnant_rel`` of the level), else Stagnant when the net change is below
-    ``stagnant_rel`` of the level, else Forward (growing) / Backward (shrinking). Stability: 1/(1 + CV) of the last 5 values (the seed used the raw variance).
-    Fewer than 3 rows: Stagnant with stability NaN."""
+def directions(x: np.ndarray, stagnant_rel: float) -> np.ndarray:
+    """Direction of each column's norm at every row (seed 002 per-step ``FlowDirection``), from the
+    row and the two before it: Oscillating when the two differences have opposite signs (and one of
+    them is above ``stagnant_rel`` of the level), else Stagnant when the net change is below
+    ``stagnant_rel`` of the level, else Forward (growing) / Backward (shrinking). The first two rows
+    (no history) and rows without a finite change are Stagnant."""
     n, L = x.shape
+    out = np.full((n, L), "Stagnant", dtype=object)
     if n < 3:
-        return np.full(L, "Stagnant", dtype=object), np.full(L, np.nan)
-    a, b, c = x[-3], x[-2], x[-1]
+        return out
+    a, b, c = x[:-2], x[1:-1], x[2:]
     with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
-        level = np.abs(np.nanmean(x[-3:], axis=0))
+        level = np.abs(np.nanmean(np.stack([a, b, c]), axis=0))
         change = c - a
         stag = ~(np.abs(change) > stagnant_rel * level)
         swing = np.maximum(np.abs(b - a), np.abs(c - b)) > stagnant_rel * level
         osc = ((b - a) * (c - b) < 0) & swing
-        out = np.where(osc, "Oscillating", np.where(stag, "Stagnant", np.where(change > 0, "Forward", "Backward")))
+        d = np.where(osc, "Oscillating", np.where(stag, "Stagnant", np.where(change > 0, "Forward", "Backward")))
+    out[2:] = np.where(np.isfinite(change) | stag, d, "Stagnant")
+    return out
+
+
+def temporal_direction(x: np.ndarray, stagnant_rel: float) -> tuple[np.ndarray, np.ndarray]:
+    """Direction of each column's norm at its last row (seed 002 ``get_latest_flow_direction``, see
+    ``directions``) and its stability: 1/(1 + CV) of the last 5 values (the seed used the raw
+    variance). Fewer than 3 rows: Stagnant with stability NaN."""
+    n, L = x.shape
+    if n < 3:
+        return np.full(L, "Stagnant", dtype=object), np.full(L, np.nan)
+    out = directions(x[-3:], stagnant_rel)[-1]
+    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
         last = x[-5:]
         m = np.nanmean(last, axis=0)
         stab = np.where(m > 0, 1.0 / (1.0 + np.nanstd(last, axis=0) / np.where(m > 0, m, 1)), np.nan)
-    out = np.where(np.isfinite(change) | stag, out, "Stagnant")
-    return out.astype(object), stab
+    return out, stab
+
+
+def direction_series(run: Run, layer: str | int) -> pd.DataFrame:
+    """One layer's per-step direction (seed 002 ``GradientDirection`` per step): step, gradient norm,
+    direction (``directions``) and consistency 1 - |Δ| / (x + x_prev) (seed; 1 at the first step and
+    for two zero norms). O(steps) for one layer, so it is computed on demand, not in every Report."""
+    i = run.layer_names.index(layer) if isinstance(layer, str) else int(layer)
+    x = np.asarray(run.metric("grad_norm")[:, i], np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        d = np.abs(np.diff(x))
+        tot = x[1:] + x[:-1]
+        cons = np.concatenate([[1.0], np.where(tot > 0, 1 - d / np.where(tot > 0, tot, 1), np.where(d == 0, 1.0, np.nan))])
+    return pd.DataFrame({"step": run.steps, "magnitude": x,
+                         "direction": directions(x[:, None], run.thresholds.plateau_rel_change)[:, 0],
+                         "consistency": cons[: x.size]})
 
 
 # --------------------------------------------------------------------------- regions

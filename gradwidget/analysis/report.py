@@ -139,6 +139,12 @@ class Report:
         lines.extend(f"Note: {n}." for n in self.notes)
         return "\n".join(lines)
 
+    def direction_series(self, layer) -> pd.DataFrame:
+        """Per-step direction of one layer's gradient norm (``flow.direction_series``), on demand."""
+        from .flow import direction_series
+
+        return direction_series(self.run, layer)
+
     def __repr__(self) -> str:
         return f"<Report {self.overall_health}: {len(self.layers)} layers, {len(self.recommendations)} recommendations>"
 
