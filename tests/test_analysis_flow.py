@@ -165,6 +165,15 @@ def test_critical_path_follows_the_largest_attenuation_not_the_columns():
     assert att.bottleneck_layers == ["l1.weight", "l0.weight"]
     assert att.worst_hop == ("l1.weight", "l0.weight")
     assert att.criticality == pytest.approx(1 - 1e-4, rel=1e-6) and not att.reaches_zero
+    # hops of 2 decades each against a tolerance of 1 (bottleneck gain 0.1): half is excess
+    assert att.optimization_potential == pytest.approx(0.5, rel=1e-4)
+
+
+def test_path_potential():
+    assert network.path_potential([3.0], 1.0) == pytest.approx(2 / 3)
+    assert network.path_potential([0.5] * 8, 1.0) == 0            # spread thinly: no single hop to fix
+    assert network.path_potential([2.0, -1.0, 0.0], 1.0) == pytest.approx(0.5)  # recoveries do not count
+    assert network.path_potential([], 1.0) == 0
 
 
 def test_a_drop_and_recovery_is_not_cancelled_out():

@@ -3,7 +3,17 @@
 Edges are the real data-flow pairs ``run.edges`` from the autograd graph; when a run has none (an
 ArrayRecorder run) the network is reported unavailable instead of inventing neighbours. Levels are
 per-entry RMS gradients (norm / sqrt(numel)) so tensors of different sizes compare. Paths come from
-a dynamic programme over the graph in topological order, O(layers + edges).
+a dynamic programme over the graph in topological order, O(layers + edges); a reused module's
+cycles are broken first (``break_cycles``).
+
+Seed fields not carried over, and why:
+- ``NetworkMetrics.information_propagation_speed`` (seed: efficiency x connectivity). Backprop
+  delivers every layer's gradient in the same step, so a recorded run has no propagation speed to
+  measure; how much of the gradient reaches the input is ``flow_efficiency`` and the attenuation
+  path's ``decades``.
+- ``CriticalGradientPath.path_id`` / ``path_length`` (a name and ``len(layers)``), and
+  ``GradientDirection.direction_vector`` (seed: ``[norm]``, a placeholder: only norms are recorded,
+  not gradient vectors).
 """
 from __future__ import annotations
 
@@ -69,6 +79,8 @@ class CriticalPath:
     criticality: float         #: 1 - 10**(-decades): share of gradient magnitude lost (or added)
     reaches_zero: bool = False  #: a layer on it had exactly zero gradient (decades then only say "all")
     graph_had_cycles: bool = False  #: back edges of a reused module were left out (see ``break_cycles``)
+    optimization_potential: float = 0.0  #: share of ``decades`` beyond the tolerated loss per hop (see
+                                         #: ``path_potential``): what fixing its bottleneck hops could recover
 
 
 def _rms_log(s: Series) -> tuple[np.ndarray, np.ndarray]:
@@ -218,13 +230,24 @@ def critical_paths(s: Series) -> list[CriticalPath]:
         dec = float(best[start])
         if dec <= 0:
             continue
-        bott = [names[b] for (a, b), x in zip(hops, loss) if x > -np.log10(t.bottleneck_gain)]
+        tol = -np.log10(t.bottleneck_gain)
+        bott = [names[b] for (a, b), x in zip(hops, loss) if x > tol]
         worst = hops[int(np.argmax(loss))] if hops else None
         out.append(CriticalPath(kind, [names[i] for i in path], dec, bott,
                                 (names[worst[0]], names[worst[1]]) if worst else None,
                                 float(1 - 10 ** (-dec)), bool(np.any(lvl[path] <= zero[path] + 1e-6)),
-                                len(back) > 0))
+                                len(back) > 0, path_potential(loss, tol)))
     return out
+
+
+def path_potential(hop_decades, tol: float) -> float:
+    """Share of a path's lost (or gained) decades that lies beyond ``tol`` decades per hop (the
+    bottleneck gain): the part concentrated in its bottleneck hops, which a local fix there (a
+    residual connection or normalisation across the hop) could recover. 0 when the loss is spread
+    thinly over many hops, 1 - tol/d for a single hop of d decades."""
+    h = np.maximum(np.asarray(hop_decades, np.float64), 0.0)
+    tot = h.sum()
+    return float(np.maximum(h - tol, 0.0).sum() / tot) if tot > 0 else 0.0
 
 
 def _topological(n: int, E: np.ndarray) -> list[int] | None:
