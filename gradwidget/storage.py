@@ -70,17 +70,25 @@ def _write_json_atomic(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
+def check_log_dir(path, overwrite: bool = False) -> Path:
+    """Refuse a run directory a writer may not use (not a path, a file, another run without
+    ``overwrite``); recorders call it at construction so the error comes before training does."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"log_dir must be a folder path (str or pathlib.Path), not {type(path).__name__}")
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise RunFormatError(f"{path} exists and is not a directory; pick a new log_dir")
+    if (path / "meta.json").exists() and not overwrite:
+        raise FileExistsError(f"{path} already holds a run; pick a new log_dir or pass overwrite=True")
+    return path
+
+
 class RunWriter:
     """Appends steps of a Run to a run directory as they are recorded."""
 
     def __init__(self, path, run: Run, overwrite: bool = False) -> None:
-        self.path = Path(path)
-        if self.path.exists() and not self.path.is_dir():
-            raise RunFormatError(f"{self.path} exists and is not a directory")
+        self.path = check_log_dir(path, overwrite)
         self.path.mkdir(parents=True, exist_ok=True)
-        if (self.path / "meta.json").exists() and not overwrite:
-            raise FileExistsError(
-                f"{self.path} already holds a run; pick a new log_dir or pass overwrite=True")
         for name in ("steps.bin", "hist.bin", "history.bin"):
             (self.path / name).unlink(missing_ok=True)
         self.run = run

@@ -167,3 +167,16 @@ def test_complex_arrays_are_refused_not_truncated_to_their_real_part(which):
     grads, weights = ({"a": z}, None) if which == "gradient" else ({"a": np.ones(2)}, {"a": z})
     with pytest.raises(TypeError, match=f"{which} 'a' is complex .*np.abs"):
         ArrayRecorder().record(0, grads, weights=weights)
+
+
+def test_a_log_dir_holding_another_run_is_refused_up_front_and_never_skipped(tmp_path):
+    _small_run_dir(tmp_path / "r")
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        ArrayRecorder(log_dir=tmp_path / "r")
+    rec = ArrayRecorder(log_dir=tmp_path / "new")
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "meta.json").write_text("{}")  # another process took the folder meanwhile
+    for _ in range(2):  # every call fails: none records in memory only while the disk gets nothing
+        with pytest.raises(FileExistsError, match="already holds a run"):
+            rec.record(0, {"a": np.ones(2)})
+    assert rec.run is None

@@ -6,7 +6,6 @@ and, optionally, a run directory written as it goes (``log_dir``).
 """
 from __future__ import annotations
 
-import os
 from typing import Mapping
 
 import numpy as np
@@ -69,7 +68,7 @@ def _to_numpy(x, what: str) -> np.ndarray:
     return a
 
 
-def _check_options(max_steps, histogram_every, log_dir) -> None:
+def _check_options(max_steps, histogram_every) -> None:
     """Refuse bad recorder options at construction, not at the first record() call."""
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int)
                                   or max_steps < 1):
@@ -78,8 +77,6 @@ def _check_options(max_steps, histogram_every, log_dir) -> None:
                                         or histogram_every < 0):
         raise ValueError("histogram_every must be a non-negative int (0 turns histograms off), "
                          f"got {histogram_every!r}")
-    if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
-        raise TypeError(f"log_dir must be a folder path (str or pathlib.Path) or None, not {type(log_dir).__name__}")
 
 
 class ArrayRecorder:
@@ -91,7 +88,11 @@ class ArrayRecorder:
 
     def __init__(self, *, max_steps: int | None = None, histogram_every: int = 10, thresholds=None,
                  log_dir=None, overwrite: bool = False) -> None:
-        _check_options(max_steps, histogram_every, log_dir)
+        _check_options(max_steps, histogram_every)
+        if log_dir is not None:
+            from ..storage import check_log_dir
+
+            check_log_dir(log_dir, overwrite)
         self.max_steps = max_steps
         self.histogram_every = histogram_every or 0
         self.thresholds = as_thresholds(thresholds)
@@ -103,17 +104,18 @@ class ArrayRecorder:
         self._count = 0
 
     def _start(self, gradients: Mapping) -> None:
-        layers = []
+        layers, shapes = [], {}
         for name, g in gradients.items():
             a = _to_numpy(g, f"gradient {name!r}")
-            self._shapes[name] = a.shape
+            shapes[name] = a.shape
             layers.append(LayerInfo(name=str(name), shape=tuple(a.shape), numel=int(a.size),
                                     dtype=str(a.dtype), backward_index=-1, status="trainable"))
-        self.run = Run(layers, thresholds=self.thresholds, max_steps=self.max_steps)
-        if self.log_dir is not None:
+        run = Run(layers, thresholds=self.thresholds, max_steps=self.max_steps)
+        if self.log_dir is not None:  # before taking the run: a refused folder must fail every call
             from ..storage import RunWriter
 
-            self._writer = RunWriter(self.log_dir, self.run, overwrite=self._overwrite)
+            self._writer = RunWriter(self.log_dir, run, overwrite=self._overwrite)
+        self.run, self._shapes = run, shapes
 
     def record(self, step: int, gradients: Mapping, weights: Mapping | None = None, loss=None,
                lr=None) -> None:
