@@ -78,6 +78,11 @@ def test_vanishing_region_is_contiguous_in_backward_order_with_real_sizes():
     assert (r.start_layer, r.end_layer) == ("l3.weight", "l1.weight")
     assert r.parameters == 20 + 30 + 40 and r.duration_steps == T
     assert r.severity == "Critical" and r.active_now and (r.first_step, r.last_step) == (0, T - 1)
+    ma = 1e-9 / np.sqrt(30)   # synth: mean |g| = norm / sqrt(numel); the median of l3, l2, l1 is l2's
+    assert r.mitigation_suggestions == [
+        f"re-initialise l3.weight … l1.weight with a gain that matches the activation: median mean |g| {ma:.3g} "
+        "is below 1e-07",
+        "add residual (skip) connections or normalisation across the 3 layers l3.weight … l1.weight"]
 
 
 def test_a_frozen_layer_splits_regions():
@@ -95,6 +100,9 @@ def test_exploding_tail_has_its_real_duration():
     (r,) = regs
     assert r.kind == "exploding" and r.layers == ["l2.weight"] and r.duration_steps == 5
     assert r.first_step == T - 5 and r.active_now and r.severity == "Moderate"
+    assert r.mitigation_suggestions[0] == ("clip gradients (torch.nn.utils.clip_grad_norm_): |g| reached 1e+05 in "
+                                           "l2.weight (> 1000)")
+    assert f"flagged on 5 steps ({T - 5}–{T - 1})" in r.mitigation_suggestions[1]
 
 
 def test_dead_zone_and_its_recovery():
@@ -106,6 +114,8 @@ def test_dead_zone_and_its_recovery():
     low, high = regs[("l0.weight",)], regs[("l2.weight",)]
     assert low.recovery == "Low" and low.intervention_required and low.duration_steps == T
     assert high.recovery == "High" and not high.intervention_required and high.last_step == T // 2 - 1
+    assert low.mitigation_suggestions[0].startswith("units in l0.weight are dead (100% of steps")
+    assert "recovered" in high.mitigation_suggestions[1] and "lower the learning rate" in low.mitigation_suggestions[1]
     z2 = np.zeros((T, 1))
     z2[T // 4:] = 1.0        # dead on 75% of steps and still dead: Medium
     (mid,) = [r for r in _regions(g=np.ones((T, 1)), zero_frac=z2) if r.kind == "dead"]

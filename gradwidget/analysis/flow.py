@@ -7,7 +7,7 @@ durations (the seed made one region per layer with 1000 parameters).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -172,6 +172,33 @@ class Region:
     severity: str             #: "Critical" or "Moderate"
     recovery: str = ""        #: dead zones: "Low" / "Medium" / "High" (seed RecoveryPotential)
     intervention_required: bool = False
+    mitigation_suggestions: list[str] = field(default_factory=list)  #: what to do, with its numbers
+
+
+def mitigation(r: Region, s: Series, cols: np.ndarray) -> list[str]:
+    """Seed 002 mitigation suggestions for one region, naming its layers and the measured values
+    that put it there (the seed gave every region the same three strings)."""
+    t, span = s.run.thresholds, f"{r.start_layer} … {r.end_layer}" if len(r.layers) > 1 else r.start_layer
+    if r.kind == "vanishing":
+        with _quiet():
+            m = float(np.nanmedian(s.stat("mean_abs", "median")[cols]))
+        out = [f"re-initialise {span} with a gain that matches the activation: median mean |g| {m:.3g} "
+               f"is below {t.vanishing:g}"]
+        if len(r.layers) > 1:
+            out.append(f"add residual (skip) connections or normalisation across the {len(r.layers)} layers {span}")
+        return out
+    if r.kind == "exploding":
+        ex = s.exact
+        mx = float(np.nanmax(ex["max_abs_finite"][cols])) if np.isfinite(ex["max_abs_finite"][cols]).any() else float("nan")
+        nf = int(ex["nonfinite_total"][cols].sum())
+        return [f"clip gradients (torch.nn.utils.clip_grad_norm_): |g| reached {mx:.3g} in {span} (> {t.exploding:g})"
+                + (f", and {nf} entries were NaN/Inf" if nf else ""),
+                f"lower the learning rate: the region was flagged on {r.duration_steps} steps "
+                f"({r.first_step}–{r.last_step})"]
+    return [f"units in {span} are dead ({r.share:.0%} of steps with at least {t.dead_zero_fraction:.0%} exact "
+            "zeros): use LeakyReLU/GELU or re-initialise the biases feeding them",
+            "lower the learning rate: large updates can push units permanently off" if r.active_now else
+            "the zone has recovered: watch it, no change needed yet"]
 
 
 def _step_flags(run: Run, kind: str, cols) -> np.ndarray:
@@ -214,5 +241,6 @@ def regions(s: Series) -> list[Region]:
             if kind == "dead":
                 r.recovery = "High" if not f[-1] else ("Low" if sh > t.dead_recovery_share else "Medium")
                 r.intervention_required = bool(f[-1] and sh >= t.critical_issue_ratio)
+            r.mitigation_suggestions = mitigation(r, s, cols)
             out.append(r)
     return out
