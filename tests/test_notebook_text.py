@@ -1,0 +1,22 @@
+"""The notebooks' prose describes the panel as it is drawn (its defaults live in widget.py)."""
+from pathlib import Path
+
+import nbformat
+
+from gradwidget.plots import metric_label
+from gradwidget.widget import GradientPanel
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def markdown(name: str) -> str:
+    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    return " ".join(c.source.replace("\n", " ") for c in nb.cells if c.cell_type == "markdown")
+
+
+def test_quickstart_describes_the_panels_orientation_and_default_metric():
+    text = markdown("quickstart.ipynb")
+    assert "input at the top" not in text
+    assert "loss side at the top" in text  # as the front end's legend says
+    default = GradientPanel.class_traits()["metric"].default_value
+    assert f"{metric_label(default)} by default" in text
