@@ -5,6 +5,12 @@ recommendations that name layers (seed 000 hierarchy, priorities and suggestions
 Group characteristics are computed from their members (the seed hard-coded 2.0 / 0.8 / 0.7 ...);
 every suggestion is tied to a risk factor that fired, and its expected impact is that factor's
 measured severity.
+
+Seed fields not carried over, and why:
+- ``GradientHierarchy.hierarchy_levels`` / ``cross_level_interactions``: the seed's levels were the
+  High / Medium / Low gradient bands (the ``by="level"`` groups here) with constant importance and
+  impact, and its cross-level interactions were never filled in.
+- ``OptimizationDifficulty.VeryDifficult``: never assigned by the seed.
 """
 from __future__ import annotations
 

@@ -6,6 +6,15 @@ Every number is measured from the Run: the neuron-activity ratio is 1 - the reco
 (the seed derived it from the norm), convergence and plateaus come from slopes of the real series,
 and the forecast's confidence is the probability of its outlook under the fitted trend's standard
 error (the R^2 the seed's port used is ~0 for any flat series, however sure its flatness is).
+
+Seed fields not carried over, and why:
+- ``StabilityForecast.long_term_outlook`` and ``recommended_monitoring``: one horizon (the next
+  ``convergence_window`` steps) is all a fit over the last window supports; the monitoring list was
+  fixed text.
+- ``LearningPhase.Overfitting`` / ``Convergence``: overfitting needs a validation loss, which a
+  gradient recorder does not see; "converged" is a plateau at a low rate (``Plateau``).
+- ``InstabilityType.Chaos`` / ``Stagnation``: no definition in the seed; stagnation is the plateau.
+- ``GradientDistribution.layer_gradient_ratios``: per layer in ``layer_health`` (``relative_level``).
 """
 from __future__ import annotations
 
