@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 #: the files a run directory is made of: no command writes its output over one of them
-RUN_FILES = ("meta.json", "meta.json.tmp", "steps.bin", "hist.bin")
+RUN_FILES = ("meta.json", "meta.json.tmp", "steps.bin", "hist.bin", "history.bin")
 
 
 def _output(path: str) -> Path:

@@ -101,7 +101,7 @@ def _small_run_dir(path):
 
 
 @pytest.mark.parametrize("command", ["report", "export"])
-@pytest.mark.parametrize("name", ["meta.json", "steps.bin", "hist.bin"])
+@pytest.mark.parametrize("name", ["meta.json", "steps.bin", "hist.bin", "history.bin"])
 def test_cli_refuses_to_write_over_a_run_file(tmp_path, capsys, command, name):
     run = _small_run_dir(tmp_path / "r")
     before = {p.name: p.read_bytes() for p in run.iterdir()}
