@@ -156,3 +156,10 @@ def test_a_module_with_most_layers_in_trouble_is_one_priority():
     assert grp.layer == "module dec" and sorted(grp.layers) == ["dec.a.weight", "dec.c.weight"]
     names = [a.name for a in grp.recommended_actions]
     assert any("clip gradients" in n for n in names) and any("re-initialise" in n for n in names)
+    # a weight and its bias inside a vanishing region: the region is the one group priority
+    g2 = np.full((T, 4), 0.1)
+    g2[:, 0:2] = 1e-8
+    names2 = ["m.a.weight", "m.a.bias", "m.b.weight", "n.weight"]
+    s, fl, f, h, regs = parts(g2, names=names2, loss=np.exp(-0.02 * np.arange(T)))
+    pri = advice.priorities(h, advice.suggestions(f, regs), regs, advice.layer_groups(s, h))
+    assert [p.layer for p in pri if p.target_type == "LayerGroup"] == ["vanishing region m.a.bias … m.a.weight"]

@@ -271,8 +271,8 @@ def priorities(health: pd.DataFrame, sugg: list[Suggestion], regions: list[Regio
                groups: list[LayerGroup] = (), dyn: Dynamics | None = None, forecast=None) -> list[Priority]:
     """Optimisation priorities at the seed's three scopes: each layer that is not Healthy
     (``_layer_priorities``); each vanishing / dead / exploding region of 2+ layers and each module
-    group with 2+ problem layers making at least half of it (LayerGroup: one fix across them, e.g.
-    residual connections); and network-wide problems (``_network_priorities``). Sorted by urgency,
+    group whose problem layers span 2+ modules and make at least half of it, unless a region already
+    covers them (LayerGroup: one fix across them, e.g. residual connections); and network-wide problems (``_network_priorities``). Sorted by urgency,
     then score."""
     by_layer: dict[str, list[Suggestion]] = {}
     for sg in sugg:
@@ -280,18 +280,20 @@ def priorities(health: pd.DataFrame, sugg: list[Suggestion], regions: list[Regio
     layer_prio = _layer_priorities(health, by_layer)
     lp = {p.layer: p for p in layer_prio}
     out = list(layer_prio)
-    seen: set[tuple[str, ...]] = set()
+    covered: list[set[str]] = []
     for r in regions:
         members = [lp[n] for n in r.layers if n in lp]
         if len(r.layers) >= 2 and members:
             ss = [x for n in r.layers for x in by_layer.get(n, [])]
-            seen.add(tuple(sorted(p.layer for p in members)))
+            covered.append(set(r.layers))
             out.append(_group_priority(f"{r.kind} region {r.start_layer} … {r.end_layer}", members, ss, r.share))
     for g in groups:
         members = [lp[n] for n in g.layers if n in lp]
-        key = tuple(sorted(p.layer for p in members))
-        if g.by == "module" and len(members) >= 2 and 2 * len(members) >= len(g.layers) and key not in seen:
-            seen.add(key)
+        names = {p.layer for p in members}
+        modules = {n.rsplit(".", 1)[0] for n in names}  # a weight and its bias are one module, not a group
+        if (g.by == "module" and len(modules) >= 2 and 2 * len(members) >= len(g.layers)
+                and not any(names <= c for c in covered)):
+            covered.append(names)
             ss = [x for n in g.layers for x in by_layer.get(n, [])]
             out.append(_group_priority(f"module {g.name}", members, ss,
                                        max((x.expected_impact for x in ss), default=0.0)))
