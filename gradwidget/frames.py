@@ -86,7 +86,10 @@ def frames(run: Run) -> list[dict]:
 
 
 def _prepare(path) -> Path:
+    """The output file, its folder created; a folder given as the file is a clear error."""
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory; give the file to write, e.g. {path / 'frames.json'}")
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -126,9 +129,11 @@ def to_ascii(run: Run, width: int = 80, metric: str = "grad_norm") -> str:
     ``' ░▒▓█'`` encode log10 of the metric on one scale across steps; ``!`` marks exploding cells
     and ``X`` non-finite ones.
     """
+    if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
+        raise ValueError(f"width must be a positive number of columns, got {width!r}")
     if run.n_steps == 0:
         return "(no gradient frames recorded)\n"
-    r = run.downsample(max(1, width)) if run.n_steps > width else run
+    r = run.downsample(width) if run.n_steps > width else run
     vals = r.metric(metric)
     lo, hi = log_levels(vals)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -72,6 +72,8 @@ class LayerInfo:
 
 
 def _as_layers(layers) -> list[LayerInfo]:
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+        raise TypeError(f"layers must be a list of layer names, dicts or LayerInfo, not {type(layers).__name__}")
     out = []
     for x in layers:
         if isinstance(x, LayerInfo):

@@ -115,3 +115,21 @@ def test_repr_mentions_the_history_of_a_rolling_window():
     r = filled(n=50, max_steps=10)
     assert repr(r).endswith("steps 40..49), 2 histograms, 40 older rows in history>")
     assert "history" not in repr(filled(n=5))
+
+
+@pytest.mark.parametrize("layers", [5, "abc"])
+def test_layers_that_are_not_a_list_are_a_clear_error(layers):
+    with pytest.raises(TypeError, match="layers must be a list of layer names"):
+        Run(layers)
+
+
+@pytest.mark.parametrize("width", [0, -3, "x", 2.5, True])
+def test_to_ascii_refuses_a_bad_width(width):
+    with pytest.raises(ValueError, match="width must be a positive number of columns"):
+        filled(n=5).to_ascii(width=width)
+
+
+@pytest.mark.parametrize("export", ["export_json", "export_csv"])
+def test_exporting_onto_a_folder_is_a_clear_error(tmp_path, export):
+    with pytest.raises(IsADirectoryError, match=f"{tmp_path} is a directory; give the file to write"):
+        getattr(filled(n=3), export)(tmp_path)
