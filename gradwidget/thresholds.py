@@ -80,7 +80,8 @@ class Thresholds:
         bad = {k: v for k, v in d.items() if k in known and (isinstance(v, bool) or not isinstance(v, (int, float)))}
         if bad:
             raise ValueError(f"thresholds must be numbers; got {bad}")
-        return cls(**{k: float(v) for k, v in d.items() if k in known})
+        ints = {f.name for f in fields(cls) if isinstance(f.default, int)}  # a count stays a count
+        return cls(**{k: (int(v) if k in ints and v == int(v) else float(v)) for k, v in d.items() if k in known})
 
 
 def as_thresholds(value) -> Thresholds:

@@ -370,3 +370,12 @@ def test_a_history_overlapping_the_window_is_refused(tmp_path):
     (p / "history.bin").write_bytes((p / "history.bin").read_bytes() + (p / "steps.bin").read_bytes()[:step_dtype(2).itemsize])
     with pytest.raises(RunFormatError, match="history.bin is damaged: record .* not before the first step"):
         load_run(p)
+
+
+def test_thresholds_keep_their_types_through_a_run_directory(tmp_path):
+    from gradwidget.thresholds import Thresholds
+
+    run = Run(["a"], thresholds=Thresholds(convergence_window=40, vanishing=1e-6))
+    save_run(run, tmp_path / "r")
+    t = load_run(tmp_path / "r").thresholds
+    assert t == run.thresholds and type(t.convergence_window) is int and type(t.vanishing) is float
