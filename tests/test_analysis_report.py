@@ -202,3 +202,16 @@ def test_summary_gives_the_convergence_estimate():
     assert c.trend == "Converging" and c.estimated_steps_to_convergence == pytest.approx(109, abs=1)
     assert f"in about {c.estimated_steps_to_convergence} steps" in rep.summary_text()
     json.loads(rep.to_json())
+
+
+def test_an_unsteady_flat_forecast_says_why_it_is_uncertain():
+    from gradwidget.analysis.health import forecast
+    from gradwidget.analysis.report import _outlook
+
+    rng = np.random.default_rng(1)
+    g = np.exp(0.05 * rng.standard_normal(1000))
+    f = forecast(g, 100, band=0.1, steady=False)
+    assert f.outlook == "Uncertain" and f.most_likely == "Stable" and f.confidence > 0.99
+    assert _outlook(f).endswith("probability it stays within ±0.10, but the layers' gradients are unsteady)")
+    edge = forecast(10 ** (0.1 * np.arange(100) / 100 + 0.05 * rng.standard_normal(100)), 100, band=0.1, steady=True)
+    assert f"the most likely, {edge.most_likely}, has {edge.confidence:.0%})" in _outlook(edge)

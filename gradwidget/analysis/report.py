@@ -55,10 +55,14 @@ def _outlook(f) -> str:
     lo, hi = f.interval
     what = {"Stable": f"it stays within ±{f.stable_band:.2f}", "Deteriorating": f"it rises by more than {f.stable_band:.2f}",
             "Improving": f"it falls by more than {f.stable_band:.2f}"}
-    claim = what.get(f.outlook, f"no outlook reaches {FORECAST_CONFIDENCE:.0%}: the most likely one has")
+    if f.outlook in what:
+        why = f"{f.confidence:.0%} probability {what[f.outlook]}"
+    elif f.most_likely == "Stable" and not f.steady and f.confidence >= FORECAST_CONFIDENCE:
+        why = f"{f.confidence:.0%} probability {what['Stable']}, but the layers' gradients are unsteady"
+    else:
+        why = f"no outlook reaches {FORECAST_CONFIDENCE:.0%}: the most likely, {f.most_likely}, has {f.confidence:.0%}"
     return (f"outlook {f.outlook} (global norm projected to change {f.projected_decades:+.2f} decades over the "
-            f"next window, 95% interval {lo:+.2f} to {hi:+.2f}; " +
-            (f"{f.confidence:.0%} probability {claim})" if f.outlook in what else f"{claim} {f.confidence:.0%})"))
+            f"next window, 95% interval {lo:+.2f} to {hi:+.2f}; {why})")
 
 
 @dataclass
