@@ -273,6 +273,8 @@ def _bad_step_record(recs: np.ndarray, prev_step) -> tuple[int, str] | None:
     their step number, which only increases, and norms, fractions and counts are never negative
 (``Run.append`` enforces the first; no recorder produces the second):
     random bytes, or a meta.json listing a different number of layers, break these at once."""
+    if not len(recs):
+        return None
     steps = recs["step"]
     prev = np.concatenate([[prev_step if prev_step is not None else np.iinfo(np.int64).min], steps[:-1]])
     checks = [(steps <= prev, "its step number {step} does not follow the previous step")]
@@ -292,6 +294,8 @@ def _bad_step_record(recs: np.ndarray, prev_step) -> tuple[int, str] | None:
 
 def _bad_hist_record(hists: np.ndarray, prev_step, steps: np.ndarray) -> tuple[int, str] | None:
     """The first histogram record whose step is out of order or not a recorded step, or None."""
+    if not len(hists):
+        return None
     hs = hists["step"]
     prev = np.concatenate([[prev_step if prev_step is not None else np.iinfo(np.int64).min], hs[:-1]])
     pos = np.clip(np.searchsorted(steps, hs), 0, max(len(steps) - 1, 0))
