@@ -288,3 +288,36 @@ def test_per_step_direction_series():
     assert flow.direction_series(run, 1).direction.tolist() == d.direction.tolist()
     from gradwidget.analysis import analyze
     assert analyze(run).direction_series("l0.weight").equals(d)
+
+
+def test_a_recurrent_block_recorded_from_torch_keeps_its_paths():
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from gradwidget import Recorder
+    from gradwidget.analysis import analyze
+
+    torch.manual_seed(0)
+
+    class Loop(nn.Module):  # a and b applied twice: b's output feeds a again (a cycle in the graph)
+        def __init__(self):
+            super().__init__()
+            self.inp, self.a, self.b, self.out = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 1)
+
+        def forward(self, x):
+            x = self.inp(x)
+            for _ in range(2):
+                x = torch.tanh(self.b(torch.tanh(self.a(x))))
+            return self.out(x)
+
+    m = Loop()
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    rec = Recorder(m, opt)
+    for _ in range(20):
+        opt.zero_grad()
+        m(torch.randn(4, 8)).pow(2).mean().backward()
+        opt.step()
+    rep = analyze(rec.run)
+    assert rep.network.available and rep.critical_paths
+    assert all(p.graph_had_cycles for p in rep.critical_paths)
+    assert any("the recorded graph has cycles" in n and "b.weight → a.weight" in n for n in rep.notes)
