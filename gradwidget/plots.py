@@ -445,7 +445,9 @@ def weight_plot(run: Run, ax=None, layers: Sequence[int | str] | None = None) ->
     ax.set_xlabel("step")
     ax.set_ylabel(label)
     ax.set_title(f"weights: {label} per layer", fontsize=10)
-    if len(idx) <= 12:
+    if not ax.get_legend_handles_labels()[0]:  # no finite weight norm: say so, not an empty legend
+        ax.text(0.5, 0.5, "no finite weight norm recorded", ha="center", va="center", transform=ax.transAxes)
+    elif len(idx) <= 12:
         ax.legend(fontsize=6, ncol=2)
     return fig
 

@@ -281,3 +281,15 @@ def test_an_all_nan_heatmap_has_no_made_up_colour_bar():
     assert len(fig.axes) == 1  # no colour bar axes
     assert any("no colour scale" in t.get_text() for t in fig.axes[0].texts)
     assert len(plots.flow_heatmap(pathological_run(5), "mean_abs").axes) == 2  # finite values: a bar
+
+
+def test_weight_plot_without_a_finite_norm_says_so_without_warnings():
+    import warnings
+
+    run = Run(["a", "b"])
+    for s in range(4):
+        run.append(s, np.full((len(METRICS), 2), np.nan, np.float32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warned "No artists with labels found"
+        fig = plots.weight_plot(run)
+    assert any("no finite weight norm" in t.get_text() for t in fig.axes[0].texts)
