@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .stats import (Series, _quiet, block_mean, log10_pos, lstsq_slope, moments, nanmedian, quantiles,
-                    standardized, trailing_true)
+                    standardized)
 
 HEALTH = ("Healthy", "Warning", "Critical", "Unknown")
 #: a pair of layers whose log-norm series correlate at least this much (in absolute value) is
