@@ -52,3 +52,10 @@ def test_edges_naming_missing_layers_are_dropped_with_a_note():
     assert net.available and len(net.edges) == 2
     rep = analyze(run)
     assert any("2 recorded graph edges named a layer index outside 0..2" in n for n in rep.notes)
+
+
+@pytest.mark.parametrize("name, value", [("relative_vanishing", 0), ("bottleneck_gain", 0), ("unstable", 0),
+                                         ("relative_exploding", 0), ("convergence_window", 2)])
+def test_thresholds_the_analysis_cannot_use_are_rejected(name, value):
+    with pytest.raises(ValueError, match=f"Thresholds.{name} must be"):
+        analyze(run3(), thresholds={name: value})
