@@ -9,6 +9,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -85,18 +87,28 @@ def frames(run: Run) -> list[dict]:
     return out
 
 
-def _prepare(path) -> Path:
-    """The output file, its folder created; a folder given as the file is a clear error."""
+@contextmanager
+def _atomic_output(path, newline=None):
+    """Open the output file for writing via a temporary sibling renamed into place at the end, so
+    a failure half-way leaves an earlier export intact and no partial file; a folder given as the
+    file is a clear error."""
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a directory; give the file to write, e.g. {path / 'frames.json'}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    return path
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", newline=newline) as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def export_json(run: Run, path) -> None:
     """Write the frames as JSON (non-finite numbers become null)."""
-    with open(_prepare(path), "w") as f:
+    with _atomic_output(path) as f:
         json.dump(frames(run), f, indent=1)
 
 
@@ -105,7 +117,7 @@ def export_csv(run: Run, path) -> None:
     mean, mx, norm = run.metric("mean_abs"), run.metric("max_abs"), run.metric("grad_norm")
     van, exp = run.vanishing(), run.exploding()
     names = run.layer_names
-    with open(_prepare(path), "w", newline="") as f:
+    with _atomic_output(path, newline="") as f:
         w = csv.writer(f)
         w.writerow(CSV_COLUMNS)
         for i, step in enumerate(run.steps.tolist()):

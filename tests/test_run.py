@@ -133,3 +133,21 @@ def test_to_ascii_refuses_a_bad_width(width):
 def test_exporting_onto_a_folder_is_a_clear_error(tmp_path, export):
     with pytest.raises(IsADirectoryError, match=f"{tmp_path} is a directory; give the file to write"):
         getattr(filled(n=3), export)(tmp_path)
+
+
+@pytest.mark.parametrize("export", ["export_json", "export_csv"])
+def test_a_failed_export_keeps_the_previous_file(tmp_path, monkeypatch, export):
+    import gradwidget.frames as frames_mod
+
+    out = tmp_path / "out"
+    out.write_text("an earlier export")
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(frames_mod, "frames", boom)
+    monkeypatch.setattr(frames_mod.csv, "writer", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        getattr(filled(n=3), export)(out)
+    assert out.read_text() == "an earlier export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
