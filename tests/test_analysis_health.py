@@ -473,3 +473,17 @@ def test_momentum_velocity_and_adaptation_are_measured():
     assert d.learning_velocity == pytest.approx(0.015, abs=1e-3)
     assert d.adaptation_rate == pytest.approx(-0.01, abs=1e-3)
     assert d.gradient_momentum == pytest.approx(health.momentum(s.run.scalar("global_norm")[-100:]))
+
+
+def test_rates_are_per_user_step_when_steps_are_recorded_sparsely():
+    n = 300
+    loss = np.exp(-0.005 * np.arange(n))          # 0.5% per recorded step
+    for every, trend, phase in ((1, "Converging", "Refinement"), (10, "Stable", "Plateau")):
+        s = Series(synth(np.full((n, 2), 0.1), loss=loss, steps=np.arange(n) * every))
+        fl = flow.flow_characteristics(s)
+        c = health.convergence(s, health.layer_health(s, fl, health.risk_factors(s, fl)))
+        assert c.rel_change_per_step == pytest.approx(-0.005 / every, rel=1e-6)
+        assert c.trend == trend                   # 0.05% per user step is below plateau_rel_change
+        assert (c.estimated_steps_to_convergence == 0) == (trend == "Stable")
+        d = health.dynamics(s)
+        assert d.rel_change_per_step == pytest.approx(-0.005 / every, rel=1e-6) and d.learning_phase == phase

@@ -318,17 +318,18 @@ class Convergence:
     estimate_basis: str = ""  #: how the estimate was made, or why there is none
 
 
-def _rel_slope(y: np.ndarray, window: int) -> tuple[float, float]:
-    """Relative change per step (slope of ln y) over the last ``window`` finite points, and its R^2."""
-    sl, _, r2, _ = trend_fit(y, window)
+def _rel_slope(y: np.ndarray, window: int, x: np.ndarray | None = None) -> tuple[float, float]:
+    """Relative change per step (slope of ln y against ``x``, the point index when None) over the
+    last ``window`` finite points, and its R^2."""
+    sl, _, r2, _ = trend_fit(y, window, x)
     return sl, r2
 
 
 def convergence(s: Series, health: pd.DataFrame) -> Convergence:
     run, t = s.run, s.run.thresholds
     w = int(t.convergence_window)
-    y, _, what = _progress_series(run)
-    rel, _ = _rel_slope(y, w)
+    y, steps, what = _progress_series(run)
+    rel, _ = _rel_slope(y, w, steps)  # per user step, as plateau_rel_change
     loss_fall, _ = _rel_slope(run.scalar("loss"), w)
     r = s.update_rows
     ratio = nanmedian(r, axis=1) if r.size else np.zeros(0)
@@ -378,7 +379,7 @@ def steps_to_convergence(y: np.ndarray, steps: np.ndarray, w: int, r: float) -> 
     (c <= 0: a constant relative rate never flattens)."""
     ok = np.isfinite(y) & (y > 0)
     y, steps = np.asarray(y, np.float64)[ok], np.asarray(steps, np.float64)[ok]
-    now = float(lstsq_slope(np.log(y[-w:])[:, None], steps[-w:])[0][0]) if y.size else float("nan")  # per user step
+    now, _ = _rel_slope(y, w, steps)
     if not np.isfinite(now):
         return None, "fewer than 3 finite positive points"
     if abs(now) <= r:
@@ -577,7 +578,7 @@ def dynamics(s: Series) -> Dynamics:
     if is_plateau:
         acts = ["try a learning-rate schedule (warm restart or decay), or check that the model can still learn "
                 "(vanishing or dead layers)"]
-    rel_now, _ = _rel_slope(y, W)
+    rel_now, _ = _rel_slope(y, W, steps)  # per user step, as the thresholds
     if is_plateau:
         phase = "Plateau"
     elif len(y) < W:
@@ -626,18 +627,23 @@ def _phi(z: float) -> float:
     return 0.5 * (1.0 + erf(z / np.sqrt(2.0))) if np.isfinite(z) else float(z > 0)
 
 
-def trend_fit(y: np.ndarray, window: int) -> tuple[float, float, float, int]:
-    """Least-squares slope of ln y per step over the last ``window`` finite positive points, its
-    standard error, R^2, and the number of points. The standard error is widened for
-    autocorrelated residuals (a gradient norm's noise is not independent from step to step) by
-    sqrt((1 + r) / (1 - r)) with r the residuals' lag-1 autocorrelation clipped to [0, 0.95]."""
+def trend_fit(y: np.ndarray, window: int, x: np.ndarray | None = None) -> tuple[float, float, float, int]:
+    """Least-squares slope of ln y per unit of ``x`` (user steps; the point index when None) over the
+    last ``window`` finite positive points, its standard error, R^2, and the number of points. The
+    standard error is widened for autocorrelated residuals (a gradient norm's noise is not
+    independent from step to step) by sqrt((1 + r) / (1 - r)) with r the residuals' lag-1
+    autocorrelation clipped to [0, 0.95]."""
     y = np.asarray(y, np.float64)
-    y = np.log(y[np.isfinite(y) & (y > 0)][-window:])
+    ok = np.isfinite(y) & (y > 0)
+    x = (np.arange(y.size, dtype=np.float64) if x is None else np.asarray(x, np.float64))[ok][-window:]
+    y = np.log(y[ok][-window:])
     n = y.size
     if n < 3:
         return float("nan"), float("nan"), float("nan"), n
-    x = np.arange(n, dtype=np.float64) - (n - 1) / 2
+    x = x - x.mean()
     sxx = float(x @ x)
+    if not sxx > 0:
+        return float("nan"), float("nan"), float("nan"), n
     slope = float(x @ (y - y.mean())) / sxx
     e = y - y.mean() - slope * x
     sse, syy = float(e @ e), float(((y - y.mean()) ** 2).sum())
