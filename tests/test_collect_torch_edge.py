@@ -196,3 +196,42 @@ def test_a_log_dir_holding_a_run_is_refused_at_construction(tmp_path):
     with Recorder(model, opt, log_dir=tmp_path / "run", overwrite=True, memory_budget=1e9) as rec:
         step(model, opt)
     assert rec.run.n_steps == 1 and rec.memory_budget == 10**9
+
+
+def test_one_host_copy_per_recorded_step_plus_one_for_update_norms(monkeypatch):
+    import sys
+
+    import gradwidget.collect.torch as collect
+
+    copies = []
+
+    def counting(name):
+        original = getattr(torch.Tensor, name)
+
+        def f(self, *args, **kwargs):
+            if sys._getframe(1).f_code.co_filename == collect.__file__:  # the recorder's reads only
+                copies.append(name)
+            return original(self, *args, **kwargs)
+        return f
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    model[2].double()  # a second dtype: two weight and two gradient groups on one device
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    per_step = []
+    with Recorder(model, opt, histogram_every=2, update_every=2) as rec:
+        for name in ("cpu", "item", "tolist", "__float__"):
+            monkeypatch.setattr(torch.Tensor, name, counting(name))
+        for _ in range(4):
+            opt.zero_grad()
+            loss = model[2](model[1](model[0](torch.randn(4, 8))).double()).pow(2).mean()
+            loss.backward()
+            rec.log(loss=loss)
+            copies.clear()
+            opt.step()
+            per_step.append(copies.count("cpu") + copies.count("item") + copies.count("tolist")
+                            + copies.count("__float__"))
+        monkeypatch.undo()
+    # steps 0 and 2: statistics + histograms + loss in one copy, update norms in a second
+    assert per_step == [2, 1, 2, 1]
+    assert rec.run.hist_steps.tolist() == [0, 2]
+    assert np.isfinite(rec.run.scalar("loss")).all()

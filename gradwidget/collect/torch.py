@@ -2,10 +2,17 @@
 
 A *step* is an optimizer step (gradients as the optimizer sees them: after accumulation and AMP
 unscaling, via an optimizer step pre-hook) or, without an optimizer, one completed backward pass.
+A step ``GradScaler`` skips (Inf/NaN found, so ``optimizer.step()`` never runs) is recorded at the
+next ``optimizer.zero_grad()``.
+
 Statistics are computed with fused ``torch._foreach_norm`` calls grouped by device and dtype (as
-``torch.nn.utils.clip_grad_norm_`` does) and copied to the host once per group and recorded step;
-no ``.item()`` per parameter. Layer order and data-flow edges come from the real autograd graph,
-captured once.
+``torch.nn.utils.clip_grad_norm_`` does). Per recorded step, the weight norms, the gradient
+statistics, the histogram's exponent counts (on histogram steps) and a tensor loss of a device are
+packed into one float64 tensor and copied to the host once; the update norms, known only after
+``optimizer.step()``, are a second copy on the steps that measure them. No ``.item()`` per
+parameter (a tensor holding NaN/Inf costs one more read, to count them). Layer order and data-flow
+edges come from the real autograd graph, captured on the first forward (again for a layer first
+used later).
 """
 from __future__ import annotations
 
@@ -31,9 +38,9 @@ _MAX_GRAPH_VISITS = 200_000
 _LATE_CAPTURES = 16
 
 
-def _grad_stats(grads: list[torch.Tensor], foreach_all: bool) -> np.ndarray:
-    """Rows L2 norm, L1 norm, max |g|, non-zero count and sum for a group of same-device/dtype
-    gradients, stacked on the device and copied to the host once.
+def _grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
+    """Rows L2 norm, L1 norm, max |g|, non-zero count and sum (float64, ``(5, len(grads))``) for a
+    group of same-device/dtype gradients, left on the device for the caller to copy.
 
     On CUDA the multi-tensor ``_foreach_norm`` kernels are fastest for every order; on CPU they are
     only fast for the L2 norm, while per-tensor ``abs().sum()``, ``aminmax`` and ``count_nonzero``
@@ -50,18 +57,28 @@ def _grad_stats(grads: list[torch.Tensor], foreach_all: bool) -> np.ndarray:
         linf = torch.maximum(-lo, hi)
         nnz = torch.stack([torch.count_nonzero(g) for g in grads])
     sums = torch.stack([g.sum() for g in grads])
-    return torch.stack([r.to(torch.float64) for r in (l2, l1, linf, nnz, sums)]).cpu().numpy()
+    return torch.stack([r.to(torch.float64) for r in (l2, l1, linf, nnz, sums)])
 
 
-def _octave_histograms(grads: list[torch.Tensor], nonzero: np.ndarray) -> np.ndarray:
-    """Counts of |g| in the Run's octave bins, read off the float32 exponent bits: one shift and one
-    bincount per tensor instead of a log10 and a histc (3x faster than torch.histc on log10|g|)."""
+def _grad_stats(grads: list[torch.Tensor], foreach_all: bool) -> np.ndarray:
+    """``_grad_rows`` copied to the host (for callers that copy each group on its own)."""
+    return _grad_rows(grads, foreach_all).cpu().numpy()
+
+
+def _exponent_counts(grads: list[torch.Tensor]) -> torch.Tensor:
+    """``(len(grads), 256)`` counts of the float32 biased exponents of |g|, on the device: one shift
+    and one bincount per tensor instead of a log10 and a histc (3x faster than torch.histc)."""
     counts = []
     for g in grads:
         bits = g.detach().float().reshape(-1).view(torch.int32)
         counts.append(torch.bincount(torch.bitwise_right_shift(bits, 23).bitwise_and_(255), minlength=256))
-    c = torch.stack(counts).cpu().numpy().astype(np.int64)  # (tensors, 256 biased exponents)
-    out = np.zeros((len(grads), N_BINS), np.int64)
+    return torch.stack(counts)
+
+
+def _octave_bins(c: np.ndarray, nonzero: np.ndarray) -> np.ndarray:
+    """The Run's octave-bin histograms from host exponent counts ``c`` (tensors, 256)."""
+    c = c.astype(np.int64)
+    out = np.zeros((c.shape[0], N_BINS), np.int64)
     # biased exponent e (1..254) holds 2**(e-127) <= |g| < 2**(e-126); 0 holds zeros and
     # subnormals, 255 holds Inf/NaN (not counted)
     idx = np.clip(np.arange(1, 255) - 127 - HIST_LOG2_LO, 0, N_BINS - 1)
@@ -69,6 +86,20 @@ def _octave_histograms(grads: list[torch.Tensor], nonzero: np.ndarray) -> np.nda
     subnormal = np.maximum(0, nonzero.astype(np.int64) - c[:, 1:256].sum(axis=1))
     out[:, 0] += subnormal
     return out.astype(np.uint32)
+
+
+def _octave_histograms(grads: list[torch.Tensor], nonzero: np.ndarray) -> np.ndarray:
+    """Counts of |g| in the Run's octave bins, copied to the host on their own."""
+    return _octave_bins(_exponent_counts(grads).cpu().numpy(), nonzero)
+
+
+def _module_of(model: nn.Module, pname: str) -> tuple[str, str]:
+    path = pname.rsplit(".", 1)[0] if "." in pname else ""
+    try:
+        mod = model.get_submodule(path) if path else model
+        return path, type(mod).__name__
+    except AttributeError:
+        return path, ""
 
 
 def _count_arg(name: str, value, minimum: int, also: str = "") -> int:
@@ -124,13 +155,29 @@ def _replace_attached(model: nn.Module, new: "Recorder") -> None:
     _ATTACHED[model] = weakref.ref(new)
 
 
-def _module_of(model: nn.Module, pname: str) -> tuple[str, str]:
-    path = pname.rsplit(".", 1)[0] if "." in pname else ""
-    try:
-        mod = model.get_submodule(path) if path else model
-        return path, type(mod).__name__
-    except AttributeError:
-        return path, ""
+class _HostCopy:
+    """Tensors to bring to the host, packed into one float64 tensor per device so that a recorded
+    step costs one device-to-host copy per device (float64 holds counts exactly up to 2**53)."""
+
+    def __init__(self) -> None:
+        self._parts: dict = defaultdict(list)
+        self._host: dict = {}
+
+    def add(self, t: torch.Tensor) -> tuple:
+        """Queue ``t``; returns the handle to ``get`` it by after ``fetch``."""
+        parts = self._parts[t.device]
+        parts.append(t.reshape(-1).to(torch.float64))
+        return t.device, len(parts) - 1, tuple(t.shape)
+
+    def fetch(self) -> None:
+        for dev, parts in self._parts.items():
+            host = torch.cat(parts).cpu().numpy()
+            ends = np.cumsum([p.numel() for p in parts])
+            self._host[dev] = np.split(host, ends[:-1])
+
+    def get(self, handle: tuple) -> np.ndarray:
+        dev, k, shape = handle
+        return self._host[dev][k].reshape(shape)
 
 
 class Recorder:
@@ -405,8 +452,10 @@ class Recorder:
         if self._dist is not None and self._dist.sharded:
             self._begin_sharded_step(step_no, with_hist, before_update)
             return
-        values, hist = self._collect(with_hist=with_hist)
         pend, self._pending = self._pending, {}
+        values, hist, loss = self._collect(with_hist, pend.get("loss"))
+        if loss is not None:
+            pend["loss"] = loss
         self._append_step(step_no, pend, values, hist)
         self._recorded += 1
         if before_update and self._update_bufs is not None and (self._recorded - 1) % self.update_every == 0:
@@ -549,7 +598,10 @@ class Recorder:
         return max(1000, int(self.memory_budget / (2 * per_step)))
 
     # ------------------------------------------------------------------ statistics
-    def _collect(self, with_hist: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    def _collect(self, with_hist: bool, loss=None) -> tuple[np.ndarray, np.ndarray | None, object]:
+        """This step's ``(METRICS, L)`` values, ``(L, N_BINS)`` histogram (on histogram steps) and
+        loss (a tensor loss read in the same copy): weight norms, gradient statistics, exponent
+        counts and the loss are packed per device and copied to the host once."""
         L = len(self._order)
         out = np.full((len(METRICS), L), np.nan, np.float32)
         hist = np.zeros((L, N_BINS), np.uint32) if with_hist else None
@@ -561,34 +613,46 @@ class Recorder:
             g = p.grad
             if g is not None and not g.is_sparse and g.numel() > 0:
                 groups[(g.device, g.dtype)].append(c)
-        for (_dev, _dt), cols in wgroups.items():
-            ws = [self._params[self._order[c]].detach() for c in cols]
-            wn = torch.stack([n.float() for n in torch._foreach_norm(ws, 2)]).cpu().numpy()
-            out[_M["weight_norm"], cols] = wn
+        pack = _HostCopy()
+        wparts = [(cols, pack.add(torch.stack(torch._foreach_norm(
+            [self._params[self._order[c]].detach() for c in cols], 2)))) for cols in wgroups.values()]
+        gparts = []
         for (dev, _dt), cols in groups.items():
             grads = [self._params[self._order[c]].grad for c in cols]
-            host = _grad_stats(grads, foreach_all=self.foreach_all or dev.type != "cpu")
-            l2, l1, linf, nnz, s = host[:5]
-            n = np.array([g.numel() for g in grads], np.float64)
-            mean = s / n
-            with np.errstate(invalid="ignore", over="ignore"):
-                var = np.maximum(l2 * l2 / n - mean * mean, 0.0)
-            out[_M["grad_norm"], cols] = l2
-            out[_M["mean_abs"], cols] = l1 / n
-            out[_M["max_abs"], cols] = linf
-            out[_M["std"], cols] = np.sqrt(var)
-            out[_M["zero_frac"], cols] = 1.0 - nnz / n
-            out[_M["nonfinite"], cols] = 0.0
-            bad = ~np.isfinite(l2)
-            if bad.any():  # rare: count the NaN/Inf entries of the offending tensors only
-                for k in np.flatnonzero(bad):
-                    g = grads[k]
-                    out[_M["nonfinite"], cols[k]] = float((~torch.isfinite(g)).sum())
-                    out[_M["zero_frac"], cols[k]] = float((g == 0).sum()) / g.numel()
-                    out[_M["max_abs"], cols[k]] = math.inf
+            rows = pack.add(_grad_rows(grads, foreach_all=self.foreach_all or dev.type != "cpu"))
+            counts = pack.add(_exponent_counts(grads)) if with_hist else None
+            gparts.append((cols, grads, rows, counts))
+        loss_at = pack.add(loss.detach().float().mean()) if isinstance(loss, torch.Tensor) else None
+        pack.fetch()
+        for cols, at in wparts:
+            out[_M["weight_norm"], cols] = pack.get(at)
+        for cols, grads, rows, counts in gparts:
+            self._fill_grad_stats(out, cols, grads, pack.get(rows))
             if hist is not None:
-                hist[cols] = _octave_histograms(grads, n * (1.0 - out[_M["zero_frac"], cols]))
-        return out, hist
+                nonzero = np.array([g.numel() for g in grads], np.float64) * (1.0 - out[_M["zero_frac"], cols])
+                hist[cols] = _octave_bins(pack.get(counts), nonzero)
+        return out, hist, (float(pack.get(loss_at)) if loss_at is not None else loss)
+
+    @staticmethod
+    def _fill_grad_stats(out: np.ndarray, cols: list[int], grads: list[torch.Tensor], host: np.ndarray) -> None:
+        """Per-layer metrics of one gradient group from its host rows (``_grad_rows``)."""
+        l2, l1, linf, nnz, s = host[:5]
+        n = np.array([g.numel() for g in grads], np.float64)
+        mean = s / n
+        with np.errstate(invalid="ignore", over="ignore"):
+            var = np.maximum(l2 * l2 / n - mean * mean, 0.0)
+        out[_M["grad_norm"], cols] = l2
+        out[_M["mean_abs"], cols] = l1 / n
+        out[_M["max_abs"], cols] = linf
+        out[_M["std"], cols] = np.sqrt(var)
+        out[_M["zero_frac"], cols] = 1.0 - nnz / n
+        out[_M["nonfinite"], cols] = 0.0
+        # rare: count the NaN/Inf entries of the offending tensors only (a host read each)
+        for k in np.flatnonzero(~np.isfinite(l2)):
+            g = grads[k]
+            out[_M["nonfinite"], cols[k]] = float((~torch.isfinite(g)).sum())
+            out[_M["zero_frac"], cols[k]] = float((g == 0).sum()) / g.numel()
+            out[_M["max_abs"], cols[k]] = math.inf
 
     # ------------------------------------------------------------------ backward-graph edges
     def _install_graph_capture(self) -> None:
