@@ -190,7 +190,7 @@ def test_summary_states_the_forecast_with_its_interval_not_r2():
     f = rep.stability.forecast
     line = [l for l in rep.summary_text().splitlines() if l.startswith("Stability")][0]
     assert "R²" not in line and f.outlook == "Stable"
-    assert f"95% interval {f.interval[0]:+.2f} to {f.interval[1]:+.2f}" in line
+    assert f"over the next 100 recorded steps, 95% interval {f.interval[0]:+.2f} to {f.interval[1]:+.2f}" in line
     assert f"{f.confidence:.0%} probability it stays within ±{f.stable_band:.2f}" in line
     assert f.stable_band == pytest.approx(100 / 400)  # one decade per run, over a 100-step window
 

@@ -614,6 +614,7 @@ class Forecast:
     r2: float = float("nan")  #: share of the window's variance the line explains (~0 for a flat series)
     most_likely: str = ""     #: the most probable trend (confidence is its probability when Uncertain)
     steady: bool = True       #: the layers' median stability allowed a Stable outlook
+    horizon: int = 0          #: recorded steps the projection looks ahead (the convergence window)
 
 
 #: an outlook is stated only when the fitted trend makes it at least this probable; else Uncertain.
@@ -679,7 +680,7 @@ def forecast(g: np.ndarray, window: int, band: float, steady: bool) -> Forecast:
              f"per {window} steps (95% interval {_fmt(proj - 1.96 * sp)} to {_fmt(proj + 1.96 * sp)}); "
              f"Stable within ±{_fmt(band)}" + ("" if steady else "; the layers are unsteady, so not Stable"))
     return Forecast(outlook, float(proj), float(p[best]), basis, (float(proj - 1.96 * sp), float(proj + 1.96 * sp)),
-                    float(band), r2, best, steady)
+                    float(band), r2, best, steady, int(window))
 
 
 @dataclass

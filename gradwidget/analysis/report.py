@@ -62,7 +62,7 @@ def _outlook(f) -> str:
     else:
         why = f"no outlook reaches {FORECAST_CONFIDENCE:.0%}: the most likely, {f.most_likely}, has {f.confidence:.0%}"
     return (f"outlook {f.outlook} (global norm projected to change {f.projected_decades:+.2f} decades over the "
-            f"next window, 95% interval {lo:+.2f} to {hi:+.2f}; {why})")
+            f"next {f.horizon} recorded steps, 95% interval {lo:+.2f} to {hi:+.2f}; {why})")
 
 
 @dataclass
