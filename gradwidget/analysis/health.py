@@ -259,6 +259,7 @@ def energy_share(s: Series) -> np.ndarray:
 
 
 def _interaction_type(r: float) -> str:
+    """Seed 000 interaction type from the correlation alone (the seed used a convergence difference)."""
     return ("Cooperative" if r >= INTERACTION_CORR else "Disruptive" if r <= -DISRUPTIVE_CORR
             else "Competitive" if r <= -INTERACTION_CORR else "Neutral")
 
@@ -358,7 +359,7 @@ def fit_decay(y: np.ndarray, x: np.ndarray) -> tuple[float, float, float, float]
     for _ in range(2):
         for k in grid:
             A = np.column_stack([np.ones_like(x), np.exp(-k * x)])
-            coef, res, *_ = np.linalg.lstsq(A, y, rcond=None)
+            coef = np.linalg.lstsq(A, y, rcond=None)[0]
             sse = float(np.sum((A @ coef - y) ** 2))
             if -sse > best[3]:
                 best = (float(coef[0]), float(coef[1]), float(k), -sse)
