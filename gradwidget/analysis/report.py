@@ -89,7 +89,7 @@ class Report:
     recommendations: list
     weights: Any = None                  #: WeightReport when weights were given
     weight_drift: Any = None             #: drift read from the run's update/weight ratios
-    explosion: Any = None                #: seed 001 gradient-explosion analysis at the last step
+    explosion: Any = None                #: seed 001 gradient-explosion analysis on each layer's largest |g| (the flags' metric)
     notes: list = field(default_factory=list)
 
     @property
