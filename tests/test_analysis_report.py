@@ -215,3 +215,10 @@ def test_an_unsteady_flat_forecast_says_why_it_is_uncertain():
     assert _outlook(f).endswith("probability it stays within ±0.10, but the layers' gradients are unsteady)")
     edge = forecast(10 ** (0.1 * np.arange(100) / 100 + 0.05 * rng.standard_normal(100)), 100, band=0.1, steady=True)
     assert f"the most likely, {edge.most_likely}, has {edge.confidence:.0%})" in _outlook(edge)
+
+
+def test_summary_says_the_critical_path_went_through_a_cycle():
+    g = np.tile([1e-5, 1e-3, 1e-2, 1e-1], (60, 1))
+    rep = analyze(synth(g, numel=1, edges=[(0, 1), (1, 2), (2, 1), (2, 3)]))
+    line = [l for l in rep.summary_text().splitlines() if l.startswith("Critical path")][0]
+    assert "l3.weight → l0.weight" in line and "the graph has cycles (a reused module)" in line

@@ -137,7 +137,9 @@ class Report:
             p = self.critical_paths[0]
             amount = "gradient falls to exactly zero" if p.reaches_zero else f"{p.decades:.2f} decades"
             lines.append(f"Critical path ({p.kind}): {p.layers[0]} → {p.layers[-1]}, {amount}"
-                         + (f"; bottlenecks {', '.join(p.bottleneck_layers[:4])}" if p.bottleneck_layers else "") + ".")
+                         + (f"; bottlenecks {', '.join(p.bottleneck_layers[:4])}" if p.bottleneck_layers else "")
+                         + ("; the graph has cycles (a reused module), each reuse counted once" if p.graph_had_cycles
+                            else "") + ".")
         if not self.recommendations:
             lines.append("No problems found: gradients look healthy.")
         lines.extend(f"Note: {n}." for n in self.notes)
