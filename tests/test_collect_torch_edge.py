@@ -235,3 +235,22 @@ def test_one_host_copy_per_recorded_step_plus_one_for_update_norms(monkeypatch):
     assert per_step == [2, 1, 2, 1]
     assert rec.run.hist_steps.tolist() == [0, 2]
     assert np.isfinite(rec.run.scalar("loss")).all()
+
+
+def test_zero_grad_inside_an_lbfgs_closure_records_no_extra_steps():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 1))
+    opt = torch.optim.LBFGS(model.parameters(), max_iter=5)
+    x = torch.randn(16, 8)
+
+    def closure():
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        return loss
+
+    with Recorder(model, opt) as rec:
+        for _ in range(3):
+            opt.step(closure)
+    # the first step() finds no gradient yet; each later one records the last closure's gradients
+    assert rec.run.n_steps == 2

@@ -355,11 +355,12 @@ class Recorder:
     _dist_step = None
 
     def _pre_step(self, optimizer, args, kwargs) -> None:
-        self._stepped = True
+        self._stepped = self._in_step = True
         self._on_step(before_update=True)
 
     # ------------------------------------------------------------------ steps the optimizer skipped
     _stepped = True  # an optimizer step ran since the last zero_grad (or none ran yet)
+    _in_step = False  # inside optimizer.step(), whose closure (LBFGS) may call zero_grad
     _zero_mark: tuple = ()
     _zero_grad_wrapper = None
 
@@ -373,6 +374,8 @@ class Recorder:
 
         @functools.wraps(original)
         def zero_grad(*args, **kwargs):
+            if self._in_step:  # a closure's backwards belong to the step under way
+                return original(*args, **kwargs)
             self._record_unstepped()
             out = original(*args, **kwargs)
             self._stepped, self._zero_mark = False, self._grad_mark()
@@ -403,6 +406,7 @@ class Recorder:
             self._on_step()
 
     def _post_step(self, optimizer, args, kwargs) -> None:
+        self._in_step = False
         if self._update_bufs is None or not self._snap_taken:
             return
         self._snap_taken = False
