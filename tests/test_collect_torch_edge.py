@@ -254,3 +254,15 @@ def test_zero_grad_inside_an_lbfgs_closure_records_no_extra_steps():
             opt.step(closure)
     # the first step() finds no gradient yet; each later one records the last closure's gradients
     assert rec.run.n_steps == 2
+
+
+def test_an_exception_in_the_with_block_records_no_extra_step():
+    model = nn.Sequential(nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with pytest.raises(RuntimeError, match="data loader died"):
+        with Recorder(model, opt) as rec:
+            step(model, opt)
+            opt.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            raise RuntimeError("data loader died")
+    assert rec.run.n_steps == 1 and not rec.attached

@@ -199,6 +199,10 @@ class Recorder:
     update_every: measure the update norm every this many recorded steps (NaN in between): taking
         it costs a copy of the parameters, ~2.5% of a step for a small transformer on CPU.
 
+    One Recorder per model: building another on the same model detaches this one (with a warning),
+    as re-running a notebook cell does. With an optimizer, ``optimizer.zero_grad`` is wrapped on the
+    instance (restored by ``detach``) so steps AMP's GradScaler skips are still recorded.
+
     Under ``torch.distributed`` (a default process group is initialised), build the Recorder on
     every rank, after wrapping the model (DDP, ``fully_shard``, FSDP1 ``use_orig_params=True``):
     DDP's averaged gradients are recorded on rank 0; FSDP shards are combined on rank 0 with one
@@ -318,7 +322,9 @@ class Recorder:
     def __enter__(self) -> "Recorder":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None:
+            self._stepped = True  # training failed: its last gradients are no skipped step to record
         self.detach()
 
     @property
