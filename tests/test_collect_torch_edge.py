@@ -266,3 +266,22 @@ def test_an_exception_in_the_with_block_records_no_extra_step():
             model(torch.randn(4, 8)).sum().backward()
             raise RuntimeError("data loader died")
     assert rec.run.n_steps == 1 and not rec.attached
+
+
+def test_a_zero_grad_wrapped_again_by_someone_else_is_left_in_place_and_records_nothing():
+    model = nn.Sequential(nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    rec = Recorder(model, opt)
+    ours = opt.zero_grad
+
+    def theirs(*args, **kwargs):
+        return ours(*args, **kwargs)
+
+    opt.zero_grad = theirs
+    step(model, opt)
+    rec.detach()
+    assert opt.zero_grad is theirs  # not unwrapped from under the other wrapper
+    for _ in range(2):  # backwards no step consumed, each followed by a zero_grad
+        model(torch.randn(4, 8)).sum().backward()
+        opt.zero_grad()  # still calls our wrapper: a detached recorder records nothing
+    assert rec.run.n_steps == 1 and model[0].weight.grad is None

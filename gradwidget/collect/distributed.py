@@ -198,7 +198,7 @@ class DistContext:
     def local_partials(self, params: list[torch.Tensor], with_hist: bool, foreach_all: bool) -> np.ndarray:
         """``(L, len(PARTIALS) [+ N_BINS])`` float64 partial sums of this rank's pieces, columns in
         the recorder's order."""
-        from .torch import _grad_stats, _octave_histograms
+        from .torch import _exponent_counts, _grad_rows, _HostCopy, _octave_bins
 
         L = len(self._order)
         P = np.zeros((L, len(PARTIALS) + (N_BINS if with_hist else 0)), np.float64)
@@ -218,14 +218,21 @@ class DistContext:
             g = _local(g)
             if g.numel():
                 ggroups.setdefault((g.device, g.dtype), []).append((c, g))
-        for items in wgroups.values():
-            cols = [c for c, _ in items]
-            wn = torch.stack([n.double() for n in torch._foreach_norm([w for _, w in items], 2)]).cpu().numpy()
-            P[cols, _P["weight_sumsq"]] = wn * wn
+        pack = _HostCopy()  # one host copy per device for weights, gradients and histograms
+        wparts = [([c for c, _ in items], pack.add(torch.stack(
+            [n.double() for n in torch._foreach_norm([w for _, w in items], 2)]))) for items in wgroups.values()]
+        gparts = []
         for (dev, _dt), items in ggroups.items():
-            cols = [c for c, _ in items]
             grads = [g for _, g in items]
-            l2, l1, linf, nnz, s = _grad_stats(grads, foreach_all=foreach_all or dev.type != "cpu")[:5]
+            rows = pack.add(_grad_rows(grads, foreach_all=foreach_all or dev.type != "cpu"))
+            counts = pack.add(_exponent_counts(grads)) if with_hist else None
+            gparts.append(([c for c, _ in items], grads, rows, counts))
+        pack.fetch()
+        for cols, at in wparts:
+            wn = pack.get(at)
+            P[cols, _P["weight_sumsq"]] = wn * wn
+        for cols, grads, rows, counts in gparts:
+            l2, l1, linf, nnz, s = pack.get(rows).copy()[:5]
             n = np.array([g.numel() for g in grads], np.float64)
             zeros = n - nnz
             nonfinite = np.zeros(len(grads))
@@ -240,7 +247,7 @@ class DistContext:
             P[cols, _P["sum"]] = s
             P[cols, _P["nonfinite"]] = nonfinite
             if with_hist:
-                P[cols, len(PARTIALS):] = _octave_histograms(grads, n - zeros)
+                P[cols, len(PARTIALS):] = _octave_bins(pack.get(counts), n - zeros)
         return P
 
     def local_update_sumsq(self, update_bufs, update_cols: np.ndarray, P: np.ndarray) -> None:

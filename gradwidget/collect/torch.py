@@ -60,11 +60,6 @@ def _grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
     return torch.stack([r.to(torch.float64) for r in (l2, l1, linf, nnz, sums)])
 
 
-def _grad_stats(grads: list[torch.Tensor], foreach_all: bool) -> np.ndarray:
-    """``_grad_rows`` copied to the host (for callers that copy each group on its own)."""
-    return _grad_rows(grads, foreach_all).cpu().numpy()
-
-
 def _exponent_counts(grads: list[torch.Tensor]) -> torch.Tensor:
     """``(len(grads), 256)`` counts of the float32 biased exponents of |g|, on the device: one shift
     and one bincount per tensor instead of a log10 and a histc (3x faster than torch.histc)."""
@@ -86,11 +81,6 @@ def _octave_bins(c: np.ndarray, nonzero: np.ndarray) -> np.ndarray:
     subnormal = np.maximum(0, nonzero.astype(np.int64) - c[:, 1:256].sum(axis=1))
     out[:, 0] += subnormal
     return out.astype(np.uint32)
-
-
-def _octave_histograms(grads: list[torch.Tensor], nonzero: np.ndarray) -> np.ndarray:
-    """Counts of |g| in the Run's octave bins, copied to the host on their own."""
-    return _octave_bins(_exponent_counts(grads).cpu().numpy(), nonzero)
 
 
 def _module_of(model: nn.Module, pname: str) -> tuple[str, str]:
@@ -380,8 +370,8 @@ class Recorder:
 
         @functools.wraps(original)
         def zero_grad(*args, **kwargs):
-            if self._in_step:  # a closure's backwards belong to the step under way
-                return original(*args, **kwargs)
+            if self._in_step or not self._attached:  # a closure's backwards belong to the step under
+                return original(*args, **kwargs)   # way; a detached recorder still wrapped records nothing
             self._record_unstepped()
             out = original(*args, **kwargs)
             self._stepped, self._zero_mark = False, self._grad_mark()
@@ -392,7 +382,8 @@ class Recorder:
 
     def _unwrap_zero_grad(self) -> None:
         opt = self.optimizer
-        if opt is None or self._zero_grad_wrapper is None or opt.__dict__.get("zero_grad") is not self._zero_grad_wrapper:
+        wrapper = self._zero_grad_wrapper
+        if opt is None or wrapper is None or opt.__dict__.get("zero_grad") is not wrapper:
             return  # never wrapped, or wrapped again by someone else since: leave theirs in place
         if self._own_zero_grad is None:
             del opt.zero_grad
