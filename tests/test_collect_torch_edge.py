@@ -285,3 +285,17 @@ def test_a_zero_grad_wrapped_again_by_someone_else_is_left_in_place_and_records_
         model(torch.randn(4, 8)).sum().backward()
         opt.zero_grad()  # still calls our wrapper: a detached recorder records nothing
     assert rec.run.n_steps == 1 and model[0].weight.grad is None
+
+
+def test_sharded_statistics_leave_the_update_norm_nan_where_no_rank_had_a_gradient():
+    from gradwidget.collect.distributed import _P, PARTIALS, DistContext
+    from gradwidget.run import METRICS
+
+    ctx = object.__new__(DistContext)  # statistics() only needs the unsharded element counts
+    ctx._numel = np.array([4.0, 4.0])
+    stacked = np.zeros((2, 2, len(PARTIALS)))  # 2 ranks, 2 layers
+    stacked[:, 0, _P["has_grad"]] = 1.0
+    stacked[:, 0, _P["sumsq"]] = stacked[:, 0, _P["update_sumsq"]] = 2.0
+    out, _ = ctx.statistics(stacked, np.array([0, 1]), measured_update=True)
+    upd = out[METRICS.index("update_norm")]
+    assert upd[0] == pytest.approx(2.0) and np.isnan(upd[1])

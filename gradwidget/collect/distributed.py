@@ -298,7 +298,8 @@ class DistContext:
             out[_M[k], has] = v[has]
         out[_M["weight_norm"]] = np.sqrt(S[:, _P["weight_sumsq"]])
         if measured_update and update_cols is not None and len(update_cols):
-            out[_M["update_norm"], update_cols] = np.sqrt(S[update_cols, _P["update_sumsq"]])
+            stepped = update_cols[has[update_cols]]  # optimizers skip parameters without a gradient
+            out[_M["update_norm"], stepped] = np.sqrt(S[stepped, _P["update_sumsq"]])
         hist = None
         if S.shape[1] > len(PARTIALS):
             hist = np.rint(S[:, len(PARTIALS):]).astype(np.uint32)
