@@ -254,6 +254,26 @@ def test_zero_grad_inside_an_lbfgs_closure_records_no_extra_steps():
             opt.step(closure)
     # the first step() finds no gradient yet; each later one records the last closure's gradients
     assert rec.run.n_steps == 2
+    assert len(rec.run.edges) == 0 and not model[0]._forward_hooks  # captured in the first closure
+
+
+def test_lbfgs_on_a_model_whose_root_forward_never_runs_still_gets_its_edges():
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"enc": nn.Linear(8, 8), "dec": nn.Linear(8, 1)})
+    opt = torch.optim.LBFGS(model.parameters(), max_iter=3)
+    x = torch.randn(16, 8)
+
+    def closure():
+        opt.zero_grad()
+        loss = model["dec"](torch.tanh(model["enc"](x))).pow(2).mean()
+        loss.backward()
+        return loss
+
+    with Recorder(model, opt) as rec:
+        for _ in range(3):
+            opt.step(closure)
+    pairs = {(rec.run.layers[a].module, rec.run.layers[b].module) for a, b in rec.run.edges}
+    assert pairs == {("enc", "dec")}
 
 
 def test_an_exception_in_the_with_block_records_no_extra_step():

@@ -434,7 +434,8 @@ class Recorder:
 
     # ------------------------------------------------------------------ the step
     def _on_step(self, before_update: bool = False) -> None:
-        self._finish_capture()
+        if self._capturing and (self._mod_in or self._mod_out):  # else (LBFGS's first step() runs
+            self._finish_capture()                               # before its closure) keep watching
         self._capture_late_edges()
         step_no = self._count
         self._count += 1
