@@ -63,6 +63,17 @@ def test_empty_and_single_step_runs():
     json.loads(rep1.to_json())
 
 
+def test_a_run_without_layers_is_a_clear_error():
+    """Nothing to analyse: one message at the API edge (it was a numpy reshape error deep in stats)."""
+    from gradwidget import METRICS
+
+    run = Run([])
+    for step in range(3):
+        run.append(step, np.zeros((len(METRICS), 0), np.float32))
+    with pytest.raises(ValueError, match="no layers"):
+        analyze(run)
+
+
 def test_a_long_run_is_analysed_on_bounded_views():
     T = 9000
     g = np.full((T, 3), 0.1)

@@ -89,6 +89,9 @@ def _check_args(run, weights, previous_weights, max_rows):
     AttributeError or ZeroDivisionError says neither); return the weights as ``{name: array}``."""
     if not isinstance(run, Run):
         raise TypeError(f"analyze() needs a gradwidget Run (e.g. recorder.run), not {type(run).__name__}")
+    if run.n_layers == 0:
+        raise ValueError("the run has no layers, so there is nothing to analyse: record a model with trainable "
+                         "parameters (or pass named arrays to ArrayRecorder.record)")
     if isinstance(max_rows, bool) or not isinstance(max_rows, (int, np.integer)):
         raise TypeError(f"max_rows must be an int (rows analysed at full resolution), not {type(max_rows).__name__}")
     if max_rows < MIN_ROWS:
