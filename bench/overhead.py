@@ -112,21 +112,22 @@ def main() -> None:
 
     # the recording work alone, on the same gradients, interleaved (less noisy than step deltas)
     step(0)
+    # one Recorder (a second one on the same model would detach the first): histograms on or off
+    # per call through histogram_every
     ours = Recorder(model, opt, histogram_every=0)
     step(1, ours)
     naive = NaiveRecorder(model, opt, histogram_every=1)
     naive.h.remove()
-    ours_hist = Recorder(model, opt, histogram_every=1)
-    step(2, ours_hist)
 
-    def ours_work(rec):
+    def ours_work(rec, hist=False):
+        rec.histogram_every = 1 if hist else 0
         rec._on_step(before_update=True)
         rec._post_step(opt, (), {})
 
     work = {"ours: stats": [], "ours: stats + histogram": [], "naive: stats + histc": []}
     for _ in range(args.blocks * args.steps):
         for name, fn in (("ours: stats", lambda: ours_work(ours)),
-                         ("ours: stats + histogram", lambda: ours_work(ours_hist)),
+                         ("ours: stats + histogram", lambda: ours_work(ours, hist=True)),
                          ("naive: stats + histc", lambda: naive._step())):
             t = time.perf_counter()
             fn()
@@ -150,7 +151,6 @@ def main() -> None:
         ours_work(ours)
         work["ours: stats, no update norms"].append(time.perf_counter() - t)
     ours.detach()
-    ours_hist.detach()
     naive.every = 10 ** 9  # no histograms from here on
     work["naive: stats only"] = []
     for _ in range(args.blocks * args.steps):
