@@ -77,7 +77,7 @@ def check_log_dir(path, overwrite: bool = False) -> Path:
         raise TypeError(f"log_dir must be a folder path (str or pathlib.Path), not {type(path).__name__}")
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise RunFormatError(f"{path} exists and is not a directory; pick a new log_dir")
+        raise FileExistsError(f"log_dir {path} exists and is not a directory; pick a new log_dir")
     if (path / "meta.json").exists() and not overwrite:
         raise FileExistsError(f"{path} already holds a run; pick a new log_dir or pass overwrite=True")
     return path

@@ -166,7 +166,7 @@ def test_a_new_recorder_on_the_same_model_detaches_the_old_one():
 
 
 @pytest.mark.parametrize("kwargs,err,match", [
-    ({"log_dir": 123}, TypeError, "log_dir must be a path .* got int 123"),
+    ({"log_dir": 123}, TypeError, "log_dir must be a folder path .* not int"),
     ({"memory_budget": "x"}, TypeError, "memory_budget must be a number of bytes .* got str 'x'"),
     ({"memory_budget": 0}, ValueError, "memory_budget must be a positive number of bytes"),
     ({"every": 2.0}, TypeError, "every must be a positive int, got float 2.0"),

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import warnings
 import weakref
 from collections import defaultdict
@@ -30,6 +29,7 @@ import torch
 from torch import nn
 
 from ..run import HIST_LOG2_LO, METRICS, N_BINS, LayerInfo, Run
+from ..storage import check_log_dir
 from ..thresholds import as_thresholds
 
 _M = {name: i for i, name in enumerate(METRICS)}
@@ -113,19 +113,6 @@ def _bytes_arg(name: str, value) -> int:
     if value <= 0:
         raise ValueError(f"{name} must be a positive number of bytes, got {value!r}")
     return int(value)
-
-
-def _check_log_dir(log_dir, overwrite: bool) -> None:
-    """Refuse a log_dir the run writer would refuse at the first step, now, with the same message."""
-    if log_dir is None:
-        return
-    if not isinstance(log_dir, (str, os.PathLike)):
-        raise TypeError(f"log_dir must be a path (str or pathlib.Path), got {type(log_dir).__name__} {log_dir!r}")
-    path = Path(log_dir)
-    if path.exists() and not path.is_dir():
-        raise FileExistsError(f"log_dir {path} exists and is not a directory; pick a new log_dir")
-    if (path / "meta.json").exists() and not overwrite:
-        raise FileExistsError(f"{path} already holds a run; pick a new log_dir or pass overwrite=True")
 
 
 #: model -> weak reference to the Recorder attached to it; weak both ways, so neither is kept alive
@@ -225,8 +212,8 @@ class Recorder:
         self.every, self.histogram_every = every, histogram_every
         self.max_steps, self.thresholds = max_steps, as_thresholds(thresholds)
         self.memory_budget = memory_budget
-        if self._dist is None or self._dist.is_writer:
-            _check_log_dir(log_dir, overwrite)
+        if log_dir is not None and (self._dist is None or self._dist.is_writer):
+            check_log_dir(log_dir, overwrite)  # refuse now, not inside the first optimizer.step()
         self.log_dir, self._overwrite = log_dir, overwrite
         self.track_updates = track_updates and optimizer is not None
         self.update_every = update_every
