@@ -280,6 +280,13 @@ def test_killing_the_script_mid_run_leaves_a_readable_run(mode, launch, tmp_path
     assert 3 <= run.n_steps < 200
     assert np.isfinite(run.metric("grad_norm")).all()
     assert run.steps.tolist() == list(range(run.n_steps))
+    # the CLI reports on what the killed script left, after the fact
+    from gradwidget.cli import main
+
+    out = tmp_path / "report.html"
+    assert main(["report", str(log_dir), "-o", str(out)]) == 0
+    html = out.read_text()
+    assert f"{run.n_steps} recorded steps" in html and all(name in html for name in run.layer_names)
 
 
 def test_example_script_under_torchrun_and_the_documented_reader(tmp_path):
