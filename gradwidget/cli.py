@@ -6,20 +6,11 @@ import sys
 from pathlib import Path
 
 
-#: the files a run directory is made of: no command writes its output over one of them
-RUN_FILES = ("meta.json", "meta.json.tmp", "steps.bin", "hist.bin", "history.bin")
-
-
 def _output(path: str) -> Path:
-    """The output file, refused when it is a folder or one of a run directory's own files (writing
-    a report over ``RUN/meta.json`` would destroy the run it describes)."""
-    p = Path(path)
-    if p.is_dir():
-        raise ValueError(f"{p} is a directory; give the file to write, e.g. -o {p / 'report.html'}")
-    if p.name in RUN_FILES and (p.parent / "meta.json").is_file():
-        raise ValueError(f"refusing to write {p}: it is one of the files of the run in {p.parent}; "
-                         "choose another output file")
-    return p
+    """The output file of a command (see ``storage.check_output_file``)."""
+    from .storage import check_output_file
+
+    return check_output_file(path)
 
 
 def _describe(e: Exception) -> str:

@@ -13,7 +13,6 @@ import os
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from pathlib import Path
 
 import numpy as np
 
@@ -92,9 +91,9 @@ def _atomic_output(path, newline=None):
     """Open the output file for writing via a temporary sibling renamed into place at the end, so
     a failure half-way leaves an earlier export intact and no partial file; a folder given as the
     file is a clear error."""
-    path = Path(path)
-    if path.is_dir():
-        raise IsADirectoryError(f"{path} is a directory; give the file to write, e.g. {path / 'frames.json'}")
+    from .storage import check_output_file
+
+    path = check_output_file(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     try:

@@ -310,8 +310,10 @@ def render_report(report, title: str | None = None) -> str:
 def write_report(report, path) -> Path:
     """Write the self-contained HTML report (summary, recommendations, heatmap, health table,
     distributions of the worst layers, weight health) to ``path``; return the path."""
+    from .storage import check_output_file
+
+    path = check_output_file(path)  # before the work: a folder or a run's own file is refused
     text = render_report(report)
-    path = Path(path)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

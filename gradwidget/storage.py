@@ -70,6 +70,22 @@ def _write_json_atomic(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
+#: the files a run directory is made of: no export or report is written over one of them
+RUN_FILES = ("meta.json", "meta.json.tmp", "steps.bin", "hist.bin", "history.bin")
+
+
+def check_output_file(path) -> Path:
+    """An output file (export, report) as a Path, refused when it is a folder or one of a run
+    directory's own files: writing a report over ``RUN/meta.json`` would destroy the run it describes."""
+    p = Path(path)
+    if p.is_dir():
+        raise IsADirectoryError(f"{p} is a directory; give the file to write, e.g. {p / 'report.html'}")
+    if p.name in RUN_FILES and (p.parent / "meta.json").is_file():
+        raise ValueError(f"refusing to write {p}: it is one of the files of the run in {p.parent}; "
+                         "choose another output file")
+    return p
+
+
 def check_log_dir(path, overwrite: bool = False) -> Path:
     """Refuse a run directory a writer may not use (not a path, a file, another run without
     ``overwrite``); recorders call it at construction so the error comes before training does."""

@@ -180,3 +180,19 @@ def test_a_log_dir_holding_another_run_is_refused_up_front_and_never_skipped(tmp
         with pytest.raises(FileExistsError, match="already holds a run"):
             rec.record(0, {"a": np.ones(2)})
     assert rec.run is None
+
+
+@pytest.mark.parametrize("name", ["meta.json", "steps.bin"])
+def test_python_exports_and_reports_refuse_to_write_over_a_run_file(tmp_path, name):
+    """The CLI's refusal holds in the Python API too: run.export_csv/export_json and
+    report.to_html onto a run's own file would destroy the run."""
+    from gradwidget.analysis import analyze
+    from gradwidget.storage import load_run
+
+    path = _small_run_dir(tmp_path / "r")
+    before = {p.name: p.read_bytes() for p in path.iterdir()}
+    run = load_run(path)
+    for write in (run.export_csv, run.export_json, analyze(run).to_html):
+        with pytest.raises(ValueError, match="refusing to write"):
+            write(path / name)
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == before
