@@ -319,3 +319,45 @@ def test_sharded_statistics_leave_the_update_norm_nan_where_no_rank_had_a_gradie
     out, _ = ctx.statistics(stacked, np.array([0, 1]), measured_update=True)
     upd = out[METRICS.index("update_norm")]
     assert upd[0] == pytest.approx(2.0) and np.isnan(upd[1])
+
+
+def test_sparse_embedding_gradients_equal_the_dense_ones():
+    """nn.Embedding(sparse=True) gives sparse COO gradients (with repeated rows): every statistic and
+    the histogram equal those of the same model with dense gradients (they were NaN before)."""
+    import numpy as np
+    from torch import nn
+
+    from gradwidget import METRICS, Recorder
+
+    class Bag(nn.Module):
+        def __init__(self, sparse: bool):
+            super().__init__()
+            torch.manual_seed(0)
+            self.emb = nn.Embedding(50, 6, sparse=sparse)
+            self.out = nn.Linear(6, 1)
+
+        def forward(self, x):
+            return self.out(torch.tanh(self.emb(x))).pow(2).mean()
+
+    runs = []
+    for sparse in (True, False):
+        model = Bag(sparse)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        rec = Recorder(model, opt, histogram_every=1)
+        gen = torch.Generator().manual_seed(1)
+        for _ in range(4):
+            opt.zero_grad()
+            model(torch.randint(0, 10, (16,), generator=gen)).backward()  # rows repeat: duplicates summed
+            opt.step()
+        rec.detach()
+        runs.append(rec.run)
+    sparse_run, dense_run = runs
+    assert sparse_run.layer_names == dense_run.layer_names
+    assert sparse_run.layers[sparse_run.layer_names.index("emb.weight")].status == "trainable"
+    for metric in METRICS:
+        np.testing.assert_allclose(sparse_run.metric(metric), dense_run.metric(metric), rtol=1e-5, atol=1e-9,
+                                   err_msg=metric)
+    assert np.isfinite(sparse_run.metric("grad_norm")).all()
+    assert (sparse_run.metric("zero_frac")[:, 0] > 0.5).all()  # most embedding rows get no gradient
+    assert sparse_run.hist.shape[0] == 4 and sparse_run.hist.sum() > 0
+    np.testing.assert_array_equal(sparse_run.hist, dense_run.hist)

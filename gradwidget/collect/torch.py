@@ -60,6 +60,14 @@ def _grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
     return torch.stack([r.to(torch.float64) for r in (l2, l1, linf, nnz, sums)])
 
 
+def _stored_values(g: torch.Tensor) -> torch.Tensor:
+    """The entries a gradient stores: itself, or a sparse gradient's coalesced values (duplicate
+    indices summed, as the dense gradient has them). Every statistic we take (norms, max, non-zero
+    count, sum, exponent counts) is the same over these as over the dense tensor, whose other
+    entries are zeros; sizes come from the dense shape (``g.numel()``)."""
+    return g.coalesce().values() if g.layout == torch.sparse_coo else g
+
+
 def _exponent_counts(grads: list[torch.Tensor]) -> torch.Tensor:
     """``(len(grads), 256)`` counts of the float32 biased exponents of |g|, on the device: one shift
     and one bincount per tensor instead of a log10 and a histc (3x faster than torch.histc)."""
@@ -600,33 +608,35 @@ class Recorder:
             p = self._params[pi]
             wgroups[(p.device, p.dtype)].append(c)
             g = p.grad
-            if g is not None and not g.is_sparse and g.numel() > 0:
+            if g is not None and g.layout in (torch.strided, torch.sparse_coo) and g.numel() > 0:
                 groups[(g.device, g.dtype)].append(c)
         pack = _HostCopy()
         wparts = [(cols, pack.add(torch.stack(torch._foreach_norm(
             [self._params[self._order[c]].detach() for c in cols], 2)))) for cols in wgroups.values()]
         gparts = []
         for (dev, _dt), cols in groups.items():
-            grads = [self._params[self._order[c]].grad for c in cols]
+            grads = [_stored_values(self._params[self._order[c]].grad) for c in cols]
+            numels = np.array([self._params[self._order[c]].grad.numel() for c in cols], np.float64)
             rows = pack.add(_grad_rows(grads, foreach_all=self.foreach_all or dev.type != "cpu"))
             counts = pack.add(_exponent_counts(grads)) if with_hist else None
-            gparts.append((cols, grads, rows, counts))
+            gparts.append((cols, grads, numels, rows, counts))
         loss_at = pack.add(loss.detach().float().mean()) if isinstance(loss, torch.Tensor) else None
         pack.fetch()
         for cols, at in wparts:
             out[_M["weight_norm"], cols] = pack.get(at)
-        for cols, grads, rows, counts in gparts:
-            self._fill_grad_stats(out, cols, grads, pack.get(rows))
+        for cols, grads, numels, rows, counts in gparts:
+            self._fill_grad_stats(out, cols, grads, numels, pack.get(rows))
             if hist is not None:
-                nonzero = np.array([g.numel() for g in grads], np.float64) * (1.0 - out[_M["zero_frac"], cols])
+                nonzero = numels * (1.0 - out[_M["zero_frac"], cols])
                 hist[cols] = _octave_bins(pack.get(counts), nonzero)
         return out, hist, (float(pack.get(loss_at)) if loss_at is not None else loss)
 
     @staticmethod
-    def _fill_grad_stats(out: np.ndarray, cols: list[int], grads: list[torch.Tensor], host: np.ndarray) -> None:
-        """Per-layer metrics of one gradient group from its host rows (``_grad_rows``)."""
+    def _fill_grad_stats(out: np.ndarray, cols: list[int], grads: list[torch.Tensor], n: np.ndarray,
+                         host: np.ndarray) -> None:
+        """Per-layer metrics of one gradient group from its host rows (``_grad_rows``); ``grads``
+        are the stored values (a sparse gradient's non-zero entries), ``n`` the layers' sizes."""
         l2, l1, linf, nnz, s = host[:5]
-        n = np.array([g.numel() for g in grads], np.float64)
         mean = s / n
         with np.errstate(invalid="ignore", over="ignore"):
             var = np.maximum(l2 * l2 / n - mean * mean, 0.0)
@@ -640,7 +650,7 @@ class Recorder:
         for k in np.flatnonzero(~np.isfinite(l2)):
             g = grads[k]
             out[_M["nonfinite"], cols[k]] = float((~torch.isfinite(g)).sum())
-            out[_M["zero_frac"], cols[k]] = float((g == 0).sum()) / g.numel()
+            out[_M["zero_frac"], cols[k]] = 1.0 - float((g != 0).sum()) / n[k]
             out[_M["max_abs"], cols[k]] = math.inf
 
     # ------------------------------------------------------------------ backward-graph edges
