@@ -9,8 +9,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
@@ -86,28 +84,11 @@ def frames(run: Run) -> list[dict]:
     return out
 
 
-@contextmanager
-def _atomic_output(path, newline=None):
-    """Open the output file for writing via a temporary sibling renamed into place at the end, so
-    a failure half-way leaves an earlier export intact and no partial file; a folder given as the
-    file is a clear error."""
-    from .storage import check_output_file
-
-    path = check_output_file(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w", newline=newline) as f:
-            yield f
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def export_json(run: Run, path) -> None:
     """Write the frames as JSON (non-finite numbers become null)."""
-    with _atomic_output(path) as f:
+    from .storage import atomic_output
+
+    with atomic_output(path) as f:
         json.dump(frames(run), f, indent=1)
 
 
@@ -116,7 +97,9 @@ def export_csv(run: Run, path) -> None:
     mean, mx, norm = run.metric("mean_abs"), run.metric("max_abs"), run.metric("grad_norm")
     van, exp = run.vanishing(), run.exploding()
     names = run.layer_names
-    with _atomic_output(path, newline="") as f:
+    from .storage import atomic_output
+
+    with atomic_output(path, newline="") as f:
         w = csv.writer(f)
         w.writerow(CSV_COLUMNS)
         for i, step in enumerate(run.steps.tolist()):
@@ -144,6 +127,8 @@ def to_ascii(run: Run, width: int = 80, metric: str = "grad_norm") -> str:
         raise ValueError(f"width must be a positive number of columns, got {width!r}")
     if run.n_steps == 0:
         return "(no gradient frames recorded)\n"
+    if run.n_layers == 0:
+        return "(no layers recorded)\n"
     r = run.downsample(width) if run.n_steps > width else run
     vals = r.metric(metric)
     lo, hi = log_levels(vals)

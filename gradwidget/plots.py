@@ -130,28 +130,11 @@ def color_range(values: np.ndarray) -> tuple[float, float]:
     return log_levels(v)
 
 
-def with_history(run: Run) -> Run:
-    """The run with the decimated steps its rolling window has folded into ``history`` in front
-    (histograms: the window's only), or the run itself when it has no history.
-
-    Why: the live panel shows (and scales its colours over) history and window; the static figures
-    must show the same steps to agree with it.
-    """
-    h = run.history
-    if h is None or h.n_steps == 0:
-        return run
-    from .run import _concat_rows
-
-    full = _concat_rows(h, run)
-    full._hist, full._hist_steps, full._hs, full._hn = run.hist.copy(), run.hist_steps.copy(), 0, run._hn
-    return full
-
-
 def color_scale(run: Run, metric: str = "grad_norm") -> tuple[float, float]:
     """The log10 range (lo, hi) of the colour scale of a run's metric: ``color_range`` over every
     step of the run, its folded ``history`` included (as the live panel's ``meta["scale"]``)."""
     _check_metric(metric)
-    full = with_history(run)
+    full = run.with_history()
     return color_range(full.metric(metric)) if full.n_steps else (0.0, 1.0)
 
 
@@ -206,7 +189,7 @@ def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, a
     if _empty_note(run):
         return fig
     scale = color_scale(run, metric)
-    run = with_history(run)  # the steps the live panel shows
+    run = run.with_history()  # the steps the live panel shows
     r = run.downsample(max_columns) if run.n_steps > max_columns else run
     rgba = cell_colors(r, metric, scale)  # (steps, layers, 4)
     steps = r.steps

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
-import os
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +119,7 @@ def static_mimebundle(run, step=None, layer=None, metric: str = "grad_norm", rep
     fig = plots.panel_figure(run, step=step, layer=layer, metric=metric)
     png = plots.figure_to_png(fig, dpi=dpi)
     table = ""
-    if run.n_steps:
+    if run.n_steps and run.n_layers:  # a run without layers has nothing to analyse: the image alone
         try:
             table = health_table_html(report if report is not None else run, suggestions=False)
         except ImportError:
@@ -310,19 +309,12 @@ def render_report(report, title: str | None = None) -> str:
 def write_report(report, path) -> Path:
     """Write the self-contained HTML report (summary, recommendations, heatmap, health table,
     distributions of the worst layers, weight health) to ``path``; return the path."""
-    from .storage import check_output_file
+    from .storage import atomic_output, check_output_file
 
     path = check_output_file(path)  # before the work: a folder or a run's own file is refused
     text = render_report(report)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # e.g. path is a folder: leave nothing half-written behind
-        raise
+    with atomic_output(path, encoding="utf-8") as f:
+        f.write(text)
     return path
 
 

@@ -119,6 +119,12 @@ def _scalar_row(scalars: dict | None) -> np.ndarray:
     return row
 
 
+def check_max_steps(max_steps) -> None:
+    """A rolling window's size: None (keep every step) or a positive int (a bool is no size)."""
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+        raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+
+
 def _concat_rows(a: "Run", b: "Run") -> "Run":
     r = a._slice_rows(0, a.n_steps)
     r._steps = np.concatenate([a.steps, b.steps])
@@ -163,8 +169,7 @@ class Run:
     ) -> None:
         self.layers: list[LayerInfo] = _as_layers(layers)
         self.thresholds: Thresholds = as_thresholds(thresholds)
-        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
-            raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+        check_max_steps(max_steps)
         self.max_steps = max_steps
         self.history_capacity = int(history_capacity)
         self.edges = np.asarray(list(edges), dtype=np.int32).reshape(-1, 2)
@@ -444,6 +449,20 @@ class Run:
         r._n = r._cap = len(r._steps)
         r._hist, r._hist_steps, r._hn = self.hist.copy(), self.hist_steps.copy(), self._hn
         return r
+
+    def with_history(self) -> "Run":
+        """This run with the decimated steps its rolling window folded into ``history`` in front
+        (histograms: the window's only), or the run itself when it has no history.
+
+        Why: the live panel shows (and scales its colours over) history and window; the static
+        figures show the same steps so that they agree with it.
+        """
+        h = self.history
+        if h is None or h.n_steps == 0:
+            return self
+        full = _concat_rows(h, self)
+        full._hist, full._hist_steps, full._hs, full._hn = self.hist.copy(), self.hist_steps.copy(), 0, self._hn
+        return full
 
     def downsample(self, max_steps: int) -> "Run":
         """A copy with at most ``max_steps`` rows."""

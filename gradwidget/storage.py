@@ -18,6 +18,7 @@ import json
 import os
 import uuid
 import warnings
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -84,6 +85,22 @@ def check_output_file(path) -> Path:
         raise ValueError(f"refusing to write {p}: it is one of the files of the run in {p.parent}; "
                          "choose another output file")
     return p
+
+
+@contextmanager
+def atomic_output(path, newline=None, encoding=None):
+    """Open an output file (see ``check_output_file``) for writing via a temporary sibling renamed
+    into place at the end, so a failure half-way leaves an earlier file intact and no partial one."""
+    path = check_output_file(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", newline=newline, encoding=encoding) as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def check_log_dir(path, overwrite: bool = False) -> Path:
@@ -284,6 +301,13 @@ def _meta_signature(p: Path):
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
+def _not_after(steps: np.ndarray, prev_step) -> np.ndarray:
+    """Which step numbers do not come after the one before them (the first after ``prev_step``,
+    the last step already read, if any): step numbers only increase."""
+    prev = np.concatenate([[prev_step if prev_step is not None else np.iinfo(np.int64).min], steps[:-1]])
+    return steps <= prev
+
+
 def _bad_step_record(recs: np.ndarray, prev_step) -> tuple[int, str] | None:
     """The first record that no writer could have produced (index, why), or None. Records carry
     their step number, which only increases, and norms, fractions and counts are never negative
@@ -292,8 +316,7 @@ def _bad_step_record(recs: np.ndarray, prev_step) -> tuple[int, str] | None:
     if not len(recs):
         return None
     steps = recs["step"]
-    prev = np.concatenate([[prev_step if prev_step is not None else np.iinfo(np.int64).min], steps[:-1]])
-    checks = [(steps <= prev, "its step number {step} does not follow the previous step")]
+    checks = [(_not_after(steps, prev_step), "its step number {step} does not follow the previous step")]
     with np.errstate(invalid="ignore"):
         checks.append((recs["global_norm"] < 0, "its global norm is negative"))
         for m in METRICS:
@@ -313,15 +336,21 @@ def _bad_hist_record(hists: np.ndarray, prev_step, steps: np.ndarray) -> tuple[i
     if not len(hists):
         return None
     hs = hists["step"]
-    prev = np.concatenate([[prev_step if prev_step is not None else np.iinfo(np.int64).min], hs[:-1]])
     pos = np.clip(np.searchsorted(steps, hs), 0, max(len(steps) - 1, 0))
     recorded = (steps[pos] == hs) if len(steps) else np.zeros(len(hs), bool)
-    bad = (hs <= prev) | ~recorded
+    out_of_order = _not_after(hs, prev_step)
+    bad = out_of_order | ~recorded
     if not bad.any():
         return None
     i = int(np.argmax(bad))
-    why = "does not follow the previous histogram" if hs[i] <= prev[i] else "is not a step in steps.bin"
+    why = "does not follow the previous histogram" if out_of_order[i] else "is not a step in steps.bin"
     return i, f"its step number {int(hs[i])} {why}"
+
+
+def _append_records(run: Run, recs: np.ndarray) -> None:
+    """Append step records (``step_dtype``) to ``run``."""
+    for r in recs:
+        run.append(int(r["step"]), np.stack([r[m] for m in METRICS]), {s: r[s] for s in SCALARS})
 
 
 class RunReader:
@@ -368,8 +397,7 @@ class RunReader:
         if bad:
             raise RunFormatError(f"{p} is damaged: record {bad[0]} is not a valid step ({bad[1]})")
         h = Run(run.layers, thresholds=run.thresholds)
-        for r in recs:
-            h.append(int(r["step"]), np.stack([r[m] for m in METRICS]), {s: r[s] for s in SCALARS})
+        _append_records(h, recs)
         return h
 
     def _read_new(self, name: str, offset: int, dt: np.dtype) -> tuple[np.ndarray, int]:
@@ -412,8 +440,7 @@ class RunReader:
             raise RunFormatError(
                 f"{self.path / 'hist.bin'} is damaged: record {self._hoff // self._hdt.itemsize + bad[0]} "
                 f"is not a valid histogram ({bad[1]}).")
-        for r in recs:
-            run.append(int(r["step"]), np.stack([r[m] for m in METRICS]), {s: r[s] for s in SCALARS})
+        _append_records(run, recs)
         for h in hists:
             run.append_hist(int(h["step"]), h["counts"])
         self._soff, self._hoff = soff, hoff

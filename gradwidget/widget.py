@@ -164,13 +164,8 @@ def _all_steps(run: Run) -> np.ndarray:
 
 def _history_rows(run: Run) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]:
     """Steps, the metrics and the loss of the run including its folded ``history`` (oldest first)."""
-    h = run.history
-    names = METRICS
-    if h is None or h.n_steps == 0:
-        return run.steps, {m: run.metric(m) for m in names}, run.scalar("loss")
-    return (np.concatenate([h.steps, run.steps]),
-            {m: np.concatenate([h.metric(m), run.metric(m)]) for m in names},
-            np.concatenate([h.scalar("loss"), run.scalar("loss")]))
+    full = run.with_history()
+    return full.steps, {m: full.metric(m) for m in METRICS}, full.scalar("loss")
 
 
 # --------------------------------------------------------------------------- health table
@@ -871,22 +866,15 @@ class GradientPanel(anywidget.AnyWidget):
         return data, md
 
     def _static_bundle(self, run: Run | None, step: int | None) -> dict:
-        """``report.static_mimebundle`` of the current view; a run without layers has no health
-        table (nothing to analyse), so it gets the panel image with its "empty run" note alone."""
-        from .report import static_fallback_html, static_mimebundle
+        """``report.static_mimebundle`` of the current view (with the panel's analysis, if any)."""
+        from .report import static_mimebundle
 
-        layer = self.layer if self.layer >= 0 else None
-        if run is not None and run.n_steps and run.n_layers == 0:
-            from . import plots
-
-            png = plots.figure_to_png(plots.panel_figure(run, metric=self.metric), dpi=80)
-            return {"image/png": base64.b64encode(png).decode("ascii"),
-                    "text/html": static_fallback_html(png), "text/plain": repr(run)}
         try:
             report = self.report if step is not None else None
         except Exception:
             report = None
-        return static_mimebundle(run, step=step, layer=layer, metric=self.metric, report=report)
+        return static_mimebundle(run, step=step, layer=self.layer if self.layer >= 0 else None,
+                                 metric=self.metric, report=report)
 
     def _after_cell(self) -> None:
         """After a cell ran (IPython ``post_run_cell``): if it recorded steps, send the final view

@@ -134,3 +134,14 @@ def test_ascii_marks_nonfinite_and_exploding():
     out = rec.run.to_ascii()
     line = {l.split()[0]: l for l in out.splitlines()[3:-1]}
     assert line["a"].endswith("X") and line["b"].endswith("!")
+
+
+def test_ascii_of_a_run_without_layers_says_so():
+    """A run with steps but no layers (nothing to draw) is a line of text, not a max() error."""
+    import numpy as np
+
+    from gradwidget import METRICS, Run
+
+    run = Run([])
+    run.append(0, np.zeros((len(METRICS), 0), np.float32))
+    assert run.to_ascii() == "(no layers recorded)\n"

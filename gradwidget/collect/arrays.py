@@ -10,7 +10,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..run import HIST_LOG2_LO, METRICS, N_BINS, LayerInfo, Run
+from ..run import HIST_LOG2_LO, METRICS, N_BINS, LayerInfo, Run, check_max_steps
 from ..thresholds import as_thresholds
 
 
@@ -70,9 +70,7 @@ def _to_numpy(x, what: str) -> np.ndarray:
 
 def _check_options(max_steps, histogram_every) -> None:
     """Refuse bad recorder options at construction, not at the first record() call."""
-    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int)
-                                  or max_steps < 1):
-        raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+    check_max_steps(max_steps)
     if histogram_every is not None and (isinstance(histogram_every, bool) or not isinstance(histogram_every, int)
                                         or histogram_every < 0):
         raise ValueError("histogram_every must be a non-negative int (0 turns histograms off), "

@@ -21,7 +21,6 @@ import math
 import warnings
 import weakref
 from collections import defaultdict
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
