@@ -195,17 +195,14 @@ def _recommendations_html(report) -> str:
 
 
 def worst_layers(report, k: int = 4) -> list[str]:
-    """Names of up to ``k`` layers in most need of attention (health, then risk, then flags)."""
-    df = report.layers
-    if df is None or len(df) == 0:
-        return []
-    d = df.copy()
-    d["_h"] = d["health"].map(lambda h: _HEALTH_ORDER.get(str(h), 2)) if "health" in d else 2
-    d["_r"] = -d["risk"].astype(float).fillna(0) if "risk" in d else 0.0
-    d = d.sort_values(["_h", "_r"], kind="stable")
-    bad = d[d["_h"] < 2] if "health" in d else d
-    chosen = bad if len(bad) else d
-    return [str(x) for x in chosen["layer"].head(k)]
+    """Names of up to ``k`` layers in most need of attention: the layers the ranked diagnoses name
+    (Critical, High and Medium ones, in rank order), none for a healthy run."""
+    out: list[str] = []
+    for r in getattr(report, "recommendations", None) or []:
+        if r.priority == "Low":
+            continue
+        out.extend(n for n in r.layers if n not in out)
+    return out[:k]
 
 
 def _frame_html(frame) -> str:

@@ -78,12 +78,10 @@ def test_suggestions_cover_each_kind_with_evidence():
     assert [advice.PRIORITY_ORDER.index(p.urgency) for p in pri] == sorted(
         advice.PRIORITY_ORDER.index(p.urgency) for p in pri)
 
-    recs = advice.recommendations(f, regs, health.dynamics(s), h)
-    kinds = [r.kind for r in recs]
-    assert kinds[:3] == ["vanishing", "exploding", "dead"] or set(kinds[:3]) == {"vanishing", "exploding", "dead"}
-    van = recs[kinds.index("vanishing")]
-    assert van.layers == ["l0.weight", "l1.weight"] and "l1.weight … l0.weight" in van.action
-    assert all(r.text and r.action for r in recs)
+    recs = analyze(s.run).recommendations           # causes, ranked, one action each
+    causes = [r.cause for r in recs]
+    assert {"exploding", "dead_units"} <= set(causes)
+    assert all(r.text and r.action and r.evidence and r.cause == r.kind for r in recs)
     assert [advice.PRIORITY_ORDER.index(r.priority) for r in recs] == sorted(
         advice.PRIORITY_ORDER.index(r.priority) for r in recs)
 
@@ -104,18 +102,18 @@ def test_plateau_recommendation():
     assert r.kind == "plateau" and "plateaued" in r.text and rep.dynamics.learning_phase == "Plateau"
 
 
-def test_recommendation_priority_bands():
-    import pandas as pd
+def test_causes_rank_by_priority_then_precedence_and_give_one_verdict():
+    from gradwidget.analysis import causes
 
-    from gradwidget.analysis.health import Dynamics, Plateau, RiskFactor
-
-    h = pd.DataFrame({"layer": ["a", "b", "c", "d"], "relative_level": [1.0] * 4})
-    dyn = Dynamics("Refinement", 0.0, Plateau(False, 0, "None", 0.0), "loss")
-    fs = [RiskFactor("a", "unstable", 0.1, False, "e"), RiskFactor("b", "oscillating", 0.3, False, "e"),
-          RiskFactor("c", "hot", 0.6, False, "e"), RiskFactor("d", "exploding", 0.5, True, "e")]
-    recs = advice.recommendations(fs, [], dyn, h)
-    assert [(r.kind, r.priority) for r in recs] == [("exploding", "Critical"), ("hot", "High"),
-                                                   ("oscillating", "Medium"), ("unstable", "Low")]
+    c = [causes.Cause("frozen", "Low", ["f"], 0, "e", 1.0), causes.Cause("vanishing", "High", ["a"], 3, "e", 0.5),
+         causes.Cause("not_in_optimizer", "High", ["b"], 0, "e", 1.0)]
+    c.sort(key=lambda x: (causes.PRIORITY_ORDER.index(x.priority), causes.CAUSES.index(x.cause)))
+    assert [x.cause for x in c] == ["not_in_optimizer", "vanishing", "frozen"]   # root cause before symptom
+    assert causes.verdict(c) == "Warning" and causes.verdict(c[2:]) == "Healthy" and causes.verdict([]) == "Healthy"
+    assert causes.verdict([causes.Cause("nonfinite", "Critical", [], 0, "e", 1.0)]) == "Critical"
+    run = synth(np.full((10, 3), 0.1))
+    h = causes.layer_verdicts(run, c + [causes.Cause("nonfinite", "Critical", ["l1.weight"], 0, "e", 1.0)])
+    assert list(h) == ["Healthy", "Critical", "Healthy"]
 
 
 def test_group_and_network_priorities():

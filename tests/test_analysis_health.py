@@ -382,10 +382,9 @@ def test_a_dead_layer_is_dead_not_vanishing(zero_frac):
     z[:, 0] = zero_frac
     rep = analyze(synth(g, zero_frac=z))
     assert kinds(rep.risk_factors, "l0.weight") == {"dead"}
-    recs = {r.kind: r for r in rep.recommendations}
-    assert recs["dead"].layers == ["l0.weight"]
-    assert recs["vanishing"].layers == ["l1.weight", "l2.weight"]
-    assert rep.layers.suggestion[0].startswith("l0.weight: the gradient entries are zero")
+    recs = {r.cause: r for r in rep.recommendations}
+    assert recs["dead_units"].layers == ["l0.weight"] and "vanishing" not in recs
+    assert "re-initialise l0.weight" in rep.layers.suggestion[0]
     regs = {r.kind: r for r in rep.regions}
     assert regs["dead"].layers == ["l0.weight"] and "l0.weight" not in regs["vanishing"].layers
 

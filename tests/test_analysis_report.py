@@ -58,8 +58,8 @@ def test_empty_and_single_step_runs():
     rep = analyze(Run(["a", "b"]))
     assert rep.overall_health == "Unknown" and list(rep.layers.health) == ["Unknown", "Unknown"]
     json.loads(rep.to_json())
-    rep1 = analyze(synth(np.array([[0.1, 1e-9]])))
-    assert rep1.layers.health.tolist() == ["Healthy", "Critical"]
+    rep1 = analyze(synth(np.array([[1e-9, 0.1]])))       # the input side starves: a vanishing gradient (High)
+    assert rep1.layers.health.tolist() == ["Warning", "Healthy"]
     json.loads(rep1.to_json())
 
 
@@ -121,8 +121,8 @@ def test_vanishing_deep_sigmoid_stack_names_the_input_layers_first():
         rec_run = rec.run
     rep = analyze(rec_run)
     top = rep.recommendations[0]
-    assert top.kind == "vanishing" and top.priority == "Critical"
-    assert top.layers[0] in ("0.weight", "0.bias")
+    assert top.cause == "vanishing" and top.priority == "High" and top.first_step == 0
+    assert top.layers[0] in ("0.weight", "0.bias") and "residual" in top.action  # a plain MLP: no skips yet
     (reg,) = [r for r in rep.regions if r.kind == "vanishing"]
     assert reg.end_layer == "0.weight"                 # reaches the input layer
     names = rec_run.layer_names
@@ -144,8 +144,10 @@ def test_exploding_learning_rate_is_critical_and_named():
     run = _train(model, opt, 12)
     rep = analyze(run)
     assert rep.overall_health == "Critical"
-    top = rep.recommendations[0]
-    assert top.kind in ("nonfinite", "exploding") and top.priority == "Critical" and top.layers
+    (top,) = rep.recommendations                       # the cause, with its symptoms folded in
+    assert top.cause == "lr_too_high" and top.priority == "Critical" and top.layers and top.first_step <= 1
+    assert any(x.startswith("exploding:") for x in top.explains) and any(x.startswith("nonfinite") for x in top.explains)
+    assert "lower the learning rate" in top.action
     assert any(r.kind == "exploding" for r in rep.regions)
     assert rep.explosion is not None
     assert "lr_high" in ",".join(rep.layers["flags"]) or top.kind == "nonfinite"
@@ -168,8 +170,9 @@ def test_dead_relu_layer_from_a_large_negative_bias():
     assert zone.recovery == "Low" and zone.intervention_required
     att = [p for p in rep.critical_paths if p.kind == "attenuation"][0]
     assert att.reaches_zero and "falls to exactly zero" in rep.summary_text()
-    dead = [r for r in rep.recommendations if r.kind == "dead"][0]
-    assert dead is rep.recommendations[0] and "2.bias" in dead.layers
+    dead = rep.recommendations[0]
+    assert dead.cause == "dead_units" and dead.layers[:2] == ["2.bias", "2.weight"] and "4.weight" not in dead.layers
+    assert "re-initialise 2.bias" in dead.action and dead.first_step == 0
     # every recorded edge into the dead block is blocked; the loss-side layers are the sources
     et = {(e.upstream, e.downstream): e.edge_type for e in rep.network.edges}
     assert set(et) == {(run.layer_names[a], run.layer_names[b]) for a, b in run.edges}

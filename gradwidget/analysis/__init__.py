@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..run import Run
 from ..thresholds import as_thresholds
-from . import advice, flow, health, network, stats
+from . import advice, causes, evidence, flow, health, network, stats
 from .report import Report
 from .weights import analyze_weights, drift_from_run, gradient_explosion, weights_from_module
 
@@ -55,18 +55,22 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
     regs = flow.regions(s)
     net = network.flow_network(s, fl)
     paths = network.critical_paths(s)
-    known = (hl["health"] != "Unknown").to_numpy()
-    dist = health.distribution(s, known)
+    dist = health.distribution(s, (hl["health"] != "Unknown").to_numpy())
     inter = health.interactions(s)
     conv = health.convergence(s, hl)
     dyn = health.dynamics(s)
+    arch = evidence.architecture(run)
+    found = causes.find_causes(s, factors, regs, dyn, arch)
+    hl["health"] = causes.layer_verdicts(run, found)  # one verdict: the layers the causes name
     stab = health.stability(s, fl, factors)
     groups = advice.layer_groups(s, hl)
     sugg = advice.suggestions(factors, regs)
     prio = advice.priorities(hl, sugg, regs, groups, dyn, stab.forecast)
-    recs = advice.recommendations(factors, regs, dyn, hl)
-    overall = health.overall_health(hl, s.exact)
-    layers = _layers_table(run, s, fl, hl, sugg)
+    recs = advice.recommendations(found, run, arch)
+    overall = causes.verdict(found)
+    if overall == "Healthy" and (hl["health"] == "Unknown").all():  # nothing recorded to judge
+        overall = "Unknown"
+    layers = _layers_table(run, s, fl, hl, recs)
     explosion = gradient_explosion(run.layer_names, s.exact["max_abs_max"], t.exploding)  # the flags' metric
     wrep = None
     if weights is not None:
@@ -129,10 +133,13 @@ def _as_weights(w, what: str):
                     f"not {type(w).__name__}")
 
 
-def _layers_table(run: Run, s: stats.Series, fl: pd.DataFrame, hl: pd.DataFrame, sugg) -> pd.DataFrame:
-    top: dict[str, str] = {}
-    for sg in sugg:  # sorted by impact: the first per layer is its top suggestion
-        top.setdefault(sg.layer, sg.text)
+def _layers_table(run: Run, s: stats.Series, fl: pd.DataFrame, hl: pd.DataFrame, recs) -> pd.DataFrame:
+    """The health table: one row per layer; ``cause`` and ``suggestion`` are the top-ranked
+    diagnosis naming the layer and its action."""
+    top: dict[str, tuple[str, str]] = {}
+    for r in recs:  # ranked: the first per layer is its top diagnosis
+        for n in r.layers:
+            top.setdefault(n, (r.cause, f"{n}: {r.action}"))
     ex = s.exact
     return pd.DataFrame({
         "layer": run.layer_names,
@@ -153,5 +160,6 @@ def _layers_table(run: Run, s: stats.Series, fl: pd.DataFrame, hl: pd.DataFrame,
         "trend": fl["trend"].to_numpy(),
         "direction": fl["direction"].to_numpy(),
         "flags": hl["flags"].to_numpy(),
-        "suggestion": [top.get(n, "") for n in run.layer_names],
+        "cause": [top.get(n, ("", ""))[0] for n in run.layer_names],
+        "suggestion": [top.get(n, ("", ""))[1] for n in run.layer_names],
     })

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .causes import Cause
+from .evidence import Architecture
 from .flow import Region
 from .health import Dynamics, RiskFactor
 from .stats import Series, _quiet, block_mean, nanmedian, standardized
@@ -311,71 +313,124 @@ def dyn_rel(dyn: Dynamics) -> str:
 
 @dataclass
 class Recommendation:
+    """One diagnosis a user can act on: the cause, the layers at fault, when it began, the numbers
+    that show it, and the one change to make."""
+
     priority: str        #: Critical / High / Medium / Low
     text: str            #: what is wrong, in plain language
-    action: str          #: what to do
-    layers: list[str]    #: affected layers, most affected first
-    kind: str
-    evidence: str = ""
-    score: float = 0.0
+    action: str          #: the one change to make
+    layers: list[str]    #: layers at fault, most affected first ([] for the whole run)
+    kind: str            #: the cause (kept under its old name for existing code)
+    evidence: str = ""   #: the numbers behind it
+    score: float = 0.0   #: confidence, 0..1
+    cause: str = ""      #: one of ``causes.CAUSES``
+    first_step: int | None = None   #: the recorded step it began
+    explains: list[str] = field(default_factory=list)  #: symptoms folded into this cause
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-_PROBLEM = {
-    "nonfinite": "Non-finite (NaN/Inf) gradients",
-    "exploding": "Exploding gradients",
-    "vanishing": "Vanishing gradients",
-    "dead": "Dead layers: their gradients are exactly zero",
-    "weak": "Gradients far weaker than in the rest of the network",
-    "hot": "Gradients far stronger than in the rest of the network",
-    "unstable": "Unstable gradient scale",
-    "oscillating": "Oscillating gradients",
-    "lr_high": "Updates too large for the weights (learning rate too high)",
-    "lr_low": "Updates too small to move the weights (learning rate too low)",
-}
-_KIND_ORDER = tuple(_PROBLEM)
+def _lr_text(run) -> str:
+    """The learning rate in use, when the run logged one."""
+    lr = run.scalar("lr") if run.n_steps else np.zeros(0)
+    lr = lr[np.isfinite(lr)]
+    return f" (now {lr[-1]:.3g})" if lr.size else ""
 
 
-def recommendations(factors: list[RiskFactor], regions: list[Region], dyn: Dynamics, health: pd.DataFrame,
-                    max_layers: int = 12) -> list[Recommendation]:
-    """One recommendation per kind of problem, naming its layers (most severe first), plus plateau
-    advice; ranked by priority (Critical when a factor is critical, High from severity 0.5, Medium
-    from 0.2), then by summed severity."""
-    by_kind: dict[str, list[RiskFactor]] = {}
-    for f in factors:
-        by_kind.setdefault(f.kind, []).append(f)
-    lvl = dict(zip(health["layer"], health["relative_level"]))
-    out = []
-    for kind in _KIND_ORDER:
-        fs = by_kind.get(kind)
-        if not fs:
-            continue
-        if kind in ("vanishing", "weak", "dead"):  # the starved end first: lowest level, then severity
-            fs = sorted(fs, key=lambda f: (-f.severity, np.nan_to_num(lvl.get(f.layer, 0.0), nan=0.0)))
-        else:
-            fs = sorted(fs, key=lambda f: -f.severity)
-        sev = max(f.severity for f in fs)
-        prio = ("Critical" if any(f.critical for f in fs) else "High" if sev >= 0.5 else
-                "Medium" if sev >= 0.2 else "Low")
-        names = [f.layer for f in fs]
-        action = _ACTIONS[kind][0][2]
-        region = [r for r in regions if r.kind == kind and len(r.layers) >= 2]
-        if region:
-            r = max(region, key=lambda r: r.parameters)
-            action += (f"; the layers {r.start_layer} … {r.end_layer} form one {kind} region "
-                       f"({len(r.layers)} layers, {r.parameters} parameters): add residual connections or "
-                       "normalisation across it")
-        shown = ", ".join(names[:max_layers]) + (f" and {len(names) - max_layers} more" if len(names) > max_layers else "")
-        out.append(Recommendation(prio, f"{_PROBLEM[kind]} in {len(names)} layer{'s' * (len(names) > 1)}: {shown}.",
-                                  action, names, kind, fs[0].evidence, float(sum(f.severity for f in fs))))
-    if dyn.plateau.is_plateau:
-        p = dyn.plateau
-        prio = "High" if p.severity == "Severe" else "Medium" if p.severity == "Moderate" else "Low"
-        out.append(Recommendation(prio, f"Training has plateaued: for {p.duration_steps} steps the {dyn.series} "
-                                        f"has moved by only {dyn_rel(dyn)} of its value per step.",
-                                  p.suggested_actions[0], [], "plateau",
-                                  f"relative change per step {p.rel_change_per_step:.2g}", 0.0))
-    out.sort(key=lambda r: (PRIORITY_ORDER.index(r.priority), -r.score))
-    return out
+def _typical_norm(run) -> str:
+    g = run.scalar("global_norm") if run.n_steps else np.zeros(0)
+    g = g[np.isfinite(g) & (g > 0)]
+    return f"{np.median(g[: max(1, g.size // 4)]):.3g}" if g.size else "the typical global norm"
+
+
+def action_for(c: Cause, run, arch: Architecture) -> str:
+    """The one change to make for a cause, aware of what the model already has (a network with
+    normalisation is never told to add it, a residual one never told to add skips)."""
+    k = c.cause
+    if k == "nonfinite":
+        o = c.origin
+        if o is not None and getattr(o, "phase", None) == "loss":
+            return ("make the loss safe: pass logits to a log-softmax loss (CrossEntropyLoss) instead of taking "
+                    "log() of probabilities, or clamp them (p.clamp_min(1e-8)) before the log")
+        if o is not None and getattr(o, "module", None):
+            where = "its backward" if o.phase == "backward" else "its forward"
+            return (f"fix {o.module}: {where} makes the first NaN/Inf from finite values — add an eps to "
+                    "divisions, sqrt and log there, or clamp its input; under fp16/bf16 autocast keep that op "
+                    "in float32")
+        return ("find where it starts (gradwidget records the origin with the torch Recorder): check the loss "
+                "for log(0) or division by zero, add an eps to divisions and sqrt, and use a GradScaler under "
+                "fp16 autocast")
+    if k == "missing_zero_grad":
+        return ("call optimizer.zero_grad() once per optimizer step, before loss.backward() (to accumulate on "
+                "purpose, zero every N micro-batches and divide the loss by N)")
+    if k == "loss_scale":
+        return ("average the loss over the batch (reduction='mean', the default) or divide the summed loss by "
+                "the batch size, so the step size does not depend on the batch size")
+    if k == "input_scale":
+        return ("normalise the inputs: subtract the training data's mean and divide by its std per feature or "
+                "channel (e.g. torchvision's Normalize, or x = (x - mean) / std)")
+    if k == "lr_too_high":
+        warm = " with a warmup of a few hundred steps" if arch.has_attention else ""
+        return (f"lower the learning rate about 10x{_lr_text(run)}{warm}, and clip the global gradient norm "
+                f"(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm≈{_typical_norm(run)}))")
+    if k == "not_in_optimizer":
+        return ("add these parameters to the optimizer: create it from model.parameters() after every module "
+                "exists (or add them with optimizer.add_param_group)")
+    if k == "no_gradient":
+        return ("find where they are cut off from the loss (a .detach(), .item()/.numpy() round trip, a "
+                "torch.no_grad() block or an output that is not used); if that is on purpose, freeze them "
+                "with requires_grad_(False) so the optimizer and DDP skip them")
+    if k == "dead_units":
+        first = c.layers[0] if c.layers else "the first dead layer"
+        started = c.first_step is not None and run.n_steps and c.first_step == int(run.steps[0])
+        if started:
+            return (f"re-initialise {first}: its units are off from the first step (a large negative bias or "
+                    "a bad init); reset its bias to 0, or use LeakyReLU/GELU so units cannot die")
+        return (f"lower the learning rate: the units of {first} died during training (large updates pushed them "
+                "off); LeakyReLU/GELU keeps a gradient flowing")
+    if k == "exploding":
+        if arch.has_recurrent:
+            return ("clip the gradient norm (clip_grad_norm_) and initialise the recurrent weights smaller "
+                    "(orthogonal, the default init)")
+        if not arch.has_norm:
+            return ("re-initialise with the default (Kaiming/Xavier) scale, and add normalisation "
+                    "(BatchNorm/LayerNorm) between the layers; clip the gradient norm meanwhile")
+        return (f"clip the global gradient norm (clip_grad_norm_, max_norm≈{_typical_norm(run)}) and check the "
+                "initialisation scale of these layers")
+    if k == "vanishing":
+        if not arch.has_residual:
+            return ("add residual (skip) connections across the starved layers, and use ReLU/GELU with Kaiming "
+                    "initialisation instead of saturating activations (sigmoid/tanh)")
+        if not arch.has_norm:
+            return "add normalisation (LayerNorm/BatchNorm) inside the blocks and check the initialisation scale"
+        return ("check the initialisation scale of these layers (a gain matched to the activation) and that "
+                "no saturating activation sits in front of them")
+    if k == "saturated_output":
+        return ("pass raw logits to the loss: CrossEntropyLoss applies log-softmax itself, so a softmax before it "
+                "squashes the gradient")
+    if k == "lr_too_low":
+        return f"raise the learning rate 10-100x{_lr_text(run)}"
+    if k == "plateau":
+        return ("lower the learning rate on the plateau (a scheduler such as ReduceLROnPlateau) or, if the loss "
+                "is still high, raise it or check the data and labels")
+    if k == "frozen":
+        return "if they should train, call requires_grad_(True) on them and add them to the optimizer"
+    raise ValueError(f"no action for cause {k!r}")
+
+
+def _text(c: Cause, max_layers: int) -> str:
+    title = c.title[:1].upper() + c.title[1:]
+    since = f" since step {c.first_step}" if c.first_step is not None else ""
+    if not c.layers or c.cause in ("lr_too_high", "lr_too_low"):
+        return f"{title}{since}."
+    n = len(c.layers)
+    shown = ", ".join(c.layers[:max_layers]) + (f" and {n - max_layers} more" if n > max_layers else "")
+    return f"{title} in {n} layer{'s' * (n > 1)}{since}: {shown}."
+
+
+def recommendations(causes: list[Cause], run, arch: Architecture, max_layers: int = 6) -> list[Recommendation]:
+    """One recommendation per cause, in the causes' rank order, each with its one action."""
+    return [Recommendation(c.priority, _text(c, max_layers), action_for(c, run, arch), list(c.layers), c.cause,
+                           c.evidence, float(c.confidence), c.cause, c.first_step, list(c.explains))
+            for c in causes]

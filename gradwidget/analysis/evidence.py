@@ -1,0 +1,345 @@
+"""Evidence for the diagnoses: pure facts about a Run that the causes (``causes.py``) reason from.
+
+Each function answers one question a practitioner would ask before blaming a layer: what the loss
+did (falling, flat, diverging, spiking), what the architecture already has (normalisation, residual
+paths, recurrence), whether the optimizer holds and moves each parameter, how the gradient norm grew
+over the first steps (accumulation without ``zero_grad`` makes it grow like the step count), and the
+scale of the data entering the first layer. Nothing here decides what is wrong.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..run import Run
+from .stats import _quiet
+
+
+def _first(mask: np.ndarray, steps: np.ndarray) -> int | None:
+    """The step number of the first True in ``mask`` (None when there is none)."""
+    i = np.flatnonzero(mask)
+    return int(steps[i[0]]) if i.size else None
+
+
+# --------------------------------------------------------------------------- the loss
+#: recorded steps whose median is the loss "at the start" and "at the end" (batch noise; a median,
+#: so one spike in the first steps does not move the start).
+LOSS_EDGE_STEPS = 3
+#: the loss "fell" when its end is below this share of its start.
+LOSS_FELL = 0.8
+#: the loss is "flat" when its end is within this share of its start.
+LOSS_FLAT = 0.05
+#: the loss "rebounds" when it climbs above its lowest value so far by this share of where it
+#: started (a spike or a divergence; batch noise on a falling loss stays well under it).
+LOSS_REBOUND = 0.5
+
+
+@dataclass
+class LossEvidence:
+    """What the logged loss did. All None/False without a logged loss."""
+
+    logged: bool
+    start: float = float("nan")          #: median of the first finite values
+    end: float = float("nan")            #: median of the last finite values
+    lowest: float = float("nan")
+    fell: bool = False                   #: end < LOSS_FELL x start
+    flat: bool = False                   #: |end - start| < LOSS_FLAT x start
+    rebound: float = 0.0                 #: largest rise above the running minimum, in units of start
+    rebound_step: int | None = None      #: first step whose rise exceeded LOSS_REBOUND
+    rebound_to: float = float("nan")     #: the loss at that step
+    rebound_from: float = float("nan")   #: its lowest value before that step
+    nonfinite_step: int | None = None    #: first step with a NaN/Inf loss
+    plateau_level: float = float("nan")  #: end / start (how far the loss came down, 1 = not at all)
+
+
+#: ... by at least this factor, and by this many times the loss's own step-to-step noise (robust
+#: standard deviation of the changes in log loss), so a noisy small-batch loss is not a rebound.
+LOSS_REBOUND_FACTOR = 2.0
+LOSS_REBOUND_SIGMA = 5.0
+#: the rebound is measured on the trailing median of this many recorded steps: one noisy batch is
+#: no rebound, a climb that lasts (or spikes that keep coming) is.
+LOSS_SMOOTH_STEPS = 5
+
+
+def trailing_median(y: np.ndarray, w: int) -> np.ndarray:
+    """Median of each value and the (up to) ``w - 1`` values before it."""
+    if y.size == 0 or w <= 1:
+        return y.copy()
+    pad = np.concatenate([np.full(w - 1, np.nan), y])
+    win = np.lib.stride_tricks.sliding_window_view(pad, w)
+    with _quiet():
+        return np.nanmedian(win, axis=1)
+
+
+def _log_noise(y: np.ndarray) -> float:
+    """Robust standard deviation of one step's change in log loss (0 for a loss that is not positive)."""
+    if y.size < 3 or not np.all(y > 0):
+        return 0.0
+    d = np.diff(np.log(y))
+    return float(1.4826 * np.median(np.abs(d - np.median(d))) / np.sqrt(2))
+
+
+def loss_evidence(run: Run) -> LossEvidence:
+    """The loss trajectory: where it started and ended, whether it fell, stayed flat, rebounded
+    (spikes and divergence: a rise above its running minimum by ``LOSS_REBOUND`` of its start, by a
+    factor of ``LOSS_REBOUND_FACTOR`` and beyond ``LOSS_REBOUND_SIGMA`` times its noise) or went
+    non-finite."""
+    loss = run.scalar("loss").astype(np.float64) if run.n_steps else np.zeros(0)
+    steps = run.steps
+    logged = ~np.isnan(loss)
+    if not logged.any():
+        return LossEvidence(logged=False)
+    nonfinite_step = _first(logged & ~np.isfinite(loss), steps)
+    fin = np.isfinite(loss)
+    y = loss[fin]
+    if not y.size:
+        return LossEvidence(logged=True, nonfinite_step=nonfinite_step)
+    k = max(1, min(LOSS_EDGE_STEPS, y.size // 4 or 1))
+    start, end = float(np.median(y[:k])), float(np.median(y[-k:]))
+    scale = abs(start) if start != 0 else 1.0
+    ys = trailing_median(y, LOSS_SMOOTH_STEPS)
+    runmin = np.minimum.accumulate(ys)
+    rise = (ys - runmin) / scale
+    over = rise > LOSS_REBOUND
+    if np.all(y > 0):
+        with np.errstate(divide="ignore"):
+            lrise = np.log(ys / runmin)
+        over &= lrise > max(np.log(LOSS_REBOUND_FACTOR), LOSS_REBOUND_SIGMA * _log_noise(ys))
+    j = int(np.argmax(over)) if over.any() else None
+    return LossEvidence(
+        logged=True, start=start, end=end, lowest=float(y.min()),
+        fell=bool(end < LOSS_FELL * start) if start > 0 else bool(end < start),
+        flat=bool(abs(end - start) < LOSS_FLAT * scale),
+        rebound=float(rise.max()), rebound_step=int(steps[fin][j]) if j is not None else None,
+        rebound_to=float(ys[j]) if j is not None else float("nan"),
+        rebound_from=float(runmin[j]) if j is not None else float("nan"),
+        nonfinite_step=nonfinite_step, plateau_level=float(end / start) if start > 0 else float("nan"))
+
+
+# --------------------------------------------------------------------------- the architecture
+_NORM = re.compile(r"norm", re.I)
+_RECURRENT = re.compile(r"^(LSTM|GRU|RNN)(Cell)?$|LSTM|GRU", re.I)
+_ATTENTION = re.compile(r"attention|attn", re.I)
+_EMBEDDING = re.compile(r"embedding", re.I)
+
+
+def is_embedding(module_type: str) -> bool:
+    """An embedding table: each batch touches a few rows, so most of its gradient is exactly zero by
+    design (never a sign of dead or vanishing units)."""
+    return bool(_EMBEDDING.search(module_type))
+
+
+@dataclass
+class Architecture:
+    """What the model already has, so an action never asks for what is there."""
+
+    has_norm: bool          #: a normalisation layer (LayerNorm, BatchNorm, GroupNorm, RMSNorm, ...)
+    has_residual: bool      #: a skip path in the recorded data-flow graph (or attention blocks, which have one)
+    has_recurrent: bool     #: LSTM / GRU / RNN
+    has_attention: bool
+    input_layers: list[int]  #: the layers that see the input data (deepest in the backward order)
+    token_input: bool       #: the input side is an embedding (token ids, no input scale to fix)
+    norm_types: list[str]
+
+
+def _module_graph(run: Run) -> tuple[list[str], np.ndarray]:
+    """Modules (weight and bias of one module are one node) and the data-flow edges between them."""
+    mods = [l.module or l.name.rsplit(".", 1)[0] for l in run.layers]
+    names = list(dict.fromkeys(mods))
+    idx = {m: i for i, m in enumerate(names)}
+    E = np.asarray(run.edges, np.int64).reshape(-1, 2)
+    E = E[((E >= 0) & (E < run.n_layers)).all(axis=1)]
+    if not E.size:
+        return names, np.zeros((0, 2), np.int64)
+    M = np.array([[idx[mods[u]], idx[mods[v]]] for u, v in E], np.int64)
+    M = np.unique(M[M[:, 0] != M[:, 1]], axis=0)
+    return names, M
+
+
+def has_skip_path(run: Run) -> bool:
+    """True when some module feeds another both directly and through a longer path: an edge that
+    jumps two or more levels of the longest-path layering of the module graph (a residual or dense
+    connection). A plain chain has none."""
+    names, M = _module_graph(run)
+    n = len(names)
+    if not M.size:
+        return False
+    indeg = np.zeros(n, int)
+    np.add.at(indeg, M[:, 1], 1)
+    out: list[list[int]] = [[] for _ in range(n)]
+    for u, v in M:
+        out[u].append(v)
+    level = np.zeros(n, int)
+    queue = [i for i in range(n) if indeg[i] == 0]
+    seen = 0
+    while queue:  # Kahn's order; a cycle (a reused module) leaves its nodes at their first level
+        u = queue.pop()
+        seen += 1
+        for v in out[u]:
+            level[v] = max(level[v], level[u] + 1)
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                queue.append(v)
+    return bool(np.any(level[M[:, 1]] - level[M[:, 0]] >= 2))
+
+
+def architecture(run: Run) -> Architecture:
+    """The model's norm layers, skip paths, recurrence and attention, read from the recorded module
+    types, module names and data-flow graph."""
+    types = [l.module_type for l in run.layers]
+    names = [l.name for l in run.layers]
+    norm_types = sorted({t for t in types if _NORM.search(t)})
+    attention = any(_ATTENTION.search(t) for t in types) or any(_ATTENTION.search(n) for n in names)
+    bi = np.array([l.backward_index for l in run.layers])
+    got = bi >= 0
+    deepest = int(bi[got].max()) if got.any() else -1
+    inputs = [i for i in range(run.n_layers) if got[i] and bi[i] >= deepest - 1] if deepest >= 0 else []
+    # the input module: every parameter of the module that holds the deepest gradient arrival
+    if inputs:
+        first_mod = run.layers[int(np.argmax(np.where(got, bi, -1)))].module
+        inputs = [i for i in range(run.n_layers) if run.layers[i].module == first_mod] or inputs
+    token = any(is_embedding(run.layers[i].module_type) for i in inputs)
+    return Architecture(
+        has_norm=bool(norm_types), has_residual=attention or has_skip_path(run),
+        has_recurrent=any(_RECURRENT.search(t) for t in types), has_attention=attention,
+        input_layers=inputs, token_input=token, norm_types=norm_types)
+
+
+# --------------------------------------------------------------------------- the optimizer
+def never_updated(run: Run) -> np.ndarray:
+    """Per layer: it had a finite non-zero gradient on the steps where the optimizer moved other
+    layers, yet its own update norm was never measured (NaN: the optimizer does not hold it) or
+    was exactly zero. False for every layer without update norms (no optimizer given)."""
+    L = run.n_layers
+    if run.n_steps == 0:
+        return np.zeros(L, bool)
+    un = run.metric("update_norm")
+    g = run.metric("grad_norm")
+    measured = np.isfinite(un).any(axis=1)  # steps on which the optimizer's changes were measured
+    if not measured.any():
+        return np.zeros(L, bool)
+    with _quiet(), np.errstate(invalid="ignore"):
+        others_moved = (np.nan_to_num(un[measured], nan=0.0) > 0).sum(axis=1) > 0
+        rows = np.flatnonzero(measured)[others_moved]
+        if not rows.size:
+            return np.zeros(L, bool)
+        had_grad = (np.isfinite(g[rows]) & (g[rows] > 0)).mean(axis=0) > 0.5
+        still = ~(np.nan_to_num(un[rows], nan=0.0) > 0).any(axis=0)
+    return had_grad & still & run.trainable_mask()
+
+
+def update_ratio_series(run: Run) -> tuple[np.ndarray, np.ndarray]:
+    """Steps with a measured update and, per step, the median over layers of ||update|| / ||weight||."""
+    un = run.metric("update_norm")
+    wn = run.metric("weight_norm")
+    measured = np.isfinite(un).any(axis=1)
+    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
+        r = np.where(wn[measured] > 0, un[measured] / wn[measured], np.nan)
+        med = np.nanmedian(np.where(np.isfinite(r), r, np.nan), axis=1) if r.size else np.zeros(0)
+    return run.steps[measured], med
+
+
+def weight_growth(run: Run) -> np.ndarray:
+    """Per layer: the largest weight norm over the run divided by the first (NaN without weights)."""
+    if run.n_steps == 0:
+        return np.full(run.n_layers, np.nan)
+    w = run.metric("weight_norm").astype(np.float64)
+    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
+        w = np.where(np.isfinite(w), w, np.nan)
+        first = w[0]
+        return np.where(first > 0, np.nanmax(w, axis=0) / first, np.nan)
+
+
+# --------------------------------------------------------------------------- gradient growth
+#: recorded steps over which the early growth of the gradient norm is fitted.
+GROWTH_STEPS = 8
+
+
+@dataclass
+class Growth:
+    """How the global gradient norm grew over the first ``GROWTH_STEPS`` recorded steps."""
+
+    exponent: float      #: p of a least-squares fit g ~ (k + 1)^p over recorded steps k
+    rising: float        #: share of those steps on which it rose
+    max_step_ratio: float  #: largest g_k / g_(k-1): one fresh gradient at most doubles it when it accumulates
+    first_ratio: float   #: g_1 / g_0: about 2 when the second step's gradient was added to the first's
+    power_law: bool      #: log g is fitted better by log(k + 1) (a sum of steps) than by k (geometric growth)
+
+
+def early_growth(run: Run) -> Growth | None:
+    """The global gradient norm's growth over the first ``GROWTH_STEPS`` recorded steps (None when
+    fewer are recorded or one is not finite). Accumulating gradients without ``zero_grad`` adds each
+    step's gradient to the last, so at the start (where consecutive gradients point the same way)
+    g grows like the step count: p near 1, rising on almost every step, and never more than about
+    doubling in one step. A diverging run grows geometrically instead (x10 and more per step);
+    healthy training has p well below 1 and rises about half the time."""
+    g = run.scalar("global_norm").astype(np.float64)[:GROWTH_STEPS]
+    if g.size < 4 or not np.all(np.isfinite(g)) or not np.all(g > 0):
+        return None
+    lg = np.log(g)
+    k = np.arange(g.size, dtype=np.float64)
+    (p, c), res_pow = np.polyfit(np.log1p(k), lg, 1, full=True)[:2]
+    res_exp = np.polyfit(k, lg, 1, full=True)[1]
+    res_pow = float(res_pow[0]) if len(res_pow) else 0.0
+    res_exp = float(res_exp[0]) if len(res_exp) else 0.0
+    return Growth(float(p), float(np.mean(np.diff(g) > 0)), float(np.max(g[1:] / g[:-1])), float(g[1] / g[0]),
+                  res_pow < res_exp)
+
+
+#: recorded steps over which accumulation's smoothing is measured, and where its late part starts.
+SMOOTH_STEPS, SMOOTH_LATE = 40, 10
+
+
+@dataclass
+class Smoothing:
+    """Per-layer step-to-step change of the gradient norm over the first ``SMOOTH_STEPS`` steps."""
+
+    late: float     #: median over layers of the median |change in log norm| from step SMOOTH_LATE on
+    early: float    #: ... over the steps before
+    growth: float   #: largest global norm in the late part over the first one
+    rising: float   #: share of layer-steps on which the norm rose
+
+
+def accumulation_smoothing(run: Run) -> Smoothing | None:
+    """How a sum of per-step gradients behaves: each step adds one fresh gradient to a growing
+    total, so the total's relative change shrinks like 1/step (smooth, late changes a few percent,
+    several times smaller than early ones) while it keeps growing. Batch noise keeps a healthy
+    layer's norm changing by 10-50% a step throughout. None with fewer than 20 finite steps."""
+    g = run.metric("grad_norm")[:SMOOTH_STEPS].astype(np.float64)
+    gl = run.scalar("global_norm")[:SMOOTH_STEPS].astype(np.float64)
+    fin = np.flatnonzero(~np.isfinite(gl))
+    n = int(fin[0]) if fin.size else gl.size
+    if n < 2 * SMOOTH_LATE or not np.all(gl[:n] > 0):
+        return None
+    g, gl = g[:n], gl[:n]
+    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
+        d = np.abs(np.diff(np.log(np.where(g > 0, g, np.nan)), axis=0))
+        late = float(np.nanmedian(np.nanmedian(d[SMOOTH_LATE - 1:], axis=0)))
+        early = float(np.nanmedian(np.nanmedian(d[: SMOOTH_LATE - 1], axis=0)))
+        rising = float(np.nanmean(np.diff(g, axis=0) > 0))
+    return Smoothing(late, early, float(np.max(gl[SMOOTH_LATE:]) / gl[0]), rising)
+
+
+# --------------------------------------------------------------------------- input scale
+def input_rms(run: Run, arch: Architecture, rows: int = 8) -> float:
+    """The root-mean-square size of the data entering the first layer, read off its gradients: for
+    a Linear/Conv with a bias, ||dL/dW|| ~ ||dL/db|| x rms(input) x sqrt(fan_in), so their ratio
+    estimates the input's scale (about 1 for normalised data). Median over the first ``rows``
+    recorded steps; NaN when the first layer has no bias or takes token ids."""
+    if arch.token_input or run.n_steps == 0:
+        return float("nan")
+    ins = arch.input_layers
+    w = [i for i in ins if run.layers[i].name.endswith("weight") and len(run.layers[i].shape) >= 2]
+    b = [i for i in ins if run.layers[i].name.endswith("bias")]
+    if not w or not b:
+        return float("nan")
+    wi, bi = w[0], b[0]
+    shape = run.layers[wi].shape
+    fan_in = int(np.prod(shape[1:]))
+    g = run.metric("grad_norm")[:rows].astype(np.float64)
+    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
+        r = g[:, wi] / (g[:, bi] * np.sqrt(max(fan_in, 1)))
+        r = r[np.isfinite(r) & (r > 0)]
+    return float(np.median(r)) if r.size else float("nan")
