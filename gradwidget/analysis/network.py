@@ -72,8 +72,8 @@ class FlowNetwork:
 @dataclass
 class CriticalPath:
     kind: str                  #: "attenuation" (gradient lost) or "amplification" (gradient grown)
-    layers: list[str]          #: in backward order: loss side first
-    decades: float             #: total decades lost (or gained), recoveries not counted
+    layers: list[str]          #: in backward order, loss side first: one layer per module (its largest parameter)
+    decades: float             #: net decades lost (or gained) between the path's two ends
     bottleneck_layers: list[str]
     worst_hop: tuple[str, str] | None
     criticality: float         #: 1 - 10**(-decades): share of gradient magnitude lost (or added)
@@ -184,59 +184,71 @@ def _f(x) -> float:
     return x if np.isfinite(x) else float("nan")
 
 
-def critical_paths(s: Series) -> list[CriticalPath]:
-    """The input-to-output path with the largest gradient attenuation, and the one with the largest
-    amplification, by dynamic programming over the recorded graph in topological order (cycles of a
-    reused module broken first, see ``break_cycles``). A path's
-    cost counts only the hops that lose (or gain) gradient, so a drop followed by a recovery is not
-    cancelled out. Empty when the run has no graph."""
-    run, t = s.run, s.run.thresholds
+def module_nodes(run: Run, level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One node per module (a weight and its bias act together): the representative layer of each
+    module (its largest parameter with a known level) and the module-level forward edges between
+    representatives. Modules without any known level are left out."""
+    mods = [l.module or l.name.rsplit(".", 1)[0] for l in run.layers]
+    rep: dict[str, int] = {}
+    for i, m in enumerate(mods):
+        if np.isfinite(level[i]) and (m not in rep or run.layers[i].numel > run.layers[rep[m]].numel):
+            rep[m] = i
     E, _ = graph_edges(run)
+    pairs = {(rep[mods[a]], rep[mods[b]]) for a, b in E.tolist() if mods[a] in rep and mods[b] in rep
+             and mods[a] != mods[b]}
+    return np.array(sorted(rep.values()), np.int64), np.array(sorted(pairs), np.int64).reshape(-1, 2)
+
+
+def critical_paths(s: Series) -> list[CriticalPath]:
+    """The data path with the largest net gradient attenuation (loss side to input side), and the
+    one with the largest net amplification, over modules (a weight and its bias together, measured
+    by the RMS gradient entry of the module's largest parameter). A path's decades are the net
+    change between its ends: what a drop loses and a later recovery regains cancel, as they do for
+    the gradient itself. Found by dynamic programming over the module graph in topological order
+    (cycles of a reused module broken first, see ``break_cycles``); its hops that lose more than
+    ``bottleneck_gain`` are its bottlenecks. Empty when the run has no graph."""
+    run, t = s.run, s.run.thresholds
+    names = run.layer_names
+    _, lvl = _rms_log(s)
+    nodes, E = module_nodes(run, lvl)
     if len(E) == 0:
         return []
-    names = run.layer_names
-    _, level = _rms_log(s)
-    lvl = level
     E, back = break_cycles(run.n_layers, E)
-    order = _topological(run.n_layers, E)
+    order = [n for n in (_topological(run.n_layers, E) or []) if n in set(nodes.tolist())]
     down: dict[int, list[int]] = {}
-    for a, b in E.tolist():  # layers without a known level (frozen, unused) are not on any path
-        if np.isfinite(lvl[a]) and np.isfinite(lvl[b]):
-            down.setdefault(a, []).append(b)
+    for a, b in E.tolist():  # forward edges: a feeds b (b is nearer the loss)
+        down.setdefault(a, []).append(b)
     # the level a layer gets when its gradient is exactly zero (log10_pos maps 0 to float32 tiny)
     zero = np.log10(_TINY) - 0.5 * np.log10(np.array([max(1, l.numel) for l in run.layers], np.float64))
+    tol = -np.log10(t.bottleneck_gain)
     out = []
     for kind, sign in (("attenuation", 1.0), ("amplification", -1.0)):
-        best = np.full(run.n_layers, -np.inf)
-        nxt = np.full(run.n_layers, -1)
-        for n in reversed(order):  # loss side first
-            ds = down.get(n)
-            if not ds:
-                best[n] = 0.0
-                continue
-            w = [best[d] + max(0.0, sign * (lvl[d] - lvl[n])) for d in ds]
-            k = int(np.argmax(w))
-            best[n], nxt[n] = w[k], ds[k]
-        starts = [n for n in range(run.n_layers) if nxt[n] >= 0]
-        if not starts:
+        # far[n]: the extreme (highest for attenuation) level reachable towards the loss from n
+        far = {n: sign * lvl[n] for n in order}
+        via = {n: -1 for n in order}
+        for n in reversed(order):
+            for d in down.get(n, []):
+                if d in far and far[d] > far[n]:
+                    far[n], via[n] = far[d], d
+        gains = {n: far[n] - sign * lvl[n] for n in order if via[n] >= 0}
+        if not gains:
             continue
-        start = max(starts, key=lambda n: best[n])
-        path = [start]
-        while nxt[path[-1]] >= 0:
-            path.append(int(nxt[path[-1]]))
-        path = path[::-1]  # backward order: loss side first
-        hops = [(path[i], path[i + 1]) for i in range(len(path) - 1)]  # (downstream, upstream)
-        loss = [sign * (lvl[a] - lvl[b]) for a, b in hops]
-        dec = float(best[start])
+        start = max(gains, key=gains.get)
+        dec = float(gains[start])
         if dec <= 0:
             continue
-        tol = -np.log10(t.bottleneck_gain)
-        bott = [names[b] for (a, b), x in zip(hops, loss) if x > tol]
-        worst = hops[int(np.argmax(loss))] if hops else None
+        path = [start]
+        while via[path[-1]] >= 0:
+            path.append(int(via[path[-1]]))
+        path = path[::-1]  # backward order: loss side first
+        hops = [(path[i], path[i + 1]) for i in range(len(path) - 1)]  # (downstream, upstream)
+        change = [sign * (lvl[a] - lvl[b]) for a, b in hops]
+        bott = [names[b] for (a, b), x in zip(hops, change) if x > tol]
+        worst = hops[int(np.argmax(change))] if hops else None
         out.append(CriticalPath(kind, [names[i] for i in path], dec, bott,
                                 (names[worst[0]], names[worst[1]]) if worst else None,
                                 float(1 - 10 ** (-dec)), bool(np.any(lvl[path] <= zero[path] + 1e-6)),
-                                len(back) > 0, path_potential(loss, tol)))
+                                len(back) > 0, path_potential(change, tol)))
     return out
 
 
