@@ -58,7 +58,7 @@ class GradientFlowSummary:
                              ("exploding", self.layers_with_exploding_grads),
                              ("non-finite", self.layers_with_nonfinite_grads)):
             if names:
-                lines.append(f"  {label} layers ({len(names)}, at any step): {', '.join(names)}")
+                lines.append(f"  {label} layers ({len(names)}): {', '.join(names)}")
         lines.append("Recommendations:")
         lines += [f"  - {r}" for r in self.recommendations]
         return "\n".join(lines)
@@ -151,49 +151,53 @@ def to_ascii(run: Run, width: int = 80, metric: str = "grad_norm") -> str:
     return "\n".join(out) + "\n"
 
 
-def classify_health(run: Run) -> tuple[GradientHealth, float]:
-    """Seed rules: share of steps with any vanishing/exploding layer, plus which kinds occurred
-    (Unknown for a run with no steps, which the seed would have called Healthy)."""
-    t = run.thresholds
+def issue_step_ratio(run: Run) -> float:
+    """Share of recorded steps on which any layer was vanishing or exploding (the original crate's
+    measure; 0 without steps)."""
     if run.n_steps == 0:
-        return GradientHealth.UNKNOWN, 0.0
-    van, exp = run.vanishing(), run.exploding()
-    ratio = float((van | exp).any(axis=1).mean())
-    if exp.any() and ratio > t.critical_issue_ratio:
-        return GradientHealth.CRITICAL, ratio
-    if exp.any() or ratio > t.problem_issue_ratio:
-        return GradientHealth.PROBLEMS_DETECTED, ratio
-    if van.any() or ratio > t.minor_issue_ratio:
-        return GradientHealth.MINOR_ISSUES, ratio
-    return GradientHealth.HEALTHY, ratio
+        return 0.0
+    return float((run.vanishing() | run.exploding()).any(axis=1).mean())
 
 
-def summary(run: Run) -> GradientFlowSummary:
-    """The seed's summary report, with layers listed in depth order."""
-    names = np.array(run.layer_names, dtype=object)
-    van = run.vanishing().any(axis=0) if run.n_steps else np.zeros(run.n_layers, bool)
-    exp = run.exploding().any(axis=0) if run.n_steps else np.zeros(run.n_layers, bool)
-    nf = run.nonfinite().any(axis=0) if run.n_steps else np.zeros(run.n_layers, bool)
-    health, ratio = classify_health(run)
-    vl, el, nl = list(names[van]), list(names[exp]), list(names[nf])
-    recs = []
-    if vl:
-        recs.append(f"Vanishing gradients detected in: {', '.join(vl)}. Consider residual connections, "
-                    "layer normalisation, or a larger learning rate.")
-        recs.append("Investigate weight initialisation — Xavier or Kaiming init can prevent early vanishing.")
-    if el:
-        recs.append(f"Exploding gradients detected in: {', '.join(el)}. Apply gradient clipping "
-                    "(torch.nn.utils.clip_grad_norm_).")
-        recs.append("Consider reducing the learning rate or switching to a gradient-friendly optimiser "
-                    "(e.g. AdamW with weight decay).")
-    if nl:
-        recs.append(f"Non-finite (NaN/Inf) gradients in: {', '.join(nl)}. Check the loss for log(0) or "
-                    "division by zero, lower the learning rate, or use a GradScaler with mixed precision.")
+def health_of(report) -> GradientHealth:
+    """The summary's health, from the analysis verdict (one definition, ``analysis.causes.verdict``):
+    Critical stays Critical, a Warning with a High diagnosis is ProblemsDetected and one with only
+    Medium ones MinorIssues, Healthy and Unknown stay."""
+    h = report.overall_health
+    if h == "Warning":
+        high = any(r.priority == "High" for r in report.recommendations)
+        return GradientHealth.PROBLEMS_DETECTED if high else GradientHealth.MINOR_ISSUES
+    return GradientHealth(h)
+
+
+def summary(run: Run, report=None) -> GradientFlowSummary:
+    """The original crate's summary report, judged by the analysis (``report``, computed when not
+    given) so that it and ``analyze`` never disagree: the same verdict, the same layers (vanishing on
+    at least ``minor_issue_ratio`` of steps and not dead, exploding or non-finite on any step), and
+    the ranked diagnoses as its recommendations. Layers in depth order."""
+    if run.n_layers == 0 or run.n_steps == 0:
+        health, layers, recs = GradientHealth.UNKNOWN, None, []
+    else:
+        if report is None:
+            from .analysis import analyze
+
+            report = analyze(run)
+        health, layers = health_of(report), report.layers
+        recs = [f"{r.text} {r.action[:1].upper()}{r.action[1:]}." for r in report.recommendations]
+    names = [] if layers is None else list(layers["layer"])
+
+    def named(mask) -> list[str]:
+        return [n for n, m in zip(names, mask) if m]
+
+    t = run.thresholds
+    vl = named((layers["vanishing_share"] >= t.minor_issue_ratio) & (layers["dead_share"] < t.minor_issue_ratio)) \
+        if layers is not None else []
+    el = named(layers["exploding_share"] > 0) if layers is not None else []
+    nl = named(layers["nonfinite_total"] > 0) if layers is not None else []
     recs.append({
         GradientHealth.CRITICAL: "CRITICAL: Training stability is severely compromised — halt training "
                                  "and diagnose before continuing.",
-        GradientHealth.PROBLEMS_DETECTED: "Significant gradient issues detected. Review architecture depth "
-                                          "and learning rate schedule.",
+        GradientHealth.PROBLEMS_DETECTED: "Significant gradient issues detected: act on the diagnoses above.",
         GradientHealth.MINOR_ISSUES: "Minor gradient issues detected. Monitor closely; intervention may "
                                      "not be required immediately.",
         GradientHealth.HEALTHY: "Gradients appear healthy — no immediate action required.",
@@ -205,4 +209,4 @@ def summary(run: Run) -> GradientFlowSummary:
         first_step=int(run.steps[0]) if run.n_steps else None,
         last_step=int(run.steps[-1]) if run.n_steps else None,
         layers_with_vanishing_grads=vl, layers_with_exploding_grads=el, layers_with_nonfinite_grads=nl,
-        issue_step_ratio=ratio, overall_health=health, recommendations=recs)
+        issue_step_ratio=issue_step_ratio(run), overall_health=health, recommendations=recs)

@@ -112,20 +112,28 @@ def test_summary_report_healthy():
     assert "healthy" in s.recommendations[-1]
 
 
-def test_summary_levels():
+def test_summary_levels_follow_the_analysis_verdict():
+    """One verdict: the summary's level is the analysis's (Medium diagnoses only: MinorIssues, a High
+    one: ProblemsDetected, a Critical one: Critical), never a second set of cut-offs."""
+    from gradwidget import analyze
+    from gradwidget.frames import health_of
+
     def run_with(bad_steps, kind):
         rec = ArrayRecorder()
         for i in range(10):
-            g = {"ok": np.full(4, 0.1), "x": np.full(4, 0.1)}
+            g = {"x": np.full(4, 0.1), "ok": np.full(4, 0.1)}   # x is the input-side layer
             if i < bad_steps:
-                g["x"] = np.full(4, 1e-9 if kind == "van" else 1e4)
+                g["x"] = np.full(4, {"van": 1e-9, "exp": 1e4, "nan": np.nan}[kind])
             rec.record(i, g)
-        return rec.run.summary().overall_health
+        s = rec.run.summary()
+        assert s.overall_health == health_of(analyze(rec.run))
+        return s.overall_health
 
-    assert run_with(1, "van") == GradientHealth.MINOR_ISSUES
-    assert run_with(4, "van") == GradientHealth.PROBLEMS_DETECTED
+    assert run_with(0, "van") == GradientHealth.HEALTHY
+    assert run_with(4, "van") == GradientHealth.MINOR_ISSUES      # one layer, 40% of steps: Medium
+    assert run_with(6, "van") == GradientHealth.PROBLEMS_DETECTED  # most steps: High
     assert run_with(2, "exp") == GradientHealth.PROBLEMS_DETECTED
-    assert run_with(6, "exp") == GradientHealth.CRITICAL
+    assert run_with(1, "nan") == GradientHealth.CRITICAL
 
 
 def test_ascii_marks_nonfinite_and_exploding():

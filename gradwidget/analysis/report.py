@@ -98,7 +98,7 @@ class Report:
         if self._seed_summary is None:
             from ..frames import summary
 
-            self._seed_summary = summary(self.run)
+            self._seed_summary = summary(self.run, self)
         return self._seed_summary
 
     _seed_summary: Any = field(default=None, repr=False)
