@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .evidence import (Architecture, LossEvidence, accumulation_smoothing, architecture, early_growth, input_rms,
-                       is_embedding, loss_evidence, never_updated, update_ratio_series, weight_growth)
+from .evidence import (Architecture, LossEvidence, accumulation_smoothing, architecture, depth_attenuation,
+                       early_growth, input_rms, is_embedding, loss_evidence, never_updated, update_ratio_series,
+                       weight_growth)
 from .flow import Region
 from .health import Dynamics, RiskFactor
 from .stats import Series, _quiet, dead_flags
@@ -44,9 +45,9 @@ CAUSE_TITLES = {
 
 #: the symptoms each cause explains: when both are found, the symptom is folded into the cause.
 EXPLAINS = {
-    "missing_zero_grad": ("lr_too_high", "exploding", "nonfinite", "plateau", "lr_too_low"),
-    "loss_scale": ("lr_too_high", "exploding", "nonfinite"),
-    "input_scale": ("lr_too_high", "exploding", "nonfinite", "vanishing"),
+    "missing_zero_grad": ("lr_too_high", "exploding", "nonfinite", "plateau", "lr_too_low", "dead_units"),
+    "loss_scale": ("lr_too_high", "exploding", "nonfinite", "dead_units"),
+    "input_scale": ("lr_too_high", "exploding", "nonfinite", "vanishing", "dead_units"),
     "lr_too_high": ("exploding", "plateau", "dead_units", "lr_too_low"),
     "dead_units": ("vanishing", "plateau", "lr_too_low", "saturated_output"),
     "vanishing": ("plateau", "lr_too_low", "saturated_output"),
@@ -79,6 +80,8 @@ GROWTH_FACTOR = 3.0
 #: a first logged loss this large is a sum over the batch, not a mean (a per-sample cross entropy
 #: starts at ln(classes), under 12 even for a 100,000-token vocabulary).
 SUMMED_LOSS_START = 40.0
+#: a first cross entropy this many times ln(classes), averaged over the batch: outputs exploded at init.
+EXPLODING_LOSS_FACTOR = 5.0
 #: ... confirmed, where the output layer has a bias, by a bias gradient entry above this (a batch
 #: mean of (p - y) is at most 1; a sum over B samples reaches B).
 MEAN_LOSS_BIAS_GRAD = 1.5
@@ -98,7 +101,7 @@ SLOW_FALL_SE = 4.0
 #: saturated output: the start within this share of ln(classes), the lowest loss at or above this
 #: share of the softmax floor, the last third moving less than this share of the start, and the end
 #: within this share above the floor.
-CHANCE_TOLERANCE = 0.15
+CHANCE_TOLERANCE = 0.05
 FLOOR_TOLERANCE = 0.98
 SATURATED_TAIL_CHANGE = 0.05
 SATURATED_NEAR_FLOOR = 0.15
@@ -116,6 +119,7 @@ class Cause:
     confidence: float               #: 0..1: how clearly the evidence separates it from a healthy run
     explains: list[str] = field(default_factory=list)  #: folded symptoms, each "cause: evidence"
     origin: object = None           #: the NaN origin, for ``nonfinite``
+    at_init: bool = False           #: present before the first update: the root, above any step-size cause
 
     @property
     def title(self) -> str:
@@ -280,7 +284,7 @@ def _lr_too_high(c: Context) -> Cause | None:
         med_growth = float(np.nanmedian(wg[c.s.trainable])) if np.isfinite(wg[c.s.trainable]).any() else np.nan
     if med_growth > WEIGHT_BLOWUP:
         w = run.metric("weight_norm")
-        with np.errstate(invalid="ignore", divide="ignore"):
+        with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
             rows = np.flatnonzero(np.nanmedian(w / w[0], axis=1) > WEIGHT_BLOWUP) if run.n_steps else []
         signals.append((int(run.steps[rows[0]]) if len(rows) else None,
                         f"the typical layer's weight norm grew {med_growth:.3g}x"))
@@ -375,10 +379,41 @@ def _dead_units(c: Context) -> Cause | None:
     if starved_input:
         text += (f"; {', '.join(_names(run, starved_input[:3]))} get{'s' * (len(starved_input) == 1)} zero weight "
                  "gradients because their input is all zeros")
-    return Cause("dead_units", pr, _names(run, culprits), _first_step(run, flags), text, float(np.clip(share, 0, 1)))
+    # the starved next-layer weights are named last: affected (their gradient is zero too), not the cause
+    return Cause("dead_units", pr, _names(run, culprits) + _names(run, starved_input), _first_step(run, flags), text,
+                 float(np.clip(share, 0, 1)))
+
+
+def _exploding_at_init(c: Context) -> Cause | None:
+    """A classifier whose cross entropy starts many times above ln(classes) while its output bias
+    gradient stays within a batch mean's bound: its outputs are huge before the first update, so
+    the weights were initialised too large (no learning rate is involved yet)."""
+    run, L = c.run, c.loss
+    C = _output_classes(run)
+    if C is None or not L.logged or not np.isfinite(L.start):
+        return None
+    first = run.scalar("loss")[0]
+    chance = float(np.log(C))
+    ob = _output_bias_grad(run)
+    if not (first > EXPLODING_LOSS_FACTOR * chance and (not np.isfinite(ob) or ob <= MEAN_LOSS_BIAS_GRAD)):
+        return None
+    if not np.isfinite(ob) and first > SUMMED_LOSS_START:  # no bias to tell a sum from huge outputs
+        return None
+    mods = {l.module for l in run.layers if l.name.endswith("weight") and len(l.shape) >= 2
+            and not is_embedding(l.module_type)}
+    ws = [i for i, l in enumerate(run.layers) if l.module in mods and l.backward_index >= 0]
+    ws.sort(key=lambda i: -run.layers[i].backward_index)  # input side first: where the product is largest
+    return Cause("exploding", "High", _names(run, ws), _start(run),
+                 f"the loss starts at {first:.3g}, {first / chance:.0f}x the ln({C}) = {chance:.2f} of a {C}-class "
+                 "classifier at initialisation, with the output bias gradient within its bound of 1: the "
+                 "outputs are huge before any update, so the weights are initialised too large", 0.8,
+                 at_init=True)
 
 
 def _exploding(c: Context) -> Cause | None:
+    init = _exploding_at_init(c)
+    if init is not None:
+        return init
     fs = _by_factor(c.factors, "exploding")
     if not fs:
         return None
@@ -395,6 +430,14 @@ def _exploding(c: Context) -> Cause | None:
 #: fades on its way back to the input. An isolated weak layer between healthy ones (an attention
 #: query/key at initialisation, a key bias whose gradient is zero by symmetry) is not that problem.
 VANISHING_PREFIX_SHARE = 0.8
+#: decades the RMS gradient entry may fall from the output layer to the input layer before it is
+#: vanishing (healthy zoo runs: under 3 on every step), and how far below the output a layer must
+#: sit to be named.
+VANISHING_DECADES = 4.0
+STARVED_DECADES = 2.0
+#: ... also when it held on every one of the first this many recorded steps (the initialisation),
+#: even if an adaptive optimizer recovered afterwards.
+VANISHING_START_STEPS = 3
 
 
 def _input_side_prefix(run, member: np.ndarray, share: float) -> np.ndarray:
@@ -413,14 +456,46 @@ def _input_side_prefix(run, member: np.ndarray, share: float) -> np.ndarray:
     return order[: ok[-1] + 1][m[: ok[-1] + 1]]
 
 
+def _fading_with_depth(c: Context) -> Cause | None:
+    """The gradient falls by ``VANISHING_DECADES`` or more from the output layer to the input layer
+    on at least ``minor_issue_ratio`` of steps (often only the first ones: an adaptive optimizer
+    can grow the weights until it recovers): the layers ``STARVED_DECADES`` below the output there."""
+    run, t = c.run, c.run.thresholds
+    att, rel = depth_attenuation(run, c.arch)
+    bad = att >= VANISHING_DECADES
+    at_start = run.n_steps >= VANISHING_START_STEPS and bool(bad[:VANISHING_START_STEPS].all())
+    if not run.n_steps or (bad.mean() < t.minor_issue_ratio and not at_start):
+        return None
+    with _quiet():
+        below = -np.nanmedian(rel[bad], axis=0)
+    emb = np.array([is_embedding(l.module_type) for l in run.layers])
+    starved = (below >= STARVED_DECADES) & ~emb & c.s.trainable
+    mods = {run.layers[i].module for i in np.flatnonzero(starved)}
+    starved |= np.array([l.module in mods for l in run.layers]) & ~emb & c.s.trainable  # bias with its weight
+    bi = np.array([l.backward_index for l in run.layers])
+    idx = [i for i in np.argsort(-bi, kind="stable") if starved[i]]
+    if not idx:
+        return None
+    rows = np.flatnonzero(bad)
+    names = _names(run, idx)
+    recovered = bad.mean() < t.minor_issue_ratio
+    return Cause("vanishing", "Medium" if recovered else "High", names, int(run.steps[rows[0]]),
+                 f"the gradient falls {np.nanmax(att):.1f} decades from the output layer to the input layer "
+                 f"(more than {VANISHING_DECADES:g} on {bad.mean():.0%} of steps, from step {int(run.steps[rows[0]])}); "
+                 f"{len(idx)} layers from {names[0]} sit {STARVED_DECADES:g}+ decades below the output there"
+                 + (" (the optimizer grew the weights until it recovered, which cost those steps)" if recovered else ""),
+                 float(np.clip(bad.mean() * 2, 0.3, 1)))
+
+
 def _vanishing(c: Context) -> Cause | None:
     run, t = c.run, c.run.thresholds
     fs = {f.layer: f for f in c.factors if f.kind in ("vanishing", "weak")}
     emb = np.array([is_embedding(l.module_type) for l in run.layers])
     member = np.array([n in fs for n in run.layer_names]) & ~emb
     idx = _input_side_prefix(run, member, VANISHING_PREFIX_SHARE)
+    fading = _fading_with_depth(c)
     if not idx.size:
-        return None
+        return fading
     names = _names(run, idx)
     with np.errstate(invalid="ignore"):
         flags = run.metric("mean_abs")[:, idx] < t.vanishing
@@ -430,7 +505,13 @@ def _vanishing(c: Context) -> Cause | None:
     text = (f"{names[0]}: {f0.evidence}; the gradient fades towards the input: {len(idx)} layer"
             f"{'s' * (len(idx) != 1)} from {names[0]} to {names[-1]} "
             f"({sum(run.layers[i].numel for i in idx):,} parameters)")
-    return Cause("vanishing", "High" if big else "Medium", names, first, text, max(fs[n].severity for n in names))
+    if fading is not None:  # the layers either measure names, input side first
+        both = set(names) | set(fading.layers)  # input side first, as each measure lists them
+        names = [n for n in fading.layers if n in both] + [n for n in names if n not in set(fading.layers)]
+        names.sort(key=lambda n: -run.layers[run.layer_index(n)].backward_index)
+        text += "; " + fading.evidence
+        big = True
+    return Cause("vanishing", "High" if big else "Medium", names, first, text, max(fs[n].severity for n in names if n in fs))
 
 
 def _output_layer(run):
@@ -552,7 +633,7 @@ assert tuple(RULES) == CAUSES
 
 
 # --------------------------------------------------------------------------- folding and ranking
-def _fold(found: dict[str, Cause], loss: LossEvidence) -> None:
+def _fold(found: dict[str, Cause], loss: LossEvidence, start: int | None) -> None:
     """Fold each symptom into the first found cause (in ``CAUSES`` order) that explains it. The NaN
     is folded into a too-high learning rate only when the loss had already climbed before it (a NaN
     out of a steady run has a cause of its own: its origin)."""
@@ -564,6 +645,8 @@ def _fold(found: dict[str, Cause], loss: LossEvidence) -> None:
             if sym not in found or sym == name:
                 continue
             if sym == "nonfinite" and name == "lr_too_high":
+                continue
+            if sym == "dead_units" and found[sym].first_step == start:  # dead from the start: the init
                 continue
             s = found.pop(sym)
             cause.explains.append(f"{sym}: {s.evidence}")
@@ -589,7 +672,15 @@ def find_causes(s: Series, factors: list[RiskFactor], regions: list[Region], dyn
         c = rule(ctx)
         if c is not None:
             found[name] = c
-    _fold(found, ctx.loss)
+    ex = found.get("exploding")
+    if ex is not None and ex.at_init:  # outputs huge before any update: the init, not the step size
+        for sym in ("lr_too_high", "nonfinite", "dead_units"):
+            if sym in found:
+                folded = found.pop(sym)
+                ex.explains.append(f"{sym}: {folded.evidence}")
+                if folded.priority == "Critical":
+                    ex.priority = "Critical"
+    _fold(found, ctx.loss, _start(s.run))
     out = list(found.values())
     out.sort(key=lambda c: (PRIORITY_ORDER.index(c.priority), CAUSES.index(c.cause)))
     return out

@@ -322,6 +322,36 @@ def accumulation_smoothing(run: Run) -> Smoothing | None:
     return Smoothing(late, early, float(np.max(gl[SMOOTH_LATE:]) / gl[0]), rising)
 
 
+# --------------------------------------------------------------------------- depth
+def layer_levels(run: Run) -> np.ndarray:
+    """log10 of each layer's RMS gradient entry per step (``grad_norm / sqrt(numel)``): comparable
+    across tensors of different sizes; NaN where there is no positive finite gradient."""
+    g = run.metric("grad_norm").astype(np.float64)
+    n = np.sqrt(np.maximum(1, np.array([l.numel for l in run.layers], np.float64)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(np.isfinite(g) & (g > 0), np.log10(g / n), np.nan)
+
+
+def output_weight(run: Run) -> int | None:
+    """Index of the output layer's weight: the 2-d weight nearest the loss in the backward order."""
+    ws = [i for i, l in enumerate(run.layers) if l.name.endswith("weight") and len(l.shape) >= 2
+          and l.backward_index >= 0]
+    return min(ws, key=lambda i: run.layers[i].backward_index) if ws else None
+
+
+def depth_attenuation(run: Run, arch: Architecture) -> tuple[np.ndarray, np.ndarray]:
+    """Per step, how many decades the RMS gradient entry falls from the output layer's weight to
+    the input layer's weight (NaN where either is missing or the input is an embedding: a table's
+    gradient is sparse by design), and every layer's level relative to the output weight's."""
+    lv = layer_levels(run)
+    out = output_weight(run)
+    ins = [i for i in arch.input_layers if run.layers[i].name.endswith("weight") and len(run.layers[i].shape) >= 2]
+    if out is None or not ins or arch.token_input or ins[0] == out:
+        return np.full(run.n_steps, np.nan), np.full(lv.shape, np.nan)
+    rel = lv - lv[:, [out]]
+    return -rel[:, ins[0]], rel
+
+
 # --------------------------------------------------------------------------- input scale
 def input_rms(run: Run, arch: Architecture, rows: int = 8) -> float:
     """The root-mean-square size of the data entering the first layer, read off its gradients: for
