@@ -15,8 +15,9 @@ Marks (cell colours outside viridis, so they never read as a value)
     ``NONFINITE_COLOR`` magenta: NaN/Inf entries (takes precedence over exploding);
     ``NODATA_COLOR`` white: no gradient (frozen or unused parameters, or no value recorded).
 
-Layers are rows in the Run's depth order drawn bottom to top: the loss side is at the top and the input
-side at the bottom, as in the live panel (gradients flow down the picture), steps left to right.
+Layers are rows in the Run's depth order drawn top to bottom: the input side at the top and the loss
+side at the bottom, as in the model's printout, the health tables, the ASCII view and the live panel
+(one orientation everywhere; gradients flow up the picture from the loss), steps left to right.
 Every function returns a ``matplotlib.figure.Figure`` (built without pyplot, so nothing leaks into
 a notebook's figure manager) and takes an ``ax`` to draw into an existing figure where that fits.
 """
@@ -110,8 +111,17 @@ def _layers_axes(run, metric: str, ax, width: float):
 
 
 def short_name(name: str, width: int = 28) -> str:
-    """A layer name cut from the left (the end of a module path is the informative part)."""
-    return name if len(name) <= width else "…" + name[-(width - 1):]
+    """A layer name elided in the middle: the start of a module path says which block, its end which
+    parameter, and both are needed to tell ``encoder.layers.3…attn.q.weight`` from its neighbours."""
+    if len(name) <= width:
+        return name
+    tail = (width - 1) // 2 + (width - 1) % 2
+    return name[: width - 1 - tail] + "…" + name[-tail:]
+
+
+def _depth_axis(ax, n: int) -> None:
+    """Row 0 (the input side) at the top, the loss side at the bottom."""
+    ax.set_ylim(n - 0.5, -0.5)
 
 
 #: most cells ``color_range`` reads; a larger array is read at an even stride (the 1st..99th
@@ -195,8 +205,8 @@ def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, a
     steps = r.steps
     x0 = float(steps[0])
     x1 = float(run.steps[-1]) + (float(steps[-1] - steps[-2]) if len(steps) > 1 else 1.0)
-    ax.imshow(rgba.transpose(1, 0, 2), aspect="auto", interpolation="nearest", origin="lower",
-              extent=(x0 - 0.5, x1 - 0.5, -0.5, r.n_layers - 0.5))  # row 0 (input side) at the bottom
+    ax.imshow(rgba.transpose(1, 0, 2), aspect="auto", interpolation="nearest", origin="upper",
+              extent=(x0 - 0.5, x1 - 0.5, r.n_layers - 0.5, -0.5))  # row 0 (input side) at the top
     _layer_ticks(ax, r.layer_names, "y")
     ax.set_xlabel("step")
     ax.set_title(f"Gradient flow: {metric_label(metric)} (log10, one scale across steps)", fontsize=10)
@@ -237,7 +247,7 @@ def layer_bars(run: Run, step: int | None = None, metric: str = "grad_norm", ax=
     y = np.arange(run.n_layers)
     ax.barh(y, np.nan_to_num(shown, nan=0.0) - floor, left=floor, color=colors, edgecolor="0.4", linewidth=0.3)
     ax.set_xscale("log")
-    ax.set_ylim(-0.5, run.n_layers - 0.5)  # loss side at the top, as in the heatmap
+    _depth_axis(ax, run.n_layers)  # as in the heatmap
     _layer_ticks(ax, run.layer_names, "y")
     for j in np.flatnonzero(~np.isfinite(vals) & ~np.isnan(vals)):
         ax.text(floor, j, " inf", va="center", fontsize=7, color=NONFINITE_COLOR)

@@ -108,7 +108,7 @@ def test_flow_heatmap_draws_the_cells_with_layers_in_depth_order(run):
     np.testing.assert_allclose(img, plots.cell_colors(run).transpose(1, 0, 2))
     assert [t.get_text() for t in ax.get_yticklabels()] == list(LAYERS)
     lo, hi = ax.get_ylim()
-    assert lo < hi and ax.get_yticks()[0] == 0, "input side at the bottom, loss side at the top (as the panel)"
+    assert lo > hi and ax.get_yticks()[0] == 0, "input side at the top, loss side at the bottom (one orientation)"
     cursor = [l for l in ax.lines if list(l.get_xdata()) == [17.0, 17.0]]
     assert cursor, "the step cursor is drawn"
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
