@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import uuid
 import warnings
 from contextlib import contextmanager
@@ -106,9 +107,7 @@ def atomic_output(path, newline=None, encoding=None):
 def check_log_dir(path, overwrite: bool = False) -> Path:
     """Refuse a run directory a writer may not use (not a path, a file, another run without
     ``overwrite``); recorders call it at construction so the error comes before training does."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"log_dir must be a folder path (str or pathlib.Path), not {type(path).__name__}")
-    path = Path(path)
+    path = as_path(path, "log_dir must be a folder path")
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"log_dir {path} exists and is not a directory; pick a new log_dir")
     if (path / "meta.json").exists() and not overwrite:
@@ -190,6 +189,37 @@ def _step_records(run: Run) -> np.ndarray:
     return rec
 
 
+#: the largest meta.json a reader takes (a 10,000-layer model's is ~3 MB): a meta.json linked to
+#: /dev/zero or grown to gigabytes is refused instead of read into memory
+META_MAX_BYTES = 64 << 20
+#: bytes of records read, checked and taken at a time: a damaged or sparse multi-GB file fails at
+#: its first bad record without the reader ever holding more than this of it
+READ_CHUNK_BYTES = 16 << 20
+
+
+def as_path(path, what: str = "expected a run directory path") -> Path:
+    """``path`` as a Path, or a TypeError naming what was expected (``load_run(None)`` is refused
+    here, not deep inside pathlib)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{what} (str or pathlib.Path), got {type(path).__name__} {path!r:.60}")
+    return Path(path)
+
+
+def _open_regular(p: Path):
+    """Open one of a run's files for reading, refusing anything but a plain file: a FIFO would
+    block the reader forever and a device (/dev/zero) never ends. Opened non-blocking and checked
+    on the open descriptor, so what is checked is what is read."""
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise RunFormatError(f"{p} cannot be read: {e.strerror or e}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RunFormatError(f"{p} is not a plain file (a FIFO, device or socket): a run keeps "
+                             f"{p.name} in a plain file")
+    return os.fdopen(fd, "rb")
+
+
 def _read_meta(path: Path) -> dict:
     if not path.exists():
         raise RunFormatError(f"no run at {path}: the directory does not exist")
@@ -199,10 +229,20 @@ def _read_meta(path: Path) -> dict:
     if not mp.exists():
         raise RunFormatError(f"{path} is not a gradwidget run: meta.json is missing "
                              "(was the Recorder given this log_dir?)")
+    with _open_regular(mp) as f:
+        try:
+            raw = f.read(META_MAX_BYTES + 1)
+        except OSError as e:
+            raise RunFormatError(f"{mp} cannot be read: {e.strerror or e}") from None
+    if len(raw) > META_MAX_BYTES:
+        raise RunFormatError(f"{mp} is larger than {META_MAX_BYTES >> 20} MiB, more than any run "
+                             "description: it is not a gradwidget meta.json")
     try:
-        meta = json.loads(mp.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        meta = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise RunFormatError(f"{mp} is corrupt and cannot be read: {e}") from None
+    except RecursionError:
+        raise RunFormatError(f"{mp} is corrupt: its JSON is nested too deeply to be a run description") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise RunFormatError(f"{mp} is not a gradwidget run description")
     version = meta.get("version", FORMAT_VERSION)
@@ -347,6 +387,62 @@ def _bad_hist_record(hists: np.ndarray, prev_step, steps: np.ndarray) -> tuple[i
     return i, f"its step number {int(hs[i])} {why}"
 
 
+def _read_records(p: Path, offset: int, dt: np.dtype, size: int) -> tuple[np.ndarray, int]:
+    """The whole ``dt`` records of file ``p`` (``size`` bytes long) after ``offset``, at most
+    ``READ_CHUNK_BYTES`` of them (one record at least), and the offset after them."""
+    whole = min((size - offset) // dt.itemsize, max(1, READ_CHUNK_BYTES // dt.itemsize))
+    if whole <= 0:
+        return np.zeros(0, dt), offset
+    with _open_regular(p) as f:
+        try:
+            f.seek(offset)
+            buf = f.read(whole * dt.itemsize)
+        except OSError as e:
+            raise RunFormatError(f"{p} cannot be read: {e.strerror or e}") from None
+    n = len(buf) // dt.itemsize
+    return np.frombuffer(buf[: n * dt.itemsize], dtype=dt), offset + n * dt.itemsize
+
+
+#: step records read to decide which layer count a steps.bin was written with
+_PROBE_RECORDS = 64
+
+
+def _plausible_records(recs: np.ndarray) -> bool:
+    """Could a writer have produced these step records? (Stricter than ``_bad_step_record``: also
+    fractions in [0, 1] and whole counts of non-finite values.)"""
+    if _bad_step_record(recs, None) is not None:
+        return False
+    zf, nf = recs["zero_frac"], recs["nonfinite"]
+    with np.errstate(invalid="ignore"):
+        ok_zf = np.isnan(zf) | ((zf >= 0) & (zf <= 1))
+        ok_nf = np.isnan(nf) | (nf == np.floor(nf))
+    return bool(ok_zf.all() and ok_nf.all())
+
+
+def _layer_mismatch(p: Path, n_layers: int) -> str | None:
+    """If steps.bin is not whole records of ``n_layers`` layers but is whole, plausible records
+    (at least two) of another layer count, a sentence naming both numbers; else None."""
+    size = _file_size(p)
+    base, per_layer = step_dtype(0).itemsize, step_dtype(1).itemsize - step_dtype(0).itemsize
+    # two records of a candidate must fit in a read chunk: the probe reads no more than that
+    top = (min(size, READ_CHUNK_BYTES) // 2 - base) // per_layer
+    if top < 1:
+        return None
+    ls = np.arange(1, top + 1, dtype=np.int64)
+    fits = np.flatnonzero(size % (base + per_layer * ls) == 0) + 1
+    for n in fits.tolist():
+        if n == n_layers:
+            continue
+        dt = step_dtype(n)
+        with _open_regular(p) as f:
+            k = min(_PROBE_RECORDS, READ_CHUNK_BYTES // dt.itemsize, size // dt.itemsize)
+            recs = np.frombuffer(f.read(k * dt.itemsize), dtype=dt)
+        if _plausible_records(recs):
+            return (f"meta.json lists {n_layers} layers, but steps.bin holds {size // dt.itemsize} whole "
+                    f"records of {n} layers: meta.json belongs to another run (or was edited)")
+    return None
+
+
 def _append_records(run: Run, recs: np.ndarray) -> None:
     """Append step records (``step_dtype``) to ``run``."""
     for r in recs:
@@ -362,7 +458,7 @@ class RunReader:
     """
 
     def __init__(self, path) -> None:
-        self.path = Path(path)
+        self.path = as_path(path)
         #: how many times the folder was taken over by a new run while this reader followed it
         self.replaced = 0
         self.run = self._load()
@@ -382,7 +478,7 @@ class RunReader:
 
     def _read_history(self, run: Run) -> Run | None:
         """The decimated steps a rolling-window run had folded away when it was saved (history.bin,
-        written by ``save_run`` only), or None."""
+        written by ``save_run`` only), or None. Read a chunk at a time, each checked first."""
         p = self.path / "history.bin"
         size = _file_size(p)
         if not size:
@@ -390,48 +486,58 @@ class RunReader:
         if size % self._sdt.itemsize:
             raise RunFormatError(f"{p} is damaged: {size} bytes is not a whole number of "
                                  f"{self._sdt.itemsize}-byte step records")
-        recs = np.fromfile(p, dtype=self._sdt)
-        bad = _bad_step_record(recs, None)
-        if bad is None and run.n_steps and recs["step"][-1] >= run.steps[0]:
-            bad = len(recs) - 1, f"its step {int(recs['step'][-1])} is not before the first step in steps.bin"
-        if bad:
-            raise RunFormatError(f"{p} is damaged: record {bad[0]} is not a valid step ({bad[1]})")
         h = Run(run.layers, thresholds=run.thresholds)
-        _append_records(h, recs)
+        off = 0
+        while off < size:
+            recs, end = _read_records(p, off, self._sdt, size)
+            last = int(h.steps[-1]) if h.n_steps else None
+            bad = _bad_step_record(recs, last)
+            if bad is None and end >= size and run.n_steps and recs["step"][-1] >= run.steps[0]:
+                bad = len(recs) - 1, f"its step {int(recs['step'][-1])} is not before the first step in steps.bin"
+            if bad:
+                raise RunFormatError(f"{p} is damaged: record {off // self._sdt.itemsize + bad[0]} is not "
+                                     f"a valid step ({bad[1]})")
+            _append_records(h, recs)
+            off = end
         return h
 
     def _read_new(self, name: str, offset: int, dt: np.dtype) -> tuple[np.ndarray, int]:
-        p = self.path / name
-        whole = (_file_size(p) - offset) // dt.itemsize
-        if whole <= 0:
-            return np.zeros(0, dt), offset
-        try:
-            with open(p, "rb") as f:
-                f.seek(offset)
-                buf = f.read(whole * dt.itemsize)
-        except OSError as e:
-            raise RunFormatError(f"{p} cannot be read: {e}") from None
-        n = len(buf) // dt.itemsize
-        return np.frombuffer(buf[: n * dt.itemsize], dtype=dt), offset + n * dt.itemsize
+        """The whole records after ``offset``, at most ``READ_CHUNK_BYTES`` of them, and the new offset."""
+        return _read_records(self.path / name, offset, dt, _file_size(self.path / name))
 
     def _take_new(self, run: Run) -> bool:
-        """Append the whole records written since the last read to ``run``, after checking them all
-        (a damaged file raises RunFormatError and leaves ``run`` as it was)."""
+        """Take every whole record written since the last read, a chunk at a time."""
+        changed = False
+        while self._take_chunk(run):
+            changed = True
+        return changed
+
+    def _take_chunk(self, run: Run) -> bool:
+        """Append the next chunk of whole records written since the last read to ``run``, after
+        checking them all (a damaged file raises RunFormatError and leaves ``run`` as it was)."""
         # histograms first: the writer appends a step's record before its histogram, so every
         # histogram read here has its step record in steps.bin by the time that is read
+        hsize, ssize = _file_size(self.path / "hist.bin"), _file_size(self.path / "steps.bin")
+        n_hist, n_steps = hsize // self._hdt.itemsize, ssize // self._sdt.itemsize
+        if n_hist > n_steps + 1:  # checked before reading either: one histogram at most per step
+            raise RunFormatError(f"{self.path / 'hist.bin'} is damaged: it holds {n_hist} histogram records "
+                                 f"but steps.bin only {n_steps} steps")
         hists, hoff = self._read_new("hist.bin", self._hoff, self._hdt)
         recs, soff = self._read_new("steps.bin", self._soff, self._sdt)
         last = int(run.steps[-1]) if run.n_steps else None
         bad = _bad_step_record(recs, last)
         if bad:
+            rec_no = self._soff // self._sdt.itemsize + bad[0]
             raise RunFormatError(
-                f"{self.path / 'steps.bin'} is damaged: record {self._soff // self._sdt.itemsize + bad[0]} "
-                f"is not a valid step ({bad[1]}). The file is corrupt, or meta.json lists a different "
-                f"number of layers ({run.n_layers}) than it was written with.")
+                f"{self.path / 'steps.bin'} is damaged: record {rec_no} is not a valid step ({bad[1]}). "
+                + (_layer_mismatch(self.path / "steps.bin", run.n_layers) or
+                   f"The file is corrupt, or meta.json lists a different number of layers ({run.n_layers}) "
+                   "than it was written with."))
         steps = np.concatenate([run.steps, recs["step"]])
         if len(steps) and _file_size(self.path / "steps.bin") > soff:
-            # a crash cut the last step record short: histograms of the steps after the last whole
-            # record are left unread (load_run warns about them; a live writer may yet add the step)
+            # steps.bin goes on past this chunk (more whole records, or a crash cut the last record
+            # short): histograms of later steps wait for their step records (load_run warns about
+            # those a cut record leaves unread; a live writer may yet add the step)
             keep = int(np.searchsorted(hists["step"], steps[-1], side="right"))
             hists, hoff = hists[:keep], self._hoff + keep * self._hdt.itemsize
         last_h = int(run.hist_steps[-1]) if run._hn else None
@@ -509,6 +615,9 @@ def load_run(path) -> Run:
     """
     reader = RunReader(path)
     if reader.truncated_bytes:
+        mismatch = _layer_mismatch(reader.path / "steps.bin", reader.run.n_layers)
+        if mismatch:
+            raise RunFormatError(f"{reader.path / 'steps.bin'} does not match meta.json: {mismatch}")
         warnings.warn(f"{path}: ignored {reader.truncated_bytes} bytes of an unfinished last step")
     if reader.unread_histograms:
         warnings.warn(f"{path}: ignored {reader.unread_histograms} histogram(s) of steps after the last "
