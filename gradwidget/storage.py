@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import uuid
 import warnings
+from collections import deque
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
+from .files import NotPlainFile, append_whole, create_new, open_plain, replace_atomically, writable_folder
 from .run import HIST_EDGES, LAYER_STATUSES, METRICS, N_BINS, SCALARS, LayerInfo, Run
 from .thresholds import Thresholds
 
@@ -64,22 +65,21 @@ def _meta_dict(run: Run, run_id: str | None = None, created: str | None = None) 
 
 
 def _write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
+    with replace_atomically(path, sync=True) as f:
         json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
-#: the files a run directory is made of: no export or report is written over one of them
+#: the files a run directory is made of: no export or report is written over one of them, and a
+#: writer never starts in a folder that holds one of them without being that folder's run
 RUN_FILES = ("meta.json", "meta.json.tmp", "steps.bin", "hist.bin", "history.bin")
+#: the files a writer replaces when it starts a new run (``overwrite=True``) in its own run folder
+_RECORD_FILES = ("steps.bin", "hist.bin", "history.bin", "meta.json.tmp")
 
 
 def check_output_file(path) -> Path:
     """An output file (export, report) as a Path, refused when it is a folder or one of a run
     directory's own files: writing a report over ``RUN/meta.json`` would destroy the run it describes."""
-    p = Path(path)
+    p = as_path(path, "the output file must be a path")
     if p.is_dir():
         raise IsADirectoryError(f"{p} is a directory; give the file to write, e.g. {p / 'report.html'}")
     if p.name in RUN_FILES and (p.parent / "meta.json").is_file():
@@ -90,53 +90,111 @@ def check_output_file(path) -> Path:
 
 @contextmanager
 def atomic_output(path, newline=None, encoding=None):
-    """Open an output file (see ``check_output_file``) for writing via a temporary sibling renamed
-    into place at the end, so a failure half-way leaves an earlier file intact and no partial one."""
+    """Open an output file (see ``check_output_file``) for writing via a private temporary sibling
+    renamed into place at the end, so a failure half-way leaves an earlier file intact and no
+    partial one, and a link planted beside it is never written through."""
     path = check_output_file(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    with replace_atomically(path, newline=newline, encoding=encoding) as f:
+        yield f
+
+
+def is_run_dir(path) -> bool:
+    """Is ``path`` a folder holding a gradwidget run (its marker: a plain-file meta.json whose
+    "format" is gradwidget's)? Read bounded, so any file there is safe to look at."""
+    mp = Path(path) / "meta.json"
     try:
-        with open(tmp, "w", newline=newline, encoding=encoding) as f:
-            yield f
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        with open_plain(mp) as f:
+            raw = f.read(META_MAX_BYTES + 1)
+        meta = json.loads(raw.decode("utf-8")) if len(raw) <= META_MAX_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT
 
 
 def check_log_dir(path, overwrite: bool = False) -> Path:
-    """Refuse a run directory a writer may not use (not a path, a file, another run without
-    ``overwrite``); recorders call it at construction so the error comes before training does."""
+    """The folder a writer may use, or a clear error before training starts: a new or empty
+    folder; a gradwidget run only with ``overwrite=True`` (its records are replaced); a folder of
+    other files only with ``overwrite=True`` and only if none of them has a run file's name
+    (they are never touched). Also refused: a file, a folder the writer cannot write in."""
     path = as_path(path, "log_dir must be a folder path")
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"log_dir {path} exists and is not a directory; pick a new log_dir")
-    if (path / "meta.json").exists() and not overwrite:
-        raise FileExistsError(f"{path} already holds a run; pick a new log_dir or pass overwrite=True")
+    if path.is_dir() and any(path.iterdir()):
+        if is_run_dir(path):
+            if not overwrite:
+                raise FileExistsError(f"{path} already holds a run; pick a new log_dir or pass overwrite=True")
+        else:
+            taken = [n for n in RUN_FILES if os.path.lexists(path / n)]
+            if taken:
+                raise FileExistsError(
+                    f"{path} is not a gradwidget run but holds {', '.join(taken)}: gradwidget never writes "
+                    f"over files it did not create; pick a new or empty log_dir (e.g. {path / 'run1'})")
+            if not overwrite:
+                raise FileExistsError(
+                    f"{path} holds other files and is not a gradwidget run; pick a new or empty log_dir "
+                    f"(e.g. {path / 'run1'}), or pass overwrite=True to write the run beside them "
+                    "(none of them is touched)")
+    problem = writable_folder(path)
+    if problem:
+        raise PermissionError(f"cannot record to log_dir {path}: {problem}; pick a log_dir you can write to")
     return path
 
 
-class RunWriter:
-    """Appends steps of a Run to a run directory as they are recorded."""
+#: unwritten record bytes a live writer holds while the disk refuses writes (a full disk) before it
+#: stops writing that run directory, explicitly
+BACKLOG_MAX_BYTES = 64 << 20
 
-    def __init__(self, path, run: Run, overwrite: bool = False) -> None:
+
+class RunWriteWarning(RuntimeWarning):
+    """Writing a run directory failed, resumed or stopped (shown once per event, never silent)."""
+
+
+class RunWriter:
+    """Appends steps of a Run to a run directory as they are recorded.
+
+    Records that cannot be written (a full disk, a folder made read-only) stay queued, in order, and
+    are retried at every later step; a file never ends in half a record. ``live=True`` (a recorder
+    writing from inside training hooks) turns a failure into one loud ``RunWriteWarning`` instead of
+    an exception in the middle of ``optimizer.step()``, another when the queue is written after all,
+    and stops writing, with a warning, once the queue passes ``BACKLOG_MAX_BYTES``; ``close`` warns
+    about anything never written. Without ``live`` the OSError is raised (the queue is kept).
+    """
+
+    def __init__(self, path, run: Run, overwrite: bool = False, live: bool = False) -> None:
         self.path = check_log_dir(path, overwrite)
         self.path.mkdir(parents=True, exist_ok=True)
-        for name in ("steps.bin", "hist.bin", "history.bin"):
-            (self.path / name).unlink(missing_ok=True)
-        self.run = run
+        if is_run_dir(self.path):  # our own earlier run (check_log_dir had overwrite=True): replaced
+            for name in _RECORD_FILES:
+                (self.path / name).unlink(missing_ok=True)  # a link is removed, never followed
+        self.run, self.live = run, live
         #: a fresh id per writer: a reader following this folder sees a rerun as a different run
         self.run_id = uuid.uuid4().hex
         self.created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self._sdt, self._hdt = step_dtype(run.n_layers), hist_dtype(run.n_layers)
-        self.write_meta()
-        self._steps = open(self.path / "steps.bin", "ab")
-        self._hist = open(self.path / "hist.bin", "ab")
+        self._fds: dict[str, int] = {}
+        self._sizes = {"steps.bin": 0, "hist.bin": 0}
+        self._queue: deque = deque()   # (file name, record bytes) not yet on disk, in order
+        self._meta_due = True
+        #: the error that is holding records back (None while everything is on disk)
+        self.error: OSError | None = None
+        self.stopped = False
+        self._failed_at = None
+        self._flush()
+
+    @property
+    def pending_steps(self) -> int:
+        """Step records recorded but not (yet) on disk."""
+        return sum(1 for name, _ in self._queue if name == "steps.bin")
 
     def write_meta(self) -> None:
-        _write_json_atomic(self.path / "meta.json", _meta_dict(self.run, self.run_id, self.created))
+        self._meta_due = True
+        self._flush()
 
     def append_last(self) -> None:
         """Write the run's newest step (and its histogram, if it has one)."""
+        if self.stopped:
+            return
         run = self.run
         i = run.n_steps - 1
         rec = np.zeros(1, self._sdt)
@@ -145,38 +203,110 @@ class RunWriter:
             rec[s] = run._S2[i, j]
         for j, m in enumerate(METRICS):
             rec[m] = run._M3[i, j]
-        self._steps.write(rec.tobytes())
-        self._steps.flush()
+        self._queue.append(("steps.bin", rec.tobytes()))
         if run._hn and run.hist_steps[-1] == run.steps[i]:
             h = np.zeros(1, self._hdt)
             h["step"], h["counts"] = run.hist_steps[-1], run.hist[-1]
-            self._hist.write(h.tobytes())
-            self._hist.flush()
+            self._queue.append(("hist.bin", h.tobytes()))
+        self._flush()
+
+    def _write_due(self) -> None:
+        """Write meta.json if due, then the queued records in order; raises OSError at the first
+        that fails, leaving it and the ones after it queued."""
+        if self._meta_due:
+            _write_json_atomic(self.path / "meta.json", _meta_dict(self.run, self.run_id, self.created))
+            self._meta_due = False
+        for name in self._sizes:
+            if name not in self._fds:
+                self._fds[name] = create_new(self.path / name, append=True)
+        while self._queue:
+            name, data = self._queue[0]
+            self._sizes[name] = append_whole(self._fds[name], data, self._sizes[name])
+            self._queue.popleft()
+
+    def _flush(self) -> None:
+        if self.stopped:
+            return
+        try:
+            self._write_due()
+        except OSError as e:
+            self._failed(e)
+            return
+        if self.error is not None:
+            if self.live:
+                warnings.warn(f"gradwidget: writing {self.path} works again: the steps from step "
+                              f"{self._failed_at} on are now on disk", RunWriteWarning, stacklevel=4)
+            self.error = self._failed_at = None
+
+    def _failed(self, e: OSError) -> None:
+        if not self.live:
+            raise e
+        first = self.error is None
+        self.error = e
+        if first:
+            self._failed_at = int(self.run.steps[-1]) if self.run.n_steps else None
+            warnings.warn(f"gradwidget: cannot write {self.path} ({_oserror_text(e)}): training goes on and "
+                          "the steps are kept in memory and written once the folder accepts writes again",
+                          RunWriteWarning, stacklevel=5)
+        if sum(len(d) for _, d in self._queue) > BACKLOG_MAX_BYTES:
+            n = self.pending_steps
+            self._stop()
+            warnings.warn(f"gradwidget: stopped recording to {self.path}: writes have failed from step "
+                          f"{self._failed_at} on ({_oserror_text(e)}) and {n} steps are waiting. The run goes on in "
+                          "memory only (recorder.run); save it with recorder.run.save(another_folder)",
+                          RunWriteWarning, stacklevel=5)
+
+    def _stop(self) -> None:
+        self.stopped = True
+        self._queue.clear()
+        self._close_files()
+
+    def _close_files(self) -> None:
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds = {}
 
     def close(self) -> None:
-        for f in (self._steps, self._hist):
-            if not f.closed:
-                f.close()
+        if self.stopped:
+            return
+        self._flush()
+        if self._queue and self.live:
+            warnings.warn(f"gradwidget: {self.pending_steps} steps, from step {self._failed_at} on, were "
+                          f"never written to {self.path} ({_oserror_text(self.error)}); the run in memory has "
+                          "them: save it with recorder.run.save(another_folder)", RunWriteWarning, stacklevel=3)
+        self._close_files()
+        self.stopped = True
+
+
+def _oserror_text(e: OSError | None) -> str:
+    return (e.strerror or str(e)) if e is not None else ""
 
 
 def save_run(run: Run, path, overwrite: bool = False) -> None:
     """Write a whole Run to a run directory. A rolling-window run also writes the steps that fell
     out of its window, as it holds them (decimated, without histograms), to ``history.bin``, so
     ``load_run`` gives back ``run.history`` too instead of silently keeping only the window."""
-    path = Path(path)
     w = RunWriter(path, run, overwrite=overwrite)
     try:
-        w._steps.write(_step_records(run).tobytes())
+        w._queue.append(("steps.bin", _step_records(run).tobytes()))
         h = np.zeros(run.hist.shape[0], w._hdt)
         h["step"], h["counts"] = run.hist_steps, run.hist
-        w._hist.write(h.tobytes())
+        w._queue.append(("hist.bin", h.tobytes()))
+        w._write_due()
         older = [r for r in (run.history, run._pending) if r is not None and r.n_steps]
         if older:
-            with open(path / "history.bin", "wb") as f:
+            fd = create_new(w.path / "history.bin", append=True)
+            try:
+                size = 0
                 for r in older:
-                    f.write(_step_records(r).tobytes())
+                    size = append_whole(fd, _step_records(r).tobytes(), size)
+            finally:
+                os.close(fd)
     finally:
-        w.close()
+        w._close_files()
 
 
 def _step_records(run: Run) -> np.ndarray:
@@ -201,23 +331,19 @@ def as_path(path, what: str = "expected a run directory path") -> Path:
     """``path`` as a Path, or a TypeError naming what was expected (``load_run(None)`` is refused
     here, not deep inside pathlib)."""
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"{what} (str or pathlib.Path), got {type(path).__name__} {path!r:.60}")
+        raise TypeError(f"{what} (str or pathlib.Path), not {type(path).__name__} {path!r:.60}")
     return Path(path)
 
 
 def _open_regular(p: Path):
-    """Open one of a run's files for reading, refusing anything but a plain file: a FIFO would
-    block the reader forever and a device (/dev/zero) never ends. Opened non-blocking and checked
-    on the open descriptor, so what is checked is what is read."""
+    """``files.open_plain`` for a run file, its failures as RunFormatError."""
     try:
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        return open_plain(p)
+    except NotPlainFile:
+        raise RunFormatError(f"{p} is not a plain file (a FIFO, device or socket): a run keeps "
+                             f"{p.name} in a plain file") from None
     except OSError as e:
         raise RunFormatError(f"{p} cannot be read: {e.strerror or e}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise RunFormatError(f"{p} is not a plain file (a FIFO, device or socket): a run keeps "
-                             f"{p.name} in a plain file")
-    return os.fdopen(fd, "rb")
 
 
 def _read_meta(path: Path) -> dict:

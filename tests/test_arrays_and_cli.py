@@ -177,7 +177,7 @@ def test_a_log_dir_holding_another_run_is_refused_up_front_and_never_skipped(tmp
     (tmp_path / "new").mkdir()
     (tmp_path / "new" / "meta.json").write_text("{}")  # another process took the folder meanwhile
     for _ in range(2):  # every call fails: none records in memory only while the disk gets nothing
-        with pytest.raises(FileExistsError, match="already holds a run"):
+        with pytest.raises(FileExistsError, match="is not a gradwidget run but holds meta.json"):
             rec.record(0, {"a": np.ones(2)})
     assert rec.run is None
 

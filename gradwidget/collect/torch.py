@@ -640,14 +640,25 @@ class Recorder:
                 self._update_bufs = (params, [torch.empty_like(p, memory_format=torch.preserve_format).detach()
                                               for p in params])
         if self.log_dir is not None and self.run is not None:
-            from ..storage import RunWriter
-
-            self._writer = RunWriter(self.log_dir, self.run, overwrite=self._overwrite)
+            self._open_writer()
         # with an optimizer, arrival hooks are only needed once: drop them to keep steps cheap
         if self.optimizer is not None:
             for h in self._grad_handles:
                 h.remove()
             self._grad_handles = []
+
+    def _open_writer(self) -> None:
+        """Start the run directory (inside the first optimizer step, so a failure here, say the
+        folder removed since construction, is a loud warning and an explicit stop, not an
+        exception that skips the update); later write failures are the writer's (``live``)."""
+        from ..storage import RunWriter, RunWriteWarning
+
+        try:
+            self._writer = RunWriter(self.log_dir, self.run, overwrite=self._overwrite, live=True)
+        except OSError as e:
+            warnings.warn(f"gradwidget: not recording to {self.log_dir}: {e}. The run is kept in memory "
+                          "only (recorder.run); save it with recorder.run.save(folder)", RunWriteWarning,
+                          stacklevel=2)
 
     def _window(self, n_layers: int) -> int | None:
         """Steps kept in memory: with "auto", as many as fit the memory budget (the Run allocates up
