@@ -112,7 +112,7 @@ def is_run_dir(path) -> bool:
     return isinstance(meta, dict) and meta.get("format") == FORMAT
 
 
-def check_log_dir(path, overwrite: bool = False) -> Path:
+def check_log_dir(path, overwrite: bool = False, overwrite_hint: str = "pass overwrite=True") -> Path:
     """The folder a writer may use, or a clear error before training starts: a new or empty
     folder; a gradwidget run only with ``overwrite=True`` (its records are replaced); a folder of
     other files only with ``overwrite=True`` and only if none of them has a run file's name
@@ -123,7 +123,7 @@ def check_log_dir(path, overwrite: bool = False) -> Path:
     if path.is_dir() and any(path.iterdir()):
         if is_run_dir(path):
             if not overwrite:
-                raise FileExistsError(f"{path} already holds a run; pick a new log_dir or pass overwrite=True")
+                raise FileExistsError(f"{path} already holds a run; pick a new log_dir or {overwrite_hint} to replace it")
         else:
             taken = [n for n in RUN_FILES if os.path.lexists(path / n)]
             if taken:
@@ -133,7 +133,7 @@ def check_log_dir(path, overwrite: bool = False) -> Path:
             if not overwrite:
                 raise FileExistsError(
                     f"{path} holds other files and is not a gradwidget run; pick a new or empty log_dir "
-                    f"(e.g. {path / 'run1'}), or pass overwrite=True to write the run beside them "
+                    f"(e.g. {path / 'run1'}), or {overwrite_hint} to write the run beside them "
                     "(none of them is touched)")
     problem = writable_folder(path)
     if problem:

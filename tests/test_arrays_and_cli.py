@@ -196,3 +196,35 @@ def test_python_exports_and_reports_refuse_to_write_over_a_run_file(tmp_path, na
         with pytest.raises(ValueError, match="refusing to write"):
             write(path / name)
     assert {p.name: p.read_bytes() for p in path.iterdir()} == before
+
+
+@pytest.mark.parametrize("command,ext", [("report", "html"), ("export", "csv"), ("export", "json")])
+def test_cli_outputs_replace_an_existing_file_only_with_force(tmp_path, capsys, command, ext):
+    run = _small_run_dir(tmp_path / "r")
+    out = tmp_path / f"notes.{ext}"
+    out.write_text("my notes")
+    assert main([command, str(run), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{out} exists; pass --force to replace it" in err and "Traceback" not in err
+    assert out.read_text() == "my notes"
+    assert main([command, str(run), "-o", str(out), "--force"]) == 0
+    assert out.read_text() != "my notes"
+
+
+def test_cli_demo_refuses_an_existing_run_or_folder_without_force(tmp_path, capsys):
+    pytest.importorskip("torch")
+    run = _small_run_dir(tmp_path / "r")
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    assert main(["demo", "--steps", "3", "--out", str(run), "--quiet"]) == 2
+    assert "already holds a run; pick a new log_dir or pass --force" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before  # refused before training
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "steps.bin").write_text("mine")
+    assert main(["demo", "--steps", "3", "--out", str(mine), "--quiet", "--force"]) == 2
+    assert "never writes over files it did not create" in capsys.readouterr().err
+    assert (mine / "steps.bin").read_text() == "mine"
+    assert main(["demo", "--steps", "3", "--out", str(run), "--quiet", "--force"]) == 0
+    from gradwidget.storage import load_run
+
+    assert load_run(run).n_steps == 3
