@@ -102,12 +102,9 @@ def atomic_output(path, newline=None, encoding=None):
 def is_run_dir(path) -> bool:
     """Is ``path`` a folder holding a gradwidget run (its marker: a plain-file meta.json whose
     "format" is gradwidget's)? Read bounded, so any file there is safe to look at."""
-    mp = Path(path) / "meta.json"
     try:
-        with open_plain(mp) as f:
-            raw = f.read(META_MAX_BYTES + 1)
-        meta = json.loads(raw.decode("utf-8")) if len(raw) <= META_MAX_BYTES else None
-    except (OSError, ValueError, RecursionError):
+        meta = _parse_meta(Path(path) / "meta.json")
+    except RunFormatError:
         return False
     return isinstance(meta, dict) and meta.get("format") == FORMAT
 
@@ -346,15 +343,9 @@ def _open_regular(p: Path):
         raise RunFormatError(f"{p} cannot be read: {e.strerror or e}") from None
 
 
-def _read_meta(path: Path) -> dict:
-    if not path.exists():
-        raise RunFormatError(f"no run at {path}: the directory does not exist")
-    if not path.is_dir():
-        raise RunFormatError(f"{path} is not a run directory (expected a folder with meta.json)")
-    mp = path / "meta.json"
-    if not mp.exists():
-        raise RunFormatError(f"{path} is not a gradwidget run: meta.json is missing "
-                             "(was the Recorder given this log_dir?)")
+def _parse_meta(mp: Path):
+    """The JSON in ``mp``, read bounded (``META_MAX_BYTES``) from a plain file; RunFormatError for
+    anything else (too large, not JSON, nested too deeply)."""
     with _open_regular(mp) as f:
         try:
             raw = f.read(META_MAX_BYTES + 1)
@@ -364,11 +355,23 @@ def _read_meta(path: Path) -> dict:
         raise RunFormatError(f"{mp} is larger than {META_MAX_BYTES >> 20} MiB, more than any run "
                              "description: it is not a gradwidget meta.json")
     try:
-        meta = json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise RunFormatError(f"{mp} is corrupt and cannot be read: {e}") from None
     except RecursionError:
         raise RunFormatError(f"{mp} is corrupt: its JSON is nested too deeply to be a run description") from None
+
+
+def _read_meta(path: Path) -> dict:
+    if not path.exists():
+        raise RunFormatError(f"no run at {path}: the directory does not exist")
+    if not path.is_dir():
+        raise RunFormatError(f"{path} is not a run directory (expected a folder with meta.json)")
+    mp = path / "meta.json"
+    if not mp.exists():
+        raise RunFormatError(f"{path} is not a gradwidget run: meta.json is missing "
+                             "(was the Recorder given this log_dir?)")
+    meta = _parse_meta(mp)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise RunFormatError(f"{mp} is not a gradwidget run description")
     version = meta.get("version", FORMAT_VERSION)
