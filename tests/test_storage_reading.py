@@ -128,3 +128,43 @@ def test_meta_json_that_is_json_but_not_an_object_is_refused(run_dir):
     (run_dir / "meta.json").write_text(json.dumps([1, 2, 3]))
     with pytest.raises(RunFormatError, match="not a gradwidget run description"):
         load_run(run_dir)
+
+
+FAST_WRITER = textwrap.dedent("""
+    import sys, numpy as np
+    from gradwidget.collect.arrays import ArrayRecorder
+    rec = ArrayRecorder(log_dir=sys.argv[1], histogram_every=3)
+    for s in range(int(sys.argv[2])):
+        rec.record(s, {"a": np.full(3, 0.1 * (s + 1)), "b": np.ones(2)})
+    rec.close()
+""")
+
+
+def test_a_reader_polling_a_live_writer_in_small_chunks_never_tears_or_errs(tmp_path, monkeypatch):
+    """Chunk boundaries (here every 3 records) and a writer appending as fast as it can: every
+    poll sees whole steps with their histograms, and the end equals a fresh load."""
+    import time
+
+    from gradwidget import storage
+
+    monkeypatch.setattr(storage, "READ_CHUNK_BYTES", 3 * step_dtype(2).itemsize)
+    d = tmp_path / "live"
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    proc = subprocess.Popen([sys.executable, "-c", FAST_WRITER, str(d), "3000"], env=env)
+    try:
+        deadline = time.time() + 60
+        while not (d / "meta.json").exists():
+            assert time.time() < deadline, "writer never started"
+        reader = storage.RunReader(d)
+        polls = 0
+        while proc.poll() is None:
+            reader.poll()
+            polls += 1
+        reader.poll()
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == 0 and polls > 10
+    final = load_run(d)
+    assert reader.run.n_steps == final.n_steps == 3000
+    np.testing.assert_array_equal(reader.run.hist_steps, final.hist_steps)
+    np.testing.assert_array_equal(reader.run.metric("mean_abs"), final.metric("mean_abs"))

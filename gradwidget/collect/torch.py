@@ -162,7 +162,7 @@ def _recordable(named: list) -> tuple[list, dict[str, str]]:
             skipped[n] = why
     if skipped and keep:
         warnings.warn(f"gradwidget: {len(skipped)} parameter(s) cannot be recorded and are left out: "
-                      f"{_skipped_text(skipped)}", stacklevel=4)
+                      f"{_skipped_text(skipped)}", stacklevel=3)
     return keep, skipped
 
 
