@@ -9,8 +9,12 @@ Layout of a run directory (format version 1)::
                  step int64, counts uint32[n_layers, N_BINS] (log10|g| bins, edges in meta.json)
     history.bin  only from save_run of a rolling-window run: its decimated older steps (steps.bin dtype)
 
-A record is written with one ``write`` and flushed; a reader only takes whole records, so a crash
-mid-write loses at most the step being written and never corrupts earlier ones.
+A record is written with one unbuffered ``write``; a reader only takes whole records, so a crash
+mid-write loses at most the step being written and never corrupts earlier ones, and a write that
+fails part-way (a full disk) is cut back and retried later (``RunWriter``). The writer only works in
+a folder that is new, empty or its own run (``check_log_dir``) and creates every file new, never
+through a link (``files``); the reader checks sizes and file types before it reads, and reads in
+bounded chunks, so a damaged or hostile folder is a RunFormatError, never a hang or a MemoryError.
 """
 from __future__ import annotations
 
