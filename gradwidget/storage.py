@@ -563,6 +563,7 @@ def _layer_mismatch(p: Path, n_layers: int) -> str | None:
         return None
     ls = np.arange(1, top + 1, dtype=np.int64)
     fits = np.flatnonzero(size % (base + per_layer * ls) == 0) + 1
+    plausible = []
     for n in fits.tolist():
         if n == n_layers:
             continue
@@ -571,9 +572,23 @@ def _layer_mismatch(p: Path, n_layers: int) -> str | None:
             k = min(_PROBE_RECORDS, READ_CHUNK_BYTES // dt.itemsize, size // dt.itemsize)
             recs = np.frombuffer(f.read(k * dt.itemsize), dtype=dt)
         if _plausible_records(recs):
-            return (f"meta.json lists {n_layers} layers, but steps.bin holds {size // dt.itemsize} whole "
-                    f"records of {n} layers: meta.json belongs to another run (or was edited)")
-    return None
+            plausible.append((not _norms_agree(recs), n))  # a layout whose norms add up comes first
+    if not plausible:
+        return None
+    n = min(plausible)[1]
+    return (f"meta.json lists {n_layers} layers, but steps.bin holds {size // step_dtype(n).itemsize} whole "
+            f"records of {n} layers: meta.json belongs to another run (or was edited)")
+
+
+def _norms_agree(recs: np.ndarray) -> bool:
+    """Is each record's global norm the root sum of squares of its layers' norms, as recorders
+    write it? True of the layout a file was written with, and of hardly any other reading of it."""
+    gn = recs["global_norm"]
+    g = recs["grad_norm"].astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        expect = np.sqrt(np.nansum(g * g, axis=1))
+        ok = ~np.isfinite(gn) | np.isclose(gn, expect, rtol=1e-3, atol=0)
+    return bool(ok.all() and np.isfinite(gn).any())
 
 
 def _append_records(run: Run, recs: np.ndarray) -> None:
@@ -653,8 +668,9 @@ class RunReader:
         hsize, ssize = _file_size(self.path / "hist.bin"), _file_size(self.path / "steps.bin")
         n_hist, n_steps = hsize // self._hdt.itemsize, ssize // self._sdt.itemsize
         if n_hist > n_steps + 1:  # checked before reading either: one histogram at most per step
+            why = _layer_mismatch(self.path / "steps.bin", run.n_layers) if ssize % self._sdt.itemsize else None
             raise RunFormatError(f"{self.path / 'hist.bin'} is damaged: it holds {n_hist} histogram records "
-                                 f"but steps.bin only {n_steps} steps")
+                                 f"but steps.bin only {n_steps} steps" + (f" ({why})" if why else ""))
         hists, hoff = self._read_new("hist.bin", self._hoff, self._hdt)
         recs, soff = self._read_new("steps.bin", self._soff, self._sdt)
         last = int(run.steps[-1]) if run.n_steps else None

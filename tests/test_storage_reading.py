@@ -168,3 +168,15 @@ def test_a_reader_polling_a_live_writer_in_small_chunks_never_tears_or_errs(tmp_
     assert reader.run.n_steps == final.n_steps == 3000
     np.testing.assert_array_equal(reader.run.hist_steps, final.hist_steps)
     np.testing.assert_array_equal(reader.run.metric("mean_abs"), final.metric("mean_abs"))
+
+
+@pytest.mark.parametrize("true_layers,meta_layers,n_steps", [(1, 3, 2), (2, 7, 3), (3, 1, 10), (5, 4, 3),
+                                                             (8, 1, 3), (20, 100, 2), (3, 50, 10)])
+def test_a_layer_count_mismatch_names_both_numbers(tmp_path, true_layers, meta_layers, n_steps):
+    p, other = tmp_path / "r", tmp_path / "other"
+    save_run(small_run(n_steps, layers=tuple(f"t{i}" for i in range(true_layers))), p)
+    save_run(small_run(1, layers=tuple(f"m{i}" for i in range(meta_layers))), other)
+    (p / "meta.json").write_bytes((other / "meta.json").read_bytes())
+    with pytest.raises(RunFormatError, match=f"meta.json lists {meta_layers} layers, but steps.bin holds "
+                                             f"{n_steps} whole records of {true_layers} layers"):
+        load_run(p)
