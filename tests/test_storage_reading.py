@@ -110,7 +110,9 @@ def test_sparse_multi_gigabyte_files_fail_cleanly_under_a_memory_limit(run_dir, 
     with open(path, "ab") as f:
         f.truncate(size)
     script = LIMITED.format(limit=1 * GB)
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    # one BLAS thread: per-thread buffers on a many-core machine would eat the address space
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+               MKL_NUM_THREADS="1")
     out = subprocess.run([sys.executable, "-c", script, str(run_dir)], capture_output=True, text=True,
                          timeout=120, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -149,7 +151,7 @@ def test_a_reader_polling_a_live_writer_in_small_chunks_never_tears_or_errs(tmp_
 
     monkeypatch.setattr(storage, "READ_CHUNK_BYTES", 3 * step_dtype(2).itemsize)
     d = tmp_path / "live"
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.Popen([sys.executable, "-c", FAST_WRITER, str(d), "3000"], env=env)
     try:
         deadline = time.time() + 60
