@@ -6,7 +6,8 @@ A step ``GradScaler`` skips (Inf/NaN found, so ``optimizer.step()`` never runs) 
 next ``optimizer.zero_grad()``.
 
 Statistics are computed with fused ``torch._foreach_norm`` calls grouped by device and dtype (as
-``torch.nn.utils.clip_grad_norm_`` does). Per recorded step, the weight norms, the gradient
+``torch.nn.utils.clip_grad_norm_`` does), accumulated in float32 or wider whatever the parameter
+dtype (``acc_dtype``); complex, integer and meta-device parameters are skipped with one warning. Per recorded step, the weight norms, the gradient
 statistics, the histogram's exponent counts (on histogram steps) and a tensor loss of a device are
 packed into one float64 tensor and copied to the host once; the update norms, known only after
 ``optimizer.step()``, are a second copy on the steps that measure them. No ``.item()`` per
