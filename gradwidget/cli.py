@@ -118,6 +118,10 @@ def main(argv=None) -> int:
     except (RunFormatError, OSError, ValueError) as e:
         print(f"gradwidget {args.command}: error: {_describe(e)}", file=sys.stderr)
         return 2
+    except MemoryError:
+        print(f"gradwidget {args.command}: error: not enough memory for this run; try a machine with "
+              "more memory", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -228,3 +228,17 @@ def test_cli_demo_refuses_an_existing_run_or_folder_without_force(tmp_path, caps
     from gradwidget.storage import load_run
 
     assert load_run(run).n_steps == 3
+
+
+def test_cli_out_of_memory_is_one_line_not_a_traceback(tmp_path, capsys, monkeypatch):
+    import gradwidget.storage as storage
+
+    run = _small_run_dir(tmp_path / "r")
+
+    def no_memory(path):
+        raise MemoryError
+
+    monkeypatch.setattr(storage, "load_run", no_memory)
+    assert main(["ascii", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gradwidget ascii: error: not enough memory") and "Traceback" not in err
