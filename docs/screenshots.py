@@ -41,7 +41,7 @@ def train(run_dir: Path, steps: int) -> None:
     from gradwidget.demo import train_demo
 
     torch.set_num_threads(1)
-    train_demo(steps, log_dir=run_dir)
+    train_demo(steps, log_dir=run_dir, overwrite=True)
 
 
 def shoot_report(run_dir: Path, out: Path, work: Path) -> dict:

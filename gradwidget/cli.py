@@ -2,15 +2,20 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 
-def _output(path: str) -> Path:
-    """The output file of a command (see ``storage.check_output_file``)."""
+def _output(path: str, force: bool) -> Path:
+    """The output file of a command (see ``storage.check_output_file``): an existing file is
+    replaced only with ``--force``."""
     from .storage import check_output_file
 
-    return check_output_file(path)
+    out = check_output_file(path)
+    if not force and os.path.lexists(out):
+        raise FileExistsError(f"{out} exists; pass --force to replace it, or choose another output file")
+    return out
 
 
 def _describe(e: Exception) -> str:
@@ -28,10 +33,11 @@ def _load(path: str):
 
 def cmd_demo(args) -> int:
     from .demo import train_demo
+    from .storage import check_log_dir
 
-    out = Path(args.out)
+    out = check_log_dir(args.out, overwrite=args.force, overwrite_hint="pass --force")  # before training
     print(f"gradwidget demo: a {12}-layer sigmoid MLP on synthetic data, {args.steps} steps -> {out}/")
-    rec = train_demo(args.steps, log_dir=out, progress=not args.quiet)
+    rec = train_demo(args.steps, log_dir=out, progress=not args.quiet, overwrite=args.force)
     run = rec.run
     print(run.to_ascii(width=args.width))
     print(run.summary())
@@ -53,7 +59,7 @@ def cmd_ascii(args) -> int:
 
 
 def cmd_export(args) -> int:
-    out = _output(args.output)
+    out = _output(args.output, args.force)
     run = _load(args.run)
     fmt = args.format or out.suffix.lstrip(".").lower()
     if fmt == "json":
@@ -70,7 +76,7 @@ def cmd_export(args) -> int:
 def cmd_report(args) -> int:
     from .report import main_report
 
-    main_report(args.run, _output(args.output))
+    main_report(args.run, _output(args.output, args.force))
     print(f"wrote {args.output}")
     return 0
 
@@ -83,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="gradwidget-demo-run", help="run directory to write")
     d.add_argument("--width", type=int, default=80, help="columns of the ASCII heatmap")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
+    d.add_argument("--force", action="store_true", help="replace a run already in --out")
     d.set_defaults(func=cmd_demo)
     a = sub.add_parser("ascii", help="print a run directory as an ASCII heatmap")
     a.add_argument("run")
@@ -92,10 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("run")
     e.add_argument("--format", choices=["json", "csv"])
     e.add_argument("-o", "--output", required=True)
+    e.add_argument("--force", action="store_true", help="replace the output file if it exists")
     e.set_defaults(func=cmd_export)
     r = sub.add_parser("report", help="write a self-contained HTML report of a run directory")
     r.add_argument("run")
     r.add_argument("-o", "--output", default="gradwidget-report.html")
+    r.add_argument("--force", action="store_true", help="replace the output file if it exists")
     r.set_defaults(func=cmd_report)
     return p
 
@@ -108,6 +117,10 @@ def main(argv=None) -> int:
         return args.func(args)
     except (RunFormatError, OSError, ValueError) as e:
         print(f"gradwidget {args.command}: error: {_describe(e)}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print(f"gradwidget {args.command}: error: not enough memory for this run; try a machine with "
+              "more memory", file=sys.stderr)
         return 2
 
 

@@ -49,10 +49,11 @@ def _progress(i: int, n: int, t0: float, loss: float, stream=sys.stderr) -> None
 
 def train_demo(steps: int = 300, *, recorder=None, log_dir=None, progress: bool = False,
                callback: Callable[[int, float], None] | None = None, model=None, optimizer=None,
-               data=None, histogram_every: int = 10):
+               data=None, histogram_every: int = 10, overwrite: bool = False):
     """Train the demo model for ``steps`` optimizer steps under a Recorder; return the Recorder.
 
-    Pass your own ``recorder`` (e.g. a GradientPanel's) or let one be created (with ``log_dir``).
+    Pass your own ``recorder`` (e.g. a GradientPanel's) or let one be created (with ``log_dir``;
+    a run already there is replaced only with ``overwrite=True``).
     """
     from .collect.torch import Recorder
 
@@ -63,7 +64,7 @@ def train_demo(steps: int = 300, *, recorder=None, log_dir=None, progress: bool 
     own = recorder is None
     if own:
         recorder = Recorder(model, optimizer, log_dir=log_dir, histogram_every=histogram_every,
-                            overwrite=True)
+                            overwrite=overwrite)
     loss_fn = nn.MSELoss()
     t0 = time.perf_counter()
     try:

@@ -162,5 +162,8 @@ def export_html(notebook, path=None, **kw) -> str:
     nb = nbformat.read(str(notebook), as_version=4) if isinstance(notebook, (str, Path)) else notebook
     body, _ = GradwidgetHTMLExporter(**kw).from_notebook_node(nb)
     if path is not None:
-        Path(path).write_text(body, encoding="utf-8")
+        from .storage import atomic_output
+
+        with atomic_output(path, encoding="utf-8") as f:
+            f.write(body)
     return body

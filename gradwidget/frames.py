@@ -92,11 +92,22 @@ def export_json(run: Run, path) -> None:
         json.dump(frames(run), f, indent=1)
 
 
+#: first characters that make a spreadsheet (Excel, LibreOffice, Google Sheets) read a cell as a formula
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(text: str) -> str:
+    """A text cell a spreadsheet shows as text: one that would start a formula gets a leading
+    apostrophe (OWASP's advice for CSV injection), so a layer named ``=HYPERLINK(...)`` stays a name."""
+    return "'" + text if text.startswith(FORMULA_START) else text
+
+
 def export_csv(run: Run, path) -> None:
-    """Write the seed's CSV timeline: step,layer,mean_abs_grad,max_abs_grad,grad_norm,is_vanishing,is_exploding."""
+    """Write the seed's CSV timeline: step,layer,mean_abs_grad,max_abs_grad,grad_norm,is_vanishing,is_exploding
+    (layer names made ``spreadsheet_safe``)."""
     mean, mx, norm = run.metric("mean_abs"), run.metric("max_abs"), run.metric("grad_norm")
     van, exp = run.vanishing(), run.exploding()
-    names = run.layer_names
+    names = [spreadsheet_safe(n) for n in run.layer_names]
     from .storage import atomic_output
 
     with atomic_output(path, newline="") as f:

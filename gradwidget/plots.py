@@ -110,13 +110,21 @@ def _layers_axes(run, metric: str, ax, width: float):
     return run, fig, ax
 
 
+def literal(text: str) -> str:
+    """A user's string (a layer or model name) as matplotlib text drawn as written: every ``$`` is
+    escaped, so ``$x^2$`` is not typeset as math and ``$\\foo$`` or ``$$`` cannot fail the figure
+    (matplotlib shows ``\\$`` as a plain ``$`` in text without math)."""
+    return text.replace("$", r"\$")
+
+
 def short_name(name: str, width: int = 28) -> str:
-    """A layer name elided in the middle: the start of a module path says which block, its end which
-    parameter, and both are needed to tell ``encoder.layers.3…attn.q.weight`` from its neighbours."""
-    if len(name) <= width:
-        return name
-    tail = (width - 1) // 2 + (width - 1) % 2
-    return name[: width - 1 - tail] + "…" + name[-tail:]
+    """A layer name for a figure (``literal``), elided in the middle: the start of a module path says
+    which block, its end which parameter, and both are needed to tell ``encoder.layers.3…attn.q.weight``
+    from its neighbours."""
+    if len(name) > width:
+        tail = (width - 1) // 2 + (width - 1) % 2
+        name = name[: width - 1 - tail] + "…" + name[-tail:]
+    return literal(name)
 
 
 def _depth_axis(ax, n: int) -> None:
@@ -491,7 +499,7 @@ def health_table_figure(report, ax=None, max_rows: int = 40) -> Figure:
     rows = df.head(max_rows)
     fig, ax = _new_ax(ax, (10, 0.5 + 0.24 * (len(rows) + 1)))
     ax.set_axis_off()
-    cells = [[format_cell(r[c], f) if c != "layer" else short_name(str(r[c]), 34) for c, _, f in cols]
+    cells = [[literal(format_cell(r[c], f)) if c != "layer" else short_name(str(r[c]), 34) for c, _, f in cols]
              for _, r in rows.iterrows()]
     if not cells:
         ax.text(0.5, 0.5, "no layers", ha="center", va="center", transform=ax.transAxes)
@@ -570,7 +578,7 @@ def panel_figure(run, step: int | None = None, layer: int | str | None = None,
     loss_plot(run, ax=ax_loss)
     ax_loss.axvline(s, color="black", lw=0.8)
     fig.suptitle(f"gradwidget · {run.n_layers} layers · steps {int(run.steps[0])}..{int(run.steps[-1])} "
-                 f"· step {s} · layer {run.layer_names[j]}", fontsize=11)
+                 f"· step {s} · layer {literal(run.layer_names[j])}", fontsize=11)
     return fig
 
 

@@ -9,8 +9,12 @@ Layout of a run directory (format version 1)::
                  step int64, counts uint32[n_layers, N_BINS] (log10|g| bins, edges in meta.json)
     history.bin  only from save_run of a rolling-window run: its decimated older steps (steps.bin dtype)
 
-A record is written with one ``write`` and flushed; a reader only takes whole records, so a crash
-mid-write loses at most the step being written and never corrupts earlier ones.
+A record is written with one unbuffered ``write``; a reader only takes whole records, so a crash
+mid-write loses at most the step being written and never corrupts earlier ones, and a write that
+fails part-way (a full disk) is cut back and retried later (``RunWriter``). The writer only works in
+a folder that is new, empty or its own run (``check_log_dir``) and creates every file new, never
+through a link (``files``); the reader checks sizes and file types before it reads, and reads in
+bounded chunks, so a damaged or hostile folder is a RunFormatError, never a hang or a MemoryError.
 """
 from __future__ import annotations
 
@@ -18,12 +22,14 @@ import json
 import os
 import uuid
 import warnings
+from collections import deque
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
+from .files import NotPlainFile, append_whole, create_new, open_plain, replace_atomically, writable_folder
 from .run import HIST_EDGES, LAYER_STATUSES, METRICS, N_BINS, SCALARS, LayerInfo, Run
 from .thresholds import Thresholds
 
@@ -63,22 +69,21 @@ def _meta_dict(run: Run, run_id: str | None = None, created: str | None = None) 
 
 
 def _write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
+    with replace_atomically(path, sync=True) as f:
         json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
-#: the files a run directory is made of: no export or report is written over one of them
+#: the files a run directory is made of: no export or report is written over one of them, and a
+#: writer never starts in a folder that holds one of them without being that folder's run
 RUN_FILES = ("meta.json", "meta.json.tmp", "steps.bin", "hist.bin", "history.bin")
+#: the files a writer replaces when it starts a new run (``overwrite=True``) in its own run folder
+_RECORD_FILES = ("steps.bin", "hist.bin", "history.bin", "meta.json.tmp")
 
 
 def check_output_file(path) -> Path:
     """An output file (export, report) as a Path, refused when it is a folder or one of a run
     directory's own files: writing a report over ``RUN/meta.json`` would destroy the run it describes."""
-    p = Path(path)
+    p = as_path(path, "the output file must be a path")
     if p.is_dir():
         raise IsADirectoryError(f"{p} is a directory; give the file to write, e.g. {p / 'report.html'}")
     if p.name in RUN_FILES and (p.parent / "meta.json").is_file():
@@ -89,55 +94,108 @@ def check_output_file(path) -> Path:
 
 @contextmanager
 def atomic_output(path, newline=None, encoding=None):
-    """Open an output file (see ``check_output_file``) for writing via a temporary sibling renamed
-    into place at the end, so a failure half-way leaves an earlier file intact and no partial one."""
+    """Open an output file (see ``check_output_file``) for writing via a private temporary sibling
+    renamed into place at the end, so a failure half-way leaves an earlier file intact and no
+    partial one, and a link planted beside it is never written through."""
     path = check_output_file(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    with replace_atomically(path, newline=newline, encoding=encoding) as f:
+        yield f
+
+
+def is_run_dir(path) -> bool:
+    """Is ``path`` a folder holding a gradwidget run (its marker: a plain-file meta.json whose
+    "format" is gradwidget's)? Read bounded, so any file there is safe to look at."""
     try:
-        with open(tmp, "w", newline=newline, encoding=encoding) as f:
-            yield f
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        meta = _parse_meta(Path(path) / "meta.json")
+    except RunFormatError:
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT
 
 
-def check_log_dir(path, overwrite: bool = False) -> Path:
-    """Refuse a run directory a writer may not use (not a path, a file, another run without
-    ``overwrite``); recorders call it at construction so the error comes before training does."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"log_dir must be a folder path (str or pathlib.Path), not {type(path).__name__}")
-    path = Path(path)
+def check_log_dir(path, overwrite: bool = False, overwrite_hint: str = "pass overwrite=True") -> Path:
+    """The folder a writer may use, or a clear error before training starts: a new or empty
+    folder; a gradwidget run only with ``overwrite=True`` (its records are replaced); a folder of
+    other files only with ``overwrite=True`` and only if none of them has a run file's name
+    (they are never touched). Also refused: a file, a folder the writer cannot write in."""
+    path = as_path(path, "log_dir must be a folder path")
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"log_dir {path} exists and is not a directory; pick a new log_dir")
-    if (path / "meta.json").exists() and not overwrite:
-        raise FileExistsError(f"{path} already holds a run; pick a new log_dir or pass overwrite=True")
+    if path.is_dir() and any(path.iterdir()):
+        if is_run_dir(path):
+            if not overwrite:
+                raise FileExistsError(f"{path} already holds a run; pick a new log_dir or {overwrite_hint} to replace it")
+        else:
+            taken = [n for n in RUN_FILES if os.path.lexists(path / n)]
+            if taken:
+                raise FileExistsError(
+                    f"{path} is not a gradwidget run but holds {', '.join(taken)}: gradwidget never writes "
+                    f"over files it did not create; pick a new or empty log_dir (e.g. {path / 'run1'})")
+            if not overwrite:
+                raise FileExistsError(
+                    f"{path} holds other files and is not a gradwidget run; pick a new or empty log_dir "
+                    f"(e.g. {path / 'run1'}), or {overwrite_hint} to write the run beside them "
+                    "(none of them is touched)")
+    problem = writable_folder(path)
+    if problem:
+        raise PermissionError(f"cannot record to log_dir {path}: {problem}; pick a log_dir you can write to")
     return path
 
 
-class RunWriter:
-    """Appends steps of a Run to a run directory as they are recorded."""
+#: unwritten record bytes a live writer holds while the disk refuses writes (a full disk) before it
+#: stops writing that run directory, explicitly
+BACKLOG_MAX_BYTES = 64 << 20
 
-    def __init__(self, path, run: Run, overwrite: bool = False) -> None:
+
+class RunWriteWarning(RuntimeWarning):
+    """Writing a run directory failed, resumed or stopped (shown once per event, never silent)."""
+
+
+class RunWriter:
+    """Appends steps of a Run to a run directory as they are recorded.
+
+    Records that cannot be written (a full disk, a folder made read-only) stay queued, in order, and
+    are retried at every later step; a file never ends in half a record. ``live=True`` (a recorder
+    writing from inside training hooks) turns a failure into one loud ``RunWriteWarning`` instead of
+    an exception in the middle of ``optimizer.step()``, another when the queue is written after all,
+    and stops writing, with a warning, once the queue passes ``BACKLOG_MAX_BYTES``; ``close`` warns
+    about anything never written. Without ``live`` the OSError is raised (the queue is kept).
+    """
+
+    def __init__(self, path, run: Run, overwrite: bool = False, live: bool = False) -> None:
         self.path = check_log_dir(path, overwrite)
         self.path.mkdir(parents=True, exist_ok=True)
-        for name in ("steps.bin", "hist.bin", "history.bin"):
-            (self.path / name).unlink(missing_ok=True)
-        self.run = run
+        if is_run_dir(self.path):  # our own earlier run (check_log_dir had overwrite=True): replaced
+            for name in _RECORD_FILES:
+                (self.path / name).unlink(missing_ok=True)  # a link is removed, never followed
+        self.run, self.live = run, live
         #: a fresh id per writer: a reader following this folder sees a rerun as a different run
         self.run_id = uuid.uuid4().hex
         self.created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self._sdt, self._hdt = step_dtype(run.n_layers), hist_dtype(run.n_layers)
-        self.write_meta()
-        self._steps = open(self.path / "steps.bin", "ab")
-        self._hist = open(self.path / "hist.bin", "ab")
+        self._fds: dict[str, int] = {}
+        self._sizes = {"steps.bin": 0, "hist.bin": 0}
+        self._queue: deque = deque()   # (file name, record bytes) not yet on disk, in order
+        self._meta_due = True
+        #: the error that is holding records back (None while everything is on disk)
+        self.error: OSError | None = None
+        self.stopped = False
+        self._failed_at = None
+        self._flush()
+
+    @property
+    def pending_steps(self) -> int:
+        """Step records recorded but not (yet) on disk."""
+        return sum(1 for name, _ in self._queue if name == "steps.bin")
 
     def write_meta(self) -> None:
-        _write_json_atomic(self.path / "meta.json", _meta_dict(self.run, self.run_id, self.created))
+        self._meta_due = True
+        self._flush()
 
     def append_last(self) -> None:
         """Write the run's newest step (and its histogram, if it has one)."""
+        if self.stopped:
+            return
         run = self.run
         i = run.n_steps - 1
         rec = np.zeros(1, self._sdt)
@@ -146,38 +204,110 @@ class RunWriter:
             rec[s] = run._S2[i, j]
         for j, m in enumerate(METRICS):
             rec[m] = run._M3[i, j]
-        self._steps.write(rec.tobytes())
-        self._steps.flush()
+        self._queue.append(("steps.bin", rec.tobytes()))
         if run._hn and run.hist_steps[-1] == run.steps[i]:
             h = np.zeros(1, self._hdt)
             h["step"], h["counts"] = run.hist_steps[-1], run.hist[-1]
-            self._hist.write(h.tobytes())
-            self._hist.flush()
+            self._queue.append(("hist.bin", h.tobytes()))
+        self._flush()
+
+    def _write_due(self) -> None:
+        """Write meta.json if due, then the queued records in order; raises OSError at the first
+        that fails, leaving it and the ones after it queued."""
+        if self._meta_due:
+            _write_json_atomic(self.path / "meta.json", _meta_dict(self.run, self.run_id, self.created))
+            self._meta_due = False
+        for name in self._sizes:
+            if name not in self._fds:
+                self._fds[name] = create_new(self.path / name, append=True)
+        while self._queue:
+            name, data = self._queue[0]
+            self._sizes[name] = append_whole(self._fds[name], data, self._sizes[name])
+            self._queue.popleft()
+
+    def _flush(self) -> None:
+        if self.stopped:
+            return
+        try:
+            self._write_due()
+        except OSError as e:
+            self._failed(e)
+            return
+        if self.error is not None:
+            if self.live:
+                warnings.warn(f"gradwidget: writing {self.path} works again: the steps from step "
+                              f"{self._failed_at} on are now on disk", RunWriteWarning, stacklevel=4)
+            self.error = self._failed_at = None
+
+    def _failed(self, e: OSError) -> None:
+        if not self.live:
+            raise e
+        first = self.error is None
+        self.error = e
+        if first:
+            self._failed_at = int(self.run.steps[-1]) if self.run.n_steps else None
+            warnings.warn(f"gradwidget: cannot write {self.path} ({_oserror_text(e)}): training goes on and "
+                          "the steps are kept in memory and written once the folder accepts writes again",
+                          RunWriteWarning, stacklevel=5)
+        if sum(len(d) for _, d in self._queue) > BACKLOG_MAX_BYTES:
+            n = self.pending_steps
+            self._stop()
+            warnings.warn(f"gradwidget: stopped recording to {self.path}: writes have failed from step "
+                          f"{self._failed_at} on ({_oserror_text(e)}) and {n} steps are waiting. The run goes on in "
+                          "memory only (recorder.run); save it with recorder.run.save(another_folder)",
+                          RunWriteWarning, stacklevel=5)
+
+    def _stop(self) -> None:
+        self.stopped = True
+        self._queue.clear()
+        self._close_files()
+
+    def _close_files(self) -> None:
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds = {}
 
     def close(self) -> None:
-        for f in (self._steps, self._hist):
-            if not f.closed:
-                f.close()
+        if self.stopped:
+            return
+        self._flush()
+        if self._queue and self.live:
+            warnings.warn(f"gradwidget: {self.pending_steps} steps, from step {self._failed_at} on, were "
+                          f"never written to {self.path} ({_oserror_text(self.error)}); the run in memory has "
+                          "them: save it with recorder.run.save(another_folder)", RunWriteWarning, stacklevel=3)
+        self._close_files()
+        self.stopped = True
+
+
+def _oserror_text(e: OSError | None) -> str:
+    return (e.strerror or str(e)) if e is not None else ""
 
 
 def save_run(run: Run, path, overwrite: bool = False) -> None:
     """Write a whole Run to a run directory. A rolling-window run also writes the steps that fell
     out of its window, as it holds them (decimated, without histograms), to ``history.bin``, so
     ``load_run`` gives back ``run.history`` too instead of silently keeping only the window."""
-    path = Path(path)
     w = RunWriter(path, run, overwrite=overwrite)
     try:
-        w._steps.write(_step_records(run).tobytes())
+        w._queue.append(("steps.bin", _step_records(run).tobytes()))
         h = np.zeros(run.hist.shape[0], w._hdt)
         h["step"], h["counts"] = run.hist_steps, run.hist
-        w._hist.write(h.tobytes())
+        w._queue.append(("hist.bin", h.tobytes()))
+        w._write_due()
         older = [r for r in (run.history, run._pending) if r is not None and r.n_steps]
         if older:
-            with open(path / "history.bin", "wb") as f:
+            fd = create_new(w.path / "history.bin", append=True)
+            try:
+                size = 0
                 for r in older:
-                    f.write(_step_records(r).tobytes())
+                    size = append_whole(fd, _step_records(r).tobytes(), size)
+            finally:
+                os.close(fd)
     finally:
-        w.close()
+        w._close_files()
 
 
 def _step_records(run: Run) -> np.ndarray:
@@ -190,6 +320,52 @@ def _step_records(run: Run) -> np.ndarray:
     return rec
 
 
+#: the largest meta.json a reader takes (a 10,000-layer model's is ~3 MB): a meta.json linked to
+#: /dev/zero or grown to gigabytes is refused instead of read into memory
+META_MAX_BYTES = 64 << 20
+#: bytes of records read, checked and taken at a time: a damaged or sparse multi-GB file fails at
+#: its first bad record without the reader ever holding more than this of it
+READ_CHUNK_BYTES = 16 << 20
+
+
+def as_path(path, what: str = "expected a run directory path") -> Path:
+    """``path`` as a Path, or a TypeError naming what was expected (``load_run(None)`` is refused
+    here, not deep inside pathlib)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{what} (str or pathlib.Path), not {type(path).__name__} {path!r:.60}")
+    return Path(path)
+
+
+def _open_regular(p: Path):
+    """``files.open_plain`` for a run file, its failures as RunFormatError."""
+    try:
+        return open_plain(p)
+    except NotPlainFile:
+        raise RunFormatError(f"{p} is not a plain file (a FIFO, device or socket): a run keeps "
+                             f"{p.name} in a plain file") from None
+    except OSError as e:
+        raise RunFormatError(f"{p} cannot be read: {e.strerror or e}") from None
+
+
+def _parse_meta(mp: Path):
+    """The JSON in ``mp``, read bounded (``META_MAX_BYTES``) from a plain file; RunFormatError for
+    anything else (too large, not JSON, nested too deeply)."""
+    with _open_regular(mp) as f:
+        try:
+            raw = f.read(META_MAX_BYTES + 1)
+        except OSError as e:
+            raise RunFormatError(f"{mp} cannot be read: {e.strerror or e}") from None
+    if len(raw) > META_MAX_BYTES:
+        raise RunFormatError(f"{mp} is larger than {META_MAX_BYTES >> 20} MiB, more than any run "
+                             "description: it is not a gradwidget meta.json")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RunFormatError(f"{mp} is corrupt and cannot be read: {e}") from None
+    except RecursionError:
+        raise RunFormatError(f"{mp} is corrupt: its JSON is nested too deeply to be a run description") from None
+
+
 def _read_meta(path: Path) -> dict:
     if not path.exists():
         raise RunFormatError(f"no run at {path}: the directory does not exist")
@@ -199,10 +375,7 @@ def _read_meta(path: Path) -> dict:
     if not mp.exists():
         raise RunFormatError(f"{path} is not a gradwidget run: meta.json is missing "
                              "(was the Recorder given this log_dir?)")
-    try:
-        meta = json.loads(mp.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RunFormatError(f"{mp} is corrupt and cannot be read: {e}") from None
+    meta = _parse_meta(mp)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise RunFormatError(f"{mp} is not a gradwidget run description")
     version = meta.get("version", FORMAT_VERSION)
@@ -347,6 +520,77 @@ def _bad_hist_record(hists: np.ndarray, prev_step, steps: np.ndarray) -> tuple[i
     return i, f"its step number {int(hs[i])} {why}"
 
 
+def _read_records(p: Path, offset: int, dt: np.dtype, size: int) -> tuple[np.ndarray, int]:
+    """The whole ``dt`` records of file ``p`` (``size`` bytes long) after ``offset``, at most
+    ``READ_CHUNK_BYTES`` of them (one record at least), and the offset after them."""
+    whole = min((size - offset) // dt.itemsize, max(1, READ_CHUNK_BYTES // dt.itemsize))
+    if whole <= 0:
+        return np.zeros(0, dt), offset
+    with _open_regular(p) as f:
+        try:
+            f.seek(offset)
+            buf = f.read(whole * dt.itemsize)
+        except OSError as e:
+            raise RunFormatError(f"{p} cannot be read: {e.strerror or e}") from None
+    n = len(buf) // dt.itemsize
+    return np.frombuffer(buf[: n * dt.itemsize], dtype=dt), offset + n * dt.itemsize
+
+
+#: step records read to decide which layer count a steps.bin was written with
+_PROBE_RECORDS = 64
+
+
+def _plausible_records(recs: np.ndarray) -> bool:
+    """Could a writer have produced these step records? (Stricter than ``_bad_step_record``: also
+    fractions in [0, 1] and whole counts of non-finite values.)"""
+    if _bad_step_record(recs, None) is not None:
+        return False
+    zf, nf = recs["zero_frac"], recs["nonfinite"]
+    with np.errstate(invalid="ignore"):
+        ok_zf = np.isnan(zf) | ((zf >= 0) & (zf <= 1))
+        ok_nf = np.isnan(nf) | (nf == np.floor(nf))
+    return bool(ok_zf.all() and ok_nf.all())
+
+
+def _layer_mismatch(p: Path, n_layers: int) -> str | None:
+    """If steps.bin is not whole records of ``n_layers`` layers but is whole, plausible records
+    (at least two) of another layer count, a sentence naming both numbers; else None."""
+    size = _file_size(p)
+    base, per_layer = step_dtype(0).itemsize, step_dtype(1).itemsize - step_dtype(0).itemsize
+    # two records of a candidate must fit in a read chunk: the probe reads no more than that
+    top = (min(size, READ_CHUNK_BYTES) // 2 - base) // per_layer
+    if top < 1:
+        return None
+    ls = np.arange(1, top + 1, dtype=np.int64)
+    fits = np.flatnonzero(size % (base + per_layer * ls) == 0) + 1
+    plausible = []
+    for n in fits.tolist():
+        if n == n_layers:
+            continue
+        dt = step_dtype(n)
+        with _open_regular(p) as f:
+            k = min(_PROBE_RECORDS, READ_CHUNK_BYTES // dt.itemsize, size // dt.itemsize)
+            recs = np.frombuffer(f.read(k * dt.itemsize), dtype=dt)
+        if _plausible_records(recs):
+            plausible.append((not _norms_agree(recs), n))  # a layout whose norms add up comes first
+    if not plausible:
+        return None
+    n = min(plausible)[1]
+    return (f"meta.json lists {n_layers} layers, but steps.bin holds {size // step_dtype(n).itemsize} whole "
+            f"records of {n} layers: meta.json belongs to another run (or was edited)")
+
+
+def _norms_agree(recs: np.ndarray) -> bool:
+    """Is each record's global norm the root sum of squares of its layers' norms, as recorders
+    write it? True of the layout a file was written with, and of hardly any other reading of it."""
+    gn = recs["global_norm"]
+    g = recs["grad_norm"].astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        expect = np.sqrt(np.nansum(g * g, axis=1))
+        ok = ~np.isfinite(gn) | np.isclose(gn, expect, rtol=1e-3, atol=0)
+    return bool(ok.all() and np.isfinite(gn).any())
+
+
 def _append_records(run: Run, recs: np.ndarray) -> None:
     """Append step records (``step_dtype``) to ``run``."""
     for r in recs:
@@ -362,7 +606,7 @@ class RunReader:
     """
 
     def __init__(self, path) -> None:
-        self.path = Path(path)
+        self.path = as_path(path)
         #: how many times the folder was taken over by a new run while this reader followed it
         self.replaced = 0
         self.run = self._load()
@@ -382,7 +626,7 @@ class RunReader:
 
     def _read_history(self, run: Run) -> Run | None:
         """The decimated steps a rolling-window run had folded away when it was saved (history.bin,
-        written by ``save_run`` only), or None."""
+        written by ``save_run`` only), or None. Read a chunk at a time, each checked first."""
         p = self.path / "history.bin"
         size = _file_size(p)
         if not size:
@@ -390,48 +634,59 @@ class RunReader:
         if size % self._sdt.itemsize:
             raise RunFormatError(f"{p} is damaged: {size} bytes is not a whole number of "
                                  f"{self._sdt.itemsize}-byte step records")
-        recs = np.fromfile(p, dtype=self._sdt)
-        bad = _bad_step_record(recs, None)
-        if bad is None and run.n_steps and recs["step"][-1] >= run.steps[0]:
-            bad = len(recs) - 1, f"its step {int(recs['step'][-1])} is not before the first step in steps.bin"
-        if bad:
-            raise RunFormatError(f"{p} is damaged: record {bad[0]} is not a valid step ({bad[1]})")
         h = Run(run.layers, thresholds=run.thresholds)
-        _append_records(h, recs)
+        off = 0
+        while off < size:
+            recs, end = _read_records(p, off, self._sdt, size)
+            last = int(h.steps[-1]) if h.n_steps else None
+            bad = _bad_step_record(recs, last)
+            if bad is None and end >= size and run.n_steps and recs["step"][-1] >= run.steps[0]:
+                bad = len(recs) - 1, f"its step {int(recs['step'][-1])} is not before the first step in steps.bin"
+            if bad:
+                raise RunFormatError(f"{p} is damaged: record {off // self._sdt.itemsize + bad[0]} is not "
+                                     f"a valid step ({bad[1]})")
+            _append_records(h, recs)
+            off = end
         return h
 
     def _read_new(self, name: str, offset: int, dt: np.dtype) -> tuple[np.ndarray, int]:
-        p = self.path / name
-        whole = (_file_size(p) - offset) // dt.itemsize
-        if whole <= 0:
-            return np.zeros(0, dt), offset
-        try:
-            with open(p, "rb") as f:
-                f.seek(offset)
-                buf = f.read(whole * dt.itemsize)
-        except OSError as e:
-            raise RunFormatError(f"{p} cannot be read: {e}") from None
-        n = len(buf) // dt.itemsize
-        return np.frombuffer(buf[: n * dt.itemsize], dtype=dt), offset + n * dt.itemsize
+        """The whole records after ``offset``, at most ``READ_CHUNK_BYTES`` of them, and the new offset."""
+        return _read_records(self.path / name, offset, dt, _file_size(self.path / name))
 
     def _take_new(self, run: Run) -> bool:
-        """Append the whole records written since the last read to ``run``, after checking them all
-        (a damaged file raises RunFormatError and leaves ``run`` as it was)."""
+        """Take every whole record written since the last read, a chunk at a time."""
+        changed = False
+        while self._take_chunk(run):
+            changed = True
+        return changed
+
+    def _take_chunk(self, run: Run) -> bool:
+        """Append the next chunk of whole records written since the last read to ``run``, after
+        checking them all (a damaged file raises RunFormatError and leaves ``run`` as it was)."""
         # histograms first: the writer appends a step's record before its histogram, so every
         # histogram read here has its step record in steps.bin by the time that is read
+        hsize, ssize = _file_size(self.path / "hist.bin"), _file_size(self.path / "steps.bin")
+        n_hist, n_steps = hsize // self._hdt.itemsize, ssize // self._sdt.itemsize
+        if n_hist > n_steps + 1:  # checked before reading either: one histogram at most per step
+            why = _layer_mismatch(self.path / "steps.bin", run.n_layers) if ssize % self._sdt.itemsize else None
+            raise RunFormatError(f"{self.path / 'hist.bin'} is damaged: it holds {n_hist} histogram records "
+                                 f"but steps.bin only {n_steps} steps" + (f" ({why})" if why else ""))
         hists, hoff = self._read_new("hist.bin", self._hoff, self._hdt)
         recs, soff = self._read_new("steps.bin", self._soff, self._sdt)
         last = int(run.steps[-1]) if run.n_steps else None
         bad = _bad_step_record(recs, last)
         if bad:
+            rec_no = self._soff // self._sdt.itemsize + bad[0]
             raise RunFormatError(
-                f"{self.path / 'steps.bin'} is damaged: record {self._soff // self._sdt.itemsize + bad[0]} "
-                f"is not a valid step ({bad[1]}). The file is corrupt, or meta.json lists a different "
-                f"number of layers ({run.n_layers}) than it was written with.")
+                f"{self.path / 'steps.bin'} is damaged: record {rec_no} is not a valid step ({bad[1]}). "
+                + (_layer_mismatch(self.path / "steps.bin", run.n_layers) or
+                   f"The file is corrupt, or meta.json lists a different number of layers ({run.n_layers}) "
+                   "than it was written with."))
         steps = np.concatenate([run.steps, recs["step"]])
         if len(steps) and _file_size(self.path / "steps.bin") > soff:
-            # a crash cut the last step record short: histograms of the steps after the last whole
-            # record are left unread (load_run warns about them; a live writer may yet add the step)
+            # steps.bin goes on past this chunk (more whole records, or a crash cut the last record
+            # short): histograms of later steps wait for their step records (load_run warns about
+            # those a cut record leaves unread; a live writer may yet add the step)
             keep = int(np.searchsorted(hists["step"], steps[-1], side="right"))
             hists, hoff = hists[:keep], self._hoff + keep * self._hdt.itemsize
         last_h = int(run.hist_steps[-1]) if run._hn else None
@@ -509,6 +764,9 @@ def load_run(path) -> Run:
     """
     reader = RunReader(path)
     if reader.truncated_bytes:
+        mismatch = _layer_mismatch(reader.path / "steps.bin", reader.run.n_layers)
+        if mismatch:
+            raise RunFormatError(f"{reader.path / 'steps.bin'} does not match meta.json: {mismatch}")
         warnings.warn(f"{path}: ignored {reader.truncated_bytes} bytes of an unfinished last step")
     if reader.unread_histograms:
         warnings.warn(f"{path}: ignored {reader.unread_histograms} histogram(s) of steps after the last "

@@ -183,7 +183,7 @@ def test_a_log_dir_holding_another_run_is_refused_up_front_and_never_skipped(tmp
     (tmp_path / "new").mkdir()
     (tmp_path / "new" / "meta.json").write_text("{}")  # another process took the folder meanwhile
     for _ in range(2):  # every call fails: none records in memory only while the disk gets nothing
-        with pytest.raises(FileExistsError, match="already holds a run"):
+        with pytest.raises(FileExistsError, match="is not a gradwidget run but holds meta.json"):
             rec.record(0, {"a": np.ones(2)})
     assert rec.run is None
 
@@ -202,3 +202,49 @@ def test_python_exports_and_reports_refuse_to_write_over_a_run_file(tmp_path, na
         with pytest.raises(ValueError, match="refusing to write"):
             write(path / name)
     assert {p.name: p.read_bytes() for p in path.iterdir()} == before
+
+
+@pytest.mark.parametrize("command,ext", [("report", "html"), ("export", "csv"), ("export", "json")])
+def test_cli_outputs_replace_an_existing_file_only_with_force(tmp_path, capsys, command, ext):
+    run = _small_run_dir(tmp_path / "r")
+    out = tmp_path / f"notes.{ext}"
+    out.write_text("my notes")
+    assert main([command, str(run), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"{out} exists; pass --force to replace it" in err and "Traceback" not in err
+    assert out.read_text() == "my notes"
+    assert main([command, str(run), "-o", str(out), "--force"]) == 0
+    assert out.read_text() != "my notes"
+
+
+def test_cli_demo_refuses_an_existing_run_or_folder_without_force(tmp_path, capsys):
+    pytest.importorskip("torch")
+    run = _small_run_dir(tmp_path / "r")
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    assert main(["demo", "--steps", "3", "--out", str(run), "--quiet"]) == 2
+    assert "already holds a run; pick a new log_dir or pass --force" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before  # refused before training
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "steps.bin").write_text("mine")
+    assert main(["demo", "--steps", "3", "--out", str(mine), "--quiet", "--force"]) == 2
+    assert "never writes over files it did not create" in capsys.readouterr().err
+    assert (mine / "steps.bin").read_text() == "mine"
+    assert main(["demo", "--steps", "3", "--out", str(run), "--quiet", "--force"]) == 0
+    from gradwidget.storage import load_run
+
+    assert load_run(run).n_steps == 3
+
+
+def test_cli_out_of_memory_is_one_line_not_a_traceback(tmp_path, capsys, monkeypatch):
+    import gradwidget.storage as storage
+
+    run = _small_run_dir(tmp_path / "r")
+
+    def no_memory(path):
+        raise MemoryError
+
+    monkeypatch.setattr(storage, "load_run", no_memory)
+    assert main(["ascii", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gradwidget ascii: error: not enough memory") and "Traceback" not in err

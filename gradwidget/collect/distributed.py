@@ -198,7 +198,7 @@ class DistContext:
     def local_partials(self, params: list[torch.Tensor], with_hist: bool, foreach_all: bool) -> np.ndarray:
         """``(L, len(PARTIALS) [+ N_BINS])`` float64 partial sums of this rank's pieces, columns in
         the recorder's order."""
-        from .torch import _exponent_counts, _grad_rows, _HostCopy, _octave_bins
+        from .torch import _exponent_counts, _grad_rows, _HostCopy, _octave_bins, norms
 
         L = len(self._order)
         P = np.zeros((L, len(PARTIALS) + (N_BINS if with_hist else 0)), np.float64)
@@ -219,8 +219,7 @@ class DistContext:
             if g.numel():
                 ggroups.setdefault((g.device, g.dtype), []).append((c, g))
         pack = _HostCopy()  # one host copy per device for weights, gradients and histograms
-        wparts = [([c for c, _ in items], pack.add(torch.stack(
-            [n.double() for n in torch._foreach_norm([w for _, w in items], 2)]))) for items in wgroups.values()]
+        wparts = [([c for c, _ in items], pack.add(norms([w for _, w in items]))) for items in wgroups.values()]
         gparts = []
         for (dev, _dt), items in ggroups.items():
             grads = [g for _, g in items]
@@ -251,11 +250,13 @@ class DistContext:
         return P
 
     def local_update_sumsq(self, update_bufs, update_cols: np.ndarray, P: np.ndarray) -> None:
+        from .torch import norms
+
         params, bufs = update_bufs
         torch._foreach_sub_(bufs, [_local(p.detach()) for p in params])
         if not bufs:
             return
-        sq = torch.stack([n.double() for n in torch._foreach_norm(bufs, 2)]).cpu().numpy() ** 2
+        sq = norms(bufs).double().cpu().numpy() ** 2
         owned = self._owned[update_cols]
         P[update_cols[owned], _P["update_sumsq"]] = sq[owned]
 

@@ -6,7 +6,8 @@ A step ``GradScaler`` skips (Inf/NaN found, so ``optimizer.step()`` never runs) 
 next ``optimizer.zero_grad()``.
 
 Statistics are computed with fused ``torch._foreach_norm`` calls grouped by device and dtype (as
-``torch.nn.utils.clip_grad_norm_`` does). Per recorded step, the weight norms, the gradient
+``torch.nn.utils.clip_grad_norm_`` does), accumulated in float32 or wider whatever the parameter
+dtype (``acc_dtype``); complex, integer and meta-device parameters are skipped with one warning. Per recorded step, the weight norms, the gradient
 statistics, the histogram's exponent counts (on histogram steps) and a tensor loss of a device are
 packed into one float64 tensor and copied to the host once; the update norms, known only after
 ``optimizer.step()``, are a second copy on the steps that measure them. No ``.item()`` per
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..run import HIST_LOG2_LO, METRICS, N_BINS, LayerInfo, Run
+from ..run import HIST_LOG2_LO, METRICS, N_BINS, LayerInfo, Run, _as_step
 from ..storage import check_log_dir
 from ..thresholds import as_thresholds
 
@@ -37,25 +38,37 @@ _MAX_GRAPH_VISITS = 200_000
 _LATE_CAPTURES = 16
 
 
+def acc_dtype(tensors: list[torch.Tensor]) -> torch.dtype:
+    """The dtype statistics of ``tensors`` are accumulated in: float32, or float64 when one of them
+    is float64. Never the tensors' own half precision: a float16 sum overflows at 65504 (a norm of
+    100k entries of 300 would read Inf), as ``clip_grad_norm_`` users know."""
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def norms(tensors: list[torch.Tensor], ord: float = 2) -> torch.Tensor:
+    """Fused ``ord``-norms of ``tensors`` (one ``_foreach_norm``), accumulated in ``acc_dtype``."""
+    return torch.stack(torch._foreach_norm(tensors, ord, dtype=acc_dtype(tensors)))
+
+
 def _grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
     """Rows L2 norm, L1 norm, max |g|, non-zero count and sum (float64, ``(5, len(grads))``) for a
-    group of same-device/dtype gradients, left on the device for the caller to copy.
+    group of same-device/dtype gradients, left on the device for the caller to copy. Every sum is
+    accumulated in ``acc_dtype`` whatever the gradients' dtype.
 
     On CUDA the multi-tensor ``_foreach_norm`` kernels are fastest for every order; on CPU they are
     only fast for the L2 norm, while per-tensor ``abs().sum()``, ``aminmax`` and ``count_nonzero``
     are 2-15x faster (bench/overhead.py), so CPU uses those. None of them syncs with the host.
     """
-    l2 = torch.stack(torch._foreach_norm(grads, 2))
+    acc = acc_dtype(grads)
+    l2 = norms(grads, 2)
     if foreach_all:
-        l1 = torch.stack(torch._foreach_norm(grads, 1))
-        linf = torch.stack(torch._foreach_norm(grads, math.inf))
-        nnz = torch.stack(torch._foreach_norm(grads, 0))
+        l1, linf, nnz = norms(grads, 1), norms(grads, math.inf), norms(grads, 0)
     else:
-        l1 = torch.stack([g.abs().sum() for g in grads])
+        l1 = torch.stack([g.abs().sum(dtype=acc) for g in grads])
         lo, hi = (torch.stack(x) for x in zip(*[torch.aminmax(g) for g in grads]))
         linf = torch.maximum(-lo, hi)
         nnz = torch.stack([torch.count_nonzero(g) for g in grads])
-    sums = torch.stack([g.sum() for g in grads])
+    sums = torch.stack([g.sum(dtype=acc) for g in grads])
     return torch.stack([r.to(torch.float64) for r in (l2, l1, linf, nnz, sums)])
 
 
@@ -120,6 +133,50 @@ def _bytes_arg(name: str, value) -> int:
     if value <= 0:
         raise ValueError(f"{name} must be a positive number of bytes, got {value!r}")
     return int(value)
+
+
+def _skip_reason(p: torch.Tensor) -> str | None:
+    """Why a parameter cannot be recorded (None if it can): the statistics are of real floating
+    tensors holding data; complex, integer/bool and meta-device (no data) tensors are not."""
+    if p.is_meta:
+        return "on the meta device"
+    if p.is_complex():
+        return f"complex ({str(p.dtype).replace('torch.', '')})"
+    if not p.is_floating_point():
+        return f"not floating point ({str(p.dtype).replace('torch.', '')})"
+    return None
+
+
+def _skipped_text(skipped: dict[str, str]) -> str:
+    return ", ".join(f"{n} ({why})" for n, why in skipped.items())
+
+
+def _recordable(named: list) -> tuple[list, dict[str, str]]:
+    """The ``(name, parameter)`` pairs that can be recorded, and ``{name: why}`` of those that cannot,
+    listed in one warning (their layers are left out of the run; ``run.meta["skipped"]`` keeps them)."""
+    keep, skipped = [], {}
+    for n, p in named:
+        why = _skip_reason(p)
+        if why is None:
+            keep.append((n, p))
+        else:
+            skipped[n] = why
+    if skipped and keep:
+        warnings.warn(f"gradwidget: {len(skipped)} parameter(s) cannot be recorded and are left out: "
+                      f"{_skipped_text(skipped)}", stacklevel=3)
+    return keep, skipped
+
+
+def _check_number(name: str, value):
+    """A loss or learning rate given to ``Recorder.log``: a real number, or a real tensor read at
+    record time; anything else fails here, not later inside backward or the optimizer step."""
+    if isinstance(value, torch.Tensor):
+        if value.is_complex() or value.dtype == torch.bool:
+            raise TypeError(f"{name} must be a real number or a real tensor, got a {value.dtype} tensor")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number (or a torch tensor), got {type(value).__name__} {value!r:.40}")
+    return float(value)
 
 
 #: model -> weak reference to the Recorder attached to it; weak both ways, so neither is kept alive
@@ -226,15 +283,24 @@ class Recorder:
         self.update_every = update_every
         self.foreach_all = foreach_all  # use _foreach_norm for every statistic (the CUDA path) on CPU too
 
-        named = list(model.named_parameters())
-        if not named:
+        all_named = list(model.named_parameters())
+        if not all_named:
             raise ValueError(f"{type(model).__name__} has no parameters to record")
+        named, self.skipped = _recordable(all_named)
+        if not named:
+            raise ValueError(f"no parameter of {type(model).__name__} can be recorded: "
+                             f"{_skipped_text(self.skipped)}")
+        if not any(p.requires_grad for _, p in named):
+            raise ValueError(f"every parameter of {type(model).__name__} is frozen (requires_grad=False), "
+                             "so there is no gradient to record: unfreeze the layers you train before "
+                             "building the Recorder")
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
         self._pindex = {id(p): i for i, p in enumerate(self._params)}
         if optimizer is not None:
             opt_params = [p for g in optimizer.param_groups for p in g["params"]]
-            foreign = [p for p in opt_params if id(p) not in self._pindex]
+            model_ids = {id(p) for _, p in all_named}
+            foreign = [p for p in opt_params if id(p) not in model_ids]
             if foreign:
                 raise ValueError(
                     f"the optimizer holds {len(foreign)} parameter tensor(s) (of {len(opt_params)}) that "
@@ -281,11 +347,11 @@ class Recorder:
         """Attach the loss (a tensor is fine: it is read once, at record time), a learning rate, or
         your own step number to the next recorded step."""
         if loss is not None:
-            self._pending["loss"] = loss
+            self._pending["loss"] = _check_number("loss", loss)
         if lr is not None:
-            self._pending["lr"] = lr
+            self._pending["lr"] = _check_number("lr", lr)
         if step is not None:
-            self._pending["step"] = int(step)
+            self._pending["step"] = _as_step(step)
 
     def detach(self) -> None:
         """Remove every hook this recorder installed and close its run directory (recording first
@@ -410,8 +476,7 @@ class Recorder:
         if keep:
             diffs = [bufs[k] for k in keep]
             torch._foreach_sub_(diffs, [params[k].detach() for k in keep])
-            norms = torch.stack([n.float() for n in torch._foreach_norm(diffs, 2)]).cpu().numpy()
-            self.run._M3[-1, _M["update_norm"], self._update_cols[keep]] = norms
+            self.run._M3[-1, _M["update_norm"], self._update_cols[keep]] = norms(diffs).cpu().numpy()
         self._finish_step()
 
     def _snapshot_updates(self) -> None:
@@ -555,6 +620,8 @@ class Recorder:
                                                             "optimizer": type(self.optimizer).__name__
                                                             if self.optimizer is not None else None,
                                                             "every": self.every})
+            if self.skipped:
+                self.run.meta["skipped"] = dict(self.skipped)
             if self._dist is not None:
                 from .distributed import type_name
 
@@ -574,14 +641,25 @@ class Recorder:
                 self._update_bufs = (params, [torch.empty_like(p, memory_format=torch.preserve_format).detach()
                                               for p in params])
         if self.log_dir is not None and self.run is not None:
-            from ..storage import RunWriter
-
-            self._writer = RunWriter(self.log_dir, self.run, overwrite=self._overwrite)
+            self._open_writer()
         # with an optimizer, arrival hooks are only needed once: drop them to keep steps cheap
         if self.optimizer is not None:
             for h in self._grad_handles:
                 h.remove()
             self._grad_handles = []
+
+    def _open_writer(self) -> None:
+        """Start the run directory (inside the first optimizer step, so a failure here, say the
+        folder removed since construction, is a loud warning and an explicit stop, not an
+        exception that skips the update); later write failures are the writer's (``live``)."""
+        from ..storage import RunWriter, RunWriteWarning
+
+        try:
+            self._writer = RunWriter(self.log_dir, self.run, overwrite=self._overwrite, live=True)
+        except OSError as e:
+            warnings.warn(f"gradwidget: not recording to {self.log_dir}: {e}. The run is kept in memory "
+                          "only (recorder.run); save it with recorder.run.save(folder)", RunWriteWarning,
+                          stacklevel=2)
 
     def _window(self, n_layers: int) -> int | None:
         """Steps kept in memory: with "auto", as many as fit the memory budget (the Run allocates up
@@ -610,8 +688,8 @@ class Recorder:
             if g is not None and g.layout in (torch.strided, torch.sparse_coo) and g.numel() > 0:
                 groups[(g.device, g.dtype)].append(c)
         pack = _HostCopy()
-        wparts = [(cols, pack.add(torch.stack(torch._foreach_norm(
-            [self._params[self._order[c]].detach() for c in cols], 2)))) for cols in wgroups.values()]
+        wparts = [(cols, pack.add(norms([self._params[self._order[c]].detach() for c in cols])))
+                  for cols in wgroups.values()]
         gparts = []
         for (dev, _dt), cols in groups.items():
             grads = [_stored_values(self._params[self._order[c]].grad) for c in cols]
