@@ -16,7 +16,10 @@ import numpy as np
 
 from .run import Run
 
+#: the original crate's CSV columns, first, as it wrote them ...
 CSV_COLUMNS = ("step", "layer", "mean_abs_grad", "max_abs_grad", "grad_norm", "is_vanishing", "is_exploding")
+#: ... then every other recorded metric and the step's scalars, so a CSV carries the whole run.
+CSV_MORE = ("std", "zero_frac", "nonfinite", "weight_norm", "update_norm", "loss", "lr", "global_norm")
 BLOCKS = " ░▒▓█"
 MARK_EXPLODING = "!"
 MARK_NONFINITE = "X"
@@ -102,21 +105,30 @@ def spreadsheet_safe(text: str) -> str:
     return "'" + text if text.startswith(FORMULA_START) else text
 
 
+def _cell(x: float) -> str:
+    """A number for the CSV: empty where nothing was recorded (NaN), as written otherwise."""
+    return "" if x != x else f"{x:.8e}"
+
+
 def export_csv(run: Run, path) -> None:
-    """Write the seed's CSV timeline: step,layer,mean_abs_grad,max_abs_grad,grad_norm,is_vanishing,is_exploding
-    (layer names made ``spreadsheet_safe``)."""
+    """Write the CSV timeline, one row per step and layer: the original crate's columns first
+    (``CSV_COLUMNS``), then every other metric and the step's loss, learning rate and global norm
+    (``CSV_MORE``; empty where not recorded). Layer names made ``spreadsheet_safe``."""
     mean, mx, norm = run.metric("mean_abs"), run.metric("max_abs"), run.metric("grad_norm")
     van, exp = run.vanishing(), run.exploding()
+    more = [run.metric(m) for m in CSV_MORE[:5]]
+    scal = [run.scalar(s) for s in CSV_MORE[5:]]
     names = [spreadsheet_safe(n) for n in run.layer_names]
     from .storage import atomic_output
 
     with atomic_output(path, newline="") as f:
         w = csv.writer(f)
-        w.writerow(CSV_COLUMNS)
+        w.writerow(CSV_COLUMNS + CSV_MORE)
         for i, step in enumerate(run.steps.tolist()):
+            sc = [_cell(float(x[i])) for x in scal]
             for j, n in enumerate(names):
                 w.writerow([step, n, f"{mean[i, j]:.8e}", f"{mx[i, j]:.8e}", f"{norm[i, j]:.8e}",
-                            int(van[i, j]), int(exp[i, j])])
+                            int(van[i, j]), int(exp[i, j])] + [_cell(float(m[i, j])) for m in more] + sc)
 
 
 def log_levels(values: np.ndarray) -> tuple[float, float]:

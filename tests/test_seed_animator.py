@@ -1,8 +1,9 @@
-"""The seed GradientFlowAnimator's ten tests, in spirit, against ArrayRecorder + Run views."""
+"""The original crate's GradientFlowAnimator tests, in spirit, against ArrayRecorder + Run views."""
 import csv
 import json
 
 import numpy as np
+import pytest
 
 from gradwidget.collect.arrays import ArrayRecorder
 from gradwidget.frames import GradientHealth
@@ -70,16 +71,20 @@ def test_export_json_round_trip(tmp_path):
 
 def test_export_csv_round_trip(tmp_path):
     rec = ArrayRecorder()
-    rec.record(0, simple_grads(["encoder"], 0.2))
-    rec.record(1, simple_grads(["encoder"], 0.18))
+    rec.record(0, simple_grads(["encoder"], 0.2), loss=2.5)
+    rec.record(1, simple_grads(["encoder"], 0.18), loss=2.25)
     p = tmp_path / "t.csv"
     rec.run.export_csv(p)
     rows = list(csv.DictReader(p.open()))
-    assert list(rows[0]) == ["step", "layer", "mean_abs_grad", "max_abs_grad", "grad_norm",
-                             "is_vanishing", "is_exploding"]
+    assert list(rows[0])[:7] == ["step", "layer", "mean_abs_grad", "max_abs_grad", "grad_norm",
+                                 "is_vanishing", "is_exploding"]                  # the original's columns first
+    assert list(rows[0])[7:] == ["std", "zero_frac", "nonfinite", "weight_norm", "update_norm", "loss", "lr",
+                                 "global_norm"]                                   # then everything recorded
     assert len(rows) == 2
     assert float(rows[1]["mean_abs_grad"]) == np.float32(0.18)
     assert rows[0]["is_vanishing"] == "0"
+    assert float(rows[1]["loss"]) == 2.25 and rows[1]["lr"] == "" and float(rows[0]["global_norm"]) > 0
+    assert float(rows[0]["std"]) == pytest.approx(float(rec.run.metric("std")[0, 0]))
 
 
 def test_to_ascii_empty():
