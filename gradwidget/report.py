@@ -141,6 +141,7 @@ h3{font-size:14px;margin:14px 0 6px}
 .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(520px,1fr));gap:12px}
 img.fig{max-width:100%;height:auto;display:block}
 ol.recs li{margin:6px 0}
+.ev{font-size:12px;color:#555;margin-top:2px}
 .prio{font-size:11px;color:#fff;background:#555;border-radius:3px;padding:0 5px;margin-right:6px}
 pre.summary{white-space:pre-wrap;font-size:13px;background:#fff;border:1px solid #e3e3e3;padding:10px;border-radius:6px}
 table.kv td{padding:1px 10px 1px 0;font-size:12px}
@@ -190,7 +191,11 @@ def _recommendations_html(report) -> str:
     for r in recs:
         prio, text = _rec_text(r)
         tag = f'<span class="prio">{_esc(prio)}</span>' if prio else ""
-        items.append(f"<li>{tag}{_esc(text)}</li>")
+        ev = getattr(r, "evidence", "") or ""
+        folded = getattr(r, "explains", None) or []
+        detail = (f'<div class="ev">Evidence: {_esc(ev)}</div>' if ev else "") + (
+            f'<div class="ev">Also explains: {_esc("; ".join(folded))}</div>' if folded else "")
+        items.append(f"<li>{tag}{_esc(text)}{detail}</li>")
     return f'<ol class="recs">{"".join(items)}</ol>'
 
 

@@ -419,10 +419,14 @@ def action_for(c: Cause, run, arch: Architecture) -> str:
     raise ValueError(f"no action for cause {k!r}")
 
 
+#: causes of the whole run: they affect every layer, so the text does not list them.
+WHOLE_RUN = ("lr_too_high", "lr_too_low", "missing_zero_grad", "loss_scale")
+
+
 def _text(c: Cause, max_layers: int) -> str:
     title = c.title[:1].upper() + c.title[1:]
     since = f" since step {c.first_step}" if c.first_step is not None else ""
-    if not c.layers or c.cause in ("lr_too_high", "lr_too_low"):
+    if not c.layers or c.cause in WHOLE_RUN:
         return f"{title}{since}."
     n = len(c.layers)
     shown = ", ".join(c.layers[:max_layers]) + (f" and {n - max_layers} more" if n > max_layers else "")

@@ -196,6 +196,18 @@ def _nonfinite(c: Context) -> Cause | None:
     return Cause("nonfinite", "Critical", layers, first, "; ".join(parts), 1.0, origin=origin)
 
 
+def _growing_first(run) -> list[str]:
+    """Every layer with a gradient, the one whose norm grew most over the run first: a cause of the
+    whole run (every gradient summed or scaled) affects them all."""
+    g = run.metric("grad_norm").astype(np.float64)
+    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
+        g = np.where(np.isfinite(g) & (g > 0), g, np.nan)
+        growth = np.nanmax(g, axis=0) / g[0] if run.n_steps else np.zeros(run.n_layers)
+    got = np.isfinite(g).any(axis=0) if run.n_steps else np.zeros(run.n_layers, bool)
+    order = np.argsort(-np.nan_to_num(growth, nan=0.0), kind="stable")
+    return [run.layer_names[i] for i in order if got[i]]
+
+
 def _missing_zero_grad(c: Context) -> Cause | None:
     """Two fingerprints of gradients summed over steps: at the very start the norm doubles at the
     second step and grows like the step count (consecutive gradients still point the same way);
@@ -224,7 +236,7 @@ def _missing_zero_grad(c: Context) -> Cause | None:
         conf = max(conf, float(np.clip(1 - sm.late / SMOOTH_LATE_CHANGE, 0.5, 1)))
     if not parts:
         return None
-    return Cause("missing_zero_grad", "High", [], _start(run),
+    return Cause("missing_zero_grad", "High", _growing_first(run), _start(run),
                  "; ".join(parts) + ": each step's gradient is added to the last", conf)
 
 
@@ -245,7 +257,7 @@ def _loss_scale(c: Context) -> Cause | None:
     ob = _output_bias_grad(c.run)
     if np.isfinite(ob) and ob <= MEAN_LOSS_BIAS_GRAD:  # a large loss from huge logits, averaged all the same
         return None
-    return Cause("loss_scale", "Low", [], _start(c.run),
+    return Cause("loss_scale", "Low", _growing_first(c.run), _start(c.run),
                  f"the loss starts at {L.start:.3g}, far above a per-sample loss (a cross entropy starts near "
                  f"ln(classes), under 12)" + (f", and the output bias gradient reaches {ob:.3g} where a batch mean "
                                               f"of (p - y) stays within 1" if np.isfinite(ob) else "")
