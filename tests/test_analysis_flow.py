@@ -32,7 +32,8 @@ def test_alternating_series_oscillates():
     assert r.oscillation == pytest.approx(1.0) and r.oscillating and r.trend == "oscillating"
     assert r.direction == "Oscillating"
     assert r.flow_rate == pytest.approx(2 / 2.0)       # |Δ| = 2 around a mean of 2
-    assert r.stability == pytest.approx(1 / (1 + 0.5))  # CV = 1/2
+    # CV = 1/2 around its trend (the median of 1 and 3), less over the first steps' partial windows
+    assert r.stability == pytest.approx(1 / (1 + 0.5), abs=0.02)
     assert r.bottleneck_score == pytest.approx(0.5)     # min 1 vs mean 2
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..run import Run
-from .stats import _quiet
+from .stats import _quiet, trailing_median
 
 
 def _first(mask: np.ndarray, steps: np.ndarray) -> int | None:
@@ -61,16 +61,6 @@ LOSS_REBOUND_SIGMA = 5.0
 #: the rebound is measured on the trailing median of this many recorded steps: one noisy batch is
 #: no rebound, a climb that lasts (or spikes that keep coming) is.
 LOSS_SMOOTH_STEPS = 5
-
-
-def trailing_median(y: np.ndarray, w: int) -> np.ndarray:
-    """Median of each value and the (up to) ``w - 1`` values before it."""
-    if y.size == 0 or w <= 1:
-        return y.copy()
-    pad = np.concatenate([np.full(w - 1, np.nan), y])
-    win = np.lib.stride_tricks.sliding_window_view(pad, w)
-    with _quiet():
-        return np.nanmedian(win, axis=1)
 
 
 def _log_noise(y: np.ndarray) -> float:
@@ -123,6 +113,16 @@ _NORM = re.compile(r"norm", re.I)
 _RECURRENT = re.compile(r"^(LSTM|GRU|RNN)(Cell)?$|LSTM|GRU", re.I)
 _ATTENTION = re.compile(r"attention|attn", re.I)
 _EMBEDDING = re.compile(r"embedding", re.I)
+
+
+_KEY_BIAS = re.compile(r"(^|\.)(key|k_proj|k|to_k|wk)\.bias$")
+
+
+def zero_by_design(name: str) -> bool:
+    """A parameter whose gradient is exactly zero by the model's symmetry, not by a fault: an
+    attention key bias (adding one vector to every key shifts each query's scores by a constant,
+    which softmax ignores)."""
+    return bool(_KEY_BIAS.search(name))
 
 
 def is_embedding(module_type: str) -> bool:

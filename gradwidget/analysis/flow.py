@@ -13,12 +13,17 @@ import numpy as np
 import pandas as pd
 
 from ..run import Run
-from .stats import Series, _quiet, dead_flags, lstsq_slope, runs_of_true
+from .stats import Series, _quiet, dead_flags, lstsq_slope, runs_of_true, trailing_median
 
 DIRECTIONS = ("Forward", "Backward", "Oscillating", "Stagnant")
 #: a norm oscillates only when its detrended lag-1 autocorrelation is below minus this: the
 #: alternating part carries more of the variance than the noise (noise alone gives about 0).
 ALTERNATION = 0.5
+
+
+#: steps of the trailing median a layer's norm is compared with for its stability (its trend); even,
+#: so a norm that alternates every step cannot be its own trend.
+STABILITY_TREND_STEPS = 8
 
 
 # --------------------------------------------------------------------------- per-layer characteristics
@@ -34,7 +39,9 @@ def flow_characteristics(s: Series) -> pd.DataFrame:
     - ``oscillating`` when the sign flips on more than ``thresholds.oscillation`` of steps, the
       alternation dominates the noise (``autocorr_lag1`` below -``ALTERNATION`` and 4 standard
       errors from 0) and the norm moves by ``oscillation_amplitude`` of its level per step;
-    - ``stability`` 1/(1 + std/mean) (seed); NaN when the layer never had a gradient;
+    - ``stability`` 1/(1 + CV) (the original crate's form), with the CV of the norm around its own
+      trailing median over ``STABILITY_TREND_STEPS`` steps: a gradient that shrinks tenfold as
+      the loss falls is not unstable, one that jumps between steps is; NaN without a gradient;
     - ``bottleneck_score`` 1 - min/mean (seed 002): how deep the norm dips below its usual level;
     - ``flow_rate`` mean |Δx| / mean x: relative change per step (information flow rate);
     - ``trend_slope`` least-squares slope of log10 norm per user step over the whole run (block-averaged
@@ -60,7 +67,8 @@ def flow_characteristics(s: Series) -> pd.DataFrame:
         valid = np.sum(np.isfinite(prod), axis=0)
         osc = np.where(valid > 0, np.sum(prod < 0, axis=0) / np.maximum(valid, 1), 0.0) if n >= 4 else np.zeros(L)
         flow_rate = np.where(mean > 0, np.nanmean(np.abs(d), axis=0) / mean, 0.0) if n >= 2 else np.zeros(L)
-        cv = std / mean
+        around = x / trailing_median(x, STABILITY_TREND_STEPS)
+        cv = np.nanstd(around, axis=0) / np.nanmean(around, axis=0)
         stability = np.where(mean > 0, 1.0 / (1.0 + cv), np.nan)
         bottleneck = np.where(mean > 0, 1.0 - np.minimum(np.nanmin(x, axis=0) / mean, 1.0),
                               np.where(mean == 0, 1.0, np.nan)) if n else np.full(L, np.nan)

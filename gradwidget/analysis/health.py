@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .evidence import zero_by_design
 from .stats import (Series, _quiet, block_mean, log10_pos, lstsq_slope, moments, nanmedian, quantiles,
                     standardized)
 
@@ -86,6 +87,7 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
 
     L = run.n_layers
     ok = s.trainable & (ex["known_steps"] > 0)
+    by_design = np.array([zero_by_design(n) for n in names])  # a zero gradient there is no symptom
     nfs = ex["nonfinite_share"]
     add(ok & (nfs > 0), "nonfinite", np.ones(L), np.ones(L, bool),
         lambda i: f"non-finite (NaN/Inf) gradient entries on {nfs[i]:.0%} of steps "
@@ -97,10 +99,10 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
     vs = ex["vanishing_share"]
     ds = ex["dead_share"]
     dead = ds >= t.minor_issue_ratio  # exact zeros: "dead" is the sharper diagnosis than "vanishing"
-    add(ok & (vs >= t.minor_issue_ratio) & ~dead, "vanishing", vs, vs >= t.critical_issue_ratio,
+    add(ok & (vs >= t.minor_issue_ratio) & ~dead & ~by_design, "vanishing", vs, vs >= t.critical_issue_ratio,
         lambda i: f"mean |g| below {t.vanishing:g} on {vs[i]:.0%} of steps "
                   f"(median {_fmt(s.stat('mean_abs', 'median')[i])})")
-    add(ok & dead, "dead", ds, ds >= t.critical_issue_ratio,
+    add(ok & dead & ~by_design, "dead", ds, ds >= t.critical_issue_ratio,
         lambda i: f"at least {t.dead_zero_fraction:.0%} of gradient entries exactly zero on {ds[i]:.0%} of steps")
     gm = s.stat("grad_norm", "median")
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -108,7 +110,7 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
     rel = lvl - reference_level(lvl, ok & ~dead & ~(vs >= t.minor_issue_ratio), ok)
     lo, hi = np.log10(t.relative_vanishing), np.log10(t.relative_exploding)
     with np.errstate(invalid="ignore"):
-        add(ok & (rel < lo) & ~(vs >= t.minor_issue_ratio) & ~dead, "weak", (lo - rel) / max(-lo, 1e-12), np.zeros(L, bool),
+        add(ok & (rel < lo) & ~(vs >= t.minor_issue_ratio) & ~dead & ~by_design, "weak", (lo - rel) / max(-lo, 1e-12), np.zeros(L, bool),
             lambda i: f"median gradient norm {10 ** -rel[i]:.3g}x below the typical layer ({REF_TEXT})")
         add(ok & (rel > hi), "hot", (rel - hi) / max(hi, 1e-12), np.zeros(L, bool),
             lambda i: f"median gradient norm {10 ** rel[i]:.3g}x above the typical layer ({REF_TEXT})")

@@ -216,6 +216,16 @@ def exact_reductions(run: Run, chunk: int = 8192, block: int = 0, threads: int =
     return out
 
 
+def trailing_median(y: np.ndarray, w: int) -> np.ndarray:
+    """Median of each row and the (up to) ``w - 1`` rows before it, along axis 0 (NaN ignored)."""
+    if y.shape[0] == 0 or w <= 1:
+        return y.copy()
+    pad = np.concatenate([np.full((w - 1,) + y.shape[1:], np.nan), y])
+    win = np.lib.stride_tricks.sliding_window_view(pad, w, axis=0)
+    with _quiet():
+        return np.nanmedian(win, axis=-1)
+
+
 def nanmedian(x: np.ndarray, axis: int = 0) -> np.ndarray | float:
     """Median ignoring NaN/Inf; one sort (``np.nanmedian`` loops per column when NaNs are present)."""
     x = np.asarray(x, np.float64)
