@@ -1,9 +1,12 @@
 import os
+import sys
 
 import numpy as np
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# bench/ holds the diagnosis zoo (``import zoo``), which tests score and check
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,91 @@
+"""Running cases, with a cache of their Runs on disk, and the self-check of a case's labels."""
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from .case import Case
+from .cases import RECIPES
+from .train import train
+
+#: bump whenever a case, a model, a task or the training loop changes: cached runs are then stale
+ZOO_VERSION = 1
+
+DEFAULT_CACHE = Path(__file__).resolve().parent.parent / ".zoo-cache"
+
+#: a healthy run's loss must end below this fraction of where it started (means of 10 steps)
+HEALTHY_LOSS_RATIO = 0.8
+
+
+def run_case(case: Case):
+    """Train ``case`` from scratch and return its ``gradwidget.Run`` (case id in ``run.meta``)."""
+    if not isinstance(case, Case):
+        raise TypeError(f"run_case needs a zoo Case, got {type(case).__name__}")
+    try:
+        recipe = RECIPES[case.id]
+    except KeyError:
+        raise KeyError(f"no zoo recipe for case {case.id!r}; cases come from zoo.CASES") from None
+    run = train(case.arch, case.optimizer, case.seed, case.steps, variant=dict(recipe.variant),
+                mistakes=recipe.mistakes)
+    run.meta.update(zoo_case=case.id, zoo_version=ZOO_VERSION, zoo_steps=case.steps)
+    return run
+
+
+def cache_path(case: Case, cache_dir=DEFAULT_CACHE) -> Path:
+    return Path(cache_dir) / f"v{ZOO_VERSION}" / f"{case.id}-{case.steps}"
+
+
+def load_or_run(case: Case, cache_dir=DEFAULT_CACHE, *, refresh: bool = False):
+    """The case's Run from ``cache_dir`` when it was saved by this ZOO_VERSION, else train it and
+    save it there. ``refresh`` retrains and overwrites."""
+    from gradwidget import load_run
+    from gradwidget.storage import RunFormatError
+
+    path = cache_path(case, cache_dir)
+    if not refresh and (path / "meta.json").is_file():
+        try:
+            return load_run(path)
+        except RunFormatError as e:  # an entry from an older run format: train again
+            warnings.warn(f"zoo cache entry {path} unreadable ({e}); training {case.id} again")
+    run = run_case(case)
+    if path.exists():
+        shutil.rmtree(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    run.save(tmp)
+    tmp.rename(path)  # whole entries only: a killed run leaves no cache entry that looks complete
+    return run
+
+
+def loss_ratio(run) -> float:
+    """Mean loss of the last 10 recorded steps over that of the first 10 (NaN when not finite)."""
+    loss = np.asarray(run.scalar("loss"), dtype=np.float64)
+    return float(np.mean(loss[-10:]) / np.mean(loss[:10])) if len(loss) >= 20 else float("nan")
+
+
+def check_case(case: Case, run) -> None:
+    """Assert the case's labels hold on its Run: every fault layer exists, a healthy loss fell, and
+    the mistakes whose label is a fact of the recording (no gradient, frozen, non-finite) show it."""
+    names = set(run.layer_names)
+    missing = [n for n in case.fault_layers if n not in names]
+    assert not missing, f"{case.id}: fault_layers not in run.layer_names: {missing}"
+    assert run.n_steps == case.steps, f"{case.id}: {run.n_steps} steps recorded, {case.steps} trained"
+    if case.healthy:
+        r = loss_ratio(run)
+        assert r < HEALTHY_LOSS_RATIO, f"{case.id}: healthy loss did not fall (last/first = {r:.2f})"
+        assert np.isfinite(run.metric("grad_norm")).all(), f"{case.id}: healthy run has non-finite gradients"
+        return
+    g = run.metric("grad_norm")
+    cols = [run.layer_index(n) for n in case.fault_layers]
+    if case.cause in ("no_gradient", "frozen"):
+        got = [n for n, c in zip(case.fault_layers, cols) if np.nansum(np.abs(g[:, c])) > 0]
+        assert not got, f"{case.id}: labelled as getting no gradient but got one: {got}"
+    if case.cause == "nonfinite":
+        assert (run.metric("nonfinite") > 0).any() or not np.isfinite(run.scalar("loss")).all(), \
+            f"{case.id}: no non-finite value was recorded"

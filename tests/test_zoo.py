@@ -1,0 +1,60 @@
+"""The diagnosis zoo trains what it says: every FAST case's labels hold on its recorded Run (fault
+layers exist, healthy losses fall, no-gradient/frozen layers got none, NaN cases recorded NaN)."""
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import zoo
+from zoo.case import CAUSES
+
+
+@pytest.fixture(scope="session")
+def zoo_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("zoo-cache")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", zoo.FAST, ids=lambda c: c.id)
+def test_fast_case_labels_hold(case, zoo_cache):
+    run = zoo.load_or_run(case, zoo_cache)
+    zoo.check_case(case, run)
+
+
+@pytest.mark.slow
+def test_cache_returns_the_saved_run(zoo_cache):
+    case = next(c for c in zoo.FAST if c.arch == "mlp" and c.healthy)
+    first = zoo.load_or_run(case, zoo_cache)
+    again = zoo.load_or_run(case, zoo_cache)
+    assert again.layer_names == first.layer_names
+    assert (again.scalar("loss") == first.scalar("loss")).all()
+    assert again.meta["zoo_case"] == case.id
+
+
+def test_fast_covers_every_cause_and_every_arch():
+    assert {c.cause for c in zoo.FAST if not c.healthy} == set(CAUSES)
+    assert {c.arch for c in zoo.FAST if c.healthy} == {c.arch for c in zoo.CASES}
+
+
+def test_every_cause_is_on_several_architectures():
+    for cause in CAUSES:
+        archs = {c.arch for c in zoo.CASES if c.cause == cause}
+        assert len(archs) >= 2, (cause, archs)
+
+
+def test_case_ids_are_unique_and_labels_consistent():
+    ids = [c.id for c in zoo.CASES]
+    assert len(ids) == len(set(ids))
+    for c in zoo.CASES:
+        assert c.healthy == (c.mistake == zoo.HEALTHY)
+        if c.cause == "nonfinite":
+            assert c.mistake in ("nonfinite_loss", "nonfinite_module")
+    with pytest.raises(ValueError, match="unknown cause"):
+        zoo.Case("x", "mlp", "sgd", 0, "oops", "not_a_cause")
+
+
+def test_run_case_refuses_what_is_not_a_zoo_case():
+    with pytest.raises(TypeError, match="zoo Case"):
+        zoo.run_case("mlp-sgd-s0-healthy")
+    with pytest.raises(KeyError, match="no zoo recipe"):
+        zoo.run_case(zoo.Case("mlp-sgd-s9-healthy", "mlp", "sgd", 9, "healthy", None))
