@@ -22,10 +22,13 @@ def under(name: str, prefix: str) -> bool:
 
 
 def params_under(model: nn.Module, prefixes: Iterable[str]) -> tuple[str, ...]:
-    """Names of ``model``'s parameters (``named_parameters`` order) under any of ``prefixes``."""
+    """Names of ``model``'s parameters (``named_parameters`` order) under any of ``prefixes`` (module
+    paths, or parameter names for one parameter)."""
     prefixes = tuple(prefixes)
+    params = dict(model.named_parameters())
     for p in prefixes:
-        model.get_submodule(p)  # a path that names nothing is a typo in a case, not an empty label
+        if p not in params:
+            model.get_submodule(p)  # a path that names nothing is a typo in a case, not an empty label
     return tuple(n for n, _ in model.named_parameters() if any(under(n, p) for p in prefixes))
 
 

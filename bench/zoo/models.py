@@ -119,7 +119,7 @@ ARCHS: dict[str, Arch] = {a.name: a for a in [
          {"sgd": 1.0, "adamw": 1e-2}, flat_targets=True),
     Arch("gpt2", _gpt2, data.markov_tokens, lambda m, x: _lm_logits(m(input_ids=x).logits),
          {"sgd": 0.3, "adamw": 3e-3}, flat_targets=True),
-    Arch("bert", _bert, data.marker_tokens, lambda m, x: m(input_ids=x).logits, {"sgd": 0.1, "adamw": 1e-3}),
+    Arch("bert", _bert, data.marker_tokens, lambda m, x: m(input_ids=x).logits, {"adamw": 1e-3}),
     Arch("resnet", _resnet, data.images, lambda m, x: m(pixel_values=x).logits, {"sgd": 0.05, "adamw": 3e-3}),
     Arch("vit", _vit, data.images, lambda m, x: m(pixel_values=x).logits, {"sgd": 0.05, "adamw": 1e-3}),
 ]}

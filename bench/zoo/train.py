@@ -44,6 +44,8 @@ def train(arch_name: str, optimizer: str, seed: int, steps: int, *, variant: dic
     from gradwidget import Recorder
 
     arch = ARCHS[arch_name]
+    if optimizer not in arch.lr:
+        raise ValueError(f"{arch_name} has no healthy {optimizer} learning rate; it trains with {sorted(arch.lr)}")
     torch.manual_seed(seed)
     model = arch.build(**(variant or {}))
     model.train()
