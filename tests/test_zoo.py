@@ -58,3 +58,17 @@ def test_run_case_refuses_what_is_not_a_zoo_case():
         zoo.run_case("mlp-sgd-s0-healthy")
     with pytest.raises(KeyError, match="no zoo recipe"):
         zoo.run_case(zoo.Case("mlp-sgd-s9-healthy", "mlp", "sgd", 9, "healthy", None))
+
+
+@pytest.mark.slow
+def test_diagnosis_script_prints_findings_and_totals(zoo_cache, capsys):
+    import diagnosis
+
+    rc = diagnosis.main(["--case", "mlp-sgd-s0-", "--cache-dir", str(zoo_cache)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "mlp-sgd-s0-healthy  [healthy]" in out and "mlp-sgd-s0-frozen" not in out
+    for head in ("== healthy runs:", "== mistakes (", "== confusion", "== analyse time per run"):
+        assert head in out
+    with pytest.raises(SystemExit):
+        diagnosis.main(["--case", "no-such-case", "--cache-dir", str(zoo_cache)])
