@@ -3,7 +3,6 @@ at rank 1 or 2, layer recall/precision, a slow detection, and the confusion tabl
 from types import SimpleNamespace
 
 import pytest
-
 from zoo import score
 from zoo.case import Case
 from zoo.score import Finding, Result

@@ -126,15 +126,17 @@ _add("cnn", "sgd", "exploding", "exploding", apply=[mk.scale_weights(6.0)],
 _add("cnn", "adamw", "exploding", "exploding", apply=[mk.scale_weights(6.0)],
      faults=("features.0", "features.3.weight", "features.6.weight", "head.weight"))
 
-# Dead ReLUs: a -10 bias before a ReLU (a GELU for GPT-2: its output and slope are ~0 there).
-# The layers upstream get no gradient through the dead layer (GPT-2's residual path keeps feeding
-# them, so only c_fc, and c_proj.weight whose input is now ~0, are labelled).
+# Dead ReLUs: a -10 bias before a ReLU (a GELU for GPT-2: its output and slope are exactly 0 there in
+# float32). Labelled: the dead layer, then the layers upstream whose only path to the loss runs
+# through it (every gradient exactly 0), then the next layer's weight, whose input is now all zeros.
+# GPT-2's residual stream keeps feeding the other blocks, so upstream there is only ln_2 (it only
+# feeds the MLP).
 _add("mlp", "sgd", "dead_units", "dead_units", apply=[mk.set_bias("net.2", -10.0)],
-     faults=("net.2", "net.0"))
+     faults=("net.2", "net.0", "net.4.weight"))
 _add("cnn", "adamw", "dead_units", "dead_units", apply=[mk.set_bias("features.3", -10.0)],
-     faults=("features.3", "features.0"))
+     faults=("features.3", "features.0", "features.6.weight"))
 _add("gpt2", "adamw", "dead_units", "dead_units", apply=[mk.set_bias("transformer.h.0.mlp.c_fc", -10.0)],
-     faults=("transformer.h.0.mlp.c_fc",))
+     faults=("transformer.h.0.mlp.c_fc", "transformer.h.0.ln_2", "transformer.h.0.mlp.c_proj.weight"))
 
 # NaN from the loss: a hand-written NLL whose probabilities underflow to 0 from step 30.
 for _arch, _opt in [("mlp", "sgd"), ("gpt2", "adamw"), ("lstm", "adamw")]:

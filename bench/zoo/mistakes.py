@@ -22,14 +22,15 @@ def under(name: str, prefix: str) -> bool:
 
 
 def params_under(model: nn.Module, prefixes: Iterable[str]) -> tuple[str, ...]:
-    """Names of ``model``'s parameters (``named_parameters`` order) under any of ``prefixes`` (module
-    paths, or parameter names for one parameter)."""
-    prefixes = tuple(prefixes)
-    params = dict(model.named_parameters())
+    """Names of ``model``'s parameters under ``prefixes`` (module paths, or parameter names for one
+    parameter), in the order of ``prefixes`` (the most affected first), then ``named_parameters``."""
+    names = [n for n, _ in model.named_parameters()]
+    out: list[str] = []
     for p in prefixes:
-        if p not in params:
+        if p not in names:
             model.get_submodule(p)  # a path that names nothing is a typo in a case, not an empty label
-    return tuple(n for n, _ in model.named_parameters() if any(under(n, p) for p in prefixes))
+        out += [n for n in names if under(n, p) and n not in out]
+    return tuple(out)
 
 
 def scale_lr(factor: float) -> Mistake:

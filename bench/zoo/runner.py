@@ -19,6 +19,9 @@ DEFAULT_CACHE = Path(__file__).resolve().parent.parent / ".zoo-cache"
 
 #: a healthy run's loss must end below this fraction of where it started (means of 10 steps)
 HEALTHY_LOSS_RATIO = 0.8
+#: a vanishing case's fault weights have, over the first VANISH_STEPS steps, a median gradient norm
+#: below VANISH_RATIO of the largest weight's (how the labels were measured)
+VANISH_STEPS, VANISH_RATIO = 10, 0.01
 
 
 def run_case(case: Case):
@@ -70,22 +73,40 @@ def loss_ratio(run) -> float:
 
 
 def check_case(case: Case, run) -> None:
-    """Assert the case's labels hold on its Run: every fault layer exists, a healthy loss fell, and
-    the mistakes whose label is a fact of the recording (no gradient, frozen, non-finite) show it."""
+    """Assert the case's labels hold on its Run: every fault layer exists, every layer that never got
+    a gradient is labelled, a healthy loss fell, and the labels that are facts of the recording show
+    there (no gradient, frozen, left out of the optimizer, dead, vanishing, non-finite)."""
     names = set(run.layer_names)
     missing = [n for n in case.fault_layers if n not in names]
     assert not missing, f"{case.id}: fault_layers not in run.layer_names: {missing}"
     assert run.n_steps == case.steps, f"{case.id}: {run.n_steps} steps recorded, {case.steps} trained"
+    g = run.metric("grad_norm")
+    silent = [n for n, total in zip(run.layer_names, np.nansum(np.abs(g), axis=0)) if total == 0]
+    unlabelled = [n for n in silent if n not in case.fault_layers]
+    assert not unlabelled, f"{case.id}: layers that never got a gradient are not in fault_layers: {unlabelled}"
     if case.healthy:
         r = loss_ratio(run)
         assert r < HEALTHY_LOSS_RATIO, f"{case.id}: healthy loss did not fall (last/first = {r:.2f})"
         assert np.isfinite(run.metric("grad_norm")).all(), f"{case.id}: healthy run has non-finite gradients"
         return
-    g = run.metric("grad_norm")
     cols = [run.layer_index(n) for n in case.fault_layers]
+    got_grad = [n for n in case.fault_layers if n not in silent]
     if case.cause in ("no_gradient", "frozen"):
-        got = [n for n, c in zip(case.fault_layers, cols) if np.nansum(np.abs(g[:, c])) > 0]
-        assert not got, f"{case.id}: labelled as getting no gradient but got one: {got}"
+        assert not got_grad, f"{case.id}: labelled as getting no gradient but got one: {got_grad}"
+    if case.cause == "frozen":
+        assert all(run.layers[c].status == "frozen" for c in cols), f"{case.id}: fault layers not frozen"
+    if case.cause == "not_in_optimizer":
+        assert got_grad == list(case.fault_layers), f"{case.id}: a layer left out got no gradient"
+        moved = np.nan_to_num(run.metric("update_norm")[:, cols]).max()
+        assert moved == 0, f"{case.id}: a layer left out of the optimizer moved ({moved:.3g})"
+    if case.cause == "dead_units":
+        zeros = np.nanmean(run.metric("zero_frac")[1:, cols])
+        assert zeros > 0.99, f"{case.id}: dead layers' gradients are only {zeros:.0%} zeros"
+    if case.cause == "vanishing":
+        early = np.nanmedian(g[:VANISH_STEPS], axis=0)
+        top = max(early[i] for i, n in enumerate(run.layer_names) if n.endswith("weight"))
+        loud = [n for n, c in zip(case.fault_layers, cols) if n.endswith("weight") and early[c] >= VANISH_RATIO * top]
+        assert not loud, f"{case.id}: labelled vanishing but not below {VANISH_RATIO} of the largest: {loud}"
     if case.cause == "nonfinite":
-        assert (run.metric("nonfinite") > 0).any() or not np.isfinite(run.scalar("loss")).all(), \
-            f"{case.id}: no non-finite value was recorded"
+        bad = (run.metric("nonfinite").sum(axis=1) > 0) | ~np.isfinite(run.scalar("loss"))
+        assert bad.any(), f"{case.id}: no non-finite value was recorded"
