@@ -20,9 +20,9 @@ import zoo
 from zoo import score
 
 
-def _diagnose(args: tuple) -> tuple[str, list, float, float, str | None]:
-    """Run (or load) one case, check its labels, analyse it: (id, findings, loss ratio, seconds,
-    label problem). Module level so worker processes can run it."""
+def _diagnose(args: tuple) -> tuple[str, list, float, float, float, str | None]:
+    """Run (or load) one case, check its labels, analyse it: (id, findings, loss ratio, training
+    seconds, analysis seconds, label problem). Module level so worker processes can run it."""
     case, cache_dir, no_cache = args
     import torch
 
@@ -38,7 +38,8 @@ def _diagnose(args: tuple) -> tuple[str, list, float, float, str | None]:
     t = time.perf_counter()
     report = analyze(run)
     dt = time.perf_counter() - t
-    return case.id, score.findings_of(report), zoo.loss_ratio(run), dt, problem
+    train_s = float(run.meta.get("zoo_train_seconds", float("nan")))
+    return case.id, score.findings_of(report), zoo.loss_ratio(run), train_s, dt, problem
 
 
 def _pct(x: float) -> str:
@@ -60,24 +61,8 @@ def main(argv=None) -> int:
         ap.error(f"no zoo case id contains {a.case!r}")
     t0 = time.perf_counter()
     work = [(c, a.cache_dir, a.no_cache) for c in cases]
-    if a.jobs == 1:
-        outs = map(_diagnose, work)
-    else:
-        outs = ProcessPoolExecutor(a.jobs).map(_diagnose, work)
-    by_id = {c.id: c for c in cases}
-    results, problems = [], []
-    for cid, found, ratio, dt, problem in outs:
-        case = by_id[cid]
-        results.append(score.Result(case, found, dt))
-        label = "healthy" if case.healthy else case.cause
-        print(f"{cid}  [{label}]  loss last/first {ratio:.2f}  analyse {1000 * dt:.0f} ms")
-        for f in found:
-            print(f"    {f}")
-        if not found:
-            print("    (nothing reported)")
-        if problem:
-            problems.append(problem)
-            print(f"    LABEL CHECK FAILED: {problem}")
+    with ProcessPoolExecutor(a.jobs) if a.jobs > 1 else _Serial() as ex:
+        results, problems = _report_each(ex.map(_diagnose, work), {c.id: c for c in cases})
     wall = time.perf_counter() - t0
     print()
     print(summary(results))
@@ -85,6 +70,36 @@ def main(argv=None) -> int:
     if problems:
         print(f"{len(problems)} label checks failed:\n  " + "\n  ".join(problems))
     return 1 if problems else 0
+
+
+class _Serial:
+    """In-process stand-in for an executor (``--jobs 1``)."""
+
+    map = staticmethod(map)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def _report_each(outs, by_id: dict) -> tuple[list, list]:
+    """Print each case's findings as it arrives; return the Results and the label-check failures."""
+    results, problems = [], []
+    for cid, found, ratio, train_s, dt, problem in outs:
+        case = by_id[cid]
+        results.append(score.Result(case, found, dt))
+        label = "healthy" if case.healthy else case.cause
+        print(f"{cid}  [{label}]  loss last/first {ratio:.2f}  train {train_s:.1f} s  analyse {1000 * dt:.0f} ms")
+        for f in found:
+            print(f"    {f}")
+        if not found:
+            print("    (nothing reported)")
+        if problem:
+            problems.append(problem)
+            print(f"    LABEL CHECK FAILED: {problem}")
+    return results, problems
 
 
 def summary(results: list) -> str:

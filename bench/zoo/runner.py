@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import warnings
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from .cases import RECIPES
 from .train import train
 
 #: bump whenever a case, a model, a task or the training loop changes: cached runs are then stale
-ZOO_VERSION = 2
+ZOO_VERSION = 3
 
 DEFAULT_CACHE = Path(__file__).resolve().parent.parent / ".zoo-cache"
 
@@ -32,9 +33,11 @@ def run_case(case: Case):
         recipe = RECIPES[case.id]
     except KeyError:
         raise KeyError(f"no zoo recipe for case {case.id!r}; cases come from zoo.CASES") from None
+    t = time.perf_counter()
     run = train(case.arch, case.optimizer, case.seed, case.steps, variant=dict(recipe.variant),
                 mistakes=recipe.mistakes)
-    run.meta.update(zoo_case=case.id, zoo_version=ZOO_VERSION, zoo_steps=case.steps)
+    run.meta.update(zoo_case=case.id, zoo_version=ZOO_VERSION, zoo_steps=case.steps,
+                    zoo_train_seconds=round(time.perf_counter() - t, 3))
     return run
 
 
