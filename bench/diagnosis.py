@@ -3,6 +3,7 @@ findings per case in rank order, then false alarms on healthy runs, cause accura
 two), layer recall/precision, detection step, a confusion table and analysis times.
 
     python bench/diagnosis.py [--fast] [--case SUBSTR] [--no-cache] [--jobs N] [--cache-dir DIR]
+    python bench/diagnosis.py --table [...]    # the zoo itself: losses, gradient ranges, no analysis
 """
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-cache", action="store_true", help="train every case again, write no cache")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (the machine is shared: 1)")
     ap.add_argument("--cache-dir", default=str(zoo.DEFAULT_CACHE))
+    ap.add_argument("--table", action="store_true",
+                    help="print each case's losses and gradient range instead of diagnosing it")
     a = ap.parse_args(argv)
     if a.jobs < 1:
         ap.error("--jobs must be at least 1")
@@ -60,6 +63,11 @@ def main(argv=None) -> int:
     if not cases:
         ap.error(f"no zoo case id contains {a.case!r}")
     t0 = time.perf_counter()
+    if a.table:
+        for c in cases:
+            print(case_row(c, zoo.run_case(c) if a.no_cache else zoo.load_or_run(c, a.cache_dir)))
+        print(f"{len(cases)} cases in {time.perf_counter() - t0:.1f} s")
+        return 0
     work = [(c, a.cache_dir, a.no_cache) for c in cases]
     with ProcessPoolExecutor(a.jobs) if a.jobs > 1 else _Serial() as ex:
         results, problems = _report_each(ex.map(_diagnose, work), {c.id: c for c in cases})
@@ -70,6 +78,25 @@ def main(argv=None) -> int:
     if problems:
         print(f"{len(problems)} label checks failed:\n  " + "\n  ".join(problems))
     return 1 if problems else 0
+
+
+def case_row(case, run) -> str:
+    """One line about a case's run: label, loss (first 10 -> last 10 steps), whether it fell as a
+    healthy run must, training time, the smallest and largest layer (median gradient norm), and the
+    first step with a non-finite gradient or loss."""
+    import numpy as np
+
+    loss = run.scalar("loss")
+    g = run.metric("grad_norm")
+    med = np.array([np.median(c[np.isfinite(c)]) if np.isfinite(c).any() else np.nan for c in g.T])
+    lo, hi = (int(np.nanargmin(med)), int(np.nanargmax(med))) if np.isfinite(med).any() else (0, 0)
+    bad = np.nonzero((run.metric("nonfinite").sum(axis=1) > 0) | ~np.isfinite(loss))[0]
+    ratio = zoo.loss_ratio(run)
+    fell = "falls" if ratio < zoo.runner.HEALTHY_LOSS_RATIO else "flat/up" if ratio == ratio else "nan"
+    return (f"{case.id:38s} {case.cause or 'healthy':17s} loss {np.mean(loss[:10]):8.3g} -> "
+            f"{np.mean(loss[-10:]):8.3g} ({fell:7s}) train {run.meta.get('zoo_train_seconds', float('nan')):4.1f} s"
+            f"  |g| min {med[lo]:.1e} {run.layer_names[lo]}  max {med[hi]:.1e} {run.layer_names[hi]}"
+            + (f"  non-finite from step {run.steps[bad[0]]}" if len(bad) else ""))
 
 
 class _Serial:
