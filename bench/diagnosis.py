@@ -92,7 +92,7 @@ def case_row(case, run) -> str:
     lo, hi = (int(np.nanargmin(med)), int(np.nanargmax(med))) if np.isfinite(med).any() else (0, 0)
     bad = np.nonzero((run.metric("nonfinite").sum(axis=1) > 0) | ~np.isfinite(loss))[0]
     ratio = zoo.loss_ratio(run)
-    fell = "falls" if ratio < zoo.runner.HEALTHY_LOSS_RATIO else "flat/up" if ratio == ratio else "nan"
+    fell = "nan" if not np.isfinite(ratio) else "falls" if ratio < HEALTHY_LOSS_RATIO else "flat/up"
     return (f"{case.id:38s} {case.cause or 'healthy':17s} loss {np.mean(loss[:10]):8.3g} -> "
             f"{np.mean(loss[-10:]):8.3g} ({fell:7s}) train {run.meta.get('zoo_train_seconds', float('nan')):4.1f} s"
             f"  |g| min {med[lo]:.1e} {run.layer_names[lo]}  max {med[hi]:.1e} {run.layer_names[hi]}"
