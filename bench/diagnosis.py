@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 
 import zoo
 from zoo import score
+from zoo.runner import HEALTHY_LOSS_RATIO
 
 
 def _diagnose(args: tuple) -> tuple[str, list, float, float, float, str | None]:
