@@ -72,3 +72,6 @@ def test_diagnosis_script_prints_findings_and_totals(zoo_cache, capsys):
         assert head in out
     with pytest.raises(SystemExit):
         diagnosis.main(["--case", "no-such-case", "--cache-dir", str(zoo_cache)])
+    assert diagnosis.main(["--table", "--case", "mlp-sgd-s0-healthy", "--cache-dir", str(zoo_cache)]) == 0
+    row = capsys.readouterr().out.splitlines()[0]
+    assert row.startswith("mlp-sgd-s0-healthy") and "(falls" in row and "non-finite" not in row
