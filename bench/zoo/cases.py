@@ -37,6 +37,15 @@ def _model(arch: str, variant: tuple) -> nn.Module:
     return ARCHS[arch].build(**dict(variant))
 
 
+def _first_module(arch: str, type_name: str) -> str:
+    """Path of the first module of class ``type_name`` in ``arch``'s model (paths inside
+    transformers models change between its releases; class names do not)."""
+    path = next((n for n, m in _model(arch, ()).named_modules() if type(m).__name__ == type_name), None)
+    if path is None:
+        raise LookupError(f"{arch} has no {type_name} module")
+    return path
+
+
 def _add(arch: str, optimizer: str, mistake: str, cause: str | None = None, *, seed: int = 0,
          apply: tuple = (), variant: dict | None = None, faults: tuple[str, ...] = (),
          origin: str | None = None, slow: bool = False, steps: int = 120) -> Case:
@@ -144,7 +153,7 @@ for _arch, _opt in [("mlp", "sgd"), ("gpt2", "adamw"), ("lstm", "adamw")]:
     _add(_arch, _opt, "nonfinite_loss", "nonfinite", apply=[mk.nan_from_loss(30)])
 # NaN made inside a parameter-free module (a scale schedule reaching exactly 0) from step 30.
 for _arch, _opt, _mod in [("mlp", "adamw", "net.5"), ("gpt2", "sgd", "transformer.h.1.mlp.act"),
-                          ("vit", "adamw", "vit.layers.0.mlp.activation_fn")]:
+                          ("vit", "adamw", _first_module("vit", "GELUActivation"))]:
     _add(_arch, _opt, "nonfinite_module", "nonfinite", apply=[mk.nan_in_module(_mod, 30)], origin=_mod)
 
 # Softmax applied before nn.CrossEntropyLoss: the output saturates.

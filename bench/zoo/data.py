@@ -77,10 +77,10 @@ def marker_tokens(seed: int, n: int = 1024, length: int = 16, vocab: int = 64, c
                   batch_size: int = 32) -> Task:
     """Token-presence classification: each sequence holds exactly one of ``classes`` marker tokens
     (ids 1..classes) at a random position among ordinary tokens; the label is which marker. Position
-    0 is a [CLS]-like token 0."""
+    0 is a [CLS]-like token, the last id; id 0 (BERT's padding id, which never trains) is not used."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randint(classes + 1, vocab, (n, length), generator=g)
-    x[:, 0] = 0
+    x = torch.randint(classes + 1, vocab - 1, (n, length), generator=g)
+    x[:, 0] = vocab - 1
     y = torch.randint(0, classes, (n,), generator=g)
     pos = torch.randint(1, length, (n,), generator=g)
     x[torch.arange(n), pos] = y + 1

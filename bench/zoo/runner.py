@@ -14,7 +14,7 @@ from .cases import RECIPES
 from .train import train
 
 #: bump whenever a case, a model, a task or the training loop changes: cached runs are then stale
-ZOO_VERSION = 3
+ZOO_VERSION = 4
 
 DEFAULT_CACHE = Path(__file__).resolve().parent.parent / ".zoo-cache"
 
@@ -42,7 +42,13 @@ def run_case(case: Case):
 
 
 def cache_path(case: Case, cache_dir=DEFAULT_CACHE) -> Path:
-    return Path(cache_dir) / f"v{ZOO_VERSION}" / f"{case.id}-{case.steps}"
+    """Where the case's run is cached: per ZOO_VERSION and per torch and transformers release (their
+    models' parameter names and numbers change between releases)."""
+    import torch
+    import transformers
+
+    tag = f"v{ZOO_VERSION}-torch{torch.__version__}-transformers{transformers.__version__}"
+    return Path(cache_dir) / tag / f"{case.id}-{case.steps}"
 
 
 def load_or_run(case: Case, cache_dir=DEFAULT_CACHE, *, refresh: bool = False):
