@@ -1,8 +1,9 @@
 """The diagnosis zoo trains what it says: every FAST case's labels hold on its recorded Run (fault
 layers exist, healthy losses fall, no-gradient/frozen layers got none, NaN cases recorded NaN)."""
+import numpy as np
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import zoo
@@ -75,3 +76,43 @@ def test_diagnosis_script_prints_findings_and_totals(zoo_cache, capsys):
     assert diagnosis.main(["--table", "--case", "mlp-sgd-s0-healthy", "--cache-dir", str(zoo_cache)]) == 0
     row = capsys.readouterr().out.splitlines()[0]
     assert row.startswith("mlp-sgd-s0-healthy") and "(falls" in row and "non-finite" not in row
+
+
+@pytest.mark.slow
+def test_run_case_is_deterministic():
+    case = next(c for c in zoo.CASES if c.id == "mlp-adamw-s0-nonfinite_module")
+    a, b = zoo.run_case(case), zoo.run_case(case)
+    assert np.array_equal(a.scalar("loss"), b.scalar("loss"), equal_nan=True)
+    assert np.array_equal(a.metric("grad_norm"), b.metric("grad_norm"), equal_nan=True)
+
+
+def test_params_under_orders_by_prefix_and_rejects_typos():
+    from zoo.mistakes import params_under
+    from zoo.models import MLP
+
+    m = MLP(depth=3)
+    assert params_under(m, ["net.2", "net.0.weight"]) == ("net.2.weight", "net.2.bias", "net.0.weight")
+    with pytest.raises(AttributeError):
+        params_under(m, ["net.9"])
+
+
+def test_dividing_schedule_turns_non_finite_at_its_step():
+    from zoo.mistakes import DividingSchedule
+
+    mod = DividingSchedule(torch.nn.ReLU(), at=3)
+    x = torch.ones(2, 4)
+    outs = [mod(x) for _ in range(4)]
+    assert all(torch.isfinite(o).all() for o in outs[:3]) and torch.isinf(outs[3]).all()
+    mod.eval()
+    assert torch.isfinite(mod(x)).all()  # evaluation is not annealed
+
+
+def test_detach_output_handles_tensors_and_tuples():
+    from zoo.mistakes import _detached
+
+    t = torch.ones(2, requires_grad=True) * 2
+    assert not _detached(t).requires_grad
+    out = _detached((t, "cache"))
+    assert not out[0].requires_grad and out[1] == "cache"
+    with pytest.raises(TypeError, match="cannot detach"):
+        _detached({"x": t})
