@@ -141,6 +141,8 @@ def summary(results: list) -> str:
     if acc["n"]:
         out.append(f"== mistakes ({acc['n']}): right cause first {_pct(acc['top1'])}, "
                    f"within the first two {_pct(acc['top2'])}")
+        out.append("   per cause (first / first two / cases): " + ", ".join(
+            f"{c} {a}/{b}/{n}" for c, (a, b, n) in score.by_cause(results).items()))
         byid = {r.case.id: r for r in results}
         out += [f"   miss {i} [{byid[i].case.cause}]: first reported {byid[i].first_cause}"
                 + ("" if byid[i].rank is None else f", right cause at rank {byid[i].rank + 1}")

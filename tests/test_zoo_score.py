@@ -41,6 +41,8 @@ def test_cause_accuracy_first_and_first_two():
     assert acc["top1"] == pytest.approx(0.25) and acc["top2"] == pytest.approx(0.5)
     assert acc["misses"] == ["c2", "c3", "c4"]
     assert (third.rank, missed.rank, missed.first_cause) == (2, None, score.NONE)
+    assert score.by_cause([first, second, third, missed]) == {
+        "dead_units": (0, 1, 1), "frozen": (1, 1, 1), "lr_too_low": (0, 0, 1), "nonfinite": (0, 0, 1)}
 
 
 def test_layer_scores_use_the_first_matching_finding():

@@ -86,6 +86,17 @@ def cause_accuracy(results: list[Result]) -> dict:
             "misses": [r.case.id for r in ms if r.rank != 0]}
 
 
+def by_cause(results: list[Result]) -> dict[str, tuple[int, int, int]]:
+    """Per true cause: (right cause first, within the first two, cases)."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for r in results:
+        if r.case.healthy:
+            continue
+        a, b, n = out.get(r.case.cause, (0, 0, 0))
+        out[r.case.cause] = (a + (r.rank == 0), b + (r.rank is not None and r.rank < 2), n + 1)
+    return dict(sorted(out.items()))
+
+
 def layer_match(fault_layers, found_layers) -> tuple[float, float]:
     """(recall, precision) of ``found_layers`` against ``fault_layers``; a finding with no layers has
     precision 0 (it points nowhere) and recall 0."""
