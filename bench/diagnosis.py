@@ -2,7 +2,7 @@
 findings per case in rank order, then false alarms on healthy runs, cause accuracy (first, first
 two), layer recall/precision, detection step, a confusion table and analysis times.
 
-    python bench/diagnosis.py [--fast] [--case SUBSTR] [--no-cache] [--jobs N] [--cache-dir DIR]
+    python bench/diagnosis.py [--fast | --heldout] [--case SUBSTR] [--no-cache] [--jobs N] [--cache-dir DIR]
     python bench/diagnosis.py --table [...]    # the zoo itself: losses, gradient ranges, no analysis
 """
 from __future__ import annotations
@@ -50,7 +50,10 @@ def _pct(x: float) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fast", action="store_true", help="only the FAST subset")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--fast", action="store_true", help="only the FAST subset")
+    which.add_argument("--heldout", action="store_true",
+                       help="the held-out cases (mistakes on other seeds, archs, magnitudes) instead")
     ap.add_argument("--case", default="", help="only cases whose id contains this")
     ap.add_argument("--no-cache", action="store_true", help="train every case again, write no cache")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (the machine is shared: 1)")
@@ -60,7 +63,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.jobs < 1:
         ap.error("--jobs must be at least 1")
-    cases = [c for c in (zoo.FAST if a.fast else zoo.CASES) if a.case in c.id]
+    cases = [c for c in (zoo.FAST if a.fast else zoo.HELDOUT if a.heldout else zoo.CASES) if a.case in c.id]
     if not cases:
         ap.error(f"no zoo case id contains {a.case!r}")
     t0 = time.perf_counter()

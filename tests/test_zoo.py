@@ -23,6 +23,15 @@ def test_fast_case_labels_hold(case, zoo_cache):
 
 
 @pytest.mark.slow
+def test_heldout_labels_hold(zoo_cache):
+    """Every held-out case (28 runs, ~20 s): labels checked as for FAST, ids distinct from CASES."""
+    assert not {c.id for c in zoo.HELDOUT} & {c.id for c in zoo.CASES}
+    assert {c.cause for c in zoo.HELDOUT} == set(CAUSES)
+    for case in zoo.HELDOUT:
+        zoo.check_case(case, zoo.load_or_run(case, zoo_cache))
+
+
+@pytest.mark.slow
 def test_cache_returns_the_saved_run(zoo_cache):
     case = next(c for c in zoo.FAST if c.arch == "mlp" and c.healthy)
     first = zoo.load_or_run(case, zoo_cache)

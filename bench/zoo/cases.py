@@ -48,14 +48,15 @@ def _first_module(arch: str, type_name: str) -> str:
 
 def _add(arch: str, optimizer: str, mistake: str, cause: str | None = None, *, seed: int = 0,
          apply: tuple = (), variant: dict | None = None, faults: tuple[str, ...] = (),
-         origin: str | None = None, slow: bool = False, steps: int = 120) -> Case:
+         origin: str | None = None, slow: bool = False, steps: int = 120, into: list | None = None) -> Case:
+    """Define a case (appended to ``into``, CASES by default) and its recipe."""
     v = tuple(sorted((variant or {}).items()))
     case = Case(f"{arch}-{optimizer}-s{seed}-{mistake}", arch, optimizer, seed, mistake, cause,
                 fault_layers=mk.params_under(_model(arch, v), faults), origin_module=origin,
                 slow_onset=slow, steps=steps)
     if case.id in RECIPES:
         raise ValueError(f"two zoo cases are called {case.id}")
-    CASES.append(case)
+    (CASES if into is None else into).append(case)
     RECIPES[case.id] = Recipe(v, tuple(apply))
     return case
 
