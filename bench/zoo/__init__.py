@@ -11,16 +11,16 @@ from .case import CAUSES, HEALTHY, Case
 from .cases import CASES, FAST_IDS
 from .heldout import HELDOUT
 from .runner import (
-           DEFAULT_CACHE,
-           ZOO_VERSION,
-           check_case,
-           load_or_run,
-           loss_ratio,
-           run_case,
+    DEFAULT_CACHE,
+    ZOO_VERSION,
+    check_case,
+    load_or_run,
+    loss_ratio,
+    run_case,
 )
 
 #: each mistake once and each healthy architecture once, on the cheapest cases that show them
 FAST: list[Case] = [c for c in CASES if c.id in FAST_IDS]
 
-__all__ = ["CASES", "CAUSES", "DEFAULT_CACHE", "FAST", "HEALTHY", "HELDOUT", "ZOO_VERSION", "Case", "check_case",
-           "load_or_run", "loss_ratio", "run_case"]
+__all__ = ["CASES", "CAUSES", "DEFAULT_CACHE", "FAST", "HEALTHY", "HELDOUT", "ZOO_VERSION", "Case",
+           "check_case", "load_or_run", "loss_ratio", "run_case"]

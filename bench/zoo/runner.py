@@ -32,7 +32,7 @@ def run_case(case: Case):
     try:
         recipe = RECIPES[case.id]
     except KeyError:
-        raise KeyError(f"no zoo recipe for case {case.id!r}; cases come from zoo.CASES") from None
+        raise KeyError(f"no zoo recipe for case {case.id!r}; cases come from zoo.CASES and zoo.HELDOUT") from None
     t = time.perf_counter()
     run = train(case.arch, case.optimizer, case.seed, case.steps, variant=dict(recipe.variant),
                 mistakes=recipe.mistakes)
