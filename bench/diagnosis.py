@@ -160,7 +160,8 @@ def summary(results: list) -> str:
     if det["steps"]:
         out.append(f"== detection: {len(det['steps']) - len(det['slow'])} of {len(det['steps'])} found "
                    f"causes first apply before step {det['limit']}")
-        out += [f"   slow {i}: first_step {det['steps'][i]}" for i in det["slow"]]
+        out += [f"   slow {i}: first_step {det['steps'][i]}" + (" (slow onset)" if i in det["expected"] else "")
+                for i in det["slow"]]
     out.append("== confusion (rows: true cause; columns: first reported cause)")
     out.append(score.format_confusion(score.confusion(results)))
     times = sorted(r.seconds for r in results)

@@ -60,12 +60,13 @@ def test_layer_scores_use_the_first_matching_finding():
 
 def test_detection_lists_late_and_stepless_matches():
     early = Result(_case("exploding", cid="e"), [Finding("High", "exploding", 3)])
-    late = Result(_case("lr_too_low", cid="l"), [Finding("High", "lr_too_low", 80)])
+    late = Result(Case("l", "mlp", "sgd", 0, "lr_too_low", "lr_too_low", slow_onset=True),
+                  [Finding("High", "lr_too_low", 80)])
     stepless = Result(_case("frozen", cid="s"), [Finding("High", "frozen", None)])
     unfound = Result(_case("frozen", cid="u"), [])
     d = score.detection([early, late, stepless, unfound], limit=50)
     assert d["steps"] == {"e": 3, "l": 80, "s": None}
-    assert d["slow"] == ["l", "s"]
+    assert d["slow"] == ["l", "s"] and d["expected"] == ["l"]
 
 
 def test_confusion_table_rows_are_true_causes():

@@ -62,7 +62,8 @@ _h("mlp", "adamw", "dead_units", "dead_units", apply=[mk.set_bias("net.4", -10.0
 _h("cnn", "sgd", "dead_units", "dead_units", apply=[mk.set_bias("features.0", -10.0)],
    faults=("features.0", "features.3.weight"))
 
-_h("cnn", "sgd", "nonfinite_loss", "nonfinite", apply=[mk.nan_from_loss(60)])
+# slow: the NaN is injected at step 60, past the 50 steps a detection is expected within
+_h("cnn", "sgd", "nonfinite_loss", "nonfinite", apply=[mk.nan_from_loss(60)], slow=True)
 _h("bert", "adamw", "nonfinite_module", "nonfinite",
    apply=[mk.nan_in_module(_bert_act := _first_module("bert", "GELUActivation"), 45)], origin=_bert_act)
 

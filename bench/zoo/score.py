@@ -122,10 +122,13 @@ def layer_scores(results: list[Result]) -> dict:
 
 def detection(results: list[Result], limit: int = DETECTION_STEPS) -> dict:
     """First steps of the matching findings; ``slow``: found at or after ``limit`` recorded steps, or
-    found without a first step. Cases whose cause was not found are not counted here."""
-    steps = {r.case.id: r.match.first_step for r in results if not r.case.healthy and r.match}
+    found without a first step; ``expected``: those of them labelled ``slow_onset``. Cases whose
+    cause was not found are not counted here."""
+    found = [r for r in results if not r.case.healthy and r.match]
+    steps = {r.case.id: r.match.first_step for r in found}
     slow = [i for i, s in steps.items() if s is None or s >= limit]
-    return {"steps": steps, "slow": slow, "limit": limit}
+    expected = [r.case.id for r in found if r.case.id in slow and r.case.slow_onset]
+    return {"steps": steps, "slow": slow, "expected": expected, "limit": limit}
 
 
 def confusion(results: list[Result]) -> Counter:
