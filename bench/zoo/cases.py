@@ -8,6 +8,7 @@ can never name a layer that does not exist (``check.check_case`` verifies it aga
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torch import nn
@@ -47,7 +48,7 @@ def _first_module(arch: str, type_name: str) -> str:
 
 
 def _add(arch: str, optimizer: str, mistake: str, cause: str | None = None, *, seed: int = 0,
-         apply: tuple = (), variant: dict | None = None, faults: tuple[str, ...] = (),
+         apply: Sequence[mk.Mistake] = (), variant: dict | None = None, faults: tuple[str, ...] = (),
          origin: str | None = None, slow: bool = False, steps: int = 120, into: list | None = None) -> Case:
     """Define a case (appended to ``into``, CASES by default) and its recipe."""
     v = tuple(sorted((variant or {}).items()))

@@ -90,8 +90,11 @@ def scale_weights(factor: float, *prefixes: str, names: tuple[str, ...] = ("weig
 def set_bias(prefix: str, value: float) -> Mistake:
     """Initialise one layer's bias to ``value`` (a large negative bias kills the ReLUs after it)."""
     def apply(s: Setup) -> None:
+        bias = s.model.get_submodule(prefix).bias
+        if not isinstance(bias, torch.Tensor):
+            raise TypeError(f"{prefix} has no bias to set")
         with torch.no_grad():
-            s.model.get_submodule(prefix).bias.fill_(value)
+            bias.fill_(value)
     return apply
 
 

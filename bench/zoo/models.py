@@ -74,8 +74,9 @@ def _bert() -> nn.Module:
     from transformers import BertConfig, BertForSequenceClassification
 
     cfg = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=32, num_labels=4,
+                     intermediate_size=64, max_position_embeddings=32,
                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    cfg.num_labels = 4
     return BertForSequenceClassification(cfg)
 
 
@@ -83,7 +84,8 @@ def _resnet() -> nn.Module:
     from transformers import ResNetConfig, ResNetForImageClassification
 
     cfg = ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
-                       layer_type="basic", num_labels=4)
+                       layer_type="basic")
+    cfg.num_labels = 4
     return ResNetForImageClassification(cfg)
 
 
@@ -91,8 +93,9 @@ def _vit() -> nn.Module:
     from transformers import ViTConfig, ViTForImageClassification
 
     cfg = ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2,
-                    num_attention_heads=2, intermediate_size=64, num_labels=4,
+                    num_attention_heads=2, intermediate_size=64,
                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    cfg.num_labels = 4
     return ViTForImageClassification(cfg)
 
 

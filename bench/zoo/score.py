@@ -90,7 +90,7 @@ def by_cause(results: list[Result]) -> dict[str, tuple[int, int, int]]:
     """Per true cause: (right cause first, within the first two, cases)."""
     out: dict[str, tuple[int, int, int]] = {}
     for r in results:
-        if r.case.healthy:
+        if r.case.cause is None:
             continue
         a, b, n = out.get(r.case.cause, (0, 0, 0))
         out[r.case.cause] = (a + (r.rank == 0), b + (r.rank is not None and r.rank < 2), n + 1)
@@ -124,8 +124,9 @@ def detection(results: list[Result], limit: int = DETECTION_STEPS) -> dict:
     """First steps of the matching findings; ``slow``: found at or after ``limit`` recorded steps, or
     found without a first step; ``expected``: those of them labelled ``slow_onset``. Cases whose
     cause was not found are not counted here."""
-    found = [r for r in results if not r.case.healthy and r.match]
-    steps = {r.case.id: r.match.first_step for r in found}
+    matches = {r.case.id: m for r in results if not r.case.healthy and (m := r.match) is not None}
+    found = [r for r in results if r.case.id in matches]
+    steps = {i: m.first_step for i, m in matches.items()}
     slow = [i for i, s in steps.items() if s is None or s >= limit]
     expected = [r.case.id for r in found if r.case.id in slow and r.case.slow_onset]
     return {"steps": steps, "slow": slow, "expected": expected, "limit": limit}
