@@ -1,9 +1,13 @@
 import os
+import sys
 
 import numpy as np
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# bench/ holds the diagnosis zoo (``import zoo``), which tests score and check; appended, so that its
+# scripts never shadow an installed module
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 
 
 @pytest.fixture(autouse=True)
