@@ -10,6 +10,12 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 
 
+@pytest.fixture(scope="session")
+def zoo_cache(tmp_path_factory):
+    """One cache of zoo runs for the whole session (test_zoo trains them, test_diagnosis scores them)."""
+    return tmp_path_factory.mktemp("zoo-cache")
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     """Tests share 2 cores: keep torch to one thread so parallel test jobs do not thrash."""

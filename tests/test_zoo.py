@@ -10,11 +10,6 @@ import zoo
 from zoo.case import CAUSES
 
 
-@pytest.fixture(scope="session")
-def zoo_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("zoo-cache")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("case", zoo.FAST, ids=lambda c: c.id)
 def test_fast_case_labels_hold(case, zoo_cache):
