@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .evidence import (Architecture, LossEvidence, accumulation_smoothing, architecture, depth_attenuation,
-                       early_growth, input_rms, is_embedding, loss_evidence, never_updated, update_ratio_series,
-                       weight_growth)
+from .evidence import (LOSS_SPIKE, Architecture, LossEvidence, accumulation_smoothing, architecture, depth_attenuation,
+                       early_growth, input_rms, is_embedding, layer_levels, loss_evidence, never_updated,
+                       update_ratio_series, weight_growth)
 from .flow import Region
 from .health import Dynamics, RiskFactor
-from .stats import Series, _quiet, dead_flags
+from .stats import MAX_ROWS, Series, _quiet, dead_flags, sample_rows
 
 #: every cause, in precedence order: a root cause before the symptoms it can produce.
 CAUSES = ("nonfinite", "missing_zero_grad", "loss_scale", "input_scale", "lr_too_high", "not_in_optimizer",
@@ -92,6 +92,8 @@ INPUT_RMS_LOW = 0.01
 UPDATE_RATIO_TOO_HIGH = 0.1
 #: ... and below which, with a flat loss, the learning rate is too low.
 UPDATE_RATIO_TOO_LOW = 1e-4
+#: a loss that jumps back above LOSS_SPIKE x its start on this share of steps is swinging.
+LOSS_SPIKE_SHARE = 0.05
 #: ... and when the loss still falls cleanly or is not logged (small models learn well at 0.1-0.3).
 UPDATE_RATIO_UNLOGGED = 1.0
 #: the typical layer's weight norm grew more than this many times: the steps are too large.
@@ -136,10 +138,18 @@ class Context:
     dyn: Dynamics
     loss: LossEvidence
     arch: Architecture
+    _ratio: tuple | None = None
 
     @property
     def run(self):
         return self.s.run
+
+    @property
+    def update_ratio(self) -> tuple[np.ndarray, np.ndarray]:
+        """``evidence.update_ratio_series``, computed once."""
+        if self._ratio is None:
+            self._ratio = update_ratio_series(self.run)
+        return self._ratio
 
 
 def _fmt(x: float) -> str:
@@ -282,11 +292,15 @@ def _lr_too_high(c: Context) -> Cause | None:
     if L.logged and L.rebound_step is not None:
         signals.append((L.rebound_step, f"the loss climbed back to {L.rebound_to:.3g} at step {L.rebound_step} "
                                         f"after reaching {L.rebound_from:.3g} (it started at {L.start:.3g})"))
+    if L.logged and L.spike_share >= LOSS_SPIKE_SHARE:
+        signals.append((L.spike_step, f"the loss jumped above {L.start * LOSS_SPIKE:.3g} ({LOSS_SPIKE:g}x where it started) on "
+                                      f"{L.spike_share:.0%} of steps from step {L.spike_step}"))
     # large updates and growing weights are how a small model learns fast; they are evidence only
     # when the loss did not fall cleanly (or was not logged: then only far beyond the healthy band)
-    clean = L.logged and L.fell and L.rebound_step is None  # a NaN after a clean fall has its own cause
+    clean = (L.logged and L.fell and L.rebound_step is None  # a NaN after a clean fall has its own cause
+             and L.spike_share < LOSS_SPIKE_SHARE)
     too_high = UPDATE_RATIO_TOO_HIGH if L.logged and not clean else UPDATE_RATIO_UNLOGGED
-    steps_u, ratio = update_ratio_series(run)
+    steps_u, ratio = c.update_ratio
     hi = np.flatnonzero(ratio > too_high)
     if hi.size:
         signals.append((int(steps_u[hi[0]]), f"the typical layer's update was {_fmt(float(ratio[hi[0]]))} of its "
@@ -473,13 +487,15 @@ def _fading_with_depth(c: Context) -> Cause | None:
     on at least ``minor_issue_ratio`` of steps (often only the first ones: an adaptive optimizer
     can grow the weights until it recovers): the layers ``STARVED_DECADES`` below the output there."""
     run, t = c.run, c.run.thresholds
-    att, rel = depth_attenuation(run, c.arch)
+    att, out = depth_attenuation(run, c.arch)
     bad = att >= VANISHING_DECADES
     at_start = run.n_steps >= VANISHING_START_STEPS and bool(bad[:VANISHING_START_STEPS].all())
     if not run.n_steps or (bad.mean() < t.minor_issue_ratio and not at_start):
         return None
+    bad_rows = np.flatnonzero(bad)
+    lv = layer_levels(run, bad_rows[sample_rows(bad_rows.size, MAX_ROWS)])  # a bounded sample of them
     with _quiet():
-        below = -np.nanmedian(rel[bad], axis=0)
+        below = -np.nanmedian(lv - lv[:, [out]], axis=0)
     emb = np.array([is_embedding(l.module_type) for l in run.layers])
     starved = (below >= STARVED_DECADES) & ~emb & c.s.trainable
     mods = {run.layers[i].module for i in np.flatnonzero(starved)}
@@ -488,12 +504,12 @@ def _fading_with_depth(c: Context) -> Cause | None:
     idx = [i for i in np.argsort(-bi, kind="stable") if starved[i]]
     if not idx:
         return None
-    rows = np.flatnonzero(bad)
     names = _names(run, idx)
     recovered = bad.mean() < t.minor_issue_ratio
-    return Cause("vanishing", "Medium" if recovered else "High", names, int(run.steps[rows[0]]),
+    first = int(run.steps[bad_rows[0]])
+    return Cause("vanishing", "Medium" if recovered else "High", names, first,
                  f"the gradient falls {np.nanmax(att):.1f} decades from the output layer to the input layer "
-                 f"(more than {VANISHING_DECADES:g} on {bad.mean():.0%} of steps, from step {int(run.steps[rows[0]])}); "
+                 f"(more than {VANISHING_DECADES:g} on {bad.mean():.0%} of steps, from step {first}); "
                  f"{len(idx)} layers from {names[0]} sit {STARVED_DECADES:g}+ decades below the output there"
                  + (" (the optimizer grew the weights until it recovered, which cost those steps)" if recovered else ""),
                  float(np.clip(bad.mean() * 2, 0.3, 1)))
@@ -588,7 +604,7 @@ def _slow_steady_fall(run, L: LossEvidence) -> float | None:
 
 def _lr_too_low(c: Context) -> Cause | None:
     run, L = c.run, c.loss
-    steps_u, ratio = update_ratio_series(run)
+    steps_u, ratio = c.update_ratio
     if not ratio.size or not np.isfinite(ratio).any():
         return None
     med = float(np.nanmedian(ratio))

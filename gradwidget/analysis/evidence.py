@@ -51,13 +51,21 @@ class LossEvidence:
     rebound_to: float = float("nan")     #: the loss at that step
     rebound_from: float = float("nan")   #: its lowest value before that step
     nonfinite_step: int | None = None    #: first step with a NaN/Inf loss
+    spike_share: float = 0.0             #: share of steps after the first few above LOSS_SPIKE x start
+    spike_step: int | None = None        #: the first of them
     plateau_level: float = float("nan")  #: end / start (how far the loss came down, 1 = not at all)
 
 
-#: ... by at least this factor, and by this many times the loss's own step-to-step noise (robust
-#: standard deviation of the changes in log loss), so a noisy small-batch loss is not a rebound.
+#: ... by at least this factor, and by this many times the loss's own batch-to-batch noise (robust
+#: standard deviation of one step's change in log loss): the smoothed level of a noisy small-batch
+#: loss wanders about 1.6 of those between its lowest and highest point, a divergence far more.
 LOSS_REBOUND_FACTOR = 2.0
-LOSS_REBOUND_SIGMA = 5.0
+LOSS_REBOUND_SIGMA = 3.0
+#: a loss above this many times its start, after the first LOSS_SPIKE_AFTER recorded steps, is a
+#: spike (a healthy loss, however noisy, does not climb back over its starting value like that; a
+#: small-batch MSE of a model that learns nothing reaches about 1.8x).
+LOSS_SPIKE = 3.0
+LOSS_SPIKE_AFTER = 5
 #: the rebound is measured on the trailing median of this many recorded steps: one noisy batch is
 #: no rebound, a climb that lasts (or spikes that keep coming) is.
 LOSS_SMOOTH_STEPS = 5
@@ -96,9 +104,14 @@ def loss_evidence(run: Run) -> LossEvidence:
     if np.all(y > 0):
         with np.errstate(divide="ignore"):
             lrise = np.log(ys / runmin)
-        over &= lrise > max(np.log(LOSS_REBOUND_FACTOR), LOSS_REBOUND_SIGMA * _log_noise(ys))
+        over &= lrise > max(np.log(LOSS_REBOUND_FACTOR), LOSS_REBOUND_SIGMA * _log_noise(y))
     j = int(np.argmax(over)) if over.any() else None
+    late = np.arange(y.size) >= LOSS_SPIKE_AFTER
+    spikes = late & (y > LOSS_SPIKE * start) if start > 0 else np.zeros(y.size, bool)
+    n_late = int(late.sum())
     return LossEvidence(
+        spike_share=float(spikes.sum() / n_late) if n_late else 0.0,
+        spike_step=int(steps[fin][np.argmax(spikes)]) if spikes.any() else None,
         logged=True, start=start, end=end, lowest=float(y.min()),
         fell=bool(end < LOSS_FELL * start) if start > 0 else bool(end < start),
         flat=bool(abs(end - start) < LOSS_FLAT * scale),
@@ -242,14 +255,15 @@ def update_ratio_series(run: Run) -> tuple[np.ndarray, np.ndarray]:
 
 
 def weight_growth(run: Run) -> np.ndarray:
-    """Per layer: the largest weight norm over the run divided by the first (NaN without weights)."""
+    """Per layer: the largest weight norm over the run divided by the first (NaN without weights;
+    Inf once a weight overflowed, which is growth too)."""
     if run.n_steps == 0:
         return np.full(run.n_layers, np.nan)
-    w = run.metric("weight_norm").astype(np.float64)
+    w = run.metric("weight_norm")
     with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
-        w = np.where(np.isfinite(w), w, np.nan)
-        first = w[0]
-        return np.where(first > 0, np.nanmax(w, axis=0) / first, np.nan)
+        top = np.fmax.reduce(w, axis=0).astype(np.float64)  # NaN-skipping max, no copy of the run
+        first = w[0].astype(np.float64)
+        return np.where(first > 0, top / first, np.nan)
 
 
 # --------------------------------------------------------------------------- gradient growth
@@ -323,15 +337,6 @@ def accumulation_smoothing(run: Run) -> Smoothing | None:
 
 
 # --------------------------------------------------------------------------- depth
-def layer_levels(run: Run) -> np.ndarray:
-    """log10 of each layer's RMS gradient entry per step (``grad_norm / sqrt(numel)``): comparable
-    across tensors of different sizes; NaN where there is no positive finite gradient."""
-    g = run.metric("grad_norm").astype(np.float64)
-    n = np.sqrt(np.maximum(1, np.array([l.numel for l in run.layers], np.float64)))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(np.isfinite(g) & (g > 0), np.log10(g / n), np.nan)
-
-
 def output_weight(run: Run) -> int | None:
     """Index of the output layer's weight: the 2-d weight nearest the loss in the backward order."""
     ws = [i for i, l in enumerate(run.layers) if l.name.endswith("weight") and len(l.shape) >= 2
@@ -339,17 +344,26 @@ def output_weight(run: Run) -> int | None:
     return min(ws, key=lambda i: run.layers[i].backward_index) if ws else None
 
 
-def depth_attenuation(run: Run, arch: Architecture) -> tuple[np.ndarray, np.ndarray]:
+def layer_levels(run: Run, rows=slice(None), cols=slice(None)) -> np.ndarray:
+    """log10 of the RMS gradient entry (``grad_norm / sqrt(numel)``) of layers ``cols`` at steps
+    ``rows``: comparable across tensors of different sizes; NaN without a positive finite gradient."""
+    g = run.metric("grad_norm")[rows][:, cols].astype(np.float64)
+    n = np.sqrt(np.maximum(1, np.array([l.numel for l in run.layers], np.float64)))[cols]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(np.isfinite(g) & (g > 0), np.log10(g / n), np.nan)
+
+
+def depth_attenuation(run: Run, arch: Architecture) -> tuple[np.ndarray, int | None]:
     """Per step, how many decades the RMS gradient entry falls from the output layer's weight to
     the input layer's weight (NaN where either is missing or the input is an embedding: a table's
-    gradient is sparse by design), and every layer's level relative to the output weight's."""
-    lv = layer_levels(run)
+    gradient is sparse by design), and the output weight's index (``layer_levels`` relative to it
+    tell how far below it each layer sits)."""
     out = output_weight(run)
     ins = [i for i in arch.input_layers if run.layers[i].name.endswith("weight") and len(run.layers[i].shape) >= 2]
     if out is None or not ins or arch.token_input or ins[0] == out:
-        return np.full(run.n_steps, np.nan), np.full(lv.shape, np.nan)
-    rel = lv - lv[:, [out]]
-    return -rel[:, ins[0]], rel
+        return np.full(run.n_steps, np.nan), None
+    lv = layer_levels(run, cols=[out, ins[0]])
+    return lv[:, 0] - lv[:, 1], out
 
 
 # --------------------------------------------------------------------------- input scale

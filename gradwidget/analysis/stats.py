@@ -217,13 +217,23 @@ def exact_reductions(run: Run, chunk: int = 8192, block: int = 0, threads: int =
 
 
 def trailing_median(y: np.ndarray, w: int) -> np.ndarray:
-    """Median of each row and the (up to) ``w - 1`` rows before it, along axis 0 (NaN ignored)."""
+    """Median of each row and the (up to) ``w - 1`` rows before it, along axis 0. A NaN is filled
+    with its column's median first, so a missing step does not empty a window (and the fast,
+    partition-based median applies)."""
     if y.shape[0] == 0 or w <= 1:
         return y.copy()
-    pad = np.concatenate([np.full((w - 1,) + y.shape[1:], np.nan), y])
-    win = np.lib.stride_tricks.sliding_window_view(pad, w, axis=0)
-    with _quiet():
-        return np.nanmedian(win, axis=-1)
+    y = np.asarray(y, np.float64)
+    if np.isnan(y).any():
+        with _quiet():
+            fill = np.nanmedian(y, axis=0)
+        y = np.where(np.isnan(y), fill, y)
+    out = np.empty_like(y)
+    head = min(w - 1, y.shape[0])
+    for k in range(head):  # the first rows: the median of what came so far
+        out[k] = np.median(y[: k + 1], axis=0)
+    if y.shape[0] >= w:
+        out[w - 1:] = np.median(np.lib.stride_tricks.sliding_window_view(y, w, axis=0), axis=-1)
+    return out
 
 
 def nanmedian(x: np.ndarray, axis: int = 0) -> np.ndarray | float:
