@@ -1,6 +1,6 @@
 """gradwidget: see how gradients flow through a network while it trains.
 
-Public API: GradientPanel, Recorder, record (array recorder), Run, load_run, analyze, Thresholds.
+Public API: GradientPanel, Recorder, record (array recorder), Run, load_run, analyze, compare, Thresholds.
 Names are imported lazily so that ``import gradwidget`` stays fast and does not import torch.
 """
 from __future__ import annotations
@@ -15,10 +15,11 @@ _LAZY = {
     "ArrayRecorder": ("gradwidget.collect.arrays", "ArrayRecorder"),
     "load_run": ("gradwidget.storage", "load_run"),
     "analyze": ("gradwidget.analysis", "analyze"),
+    "compare": ("gradwidget.compare", "compare"),
     "GradientPanel": ("gradwidget.widget", "GradientPanel"),
 }
 
-__all__ = ["GradientPanel", "Recorder", "ArrayRecorder", "Run", "LayerInfo", "load_run", "analyze",
+__all__ = ["GradientPanel", "Recorder", "ArrayRecorder", "Run", "LayerInfo", "load_run", "analyze", "compare",
            "Thresholds", "METRICS", "SCALARS", "__version__"]
 
 

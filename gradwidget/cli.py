@@ -1,4 +1,4 @@
-"""Command line: ``gradwidget demo | ascii RUN | export RUN | report RUN``."""
+"""Command line: ``gradwidget demo | ascii RUN | export RUN | report RUN | compare RUN RUN ...``."""
 from __future__ import annotations
 
 import argparse
@@ -81,6 +81,19 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from .compare import compare
+
+    out = _output(args.output, args.force) if args.output else None  # refused before any work
+    labels = args.labels.split(",") if args.labels else None
+    cmp = compare(*args.runs, labels=labels)
+    print(cmp.summary_text())
+    if out is not None:
+        cmp.to_html(out, force=args.force)
+        print(f"wrote {args.output}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gradwidget", description="See how gradients flow while a network trains.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -106,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", default="gradwidget-report.html")
     r.add_argument("--force", action="store_true", help="replace the output file if it exists")
     r.set_defaults(func=cmd_report)
+    c = sub.add_parser("compare", help="compare two or more run directories (the first is the reference)")
+    c.add_argument("runs", nargs="+", metavar="RUN")
+    c.add_argument("--labels", help="comma-separated names for the runs (default: their paths)")
+    c.add_argument("-o", "--output", help="also write a self-contained HTML comparison")
+    c.add_argument("--force", action="store_true", help="replace the output file if it exists")
+    c.set_defaults(func=cmd_compare)
     return p
 
 

@@ -197,7 +197,8 @@ def _layer_ticks(ax, names: Sequence[str], axis: str = "y", max_labels: int = 40
 
 
 def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, ax=None,
-                 max_columns: int = MAX_COLUMNS, colorbar: bool = True, legend: bool = True) -> Figure:
+                 max_columns: int = MAX_COLUMNS, colorbar: bool = True, legend: bool = True,
+                 scale: tuple[float, float] | None = None, title: str | None = None) -> Figure:
     """Layers x steps heatmap of a metric: where along the depth gradients fade or blow up, and when.
 
     Why: it is the panel's main view; one log scale across steps shows a network-wide fade that a
@@ -206,7 +207,7 @@ def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, a
     run, fig, ax = _layers_axes(run, metric, ax, 9)
     if _empty_note(run):
         return fig
-    scale = color_scale(run, metric)
+    scale = color_scale(run, metric) if scale is None else scale  # a comparison shares one scale
     run = run.with_history()  # the steps the live panel shows
     r = run.downsample(max_columns) if run.n_steps > max_columns else run
     rgba = cell_colors(r, metric, scale)  # (steps, layers, 4)
@@ -217,7 +218,7 @@ def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, a
               extent=(x0 - 0.5, x1 - 0.5, r.n_layers - 0.5, -0.5))  # row 0 (input side) at the top
     _layer_ticks(ax, r.layer_names, "y")
     ax.set_xlabel("step")
-    ax.set_title(f"Gradient flow: {metric_label(metric)} (log10, one scale across steps)", fontsize=10)
+    ax.set_title(title or f"Gradient flow: {metric_label(metric)} (log10, one scale across steps)", fontsize=10)
     if step is not None:
         ax.axvline(float(step), color="white", lw=2.2)
         ax.axvline(float(step), color="black", lw=1.0)
@@ -235,6 +236,35 @@ def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, a
         cb.ax.tick_params(labelsize=7)
     if legend:
         _mark_legend(ax, run)
+    return fig
+
+
+#: the difference map's colour map: diverging, centred on no change, colour-blind safe (blue: the
+#: later run's gradient is smaller, red: larger).
+DIFF_CMAP = "RdBu_r"
+
+
+def difference_heatmap(ratio, title: str = "", ax=None, max_decades: float | None = None) -> Figure:
+    """Layers x steps map of log10(later / first) from ``Comparison.log_ratio``: a diverging colour
+    scale centred on 0 (white: no change), symmetric, clipped at the 99th percentile of |change|
+    (or ``max_decades``); grey where either run has no value."""
+    fig, ax = _new_ax(ax, (9, 0.6 + 0.22 * max(ratio.shape[1], 4)))
+    if ratio.empty or not np.isfinite(ratio.to_numpy()).any():
+        _empty(ax, "no common steps with a value in both runs")
+        return fig
+    v = ratio.to_numpy(np.float64)
+    lim = max_decades or float(max(np.nanpercentile(np.abs(v), 99), 0.1))
+    cmap = colormaps[DIFF_CMAP].with_extremes(bad="0.8")
+    steps = ratio.index.to_numpy()
+    x1 = float(steps[-1]) + (float(steps[-1] - steps[-2]) if len(steps) > 1 else 1.0)
+    im = ax.imshow(np.ma.masked_invalid(v.T), aspect="auto", interpolation="nearest", origin="upper",
+                   cmap=cmap, vmin=-lim, vmax=lim, extent=(float(steps[0]) - 0.5, x1 - 0.5, v.shape[1] - 0.5, -0.5))
+    _layer_ticks(ax, list(ratio.columns), "y")
+    ax.set_xlabel("step")
+    ax.set_title(title or "log10 ratio of the gradient (later / first)", fontsize=10)
+    cb = fig.colorbar(im, ax=ax, pad=0.01, fraction=0.04)
+    cb.set_label("log10 ratio", fontsize=8)
+    cb.ax.tick_params(labelsize=7)
     return fig
 
 

@@ -330,3 +330,48 @@ def main_report(run_path, out_path) -> Path:
     from .analysis import analyze
 
     return write_report(analyze(run), out_path)
+
+
+def render_comparison(cmp, metric: str = "grad_norm") -> str:
+    """The comparison as one self-contained HTML page: the verdict, the diagnoses side by side, each
+    run's heatmap on one colour scale, each later run's difference map, and the layer table."""
+    from .plots import color_range, difference_heatmap, flow_heatmap
+
+    full = [r.with_history() for r in cmp.runs]
+    scale = color_range(np.concatenate([r.metric(metric).ravel() for r in full]))  # one scale for all
+    verdict = "".join(f"<li>{_esc(v)}</li>" for v in cmp.verdict)
+    rows = "".join(
+        f"<tr><td>{_esc(c.cause)}</td><td>{_esc(c.status)}</td>"
+        + "".join(f"<td>{_esc(c.priority.get(lab, '—'))}"
+                  + (f" since step {c.first_step[lab]}" if lab in c.first_step else "") + "</td>"
+                  for lab in (cmp.labels[0], *[k for k in c.priority if k != cmp.labels[0]][:1]))
+        + "</tr>" for c in cmp.causes)
+    heads = "".join(f"<th>{_esc(x)}</th>" for x in ("cause", "change", cmp.labels[0], "later run"))
+    figs = [_img(flow_heatmap(r, metric, scale=scale, title=f"{lab}: {metric} (log10, one scale for every run)"),
+                 f"gradient flow heatmap of {lab}") for lab, r in zip(cmp.labels, cmp.runs)]
+    diffs = [_img(difference_heatmap(cmp.log_ratio(metric, lab), f"{lab} vs {cmp.labels[0]}: log10 ratio of {metric}"),
+                  f"difference map of {lab}") for lab in cmp.labels[1:]]
+    sections = [f'<h2 id="verdict">Verdict</h2><div class="card"><ul>{verdict}</ul></div>',
+                f'<h2 id="diagnoses">Diagnoses</h2><div class="card"><table class="kv"><tr>{heads}</tr>{rows}</table></div>',
+                f'<h2 id="heatmaps">Gradient flow</h2>' + "".join(f'<div class="card">{f}</div>' for f in figs),
+                f'<h2 id="difference">Difference</h2>' + "".join(f'<div class="card">{f}</div>' for f in diffs),
+                f'<h2 id="layers">Layers</h2><div class="card">{_frame_html(cmp.layers)}</div>']
+    title = "gradwidget comparison: " + " vs ".join(cmp.labels)
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body><main>"
+            f"<h1>{_esc(title)}</h1>" + "".join(sections) + "</main></body></html>\n")
+
+
+def write_comparison(cmp, path, force: bool = False) -> Path:
+    """Write ``render_comparison`` to ``path`` (through a temporary file renamed into place); an
+    existing file is replaced only with ``force``, a run's own file never."""
+    from .storage import atomic_output, check_output_file
+
+    out = check_output_file(path)
+    if out.exists() and not force:
+        raise FileExistsError(f"{out} exists; pass force=True (--force) to replace it")
+    html = render_comparison(cmp)
+    with atomic_output(out, encoding="utf-8") as f:
+        f.write(html)
+    return out
