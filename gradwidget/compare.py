@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .analysis.stats import _quiet
 from .run import METRICS, Run
 
 #: metrics whose ratio is compared (the fractions and counts have no meaningful ratio).
@@ -77,22 +78,8 @@ def _final_levels(run: Run, cols: list[int], metric: str, last_step: int | None)
     rows = slice(max(0, end - FINAL_STEPS), end)
     v = run.metric(metric)[rows][:, cols].astype(np.float64)
     v = np.where(np.isfinite(v) & (v > 0), v, np.nan)
-    with np.errstate(invalid="ignore"), _nan_quiet():
+    with np.errstate(invalid="ignore"), _quiet():  # a layer without a gradient has no level, and says so
         return np.nanmedian(v, axis=0) if v.shape[0] else np.full(len(cols), np.nan)
-
-
-class _nan_quiet:
-    """Silence numpy's all-NaN-slice warnings (a layer with no gradient has no level, and says so)."""
-
-    def __enter__(self):
-        import warnings
-
-        self._w = warnings.catch_warnings()
-        self._w.__enter__()
-        warnings.simplefilter("ignore", RuntimeWarning)
-
-    def __exit__(self, *exc):
-        self._w.__exit__(*exc)
 
 
 @dataclass
