@@ -99,10 +99,54 @@ def _empty_note(run: Run) -> str | None:
     return None
 
 
+#: most rows a layers figure draws: beyond it, layers are merged (``drawn_rows``) so the figure's
+#: height, memory and time stay bounded for 10,000 tensors.
+MAX_DRAWN_ROWS = 200
+
+
+def layer_row_groups(run: Run, max_rows: int = MAX_DRAWN_ROWS) -> tuple[list[list[int]], list[str]] | None:
+    """How to draw more layers than ``max_rows``: consecutive layers (depth order) grouped by the
+    deepest module-path prefix that leaves at most ``max_rows`` groups, else by equal blocks of
+    consecutive layers; each group labelled with its prefix (or first … last) and its size. None
+    when every layer fits."""
+    L = run.n_layers
+    if L <= max_rows:
+        return None
+    paths = [(l.module or l.name.rsplit(".", 1)[0]).split(".") for l in run.layers]
+    best = None
+    for depth in range(1, max(len(p) for p in paths) + 1):
+        keys = [".".join(p[:depth]) for p in paths]
+        groups: list[list[int]] = []
+        for i, k in enumerate(keys):
+            if groups and keys[groups[-1][0]] == k:
+                groups[-1].append(i)
+            else:
+                groups.append([i])
+        if len(groups) > max_rows:
+            break
+        best = (groups, [keys[g[0]] + (f" ({len(g)} tensors)" if len(g) > 1 else "") for g in groups])
+    if best is None:
+        k = -(-L // max_rows)
+        groups = [list(range(a, min(a + k, L))) for a in range(0, L, k)]
+        names = run.layer_names
+        best = (groups, [f"{names[g[0]]} … {names[g[-1]]} ({len(g)} tensors)" if len(g) > 1 else names[g[0]]
+                         for g in groups])
+    return best
+
+
+def drawn_rows(run: Run, max_rows: int = MAX_DRAWN_ROWS) -> Run:
+    """The run as a figure draws it: itself, or its layers merged into at most ``max_rows`` groups
+    (``Run.merge_layers``: each group measured as one tensor, labelled with its size)."""
+    g = layer_row_groups(run, max_rows)
+    return run if g is None else run.merge_layers(*g)
+
+
 def _layers_axes(run, metric: str, ax, width: float):
-    """Checked run, figure and axes sized for one row per layer (empty runs get a note)."""
+    """Checked run (layers merged past ``MAX_DRAWN_ROWS``), figure and axes sized for one row per
+    drawn layer (empty runs get a note)."""
     run = _check_run(run)
     _check_metric(metric)
+    run = drawn_rows(run)
     fig, ax = _new_ax(ax, (width, 0.6 + 0.22 * max(run.n_layers, 4)))
     note = _empty_note(run)
     if note:
@@ -600,7 +644,9 @@ def panel_figure(run, step: int | None = None, layer: int | str | None = None,
     flow_heatmap(run, metric, step=s, ax=ax_heat)
     layer_bars(run, s, metric, ax=ax_bars)
     ax_bars.set_yticklabels([])
-    ax_bars.axhspan(j - 0.5, j + 0.5, color="#31688e", alpha=0.12, zorder=0)
+    groups = layer_row_groups(run)
+    row = j if groups is None else next(k for k, g in enumerate(groups[0]) if j in g)  # its merged row
+    ax_bars.axhspan(row - 0.5, row + 0.5, color="#31688e", alpha=0.12, zorder=0)
     histogram_plot(run, j, s, ax=ax_hist)
     series_metric = "mean_abs" if metric == "grad_norm" else metric
     metric_series(run, [j], series_metric, ax=ax_series, step=s)

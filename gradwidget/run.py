@@ -455,6 +455,48 @@ class Run:
         r._hist, r._hist_steps, r._hn = self.hist.copy(), self.hist_steps.copy(), self._hn
         return r
 
+    def merge_layers(self, groups: Sequence[Sequence[int]], names: Sequence[str]) -> "Run":
+        """A run with one layer per group of this run's layers, each group measured as if its
+        tensors were one: L2 norms (gradient, weight, update) combined in quadrature, mean |g| and
+        zero fraction weighted by size, max |g| the largest, std from the members' variances
+        weighted by size (their signed means are not recorded), non-finite counts summed,
+        histograms added. Why: a figure of 10,000 tensors needs rows it can
+        draw, and a merged row must say the truth about its members."""
+        if len(groups) != len(names):
+            raise ValueError(f"{len(groups)} groups for {len(names)} names")
+        numel = np.array([max(1, l.numel) for l in self.layers], np.float64)
+        layers = [LayerInfo(str(n), module=str(n), module_type=f"{len(g)} tensors" if len(g) > 1 else
+                            self.layers[g[0]].module_type, numel=int(numel[list(g)].sum()),
+                            status="trainable" if any(self.layers[i].status != "frozen" for i in g) else "frozen")
+                  for g, n in zip(groups, names)]
+        r = Run(layers, thresholds=self.thresholds, meta=self.meta)
+        if self.history is not None:
+            r.history = self.history.merge_layers(groups, names)
+        if self._n == 0:
+            return r
+        m = self._M3.astype(np.float64)
+        out = np.full((self._n, len(METRICS), len(groups)), np.nan)
+        M = {k: i for i, k in enumerate(METRICS)}
+        with np.errstate(invalid="ignore"):
+            for j, g in enumerate(groups):
+                g = list(g)
+                w = numel[g] / numel[g].sum()
+                for k in ("grad_norm", "weight_norm", "update_norm"):
+                    out[:, M[k], j] = np.sqrt(np.sum(m[:, M[k], g] ** 2, axis=1))
+                out[:, M["mean_abs"], j] = m[:, M["mean_abs"], g] @ w
+                out[:, M["zero_frac"], j] = m[:, M["zero_frac"], g] @ w
+                out[:, M["max_abs"], j] = np.max(m[:, M["max_abs"], g], axis=1)
+                out[:, M["nonfinite"], j] = np.sum(m[:, M["nonfinite"], g], axis=1)
+                out[:, M["std"], j] = np.sqrt((m[:, M["std"], g] ** 2) @ w)
+        r._metrics = out.astype(np.float32)
+        r._steps, r._scalars = self.steps.copy(), self._S2.copy()
+        r._n = r._cap = self._n
+        if self._hn:
+            h = self.hist
+            r._hist = np.stack([h[:, list(g)].sum(axis=1) for g in groups], axis=1).astype(np.uint32)
+            r._hist_steps, r._hn = self.hist_steps.copy(), self._hn
+        return r
+
     def with_history(self) -> "Run":
         """This run with the decimated steps its rolling window folded into ``history`` in front
         (histograms: the window's only), or the run itself when it has no history.

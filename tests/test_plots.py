@@ -293,3 +293,32 @@ def test_weight_plot_without_a_finite_norm_says_so_without_warnings():
         warnings.simplefilter("error")  # matplotlib warned "No artists with labels found"
         fig = plots.weight_plot(run)
     assert any("no finite weight norm" in t.get_text() for t in fig.axes[0].texts)
+
+
+def test_ten_thousand_tensors_draw_as_bounded_rows_that_tell_the_truth():
+    """Past MAX_DRAWN_ROWS layers a figure merges them by module (each group measured as one tensor,
+    labelled with its size): the figure's height is capped, a NaN in one member still shows."""
+    from gradwidget.collect.arrays import ArrayRecorder
+
+    rec = ArrayRecorder()
+    names = [f"blocks.{b}.lin{k}.{p}" for b in range(1250) for k in range(4) for p in ("weight", "bias")]
+    rng = np.random.default_rng(0)
+    for s in range(4):
+        grads = {n: np.full(2, 0.1 * (1 + rng.random())) for n in names}
+        if s == 3:
+            grads["blocks.7.lin2.weight"] = np.array([np.nan, 1.0])
+        rec.record(s, grads)
+    run = rec.run
+    assert run.n_layers == 10_000
+    groups, labels = plots.layer_row_groups(run)
+    assert len(groups) <= plots.MAX_DRAWN_ROWS and sum(map(len, groups)) == run.n_layers
+    assert all(l.endswith("tensors)") for l in labels)
+    merged = plots.drawn_rows(run)
+    j = next(k for k, g in enumerate(groups) if run.layer_index("blocks.7.lin2.weight") in g)
+    assert merged.metric("nonfinite")[3, j] >= 1                     # one member's NaN shows in its row
+    g0 = groups[0]
+    np.testing.assert_allclose(merged.metric("grad_norm")[0, 0],
+                               np.sqrt(np.sum(run.metric("grad_norm")[0, g0].astype(np.float64) ** 2)), rtol=1e-5)
+    fig = plots.flow_heatmap(run)
+    assert fig.get_size_inches()[1] < 0.6 + 0.22 * (plots.MAX_DRAWN_ROWS + 1)
+    assert fig.axes[0].images[0].get_array().shape[0] == len(groups)

@@ -214,7 +214,8 @@ def critical_paths(s: Series) -> list[CriticalPath]:
     if len(E) == 0:
         return []
     E, back = break_cycles(run.n_layers, E)
-    order = [n for n in (_topological(run.n_layers, E) or []) if n in set(nodes.tolist())]
+    on_graph = set(nodes.tolist())
+    order = [n for n in (_topological(run.n_layers, E) or []) if n in on_graph]
     down: dict[int, list[int]] = {}
     for a, b in E.tolist():  # forward edges: a feeds b (b is nearer the loss)
         down.setdefault(a, []).append(b)

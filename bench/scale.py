@@ -1,0 +1,120 @@
+"""What many tensors cost (issue 17): for 100 / 1,000 / 10,000 parameter tensors, in one table,
+the recording ratio to a bare training step (a stack of tiny Linear layers, the worst case: Python
+and launch overhead per tensor), ``analyze`` time, the HTML report's time, and peak memory of each.
+
+    python bench/scale.py [--tensors 100 1000 10000] [--steps 40] [--record-steps 20]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from gradwidget.analysis import analyze  # noqa: E402
+from gradwidget.report import write_report  # noqa: E402
+from gradwidget.run import METRICS, LayerInfo, Run  # noqa: E402
+
+
+def synthetic_run(n_tensors: int, n_steps: int, seed: int = 0) -> Run:
+    """A run of ``n_tensors`` small tensors in modules of 2 (weight, bias), filled directly."""
+    rng = np.random.default_rng(seed)
+    layers = [LayerInfo(f"blocks.{i // 8}.lin{(i // 2) % 4}.{'weight' if i % 2 == 0 else 'bias'}",
+                        module=f"blocks.{i // 8}.lin{(i // 2) % 4}", module_type="Linear",
+                        shape=(2, 2) if i % 2 == 0 else (2,), numel=4 if i % 2 == 0 else 2, backward_index=n_tensors - 1 - i)
+              for i in range(n_tensors)]
+    run = Run(layers, edges=[(i, i + 2) for i in range(0, n_tensors - 2, 2)])
+    level = 0.1 * np.exp(0.3 * rng.standard_normal((n_steps, n_tensors)))
+    for s in range(n_steps):
+        v = np.empty((len(METRICS), n_tensors), np.float32)
+        g = level[s]
+        v[METRICS.index("grad_norm")] = g
+        v[METRICS.index("mean_abs")] = g / 2
+        v[METRICS.index("max_abs")] = g
+        v[METRICS.index("std")] = g / 2
+        v[METRICS.index("zero_frac")] = 0
+        v[METRICS.index("nonfinite")] = 0
+        v[METRICS.index("weight_norm")] = 1
+        v[METRICS.index("update_norm")] = 1e-3
+        run.append(s, v, {"loss": 2.0 * (1 - s / (2 * n_steps))})
+    return run
+
+
+def timed(fn):
+    """(result, seconds, peak MiB): timed on its own, then run again under tracemalloc for its peak
+    (tracing slows every allocation, so the two are never measured in the same call)."""
+    t = time.perf_counter()
+    out = fn()
+    dt = time.perf_counter() - t
+    tracemalloc.start()
+    fn()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return out, dt, peak / 2 ** 20
+
+
+def recording_ratio(n_tensors: int, steps: int) -> tuple[float, float, float]:
+    """Median step time bare and with the Recorder (interleaved blocks) on n_tensors/2 x Linear(2,2)."""
+    import torch
+    from torch import nn
+
+    from gradwidget.collect.torch import Recorder
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(n_tensors // 2)])
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(8, 2)
+
+    def step():
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+
+    bare, rec_t = [], []
+    for block in range(4):
+        for variant in ("bare", "rec"):
+            r = Recorder(model, opt, histogram_every=0) if variant == "rec" else None
+            step()
+            ts = []
+            for _ in range(steps):
+                t = time.perf_counter()
+                step()
+                ts.append(time.perf_counter() - t)
+            (bare if variant == "bare" else rec_t).extend(ts)
+            if r is not None:
+                r.detach()
+    b, r = statistics.median(bare), statistics.median(rec_t)
+    return b * 1e3, r * 1e3, r / b
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tensors", type=int, nargs="+", default=[100, 1000, 10000])
+    ap.add_argument("--steps", type=int, default=40, help="recorded steps of the synthetic runs analysed")
+    ap.add_argument("--record-steps", type=int, default=20, help="timed steps per block of the recording ratio")
+    a = ap.parse_args(argv)
+    print(f"{'tensors':>8} {'bare ms':>8} {'rec ms':>8} {'ratio':>6} {'analyze s':>9} {'MiB':>6} "
+          f"{'report s':>8} {'MiB':>6}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in a.tensors:
+            b, r, ratio = recording_ratio(n, a.record_steps)
+            run = synthetic_run(n, a.steps)
+            rep, t_an, m_an = timed(lambda: analyze(run))
+            _, t_rep, m_rep = timed(lambda: write_report(rep, os.path.join(tmp, f"r{n}.html")))
+            print(f"{n:>8} {b:>8.2f} {r:>8.2f} {ratio:>6.2f} {t_an:>9.2f} {m_an:>6.0f} {t_rep:>8.2f} {m_rep:>6.0f}",
+                  flush=True)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"process peak RSS {rss:.0f} MiB (MiB columns: tracemalloc peak of that call beyond what was held)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
