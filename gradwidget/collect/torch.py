@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ..run import HIST_LOG2_LO, METRICS, N_BINS, LayerInfo, Run
+from .nonfinite import NonfiniteTracer
 from ..storage import check_log_dir
 from ..thresholds import as_thresholds
 
@@ -182,6 +183,9 @@ class Recorder:
     track_updates: record ``update_norm`` (keeps one copy of the trainable parameters).
     update_every: measure the update norm every this many recorded steps (NaN in between): taking
         it costs a copy of the parameters, ~2.5% of a step for a small transformer on CPU.
+    trace_nonfinite: find where the first NaN/Inf was made (module, step, forward/backward/loss)
+        into ``run.nonfinite_origin``; hooks on every module, removed once it is found
+        (``gradwidget.collect.nonfinite``; its cost is measured in bench/nonfinite.py).
 
     One Recorder per model: building another on the same model detaches this one (with a warning),
     as re-running a notebook cell does. With an optimizer, ``optimizer.zero_grad`` is wrapped on the
@@ -197,7 +201,8 @@ class Recorder:
     def __init__(self, model, optimizer=None, *, every: int = 1, histogram_every: int = 10,
                  max_steps: int | str | None = "auto", memory_budget: int = 256 << 20, thresholds=None,
                  log_dir=None, overwrite: bool = False,
-                 track_updates: bool = True, update_every: int = 10, foreach_all: bool = False) -> None:
+                 track_updates: bool = True, update_every: int = 10, foreach_all: bool = False,
+                 trace_nonfinite: bool = True) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"Recorder needs a torch.nn.Module, got {type(model).__name__}; "
                             "for other frameworks use gradwidget.ArrayRecorder")
@@ -263,6 +268,7 @@ class Recorder:
         self._edge_wanted: set[str] = set()   # modules of late layers whose edges are still unknown
         self._late_captures = 0
         self._unused_cols: list[int] = []
+        self._tracer: NonfiniteTracer | None = None
         if self._dist is not None and self._dist.inert:
             return  # replicated gradients (DDP): rank 0 records them, the other ranks do nothing
 
@@ -275,6 +281,8 @@ class Recorder:
             if self._dist is None or not self._dist.sharded:
                 self._wrap_zero_grad()
         self._install_graph_capture()
+        if trace_nonfinite:
+            self._tracer = NonfiniteTracer(model)
 
     # ------------------------------------------------------------------ public
     def log(self, loss=None, lr=None, step: int | None = None) -> None:
@@ -295,6 +303,9 @@ class Recorder:
         for h in self._handles + self._grad_handles + self._graph_handles:
             h.remove()
         self._handles, self._grad_handles, self._graph_handles = [], [], []
+        if self._tracer is not None:
+            self._tracer.remove()
+            self._tracer = None
         self._unwrap_zero_grad()
         self._update_bufs = None
         if self._writer is not None:
@@ -433,6 +444,8 @@ class Recorder:
         self._capture_late_edges()
         step_no = self._count
         self._count += 1
+        if self._tracer is not None:
+            self._tracer.end_step(self._pending.get("step", step_no), self._pending.get("loss"))
         if step_no % self.every:
             return
         if self._order is None:
@@ -453,6 +466,7 @@ class Recorder:
         if loss is not None:
             pend["loss"] = loss
         self._append_step(step_no, pend, values, hist)
+        self._trace_origin(values)
         self._recorded += 1
         if before_update and self._update_bufs is not None and (self._recorded - 1) % self.update_every == 0:
             self._snapshot_updates()
@@ -483,6 +497,29 @@ class Recorder:
         if self._unused_cols:
             self._adopt_late_layers(values)
 
+    def _trace_origin(self, values: np.ndarray) -> None:
+        """Look in the steps traced since the last recorded one for the first NaN/Inf's origin;
+        once found, keep it in the run (and its directory) and remove the tracer's hooks."""
+        if self._tracer is None:
+            return
+        traces = self._tracer.take()
+        if self.run is None or not traces:
+            return
+        bad = values[_M["nonfinite"]] > 0
+        names = [self.run.layers[c].name for c in np.flatnonzero(bad)[::-1]]  # nearest the loss first
+        current = traces[-1].step
+        origin = self._tracer.origin(traces, lambda s: names if s == current else None,
+                                     lambda layer: self.run.layers[self.run.layer_index(layer)].module)
+        if origin is None:
+            return
+        if origin.step == current:
+            origin.step = int(self.run.steps[-1])  # the step as recorded
+        self.run.nonfinite_origin = origin
+        if self._writer is not None:
+            self._writer.write_meta()
+        self._tracer.remove()
+        self._tracer = None
+
     # ------------------------------------------------------------------ sharded (FSDP) steps
     def _begin_sharded_step(self, step_no: int, with_hist: bool, before_update: bool) -> None:
         """Every rank computes partial sums over its shards; with an update to measure, the one
@@ -506,6 +543,7 @@ class Recorder:
             return  # not rank 0: rank 0 records and writes
         values, hist = self._dist.statistics(stacked, getattr(self, "_update_cols", None), st["measure"])
         self._append_step(st["step_no"], st["pend"], values, hist)
+        self._trace_origin(values)
         self._finish_step()
 
     def _finish_step(self) -> None:
@@ -620,6 +658,8 @@ class Recorder:
             counts = pack.add(_exponent_counts(grads)) if with_hist else None
             gparts.append((cols, grads, numels, rows, counts))
         loss_at = pack.add(loss.detach().float().mean()) if isinstance(loss, torch.Tensor) else None
+        if self._tracer is not None:
+            self._tracer.queue(pack)  # the traced steps' finiteness rides in the same copy
         pack.fetch()
         for cols, at in wparts:
             out[_M["weight_norm"], cols] = pack.get(at)

@@ -1,0 +1,210 @@
+"""Where the NaN started: the torch Recorder names the first module, step and pass that made a
+non-finite value (gradwidget.collect.nonfinite), keeps it through save/load and the report."""
+from __future__ import annotations
+
+import json
+
+import nonfinite_cases as nc
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from gradwidget import analyze, load_run
+from gradwidget.collect.torch import Recorder
+from gradwidget.run import NonfiniteOrigin
+from gradwidget.storage import RunFormatError, RunReader
+
+
+@pytest.mark.parametrize("name", list(nc.CASES))
+def test_names_the_module_step_and_pass(name):
+    case = nc.CASES[name]
+    if name.startswith("Hugging Face"):
+        pytest.importorskip("transformers")
+    origin = nc.train(case)
+    assert origin is not None, "no origin found"
+    assert (origin.module, origin.step, origin.phase) == case.expected
+    # what was seen at the origin: finite in, non-finite out (forward: activations; backward:
+    # the gradient received and passed on; loss: the model's outputs and the loss)
+    assert origin.inputs_finite is True and origin.output_finite is False
+    rec = nc.train.last
+    assert origin.module_type == type(rec.model.get_submodule(origin.module)).__name__
+    # the step was recorded: the parameter gradients it reached are those the run shows non-finite
+    row = int(np.flatnonzero(rec.run.steps == origin.step)[0])
+    bad = {rec.run.layers[c].name for c in np.flatnonzero(rec.run.metric("nonfinite")[row] > 0)}
+    assert set(origin.params_reached) == bad
+    # the tracer is gone once the origin is known: no hook left on any module
+    assert rec._tracer is None
+    assert all(not m._forward_pre_hooks and not m._forward_hooks for m in rec.model.modules())
+
+
+def test_params_reached_are_the_ones_the_nan_flowed_to():
+    fwd = nc.train(nc.CASES["forward, parameter-free"])
+    # the head takes the NaN activations; the stem sits behind a ReLU that was all zero (its
+    # backward passes 0, not NaN, where the input was negative)
+    assert sorted(fwd.params_reached) == ["head.bias", "head.weight"]
+    bwd = nc.train(nc.CASES["backward only, sqrt(0)"])
+    assert bwd.params_reached == ["stem.weight"]  # the head's gradients stay finite: made below it
+
+
+def test_module_called_twice_names_the_call():
+    origin = nc.train(nc.CASES["module called twice"])
+    assert (origin.module, origin.call) == ("norm", 1)
+
+
+def test_nonfinite_data_is_phase_input():
+    case = nc.Case(nc.ForwardNet, ("", nc.BAD, "input"),
+                   data=lambda bad: torch.full((8, 4), float("nan")) if bad else torch.rand(8, 4))
+    origin = nc.train(case)
+    assert (origin.module, origin.step, origin.phase) == ("", nc.BAD, "input")
+    assert origin.inputs_finite is False
+
+
+def test_nan_made_between_children_is_the_parents_code():
+    class Parent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 1)
+            self.bad = False
+
+        def forward(self, x):
+            h = self.a(x)
+            if self.bad:
+                h = h / 0.0 * 0.0  # functional code of this module, not of a child
+            return self.b(h)
+
+    model = nn.Sequential(nn.Linear(4, 4), Parent())
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    rec = Recorder(model, opt)
+    for i in range(4):
+        model[1].bad = i == 2
+        opt.zero_grad()
+        model(torch.rand(8, 4)).pow(2).mean().backward()
+        opt.step()
+    o = rec.run.nonfinite_origin
+    assert (o.module, o.module_type, o.step, o.phase) == ("1", "Parent", 2, "forward")
+
+
+def test_without_an_optimizer_a_step_is_a_backward():
+    torch.manual_seed(0)
+    model = nc.BackwardNet()
+    rec = Recorder(model)
+    for i in range(5):
+        model.zero_grad()
+        model(torch.zeros(8, 4) if i == 2 else torch.rand(8, 4) + 0.1).pow(2).mean().backward()
+    o = rec.run.nonfinite_origin
+    assert (o.module, o.step, o.phase) == ("rms", 2, "backward")
+
+
+def test_a_step_between_recorded_ones_is_found_at_the_next_host_copy():
+    origin = nc.train(nc.CASES["forward, parameter-free"], every=2)  # records steps 0, 2, 4
+    assert (origin.module, origin.step, origin.phase) == ("block.1", nc.BAD, "forward")
+    assert origin.params_reached is None  # step 3 was not recorded
+
+
+def test_healthy_training_has_no_origin_and_keeps_tracing_until_detached():
+    torch.manual_seed(0)
+    model = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), 2,
+                                  enable_nested_tensor=False)
+    mask = nn.Transformer.generate_square_subsequent_mask(6)  # float mask holding -inf: not a NaN
+    assert torch.isinf(mask).any()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    rec = Recorder(model, opt)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(4, 6, 16), mask=mask, is_causal=True).pow(2).mean().backward()
+        opt.step()
+    assert rec.run.nonfinite_origin is None and analyze(rec.run).nonfinite_origin is None
+    assert rec._tracer is not None and rec._tracer.attached
+    rec.detach()
+    assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
+
+
+def test_trace_nonfinite_false_installs_nothing_and_finds_nothing():
+    origin = nc.train(nc.CASES["forward, parameter-free"], trace_nonfinite=False)
+    assert origin is None
+    rec = nc.train.last
+    assert rec.run.nonfinite().any()  # the NaN is there; only its origin is not traced
+
+
+def test_tracing_does_not_change_the_models_numbers():
+    """Inputs reach modules as views of themselves: results must be bit for bit the same,
+    including nn.MultiheadAttention, which takes its self-attention path when query is key."""
+    def grads(trace):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(inplace=True),
+                              nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True))
+        opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+        rec = Recorder(model, opt, trace_nonfinite=trace)
+        x = torch.randn(4, 5, 8, generator=torch.Generator().manual_seed(1))
+        for _ in range(2):
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+        rec.detach()
+        return [p.detach().clone() for p in model.parameters()]
+
+    for a, b in zip(grads(True), grads(False)):
+        assert torch.equal(a, b)
+
+
+def test_origin_survives_load_run_and_is_in_the_report(tmp_path):
+    origin = nc.train(nc.CASES["backward only, sqrt(0)"], log_dir=tmp_path / "run")
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert meta["meta"]["nonfinite_origin"]["module"] == "rms"
+    run = load_run(tmp_path / "run")
+    assert run.nonfinite_origin == origin
+    report = analyze(run)
+    assert report.nonfinite_origin == origin
+    assert report.to_dict()["nonfinite_origin"]["phase"] == "backward"
+    html = report.to_html(tmp_path / "report.html").read_text()
+    assert "Where the NaN started" in html and "rms (RMS)" in html
+    # a slice, and a copy saved with Run.save, keep it
+    assert run.slice(slice(0, 2)).nonfinite_origin == origin
+    run.save(tmp_path / "copy")
+    assert load_run(tmp_path / "copy").nonfinite_origin == origin
+
+
+def test_a_reader_following_the_run_sees_the_origin_when_it_is_found(tmp_path):
+    torch.manual_seed(0)
+    model = nc.ForwardNet()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    rec = Recorder(model, opt, log_dir=tmp_path / "run")
+
+    def step(bad):
+        opt.zero_grad()
+        model(-torch.ones(8, 4) if bad else torch.rand(8, 4) + 0.1).pow(2).mean().backward()
+        opt.step()
+
+    step(False)
+    reader = RunReader(tmp_path / "run")
+    assert reader.run.nonfinite_origin is None
+    version = reader.run.version
+    step(True)
+    assert reader.poll()
+    assert reader.run.nonfinite_origin.module == "block.1" and reader.run.version > version
+    rec.detach()
+
+
+def test_a_malformed_origin_in_meta_json_is_refused(tmp_path):
+    nc.train(nc.CASES["loss, log(0)"], log_dir=tmp_path / "run")
+    p = tmp_path / "run" / "meta.json"
+    meta = json.loads(p.read_text())
+    meta["meta"]["nonfinite_origin"]["phase"] = "sideways"
+    p.write_text(json.dumps(meta))
+    with pytest.raises(RunFormatError, match="nonfinite_origin"):
+        load_run(tmp_path / "run")
+
+
+def test_origin_dataclass_checks_its_fields():
+    o = NonfiniteOrigin(module="a.b", step=3.0, phase="forward", module_type="Linear")
+    assert o.step == 3 and NonfiniteOrigin.from_dict(o.to_dict()) == o
+    assert "a.b (Linear) made it in the forward pass" in o.describe()
+    with pytest.raises(ValueError, match="phase"):
+        NonfiniteOrigin(module="a", step=1, phase="sideways")
+    with pytest.raises(ValueError, match="module"):
+        NonfiniteOrigin(module=None, step=1, phase="loss")
+    with pytest.raises(ValueError, match="needs module, step and phase"):
+        NonfiniteOrigin.from_dict({"module": "a"})
+    with pytest.raises(TypeError, match="NonfiniteOrigin"):
+        nc.train.last.run.nonfinite_origin = {"module": "a"}
