@@ -208,3 +208,26 @@ def test_origin_dataclass_checks_its_fields():
         NonfiniteOrigin.from_dict({"module": "a"})
     with pytest.raises(TypeError, match="NonfiniteOrigin"):
         nc.train.last.run.nonfinite_origin = {"module": "a"}
+
+
+def test_a_gradient_overflow_amps_grad_scaler_skips_is_no_origin():
+    """GradScaler starts with a huge loss scale, so the first backwards overflow and it skips those
+    steps: by design, not an origin. A NaN made in the forward later still is one."""
+    torch.manual_seed(0)
+    model = nc.ForwardNet()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 100)
+    rec = Recorder(model, opt)
+    for i in range(6):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = model(-torch.ones(8, 4) if i == 5 else torch.rand(8, 4) + 0.1)
+        scaler.scale(out.float().pow(2).mean()).backward()
+        scaler.step(opt)
+        scaler.update()
+        if i == 0:
+            assert scaler.get_scale() < 2.0 ** 100  # the first step overflowed and was skipped
+            assert rec.run is None or rec.run.nonfinite_origin is None
+    opt.zero_grad()
+    o = rec.run.nonfinite_origin
+    assert (o.module, o.step, o.phase) == ("block.1", 5, "forward")

@@ -88,6 +88,8 @@ class StepTrace:
     call_parent: np.ndarray
     loss: float | None = None
     host: np.ndarray | None = None
+    #: the optimizer did not take this step (AMP's GradScaler skips one whose gradients overflowed)
+    skipped: bool = False
 
 
 class NonfiniteTracer:
@@ -208,9 +210,10 @@ class NonfiniteTracer:
         self._last_grad = None
 
     # ------------------------------------------------------------------ steps
-    def end_step(self, step: int, loss=None) -> None:
+    def end_step(self, step: int, loss=None, skipped: bool = False) -> None:
         """Close the events of step ``step`` (kept on the device until a host copy takes them).
-        ``loss``: the loss logged for this step, a tensor (read with the rest) or a number."""
+        ``loss``: the loss logged for this step, a tensor (read with the rest) or a number;
+        ``skipped``: the optimizer did not take the step."""
         host_loss = None
         if isinstance(loss, torch.Tensor):
             self._event(-1, LOSS, _sum(loss.detach()))
@@ -221,10 +224,11 @@ class NonfiniteTracer:
             values = torch.cat(parts) if len(parts) > 1 else parts[0]
             self.pending.append(StepTrace(step, values, np.array(self._kinds, np.int8),
                                           np.array(self._calls, np.int64), np.array(self._call_module, np.int64),
-                                          np.array(self._call_parent, np.int64), host_loss))
+                                          np.array(self._call_parent, np.int64), host_loss, skipped=skipped))
         elif host_loss is not None:
             self.pending.append(StepTrace(step, None, np.zeros(0, np.int8), np.zeros(0, np.int64),
-                                          np.zeros(0, np.int64), np.zeros(0, np.int64), host_loss))
+                                          np.zeros(0, np.int64), np.zeros(0, np.int64), host_loss,
+                                          skipped=skipped))
         stack = self._stack
         self._reset()
         self._stack = stack  # a step may end inside a forward (LBFGS's closure): keep it balanced
@@ -273,7 +277,18 @@ def find_origin(tr: StepTrace, names: list[str], types: list[str], reached: list
       - the logged loss: phase ``loss``.
     With every event finite, a non-finite logged loss is phase ``loss``, and non-finite parameter
     gradients (``reached``) are blamed on the module of the first one in backward order.
+
+    A step the optimizer skipped (``tr.skipped``) gives no backward or loss origin: that is how AMP's
+    GradScaler handles a scaled gradient that overflowed, by design. Its forward still counts.
     """
+    origin = _find_origin(tr, names, types, reached, module_of)
+    if origin is not None and tr.skipped and origin.phase in ("backward", "loss"):
+        return None
+    return origin
+
+
+def _find_origin(tr: StepTrace, names: list[str], types: list[str], reached: list[str] | None,
+                 module_of) -> NonfiniteOrigin | None:
     vals = tr.host if tr.host is not None else np.zeros(0)
     bad = ~np.isfinite(vals)
     reached = list(reached) if reached else reached

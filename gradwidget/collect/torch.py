@@ -445,7 +445,9 @@ class Recorder:
         step_no = self._count
         self._count += 1
         if self._tracer is not None:
-            self._tracer.end_step(self._pending.get("step", step_no), self._pending.get("loss"))
+            # with an optimizer, a step not read at its step pre-hook is one it skipped (AMP)
+            self._tracer.end_step(self._pending.get("step", step_no), self._pending.get("loss"),
+                                  skipped=self.optimizer is not None and not before_update)
         if step_no % self.every:
             return
         if self._order is None:
