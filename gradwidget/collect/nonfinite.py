@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..run import NonfiniteOrigin
+from ..run import NONFINITE_PHASES, NonfiniteOrigin
 
 #: event kinds: a module's input / output in the forward, the gradient it received / passed on
 IN, OUT, RECV, PASS, LOSS = range(5)
@@ -332,3 +332,12 @@ def _find_origin(tr: StepTrace, names: list[str], types: list[str], reached: lis
         return NonfiniteOrigin(module=names[idx], module_type=types[idx], step=tr.step, phase="backward",
                                inputs_finite=True, output_finite=True, params_reached=reached)
     return None
+
+
+def earliest(origins: list[NonfiniteOrigin]) -> NonfiniteOrigin | None:
+    """The origin that came first among several ranks' (each found its own): the earliest step;
+    at the same step one seen in a module's events before one inferred from parameter gradients
+    alone (``output_finite`` True), then the pass that runs first, then the lowest rank."""
+    order = {p: i for i, p in enumerate(NONFINITE_PHASES)}
+    return min(origins, key=lambda o: (o.step, o.output_finite is True, order[o.phase], o.rank or 0),
+               default=None)

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..run import HIST_LOG2_LO, METRICS, N_BINS, LayerInfo, Run
+from ..run import HIST_LOG2_LO, METRICS, N_BINS, LayerInfo, NonfiniteOrigin, Run
 from .nonfinite import NonfiniteTracer
 from ..storage import check_log_dir
 from ..thresholds import as_thresholds
@@ -269,8 +269,16 @@ class Recorder:
         self._late_captures = 0
         self._unused_cols: list[int] = []
         self._tracer: NonfiniteTracer | None = None
+        self._exchange = None  # distributed: where the ranks' non-finite origins meet
+        if self._dist is not None and trace_nonfinite:
+            self._exchange = self._dist.origin_exchange()
         if self._dist is not None and self._dist.inert:
-            return  # replicated gradients (DDP): rank 0 records them, the other ranks do nothing
+            # replicated gradients (DDP): rank 0 records them; the other ranks only trace their own
+            # NaN origin (an optimizer step hook ends each step), unless trace_nonfinite=False
+            if trace_nonfinite and optimizer is not None:
+                self._tracer = NonfiniteTracer(model)
+                self._handles.append(optimizer.register_step_pre_hook(self._inert_step))
+            return
 
         for i, p in enumerate(self._params):
             if p.requires_grad:
@@ -303,6 +311,8 @@ class Recorder:
         for h in self._handles + self._grad_handles + self._graph_handles:
             h.remove()
         self._handles, self._grad_handles, self._graph_handles = [], [], []
+        if self._exchange is not None and self.run is not None:
+            self._trace_origin(None)  # take what other ranks posted since the last recorded step
         if self._tracer is not None:
             self._tracer.remove()
             self._tracer = None
@@ -499,28 +509,56 @@ class Recorder:
         if self._unused_cols:
             self._adopt_late_layers(values)
 
-    def _trace_origin(self, values: np.ndarray) -> None:
+    def _trace_origin(self, values: np.ndarray | None) -> None:
         """Look in the steps traced since the last recorded one for the first NaN/Inf's origin;
-        once found, keep it in the run (and its directory) and remove the tracer's hooks."""
-        if self._tracer is None:
+        once found, remove the tracer's hooks and keep the origin in the run (and its directory).
+        Distributed: every rank posts its own and rank 0 keeps the earliest (``OriginExchange``).
+        ``values``: this step's recorded metrics (None on ranks that do not hold the run)."""
+        origin = None
+        if self._tracer is not None:
+            traces = self._tracer.take()
+            if traces:
+                reached, current = None, traces[-1].step
+                if self.run is not None and values is not None:
+                    bad = values[_M["nonfinite"]] > 0
+                    names = [self.run.layers[c].name for c in np.flatnonzero(bad)[::-1]]  # nearest the loss first
+                    reached = lambda s: names if s == current else None  # noqa: E731
+                module_of = (lambda layer: self.run.layers[self.run.layer_index(layer)].module) if self.run else None
+                origin = self._tracer.origin(traces, reached, module_of)
+            if origin is not None:
+                self._tracer.remove()
+                self._tracer = None
+                if self.run is not None and origin.step == current:
+                    origin.step = int(self.run.steps[-1])  # the step as recorded
+                if self._exchange is not None:
+                    from .distributed import clean_name, type_name
+
+                    origin.module_type = type_name(self.model.get_submodule(origin.module))  # FSDP's classes
+                    origin.module, origin.rank = clean_name(origin.module), self._dist.rank
+                    self._exchange.post(origin.to_dict())
+        if self.run is None:
             return
-        traces = self._tracer.take()
-        if self.run is None or not traces:
-            return
-        bad = values[_M["nonfinite"]] > 0
-        names = [self.run.layers[c].name for c in np.flatnonzero(bad)[::-1]]  # nearest the loss first
-        current = traces[-1].step
-        origin = self._tracer.origin(traces, lambda s: names if s == current else None,
-                                     lambda layer: self.run.layers[self.run.layer_index(layer)].module)
-        if origin is None:
-            return
-        if origin.step == current:
-            origin.step = int(self.run.steps[-1])  # the step as recorded
-        self.run.nonfinite_origin = origin
-        if self._writer is not None:
-            self._writer.write_meta()
-        self._tracer.remove()
-        self._tracer = None
+        if self._exchange is not None:
+            from .nonfinite import earliest
+
+            origin = earliest([NonfiniteOrigin.from_dict(d) for d in self._exchange.gather()])
+        if origin is not None and origin != self.run.nonfinite_origin:
+            self.run.nonfinite_origin = origin
+            if self._writer is not None:
+                self._writer.write_meta()
+
+    def _inert_step(self, optimizer, args, kwargs) -> None:
+        """A DDP rank other than 0 (which records nothing): end the traced step; on the steps
+        rank 0 records, look for this rank's origin and post it."""
+        step_no, self._count = self._count, self._count + 1
+        pend, self._pending = self._pending, {}
+        self._tracer.end_step(pend.get("step", step_no), pend.get("loss"))
+        if step_no % self.every == 0:
+            self._trace_origin(None)
+        if self._tracer is None:  # found and posted: nothing more to do on this rank
+            for h in self._handles:
+                h.remove()
+            self._handles = []
 
     # ------------------------------------------------------------------ sharded (FSDP) steps
     def _begin_sharded_step(self, step_no: int, with_hist: bool, before_update: bool) -> None:
@@ -542,6 +580,7 @@ class Recorder:
         st, self._dist_step = self._dist_step, None
         stacked = self._dist.gather(st["partials"])
         if stacked is None:
+            self._trace_origin(None)  # this rank's own origin, posted for rank 0
             return  # not rank 0: rank 0 records and writes
         values, hist = self._dist.statistics(stacked, getattr(self, "_update_cols", None), st["measure"])
         self._append_step(st["step_no"], st["pend"], values, hist)
