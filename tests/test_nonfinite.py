@@ -231,3 +231,24 @@ def test_a_gradient_overflow_amps_grad_scaler_skips_is_no_origin():
     opt.zero_grad()
     o = rec.run.nonfinite_origin
     assert (o.module, o.step, o.phase) == ("block.1", 5, "forward")
+
+
+def test_a_module_that_returns_its_input_is_not_blamed_for_the_gradient_it_received():
+    """nn.Identity hands back the very view it was given, so what it receives and what it passes
+    on is one tensor: the NaN made by the model's own sqrt after it must not be put on it."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Linear(4, 8, bias=False)
+            self.skip = nn.Identity()
+            self.head = nn.Linear(1, 1)
+
+        def forward(self, x):
+            h = self.skip(self.stem(x))
+            return self.head(torch.sqrt((h * h).mean(-1, keepdim=True)))  # NaN gradient at h = 0
+
+    case = nc.Case(Net, ("", nc.BAD, "backward"),
+                   data=lambda bad: torch.zeros(8, 4) if bad else torch.rand(8, 4) + 0.1)
+    origin = nc.train(case)
+    assert (origin.module, origin.step, origin.phase) == case.expected
+    assert origin.module_type == "Net"

@@ -120,6 +120,7 @@ class NonfiniteTracer:
         self._call_module: list[int] = []
         self._call_parent: list[int] = []
         self._stack: list[int] = []          # open calls (-1: one not traced)
+        self._pass_hooks: dict = {}          # open call -> {id(input view): its hook's handle}
         self._seen: dict = {}                # id(tensor) -> (tensor, version, value): no re-reduce
         self._last_grad = None               # (key, value, gradient) of the last gradient reduced
 
@@ -174,8 +175,10 @@ class NonfiniteTracer:
                 return a
             v = views.get(id(a))
             if v is None:  # one view per tensor, so `query is key` still holds inside the module
-                v = views[id(a)] = a.view_as(a)
-                v.register_hook(functools.partial(self._grad, call, PASS))
+                v = a.view_as(a)
+                views[id(a)] = v
+                self._pass_hooks.setdefault(call, {})[id(v)] = v.register_hook(
+                    functools.partial(self._grad, call, PASS))
                 hit = self._seen.get(id(a))
                 if hit is not None:
                     self._seen[id(v)] = (v, v._version, hit[2])
@@ -188,10 +191,16 @@ class NonfiniteTracer:
     def _post(self, idx: int, module, args, output) -> None:
         call = self._stack.pop() if self._stack else -1
         if call >= 0:
+            passing = self._pass_hooks.pop(call, {})
             for t in _tensors(output):
                 self._event(call, OUT, self._value(t))
                 if t.requires_grad:
+                    again = passing.pop(id(t), None)
+                    if again is not None:  # it returns its input (identity, in place): the
+                        again.remove()     # gradient it receives must be seen before the one it passes
                     t.register_hook(functools.partial(self._grad, call, RECV))
+                    if again is not None:
+                        t.register_hook(functools.partial(self._grad, call, PASS))
         if not self._stack:
             self._seen.clear()  # the outermost call returned: hold no activation past the forward
 
