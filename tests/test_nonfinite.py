@@ -252,3 +252,26 @@ def test_a_module_that_returns_its_input_is_not_blamed_for_the_gradient_it_recei
     origin = nc.train(case)
     assert (origin.module, origin.step, origin.phase) == case.expected
     assert origin.module_type == "Net"
+
+
+def test_a_forward_that_raised_leaves_no_open_call_behind():
+    class Flaky(nn.Module):
+        def forward(self, x):
+            if x.shape[0] == 3:
+                raise ValueError("bad batch")
+            return x
+
+    torch.manual_seed(0)
+    model = nc.ForwardNet()
+    model.block.insert(0, Flaky())  # block.0 raises on a 3-row batch; Normalize is now block.2
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    rec = Recorder(model, opt)
+    for i in range(5):
+        opt.zero_grad()
+        if i in (1, nc.BAD):  # a forward that raises, before the step's real one
+            with pytest.raises(ValueError):
+                model(torch.rand(3, 4))
+        model(-torch.ones(8, 4) if i == nc.BAD else torch.rand(8, 4) + 0.1).pow(2).mean().backward()
+        opt.step()
+    o = rec.run.nonfinite_origin
+    assert (o.module, o.step, o.phase, o.call) == ("block.2", nc.BAD, "forward", 0)

@@ -241,9 +241,7 @@ class NonfiniteTracer:
             self.pending.append(StepTrace(step, None, np.zeros(0, np.int8), np.zeros(0, np.int64),
                                           np.zeros(0, np.int64), np.zeros(0, np.int64), host_loss,
                                           skipped=skipped))
-        stack = self._stack
-        self._reset()
-        self._stack = stack  # a step may end inside a forward (LBFGS's closure): keep it balanced
+        self._reset()  # (calls left open by a forward that raised are dropped with the rest)
 
     def queue(self, pack) -> None:
         """Add the ended steps' values to a recorder's host copy (``_HostCopy``), read by ``take``."""
