@@ -275,3 +275,22 @@ def test_a_forward_that_raised_leaves_no_open_call_behind():
         opt.step()
     o = rec.run.nonfinite_origin
     assert (o.module, o.step, o.phase, o.call) == ("block.2", nc.BAD, "forward", 0)
+
+
+def test_under_torch_compile_the_hooks_step_aside_and_nothing_is_misnamed():
+    """Dynamo traces the hooks as nothing (no graph break at every module): the compiled modules
+    are not traced, so no origin is named, not even the logged loss, which is NaN here only
+    because the untraced forward made it."""
+    torch.manual_seed(0)
+    model = nc.ForwardNet()
+    compiled = torch.compile(model, backend="eager")
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    rec = Recorder(model, opt)
+    for i in range(5):
+        opt.zero_grad()
+        loss = compiled(-torch.ones(8, 4) if i == nc.BAD else torch.rand(8, 4) + 0.1).pow(2).mean()
+        loss.backward()
+        rec.log(loss=loss)
+        opt.step()
+    assert rec.run.n_steps == 5 and rec.run.nonfinite().any()
+    assert rec.run.nonfinite_origin is None

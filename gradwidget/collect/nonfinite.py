@@ -23,7 +23,9 @@ the cost on CPU).
 
 Limits: a module that changes its input in place (``nn.ReLU(inplace=True)``) loses the hook on
 the view it was given, so the gradient it passed on is seen one module later; a module's
-forward run under ``torch.no_grad`` outside any traced call (evaluation) is not traced.
+forward run under ``torch.no_grad`` outside any traced call (evaluation) is not traced; modules
+run inside a ``torch.compile``'d graph are not traced (the hooks compile to nothing, so the graph
+is not broken at every module): only the NaN's step is then known, from the recorded gradients.
 """
 from __future__ import annotations
 
@@ -76,6 +78,15 @@ def _sum(t: torch.Tensor) -> torch.Tensor:
     """The sum, accumulated in float32 or wider (a half sum overflows at 65504; asking float32 of a
     float32 tensor takes a path twice as slow as plain ``sum``)."""
     return t.sum() if t.dtype in (torch.float32, torch.float64) else t.sum(dtype=torch.float32)
+
+
+def _stack(vals: list[torch.Tensor], join=torch.stack) -> torch.Tensor:
+    """One tensor of the values (``join``: stack 0-d values, or cat stacked parts), on the first
+    one's device: a model split over devices reduces each tensor where it lives."""
+    dev = vals[0].device
+    if any(v.device != dev for v in vals):
+        vals = [v.to(dev) for v in vals]
+    return join(vals) if len(vals) > 1 or join is torch.stack else vals[0]
 
 
 @dataclass
@@ -141,7 +152,7 @@ class NonfiniteTracer:
         self._kinds.append(kind)
         self._calls.append(call)
         if len(self._vals) >= _CHUNK:
-            self._chunks.append(torch.stack(self._vals))
+            self._chunks.append(_stack(self._vals))
             self._vals = []
 
     def _value(self, t: torch.Tensor) -> torch.Tensor:
@@ -157,6 +168,8 @@ class NonfiniteTracer:
         return v
 
     def _pre(self, idx: int, module, args, kwargs):
+        if torch.compiler.is_compiling():
+            return None  # torch.compile traces the hook as nothing: the compiled graph stays whole
         if not (torch.is_grad_enabled() or any(c >= 0 for c in self._stack)):
             self._stack.append(-1)  # evaluation: not a training step's forward
             return None
@@ -189,6 +202,8 @@ class NonfiniteTracer:
         return (new_args, new_kwargs) if views else None
 
     def _post(self, idx: int, module, args, output) -> None:
+        if torch.compiler.is_compiling():
+            return
         call = self._stack.pop() if self._stack else -1
         if call >= 0:
             passing = self._pass_hooks.pop(call, {})
@@ -232,8 +247,8 @@ class NonfiniteTracer:
         elif loss is not None:
             host_loss = float(loss)
         if self._vals or self._chunks:
-            parts = self._chunks + ([torch.stack(self._vals)] if self._vals else [])
-            values = torch.cat(parts) if len(parts) > 1 else parts[0]
+            parts = self._chunks + ([_stack(self._vals)] if self._vals else [])
+            values = _stack(parts, torch.cat)
             self.pending.append(StepTrace(step, values, np.array(self._kinds, np.int8),
                                           np.array(self._calls, np.int64), np.array(self._call_module, np.int64),
                                           np.array(self._call_parent, np.int64), host_loss, skipped=skipped))
@@ -299,6 +314,8 @@ def find_origin(tr: StepTrace, names: list[str], types: list[str], reached: list
 
 def _find_origin(tr: StepTrace, names: list[str], types: list[str], reached: list[str] | None,
                  module_of) -> NonfiniteOrigin | None:
+    if not np.any(tr.kinds != LOSS):
+        return None  # nothing of the model was traced (torch.compile, evaluation): no place to name
     vals = tr.host if tr.host is not None else np.zeros(0)
     bad = ~np.isfinite(vals)
     reached = list(reached) if reached else reached
