@@ -28,9 +28,9 @@ import torch
 from torch import nn
 
 from ..run import HIST_LOG2_LO, METRICS, N_BINS, LayerInfo, NonfiniteOrigin, Run
-from .nonfinite import NonfiniteTracer
 from ..storage import check_log_dir
 from ..thresholds import as_thresholds
+from .nonfinite import NonfiniteTracer
 
 _M = {name: i for i, name in enumerate(METRICS)}
 _MAX_GRAPH_VISITS = 200_000
