@@ -294,3 +294,8 @@ def test_under_torch_compile_the_hooks_step_aside_and_nothing_is_misnamed():
         opt.step()
     assert rec.run.n_steps == 5 and rec.run.nonfinite().any()
     assert rec.run.nonfinite_origin is None
+
+
+def test_trace_nonfinite_must_be_a_bool():
+    with pytest.raises(TypeError, match="trace_nonfinite must be True or False"):
+        Recorder(nn.Linear(2, 2), trace_nonfinite="yes")

@@ -225,7 +225,7 @@ class NonfiniteTracer:
         # the gradient a module passed on is, along a chain, the very buffer the module before it
         # receives (and its container passes on): reduce it once. The last one is held so that
         # its memory cannot be reused under the same key.
-        key = (g.data_ptr(), g.shape, g.stride(), g.dtype, g._version)
+        key = (g.device, g.data_ptr(), g.shape, g.stride(), g.dtype, g._version)
         last = self._last_grad
         if last is None or last[0] != key:
             if last is None:  # let go of the held gradient when this backward ends

@@ -213,6 +213,9 @@ class Recorder:
         if not (max_steps is None or max_steps == "auto"):
             max_steps = _count_arg("max_steps", max_steps, 1, "'auto', None or ")
         memory_budget = _bytes_arg("memory_budget", memory_budget)
+        if not isinstance(trace_nonfinite, bool):
+            raise TypeError(f"trace_nonfinite must be True or False, got {type(trace_nonfinite).__name__} "
+                            f"{trace_nonfinite!r}")
         #: how the model is distributed (None in a single process: no distributed code runs)
         self._dist = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():
