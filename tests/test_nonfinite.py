@@ -299,3 +299,31 @@ def test_under_torch_compile_the_hooks_step_aside_and_nothing_is_misnamed():
 def test_trace_nonfinite_must_be_a_bool():
     with pytest.raises(TypeError, match="trace_nonfinite must be True or False"):
         Recorder(nn.Linear(2, 2), trace_nonfinite="yes")
+
+
+def test_gpt2_at_a_too_high_learning_rate_one_origin_instead_of_52_critical_layers():
+    """The issue's case: SGD at lr=50 grows the weights until every layer's gradient is NaN at
+    once. The origin is one module, in the forward of the step whose gradients first went NaN:
+    the first LayerNorm whose input variance no longer fits in float32."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=4, n_embd=64, n_head=4, vocab_size=128, n_positions=32)
+    model = transformers.GPT2LMHeadModel(cfg)
+    opt = torch.optim.SGD(model.parameters(), lr=50.0)
+    rec = Recorder(model, opt)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(30):
+        x = torch.randint(0, 128, (8, 32), generator=g)
+        opt.zero_grad()
+        out = model(input_ids=x, labels=x)
+        out.loss.backward()
+        rec.log(loss=out.loss)
+        opt.step()
+        if rec.run.nonfinite_origin is not None:
+            break
+    o = rec.run.nonfinite_origin
+    first_bad = int(rec.run.steps[np.flatnonzero(rec.run.nonfinite().any(axis=1))[0]])
+    assert o.step == first_bad
+    assert (o.phase, o.module_type) == ("forward", "LayerNorm") and o.module.startswith("transformer.")
+    assert len(o.params_reached) == rec.run.n_layers == 52
+    assert np.isfinite(rec.run.scalar("loss")[:-1]).all()  # the loss was finite until that step
