@@ -327,3 +327,65 @@ def test_gpt2_at_a_too_high_learning_rate_one_origin_instead_of_52_critical_laye
     assert (o.phase, o.module_type) == ("forward", "LayerNorm") and o.module.startswith("transformer.")
     assert len(o.params_reached) == rec.run.n_layers == 52
     assert np.isfinite(rec.run.scalar("loss")[:-1]).all()  # the loss was finite until that step
+
+
+def _trace(events, calls, loss=None, skipped=False):
+    """A StepTrace from (call, kind, value) events and (module index, parent call) calls."""
+    from gradwidget.collect.nonfinite import StepTrace
+
+    return StepTrace(7, None, np.array([k for _, k, _ in events], np.int8), np.array([c for c, _, _ in events]),
+                     np.array([m for m, _ in calls]), np.array([p for _, p in calls]), loss,
+                     host=np.array([v for _, _, v in events], float), skipped=skipped)
+
+
+NAMES, TYPES = ["", "a", "b"], ["Net", "Linear", "Sqrt"]
+
+
+@pytest.mark.parametrize("events,expected", [
+    # the first non-finite event decides; later ones (the same NaN spreading) do not matter
+    ([(0, 0, 1.0), (1, 0, 1.0), (1, 1, np.inf), (2, 0, np.inf)], ("a", "forward")),
+    ([(0, 0, 1.0), (1, 0, 1.0), (1, 1, 1.0), (2, 0, np.nan)], ("", "forward")),   # made between children
+    ([(0, 0, np.nan), (1, 0, np.nan)], ("", "input")),                             # given to the model
+    ([(0, 1, 1.0), (0, 2, 1.0), (2, 2, 1.0), (2, 3, np.nan), (1, 2, np.nan)], ("b", "backward")),
+    ([(0, 1, 1.0), (0, 2, 1.0), (2, 2, np.inf)], ("", "backward")),              # the parent's own code
+    ([(0, 1, 1.0), (2, 2, np.nan), (0, 2, np.nan)], ("", "loss")),               # arrived from the loss
+    ([(0, 1, 1.0), (-1, 4, np.inf)], ("", "loss")),                                # the logged loss
+])
+def test_find_origin_reads_the_first_nonfinite_event(events, expected):
+    from gradwidget.collect.nonfinite import find_origin
+
+    o = find_origin(_trace(events, [(0, -1), (1, 0), (2, 0)]), NAMES, TYPES)
+    assert (o.module, o.phase, o.step) == (*expected, 7)
+    assert o.module_type == TYPES[NAMES.index(o.module)]
+
+
+def test_find_origin_without_a_nonfinite_event():
+    from gradwidget.collect.nonfinite import find_origin
+
+    calls = [(0, -1), (1, 0), (2, 0)]
+    finite = [(0, 0, 1.0), (1, 1, 1.0), (1, 2, 1.0), (1, 3, 1.0)]
+    assert find_origin(_trace(finite, calls), NAMES, TYPES) is None
+    assert find_origin(_trace(finite, calls, loss=float("inf")), NAMES, TYPES).phase == "loss"
+    # non-finite parameter gradients alone: the module of the one nearest the loss, flagged as
+    # inferred (nothing it gave out was seen non-finite)
+    o = find_origin(_trace(finite, calls), NAMES, TYPES, ["b.weight", "a.weight"], lambda n: n.split(".")[0])
+    assert (o.module, o.phase, o.output_finite) == ("b", "backward", True)
+    # a step the optimizer skipped (GradScaler) gives no backward or loss origin, a forward one still
+    assert find_origin(_trace([(0, 1, 1.0), (0, 2, np.inf)], calls, skipped=True), NAMES, TYPES) is None
+    assert find_origin(_trace([(1, 1, np.nan)], calls, skipped=True), NAMES, TYPES).phase == "forward"
+    # only a logged loss and nothing of the model traced (torch.compile): nothing to name
+    assert find_origin(_trace([(-1, 4, np.nan)], []), NAMES, TYPES) is None
+
+
+def test_earliest_of_several_ranks():
+    from gradwidget.collect.nonfinite import earliest
+
+    def o(step, phase, rank, inferred=False):
+        return NonfiniteOrigin(module="m", step=step, phase=phase, rank=rank, inputs_finite=True,
+                               output_finite=inferred)
+
+    seen, inferred = o(4, "backward", 1), o(4, "backward", 0, inferred=True)
+    assert earliest([inferred, seen]) is seen                   # seen in a module beats inferred
+    assert earliest([o(4, "forward", 2), seen]).rank == 2       # the forward runs first
+    assert earliest([o(3, "backward", 3), seen]).step == 3      # the earlier step first
+    assert earliest([]) is None
