@@ -199,9 +199,11 @@ class DistContext:
         params, bufs = update_bufs
         torch._foreach_copy_(bufs, [_local(p.detach()) for p in params])
 
-    def local_partials(self, params: list[torch.Tensor], with_hist: bool, foreach_all: bool) -> np.ndarray:
+    def local_partials(self, params: list[torch.Tensor], with_hist: bool, foreach_all: bool,
+                       also=None) -> np.ndarray:
         """``(L, len(PARTIALS) [+ N_BINS])`` float64 partial sums of this rank's pieces, columns in
-        the recorder's order."""
+        the recorder's order. ``also(pack)``: queue more tensors into the same host copy (the
+        NaN tracer's steps)."""
         from .torch import _exponent_counts, _grad_rows, _HostCopy, _octave_bins
 
         L = len(self._order)
@@ -231,6 +233,8 @@ class DistContext:
             rows = pack.add(_grad_rows(grads, foreach_all=foreach_all or dev.type != "cpu"))
             counts = pack.add(_exponent_counts(grads)) if with_hist else None
             gparts.append(([c for c, _ in items], grads, rows, counts))
+        if also is not None:
+            also(pack)
         pack.fetch()
         for cols, at in wparts:
             wn = pack.get(at)

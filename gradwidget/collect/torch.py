@@ -571,7 +571,8 @@ class Recorder:
                    and self._recorded % self.update_every == 0)
         pend, self._pending = self._pending, {}
         self._recorded += 1
-        partials = self._dist.local_partials(self._params, with_hist, self.foreach_all)
+        partials = self._dist.local_partials(self._params, with_hist, self.foreach_all,
+                                             self._tracer.queue if self._tracer is not None else None)
         self._dist_step = {"step_no": step_no, "pend": pend, "partials": partials, "measure": measure}
         if measure:
             self._dist.snapshot(self._update_bufs)
