@@ -389,3 +389,18 @@ def test_earliest_of_several_ranks():
     assert earliest([o(4, "forward", 2), seen]).rank == 2       # the forward runs first
     assert earliest([o(3, "backward", 3), seen]).step == 3      # the earlier step first
     assert earliest([]) is None
+
+
+def test_weight_growth_tells_a_learning_rate_nan_from_a_module_nan():
+    from gradwidget.analysis.nonfinite import weight_growth
+
+    # the sqrt(0) NaN: made by the module, the weights had not grown
+    origin = nc.train(nc.CASES["backward only, sqrt(0)"])
+    assert 0.9 < weight_growth(nc.train.last.run, origin) < 1.1
+    # grown weights (the bf16 case multiplies lin2's by 1e36 before the bad step)
+    origin = nc.train(nc.CASES["bf16 autocast, Inf"])
+    assert weight_growth(nc.train.last.run, origin) == np.inf  # lin2's norm no longer fits in float32
+    with pytest.raises(TypeError, match="gradwidget Run"):
+        from gradwidget.analysis.nonfinite import nonfinite_origin
+
+        nonfinite_origin(origin)
