@@ -2,7 +2,8 @@
 
 Forward: a pre-hook and a hook on every module reduce each floating input and output tensor to
 one number on the device (its sum, accumulated in float32 or wider, which is NaN/Inf exactly
-when the tensor holds a NaN/Inf, barring finite sums beyond 3e38) and keep the 0-d results in a list: no host sync per module.
+when the tensor holds a NaN/Inf, barring finite sums beyond 3e38) and keep the 0-d results in a
+list: no host sync per module.
 Backward: a tensor hook on each output sees the gradient the module *received*; each input that
 requires grad is handed to the module as a view of itself (``x.view_as(x)``, the same tensor to
 the module and to the caller), whose tensor hook sees the gradient this module alone *passed on*
@@ -21,11 +22,12 @@ float32 range (entries of ~1e34 and more, of one sign) reads as Inf: that module
 the first whose values left the range a float32 sum holds (a float64 sum would avoid it at 5x
 the cost on CPU).
 
-Limits: a module that changes its input in place (``nn.ReLU(inplace=True)``) loses the hook on
-the view it was given, so the gradient it passed on is seen one module later; a module's
-forward run under ``torch.no_grad`` outside any traced call (evaluation) is not traced; modules
-run inside a ``torch.compile``'d graph are not traced (the hooks compile to nothing, so the graph
-is not broken at every module): only the NaN's step is then known, from the recorded gradients.
+Limits: a module that changes its input in place and returns it (``nn.ReLU(inplace=True)``)
+hands back the view it was given, whose earlier hook autograd drops: the gradient it passes on
+is taken to be the one it receives (a NaN such a module made in the backward is put on the
+module that encloses it). A forward run under ``torch.no_grad`` outside any traced call
+(evaluation) is not traced. Modules run inside a ``torch.compile``'d graph are not traced (the
+hooks compile to nothing, so the graph is not broken at every module): no origin is named then.
 """
 from __future__ import annotations
 
