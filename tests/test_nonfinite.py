@@ -404,3 +404,26 @@ def test_weight_growth_tells_a_learning_rate_nan_from_a_module_nan():
         from gradwidget.analysis.nonfinite import nonfinite_origin
 
         nonfinite_origin(origin)
+
+
+def test_an_in_place_module_that_makes_a_backward_nan_is_named_by_its_enclosing_module():
+    """The documented limit: x.sqrt_() hands back the view it was given, whose hook autograd
+    drops, so the NaN it makes in the backward is put on the Sequential around it."""
+    class SqrtInPlace(nn.Module):
+        def forward(self, x):
+            return x.sqrt_()
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Linear(4, 8, bias=False)
+            self.block = nn.Sequential(nc.Square(), SqrtInPlace())  # |x|: finite forward, NaN backward at 0
+            self.head = nn.Linear(8, 1)
+
+        def forward(self, x):
+            return self.head(self.block(self.stem(x)))
+
+    case = nc.Case(Net, ("block", nc.BAD, "backward"),
+                   data=lambda bad: torch.zeros(8, 4) if bad else torch.rand(8, 4) + 0.1)
+    origin = nc.train(case)
+    assert (origin.module, origin.step, origin.phase) == case.expected
