@@ -206,8 +206,15 @@ def test_origin_dataclass_checks_its_fields():
         NonfiniteOrigin(module=None, step=1, phase="loss")
     with pytest.raises(ValueError, match="needs module, step and phase"):
         NonfiniteOrigin.from_dict({"module": "a"})
+    from gradwidget.run import Run
+
+    run = Run(["a.weight"])
     with pytest.raises(TypeError, match="NonfiniteOrigin"):
-        nc.train.last.run.nonfinite_origin = {"module": "a"}
+        run.nonfinite_origin = {"module": "a"}
+    run.nonfinite_origin = o
+    assert run.meta["nonfinite_origin"]["module"] == "a.b" and run.nonfinite_origin == o
+    run.nonfinite_origin = None
+    assert "nonfinite_origin" not in run.meta and run.nonfinite_origin is None
 
 
 def test_a_gradient_overflow_amps_grad_scaler_skips_is_no_origin():
