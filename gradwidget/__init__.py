@@ -5,7 +5,7 @@ Names are imported lazily so that ``import gradwidget`` stays fast and does not 
 """
 from __future__ import annotations
 
-from .run import METRICS, SCALARS, LayerInfo, Run
+from .run import METRICS, SCALARS, LayerInfo, NonfiniteOrigin, Run
 from .thresholds import Thresholds
 
 __version__ = "0.1.0"
@@ -19,8 +19,8 @@ _LAZY = {
     "GradientPanel": ("gradwidget.widget", "GradientPanel"),
 }
 
-__all__ = ["GradientPanel", "Recorder", "ArrayRecorder", "Run", "LayerInfo", "load_run", "analyze", "compare",
-           "Thresholds", "METRICS", "SCALARS", "__version__"]
+__all__ = ["GradientPanel", "Recorder", "ArrayRecorder", "Run", "LayerInfo", "NonfiniteOrigin", "load_run",
+           "analyze", "compare", "Thresholds", "METRICS", "SCALARS", "__version__"]
 
 
 def __getattr__(name: str):

@@ -255,6 +255,23 @@ def _weights_html(report, run: Run) -> str:
     return "".join(parts) or "<p>No weight statistics recorded.</p>"
 
 
+def _origin_html(origin) -> str:
+    """The non-finite origin: its sentence, then module, step, pass and what was seen."""
+    reached = origin.params_reached
+    rows = [("module", f"{origin.where} ({origin.module_type})"), ("step", origin.step), ("phase", origin.phase),
+            ("call of the module in that step", origin.call + 1),
+            ("inputs finite" if origin.phase != "backward" else "gradient received finite", origin.inputs_finite),
+            ("output finite" if origin.phase != "backward" else "gradient passed on finite", origin.output_finite),
+            ("non-finite parameter gradients at that step",
+             "not recorded" if reached is None else f"{len(reached)}" + (f": {', '.join(reached[:6])}"
+                                                                          + (" …" if len(reached) > 6 else "")
+                                                                          if reached else ""))]
+    if origin.rank is not None:
+        rows.append(("rank", origin.rank))
+    body = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in rows)
+    return f"<p>{_esc(origin.describe())}</p><table class=\"kv\">{body}</table>"
+
+
 def _short(v, n: int = 200) -> str:
     s = str(v)
     return s if len(s) <= n else s[: n - 1] + "…"
@@ -274,6 +291,9 @@ def render_report(report, title: str | None = None) -> str:
 
     sections = []
     sections.append(f'<h2 id="summary">Summary</h2><pre class="summary">{_esc(summary)}</pre>')
+    origin = getattr(report, "nonfinite_origin", None)
+    if origin is not None:
+        sections.append(f'<h2 id="nonfinite-origin">Where the NaN started</h2><div class="card">{_origin_html(origin)}</div>')
     sections.append(f'<h2 id="recommendations">Recommendations</h2><div class="card">'
                     f"{_recommendations_html(report)}</div>")
     if run.n_steps:

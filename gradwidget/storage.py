@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from .files import NotPlainFile, append_whole, create_new, open_plain, replace_atomically, writable_folder
-from .run import HIST_EDGES, LAYER_STATUSES, METRICS, N_BINS, SCALARS, LayerInfo, Run
+from .run import HIST_EDGES, LAYER_STATUSES, METRICS, N_BINS, SCALARS, LayerInfo, NonfiniteOrigin, Run
 from .thresholds import Thresholds
 
 FORMAT = "gradwidget-run"
@@ -437,6 +437,12 @@ def _meta_problem(meta: dict) -> str | None:
     for key in ("thresholds", "meta"):
         if meta.get(key) is not None and not isinstance(meta[key], dict):
             return f"\"{key}\" must be an object, got {meta[key]!r:.60}"
+    origin = (meta.get("meta") or {}).get("nonfinite_origin")
+    if origin is not None:
+        try:
+            NonfiniteOrigin.from_dict(origin)
+        except ValueError as e:
+            return f"meta.nonfinite_origin is malformed: {e}"
     edges_h = meta.get("hist_edges", list(HIST_EDGES))
     if not isinstance(edges_h, list) or len(edges_h) != N_BINS + 1:
         return f"\"hist_edges\" must be a list of {N_BINS + 1} bin edges"
@@ -718,7 +724,8 @@ class RunReader:
 
     def _refresh_meta(self, meta: dict) -> None:
         """Take what a writer may change in meta.json during a run: the data-flow edges (captured
-        after the first step) and the layers' status / backward_index (a layer used late)."""
+        after the first step), the layers' status / backward_index (a layer used late) and the
+        non-finite origin (written when it is found)."""
         run = self.run
         layers = [LayerInfo.from_dict(d) for d in meta["layers"]]
         edges = np.asarray(meta.get("edges", []), np.int32).reshape(-1, 2)
@@ -726,6 +733,9 @@ class RunReader:
             run.layers[:] = layers
             run.edges = edges
             run.version += 1
+        origin = (meta.get("meta") or {}).get("nonfinite_origin")
+        if origin != run.meta.get("nonfinite_origin"):  # found while the reader follows the run
+            run.nonfinite_origin = None if origin is None else NonfiniteOrigin.from_dict(origin)
 
     def poll(self) -> bool:
         """Take any whole records appended since the last call; True if the run changed.

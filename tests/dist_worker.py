@@ -24,6 +24,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gradwidget.collect.nonfinite import NonfiniteTracer  # noqa: E402
 from gradwidget.collect.torch import Recorder  # noqa: E402
 
 GLOBAL_BATCH = 16
@@ -59,7 +60,7 @@ def batches(steps: int):
 
 
 def train(mode: str, log_dir: str | None, steps: int, delay: float, histogram_every: int,
-          update_every: int, no_optimizer: bool = False, model_kind: str = "mlp") -> dict:
+          update_every: int, no_optimizer: bool = False, model_kind: str = "mlp", nan_rank: int = -1) -> dict:
     rank, world = 0, 1
     if mode != "single":
         import torch.distributed as dist
@@ -92,6 +93,9 @@ def train(mode: str, log_dir: str | None, steps: int, delay: float, histogram_ev
                    update_every=update_every)
     for i, (x, y) in enumerate(batches(steps)):
         xb, yb = (x, y) if mode == "plain" else (x[rank::world], y[rank::world])
+        if rank == nan_rank and i == 2:  # this rank's data holds a NaN at step 2
+            xb = xb.clone()
+            xb[0, 0] = float("nan")
         opt.zero_grad()
         loss = ((model(xb) - yb) ** 2).mean()
         rec.log(loss=loss)
@@ -112,6 +116,10 @@ def train(mode: str, log_dir: str | None, steps: int, delay: float, histogram_ev
         "has_run": rec.run is not None,
         "has_writer": rec._writer is not None,
         "grad_hooks": sum(len(p._post_accumulate_grad_hooks or {}) for p in rec.model.parameters()),
+        "tracer_hooks": sum(isinstance(getattr(getattr(h, "func", None), "__self__", None), NonfiniteTracer)
+                            for m in rec.model.modules() for h in (*m._forward_hooks.values(),
+                                                                   *m._forward_pre_hooks.values())),
+        "origin": rec.run.meta.get("nonfinite_origin") if rec.run is not None else None,
         "optimizer_hooks": len(opt._optimizer_step_pre_hooks) + len(opt._optimizer_step_post_hooks),
         "kind": rec._dist.kind if rec._dist is not None else None,
         "collectives": rec._dist.collectives if rec._dist is not None else 0,
@@ -132,10 +140,11 @@ def main() -> None:
     ap.add_argument("--update-every", type=int, default=1)
     ap.add_argument("--no-optimizer", action="store_true")
     ap.add_argument("--model", choices=["mlp", "transformer"], default="mlp")
+    ap.add_argument("--nan-rank", type=int, default=-1, help="this rank's data holds a NaN at step 2")
     args = ap.parse_args()
     torch.set_num_threads(1)
     info = train(args.mode, args.log_dir, args.steps, args.delay, args.histogram_every, args.update_every,
-                 args.no_optimizer, args.model)
+                 args.no_optimizer, args.model, args.nan_rank)
     if args.mode != "single":
         import gc
 

@@ -144,10 +144,13 @@ def test_exploding_learning_rate_is_critical_and_named():
     run = _train(model, opt, 12)
     rep = analyze(run)
     assert rep.overall_health == "Critical"
-    (top,) = rep.recommendations                       # the cause, with its symptoms folded in
+    top, nan = rep.recommendations                     # the cause, with its symptoms folded in ...
     assert top.cause == "lr_too_high" and top.priority == "Critical" and top.layers and top.first_step <= 1
-    assert any(x.startswith("exploding:") for x in top.explains) and any(x.startswith("nonfinite") for x in top.explains)
+    assert any(x.startswith("exploding:") for x in top.explains)
     assert "lower the learning rate" in top.action
+    # ... and where the NaN began, right after it (the origin is worth its own line)
+    assert nan.cause == "nonfinite" and nan.priority == "Critical" and nan.first_step > top.first_step
+    assert run.nonfinite_origin is not None and "began in" in nan.evidence
     assert any(r.kind == "exploding" for r in rep.regions)
     assert rep.explosion is not None
     assert "lr_high" in ",".join(rep.layers["flags"]) or top.kind == "nonfinite"

@@ -169,15 +169,30 @@ def test_two_process_run_equals_single_process(mode, launch, single_runs, tmp_pa
     assert not r1["has_writer"] and not r1["has_run"]
     assert r0["kind"] == r1["kind"] == kind
     if kind in ("ddp", "replicated"):
-        # the other rank installs nothing and sends nothing; rank 0 reads DDP's averaged gradients
-        assert r1["grad_hooks"] == 0 and r1["optimizer_hooks"] == 0
+        # the other rank records nothing and sends nothing; rank 0 reads DDP's averaged gradients.
+        # It only traces its own NaN origin: module hooks and one optimizer step hook, no collective
+        assert r1["grad_hooks"] == 0 and r1["optimizer_hooks"] == 1 and r1["tracer_hooks"] > 0
         assert r0["collectives"] == r1["collectives"] == 0
+        assert r0["origin"] is None  # the run stayed finite
     else:
         from gradwidget.collect.distributed import bytes_per_step
 
         # one gather per recorded step; 6 layers x (9 partials + 64 histogram bins) x 8 bytes
         assert r0["collectives"] == r1["collectives"] == 4
         assert r1["bytes_sent"] == 4 * bytes_per_step(6, with_hist=True) == 4 * 6 * 73 * 8
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
+def test_each_rank_traces_its_own_nan_origin_and_rank_0_reports_the_earliest(mode, launch, tmp_path):
+    """Rank 1's data holds a NaN at step 2. Rank 0's own forward and backward stay finite; it sees
+    the NaN only in the gradients synchronised from rank 1, so the origin it reports (and writes to
+    the run directory) is rank 1's: the model's input, step 2."""
+    infos = launch(mode, tmp_path / "run", tmp_path / "out", "--nan-rank", "1").wait()
+    origin = load_run(tmp_path / "run").nonfinite_origin
+    assert (origin.module, origin.step, origin.phase, origin.rank) == ("", 2, "input", 1)
+    assert origin.module_type == "Sequential" and origin.inputs_finite is False
+    assert infos[0]["origin"] == origin.to_dict()
+    assert infos[1]["tracer_hooks"] == 0  # rank 1 removed its hooks once it had posted its origin
 
 
 @pytest.mark.parametrize("mode", ["fsdp2", "fsdp1"])

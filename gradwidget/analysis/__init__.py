@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..run import Run
 from ..thresholds import as_thresholds
-from . import advice, causes, evidence, flow, health, network, stats
+from . import advice, causes, evidence, flow, health, network, nonfinite, stats
 from .report import Report
 from .weights import analyze_weights, drift_from_run, gradient_explosion, weights_from_module
 
@@ -81,7 +81,7 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
                   distribution=dist, interactions=inter, convergence=conv, dynamics=dyn, stability=stab,
                   groups=groups, suggestions=sugg, priorities=prio, recommendations=recs,
                   weights=wrep, weight_drift=drift_from_run(run, s.update_rows),
-                  explosion=explosion, notes=notes)
+                  explosion=explosion, nonfinite_origin=nonfinite.nonfinite_origin(run), notes=notes)
 
 
 #: fewest rows ``max_rows`` may keep: trends, plateaus and correlations need a handful of points.

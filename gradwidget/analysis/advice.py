@@ -350,6 +350,10 @@ def action_for(c: Cause, run, arch: Architecture) -> str:
     k = c.cause
     if k == "nonfinite":
         o = c.origin
+        grown = " — and lower the learning rate: the weights had grown before it" if c.after == "lr_too_high" else ""
+        if o is not None and o.phase == "input":
+            return ("check the data: the batch given to the model already holds NaN/Inf "
+                    "(assert torch.isfinite(x).all() in the data pipeline)")
         if o is not None and getattr(o, "phase", None) == "loss":
             return ("make the loss safe: pass logits to a log-softmax loss (CrossEntropyLoss) instead of taking "
                     "log() of probabilities, or clamp them (p.clamp_min(1e-8)) before the log")
@@ -357,7 +361,7 @@ def action_for(c: Cause, run, arch: Architecture) -> str:
             where = "its backward" if o.phase == "backward" else "its forward"
             return (f"fix {o.module}: {where} makes the first NaN/Inf from finite values — add an eps to "
                     "divisions, sqrt and log there, or clamp its input; under fp16/bf16 autocast keep that op "
-                    "in float32")
+                    "in float32" + grown)
         return ("find where it starts (gradwidget records the origin with the torch Recorder): check the loss "
                 "for log(0) or division by zero, add an eps to divisions and sqrt, and use a GradScaler under "
                 "fp16 autocast")

@@ -122,6 +122,7 @@ class Cause:
     explains: list[str] = field(default_factory=list)  #: folded symptoms, each "cause: evidence"
     origin: object = None           #: the NaN origin, for ``nonfinite``
     at_init: bool = False           #: present before the first update: the root, above any step-size cause
+    after: str | None = None        #: the cause it followed from: ranked right after it, kept for its own evidence
 
     @property
     def title(self) -> str:
@@ -191,7 +192,7 @@ def _nonfinite(c: Context) -> Cause | None:
     order = bad[np.lexsort((bi, first_rows))] if bad.size else bad
     layers = _names(run, order)
     origin = getattr(run, "nonfinite_origin", None)
-    if origin is not None and getattr(origin, "module", None) is not None:
+    if origin is not None and origin.module:  # "" is the loss (or the input): no module of the model
         mod = origin.module
         own = [l.name for l in run.layers if l.module == mod or l.name.startswith(mod + ".")]
         layers = own + [n for n in layers if n not in own]
@@ -202,7 +203,8 @@ def _nonfinite(c: Context) -> Cause | None:
     if loss_step is not None:
         parts.append(f"the loss is NaN/Inf from step {loss_step}")
     if origin is not None:
-        parts.insert(0, f"it began in {origin.module or 'the loss'} ({origin.phase} pass) at step {origin.step}")
+        where = origin.module or {"loss": "the loss", "input": "the inputs"}.get(origin.phase, "the model")
+        parts.insert(0, f"it began in {where} ({origin.phase}{' pass' if origin.module else ''}) at step {origin.step}")
     return Cause("nonfinite", "Critical", layers, first, "; ".join(parts), 1.0, origin=origin)
 
 
@@ -672,7 +674,9 @@ def _fold(found: dict[str, Cause], loss: LossEvidence, start: int | None) -> Non
         for sym in EXPLAINS.get(name, ()):
             if sym not in found or sym == name:
                 continue
-            if sym == "nonfinite" and name == "lr_too_high":
+            if sym == "nonfinite" and (name == "lr_too_high" or found[sym].origin is not None):
+                if found[sym].origin is not None and name != "lr_too_high":
+                    found[sym].after = name  # a consequence, but where it began is worth its own line
                 continue
             if sym == "dead_units" and found[sym].first_step == start:  # dead from the start: the init
                 continue
@@ -683,11 +687,14 @@ def _fold(found: dict[str, Cause], loss: LossEvidence, start: int | None) -> Non
             elif name == "loss_scale":  # a summed loss that blew the steps up is no longer harmless
                 cause.priority = min(cause.priority, "High", key=PRIORITY_ORDER.index)
     nf, hi = found.get("nonfinite"), found.get("lr_too_high")
-    if nf is not None and hi is not None and nf.origin is None and hi.first_step is not None \
+    if nf is not None and hi is not None and hi.first_step is not None \
             and nf.first_step is not None and hi.first_step < nf.first_step:
-        found.pop("nonfinite")
-        hi.explains.append(f"nonfinite: {nf.evidence}")
         hi.priority = "Critical"
+        if nf.origin is None:
+            found.pop("nonfinite")
+            hi.explains.append(f"nonfinite: {nf.evidence}")
+        else:
+            nf.after = "lr_too_high"
 
 
 def find_causes(s: Series, factors: list[RiskFactor], regions: list[Region], dyn: Dynamics,
@@ -703,6 +710,9 @@ def find_causes(s: Series, factors: list[RiskFactor], regions: list[Region], dyn
     ex = found.get("exploding")
     if ex is not None and ex.at_init:  # outputs huge before any update: the init, not the step size
         for sym in ("lr_too_high", "nonfinite", "dead_units"):
+            if sym == "nonfinite" and sym in found and found[sym].origin is not None:
+                found[sym].after, ex.priority = "exploding", "Critical"
+                continue
             if sym in found:
                 folded = found.pop(sym)
                 ex.explains.append(f"{sym}: {folded.evidence}")
@@ -710,7 +720,11 @@ def find_causes(s: Series, factors: list[RiskFactor], regions: list[Region], dyn
                     ex.priority = "Critical"
     _fold(found, ctx.loss, _start(s.run))
     out = list(found.values())
-    out.sort(key=lambda c: (PRIORITY_ORDER.index(c.priority), CAUSES.index(c.cause)))
+    for c in out:  # a consequence ranks with its cause
+        if c.after is not None and c.after in found:
+            c.priority = found[c.after].priority
+    out.sort(key=lambda c: (PRIORITY_ORDER.index(c.priority),
+                            CAUSES.index(c.after) + 0.5 if c.after in found else CAUSES.index(c.cause)))
     return out
 
 

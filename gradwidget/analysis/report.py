@@ -90,6 +90,7 @@ class Report:
     weights: Any = None                  #: WeightReport when weights were given
     weight_drift: Any = None             #: drift read from the run's update/weight ratios
     explosion: Any = None                #: seed 001 gradient-explosion analysis on each layer's largest |g| (the flags' metric)
+    nonfinite_origin: Any = None         #: NonfiniteOrigin: the module, step and pass that made the first NaN/Inf
     notes: list = field(default_factory=list)
 
     @property

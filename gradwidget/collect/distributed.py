@@ -129,6 +129,10 @@ class DistContext:
     def __repr__(self) -> str:
         return f"<DistContext {self.kind} rank {self.rank}/{self.world_size}>"
 
+    def origin_exchange(self) -> "OriginExchange":
+        """Where this recorder's ranks leave the non-finite origins they trace for rank 0."""
+        return OriginExchange(self)
+
     # ------------------------------------------------------------------ layout
     def full_shape(self, name: str, p: torch.Tensor) -> tuple:
         """The unsharded shape of parameter ``name``."""
@@ -195,9 +199,11 @@ class DistContext:
         params, bufs = update_bufs
         torch._foreach_copy_(bufs, [_local(p.detach()) for p in params])
 
-    def local_partials(self, params: list[torch.Tensor], with_hist: bool, foreach_all: bool) -> np.ndarray:
+    def local_partials(self, params: list[torch.Tensor], with_hist: bool, foreach_all: bool,
+                       also=None) -> np.ndarray:
         """``(L, len(PARTIALS) [+ N_BINS])`` float64 partial sums of this rank's pieces, columns in
-        the recorder's order."""
+        the recorder's order. ``also(pack)``: queue more tensors into the same host copy (the
+        NaN tracer's steps)."""
         from .torch import _exponent_counts, _grad_rows, _HostCopy, _octave_bins, norms
 
         L = len(self._order)
@@ -226,6 +232,8 @@ class DistContext:
             rows = pack.add(_grad_rows(grads, foreach_all=foreach_all or dev.type != "cpu"))
             counts = pack.add(_exponent_counts(grads)) if with_hist else None
             gparts.append(([c for c, _ in items], grads, rows, counts))
+        if also is not None:
+            also(pack)
         pack.fetch()
         for cols, at in wparts:
             wn = pack.get(at)
@@ -346,3 +354,53 @@ def attach(model: nn.Module, optimizer=None, group=None) -> DistContext:
     if any(_is_dtensor(p) for p in model.parameters()):
         return DistContext(model, "fsdp2", group)
     return DistContext(model, "replicated", group)
+
+
+#: Recorders built in this process under a process group: every rank builds them in the same order,
+#: so the n-th one has the same store keys on every rank
+_EXCHANGES = [0]
+
+
+class OriginExchange:
+    """Each rank traces its own forward and backward and finds its own non-finite origin; rank 0
+    keeps the earliest. Ranks find theirs at different moments, so instead of a collective (which
+    every rank would have to enter together) each posts its origin to the process group's
+    key-value store; rank 0 reads one counter per recorded step and the new origins it announces.
+    Without a store (an unusual process group) each rank keeps its own and rank 0 reports its own."""
+
+    def __init__(self, ctx: DistContext) -> None:
+        self.rank, self.world_size = ctx.rank, ctx.world_size
+        self.prefix = f"gradwidget/{_EXCHANGES[0]}/nonfinite_origin"
+        _EXCHANGES[0] += 1
+        try:
+            self.store = dist.distributed_c10d._get_default_store()
+        except (AttributeError, RuntimeError, ValueError):  # pragma: no cover - no store to use
+            self.store = None
+        self.posted: dict[int, dict] = {}   # rank -> origin (rank 0: those read so far)
+
+    def post(self, origin: dict) -> None:
+        """This rank's origin, for rank 0 (rank 0 posts its own to itself)."""
+        self.posted[self.rank] = origin
+        if self.store is not None and self.rank != 0:
+            import json
+
+            self.store.set(f"{self.prefix}/{self.rank}", json.dumps(origin))
+            self.store.add(f"{self.prefix}/count", 1)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.posted) >= self.world_size
+
+    def gather(self) -> list[dict]:
+        """Rank 0: every origin posted so far (its own included); reads the store only when its
+        counter says another rank posted since the last call."""
+        if self.store is not None and not self.complete:
+            others = len(self.posted) - (0 in self.posted)
+            if self.store.add(f"{self.prefix}/count", 0) > others:
+                import json
+
+                for r in range(1, self.world_size):
+                    key = f"{self.prefix}/{r}"
+                    if r not in self.posted and self.store.check([key]):
+                        self.posted[r] = json.loads(self.store.get(key))
+        return list(self.posted.values())

@@ -28,9 +28,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..run import HIST_LOG2_LO, METRICS, N_BINS, LayerInfo, Run, _as_step
+from ..run import HIST_LOG2_LO, METRICS, N_BINS, LayerInfo, NonfiniteOrigin, Run, _as_step
 from ..storage import check_log_dir
 from ..thresholds import as_thresholds
+from .nonfinite import NonfiniteTracer
 
 _M = {name: i for i, name in enumerate(METRICS)}
 _MAX_GRAPH_VISITS = 200_000
@@ -239,6 +240,9 @@ class Recorder:
     track_updates: record ``update_norm`` (keeps one copy of the trainable parameters).
     update_every: measure the update norm every this many recorded steps (NaN in between): taking
         it costs a copy of the parameters, ~2.5% of a step for a small transformer on CPU.
+    trace_nonfinite: find where the first NaN/Inf was made (module, step, forward/backward/loss)
+        into ``run.nonfinite_origin``; hooks on every module, removed once it is found
+        (``gradwidget.collect.nonfinite``; its cost is measured in bench/nonfinite.py).
 
     One Recorder per model: building another on the same model detaches this one (with a warning),
     as re-running a notebook cell does. With an optimizer, ``optimizer.zero_grad`` is wrapped on the
@@ -254,7 +258,8 @@ class Recorder:
     def __init__(self, model, optimizer=None, *, every: int = 1, histogram_every: int = 10,
                  max_steps: int | str | None = "auto", memory_budget: int = 256 << 20, thresholds=None,
                  log_dir=None, overwrite: bool = False,
-                 track_updates: bool = True, update_every: int = 10, foreach_all: bool = False) -> None:
+                 track_updates: bool = True, update_every: int = 10, foreach_all: bool = False,
+                 trace_nonfinite: bool = True) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"Recorder needs a torch.nn.Module, got {type(model).__name__}; "
                             "for other frameworks use gradwidget.ArrayRecorder")
@@ -265,6 +270,9 @@ class Recorder:
         if not (max_steps is None or max_steps == "auto"):
             max_steps = _count_arg("max_steps", max_steps, 1, "'auto', None or ")
         memory_budget = _bytes_arg("memory_budget", memory_budget)
+        if not isinstance(trace_nonfinite, bool):
+            raise TypeError(f"trace_nonfinite must be True or False, got {type(trace_nonfinite).__name__} "
+                            f"{trace_nonfinite!r}")
         #: how the model is distributed (None in a single process: no distributed code runs)
         self._dist = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -329,8 +337,17 @@ class Recorder:
         self._edge_wanted: set[str] = set()   # modules of late layers whose edges are still unknown
         self._late_captures = 0
         self._unused_cols: list[int] = []
+        self._tracer: NonfiniteTracer | None = None
+        self._exchange = None  # distributed: where the ranks' non-finite origins meet
+        if self._dist is not None and trace_nonfinite:
+            self._exchange = self._dist.origin_exchange()
         if self._dist is not None and self._dist.inert:
-            return  # replicated gradients (DDP): rank 0 records them, the other ranks do nothing
+            # replicated gradients (DDP): rank 0 records them; the other ranks only trace their own
+            # NaN origin (an optimizer step hook ends each step), unless trace_nonfinite=False
+            if trace_nonfinite and optimizer is not None:
+                self._tracer = NonfiniteTracer(model)
+                self._handles.append(optimizer.register_step_pre_hook(self._inert_step))
+            return
 
         for i, p in enumerate(self._params):
             if p.requires_grad:
@@ -341,6 +358,8 @@ class Recorder:
             if self._dist is None or not self._dist.sharded:
                 self._wrap_zero_grad()
         self._install_graph_capture()
+        if trace_nonfinite:
+            self._tracer = NonfiniteTracer(model)
 
     # ------------------------------------------------------------------ public
     def log(self, loss=None, lr=None, step: int | None = None) -> None:
@@ -361,6 +380,11 @@ class Recorder:
         for h in self._handles + self._grad_handles + self._graph_handles:
             h.remove()
         self._handles, self._grad_handles, self._graph_handles = [], [], []
+        if self._exchange is not None and self.run is not None:
+            self._trace_origin(None)  # take what other ranks posted since the last recorded step
+        if self._tracer is not None:
+            self._tracer.remove()
+            self._tracer = None
         self._unwrap_zero_grad()
         self._update_bufs = None
         if self._writer is not None:
@@ -498,6 +522,10 @@ class Recorder:
         self._capture_late_edges()
         step_no = self._count
         self._count += 1
+        if self._tracer is not None:
+            # with an optimizer, a step not read at its step pre-hook is one it skipped (AMP)
+            self._tracer.end_step(self._pending.get("step", step_no), self._pending.get("loss"),
+                                  skipped=self.optimizer is not None and not before_update)
         if step_no % self.every:
             return
         if self._order is None:
@@ -518,6 +546,7 @@ class Recorder:
         if loss is not None:
             pend["loss"] = loss
         self._append_step(step_no, pend, values, hist)
+        self._trace_origin(values)
         self._recorded += 1
         if before_update and self._update_bufs is not None and (self._recorded - 1) % self.update_every == 0:
             self._snapshot_updates()
@@ -548,6 +577,57 @@ class Recorder:
         if self._unused_cols:
             self._adopt_late_layers(values)
 
+    def _trace_origin(self, values: np.ndarray | None) -> None:
+        """Look in the steps traced since the last recorded one for the first NaN/Inf's origin;
+        once found, remove the tracer's hooks and keep the origin in the run (and its directory).
+        Distributed: every rank posts its own and rank 0 keeps the earliest (``OriginExchange``).
+        ``values``: this step's recorded metrics (None on ranks that do not hold the run)."""
+        origin = None
+        if self._tracer is not None:
+            traces = self._tracer.take()
+            if traces:
+                reached, current = None, traces[-1].step
+                if self.run is not None and values is not None:
+                    bad = values[_M["nonfinite"]] > 0
+                    names = [self.run.layers[c].name for c in np.flatnonzero(bad)[::-1]]  # nearest the loss first
+                    reached = lambda s: names if s == current else None  # noqa: E731
+                module_of = (lambda layer: self.run.layers[self.run.layer_index(layer)].module) if self.run else None
+                origin = self._tracer.origin(traces, reached, module_of)
+            if origin is not None:
+                self._tracer.remove()
+                self._tracer = None
+                if self.run is not None and origin.step == current:
+                    origin.step = int(self.run.steps[-1])  # the step as recorded
+                if self._exchange is not None:
+                    from .distributed import clean_name, type_name
+
+                    origin.module_type = type_name(self.model.get_submodule(origin.module))  # FSDP's classes
+                    origin.module, origin.rank = clean_name(origin.module), self._dist.rank
+                    self._exchange.post(origin.to_dict())
+        if self.run is None:
+            return
+        if self._exchange is not None:
+            from .nonfinite import earliest
+
+            origin = earliest([NonfiniteOrigin.from_dict(d) for d in self._exchange.gather()])
+        if origin is not None and origin != self.run.nonfinite_origin:
+            self.run.nonfinite_origin = origin
+            if self._writer is not None:
+                self._writer.write_meta()
+
+    def _inert_step(self, optimizer, args, kwargs) -> None:
+        """A DDP rank other than 0 (which records nothing): end the traced step; on the steps
+        rank 0 records, look for this rank's origin and post it."""
+        step_no, self._count = self._count, self._count + 1
+        pend, self._pending = self._pending, {}
+        self._tracer.end_step(pend.get("step", step_no), pend.get("loss"))
+        if step_no % self.every == 0:
+            self._trace_origin(None)
+        if self._tracer is None:  # found and posted: nothing more to do on this rank
+            for h in self._handles:
+                h.remove()
+            self._handles = []
+
     # ------------------------------------------------------------------ sharded (FSDP) steps
     def _begin_sharded_step(self, step_no: int, with_hist: bool, before_update: bool) -> None:
         """Every rank computes partial sums over its shards; with an update to measure, the one
@@ -556,7 +636,8 @@ class Recorder:
                    and self._recorded % self.update_every == 0)
         pend, self._pending = self._pending, {}
         self._recorded += 1
-        partials = self._dist.local_partials(self._params, with_hist, self.foreach_all)
+        partials = self._dist.local_partials(self._params, with_hist, self.foreach_all,
+                                             self._tracer.queue if self._tracer is not None else None)
         self._dist_step = {"step_no": step_no, "pend": pend, "partials": partials, "measure": measure}
         if measure:
             self._dist.snapshot(self._update_bufs)
@@ -568,9 +649,11 @@ class Recorder:
         st, self._dist_step = self._dist_step, None
         stacked = self._dist.gather(st["partials"])
         if stacked is None:
+            self._trace_origin(None)  # this rank's own origin, posted for rank 0
             return  # not rank 0: rank 0 records and writes
         values, hist = self._dist.statistics(stacked, getattr(self, "_update_cols", None), st["measure"])
         self._append_step(st["step_no"], st["pend"], values, hist)
+        self._trace_origin(values)
         self._finish_step()
 
     def _finish_step(self) -> None:
@@ -698,6 +781,8 @@ class Recorder:
             counts = pack.add(_exponent_counts(grads)) if with_hist else None
             gparts.append((cols, grads, numels, rows, counts))
         loss_at = pack.add(loss.detach().float().mean()) if isinstance(loss, torch.Tensor) else None
+        if self._tracer is not None:
+            self._tracer.queue(pack)  # the traced steps' finiteness rides in the same copy
         pack.fetch()
         for cols, at in wparts:
             out[_M["weight_norm"], cols] = pack.get(at)

@@ -1,0 +1,372 @@
+"""Trace where a NaN/Inf started: the first module, step and pass that made a non-finite value.
+
+Forward: a pre-hook and a hook on every module reduce each floating input and output tensor to
+one number on the device (its sum, accumulated in float32 or wider, which is NaN/Inf exactly
+when the tensor holds a NaN/Inf, barring finite sums beyond 3e38) and keep the 0-d results in a
+list: no host sync per module.
+Backward: a tensor hook on each output sees the gradient the module *received*; each input that
+requires grad is handed to the module as a view of itself (``x.view_as(x)``, the same tensor to
+the module and to the caller), whose tensor hook sees the gradient this module alone *passed on*
+(a hook on ``x`` would see the sum over all of x's consumers).
+
+At each step the numbers are stacked into one tensor that rides in the Recorder's single host
+copy of a recorded step (steps in between are kept on the device until then). On the host,
+:func:`find_origin` walks the step's events in the order they happened: the first non-finite
+one names the module call that made it (see its docstring). Once an origin is found the hooks
+are removed, so a run that has gone NaN costs nothing more.
+
+What counts as non-finite: a NaN or +/-Inf in a floating tensor; an input or output that does not
+require grad and whose only non-finite values are -Inf is taken for an attention mask (``-inf``
+is how masks say "never") and counts as finite. A finite tensor whose entries add up beyond the
+float32 range (entries of ~1e34 and more, of one sign) reads as Inf: that module is then named,
+the first whose values left the range a float32 sum holds (a float64 sum would avoid it at 5x
+the cost on CPU).
+
+Limits: a module that changes its input in place and returns it (``nn.ReLU(inplace=True)``)
+hands back the view it was given, whose earlier hook autograd drops: the gradient it passes on
+is taken to be the one it receives (a NaN such a module made in the backward is put on the
+module that encloses it). A forward run under ``torch.no_grad`` outside any traced call
+(evaluation) is not traced. Modules run inside a ``torch.compile``'d graph are not traced (the
+hooks compile to nothing, so the graph is not broken at every module): no origin is named then.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..run import NONFINITE_PHASES, NonfiniteOrigin
+
+#: event kinds: a module's input / output in the forward, the gradient it received / passed on
+IN, OUT, RECV, PASS, LOSS = range(5)
+#: nested outputs (tuples, dicts, Hugging Face ModelOutput) are searched this deep for tensors
+_MAX_DEPTH = 4
+#: stack the pending 0-d results into one tensor every this many events (bounds Python objects)
+_CHUNK = 4096
+#: tensors remembered (and held) during a forward so that the same one is not reduced twice
+_SEEN = 8
+
+
+def _tensors(x, depth: int = 0):
+    """Floating tensors in ``x``: a tensor, or inside tuples, lists, dicts and dataclasses."""
+    if isinstance(x, torch.Tensor):
+        if x.is_floating_point() and x.numel():
+            yield x
+    elif depth < _MAX_DEPTH:
+        if isinstance(x, dict):  # ModelOutput is an OrderedDict (with its dataclass fields as keys)
+            x = x.values()
+        elif hasattr(x, "__dataclass_fields__") and not isinstance(x, type):
+            x = [getattr(x, f, None) for f in x.__dataclass_fields__]
+        elif not isinstance(x, (tuple, list)):
+            return
+        for v in x:
+            yield from _tensors(v, depth + 1)
+
+
+def _reduce(t: torch.Tensor) -> torch.Tensor:
+    """One number on ``t``'s device that is non-finite iff ``t`` holds a NaN/Inf (one
+    reduction kernel, no sync); a mask-like tensor's ``-inf`` (no grad, nothing else non-finite)
+    maps to 0."""
+    s = _sum(t.detach())
+    if not t.requires_grad:
+        s = torch.nan_to_num(s, nan=float("nan"), posinf=float("inf"), neginf=0.0)
+    return s
+
+
+def _sum(t: torch.Tensor) -> torch.Tensor:
+    """The sum, accumulated in float32 or wider (a half sum overflows at 65504; asking float32 of a
+    float32 tensor takes a path twice as slow as plain ``sum``)."""
+    return t.sum() if t.dtype in (torch.float32, torch.float64) else t.sum(dtype=torch.float32)
+
+
+def _stack(vals: list[torch.Tensor], join=torch.stack) -> torch.Tensor:
+    """One tensor of the values (``join``: stack 0-d values, or cat stacked parts), on the first
+    one's device: a model split over devices reduces each tensor where it lives."""
+    dev = vals[0].device
+    if any(v.device != dev for v in vals):
+        vals = [v.to(dev) for v in vals]
+    return join(vals) if len(vals) > 1 or join is torch.stack else vals[0]
+
+
+@dataclass
+class StepTrace:
+    """One step's events: ``kinds``/``calls`` per event (host), their values (device, then host),
+    and per call its module index and enclosing call (-1: called from outside any module)."""
+
+    step: int
+    values: torch.Tensor | None
+    kinds: np.ndarray
+    calls: np.ndarray
+    call_module: np.ndarray
+    call_parent: np.ndarray
+    loss: float | None = None
+    host: np.ndarray | None = None
+    #: the optimizer did not take this step (AMP's GradScaler skips one whose gradients overflowed)
+    skipped: bool = False
+
+
+class NonfiniteTracer:
+    """Hooks on every module of ``model`` that record, per step, whether each module call's
+    inputs, outputs and gradients were finite (see the module docstring)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        mods = list(model.named_modules())
+        self.module_names = [n for n, _ in mods]
+        self.module_types = [type(m).__name__ for _, m in mods]
+        self._handles = []
+        for i, (_, m) in enumerate(mods):
+            self._handles.append(m.register_forward_pre_hook(functools.partial(self._pre, i), with_kwargs=True))
+            self._handles.append(m.register_forward_hook(functools.partial(self._post, i)))
+        self._reset()
+        self.pending: list[StepTrace] = []   # ended steps not yet brought to the host
+        self._queued: list = []              # (trace, host copy, handle) queued in a recorder's copy
+
+    def _reset(self) -> None:
+        self._vals: list[torch.Tensor] = []
+        self._chunks: list[torch.Tensor] = []
+        self._kinds: list[int] = []
+        self._calls: list[int] = []
+        self._call_module: list[int] = []
+        self._call_parent: list[int] = []
+        self._stack: list[int] = []          # open calls (-1: one not traced)
+        self._pass_hooks: dict = {}          # open call -> {id(input view): its hook's handle}
+        self._seen: dict = {}                # id(tensor) -> (tensor, version, value): no re-reduce
+        self._last_grad = None               # (key, value, gradient) of the last gradient reduced
+
+    @property
+    def attached(self) -> bool:
+        return bool(self._handles)
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self._reset()
+        self.pending, self._queued = [], []
+
+    # ------------------------------------------------------------------ events
+    def _event(self, call: int, kind: int, value: torch.Tensor) -> None:
+        self._vals.append(value)
+        self._kinds.append(kind)
+        self._calls.append(call)
+        if len(self._vals) >= _CHUNK:
+            self._chunks.append(_stack(self._vals))
+            self._vals = []
+
+    def _value(self, t: torch.Tensor) -> torch.Tensor:
+        """The tensor's reduction, reused while the same tensor is unchanged (a module's output is
+        the next one's input, and a container's input is its first child's)."""
+        hit = self._seen.get(id(t))
+        if hit is not None and hit[0] is t and hit[1] == t._version:
+            return hit[2]
+        v = _reduce(t)
+        if len(self._seen) >= _SEEN:  # keep the few latest: an output is the next input
+            del self._seen[next(iter(self._seen))]
+        self._seen[id(t)] = (t, t._version, v)
+        return v
+
+    def _pre(self, idx: int, module, args, kwargs):
+        if torch.compiler.is_compiling():
+            return None  # torch.compile traces the hook as nothing: the compiled graph stays whole
+        if not (torch.is_grad_enabled() or any(c >= 0 for c in self._stack)):
+            self._stack.append(-1)  # evaluation: not a training step's forward
+            return None
+        call = len(self._call_module)
+        self._call_module.append(idx)
+        self._call_parent.append(next((c for c in reversed(self._stack) if c >= 0), -1))
+        self._stack.append(call)
+        for t in _tensors((args, kwargs)):
+            self._event(call, IN, self._value(t))
+        if not torch.is_grad_enabled():
+            return None
+        views: dict = {}
+
+        def wrap(a):
+            if not (isinstance(a, torch.Tensor) and a.requires_grad and a.is_floating_point()):
+                return a
+            v = views.get(id(a))
+            if v is None:  # one view per tensor, so `query is key` still holds inside the module
+                v = a.view_as(a)
+                views[id(a)] = v
+                self._pass_hooks.setdefault(call, {})[id(v)] = v.register_hook(
+                    functools.partial(self._grad, call, PASS))
+                hit = self._seen.get(id(a))
+                if hit is not None:
+                    self._seen[id(v)] = (v, v._version, hit[2])
+            return v
+
+        new_args = tuple(wrap(a) for a in args)
+        new_kwargs = {k: wrap(a) for k, a in kwargs.items()}
+        return (new_args, new_kwargs) if views else None
+
+    def _post(self, idx: int, module, args, output) -> None:
+        if torch.compiler.is_compiling():
+            return
+        call = self._stack.pop() if self._stack else -1
+        if call >= 0:
+            passing = self._pass_hooks.pop(call, {})
+            for t in _tensors(output):
+                self._event(call, OUT, self._value(t))
+                if t.requires_grad:
+                    again = passing.pop(id(t), None)
+                    if again is not None:  # it returns its input (identity, in place): the
+                        again.remove()     # gradient it receives must be seen before the one it passes
+                    t.register_hook(functools.partial(self._grad, call, RECV))
+                    if again is not None:
+                        t.register_hook(functools.partial(self._grad, call, PASS))
+        if not self._stack:
+            self._seen.clear()  # the outermost call returned: hold no activation past the forward
+
+    def _grad(self, call: int, kind: int, g) -> None:
+        if not (isinstance(g, torch.Tensor) and g.is_floating_point() and g.numel()):
+            return
+        # the gradient a module passed on is, along a chain, the very buffer the module before it
+        # receives (and its container passes on): reduce it once. The last one is held so that
+        # its memory cannot be reused under the same key.
+        key = (g.device, g.data_ptr(), g.shape, g.stride(), g.dtype, g._version)
+        last = self._last_grad
+        if last is None or last[0] != key:
+            if last is None:  # let go of the held gradient when this backward ends
+                torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+            last = self._last_grad = (key, _sum(g.detach()), g)
+        self._event(call, kind, last[1])
+
+    def _end_backward(self) -> None:
+        self._last_grad = None
+
+    # ------------------------------------------------------------------ steps
+    def end_step(self, step: int, loss=None, skipped: bool = False) -> None:
+        """Close the events of step ``step`` (kept on the device until a host copy takes them).
+        ``loss``: the loss logged for this step, a tensor (read with the rest) or a number;
+        ``skipped``: the optimizer did not take the step."""
+        host_loss = None
+        if isinstance(loss, torch.Tensor):
+            self._event(-1, LOSS, _sum(loss.detach()))
+        elif loss is not None:
+            host_loss = float(loss)
+        if self._vals or self._chunks:
+            parts = self._chunks + ([_stack(self._vals)] if self._vals else [])
+            values = _stack(parts, torch.cat)
+            self.pending.append(StepTrace(step, values, np.array(self._kinds, np.int8),
+                                          np.array(self._calls, np.int64), np.array(self._call_module, np.int64),
+                                          np.array(self._call_parent, np.int64), host_loss, skipped=skipped))
+        elif host_loss is not None:
+            self.pending.append(StepTrace(step, None, np.zeros(0, np.int8), np.zeros(0, np.int64),
+                                          np.zeros(0, np.int64), np.zeros(0, np.int64), host_loss,
+                                          skipped=skipped))
+        self._reset()  # (calls left open by a forward that raised are dropped with the rest)
+
+    def queue(self, pack) -> None:
+        """Add the ended steps' values to a recorder's host copy (``_HostCopy``), read by ``take``."""
+        for tr in self.pending:
+            if tr.values is not None:
+                self._queued.append((tr, pack, pack.add(tr.values)))
+
+    def take(self) -> list[StepTrace]:
+        """The ended steps with their values on the host: from the queued host copy (fetched by
+        now), or (nothing queued, as on a sharded step) one copy of their own."""
+        for tr, pack, handle in self._queued:
+            tr.host = pack.get(handle)
+        self._queued = []
+        for tr in self.pending:
+            if tr.host is None:
+                tr.host = tr.values.double().cpu().numpy() if tr.values is not None else np.zeros(0)
+        done, self.pending = self.pending, []
+        return done
+
+    def origin(self, traces: list[StepTrace], reached=None, module_of=None) -> NonfiniteOrigin | None:
+        """The first origin in ``traces`` (steps in order). ``reached(step)``: the layers (parameter
+        names) with non-finite gradients at that step, nearest the loss first, or None if unknown;
+        ``module_of(layer)``: a layer's module path."""
+        for tr in traces:
+            o = find_origin(tr, self.module_names, self.module_types, reached(tr.step) if reached else None,
+                            module_of)
+            if o is not None:
+                return o
+        return None
+
+
+def find_origin(tr: StepTrace, names: list[str], types: list[str], reached: list[str] | None = None,
+                module_of=None) -> NonfiniteOrigin | None:
+    """Where step ``tr``'s first non-finite value was made, or None if the step stayed finite.
+
+    The first non-finite event in time order decides:
+      - a call's output (forward): that call made it (its inputs, earlier, were finite);
+      - a call's input: code of the enclosing call made it between its children; with no
+        enclosing call, the model was given it (phase ``input``);
+      - the gradient a call received: code of the innermost enclosing call that received a
+        finite one made it in the backward; with none, it came back from the loss (``loss``);
+      - the gradient a call passed on: that call made it (what it received, earlier, was finite);
+      - the logged loss: phase ``loss``.
+    With every event finite, a non-finite logged loss is phase ``loss``, and non-finite parameter
+    gradients (``reached``) are blamed on the module of the first one in backward order.
+
+    A step the optimizer skipped (``tr.skipped``) gives no backward or loss origin: that is how AMP's
+    GradScaler handles a scaled gradient that overflowed, by design. Its forward still counts.
+    """
+    origin = _find_origin(tr, names, types, reached, module_of)
+    if origin is not None and tr.skipped and origin.phase in ("backward", "loss"):
+        return None
+    return origin
+
+
+def _find_origin(tr: StepTrace, names: list[str], types: list[str], reached: list[str] | None,
+                 module_of) -> NonfiniteOrigin | None:
+    if not np.any(tr.kinds != LOSS):
+        return None  # nothing of the model was traced (torch.compile, evaluation): no place to name
+    vals = tr.host if tr.host is not None else np.zeros(0)
+    bad = ~np.isfinite(vals)
+    reached = list(reached) if reached else reached
+
+    def make(call: int, phase: str) -> NonfiniteOrigin:
+        mod = tr.call_module[call] if call >= 0 else 0
+        ev = tr.calls == call
+        fin = {k: bool(np.all(~bad[ev & (tr.kinds == k)])) for k in (IN, OUT, RECV, PASS)}
+        if phase in ("input", "forward"):
+            i_f, o_f = fin[IN], fin[OUT]
+        elif phase == "backward":
+            i_f, o_f = fin[RECV], fin[PASS]
+        else:
+            i_f, o_f = True, False
+        n_call = int(np.sum(tr.call_module[:call] == mod)) if call >= 0 else 0
+        return NonfiniteOrigin(module=names[mod], module_type=types[mod], step=tr.step, phase=phase,
+                               call=n_call, inputs_finite=i_f, output_finite=o_f, params_reached=reached)
+
+    hits = np.flatnonzero(bad)
+    if len(hits):
+        e = int(hits[0])
+        kind, call = int(tr.kinds[e]), int(tr.calls[e])
+        if kind == LOSS:
+            return make(-1, "loss")
+        parent = int(tr.call_parent[call])
+        if kind in (OUT, PASS):
+            return make(call, "forward" if kind == OUT else "backward")
+        if kind == IN:
+            return make(parent, "forward") if parent >= 0 else make(call, "input")
+        # a received gradient: made by the innermost enclosing call that received a finite one
+        # (an enclosing call returning the same tensor received it at the same moment, hook after hook)
+        recv_bad = set(tr.calls[bad & (tr.kinds == RECV)].tolist())
+        while parent >= 0 and parent in recv_bad:
+            parent = int(tr.call_parent[parent])
+        return make(parent, "backward") if parent >= 0 else make(-1, "loss")
+    if tr.loss is not None and not np.isfinite(tr.loss):
+        return make(-1, "loss")
+    if reached and module_of is not None:
+        path = module_of(reached[0])
+        idx = names.index(path) if path in names else 0
+        return NonfiniteOrigin(module=names[idx], module_type=types[idx], step=tr.step, phase="backward",
+                               inputs_finite=True, output_finite=True, params_reached=reached)
+    return None
+
+
+def earliest(origins: list[NonfiniteOrigin]) -> NonfiniteOrigin | None:
+    """The origin that came first among several ranks' (each found its own): the earliest step;
+    at the same step one seen in a module's events before one inferred from parameter gradients
+    alone (``output_finite`` True), then the pass that runs first, then the lowest rank."""
+    order = {p: i for i, p in enumerate(NONFINITE_PHASES)}
+    return min(origins, key=lambda o: (o.step, o.output_finite is True, order[o.phase], o.rank or 0),
+               default=None)
