@@ -267,10 +267,11 @@ def run_bench(args) -> dict:
                 labels.append((ts, float(text.split("step ", 1)[1].split(" ", 1)[0].replace(",", ""))))
             except (IndexError, ValueError):
                 pass
-        lat = []
-        for ts, step, _ in sends:
-            if step < 0:
+        lat, newest = [], -1
+        for ts, step, _ in sends:  # only sends that carry a new step change the label
+            if step <= newest:
                 continue
+            newest = step
             later = [t for t, s in labels if s >= step and t >= ts - 5]
             if later:
                 lat.append(min(later) - ts)

@@ -15,7 +15,7 @@ _LAZY = {
     "ArrayRecorder": ("gradwidget.collect.arrays", "ArrayRecorder"),
     "load_run": ("gradwidget.storage", "load_run"),
     "analyze": ("gradwidget.analysis", "analyze"),
-    "GradientPanel": ("gradwidget.widget", "GradientPanel"),
+    "GradientPanel": ("gradwidget.panel.widget", "GradientPanel"),
 }
 
 __all__ = ["GradientPanel", "Recorder", "ArrayRecorder", "Run", "LayerInfo", "load_run", "analyze",

@@ -10,8 +10,17 @@ import pytest
 import traitlets
 
 from gradwidget.run import METRICS, N_BINS, Run
-from gradwidget.widget import (FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING, MAX_COLUMNS,
-                               GradientPanel, block_reduce, column_block, table_from_run)
+from gradwidget.widget import (
+    FLAG_EXPLODING,
+    FLAG_NODATA,
+    FLAG_NONFINITE,
+    FLAG_VANISHING,
+    MAX_COLUMNS,
+    GradientPanel,
+    block_reduce,
+    column_block,
+    table_from_run,
+)
 
 L_NAMES = ["0.weight", "0.bias", "2.weight", "2.bias"]
 
@@ -343,10 +352,19 @@ def test_mimebundle_carries_a_static_fallback():
     assert p.static_png == "data:image/png;base64," + data["image/png"]
 
 
+def view_png(p, step) -> bytes:
+    """The static image of the heatmap ``p`` sent, with the cursor at ``step``."""
+    from gradwidget.panel.static import heat_png
+
+    rows, cols = p.meta["rows"], p.meta["cols"]
+    col = int(np.searchsorted(np.frombuffer(p.col_steps, np.float64), step, side="right")) - 1
+    return heat_png(f32(p.heat).reshape(rows, cols), np.frombuffer(p.flags, np.uint8).reshape(rows, cols),
+                    p.meta["scale"], col)
+
+
 def test_static_image_is_made_at_the_last_step_when_following():
     """Training under a panel, then showing it: the rate limit may still hold the last steps back;
     the mime bundle (and ``static_png``) must show the newest step, not the last one sent."""
-    from gradwidget import plots
 
     rec = FakeRecorder(synthetic_run(5))
     p = GradientPanel(rec, max_rate=1)
@@ -355,8 +373,7 @@ def test_static_image_is_made_at_the_last_step_when_following():
     assert p.meta["last_step"] < 159  # held back by the rate limit
     data, _ = p._repr_mimebundle_()
     assert p.static_step == 159 and p.step == 159 and p.meta["last_step"] == 159
-    want = plots.figure_to_png(plots.panel_figure(rec.run, step=159, layer=p.layer, metric=p.metric), dpi=80)
-    assert data["image/png"] == base64.b64encode(want).decode("ascii")
+    assert data["image/png"] == base64.b64encode(view_png(p, 159)).decode("ascii")
     # scrubbed (not following): the image is made at the scrubbed step
     p.set_state({"step": 120, "follow": False})
     rec.step(160)
@@ -369,7 +386,6 @@ def test_after_a_cell_the_panel_sends_the_last_step_and_its_static_image():
     and re-renders ``static_png`` (saved in the notebook's widget state) at the newest step."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from gradwidget import plots
 
     shell = InteractiveShell.instance()
     try:
@@ -378,9 +394,9 @@ def test_after_a_cell_the_panel_sends_the_last_step_and_its_static_image():
         p = shell.user_ns["panel"]
         shell.run_cell("for s in range(100, 140): rec.step(s)")
         assert p.meta["last_step"] == 139 and p.step == 139 and p.static_step == 139
-        want = plots.figure_to_png(plots.panel_figure(p.run, step=139, layer=p.layer, metric=p.metric), dpi=60)
-        assert p.static_png == "data:image/png;base64," + base64.b64encode(want).decode("ascii")
-        # the health table of that final state goes with it (an export shows both)
+        assert p.static_png == "data:image/png;base64," + base64.b64encode(view_png(p, 139)).decode("ascii")
+        # the health table of that final state follows from the analysis thread (an export shows both)
+        assert p._worker.wait(30)
         assert "gradwidget-health" in p.static_html and 'data-layer="0.weight"' in p.static_html
         pushes = p.push_count
         shell.run_cell("x = 1")  # nothing recorded: nothing sent
@@ -489,7 +505,7 @@ def test_infinite_table_values_travel_as_infinity_not_as_1e308():
     rows = {r["layer"]: r for r in table_from_run(run)}
     assert rows["a"]["max_abs_max"] == "Infinity" and rows["b"]["max_abs_max"] == pytest.approx(0.01)
     json.loads(json.dumps(rows, allow_nan=False))
-    from gradwidget.widget import _jsonable
+    from gradwidget.panel.table import jsonable as _jsonable
 
     assert [_jsonable(x) for x in (np.float32(-np.inf), float("nan"), 2.5)] == ["-Infinity", None, 2.5]
     p = GradientPanel(run)
