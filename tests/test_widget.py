@@ -598,3 +598,82 @@ def test_a_run_without_layers_shows_the_empty_message():
     assert p.meta["level"] == "info" and "no layers" in p.meta["message"]
     assert p.layer == -1 and p.meta["rows"] == 0 and p.table == []
     assert data["image/png"] and 'class="gradwidget-panel-image"' in data["text/html"]
+
+
+# --------------------------------------------------------------------------- off the training thread
+def test_diagnoses_are_the_reports_top_recommendations():
+    pytest.importorskip("gradwidget.analysis")
+    run = synthetic_run(40)
+    p = GradientPanel(run)
+    recs = p.report.recommendations
+    assert recs, "the synthetic run's vanishing layer should be diagnosed"
+    assert 1 <= len(p.diagnoses) <= min(5, len(recs))
+    d = p.diagnoses[0]
+    assert d["cause"] == getattr(recs[0], "cause", recs[0].kind)
+    assert d["text"] == recs[0].text and d["action"] == recs[0].action
+    assert d["layers"] == list(recs[0].layers)[:20]
+    assert d["layer_index"] == run.layer_index(recs[0].layers[0])
+    assert d["first_step"] == getattr(recs[0], "first_step", None)
+
+
+def test_the_analysis_runs_on_a_copy_off_the_training_thread(monkeypatch):
+    """The recorder's thread only copies the run (when the analysis is due); analyze() runs on the
+    panel's analysis thread over that copy, so appends cannot tear it."""
+    import threading
+
+    import gradwidget.panel.widget as W
+
+    seen = []
+    real = W.analyse
+
+    def spy(run):
+        seen.append((threading.current_thread().name, run))
+        return real(run)
+
+    monkeypatch.setattr(W, "analyse", spy)
+    rec = FakeRecorder(synthetic_run(20))
+    p = GradientPanel(rec, max_rate=50)
+    seen.clear()
+    for s in range(100, 160):
+        rec.step(s)
+    p._worker.submit(W.P.snapshot(rec.run), force=True)
+    assert p._worker.wait(30)
+    assert seen and all(name == "gradwidget-analysis" for name, _ in seen)
+    assert all(r is not rec.run for _, r in seen)
+    assert seen[-1][1].n_steps == rec.run.n_steps and seen[-1][1].version == rec.run.version
+    assert {r["layer"] for r in p.table} == set(L_NAMES)
+
+
+def test_a_big_run_paints_first_and_its_table_follows():
+    from gradwidget.panel.widget import SYNC_ANALYSIS_CELLS
+
+    names = [f"l{i}.weight" for i in range(100)]
+    run = synthetic_run(SYNC_ANALYSIS_CELLS // 100 + 10, layers=names, hist_every=0)
+    p = GradientPanel(run)
+    assert p.meta["n_steps"] == run.n_steps and p.heat  # the heatmap is there at once
+    assert p._worker.wait(120)
+    assert len(p.table) == 100 and p.static_html
+
+
+def test_after_a_cell_no_figure_is_drawn(monkeypatch):
+    """The post-cell hook sends the final view and a static image made from the heatmap arrays:
+    matplotlib's panel figure is never drawn on the way."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from gradwidget import plots
+
+    def boom(*a, **k):
+        raise AssertionError("panel_figure drawn after a cell")
+
+    monkeypatch.setattr(plots, "panel_figure", boom)
+    shell = InteractiveShell.instance()
+    try:
+        shell.user_ns["rec"] = FakeRecorder(synthetic_run(5))
+        shell.run_cell("from gradwidget import GradientPanel\npanel = GradientPanel(rec, max_rate=1)")
+        p = shell.user_ns["panel"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            shell.run_cell("for s in range(100, 140): rec.step(s)")
+        assert p.static_step == 139 and p.static_png.startswith("data:image/png;base64,")
+    finally:
+        InteractiveShell.clear_instance()

@@ -62,6 +62,7 @@ class Worker:
         self._cv = threading.Condition()
         self._job: Any = None
         self._has_job = False
+        self._forced = False  # the waiting job ignores the pacing
         self._busy = False
         self._stopped = False
         self._next = 0.0
@@ -77,8 +78,7 @@ class Worker:
             if self._stopped:
                 return
             self._job, self._has_job = job, True
-            if force:
-                self._next = 0.0
+            self._forced = self._forced or force
             self._start()
             self._cv.notify_all()
 
@@ -100,11 +100,11 @@ class Worker:
                 warnings.warn(f"gradwidget: {self._name} could not start: {e!r}")
         while True:
             with self._cv:
-                while not self._stopped and (not self._has_job or time.monotonic() < self._next):
+                while not self._stopped and not (self._has_job and (self._forced or time.monotonic() >= self._next)):
                     self._cv.wait(None if not self._has_job else max(0.0, self._next - time.monotonic()))
                 if self._stopped:
                     return
-                job, self._job, self._has_job, self._busy = self._job, None, False, True
+                job, self._job, self._has_job, self._forced, self._busy = self._job, None, False, False, True
             t0 = time.monotonic()
             try:
                 self._work(job)
@@ -123,7 +123,7 @@ class Worker:
         """Wait until no job is waiting or running (forced jobs only; tests and ``flush``)."""
         deadline = time.monotonic() + timeout
         with self._cv:
-            while self._busy or (self._has_job and self._next == 0.0):
+            while self._busy or (self._has_job and self._forced):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
