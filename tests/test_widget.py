@@ -677,3 +677,34 @@ def test_after_a_cell_no_figure_is_drawn(monkeypatch):
         assert p.static_step == 139 and p.static_png.startswith("data:image/png;base64,")
     finally:
         InteractiveShell.clear_instance()
+
+
+def test_while_training_only_new_columns_travel():
+    """A live update after new steps sends the columns from the first one that changed (a custom
+    message the page splices in), not the whole heatmap; the traits here hold the whole heatmap;
+    the next full update (after the cell, or a metric change) sends everything."""
+    rec = FakeRecorder(synthetic_run(50))
+    p = GradientPanel(rec, max_rate=1000)
+    sent = []
+    real_send = p.send
+    p.send = lambda content, buffers=None: (sent.append((content, buffers)), real_send(content, buffers))
+    seq = p.meta["seq"]
+    time.sleep(0.05)
+    rec.step(200)
+    assert len(sent) == 1
+    msg, bufs = sent[0]
+    assert msg["kind"] == "patch" and msg["base"] == seq and msg["start"] == 50
+    assert msg["values"]["meta"]["seq"] == seq + 1 and msg["values"]["meta"]["cols"] == 51
+    by = dict(zip(msg["buffers"], bufs))
+    assert len(by["heat"]) == 4 * 1 * 4 and len(by["flags"]) == 4 and len(by["col_steps"]) == 8
+    np.testing.assert_array_equal(f32(by["heat"]), rec.run.metric("mean_abs")[-1])
+    # the traits hold the whole heatmap (a re-opened page asks the kernel for it)
+    np.testing.assert_allclose(f32(p.heat).reshape(4, 51), rec.run.metric("mean_abs").T)
+    assert p.meta["seq"] == seq + 1 and p.meta["last_step"] == 200
+    # a changed view is a full update again
+    n = len(sent)
+    p.metric = "grad_norm"
+    assert len(sent) == n and p.meta["metric"] == "grad_norm" and p.meta["seq"] == seq + 2
+    # the page missed an update: it asks for everything
+    p._on_page_message(p, {"kind": "resend"}, [])
+    assert p.meta["seq"] == seq + 3

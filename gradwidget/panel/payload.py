@@ -153,6 +153,26 @@ def heat_view(run: Run, metric: str, columns: int) -> tuple[dict, dict[str, np.n
     return meta, arrays
 
 
+#: what must be unchanged since the last update for new columns alone to be sent (``patch_start``)
+PATCH_KEYS = ("metric", "block", "n_layers", "first_step", "history_steps")
+
+
+def view_shape(run: Run, meta: dict) -> dict:
+    """What a heatmap update was made of: compared by ``patch_start`` with the next one."""
+    shape = {k: meta.get(k) for k in ("metric", "block", "n_layers", "first_step", "n_steps")}
+    shape["history_steps"] = run.history.n_steps if run.history is not None else 0
+    return shape
+
+
+def patch_start(before: dict | None, now: dict) -> int | None:
+    """The first heatmap column that differs from the update ``before`` when ``now`` only appended
+    steps (the same metric, block, layers and first step): the columns before it are unchanged, so
+    only the columns from it on need to travel. None: everything changed (send it all)."""
+    if before is None or any(before[k] != now[k] for k in PATCH_KEYS) or now["n_steps"] < before["n_steps"]:
+        return None
+    return int(before["n_steps"]) // int(now["block"])
+
+
 def detail_view(run: Run | None, step: int, layer: int) -> tuple[dict, dict[str, np.ndarray]]:
     """Exact values of every layer at ``step`` and ``layer``'s histograms (thinned to MAX_HISTS,
     always with the one nearest ``step``): scalars and arrays."""

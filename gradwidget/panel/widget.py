@@ -134,6 +134,9 @@ class GradientPanel(anywidget.AnyWidget):
         self._lock = threading.RLock()
         self._internal = 0
         self._pushed_version = -1
+        self._seq = 0  # numbers the heatmap updates: a patch names the one it extends (meta["seq"])
+        self._shape: dict | None = None  # payload.view_shape of the last heatmap sent
+        self._patched = False  # the page holds columns sent as patches (custom messages)
         self._static_version = -1
         self._view: tuple | None = None  # (version, step, heat, flags, scale, cursor column) last sent
         self._report = None
@@ -141,7 +144,7 @@ class GradientPanel(anywidget.AnyWidget):
         self._analysed_version = -1
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._throttle = Throttle(max_rate, self._push, self._trailing)
+        self._throttle = Throttle(max_rate, lambda: self._push(patch=True), self._trailing)
         self._worker = Worker(self._analyse_snapshot, warm=_import_analysis)
         self._analysis_cost = 0.0  # seconds per step x layer cell of the last analysis
         self._poll_interval = float(poll_interval)
@@ -167,6 +170,7 @@ class GradientPanel(anywidget.AnyWidget):
         if self.recorder is not None or (self._reader is not None and live):
             watch_cells(self)
             self._worker.start()
+        self.on_msg(self._on_page_message)
 
     # ----------------------------------------------------------------- sources
     def _attach_source(self, source, optimizer, recorder_kwargs: dict, live: bool) -> None:
@@ -320,7 +324,7 @@ class GradientPanel(anywidget.AnyWidget):
         run = self.run
         if run is None or run.version == self._pushed_version:
             return
-        if not self._push(check_version=True):
+        if not self._push(check_version=True, patch=True):
             self._throttle.ping()
             return
         version = run.version
@@ -357,9 +361,38 @@ class GradientPanel(anywidget.AnyWidget):
         finally:
             self._internal -= 1
 
-    def _push(self, force: bool = False, check_version: bool = False) -> bool:
+    def _hold(self, values: dict) -> None:
+        """Keep ``values`` as the traits' values without sending them (the page has them from a
+        patch); set straight into traitlets' storage, so no observer runs and nothing is sent."""
+        for k, v in values.items():
+            self._trait_values[k] = encode(k, v) if TRAITS[k].kind == "bytes" else v
+
+    def _send_patch(self, values: dict, start: int, base: int) -> None:
+        """Send only the heatmap's columns from ``start`` on, and the other traits that changed,
+        as one custom message (js/src/sync.ts applyPatch); hold the full values here."""
+        tails = {"heat": values["heat"][:, start:], "flags": values["flags"][:, start:],
+                 "col_steps": values["col_steps"][start:], "loss": values["loss"][start:]}
+        small = {k: v for k, v in values.items() if TRAITS[k].kind != "bytes"}
+        other = {k: encode(k, v) for k, v in values.items() if TRAITS[k].kind == "bytes" and k not in tails}
+        other = {k: b for k, b in other.items() if b != getattr(self, k)}
+        names = list(tails) + list(other)
+        buffers = [encode(k, v) for k, v in tails.items()] + list(other.values())
+        self.send({"kind": "patch", "model_id": self.model_id, "base": base, "start": int(start), "values": small,
+                   "buffers": names}, buffers)
+        self._hold(values)
+        self._patched = True
+
+    def _on_page_message(self, widget, content, buffers) -> None:
+        """The page could not apply a patch (it missed the update it extends): send everything."""
+        if isinstance(content, dict) and content.get("kind") == "resend":
+            self._shape = None
+            self._patched = True  # what the page holds is unknown: every trait travels
+            self._push(force=True)
+
+    def _push(self, force: bool = False, check_version: bool = False, patch: bool = False) -> bool:
         """Compute and send the data traits. Returns False (sending nothing) when ``check_version``
-        is set and the run changed while the payload was computed (another thread appended)."""
+        is set and the run changed while the payload was computed (another thread appended).
+        ``patch``: new steps alone travel when only steps were appended (the live path)."""
         with self._lock:
             run = self.run
             version = run.version if run is not None else -1
@@ -389,7 +422,19 @@ class GradientPanel(anywidget.AnyWidget):
             if check_version and run is not None and run.version != version:
                 return False
             values["live"] = self._is_live()
-            self._set(values)
+            base, self._seq = self._seq, self._seq + 1
+            values["meta"] = {**values["meta"], "seq": self._seq}
+            shape = P.view_shape(run, values["meta"]) if run is not None else None
+            start = P.patch_start(self._shape, shape) if patch and shape is not None else None
+            if start is not None:
+                self._send_patch(values, start, base)
+            elif self._patched:  # the traits here already hold the patched values: send them all
+                self._hold(values)
+                self.send_state(list(values))
+                self._patched = False
+            else:
+                self._set(values)
+            self._shape = shape
             self._pushed_version = version
             self._throttle.sent(t_start)
             self.push_count += 1

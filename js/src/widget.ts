@@ -5,6 +5,7 @@
 // the cell ends).
 
 import { PanelModel } from "./protocol";
+import { applyPatch, Patch } from "./sync";
 import { PanelView } from "./view/panel";
 
 export { PanelView };
@@ -17,4 +18,27 @@ function render({ model, el, signal }: { model: PanelModel; el: HTMLElement; sig
   return () => view.dispose();
 }
 
-export default { render };
+type WidgetModel = { set_state(state: Record<string, unknown>): void };
+type ProxyModel = PanelModel & {
+  send?: (c: unknown) => void;
+  widget_manager?: { get_model(id: string): Promise<WidgetModel> | undefined };
+};
+
+/** Once per model: patches from the kernel are applied to the model, whatever views it has, in
+ *  their order, through the widget model's set_state (as a kernel update: nothing is echoed back;
+ *  a plain `set` would send the patched heatmap back to the kernel with the next user change). */
+function initialize({ model }: { model: ProxyModel }): () => void {
+  let real: Promise<WidgetModel | undefined> | null = null;
+  let chain: Promise<unknown> = Promise.resolve();
+  const onMsg = (msg: unknown, buffers: unknown) => {
+    const id = (msg as Patch | null)?.model_id;
+    if (!real && id && model.widget_manager) real = Promise.resolve(model.widget_manager.get_model(id)).catch(() => undefined);
+    const target = real ?? Promise.resolve(undefined);
+    chain = chain.then(() => target).then((w) =>
+      applyPatch(model, msg, (buffers ?? []) as DataView[], w ? (s) => w.set_state(s) : undefined));
+  };
+  model.on("msg:custom", onMsg as (...args: unknown[]) => void);
+  return () => model.off("msg:custom", onMsg as (...args: unknown[]) => void);
+}
+
+export default { initialize, render };
