@@ -636,7 +636,7 @@ def test_the_analysis_runs_on_a_copy_off_the_training_thread(monkeypatch):
     seen.clear()
     for s in range(100, 160):
         rec.step(s)
-    p._worker.submit(W.P.snapshot(rec.run), force=True)
+    p._worker.submit((W.P.snapshot(rec.run), False), force=True)
     assert p._worker.wait(30)
     assert seen and all(name == "gradwidget-analysis" for name, _ in seen)
     assert all(r is not rec.run for _, r in seen)
@@ -708,3 +708,13 @@ def test_while_training_only_new_columns_travel():
     # the page missed an update: it asks for everything
     p._on_page_message(p, {"kind": "resend"}, [])
     assert p.meta["seq"] == seq + 3
+
+
+def test_table_updates_carry_the_rows_that_changed():
+    from gradwidget.panel.table import changed_rows
+
+    old = [{"index": 0, "v": 1.0}, {"index": 1, "v": 2.0}]
+    assert changed_rows(old, [{"index": 0, "v": 1.0}, {"index": 1, "v": 3.0}]) == [1]
+    assert changed_rows(old, old) == []
+    assert changed_rows(old, old[:1]) is None and changed_rows([], old) is None
+    assert changed_rows(old, [{"index": 1, "v": 2.0}, {"index": 0, "v": 1.0}]) is None

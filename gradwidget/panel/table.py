@@ -44,6 +44,20 @@ def jsonable(v: Any) -> Any:
     return str(v)
 
 
+def changed_rows(old: list[dict], new: list[dict]) -> list[int] | None:
+    """Positions of the rows of ``new`` that differ from ``old`` (the same layers in the same
+    order); None when the rows cannot be matched (send them all)."""
+    if not old or len(old) != len(new) or any(a.get("index") != b.get("index") for a, b in zip(old, new)):
+        return None
+    return [i for i, (a, b) in enumerate(zip(old, new)) if a != b]
+
+
+def _shown(v: Any) -> Any:
+    """A table number to 4 significant digits (the page shows 3): rows whose numbers did not
+    change as they read stay equal, so only changed rows travel."""
+    return float(f"{v:.4g}") if isinstance(v, float) else v
+
+
 def table_from_report(report, run: Run) -> list[dict]:
     """Rows of the health table from an analysis Report's per-layer DataFrame."""
     rows = []
@@ -53,7 +67,7 @@ def table_from_report(report, run: Run) -> list[dict]:
             idx = run.layer_index(name) if name is not None else i
         except KeyError:
             idx = i
-        row = {k: jsonable(v) for k, v in rec.items()}
+        row = {k: _shown(jsonable(v)) for k, v in rec.items()}
         row["index"] = int(idx)
         row["layer"] = str(name if name is not None else run.layers[idx].name)
         rows.append(row)

@@ -44,7 +44,7 @@ from . import payload as P
 from .protocol import TRAITS, encode
 from .schedule import Throttle, Worker, poll_directory, unwatch_cells, watch_cells
 from .static import heat_png
-from .table import analyse
+from .table import analyse, changed_rows
 
 _BUNDLE = pathlib.Path(__file__).parent.parent / "static" / "widget.js"
 BUNDLE_MISSING = (f"gradwidget's front end is not built ({_BUNDLE} is missing): run `pip install .` "
@@ -65,8 +65,9 @@ export default { render };
 SYNC_ANALYSIS_CELLS = 200_000
 
 
-#: longest analysis (estimated) that the post-cell hook waits for, in seconds.
-POST_CELL_WAIT = 0.03
+#: runs up to this many step x layer cells (analysed in a few milliseconds) are analysed before
+#: the post-cell hook returns; bigger ones in the background.
+POST_CELL_WAIT_CELLS = 5_000
 
 
 def _import_analysis() -> None:
@@ -145,8 +146,7 @@ class GradientPanel(anywidget.AnyWidget):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._throttle = Throttle(max_rate, lambda: self._push(patch=True), self._trailing)
-        self._worker = Worker(self._analyse_snapshot, warm=_import_analysis)
-        self._analysis_cost = 0.0  # seconds per step x layer cell of the last analysis
+        self._worker = Worker(self._job, warm=_import_analysis)
         self._poll_interval = float(poll_interval)
         self._initial_layer = None if isinstance(layer, (int, np.integer)) and layer == -1 else layer
         self.push_count = 0  # updates sent (tests and benchmarks read it)
@@ -269,7 +269,7 @@ class GradientPanel(anywidget.AnyWidget):
         self._refresh_static()
         run = self.run
         if run is not None and run.version != self._analysed_version:
-            self._worker.submit(P.snapshot(run), force=True)
+            self._worker.submit((P.snapshot(run), False), force=True)
             self._worker.wait()
 
     refresh = flush
@@ -316,7 +316,7 @@ class GradientPanel(anywidget.AnyWidget):
         self._throttle.ping()
         run = self.run
         if run is not None and self._worker.due() and run.version != self._analysed_version:
-            self._worker.submit(P.snapshot(run))
+            self._worker.submit((P.snapshot(run), False))
 
     def _trailing(self) -> None:
         """The last update of a burst (timer thread); when no step comes for a second (training
@@ -331,9 +331,7 @@ class GradientPanel(anywidget.AnyWidget):
 
         def idle():
             if self.run is not None and self.run.version == version and not self._stop.is_set():
-                self._refresh_static()
-                if version != self._analysed_version:
-                    self._worker.submit(P.snapshot(self.run), force=True)
+                self._worker.submit((P.snapshot(self.run), True), force=True)
 
         tm = threading.Timer(1.0, idle)
         tm.daemon = True
@@ -365,7 +363,7 @@ class GradientPanel(anywidget.AnyWidget):
         """Keep ``values`` as the traits' values without sending them (the page has them from a
         patch); set straight into traitlets' storage, so no observer runs and nothing is sent."""
         for k, v in values.items():
-            self._trait_values[k] = encode(k, v) if TRAITS[k].kind == "bytes" else v
+            self._trait_values[k] = encode(k, v) if TRAITS[k].kind == "bytes" and not isinstance(v, bytes) else v
 
     def _send_patch(self, values: dict, start: int, base: int) -> None:
         """Send only the heatmap's columns from ``start`` on, and the other traits that changed,
@@ -373,7 +371,13 @@ class GradientPanel(anywidget.AnyWidget):
         tails = {"heat": values["heat"][:, start:], "flags": values["flags"][:, start:],
                  "col_steps": values["col_steps"][start:], "loss": values["loss"][start:]}
         small = {k: v for k, v in values.items() if TRAITS[k].kind != "bytes"}
-        other = {k: encode(k, v) for k, v in values.items() if TRAITS[k].kind == "bytes" and k not in tails}
+        if small["meta"].get("layers") == self.meta.get("layers"):  # the page keeps the layers it has
+            small["meta"] = {k: v for k, v in small["meta"].items() if k != "layers"}
+        # a layer's histograms over time wait for the next full update (the page shows the newest
+        # histogram of every layer from hist_all meanwhile)
+        values = {**values, "hists": self.hists, "hist_steps": self.hist_steps}
+        other = {k: encode(k, v) for k, v in values.items()
+                 if TRAITS[k].kind == "bytes" and k not in tails and k not in ("hists", "hist_steps")}
         other = {k: b for k, b in other.items() if b != getattr(self, k)}
         names = list(tails) + list(other)
         buffers = [encode(k, v) for k, v in tails.items()] + list(other.values())
@@ -388,6 +392,7 @@ class GradientPanel(anywidget.AnyWidget):
             self._shape = None
             self._patched = True  # what the page holds is unknown: every trait travels
             self._push(force=True)
+            self.send_state(["table"])
 
     def _push(self, force: bool = False, check_version: bool = False, patch: bool = False) -> bool:
         """Compute and send the data traits. Returns False (sending nothing) when ``check_version``
@@ -398,6 +403,8 @@ class GradientPanel(anywidget.AnyWidget):
             version = run.version if run is not None else -1
             if not force and version == self._pushed_version:
                 return True
+            from .. import plots  # noqa: F401  (colour scale, default layer: imported outside an update's timed cost)
+
             t_start = time.monotonic()
             empty = {k: b"" for k in ("heat", "flags", "col_steps", "loss", "hist_all", "detail", "hists",
                                       "hist_steps")}
@@ -473,15 +480,24 @@ class GradientPanel(anywidget.AnyWidget):
         if run.n_layers * run.n_steps <= SYNC_ANALYSIS_CELLS:
             self._analyse_snapshot(run if self._static_run is not None else P.snapshot(run))
         else:
-            self._worker.submit(run if self._static_run is not None else P.snapshot(run), force=True)
+            self._worker.submit((run if self._static_run is not None else P.snapshot(run), True), force=True)
 
-    def _analyse_snapshot(self, snap: Run) -> None:
-        """Analyse a copy of the run (on the analysis thread) and send the table and diagnoses."""
-        t0 = time.monotonic()
+    def _job(self, job: tuple) -> None:
+        """The analysis thread's work: a copy of the run to analyse; ``final``: the cell (or the
+        burst of steps) is over, so the static image of the final view is made too."""
+        snap, final = job
+        if snap.version != self._analysed_version:
+            self._analyse_snapshot(snap, final)
+        if final:
+            with self._lock:
+                self._refresh_static()
+
+    def _analyse_snapshot(self, snap: Run, final: bool = True) -> None:
+        """Analyse a copy of the run (on the analysis thread) and send the table and diagnoses;
+        ``final``: also the table's HTML kept with the static image (not needed while training)."""
         report, rows, diagnoses = analyse(snap)
-        self._analysis_cost = (time.monotonic() - t0) / max(1, snap.n_steps * snap.n_layers)
-        html = ""
-        if report is not None:
+        html = None
+        if final and report is not None:
             from ..report import health_table_html
 
             html = health_table_html(report, suggestions=False)
@@ -492,7 +508,17 @@ class GradientPanel(anywidget.AnyWidget):
             if report is not None and run is not None and run.version == snap.version:
                 self._report, self._report_version = report, snap.version
             self._analysed_version = snap.version
-            self._set({"table": rows, "diagnoses": diagnoses, "static_html": html})
+            changed = changed_rows(self.table, rows)
+            values: dict = {"diagnoses": diagnoses}
+            if html is not None:
+                values["static_html"] = html
+            if changed is not None and self.comm is not None:
+                if changed:  # only the rows that changed travel; the page splices them in
+                    self.send({"kind": "rows", "model_id": self.model_id, "rows": [[i, rows[i]] for i in changed]})
+                self._hold({"table": rows})
+            else:
+                values["table"] = rows
+            self._set(values)
 
     def _refresh_static(self) -> None:
         """``static_png``: the heatmap last sent, as an image (milliseconds; see ``static``)."""
@@ -505,21 +531,18 @@ class GradientPanel(anywidget.AnyWidget):
 
     def _after_cell(self) -> None:
         """After a cell ran (IPython ``post_run_cell``): if it recorded steps, send the final view
-        and its static image now (milliseconds); the analysis of the final state follows from its
-        thread."""
+        now (a millisecond or two); the analysis of the final state and its static image follow
+        from the analysis thread."""
         run = self.run
         if run is None or (run.version == self._pushed_version and run.version == self._static_version):
             return
         self._throttle.cancel()
         self._push(force=True)
-        self._refresh_static()
-        if run.version != self._analysed_version:
-            self._worker.submit(P.snapshot(run), force=True)
-            # a quick analysis is waited for, so that a notebook executed headless (nbclient,
-            # nbconvert --execute) saves the table of its final state; a slow one never blocks
-            cost = self._analysis_cost or 2e-6  # per cell; a first guess before any analysis
-            if cost * run.n_steps * run.n_layers <= POST_CELL_WAIT:
-                self._worker.wait(timeout=1.0)
+        self._worker.submit((P.snapshot(run), True), force=True)
+        # a quick analysis is waited for, so that a notebook executed headless (nbclient,
+        # nbconvert --execute) saves the table and image of its final state; a slow one never blocks
+        if run.n_steps * run.n_layers <= POST_CELL_WAIT_CELLS:
+            self._worker.wait(timeout=2.0)
 
     # ----------------------------------------------------------------- validation and two-way sync
     @t.validate("metric")

@@ -13,7 +13,7 @@
 // leave a choice pending forever.
 
 import { asFloat32, asFloat64, asUint8, Binary, bytesOf } from "./decode";
-import type { Meta, PanelModel } from "./protocol";
+import type { Meta, PanelModel, Row } from "./protocol";
 
 export class Intent {
   /** user step the cursor was scrubbed to (null: none pending) */
@@ -116,7 +116,8 @@ export function applyPatch(m: PanelModel & { send?: (c: unknown) => void }, msg:
   p.buffers.forEach((name, i) => (buf[name] = buffers[i]));
   try {
     const w = cols - p.start;
-    const state: Record<string, unknown> = { ...p.values };
+    // a patch's meta leaves out what did not change (the layers)
+    const state: Record<string, unknown> = { ...p.values, meta: { ...meta, ...p.values.meta } };
     state.heat = dv(splice((n) => new Float32Array(n), asFloat32(m.get("heat"), rows * oldCols),
       asFloat32(buf.heat, rows * w), rows, oldCols, p.start, cols));
     state.flags = dv(splice((n) => new Uint8Array(n), asUint8(m.get("flags"), rows * oldCols),
@@ -133,4 +134,21 @@ export function applyPatch(m: PanelModel & { send?: (c: unknown) => void }, msg:
     m.send?.({ kind: "resend" });
     return false;
   }
+}
+
+/** Rows of the health table that changed: {kind: "rows", rows: [[position, row], ...]}, spliced
+ *  into the model's table (the same layers in the same order as the kernel's last full table). */
+export function applyRows(m: PanelModel, msg: unknown, setState?: (state: Record<string, unknown>) => void): boolean {
+  const p = msg as { kind?: string; rows?: [number, Row][] };
+  if (!p || p.kind !== "rows" || !Array.isArray(p.rows)) return false;
+  const table = (m.get("table") || []).slice();
+  for (const [i, row] of p.rows) {
+    if (!(i >= 0 && i < table.length) || table[i].index !== row.index) {
+      (m as { send?: (c: unknown) => void }).send?.({ kind: "resend" });
+      return false;
+    }
+    table[i] = row;
+  }
+  (setState ?? (m.set as unknown as (s: Record<string, unknown>) => void))({ table });
+  return true;
 }

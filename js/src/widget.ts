@@ -5,7 +5,7 @@
 // the cell ends).
 
 import { PanelModel } from "./protocol";
-import { applyPatch, Patch } from "./sync";
+import { applyPatch, applyRows, Patch } from "./sync";
 import { PanelView } from "./view/panel";
 
 export { PanelView };
@@ -34,8 +34,10 @@ function initialize({ model }: { model: ProxyModel }): () => void {
     const id = (msg as Patch | null)?.model_id;
     if (!real && id && model.widget_manager) real = Promise.resolve(model.widget_manager.get_model(id)).catch(() => undefined);
     const target = real ?? Promise.resolve(undefined);
-    chain = chain.then(() => target).then((w) =>
-      applyPatch(model, msg, (buffers ?? []) as DataView[], w ? (s) => w.set_state(s) : undefined));
+    chain = chain.then(() => target).then((w) => {
+      const set = w ? (s: Record<string, unknown>) => w.set_state(s) : undefined;
+      return applyPatch(model, msg, (buffers ?? []) as DataView[], set) || applyRows(model, msg, set);
+    });
   };
   model.on("msg:custom", onMsg as (...args: unknown[]) => void);
   return () => model.off("msg:custom", onMsg as (...args: unknown[]) => void);

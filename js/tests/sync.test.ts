@@ -113,3 +113,20 @@ describe("applyPatch", () => {
     expect(applyPatch(m, { kind: "other" }, [])).toBe(false);
   });
 });
+
+import { applyRows } from "../src/sync";
+
+describe("applyRows", () => {
+  it("splices changed rows, and asks for everything when the rows do not match", () => {
+    const state: Record<string, unknown> = { table: [{ index: 0, layer: "a", v: 1 }, { index: 1, layer: "b", v: 2 }] };
+    const sent: unknown[] = [];
+    const m = {
+      get: (k: string) => state[k], set: (s: Record<string, unknown>) => Object.assign(state, s),
+      save_changes() {}, on() {}, off() {}, send: (c: unknown) => sent.push(c),
+    } as never;
+    expect(applyRows(m, { kind: "rows", rows: [[1, { index: 1, layer: "b", v: 5 }]] })).toBe(true);
+    expect((state.table as { v: number }[]).map((r) => r.v)).toEqual([1, 5]);
+    expect(applyRows(m, { kind: "rows", rows: [[1, { index: 7, layer: "x" }]] })).toBe(false);
+    expect(sent).toEqual([{ kind: "resend" }]);
+  });
+});

@@ -136,8 +136,11 @@ function drawBottom(v: PanelView, width: number, dpr: number, step: number): voi
   let hstep = NaN;
   v.histShown = null;
   const newest = v.histAll.length === meta.n_layers * nb && nb > 0 && v.layer >= 0 && v.layer < meta.n_layers;
+  // the layer's series from the kernel, unless every layer's newest histogram is newer and nearer
+  const allStep = meta.hist_all_step ?? -1;
+  const stale = det.histSteps.length > 0 && allStep > det.histSteps[det.histSteps.length - 1] && step >= allStep;
   if (v.layer < 0) note = "select a layer (table row or heatmap row)";
-  else if (det.histLayer === v.layer && det.histSteps.length && nb) {
+  else if (det.histLayer === v.layer && det.histSteps.length && nb && !(stale && newest)) {
     const i = nearestIndex(det.histSteps, step);
     hstep = det.histSteps[i];
     hd = { counts: det.hists.subarray(i * nb, (i + 1) * nb), lo: meta.hist_lo, hi: meta.hist_hi };
