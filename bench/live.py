@@ -68,8 +68,9 @@ panel = GradientPanel(*nets["panel"])
 SENDS = []   # (unix ms, newest step, bytes) of every message the panel sends
 _send0 = panel._send
 def _send(msg, buffers=None):
+    kind = msg.get("content", {{}}).get("kind") if msg.get("method") == "custom" else "+".join(sorted(msg.get("state", {{}})))
     SENDS.append((time.time() * 1e3, int(panel.run.steps[-1]) if panel.run is not None and panel.run.n_steps else -1,
-                  len(json.dumps(msg, default=str)) + sum(len(memoryview(b).cast("B")) for b in (buffers or []))))
+                  len(json.dumps(msg, default=str)) + sum(len(memoryview(b).cast("B")) for b in (buffers or [])), kind))
     return _send0(msg, buffers=buffers)
 panel._send = _send
 
@@ -171,9 +172,9 @@ def mean(xs):
     return statistics.fmean(xs) if xs else float("nan")
 
 
-def comm_bytes(frames, i0, i1):
-    sel = frames[i0:i1]
-    return [n for n, is_comm in sel if is_comm]
+def comm_bytes(frames, i0, i1, patches=None):
+    """Sizes of the comm messages among frames[i0:i1] (only patches / only the others)."""
+    return [n for n, is_comm, is_patch in frames[i0:i1] if is_comm and (patches is None or is_patch == patches)]
 
 
 def run_bench(args) -> dict:
@@ -181,12 +182,13 @@ def run_bench(args) -> dict:
 
     cells = [SETUP.format(d_model=args.d_model), SHOW, BIG]
     out: dict = {"args": vars(args)}
-    frames: list[tuple[int, bool]] = []  # (bytes, is a comm message) of every websocket frame the page got
+    frames: list[tuple[int, bool, bool]] = []  # (bytes, comm message, patch) of every websocket frame the page got
 
     def on_ws(ws):
         def got(payload):
             b = payload if isinstance(payload, (bytes, bytearray)) else payload.encode()
-            frames.append((len(b), b"comm_msg" in b[:4096]))
+            head = b[:4096]
+            frames.append((len(b), b"comm_msg" in head, b'"kind": "patch"' in head))
         ws.on("framereceived", got)
 
     with tempfile.TemporaryDirectory() as tmp, notebook_page(Path(tmp), cells, name="live.ipynb", timeout_ms=600_000,
@@ -221,7 +223,7 @@ def run_bench(args) -> dict:
                 page.wait_for_timeout(args.pause_ms)
                 b = json.loads(res["out"])
                 b.update(wall_ms=res["wall_ms"], t0=res["t0"], t1=res["t1"] + args.pause_ms,
-                         comm=comm_bytes(frames, i0, len(frames)))
+                         comm=comm_bytes(frames, i0, len(frames)), patches=comm_bytes(frames, i0, len(frames), True))
                 blocks.append(b)
         by = {m: [b for b in blocks if b["mode"] == m] for m in modes}
         steps = {m: [x for b in by[m] for x in b["step_ms"]] for m in modes}
@@ -250,6 +252,14 @@ def run_bench(args) -> dict:
         tr["ratios"] = {k: round(v, 3) for k, v in tr["ratios"].items()}
         # traffic and long tasks in the panel's blocks
         comm = [n for b in by["panel"] for n in b["comm"]]
+        patches = [n for b in by["panel"] for n in b["patches"]]
+
+        def comm_bytes_other(b):
+            rest = list(b["comm"])
+            for n in b["patches"]:
+                rest.remove(n)
+            return rest
+
         secs = sum(b["wall_ms"] + args.pause_ms for b in by["panel"]) / 1e3
         gw = page.evaluate("() => window.__gw")
         lt = [d for s, d in gw["longtasks"] if any(b["t0"] <= s <= b["t1"] for b in by["panel"])]
@@ -257,6 +267,8 @@ def run_bench(args) -> dict:
                           "bytes_per_update_median": int(med(comm)) if comm else 0,
                           "bytes_per_s": int(sum(comm) / secs),
                           "bytes_per_new_step": int(sum(comm) / (args.steps * args.rounds)),
+                          "patches": len(patches), "patch_bytes_median": int(med(patches)) if patches else 0,
+                          "other_messages": sorted(n for b in by["panel"] for n in comm_bytes_other(b)),
                           "long_tasks": len(lt), "long_task_ms_median": round(med(lt), 1) if lt else 0,
                           "long_task_ms_max": round(max(lt), 1) if lt else 0}
         # latency: kernel send of step S -> the label first shows a step >= S
@@ -268,7 +280,11 @@ def run_bench(args) -> dict:
             except (IndexError, ValueError):
                 pass
         lat, newest = [], -1
-        for ts, step, _ in sends:  # only sends that carry a new step change the label
+        kinds: dict = {}
+        for _, _, n, kind in sends:
+            kinds.setdefault(kind, []).append(n)
+        out["traffic"]["kernel_sends"] = {k: {"n": len(v), "median_bytes": int(med(v))} for k, v in kinds.items()}
+        for ts, step, _, _ in sends:  # only sends that carry a new step change the label
             if step <= newest:
                 continue
             newest = step

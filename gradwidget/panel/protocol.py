@@ -71,6 +71,9 @@ METRIC_LABELS = {
     "weight_norm": "weight L2 norm",
     "update_norm": "update L2 norm",
 }
+#: the fields of a health-table row the page reads (columns, filter, selection); the rest stays in the Report.
+TABLE_KEYS = ("index", "layer", "module_type", "numel", "status", "health", "flags", "grad_norm_median",
+              "mean_abs_median", "max_abs_max", "zero_frac_mean", "nonfinite_total", "trend", "suggestion")
 #: the most diagnoses the panel lists.
 MAX_DIAGNOSES = 5
 assert set(METRIC_LABELS) == set(METRICS)
@@ -105,4 +108,5 @@ def constants_json() -> dict:
         "metrics": list(METRICS),
         "metric_labels": METRIC_LABELS,
         "max_diagnoses": MAX_DIAGNOSES,
+        "table_keys": list(TABLE_KEYS),
     }

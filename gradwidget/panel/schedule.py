@@ -56,7 +56,7 @@ class Worker:
     ``max(min_gap, c / share)`` later, so the work takes at most ``share`` of the wall time
     (``due()`` tells the submitter; ``submit(force=True)`` ignores it)."""
 
-    def __init__(self, work: Callable[[Any], None], share: float = 0.05, min_gap: float = 2.0,
+    def __init__(self, work: Callable[[Any], None], share: float = 0.02, min_gap: float = 2.0,
                  name: str = "gradwidget-analysis", warm: Callable[[], None] | None = None) -> None:
         self._work, self.share, self.min_gap, self._name, self._warm = work, share, min_gap, name, warm
         self._cv = threading.Condition()

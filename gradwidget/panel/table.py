@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..run import Run
-from .protocol import MAX_DIAGNOSES
+from .protocol import MAX_DIAGNOSES, TABLE_KEYS
 
 
 def jsonable(v: Any) -> Any:
@@ -67,7 +67,7 @@ def table_from_report(report, run: Run) -> list[dict]:
             idx = run.layer_index(name) if name is not None else i
         except KeyError:
             idx = i
-        row = {k: _shown(jsonable(v)) for k, v in rec.items()}
+        row = {k: _shown(jsonable(v)) for k, v in rec.items() if k in TABLE_KEYS}
         row["index"] = int(idx)
         row["layer"] = str(name if name is not None else run.layers[idx].name)
         rows.append(row)

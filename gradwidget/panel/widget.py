@@ -60,11 +60,15 @@ function render({ el }) {
 export default { render };
 """ % BUNDLE_MISSING
 
+#: seconds between refreshes of every layer's newest histogram while training.
+HIST_ALL_EVERY = 2.0
 #: runs up to this many step x layer cells are analysed at once when shown; bigger ones show the
 #: heatmap first and the health table when the analysis thread has it.
 SYNC_ANALYSIS_CELLS = 200_000
 
 
+#: seconds between refreshes of every layer's newest histogram while training.
+HIST_ALL_EVERY = 2.0
 #: runs up to this many step x layer cells (analysed in a few milliseconds) are analysed before
 #: the post-cell hook returns; bigger ones in the background.
 POST_CELL_WAIT_CELLS = 5_000
@@ -138,6 +142,7 @@ class GradientPanel(anywidget.AnyWidget):
         self._seq = 0  # numbers the heatmap updates: a patch names the one it extends (meta["seq"])
         self._shape: dict | None = None  # payload.view_shape of the last heatmap sent
         self._patched = False  # the page holds columns sent as patches (custom messages)
+        self._hist_all_sent = 0.0  # when a patch last carried hist_all
         self._static_version = -1
         self._view: tuple | None = None  # (version, step, heat, flags, scale, cursor column) last sent
         self._report = None
@@ -368,16 +373,24 @@ class GradientPanel(anywidget.AnyWidget):
     def _send_patch(self, values: dict, start: int, base: int) -> None:
         """Send only the heatmap's columns from ``start`` on, and the other traits that changed,
         as one custom message (js/src/sync.ts applyPatch); hold the full values here."""
+        # a layer's histograms over time wait for the next full update (the page shows the newest
+        # histogram of every layer from hist_all meanwhile), and hist_all (256 bytes a layer)
+        # refreshes every HIST_ALL_EVERY seconds
+        held = {"hists": self.hists, "hist_steps": self.hist_steps}
+        now = time.monotonic()
+        if now - self._hist_all_sent < HIST_ALL_EVERY:
+            held["hist_all"] = self.hist_all
+            values["meta"] = {**values["meta"], "hist_all_step": self.meta.get("hist_all_step", -1)}
+        else:
+            self._hist_all_sent = now
+        values = {**values, **held}
         tails = {"heat": values["heat"][:, start:], "flags": values["flags"][:, start:],
                  "col_steps": values["col_steps"][start:], "loss": values["loss"][start:]}
         small = {k: v for k, v in values.items() if TRAITS[k].kind != "bytes"}
         if small["meta"].get("layers") == self.meta.get("layers"):  # the page keeps the layers it has
             small["meta"] = {k: v for k, v in small["meta"].items() if k != "layers"}
-        # a layer's histograms over time wait for the next full update (the page shows the newest
-        # histogram of every layer from hist_all meanwhile)
-        values = {**values, "hists": self.hists, "hist_steps": self.hist_steps}
         other = {k: encode(k, v) for k, v in values.items()
-                 if TRAITS[k].kind == "bytes" and k not in tails and k not in ("hists", "hist_steps")}
+                 if TRAITS[k].kind == "bytes" and k not in tails and k not in held}
         other = {k: b for k, b in other.items() if b != getattr(self, k)}
         names = list(tails) + list(other)
         buffers = [encode(k, v) for k, v in tails.items()] + list(other.values())

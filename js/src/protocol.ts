@@ -158,7 +158,23 @@ export const CONSTANTS = {
     "weight_norm": "weight L2 norm",
     "update_norm": "update L2 norm"
   },
-  "max_diagnoses": 5
+  "max_diagnoses": 5,
+  "table_keys": [
+    "index",
+    "layer",
+    "module_type",
+    "numel",
+    "status",
+    "health",
+    "flags",
+    "grad_norm_median",
+    "mean_abs_median",
+    "max_abs_max",
+    "zero_frac_mean",
+    "nonfinite_total",
+    "trend",
+    "suggestion"
+  ]
 } as const;
 // END CONSTANTS
 
