@@ -621,7 +621,8 @@ def test_the_analysis_runs_on_a_copy_off_the_training_thread(monkeypatch):
     panel's analysis thread over that copy, so appends cannot tear it."""
     import threading
 
-    import gradwidget.panel.widget as W
+    import gradwidget.panel.background as W
+    from gradwidget.panel.payload import snapshot
 
     seen = []
     real = W.analyse
@@ -636,7 +637,7 @@ def test_the_analysis_runs_on_a_copy_off_the_training_thread(monkeypatch):
     seen.clear()
     for s in range(100, 160):
         rec.step(s)
-    p._worker.submit((W.P.snapshot(rec.run), False), force=True)
+    p._worker.submit((snapshot(rec.run), False), force=True)
     assert p._worker.wait(30)
     assert seen and all(name == "gradwidget-analysis" for name, _ in seen)
     assert all(r is not rec.run for _, r in seen)
@@ -645,7 +646,7 @@ def test_the_analysis_runs_on_a_copy_off_the_training_thread(monkeypatch):
 
 
 def test_a_big_run_paints_first_and_its_table_follows():
-    from gradwidget.panel.widget import SYNC_ANALYSIS_CELLS
+    from gradwidget.panel.background import SYNC_ANALYSIS_CELLS
 
     names = [f"l{i}.weight" for i in range(100)]
     run = synthetic_run(SYNC_ANALYSIS_CELLS // 100 + 10, layers=names, hist_every=0)
