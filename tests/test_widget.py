@@ -80,7 +80,7 @@ def test_traits_of_a_run():
     p = GradientPanel(run)
     m = p.meta
     assert (m["rows"], m["cols"], m["n_steps"], m["n_layers"]) == (4, 50, 50, 4)
-    assert [l["name"] for l in m["layers"]] == L_NAMES
+    assert [layer["name"] for layer in m["layers"]] == L_NAMES
     assert m["metric"] == "mean_abs" and m["metrics"] == list(METRICS)
     assert m["thresholds"] == {"vanishing": 1e-7, "exploding": 1e3}
     heat = f32(p.heat).reshape(4, 50)

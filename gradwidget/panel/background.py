@@ -7,6 +7,7 @@ import base64
 
 from ..run import Run
 from . import payload as P
+from .base import PanelBase
 from .static import heat_png
 from .table import analyse, changed_rows
 
@@ -22,7 +23,7 @@ def import_analysis() -> None:
     from .. import analysis, report  # noqa: F401  (imported on the analysis thread, off the user's cells)
 
 
-class PanelBackground:
+class PanelBackground(PanelBase):
     def _analyse_now_or_later(self) -> None:
         """The health table of a run shown as a whole: at once when it is small, else from the
         analysis thread after the heatmap's first paint."""

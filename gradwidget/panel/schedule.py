@@ -15,7 +15,7 @@ class Throttle:
     tenth of the sender's time spent building updates (long runs cost more per update). A burst
     ends with a trailing update from a timer thread."""
 
-    def __init__(self, max_rate: float, push: Callable[[], None], trailing: Callable[[], None]) -> None:
+    def __init__(self, max_rate: float, push: Callable[[], object], trailing: Callable[[], object]) -> None:
         self.min_interval = 1.0 / float(max_rate)
         self.last = 0.0
         self.cost = 0.0  # seconds the last update took to build and send

@@ -9,13 +9,14 @@ import numpy as np
 
 from ..run import Run
 from . import payload as P
+from .base import PanelBase
 from .protocol import TRAITS, encode
 
 #: seconds between refreshes of every layer's newest histogram while training.
 HIST_ALL_EVERY = 2.0
 
 
-class PanelSync:
+class PanelSync(PanelBase):
     def _set(self, values: dict) -> None:
         """Set traits from the kernel (binary ones encoded by the protocol), in one message."""
         self._internal += 1
