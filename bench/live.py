@@ -15,7 +15,8 @@
    time to the heatmap's first paint in the page, to the full health table, bytes sent; then the
    table's re-render with every row (and with 3 rows changed).
 5. Re-displays: the panel's cell run ``--redisplays`` more times; canvases reachable, JS heap and DOM
-   nodes after a forced GC (Chrome DevTools protocol), per re-display.
+   nodes after a forced GC (Chrome DevTools protocol), per re-display, and over the second half alone
+   (a leak grows with every re-display; something kept once does not).
 
 The machine is shared: medians over interleaved blocks, and the spread of the block ratios is printed.
 Prints a summary and one JSON line.
@@ -331,14 +332,22 @@ def run_bench(args) -> dict:
         run_cell(1)
         page.wait_for_timeout(1000)
         before = counts()
-        for _ in range(args.redisplays):
+        half = max(1, args.redisplays // 2)
+        mid = before
+        for i in range(args.redisplays):
             run_cell(1)
             page.wait_for_timeout(300)
+            if i + 1 == half:
+                page.wait_for_timeout(1500)
+                mid = counts()
         page.wait_for_timeout(1500)
         after = counts()
-        out["redisplay"] = {"before": before, "after": after,
+        # growth over the second half: a leak grows with every re-display, a view kept once does not
+        n2 = max(1, args.redisplays - half)
+        out["redisplay"] = {"before": before, "mid": mid, "after": after,
                             "per_redisplay": {k: round((after[k] - before[k]) / max(1, args.redisplays), 3)
-                                              for k in before}}
+                                              for k in before},
+                            "per_redisplay_second_half": {k: round((after[k] - mid[k]) / n2, 3) for k in before}}
     return out
 
 
