@@ -320,10 +320,15 @@ def run_bench(args) -> dict:
         def counts():
             cdp.send("HeapProfiler.collectGarbage")
             cdp.send("HeapProfiler.collectGarbage")
-            proto = cdp.send("Runtime.evaluate", {"expression": "HTMLCanvasElement.prototype"})["result"]["objectId"]
-            objs = cdp.send("Runtime.queryObjects", {"prototypeObjectId": proto})["objects"]["objectId"]
+            # the handles live in their own object group, released at once: a handle kept would keep
+            # the canvases it lists alive, and the next count would find them again
+            g = {"objectGroup": "gw-count"}
+            proto = cdp.send("Runtime.evaluate", {"expression": "HTMLCanvasElement.prototype", **g})["result"]["objectId"]
+            objs = cdp.send("Runtime.queryObjects", {"prototypeObjectId": proto, **g})["objects"]["objectId"]
             n = cdp.send("Runtime.callFunctionOn", {"objectId": objs, "functionDeclaration": "function(){return this.length}",
-                                                     "returnByValue": True})["result"]["value"]
+                                                     "returnByValue": True, **g})["result"]["value"]
+            cdp.send("Runtime.releaseObjectGroup", g)
+            cdp.send("HeapProfiler.collectGarbage")
             dom = cdp.send("Memory.getDOMCounters")
             heap = cdp.send("Runtime.getHeapUsage")["usedSize"]
             return {"canvases": n, "heap_mib": round(heap / 2 ** 20, 2), "nodes": dom["nodes"],

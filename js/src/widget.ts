@@ -14,8 +14,12 @@ function render({ model, el, signal }: { model: PanelModel; el: HTMLElement; sig
   const view = new PanelView(model, el);
   // tests and the benchmark reach the view through the element
   (el as HTMLElement & { gradwidget?: PanelView }).gradwidget = view;
-  signal?.addEventListener("abort", () => view.dispose(), { once: true });
-  return () => view.dispose();
+  const onAbort = () => view.dispose();
+  signal?.addEventListener("abort", onAbort, { once: true });
+  return () => {
+    signal?.removeEventListener("abort", onAbort);
+    view.dispose();
+  };
 }
 
 type WidgetModel = { set_state(state: Record<string, unknown>): void };

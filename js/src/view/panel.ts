@@ -411,5 +411,11 @@ export class PanelView {
     for (const c of [this.dom.canvas, this.dom.histCanvas, this.dom.seriesCanvas]) c.width = c.height = 0;
     this.dom.root.remove();
     delete (this.el as HTMLElement & { gradwidget?: PanelView }).gradwidget;
+    // whatever still holds this view (a host's callback list) holds no DOM and no data
+    const self = this as unknown as Record<string, unknown>;
+    for (const k of ["dom", "table", "diagnoses", "image", "el", "model", "layout"]) self[k] = null;
+    this.heat = this.dispHeat = new Float32Array(0);
+    this.flags = this.dispFlags = new Uint8Array(0);
+    this.histAll = new Uint32Array(0);
   }
 }
