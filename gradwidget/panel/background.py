@@ -17,6 +17,8 @@ SYNC_ANALYSIS_CELLS = 200_000
 #: runs up to this many step x layer cells (analysed in a few milliseconds) are analysed before
 #: the post-cell hook returns; bigger ones in the background.
 POST_CELL_WAIT_CELLS = 5_000
+#: seconds after a cell before its final analysis starts (its reply goes out first).
+AFTER_CELL_DELAY = 0.3
 
 
 def import_analysis() -> None:
@@ -91,8 +93,11 @@ class PanelBackground(PanelBase):
             return
         self._throttle.cancel()
         self._push(force=True)
-        self._worker.submit((P.snapshot(run), True), force=True)
         # a quick analysis is waited for, so that a notebook executed headless (nbclient,
-        # nbconvert --execute) saves the table and image of its final state; a slow one never blocks
+        # nbconvert --execute) saves the table and image of its final state; a slow one never
+        # blocks, and starts once the cell's reply has gone out
         if run.n_steps * run.n_layers <= POST_CELL_WAIT_CELLS:
+            self._worker.submit((P.snapshot(run), True), force=True)
             self._worker.wait(timeout=2.0)
+        else:
+            self._worker.submit((P.snapshot(run), True), force=True, delay=AFTER_CELL_DELAY)

@@ -54,7 +54,7 @@ class Worker:
     """Runs ``work(job)`` on one daemon thread, one job at a time, the newest job replacing a
     waiting one; after a job that took ``c`` seconds the next starts no sooner than
     ``max(min_gap, c / share)`` later, so the work takes at most ``share`` of the wall time
-    (``due()`` tells the submitter; ``submit(force=True)`` ignores it)."""
+    (``due()`` tells the submitter; ``submit(force=True)`` ignores it, starting after ``delay``)."""
 
     def __init__(self, work: Callable[[Any], None], share: float = 0.02, min_gap: float = 2.0,
                  name: str = "gradwidget-analysis", warm: Callable[[], None] | None = None) -> None:
@@ -63,6 +63,7 @@ class Worker:
         self._job: Any = None
         self._has_job = False
         self._forced = False  # the waiting job ignores the pacing
+        self._forced_at = 0.0  # ... and starts at this time (after the cell's reply has gone out)
         self._busy = False
         self._stopped = False
         self._next = 0.0
@@ -73,11 +74,14 @@ class Worker:
     def due(self) -> bool:
         return not self._busy and not self._has_job and time.monotonic() >= self._next
 
-    def submit(self, job: Any, force: bool = False) -> None:
+    def submit(self, job: Any, force: bool = False, delay: float = 0.0) -> None:
         with self._cv:
             if self._stopped:
                 return
             self._job, self._has_job = job, True
+            if force:
+                self._forced_at = time.monotonic() + delay if not self._forced else min(self._forced_at,
+                                                                                        time.monotonic() + delay)
             self._forced = self._forced or force
             self._start()
             self._cv.notify_all()
@@ -100,8 +104,8 @@ class Worker:
                 warnings.warn(f"gradwidget: {self._name} could not start: {e!r}")
         while True:
             with self._cv:
-                while not self._stopped and not (self._has_job and (self._forced or time.monotonic() >= self._next)):
-                    self._cv.wait(None if not self._has_job else max(0.0, self._next - time.monotonic()))
+                while not self._stopped and not (self._has_job and time.monotonic() >= self._ready_at()):
+                    self._cv.wait(None if not self._has_job else max(0.0, self._ready_at() - time.monotonic()))
                 if self._stopped:
                     return
                 job, self._job, self._has_job, self._forced, self._busy = self._job, None, False, False, True
@@ -118,6 +122,9 @@ class Worker:
                     self.last_cost = cost
                     self._next = time.monotonic() + max(self.min_gap, cost / self.share - cost)
                     self._cv.notify_all()
+
+    def _ready_at(self) -> float:
+        return self._forced_at if self._forced else self._next
 
     def wait(self, timeout: float = 30.0) -> bool:
         """Wait until no job is waiting or running (forced jobs only; tests and ``flush``)."""
