@@ -127,8 +127,9 @@ def payload_bytes(steps: int, columns: int, layers: int = 24) -> dict:
         run.append(s, v, {"loss": 1.0 / (1 + s)}, hist=hist)
     build_s = time.perf_counter() - t0
     panel = GradientPanel(run, columns=columns)
+    panel._worker.wait(600)  # a run this size has its health table from the analysis thread
     t0 = time.perf_counter()
-    panel._push(force=True, table=True)
+    panel._push(force=True)
     push_ms = (time.perf_counter() - t0) * 1e3
     data_keys = ["meta", "heat", "flags", "col_steps", "loss", "detail", "detail_step", "hists", "hist_steps",
                  "hist_layer", "table", "step", "layer"]

@@ -16,7 +16,7 @@ _LAZY = {
     "load_run": ("gradwidget.storage", "load_run"),
     "analyze": ("gradwidget.analysis", "analyze"),
     "compare": ("gradwidget.compare", "compare"),
-    "GradientPanel": ("gradwidget.widget", "GradientPanel"),
+    "GradientPanel": ("gradwidget.panel.widget", "GradientPanel"),
 }
 
 __all__ = ["GradientPanel", "Recorder", "ArrayRecorder", "Run", "LayerInfo", "NonfiniteOrigin", "load_run",

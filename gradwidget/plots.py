@@ -36,27 +36,16 @@ from matplotlib.transforms import offset_copy
 
 from .frames import log_levels
 from .run import METRICS, Run
+from .panel.protocol import HEALTH_COLORS, MARKS, METRIC_LABELS  # noqa: F401  (HEALTH_COLORS: plots.HEALTH_COLORS)
 
 CMAP_NAME = "viridis"
-VANISHING_COLOR = "#c8c8c8"
-EXPLODING_COLOR = "#e3120b"
-NONFINITE_COLOR = "#ff00ff"
-NODATA_COLOR = "#ffffff"
-HEALTH_COLORS = {"Healthy": "#2e7d32", "Warning": "#ef8f00", "Critical": "#c62828", "Unknown": "#8a8a8a"}
+VANISHING_COLOR, EXPLODING_COLOR, NONFINITE_COLOR, NODATA_COLOR = (
+    MARKS[k] for k in ("vanishing", "exploding", "nonfinite", "nodata"))
 
 #: heatmaps wider than this many steps are downsampled (max |g| and non-finite keep their maxima).
 MAX_COLUMNS = 600
 
-_METRIC_LABELS = {
-    "grad_norm": "gradient L2 norm",
-    "mean_abs": "mean |g|",
-    "max_abs": "max |g|",
-    "std": "std of g",
-    "zero_frac": "fraction of zero entries",
-    "nonfinite": "non-finite entries",
-    "weight_norm": "weight L2 norm",
-    "update_norm": "update L2 norm",
-}
+_METRIC_LABELS = METRIC_LABELS  # one definition: the panel protocol
 
 
 def metric_label(metric: str) -> str:

@@ -10,8 +10,17 @@ import pytest
 import traitlets
 
 from gradwidget.run import METRICS, N_BINS, Run
-from gradwidget.widget import (FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING, MAX_COLUMNS,
-                               GradientPanel, block_reduce, column_block, table_from_run)
+from gradwidget.widget import (
+    FLAG_EXPLODING,
+    FLAG_NODATA,
+    FLAG_NONFINITE,
+    FLAG_VANISHING,
+    MAX_COLUMNS,
+    GradientPanel,
+    block_reduce,
+    column_block,
+    table_from_run,
+)
 
 L_NAMES = ["0.weight", "0.bias", "2.weight", "2.bias"]
 
@@ -71,7 +80,7 @@ def test_traits_of_a_run():
     p = GradientPanel(run)
     m = p.meta
     assert (m["rows"], m["cols"], m["n_steps"], m["n_layers"]) == (4, 50, 50, 4)
-    assert [l["name"] for l in m["layers"]] == L_NAMES
+    assert [layer["name"] for layer in m["layers"]] == L_NAMES
     assert m["metric"] == "mean_abs" and m["metrics"] == list(METRICS)
     assert m["thresholds"] == {"vanishing": 1e-7, "exploding": 1e3}
     heat = f32(p.heat).reshape(4, 50)
@@ -343,10 +352,19 @@ def test_mimebundle_carries_a_static_fallback():
     assert p.static_png == "data:image/png;base64," + data["image/png"]
 
 
+def view_png(p, step) -> bytes:
+    """The static image of the heatmap ``p`` sent, with the cursor at ``step``."""
+    from gradwidget.panel.static import heat_png
+
+    rows, cols = p.meta["rows"], p.meta["cols"]
+    col = int(np.searchsorted(np.frombuffer(p.col_steps, np.float64), step, side="right")) - 1
+    return heat_png(f32(p.heat).reshape(rows, cols), np.frombuffer(p.flags, np.uint8).reshape(rows, cols),
+                    p.meta["scale"], col)
+
+
 def test_static_image_is_made_at_the_last_step_when_following():
     """Training under a panel, then showing it: the rate limit may still hold the last steps back;
     the mime bundle (and ``static_png``) must show the newest step, not the last one sent."""
-    from gradwidget import plots
 
     rec = FakeRecorder(synthetic_run(5))
     p = GradientPanel(rec, max_rate=1)
@@ -355,8 +373,7 @@ def test_static_image_is_made_at_the_last_step_when_following():
     assert p.meta["last_step"] < 159  # held back by the rate limit
     data, _ = p._repr_mimebundle_()
     assert p.static_step == 159 and p.step == 159 and p.meta["last_step"] == 159
-    want = plots.figure_to_png(plots.panel_figure(rec.run, step=159, layer=p.layer, metric=p.metric), dpi=80)
-    assert data["image/png"] == base64.b64encode(want).decode("ascii")
+    assert data["image/png"] == base64.b64encode(view_png(p, 159)).decode("ascii")
     # scrubbed (not following): the image is made at the scrubbed step
     p.set_state({"step": 120, "follow": False})
     rec.step(160)
@@ -369,7 +386,6 @@ def test_after_a_cell_the_panel_sends_the_last_step_and_its_static_image():
     and re-renders ``static_png`` (saved in the notebook's widget state) at the newest step."""
     from IPython.core.interactiveshell import InteractiveShell
 
-    from gradwidget import plots
 
     shell = InteractiveShell.instance()
     try:
@@ -378,9 +394,9 @@ def test_after_a_cell_the_panel_sends_the_last_step_and_its_static_image():
         p = shell.user_ns["panel"]
         shell.run_cell("for s in range(100, 140): rec.step(s)")
         assert p.meta["last_step"] == 139 and p.step == 139 and p.static_step == 139
-        want = plots.figure_to_png(plots.panel_figure(p.run, step=139, layer=p.layer, metric=p.metric), dpi=60)
-        assert p.static_png == "data:image/png;base64," + base64.b64encode(want).decode("ascii")
-        # the health table of that final state goes with it (an export shows both)
+        assert p.static_png == "data:image/png;base64," + base64.b64encode(view_png(p, 139)).decode("ascii")
+        # the health table of that final state follows from the analysis thread (an export shows both)
+        assert p._worker.wait(30)
         assert "gradwidget-health" in p.static_html and 'data-layer="0.weight"' in p.static_html
         pushes = p.push_count
         shell.run_cell("x = 1")  # nothing recorded: nothing sent
@@ -489,7 +505,7 @@ def test_infinite_table_values_travel_as_infinity_not_as_1e308():
     rows = {r["layer"]: r for r in table_from_run(run)}
     assert rows["a"]["max_abs_max"] == "Infinity" and rows["b"]["max_abs_max"] == pytest.approx(0.01)
     json.loads(json.dumps(rows, allow_nan=False))
-    from gradwidget.widget import _jsonable
+    from gradwidget.panel.table import jsonable as _jsonable
 
     assert [_jsonable(x) for x in (np.float32(-np.inf), float("nan"), 2.5)] == ["-Infinity", None, 2.5]
     p = GradientPanel(run)
@@ -582,3 +598,124 @@ def test_a_run_without_layers_shows_the_empty_message():
     assert p.meta["level"] == "info" and "no layers" in p.meta["message"]
     assert p.layer == -1 and p.meta["rows"] == 0 and p.table == []
     assert data["image/png"] and 'class="gradwidget-panel-image"' in data["text/html"]
+
+
+# --------------------------------------------------------------------------- off the training thread
+def test_diagnoses_are_the_reports_top_recommendations():
+    pytest.importorskip("gradwidget.analysis")
+    run = synthetic_run(40)
+    p = GradientPanel(run)
+    recs = p.report.recommendations
+    assert recs, "the synthetic run's vanishing layer should be diagnosed"
+    assert 1 <= len(p.diagnoses) <= min(5, len(recs))
+    d = p.diagnoses[0]
+    assert d["cause"] == getattr(recs[0], "cause", recs[0].kind)
+    assert d["text"] == recs[0].text and d["action"] == recs[0].action
+    assert d["layers"] == list(recs[0].layers)[:20]
+    assert d["layer_index"] == run.layer_index(recs[0].layers[0])
+    assert d["first_step"] == getattr(recs[0], "first_step", None)
+
+
+def test_the_analysis_runs_on_a_copy_off_the_training_thread(monkeypatch):
+    """The recorder's thread only copies the run (when the analysis is due); analyze() runs on the
+    panel's analysis thread over that copy, so appends cannot tear it."""
+    import threading
+
+    import gradwidget.panel.background as W
+    from gradwidget.panel.payload import snapshot
+
+    seen = []
+    real = W.analyse
+
+    def spy(run):
+        seen.append((threading.current_thread().name, run))
+        return real(run)
+
+    monkeypatch.setattr(W, "analyse", spy)
+    rec = FakeRecorder(synthetic_run(20))
+    p = GradientPanel(rec, max_rate=50)
+    seen.clear()
+    for s in range(100, 160):
+        rec.step(s)
+    p._worker.submit((snapshot(rec.run), False), force=True)
+    assert p._worker.wait(30)
+    assert seen and all(name == "gradwidget-analysis" for name, _ in seen)
+    assert all(r is not rec.run for _, r in seen)
+    assert seen[-1][1].n_steps == rec.run.n_steps and seen[-1][1].version == rec.run.version
+    assert {r["layer"] for r in p.table} == set(L_NAMES)
+
+
+def test_a_big_run_paints_first_and_its_table_follows():
+    from gradwidget.panel.background import SYNC_ANALYSIS_CELLS
+
+    names = [f"l{i}.weight" for i in range(100)]
+    run = synthetic_run(SYNC_ANALYSIS_CELLS // 100 + 10, layers=names, hist_every=0)
+    p = GradientPanel(run)
+    assert p.meta["n_steps"] == run.n_steps and p.heat  # the heatmap is there at once
+    assert p._worker.wait(120)
+    assert len(p.table) == 100 and p.static_html
+
+
+def test_after_a_cell_no_figure_is_drawn(monkeypatch):
+    """The post-cell hook sends the final view and a static image made from the heatmap arrays:
+    matplotlib's panel figure is never drawn on the way."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from gradwidget import plots
+
+    def boom(*a, **k):
+        raise AssertionError("panel_figure drawn after a cell")
+
+    monkeypatch.setattr(plots, "panel_figure", boom)
+    shell = InteractiveShell.instance()
+    try:
+        shell.user_ns["rec"] = FakeRecorder(synthetic_run(5))
+        shell.run_cell("from gradwidget import GradientPanel\npanel = GradientPanel(rec, max_rate=1)")
+        p = shell.user_ns["panel"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            shell.run_cell("for s in range(100, 140): rec.step(s)")
+        assert p.static_step == 139 and p.static_png.startswith("data:image/png;base64,")
+    finally:
+        InteractiveShell.clear_instance()
+
+
+def test_while_training_only_new_columns_travel():
+    """A live update after new steps sends the columns from the first one that changed (a custom
+    message the page splices in), not the whole heatmap; the traits here hold the whole heatmap;
+    the next full update (after the cell, or a metric change) sends everything."""
+    rec = FakeRecorder(synthetic_run(50))
+    p = GradientPanel(rec, max_rate=1000)
+    sent = []
+    real_send = p.send
+    p.send = lambda content, buffers=None: (sent.append((content, buffers)), real_send(content, buffers))
+    seq = p.meta["seq"]
+    time.sleep(0.05)
+    rec.step(200)
+    assert len(sent) == 1
+    msg, bufs = sent[0]
+    assert msg["kind"] == "patch" and msg["base"] == seq and msg["start"] == 50
+    assert msg["values"]["meta"]["seq"] == seq + 1 and msg["values"]["meta"]["cols"] == 51
+    by = dict(zip(msg["buffers"], bufs))
+    assert len(by["heat"]) == 4 * 1 * 4 and len(by["flags"]) == 4 and len(by["col_steps"]) == 8
+    np.testing.assert_array_equal(f32(by["heat"]), rec.run.metric("mean_abs")[-1])
+    # the traits hold the whole heatmap (a re-opened page asks the kernel for it)
+    np.testing.assert_allclose(f32(p.heat).reshape(4, 51), rec.run.metric("mean_abs").T)
+    assert p.meta["seq"] == seq + 1 and p.meta["last_step"] == 200
+    # a changed view is a full update again
+    n = len(sent)
+    p.metric = "grad_norm"
+    assert len(sent) == n and p.meta["metric"] == "grad_norm" and p.meta["seq"] == seq + 2
+    # the page missed an update: it asks for everything
+    p._on_page_message(p, {"kind": "resend"}, [])
+    assert p.meta["seq"] == seq + 3
+
+
+def test_table_updates_carry_the_rows_that_changed():
+    from gradwidget.panel.table import changed_rows
+
+    old = [{"index": 0, "v": 1.0}, {"index": 1, "v": 2.0}]
+    assert changed_rows(old, [{"index": 0, "v": 1.0}, {"index": 1, "v": 3.0}]) == [1]
+    assert changed_rows(old, old) == []
+    assert changed_rows(old, old[:1]) is None and changed_rows([], old) is None
+    assert changed_rows(old, [{"index": 1, "v": 2.0}, {"index": 0, "v": 1.0}]) is None

@@ -3,7 +3,7 @@
 // that every flagged cell still reaches the screen (flags are OR-ed; values are block means,
 // the minimum for vanishing blocks).
 
-import { FLAG_VANISHING } from "./decode";
+import { FLAG_VANISHING } from "./protocol";
 
 export interface Grid {
   rows: number;

@@ -47,12 +47,6 @@ export function byteLength(v: Binary): number {
   return bytesOf(v)[2];
 }
 
-/** Flag bits of the `flags` trait (one byte per layer x column). */
-export const FLAG_VANISHING = 1;
-export const FLAG_EXPLODING = 2;
-export const FLAG_NONFINITE = 4;
-export const FLAG_NODATA = 8;
-
 /** A row-major (rows x cols) matrix: row r is layer r in depth order. */
 export interface Matrix {
   rows: number;

@@ -35,6 +35,13 @@ export class HeatmapImage {
     this.canvas = c;
   }
 
+  /** Free the image's canvas and pixels (a closed view keeps no pixel memory). */
+  dispose(): void {
+    if (this.canvas) this.canvas.width = this.canvas.height = 0;
+    this.canvas = null;
+    this.pixels = undefined;
+  }
+
   /** Blit the image into `r`, nearest-neighbour (cells stay crisp). */
   draw(ctx: CanvasRenderingContext2D, r: Rect): void {
     if (!this.canvas) return;

@@ -26,6 +26,13 @@ export const CSS = `
 .gw-message.gw-show{display:block}
 .gw-message.gw-error{border-left-color:#c62828}
 .gw-message.gw-info{border-left-color:var(--gw-accent)}
+.gw-diagnoses{display:none;margin:0 0 6px;border:1px solid var(--gw-border);border-radius:3px}
+.gw-diagnoses.gw-show{display:block}
+.gw-diagnosis{padding:3px 8px;cursor:pointer;border-left:4px solid #ef8f00;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+.gw-diagnosis+.gw-diagnosis{border-top:1px solid var(--gw-border)}
+.gw-diagnosis:hover{background:var(--gw-bg3)}
+.gw-diagnosis.gw-p-critical{border-left-color:#c62828}
+.gw-diagnosis.gw-p-low{border-left-color:var(--gw-border)}
 .gw-main{position:relative}
 .gw-main canvas{display:block;touch-action:none;cursor:crosshair}
 .gw-slider-row{display:flex;align-items:center;gap:8px}

@@ -2,8 +2,10 @@
 // key statistics and the top suggestion. Clicking a row selects the layer everywhere.
 
 import { fmt } from "./colormap";
+import { HEALTH_COLORS, HEALTH_RANK, Row } from "./protocol";
 
-export type Row = Record<string, unknown> & { index: number; layer: string };
+export type { Row };
+
 
 export interface Column {
   key: string;
@@ -25,14 +27,6 @@ export const COLUMNS: Column[] = [
   { key: "trend", label: "trend", kind: "text" },
   { key: "suggestion", label: "suggestion", kind: "text" },
 ];
-
-export const HEALTH_RANK: Record<string, number> = { Critical: 3, Warning: 2, Unknown: 1, Healthy: 0 };
-export const HEALTH_COLORS: Record<string, string> = {
-  Healthy: "#2e7d32",
-  Warning: "#ef8f00",
-  Critical: "#c62828",
-  Unknown: "#8a8a8a",
-};
 
 export interface SortState {
   key: string;
@@ -100,16 +94,36 @@ export function cellText(v: unknown, kind: Column["kind"]): string {
   return String(v);
 }
 
+/** Rows drawn beyond the visible ones, above and below (a long table renders only its window). */
+export const OVERSCAN = 40;
+const ROW_H = 21; // CSS px of a row until one has been measured
+
+/** The rows of `shown` that a viewport of `height` px scrolled to `top` needs, with OVERSCAN. */
+export function rowWindow(n: number, top: number, height: number, rowH: number): [number, number] {
+  const first = Math.max(0, Math.floor(top / rowH) - OVERSCAN);
+  const last = Math.min(n, Math.ceil((top + height) / rowH) + OVERSCAN);
+  return [first, Math.max(first, last)];
+}
+
 export class HealthTable {
   readonly el: HTMLDivElement;
   private input: HTMLInputElement;
+  private scroller: HTMLDivElement;
+  private table: HTMLTableElement;
   private tbody: HTMLTableSectionElement;
   private thead: HTMLTableSectionElement;
+  private sizer: HTMLDivElement;
   private count: HTMLSpanElement;
   private rows: Row[] = [];
+  private shown: Row[] = [];
   private sort: SortState | null = null;
   private selected = -1;
   private cols: Column[] = COLUMNS;
+  private colsKey = "";
+  /** rendered rows by layer index, with the text they show (unchanged rows are kept as they are) */
+  private rendered = new Map<number, { tr: HTMLTableRowElement; sig: string }>();
+  private rowH = 0;
+  private raf = 0;
 
   constructor(private onSelect: (index: number) => void) {
     this.el = document.createElement("div");
@@ -125,26 +139,36 @@ export class HealthTable {
     this.count = document.createElement("span");
     this.count.className = "gw-count";
     bar.append(this.input, this.count);
-    const scroller = document.createElement("div");
-    scroller.className = "gw-table-scroll";
-    const table = document.createElement("table");
-    table.className = "gw-health";
-    this.thead = table.createTHead();
-    this.tbody = table.createTBody();
-    scroller.append(table);
-    this.el.append(bar, scroller);
+    this.scroller = document.createElement("div");
+    this.scroller.className = "gw-table-scroll";
+    this.table = document.createElement("table");
+    this.table.className = "gw-health";
+    this.thead = this.table.createTHead();
+    this.tbody = this.table.createTBody();
+    this.sizer = document.createElement("div");
+    this.scroller.append(this.table, this.sizer);
+    this.el.append(bar, this.scroller);
     this.tbody.addEventListener("click", (e) => {
       const tr = (e.target as HTMLElement).closest("tr");
       if (tr && tr.dataset.index !== undefined) this.onSelect(Number(tr.dataset.index));
     });
+    this.scroller.addEventListener("scroll", () => {
+      if (!this.raf) this.raf = requestAnimationFrame(() => ((this.raf = 0), this.paint()));
+    });
   }
 
+  /** New rows from the kernel: rows whose text is unchanged keep their DOM nodes. */
   setRows(rows: Row[]): void {
     this.rows = rows;
     const present = new Set<string>();
     for (const r of rows) for (const k of Object.keys(r)) if (r[k] != null && r[k] !== "") present.add(k);
     this.cols = COLUMNS.filter((c) => c.key === "layer" || c.key === "health" || present.has(c.key));
-    this.renderHead();
+    const key = this.cols.map((c) => c.key).join(",");
+    if (key !== this.colsKey) {
+      this.colsKey = key;
+      this.rendered.clear();
+      this.renderHead();
+    }
     this.render();
   }
 
@@ -168,8 +192,14 @@ export class HealthTable {
     }
   }
 
+  /** Layer indices of the rows the table shows (filtered and sorted), in order, scrolled into view or not. */
   visibleIndices(): number[] {
-    return Array.from(this.tbody.rows).map((tr) => Number(tr.dataset.index));
+    return this.shown.map((r) => r.index);
+  }
+
+  dispose(): void {
+    cancelAnimationFrame(this.raf);
+    this.rendered.clear();
   }
 
   private renderHead(): void {
@@ -190,41 +220,71 @@ export class HealthTable {
   }
 
   private render(): void {
-    const shown = sortRows(filterRows(this.rows, this.input.value), this.sort);
+    this.shown = sortRows(filterRows(this.rows, this.input.value), this.sort);
+    this.count.textContent = `${this.shown.length} of ${this.rows.length} layers`;
+    this.paint();
+  }
+
+  /** Put the window of rows the viewport needs into the tbody; spacing above and below stands for the rest. */
+  private paint(): void {
+    const rowH = this.rowH || ROW_H;
+    const n = this.shown.length;
+    const [first, last] = rowWindow(n, this.scroller.scrollTop, this.scroller.clientHeight || 300, rowH);
+    const keep = new Set<number>();
     const frag = document.createDocumentFragment();
-    for (const r of shown) {
-      const tr = document.createElement("tr");
-      tr.dataset.index = String(r.index);
-      tr.dataset.layer = r.layer;
-      if (r.index === this.selected) {
-        tr.classList.add("gw-selected");
-        tr.setAttribute("aria-selected", "true");
+    for (let i = first; i < last; i++) {
+      const r = this.shown[i];
+      const sig = this.cols.map((c) => cellText(r[c.key], c.kind)).join("\u0001");
+      let got = this.rendered.get(r.index);
+      if (!got || got.sig !== sig) {
+        got?.tr.remove();
+        got = { tr: this.buildRow(r), sig };
+        this.rendered.set(r.index, got);
       }
-      for (const c of this.cols) {
-        const td = document.createElement("td");
-        const v = r[c.key];
-        if (c.kind === "health") {
-          const badge = document.createElement("span");
-          const h = String(v ?? "Unknown");
-          badge.className = `gw-badge gw-${h.toLowerCase()}`;
-          badge.style.background = HEALTH_COLORS[h] ?? HEALTH_COLORS.Unknown;
-          badge.textContent = h;
-          td.append(badge);
-        } else {
-          td.textContent = cellText(v, c.kind);
-          if (c.kind === "num") td.className = "gw-num";
-          if (c.key === "layer") td.className = "gw-name";
-          if (c.key === "suggestion") {
-            td.className = "gw-suggestion";
-            td.title = String(v ?? "");
-          }
-        }
-        tr.append(td);
-      }
-      frag.append(tr);
+      const on = r.index === this.selected;
+      got.tr.classList.toggle("gw-selected", on);
+      got.tr.setAttribute("aria-selected", String(on));
+      keep.add(r.index);
+      frag.append(got.tr);
     }
-    this.tbody.textContent = "";
-    this.tbody.append(frag);
-    this.count.textContent = `${shown.length} of ${this.rows.length} layers`;
+    for (const [k, v] of this.rendered) if (!keep.has(k)) (v.tr.remove(), this.rendered.delete(k));
+    this.tbody.append(frag); // moves kept rows into order; new ones are added
+    this.table.style.marginTop = `${first * rowH}px`;
+    this.sizer.style.height = `${(n - last) * rowH}px`;
+    if (!this.rowH && this.tbody.rows.length) {
+      const h = this.tbody.rows[0].getBoundingClientRect().height;
+      if (h > 0) {
+        this.rowH = h;
+        if (Math.abs(h - rowH) > 0.5) this.paint();
+      }
+    }
+  }
+
+  private buildRow(r: Row): HTMLTableRowElement {
+    const tr = document.createElement("tr");
+    tr.dataset.index = String(r.index);
+    tr.dataset.layer = r.layer;
+    for (const c of this.cols) {
+      const td = document.createElement("td");
+      const v = r[c.key];
+      if (c.kind === "health") {
+        const badge = document.createElement("span");
+        const h = String(v ?? "Unknown");
+        badge.className = `gw-badge gw-${h.toLowerCase()}`;
+        badge.style.background = HEALTH_COLORS[h] ?? HEALTH_COLORS.Unknown;
+        badge.textContent = h;
+        td.append(badge);
+      } else {
+        td.textContent = cellText(v, c.kind);
+        if (c.kind === "num") td.className = "gw-num";
+        if (c.key === "layer") td.className = "gw-name";
+        if (c.key === "suggestion") {
+          td.className = "gw-suggestion";
+          td.title = String(v ?? "");
+        }
+      }
+      tr.append(td);
+    }
+    return tr;
   }
 }

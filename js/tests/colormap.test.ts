@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { cellRgb, colorize, fmt, hasScale, heatScale, logScale, logTicks, luminance, lutIndex, MARKS, scalePos, VIRIDIS } from "../src/colormap";
-import { FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING } from "../src/decode";
+import { FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING } from "../src/protocol";
 
 const lut = (i: number) => [VIRIDIS[4 * i], VIRIDIS[4 * i + 1], VIRIDIS[4 * i + 2]];
 

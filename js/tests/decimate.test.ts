@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { backwardOrder, blocks, colForStep, decimate, reorderRows } from "../src/decimate";
-import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING } from "../src/decode";
+import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING } from "../src/protocol";
 
 describe("blocks", () => {
   it("covers every item once in at most m groups", () => {

@@ -52,3 +52,14 @@ describe("non-finite table values", () => {
     expect(cellText(null, "num")).toBe("");
   });
 });
+
+import { CONSTANTS } from "../src/protocol";
+import { COLUMNS as TABLE_COLUMNS } from "../src/table";
+
+describe("table keys", () => {
+  it("reads only fields the kernel sends (protocol TABLE_KEYS)", () => {
+    const keys = new Set<string>(CONSTANTS.table_keys);
+    for (const c of TABLE_COLUMNS) expect(keys.has(c.key)).toBe(true);
+    for (const k of ["index", "layer", "status", "flags", "health", "module_type"]) expect(keys.has(k)).toBe(true);
+  });
+});

@@ -117,10 +117,10 @@ def jupyter_lab(root_dir: Path, timeout: float = 180, app: str = "lab"):
 
 @contextmanager
 def notebook_page(work: Path, cells: list[str], app: str = "lab", name: str = "panel.ipynb",
-                  viewport: dict | None = None, timeout_ms: int = 180_000):
+                  viewport: dict | None = None, timeout_ms: int = 180_000, on_page=None):
     """Write a notebook of ``cells`` into ``work``, serve it with ``app`` (``lab`` or ``notebook``),
     open it in headless Chromium (requests outside the server refused) and yield the page once its
-    kernel is idle."""
+    kernel is idle. ``on_page(page)`` runs before the notebook is opened (e.g. to watch its websockets)."""
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
     from playwright.sync_api import sync_playwright
@@ -142,6 +142,8 @@ def notebook_page(work: Path, cells: list[str], app: str = "lab", name: str = "p
                       else r.abort())
             page = ctx.new_page()
             page.set_default_timeout(timeout_ms)
+            if on_page is not None:
+                on_page(page)
             page.goto(base + APPS[app][1].format(name))
             page.wait_for_function(KERNEL_READY_JS, timeout=timeout_ms)
             yield page

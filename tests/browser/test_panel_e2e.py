@@ -191,6 +191,32 @@ def test_clicking_a_table_row_selects_the_layer_and_redraws_the_histogram(page):
         path=str(ARTIFACTS / "panel_selected_layer.png"))
 
 
+def test_the_top_diagnoses_are_listed_and_a_click_goes_to_their_layer_and_step(page):
+    """The report's top recommendations above the heatmap (at most 5): cause · layers · since step N ·
+    action; a click selects the first layer and moves the cursor to the first step."""
+    import json
+
+    diags = json.loads(kernel(page, "import json; print(json.dumps(panel.diagnoses))"))
+    n_recs = int(kernel(page, "print(len(panel.report.recommendations))"))
+    assert n_recs > 0, "the demo's vanishing layers should be diagnosed"
+    assert 1 <= len(diags) <= 5
+    rows = page.locator(".gw-diagnoses .gw-diagnosis")
+    assert rows.count() == len(diags)
+    first = diags[0]
+    text = rows.first.inner_text()
+    assert first["action"] in text and first["cause"].replace("_", " ") in text
+    if first["layers"]:
+        assert first["layers"][0] in text
+    rows.first.click()
+    page.wait_for_function(f"() => {VIEW}.layer === {first['layer_index']}")
+    if first["first_step"] is not None:
+        step = page.evaluate(f"() => {{ const v = {VIEW}; return v.colSteps[v.cursor]; }}")
+        assert step <= first["first_step"]
+        assert page.evaluate(f"() => {{ const v = {VIEW}; return v.cursor + 1 >= v.meta.cols || v.colSteps[v.cursor + 1] > {first['first_step']}; }}")
+    page.wait_for_timeout(300)
+    assert int(kernel(page, "print(panel.layer)")) == first["layer_index"]
+
+
 def test_resizing_the_cell_redraws_at_the_new_width(page):
     out = page.locator(".jp-OutputArea-output").filter(has=page.locator(".gw-root")).first
     wide = page.evaluate(f"() => [{VIEW}.layout.width, {VIEW}.canvas.width]")

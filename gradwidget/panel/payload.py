@@ -1,0 +1,209 @@
+"""Run + view -> the arrays the page draws. Pure functions: no traitlets, no threads, no I/O.
+
+The heatmap is bounded by the page's width (``columns``) whatever the run's length: consecutive
+steps are folded into columns (``column_block`` steps each), so a 100,000-step run costs about
+``layers x columns x 5`` bytes per update. Exact values at one step (``detail``) and a layer's
+histograms over time come on demand, when the step or the layer changes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..run import HIST_HI, HIST_LO, METRICS, N_BINS, Run
+from .protocol import FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING
+
+#: most histogram steps of one layer sent at once (evenly thinned beyond).
+MAX_HISTS = 128
+#: most layers for which every layer's newest histogram (``hist_all``) is sent (256 bytes a layer).
+MAX_HIST_ALL_LAYERS = 4096
+#: columns the kernel will ever send (a very wide, HiDPI screen).
+MAX_COLUMNS = 4096
+MIN_COLUMNS = 16
+
+
+def column_block(n_steps: int, columns: int) -> int:
+    """Steps per heatmap column so that ``n_steps`` fit in at most ``columns`` columns."""
+    return max(1, -(-int(n_steps) // max(1, int(columns))))
+
+
+def block_reduce(a: np.ndarray, k: int, how: str = "mean") -> np.ndarray:
+    """Fold consecutive groups of ``k`` rows of ``a`` (the last may be shorter).
+
+    ``mean`` averages the finite values (NaN when a block has none; +Inf when it has only +Inf),
+    ``max`` takes the largest value ignoring NaN, ``or`` ORs integer bit flags.
+    """
+    n = a.shape[0]
+    if n == 0:
+        return a[:0].copy()
+    starts = np.arange(0, n, max(1, int(k)))
+    if how == "or":
+        return np.bitwise_or.reduceat(a, starts, axis=0)
+    if k <= 1:
+        return a.copy()
+    if how == "max":
+        nan = np.isnan(a)
+        out = np.maximum.reduceat(np.where(nan, -np.inf, a), starts, axis=0)
+        return np.where(np.logical_and.reduceat(nan, starts, axis=0), np.nan, out).astype(a.dtype)
+    finite = np.isfinite(a)
+    sums = np.add.reduceat(np.where(finite, a, 0).astype(np.float64), starts, axis=0)
+    cnt = np.add.reduceat(finite.astype(np.int64), starts, axis=0)
+    posinf = np.logical_or.reduceat(np.isposinf(a), starts, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = sums / cnt
+    out = np.where(cnt > 0, out, np.where(posinf, np.inf, np.nan))
+    return out.astype(a.dtype)
+
+
+def cell_flags(run: Run, mean_abs: np.ndarray, max_abs: np.ndarray, nonfinite: np.ndarray) -> np.ndarray:
+    """uint8 ``(steps, layers)`` flag bits from the three metrics the thresholds use."""
+    th = run.thresholds
+    trainable = run.trainable_mask()[None, :]
+    with np.errstate(invalid="ignore"):
+        f = np.where((mean_abs < th.vanishing) & trainable, FLAG_VANISHING, 0).astype(np.uint8)
+        f |= np.where(max_abs > th.exploding, FLAG_EXPLODING, 0).astype(np.uint8)
+        nf = nonfinite > 0
+    f |= np.where(nf, FLAG_NONFINITE, 0).astype(np.uint8)
+    f |= np.where(np.isnan(mean_abs) & ~nf, FLAG_NODATA, 0).astype(np.uint8)
+    return f
+
+
+def all_steps(run: Run) -> np.ndarray:
+    """Every step the heatmap shows: the folded history's, then the window's."""
+    h = run.history
+    return run.steps if h is None or h.n_steps == 0 else np.concatenate([h.steps, run.steps])
+
+
+def nearest_step(run: Run | None, step: int) -> int:
+    """The recorded step nearest ``step`` (ties to the earlier one); ``step`` itself in an empty run."""
+    if run is None or run.n_steps == 0:
+        return int(step)
+    steps = all_steps(run)
+    i = int(np.searchsorted(steps, step))
+    if i >= len(steps):
+        return int(steps[-1])
+    if i > 0 and step - steps[i - 1] <= steps[i] - step:
+        return int(steps[i - 1])
+    return int(steps[i])
+
+
+def thresholds_of(run: Run | None) -> dict:
+    from ..thresholds import Thresholds
+
+    th = run.thresholds if run is not None else Thresholds()
+    return {"vanishing": float(th.vanishing), "exploding": float(th.exploding)}
+
+
+def empty_view(metric: str, n_layers: int) -> tuple[dict, dict]:
+    """meta and arrays before the first recorded step."""
+    meta = {"n_layers": n_layers, "n_steps": 0, "rows": 0, "cols": 0, "layers": [],
+            "metric": metric, "metrics": list(METRICS), "thresholds": thresholds_of(None),
+            "first_step": 0, "last_step": 0, "hist_lo": HIST_LO, "hist_hi": HIST_HI,
+            "n_bins": N_BINS, "block": 1, "version": 0, "level": "info",
+            "message": "No step recorded yet: train the model and the panel fills in as it goes."}
+    return meta, {}
+
+
+def _message(run: Run, mets: dict, values: np.ndarray, metric: str, n: int) -> tuple[str, str]:
+    if n == 0:
+        return "This run is empty: no step has been recorded yet.", "info"
+    if run.n_layers == 0:
+        return "This run is empty: it has no layers (no parameter was recorded).", "info"
+    nf = mets["nonfinite"] > 0
+    n_nf = int(np.count_nonzero(nf))
+    if n_nf:
+        bad = np.flatnonzero(nf.any(axis=0))
+        names = ", ".join(run.layers[j].name for j in bad[:3]) + (" ..." if len(bad) > 3 else "")
+        return (f"Non-finite gradients (NaN/Inf) in {n_nf} layer-steps, {len(bad)} layer(s): {names}. "
+                "They are marked magenta; values there are not plotted."), "error"
+    if not np.isfinite(values).any():
+        return (f"No finite values of {metric} in this run"
+                + (" (update norms need an optimizer)" if metric == "update_norm" else "") + "."), "warning"
+    return "", ""
+
+
+def heat_view(run: Run, metric: str, columns: int) -> tuple[dict, dict[str, np.ndarray]]:
+    """``meta`` and the heatmap's arrays (heat, flags, col_steps, loss, hist_all) of ``run``."""
+    from ..plots import color_scale
+
+    full = run.with_history()
+    steps = full.steps
+    mets = {m: full.metric(m) for m in ("mean_abs", "max_abs", "nonfinite", metric)}
+    N, L = len(steps), run.n_layers
+    k = column_block(N, columns)
+    values = mets[metric]
+    heat = block_reduce(values, k, "max" if metric in ("max_abs", "nonfinite") else "mean").T
+    flags = block_reduce(cell_flags(run, mets["mean_abs"], mets["max_abs"], mets["nonfinite"]), k, "or").T
+    cols = heat.shape[1]
+    message, level = _message(run, mets, values, metric, N)
+    lo, hi = color_scale(run, metric)  # the static figures' scale (history and window)
+    hs = run.hist_steps
+    hist_all = run.hist[-1] if len(hs) and L <= MAX_HIST_ALL_LAYERS else np.zeros((0, N_BINS), np.uint32)
+    meta = {
+        "n_layers": L, "n_steps": int(N), "rows": L if cols else 0, "cols": int(cols),
+        "scale": [float(lo), float(hi)], "hist_all_step": int(hs[-1]) if len(hist_all) else -1,
+        "layers": [{"name": li.name, "module_type": li.module_type, "status": li.status,
+                    "numel": int(li.numel)} for li in run.layers],
+        "metric": metric, "metrics": list(METRICS), "thresholds": thresholds_of(run),
+        "first_step": int(steps[0]) if N else 0, "last_step": int(steps[-1]) if N else 0,
+        "hist_lo": HIST_LO, "hist_hi": HIST_HI, "n_bins": N_BINS, "block": int(k),
+        "version": int(run.version), "message": message, "level": level,
+    }
+    arrays = {"heat": heat, "flags": flags, "col_steps": steps[::k].astype(np.float64),
+              "loss": block_reduce(full.scalar("loss").astype(np.float32), k, "mean"), "hist_all": hist_all}
+    return meta, arrays
+
+
+#: what must be unchanged since the last update for new columns alone to be sent (``patch_start``)
+PATCH_KEYS = ("metric", "block", "n_layers", "first_step", "history_steps")
+
+
+def view_shape(run: Run, meta: dict) -> dict:
+    """What a heatmap update was made of: compared by ``patch_start`` with the next one."""
+    shape = {k: meta.get(k) for k in ("metric", "block", "n_layers", "first_step", "n_steps")}
+    shape["history_steps"] = run.history.n_steps if run.history is not None else 0
+    return shape
+
+
+def patch_start(before: dict | None, now: dict) -> int | None:
+    """The first heatmap column that differs from the update ``before`` when ``now`` only appended
+    steps (the same metric, block, layers and first step): the columns before it are unchanged, so
+    only the columns from it on need to travel. None: everything changed (send it all)."""
+    if before is None or any(before[k] != now[k] for k in PATCH_KEYS) or now["n_steps"] < before["n_steps"]:
+        return None
+    return int(before["n_steps"]) // int(now["block"])
+
+
+def detail_view(run: Run | None, step: int, layer: int) -> tuple[dict, dict[str, np.ndarray]]:
+    """Exact values of every layer at ``step`` and ``layer``'s histograms (thinned to MAX_HISTS,
+    always with the one nearest ``step``): scalars and arrays."""
+    scalars = {"detail_step": -1, "hist_layer": -1}
+    arrays: dict[str, np.ndarray] = {}
+    if run is None or run.n_steps == 0:
+        return scalars, arrays
+    steps = run.steps
+    i = int(np.searchsorted(steps, step))
+    if i < len(steps) and steps[i] == step:
+        arrays["detail"] = run._M3[i]
+        scalars["detail_step"] = int(step)
+    if 0 <= layer < run.n_layers:
+        scalars["hist_layer"] = int(layer)
+        hs = run.hist_steps
+        if len(hs):
+            idx = np.unique(np.linspace(0, len(hs) - 1, min(len(hs), MAX_HISTS)).round().astype(int))
+            idx = np.unique(np.append(idx, int(np.argmin(np.abs(hs - step)))))
+            arrays["hists"] = run.hist[idx, layer, :]
+            arrays["hist_steps"] = hs[idx].astype(np.float64)
+    return scalars, arrays
+
+
+def snapshot(run: Run) -> Run:
+    """A copy of ``run`` (window, histograms, folded history) that later appends cannot change:
+    what the analysis reads off the training thread. Taken on the thread that appends."""
+    snap = run._slice_rows(0, run.n_steps)
+    if run.n_steps == 0:
+        snap._hist, snap._hist_steps, snap._hn = run.hist.copy(), run.hist_steps.copy(), run._hn
+    if run.history is not None:
+        snap.history = run.history._slice_rows(0, run.history.n_steps)
+    snap.max_steps = run.max_steps
+    snap.version = run.version
+    return snap

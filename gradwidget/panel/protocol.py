@@ -1,0 +1,112 @@
+"""The contract between the kernel and the page, written once on this side (``js/src/protocol.ts``
+is the other side; ``tests/test_protocol.py`` checks that the two agree).
+
+Every synced trait is a row of ``TRAITS``: its name, what travels (JSON, binary buffer, scalar),
+the dtype and shape of a binary one, and the direction (``out``: kernel -> page, ``both``: either
+way, ``in``: page -> kernel). Binary traits are made by ``encode`` only, which checks dtype and
+shape, so a buffer the page cannot decode is a kernel error, not a blank panel. Flag bits, health
+ranks, metric labels and the colours of marked cells are defined here and nowhere else in Python.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..run import METRICS
+
+
+@dataclass(frozen=True)
+class Trait:
+    name: str
+    kind: str          #: json | bytes | int | bool | str
+    direction: str     #: out (kernel -> page) | both | in (page -> kernel)
+    doc: str
+    dtype: str = ""    #: numpy dtype of a bytes trait
+    shape: str = ""    #: its shape, in words of ``meta``
+
+
+TRAITS: dict[str, Trait] = {t.name: t for t in [
+    Trait("meta", "json", "out", "shape (rows, cols, n_steps, n_layers), layers, heat metric, metrics, thresholds, "
+          "first/last step, steps per column (block), histogram range, message + level, scale [lo, hi] "
+          "(log10 colour range), hist_all_step"),
+    Trait("heat", "bytes", "out", "the heat metric folded to columns, depth order", "float32", "(rows, cols)"),
+    Trait("flags", "bytes", "out", "flag bits (FLAGS) OR-ed over each column's steps", "uint8", "(rows, cols)"),
+    Trait("col_steps", "bytes", "out", "first user step of each column", "float64", "(cols,)"),
+    Trait("loss", "bytes", "out", "mean loss per column (NaN: not logged)", "float32", "(cols,)"),
+    Trait("detail", "bytes", "out", "every metric of every layer at detail_step", "float32", "(metrics, n_layers)"),
+    Trait("detail_step", "int", "out", "the recorded step of detail (-1: none)"),
+    Trait("hists", "bytes", "out", "histograms of log10|g| of hist_layer", "uint32", "(H, n_bins)"),
+    Trait("hist_steps", "bytes", "out", "their steps", "float64", "(H,)"),
+    Trait("hist_layer", "int", "out", "the layer hists belong to (-1: none)"),
+    Trait("hist_all", "bytes", "out", "every layer's histogram at meta.hist_all_step", "uint32", "(n_layers, n_bins)"),
+    Trait("table", "json", "out", "layer health rows (NaN null, +-Inf the strings 'Infinity'/'-Infinity')"),
+    Trait("diagnoses", "json", "out", "the top diagnoses: cause, text, action, layers, layer_index, first_step"),
+    Trait("static_png", "str", "out", "data URL of the static image (shown when the saved state lost the buffers)"),
+    Trait("static_html", "str", "out", "the health table (HTML) that goes with static_png"),
+    Trait("live", "bool", "out", "updates are flowing (a recorder attached or a directory followed)"),
+    Trait("step", "int", "both", "scrubbed step (a recorded user step)"),
+    Trait("layer", "int", "both", "selected layer (depth-order index; -1 none)"),
+    Trait("metric", "str", "both", "metric of the heatmap, bars and series (one of METRICS)"),
+    Trait("follow", "bool", "both", "the cursor follows the newest step"),
+    Trait("columns", "int", "in", "step columns the heatmap can show (its width in device pixels)"),
+]}
+
+#: flag bits of the ``flags`` trait (a cell can carry several).
+FLAGS = {"vanishing": 1, "exploding": 2, "nonfinite": 4, "nodata": 8}
+FLAG_VANISHING, FLAG_EXPLODING, FLAG_NONFINITE, FLAG_NODATA = (FLAGS[k] for k in ("vanishing", "exploding",
+                                                                                   "nonfinite", "nodata"))
+#: sort order of the health grades (worst first when sorted descending).
+HEALTH_RANK = {"Critical": 3, "Warning": 2, "Unknown": 1, "Healthy": 0}
+HEALTH_COLORS = {"Healthy": "#2e7d32", "Warning": "#ef8f00", "Critical": "#c62828", "Unknown": "#8a8a8a"}
+#: colours of marked cells, outside viridis' gamut (heatmap, bars, legend, static images).
+MARKS = {"vanishing": "#c8c8c8", "exploding": "#e3120b", "nonfinite": "#ff00ff", "nodata": "#ffffff"}
+METRIC_LABELS = {
+    "grad_norm": "gradient L2 norm",
+    "mean_abs": "mean |g|",
+    "max_abs": "max |g|",
+    "std": "std of g",
+    "zero_frac": "fraction of zero entries",
+    "nonfinite": "non-finite entries",
+    "weight_norm": "weight L2 norm",
+    "update_norm": "update L2 norm",
+}
+#: the fields of a health-table row the page reads (columns, filter, selection); the rest stays in the Report.
+TABLE_KEYS = ("index", "layer", "module_type", "numel", "status", "health", "flags", "grad_norm_median",
+              "mean_abs_median", "max_abs_max", "zero_frac_mean", "nonfinite_total", "trend", "suggestion")
+#: the most diagnoses the panel lists.
+MAX_DIAGNOSES = 5
+assert set(METRIC_LABELS) == set(METRICS)
+
+
+def encode(name: str, array) -> bytes:
+    """The bytes of binary trait ``name`` (C order, its dtype); a wrong dtype or rank is a bug here."""
+    t = TRAITS[name]
+    if t.kind != "bytes":
+        raise TypeError(f"trait {name!r} is {t.kind}, not a binary buffer")
+    if isinstance(array, bytes) and not array:
+        return b""  # nothing to show
+    a = np.asarray(array)
+    want = np.dtype(t.dtype)
+    if a.dtype != want and not (a.size == 0 or np.can_cast(a.dtype, want, "same_kind")
+                                or (want.kind == "u" and a.dtype.kind in "ui")):
+        raise TypeError(f"trait {name!r} carries {t.dtype}, got {a.dtype}")
+    ndim = t.shape.count(",") + (0 if t.shape.endswith(",)") else 1)
+    if a.size and a.ndim != ndim:
+        raise ValueError(f"trait {name!r} is {t.shape}, got an array of shape {a.shape}")
+    return np.ascontiguousarray(a, dtype=want).tobytes()
+
+
+def constants_json() -> dict:
+    """Everything ``js/src/protocol.ts`` must agree on, as JSON."""
+    return {
+        "traits": {n: {"kind": t.kind, "direction": t.direction, "dtype": t.dtype} for n, t in TRAITS.items()},
+        "flags": FLAGS,
+        "health_rank": HEALTH_RANK,
+        "health_colors": HEALTH_COLORS,
+        "marks": MARKS,
+        "metrics": list(METRICS),
+        "metric_labels": METRIC_LABELS,
+        "max_diagnoses": MAX_DIAGNOSES,
+        "table_keys": list(TABLE_KEYS),
+    }

@@ -1,0 +1,159 @@
+"""The health table's rows and the top diagnoses, as JSON for the page, and the one JSON sanitiser.
+
+Grades come from the analysis engine (``report.layers["health"]``); ``table_from_run`` is the
+fallback when the analysis fails, and is the analysis' to own.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ..run import Run
+from .protocol import MAX_DIAGNOSES, TABLE_KEYS
+
+
+def jsonable(v: Any) -> Any:
+    """A value as JSON: NaN is missing (None); JSON has no infinities, so +-Inf travel as the
+    strings "Infinity"/"-Infinity", which the page (``js/src/table.ts`` numberOf) reads back as
+    numbers and shows as Inf (not as a huge finite number)."""
+    if isinstance(v, (np.floating, float)):
+        f = float(v)
+        return f if math.isfinite(f) else (None if f != f else ("Infinity" if f > 0 else "-Infinity"))
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items()}
+    if v is None or isinstance(v, (str, int, bool)):
+        return v
+    if hasattr(v, "value"):  # enums
+        return jsonable(v.value)
+    try:
+        import pandas as pd
+
+        if pd.isna(v):
+            return None
+    except (TypeError, ValueError, ImportError):
+        pass
+    return str(v)
+
+
+def changed_rows(old: list[dict], new: list[dict]) -> list[int] | None:
+    """Positions of the rows of ``new`` that differ from ``old`` (the same layers in the same
+    order); None when the rows cannot be matched (send them all)."""
+    if not old or len(old) != len(new) or any(a.get("index") != b.get("index") for a, b in zip(old, new)):
+        return None
+    return [i for i, (a, b) in enumerate(zip(old, new)) if a != b]
+
+
+def _shown(v: Any) -> Any:
+    """A table number to 4 significant digits (the page shows 3): rows whose numbers did not
+    change as they read stay equal, so only changed rows travel."""
+    return float(f"{v:.4g}") if isinstance(v, float) else v
+
+
+def table_from_report(report, run: Run) -> list[dict]:
+    """Rows of the health table from an analysis Report's per-layer DataFrame."""
+    rows = []
+    for i, rec in enumerate(report.layers.to_dict("records")):
+        name = rec.get("layer")
+        try:
+            idx = run.layer_index(name) if name is not None else i
+        except KeyError:
+            idx = i
+        row = {k: _shown(jsonable(v)) for k, v in rec.items() if k in TABLE_KEYS}
+        row["index"] = int(idx)
+        row["layer"] = str(name if name is not None else run.layers[idx].name)
+        rows.append(row)
+    return rows
+
+
+def diagnoses_from_report(report, run: Run) -> list[dict]:
+    """The top diagnoses (at most MAX_DIAGNOSES, the report's order): what the panel lists above
+    the heatmap. ``cause`` and ``first_step`` are read where the analysis provides them."""
+    out = []
+    for rec in list(getattr(report, "recommendations", []) or [])[:MAX_DIAGNOSES]:
+        layers = [str(n) for n in (getattr(rec, "layers", None) or [])]
+        index = -1
+        for name in layers:
+            try:
+                index = run.layer_index(name)
+                break
+            except KeyError:
+                continue
+        first = getattr(rec, "first_step", None)
+        out.append({"cause": str(getattr(rec, "cause", None) or rec.kind), "priority": str(rec.priority),
+                    "text": str(rec.text), "action": str(rec.action), "layers": layers[:20],
+                    "n_layers": len(layers), "layer_index": int(index),
+                    "first_step": None if first is None else int(first)})
+    return out
+
+
+def table_from_run(run: Run) -> list[dict]:
+    """Health rows straight from the run, when the analysis fails: medians/maxima over steps and a
+    grade from the share of flagged steps."""
+    # one definition: analysis (the analysis engine's grading; this fallback is the lead's to merge)
+    n = run.n_steps
+    rows = []
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        gn = np.nanmedian(run.metric("grad_norm"), axis=0) if n else np.full(run.n_layers, np.nan)
+        ma = np.nanmedian(run.metric("mean_abs"), axis=0) if n else np.full(run.n_layers, np.nan)
+        mx = np.nanmax(run.metric("max_abs"), axis=0) if n else np.full(run.n_layers, np.nan)
+        zf = np.nanmean(run.metric("zero_frac"), axis=0) if n else np.full(run.n_layers, np.nan)
+        nf = np.nansum(run.metric("nonfinite"), axis=0) if n else np.zeros(run.n_layers)
+        van = run.vanishing().mean(axis=0) if n else np.zeros(run.n_layers)
+        exp = run.exploding().mean(axis=0) if n else np.zeros(run.n_layers)
+    for j, info in enumerate(run.layers):
+        flags = []
+        if nf[j] > 0:
+            flags.append("nonfinite")
+        if exp[j] > 0:
+            flags.append("exploding")
+        if van[j] > 0:
+            flags.append("vanishing")
+        if info.status != "trainable" or n == 0:
+            health, suggestion = "Unknown", ("frozen layer" if info.status == "frozen" else
+                                             "never received a gradient" if info.status == "unused" else "")
+        elif nf[j] > 0 or exp[j] > 0.3 or van[j] > 0.5:
+            health = "Critical"
+        elif exp[j] > 0 or van[j] > 0.1:
+            health = "Warning"
+        else:
+            health = "Healthy"
+        if health in ("Critical", "Warning"):
+            if nf[j] > 0:
+                suggestion = "non-finite gradients: lower the learning rate, clip gradients, check the loss"
+            elif exp[j] > 0:
+                suggestion = "exploding gradients: clip gradients or lower the learning rate"
+            else:
+                suggestion = "vanishing gradients: try ReLU-family activations, residual connections or normalisation"
+        elif health == "Healthy":
+            suggestion = ""
+        rows.append({"index": j, "layer": info.name, "module_type": info.module_type, "numel": int(info.numel),
+                     "status": info.status, "health": health, "grad_norm_median": jsonable(gn[j]),
+                     "mean_abs_median": jsonable(ma[j]), "max_abs_max": jsonable(mx[j]),
+                     "zero_frac_mean": jsonable(zf[j]), "nonfinite_total": jsonable(nf[j]),
+                     "flags": flags, "suggestion": suggestion})
+    return rows
+
+
+def analyse(run: Run) -> tuple[Any, list[dict], list[dict]]:
+    """(report, table rows, diagnoses) of ``run``; on an analysis failure, (None, the fallback
+    rows, []) with a warning: an analysis bug must not take the panel down."""
+    if run.n_layers == 0:
+        return None, [], []
+    try:
+        from ..analysis import analyze
+
+        report = analyze(run)
+        return report, table_from_report(report, run), diagnoses_from_report(report, run)
+    except Exception as e:
+        warnings.warn(f"gradwidget: analysing the run failed ({e!r}); showing basic statistics")
+        return None, table_from_run(run), []

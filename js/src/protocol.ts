@@ -1,0 +1,367 @@
+// The contract between the kernel and the page, written once on this side (the kernel's side is
+// gradwidget/panel/protocol.py). CONSTANTS is Python's `constants_json()`, verbatim: tests/test_protocol.py
+// fails when the two differ. Every trait the page reads is in `PanelModel`; binary ones are decoded
+// by `decodeTraits` only, which checks each buffer's length against `meta`.
+
+import { asFloat32, asFloat64, asUint32, asUint8, Binary, byteLength } from "./decode";
+
+// BEGIN CONSTANTS
+export const CONSTANTS = {
+  "traits": {
+    "meta": {
+      "kind": "json",
+      "direction": "out",
+      "dtype": ""
+    },
+    "heat": {
+      "kind": "bytes",
+      "direction": "out",
+      "dtype": "float32"
+    },
+    "flags": {
+      "kind": "bytes",
+      "direction": "out",
+      "dtype": "uint8"
+    },
+    "col_steps": {
+      "kind": "bytes",
+      "direction": "out",
+      "dtype": "float64"
+    },
+    "loss": {
+      "kind": "bytes",
+      "direction": "out",
+      "dtype": "float32"
+    },
+    "detail": {
+      "kind": "bytes",
+      "direction": "out",
+      "dtype": "float32"
+    },
+    "detail_step": {
+      "kind": "int",
+      "direction": "out",
+      "dtype": ""
+    },
+    "hists": {
+      "kind": "bytes",
+      "direction": "out",
+      "dtype": "uint32"
+    },
+    "hist_steps": {
+      "kind": "bytes",
+      "direction": "out",
+      "dtype": "float64"
+    },
+    "hist_layer": {
+      "kind": "int",
+      "direction": "out",
+      "dtype": ""
+    },
+    "hist_all": {
+      "kind": "bytes",
+      "direction": "out",
+      "dtype": "uint32"
+    },
+    "table": {
+      "kind": "json",
+      "direction": "out",
+      "dtype": ""
+    },
+    "diagnoses": {
+      "kind": "json",
+      "direction": "out",
+      "dtype": ""
+    },
+    "static_png": {
+      "kind": "str",
+      "direction": "out",
+      "dtype": ""
+    },
+    "static_html": {
+      "kind": "str",
+      "direction": "out",
+      "dtype": ""
+    },
+    "live": {
+      "kind": "bool",
+      "direction": "out",
+      "dtype": ""
+    },
+    "step": {
+      "kind": "int",
+      "direction": "both",
+      "dtype": ""
+    },
+    "layer": {
+      "kind": "int",
+      "direction": "both",
+      "dtype": ""
+    },
+    "metric": {
+      "kind": "str",
+      "direction": "both",
+      "dtype": ""
+    },
+    "follow": {
+      "kind": "bool",
+      "direction": "both",
+      "dtype": ""
+    },
+    "columns": {
+      "kind": "int",
+      "direction": "in",
+      "dtype": ""
+    }
+  },
+  "flags": {
+    "vanishing": 1,
+    "exploding": 2,
+    "nonfinite": 4,
+    "nodata": 8
+  },
+  "health_rank": {
+    "Critical": 3,
+    "Warning": 2,
+    "Unknown": 1,
+    "Healthy": 0
+  },
+  "health_colors": {
+    "Healthy": "#2e7d32",
+    "Warning": "#ef8f00",
+    "Critical": "#c62828",
+    "Unknown": "#8a8a8a"
+  },
+  "marks": {
+    "vanishing": "#c8c8c8",
+    "exploding": "#e3120b",
+    "nonfinite": "#ff00ff",
+    "nodata": "#ffffff"
+  },
+  "metrics": [
+    "grad_norm",
+    "mean_abs",
+    "max_abs",
+    "std",
+    "zero_frac",
+    "nonfinite",
+    "weight_norm",
+    "update_norm"
+  ],
+  "metric_labels": {
+    "grad_norm": "gradient L2 norm",
+    "mean_abs": "mean |g|",
+    "max_abs": "max |g|",
+    "std": "std of g",
+    "zero_frac": "fraction of zero entries",
+    "nonfinite": "non-finite entries",
+    "weight_norm": "weight L2 norm",
+    "update_norm": "update L2 norm"
+  },
+  "max_diagnoses": 5,
+  "table_keys": [
+    "index",
+    "layer",
+    "module_type",
+    "numel",
+    "status",
+    "health",
+    "flags",
+    "grad_norm_median",
+    "mean_abs_median",
+    "max_abs_max",
+    "zero_frac_mean",
+    "nonfinite_total",
+    "trend",
+    "suggestion"
+  ]
+} as const;
+// END CONSTANTS
+
+export const FLAG_VANISHING = CONSTANTS.flags.vanishing;
+export const FLAG_EXPLODING = CONSTANTS.flags.exploding;
+export const FLAG_NONFINITE = CONSTANTS.flags.nonfinite;
+export const FLAG_NODATA = CONSTANTS.flags.nodata;
+export const HEALTH_RANK: Record<string, number> = CONSTANTS.health_rank;
+export const HEALTH_COLORS: Record<string, string> = CONSTANTS.health_colors;
+export const METRIC_LABELS: Record<string, string> = CONSTANTS.metric_labels;
+export const MAX_DIAGNOSES = CONSTANTS.max_diagnoses;
+
+function hexRgb(hex: string): readonly [number, number, number] {
+  return [parseInt(hex.slice(1, 3), 16), parseInt(hex.slice(3, 5), 16), parseInt(hex.slice(5, 7), 16)] as const;
+}
+
+/** Colours of marked cells as RGB triples (heatmap, bars, legend). */
+export const MARKS = {
+  vanishing: hexRgb(CONSTANTS.marks.vanishing),
+  exploding: hexRgb(CONSTANTS.marks.exploding),
+  nonfinite: hexRgb(CONSTANTS.marks.nonfinite),
+  nodata: hexRgb(CONSTANTS.marks.nodata),
+};
+
+export function metricLabel(metric: string): string {
+  return METRIC_LABELS[metric] ?? metric;
+}
+
+export interface LayerMeta {
+  name: string;
+  module_type?: string;
+  status?: string;
+  numel?: number;
+}
+
+export interface Meta {
+  n_layers: number;
+  n_steps: number;
+  rows: number;
+  cols: number;
+  layers: LayerMeta[];
+  metric: string;
+  metrics: string[];
+  thresholds: { vanishing: number; exploding: number };
+  first_step: number;
+  last_step: number;
+  hist_lo: number;
+  hist_hi: number;
+  n_bins: number;
+  block: number;
+  message: string;
+  level: string;
+  version: number;
+  /** [lo, hi] log10 colour range computed by the kernel (gradwidget.plots.color_scale) */
+  scale?: [number, number];
+  /** step of hist_all (-1: none) */
+  hist_all_step?: number;
+}
+
+/** One of the top diagnoses (gradwidget/panel/table.py diagnoses_from_report). */
+export interface Diagnosis {
+  cause: string;
+  priority: string;
+  text: string;
+  action: string;
+  layers: string[];
+  n_layers: number;
+  layer_index: number;
+  first_step: number | null;
+}
+
+export type Row = Record<string, unknown> & { index: number; layer: string };
+
+/** Every synced trait, by name, as the page receives it. */
+export interface Traits {
+  meta: Partial<Meta>;
+  heat: Binary;
+  flags: Binary;
+  col_steps: Binary;
+  loss: Binary;
+  detail: Binary;
+  detail_step: number;
+  hists: Binary;
+  hist_steps: Binary;
+  hist_layer: number;
+  hist_all: Binary;
+  table: Row[];
+  diagnoses: Diagnosis[];
+  static_png: string;
+  static_html: string;
+  live: boolean;
+  step: number;
+  layer: number;
+  metric: string;
+  follow: boolean;
+  columns: number;
+}
+
+export type TraitName = keyof Traits;
+
+/** The anywidget model, typed by trait. */
+export interface PanelModel {
+  get<K extends TraitName>(key: K): Traits[K];
+  set<K extends TraitName>(key: K, value: Traits[K]): void;
+  save_changes(): void;
+  on(event: string, cb: (...args: unknown[]) => void): void;
+  off(event?: string | null, cb?: ((...args: unknown[]) => void) | null): void;
+}
+
+export function emptyMeta(): Meta {
+  return {
+    n_layers: 0, n_steps: 0, rows: 0, cols: 0, layers: [], metric: "mean_abs", metrics: [],
+    thresholds: { vanishing: 1e-7, exploding: 1e3 }, first_step: 0, last_step: 0, hist_lo: 0,
+    hist_hi: 1, n_bins: 0, block: 1, message: "", level: "", version: 0,
+  };
+}
+
+/** The heatmap's data, decoded and checked against `meta`. */
+export interface HeatData {
+  meta: Meta;
+  heat: Float32Array; // depth order, rows x cols
+  flags: Uint8Array;
+  colSteps: Float64Array;
+  loss: Float32Array;
+  histAll: Uint32Array; // layers x bins, newest histogram step
+  /** what was wrong with the kernel's data (the view shows it as an error message) */
+  error: string;
+}
+
+/** Decode meta and the heatmap's buffers. A malformed buffer yields empty arrays and `error`,
+ *  never an exception (a blank panel with a reason beats a broken notebook). */
+export function decodeHeat(m: PanelModel): HeatData {
+  const meta = { ...emptyMeta(), ...(m.get("meta") || {}) } as Meta;
+  const out: HeatData = {
+    meta, heat: new Float32Array(0), flags: new Uint8Array(0), colSteps: new Float64Array(0),
+    loss: new Float32Array(0), histAll: new Uint32Array(0), error: "",
+  };
+  try {
+    const n = meta.rows * meta.cols;
+    const heat = m.get("heat");
+    if (n > 0 && byteLength(heat) === n * 4) {
+      out.heat = asFloat32(heat, n);
+      const fl = m.get("flags");
+      out.flags = byteLength(fl) === n ? asUint8(fl, n) : new Uint8Array(n);
+      out.colSteps = asFloat64(m.get("col_steps"), meta.cols);
+      const ls = m.get("loss");
+      out.loss = byteLength(ls) === meta.cols * 4 ? asFloat32(ls, meta.cols) : new Float32Array(0);
+    }
+  } catch (err) {
+    out.heat = new Float32Array(0);
+    out.flags = new Uint8Array(0);
+    out.colSteps = new Float64Array(0);
+    out.error = `gradwidget could not read the data sent by the kernel: ${(err as Error).message}`;
+  }
+  try {
+    const ha = m.get("hist_all");
+    const n = meta.n_layers * meta.n_bins;
+    out.histAll = n > 0 && byteLength(ha) === n * 4 ? asUint32(ha, n) : new Uint32Array(0);
+  } catch {
+    out.histAll = new Uint32Array(0);
+  }
+  return out;
+}
+
+/** Exact values at one step and one layer's histograms. */
+export interface DetailData {
+  detail: Float32Array; // metrics x layers
+  detailStep: number;
+  hists: Uint32Array; // H x bins
+  histSteps: Float64Array;
+  histLayer: number;
+}
+
+export function decodeDetail(m: PanelModel, meta: Meta): DetailData {
+  const L = meta.n_layers;
+  const nb = meta.n_bins;
+  try {
+    const d = m.get("detail");
+    const detail = L && byteLength(d) === meta.metrics.length * L * 4 ? asFloat32(d) : new Float32Array(0);
+    const histSteps = byteLength(m.get("hist_steps")) > 0 ? asFloat64(m.get("hist_steps")) : new Float64Array(0);
+    const hs = m.get("hists");
+    const hists = nb && byteLength(hs) === histSteps.length * nb * 4 ? asUint32(hs) : new Uint32Array(0);
+    return {
+      detail, detailStep: Number(m.get("detail_step") ?? -1), hists,
+      histSteps: hists.length ? histSteps : new Float64Array(0), histLayer: Number(m.get("hist_layer") ?? -1),
+    };
+  } catch {
+    return { detail: new Float32Array(0), detailStep: -1, hists: new Uint32Array(0), histSteps: new Float64Array(0), histLayer: -1 };
+  }
+}

@@ -1,0 +1,166 @@
+// Drawing the panel from its state: the main canvas (heatmap, cursor, layer names, step axis,
+// per-layer bars) and the bottom canvases (the selected layer's histogram and series). Synchronous;
+// `drawPanel` returns the time it took.
+
+import { fmt } from "../colormap";
+import { drawCursor, drawGutter, drawRowSelection, drawStepAxis } from "../heatmap";
+import { barScale, drawBars, thresholdsFor } from "../bars";
+import { drawHistogram, nearestIndex } from "../hist";
+import { drawSeries } from "../series";
+import { bottomLayout, fitCanvas, mainLayout } from "../layout";
+import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING, metricLabel } from "../protocol";
+import type { PanelView } from "./panel";
+
+/** Display row (loss side at the top) of a layer's depth index; -1 when out of range. */
+export function displayRow(v: PanelView, depthIndex: number): number {
+  const n = v.order.length;
+  return depthIndex >= 0 && depthIndex < n ? n - 1 - depthIndex : -1;
+}
+
+/** Values and flags of every layer (display order) at the cursor: exact from `detail` when the
+ *  kernel has sent the cursor's step, else the heatmap column. */
+export function barValues(v: PanelView): { values: Float32Array; flags: Uint8Array; exact: boolean } {
+  const R = v.order.length;
+  const C = v.meta.cols;
+  const values = new Float32Array(R);
+  const flags = new Uint8Array(R);
+  const L = v.meta.n_layers;
+  const d = v.detail;
+  const mi = v.meta.metrics.indexOf(v.meta.metric);
+  const step = v.colSteps[v.cursor];
+  const exact = d.detail.length === v.meta.metrics.length * L && step === d.detailStep && mi >= 0 && L === R;
+  if (exact) {
+    const idx = (name: string) => v.meta.metrics.indexOf(name);
+    const [iMean, iMax, iNf] = [idx("mean_abs"), idx("max_abs"), idx("nonfinite")];
+    const th = v.meta.thresholds;
+    for (let y = 0; y < R; y++) {
+      const j = v.order[y];
+      values[y] = d.detail[mi * L + j];
+      let f = 0;
+      if (iNf >= 0 && d.detail[iNf * L + j] > 0) f |= FLAG_NONFINITE;
+      if (iMax >= 0 && d.detail[iMax * L + j] > th.exploding) f |= FLAG_EXPLODING;
+      const frozen = v.meta.layers[j]?.status === "frozen";
+      if (iMean >= 0 && d.detail[iMean * L + j] < th.vanishing && !frozen) f |= FLAG_VANISHING;
+      flags[y] = f;
+    }
+  } else if (C) {
+    for (let y = 0; y < R; y++) {
+      values[y] = v.dispHeat[y * C + v.cursor];
+      flags[y] = v.dispFlags[y * C + v.cursor];
+    }
+  }
+  return { values, flags, exact };
+}
+
+/** Redraw everything; returns the time it took in ms (0 when the panel has no width). */
+export function drawPanel(v: PanelView): number {
+  const t0 = performance.now();
+  const d = v.dom;
+  const width = d.root.clientWidth - 8;
+  if (width <= 0) return 0;
+  const dpr = window.devicePixelRatio || 1;
+  const t = v.theme;
+  const meta = v.meta;
+  const R = v.order.length;
+  const C = meta.cols;
+  const has = v.heat.length > 0;
+  const L = mainLayout(width, Math.max(R, 1));
+  const relaid = !v.layout || v.layout.width !== L.width || v.layout.height !== L.height;
+  v.layout = L;
+  const ctx = fitCanvas(d.canvas, L.width, L.height, dpr);
+  ctx.clearRect(0, 0, L.width, L.height);
+  if (relaid) v.requestColumns();
+  if (has && (v.imageDirty || relaid)) {
+    v.image.build(
+      { rows: R, cols: C, data: v.dispHeat, flags: v.dispFlags },
+      v.scale,
+      Math.max(1, Math.round(L.heat.h * dpr)),
+      Math.max(1, Math.round(L.heat.w * dpr)),
+    );
+    v.imageDirty = false;
+  }
+  const step = v.colSteps[v.cursor];
+  const label = metricLabel(meta.metric);
+  const selRow = displayRow(v, v.layer);
+  if (has) {
+    v.image.draw(ctx, L.heat);
+    drawRowSelection(ctx, L.heat, R, selRow, t);
+    drawCursor(ctx, L.heat, C, v.cursor, t);
+    drawGutter(ctx, L.gutter, Array.from(v.order, (j) => meta.layers[j]?.name ?? String(j)), L.labelEvery, selRow, t);
+    drawStepAxis(ctx, L.axis, v.colSteps, t);
+    const ths = thresholdsFor(meta.metric, meta.thresholds);
+    const bs = barScale(v.scale, ths);
+    const bv = barValues(v);
+    drawBars(ctx, L.bars, bv.values, bv.flags, bs, ths,
+      `${label} at step ${fmt(step)}${bv.exact || meta.block <= 1 ? "" : ` (mean of ${meta.block} steps)`}`, t);
+    drawRowSelection(ctx, L.bars, R, selRow, t);
+  } else {
+    ctx.fillStyle = t.fg2;
+    ctx.font = `13px ${t.font}`;
+    ctx.textAlign = "center";
+    ctx.textBaseline = "middle";
+    ctx.fillText(meta.n_layers ? `${meta.n_layers} layers · no step recorded yet` : "no data yet", L.width / 2, L.heat.y + L.heat.h / 2);
+  }
+  // slider under the heatmap's x range
+  d.slider.style.marginLeft = `${L.heat.x}px`;
+  d.slider.style.width = `${L.heat.w}px`;
+  if (d.slider.value !== String(v.cursor)) d.slider.value = String(v.cursor);
+  d.title.textContent = `gradwidget · ${meta.n_layers} layers`;
+  const loss = v.loss.length === C ? v.loss[v.cursor] : undefined;
+  d.info.textContent = has
+    ? `step ${fmt(step)} (${v.cursor + 1}/${C} cols, steps ${fmt(meta.first_step)}–${fmt(meta.last_step)})` +
+      (loss !== undefined && loss === loss ? ` · loss ${fmt(loss)}` : "")
+    : "";
+  drawBottom(v, width, dpr, step);
+  return performance.now() - t0;
+}
+
+function drawBottom(v: PanelView, width: number, dpr: number, step: number): void {
+  const t = v.theme;
+  const meta = v.meta;
+  const d = v.dom;
+  const B = bottomLayout(width);
+  d.bottom.classList.toggle("gw-stacked", B.stacked);
+  const pw = B.plotW;
+  const ph = 150;
+  const pad = { l: 44, r: 8, t: 18, b: 18 };
+  const rect = { x: pad.l, y: pad.t, w: pw - pad.l - pad.r, h: ph - pad.t - pad.b };
+  // histogram
+  const hctx = fitCanvas(d.histCanvas, pw, ph, dpr);
+  hctx.clearRect(0, 0, pw, ph);
+  const name = meta.layers[v.layer]?.name ?? "";
+  const nb = meta.n_bins;
+  const det = v.detail;
+  let hd = null;
+  let note = "";
+  let hstep = NaN;
+  v.histShown = null;
+  const newest = v.histAll.length === meta.n_layers * nb && nb > 0 && v.layer >= 0 && v.layer < meta.n_layers;
+  // the layer's series from the kernel, unless every layer's newest histogram is newer and nearer
+  const allStep = meta.hist_all_step ?? -1;
+  const stale = det.histSteps.length > 0 && allStep > det.histSteps[det.histSteps.length - 1] && step >= allStep;
+  if (v.layer < 0) note = "select a layer (table row or heatmap row)";
+  else if (det.histLayer === v.layer && det.histSteps.length && nb && !(stale && newest)) {
+    const i = nearestIndex(det.histSteps, step);
+    hstep = det.histSteps[i];
+    hd = { counts: det.hists.subarray(i * nb, (i + 1) * nb), lo: meta.hist_lo, hi: meta.hist_hi };
+    v.histShown = { layer: v.layer, step: hstep, source: "layer" };
+  } else if (newest) {
+    // picked while the kernel is busy: every layer's newest histogram came with the heatmap
+    hstep = meta.hist_all_step ?? NaN;
+    hd = { counts: v.histAll.subarray(v.layer * nb, (v.layer + 1) * nb), lo: meta.hist_lo, hi: meta.hist_hi };
+    note = det.histLayer !== v.layer ? "newest; other steps when the kernel is idle" : "";
+    v.histShown = { layer: v.layer, step: hstep, source: "newest" };
+  } else if (det.histLayer !== v.layer) note = "histogram arrives when the kernel is idle";
+  else note = "no histogram recorded yet (histogram_every)";
+  drawHistogram(hctx, rect, hd, meta.thresholds,
+    name ? `|g| histogram · ${name}${hstep === hstep ? ` · step ${fmt(hstep)}` : ""}` : "|g| histogram", note, t);
+  // series: the selected layer's row of the heatmap
+  const sctx = fitCanvas(d.seriesCanvas, pw, ph, dpr);
+  sctx.clearRect(0, 0, pw, ph);
+  const C = meta.cols;
+  const row = v.layer >= 0 && v.heat.length ? v.heat.subarray(v.layer * C, (v.layer + 1) * C) : new Float32Array(0);
+  const label = metricLabel(meta.metric);
+  drawSeries(sctx, rect, row, v.cursor, thresholdsFor(meta.metric, meta.thresholds),
+    name ? `${label} over steps · ${name}` : `${label} over steps`, t);
+}

@@ -1,0 +1,421 @@
+// PanelView: one view of a GradientPanel model. Holds the decoded data and the view state (cursor,
+// selected layer, playback), binds the model's change events, and composes the DOM skeleton
+// (dom.ts), drawing (draw.ts), input (input.ts), the health table and the diagnoses list. Everything
+// it registers (model events, DOM listeners, observers, timers, frames) is released by dispose().
+
+import { heatScale, LogScale } from "../colormap";
+import { backwardOrder, colForStep, reorderRows } from "../decimate";
+import { HeatmapImage } from "../heatmap";
+import { MainLayout, wantedColumns } from "../layout";
+import {
+  decodeDetail, decodeHeat, DetailData, Diagnosis, emptyMeta, Meta, METRIC_LABELS, metricLabel, PanelModel, TraitName,
+} from "../protocol";
+import { installStyle } from "../style";
+import { Intent } from "../sync";
+import { HealthTable } from "../table";
+import { readTheme, Theme } from "../theme";
+import { DiagnosesList } from "./diagnoses";
+import { barValues, drawPanel } from "./draw";
+import { buildSkeleton, h, legendHtml, Skeleton } from "./dom";
+import { bindInput } from "./input";
+
+const STEP_SEND_MS = 60;
+
+export class PanelView {
+  // data
+  meta: Meta = emptyMeta();
+  heat: Float32Array = new Float32Array(0); // depth order, rows x cols
+  flags: Uint8Array = new Uint8Array(0);
+  dispHeat: Float32Array = new Float32Array(0); // display (backward) order
+  dispFlags: Uint8Array = new Uint8Array(0);
+  colSteps: Float64Array = new Float64Array(0);
+  loss: Float32Array = new Float32Array(0);
+  histAll: Uint32Array = new Uint32Array(0); // layers x bins, newest histogram step
+  detail: DetailData = decodeDetail({ get: () => undefined } as unknown as PanelModel, emptyMeta());
+  /** what the histogram shows: the layer, its step, and whether from the kernel's per-layer
+   *  series ("layer") or every layer's newest histogram ("newest") */
+  histShown: { layer: number; step: number; source: string } | null = null;
+  intent = new Intent();
+  order: Int32Array = new Int32Array(0); // display row -> depth index
+  scale: LogScale = { lo: -1, hi: 0 };
+  image = new HeatmapImage();
+  // view state
+  cursor = 0;
+  layer = -1;
+  playing = false;
+  speed = 1;
+  theme: Theme;
+  layout: MainLayout | null = null;
+  lastDrawMs = 0;
+  imageDirty = true;
+  readonly dom: Skeleton;
+  readonly table: HealthTable;
+  private diagnoses: DiagnosesList;
+  private raf = 0;
+  private playRaf = 0;
+  private playT = 0;
+  private playPos = 0;
+  private sendTimer: ReturnType<typeof setTimeout> | null = null;
+  private toSend: { step: number; follow: boolean } | null = null;
+  private ownSet = false; // our own model.set() fires change events too: they are not the kernel's
+  private kernelKeys: Set<string> | null = null; // keys of the kernel's update being applied
+  private lastSent = 0;
+  private disposers: (() => void)[] = [];
+  private disposed = false;
+
+  constructor(private model: PanelModel, private el: HTMLElement) {
+    installStyle(document);
+    this.table = new HealthTable((i) => this.selectLayer(i, true));
+    this.dom = buildSkeleton(this.table);
+    this.diagnoses = new DiagnosesList(this.dom.diagnoses, (d) => this.pickDiagnosis(d));
+    el.append(this.dom.root);
+    this.theme = readTheme(this.dom.root);
+    this.bind();
+    this.loadAll();
+  }
+
+  // the elements tests and benchmarks read
+  get root(): HTMLDivElement { return this.dom.root; }
+  get canvas(): HTMLCanvasElement { return this.dom.canvas; }
+  get histCanvas(): HTMLCanvasElement { return this.dom.histCanvas; }
+  get seriesCanvas(): HTMLCanvasElement { return this.dom.seriesCanvas; }
+  get slider(): HTMLInputElement { return this.dom.slider; }
+  get histLayer(): number { return this.detail.histLayer; }
+  barValues() { return barValues(this); }
+
+  // ------------------------------------------------------------------ model -> view
+  private bind(): void {
+    const m = this.model;
+    const on = (keys: TraitName[], cb: () => void) => {
+      for (const k of keys) {
+        m.on(`change:${k}`, cb);
+        this.disposers.push(() => m.off(`change:${k}`, cb));
+      }
+    };
+    on(["meta", "heat", "flags", "col_steps", "loss", "hist_all"], () => (this.loadData(), this.schedule()));
+    on(["detail", "detail_step", "hists", "hist_steps", "hist_layer"], () => (this.loadDetail(), this.schedule()));
+    // step and layer from the kernel: decided once the whole update has been applied (one
+    // synchronous set of the model), knowing whether it carried new data (see sync.ts)
+    for (const k of ["meta", "step", "layer", "follow"] as TraitName[]) on([k], () => this.noteKernel(k));
+    on(["metric"], () => {
+      this.dom.metricSel.value = String(m.get("metric"));
+      this.schedule();
+    });
+    on(["table"], () => this.loadTable());
+    on(["diagnoses"], () => this.diagnoses.set(m.get("diagnoses")));
+    on(["static_png"], () => this.loadFallback());
+    on(["live"], () => this.loadLive());
+    const listen = <K extends keyof HTMLElementEventMap>(target: HTMLElement, type: K, fn: (e: HTMLElementEventMap[K]) => void) => {
+      target.addEventListener(type, fn);
+      this.disposers.push(() => target.removeEventListener(type, fn));
+    };
+    listen(this.dom.metricSel, "change", () => {
+      m.set("metric", this.dom.metricSel.value);
+      m.save_changes();
+    });
+    bindInput(this, listen);
+    // resize with the cell, follow theme switches
+    const ro = new ResizeObserver(() => {
+      this.imageDirty = true;
+      this.schedule();
+    });
+    ro.observe(this.dom.root);
+    this.disposers.push(() => ro.disconnect());
+    // a theme switch flips <body> attributes before the new theme's CSS has loaded: read the
+    // variables again a little later too
+    const retheme = () => {
+      this.theme = readTheme(this.dom.root);
+      this.updateLegend();
+      this.schedule();
+    };
+    const timers = new Set<ReturnType<typeof setTimeout>>();
+    const mo = new MutationObserver(() => {
+      retheme();
+      for (const ms of [150, 500, 1500]) {
+        const tm = setTimeout(() => (timers.delete(tm), retheme()), ms);
+        timers.add(tm);
+      }
+    });
+    this.disposers.push(() => timers.forEach(clearTimeout));
+    mo.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-light", "data-jp-theme-name", "class"] });
+    this.disposers.push(() => mo.disconnect());
+  }
+
+  private loadAll(): void {
+    this.loadData();
+    this.loadDetail();
+    this.loadTable();
+    this.diagnoses.set(this.model.get("diagnoses"));
+    this.loadFallback();
+    this.loadLive();
+    this.layer = Number(this.model.get("layer") ?? -1);
+    this.table.select(this.layer);
+    this.schedule();
+  }
+
+  private noteKernel(key: string): void {
+    if (this.ownSet) return;
+    if (!this.kernelKeys) {
+      this.kernelKeys = new Set();
+      queueMicrotask(() => this.applyKernel());
+    }
+    this.kernelKeys.add(key);
+  }
+
+  private applyKernel(): void {
+    const keys = this.kernelKeys ?? new Set<string>();
+    this.kernelKeys = null;
+    if (this.disposed) return;
+    const withData = keys.has("meta");
+    const m = this.model;
+    if (keys.has("step") || (keys.has("follow") && !withData)) {
+      if (this.intent.kernelStep(Number(m.get("step")), withData)) this.cursor = this.cursorColumn();
+    }
+    if (keys.has("layer")) {
+      const k = Number(m.get("layer"));
+      if (this.intent.kernelLayer(k, withData)) {
+        this.layer = k;
+        this.table.select(this.layer);
+      }
+    }
+    this.schedule();
+  }
+
+  /** The cursor's column: the user's pending scrub, else the kernel's step. */
+  private cursorColumn(): number {
+    return this.intent.cursor(this.meta.cols, Number(this.model.get("step")), (s) => colForStep(this.colSteps, s));
+  }
+
+  /** Decode meta + heatmap buffers (protocol.decodeHeat); malformed data becomes a message. */
+  loadData(): void {
+    const m = this.model;
+    const d = decodeHeat(m);
+    const meta = d.meta;
+    if (d.error) {
+      meta.message = d.error;
+      meta.level = "error";
+    }
+    this.meta = meta;
+    this.heat = d.heat;
+    this.flags = d.flags;
+    this.colSteps = d.colSteps;
+    this.loss = d.loss;
+    this.histAll = d.histAll;
+    const rows = this.heat.length ? meta.rows : 0;
+    const cols = this.heat.length ? meta.cols : 0;
+    this.order = backwardOrder(rows);
+    this.dispHeat = reorderRows(this.heat, rows, cols, this.order);
+    this.dispFlags = reorderRows(this.flags, rows, cols, this.order);
+    this.scale = heatScale(meta.scale, this.heat);
+    this.imageDirty = true;
+    if (this.intent.step !== null) this.intent.kernelStep(Number(m.get("step")));
+    this.cursor = this.cursorColumn();
+    const dom = this.dom;
+    dom.slider.max = String(Math.max(0, cols - 1));
+    dom.slider.disabled = cols <= 1;
+    // metric choices
+    const metrics = meta.metrics?.length ? meta.metrics : Object.keys(METRIC_LABELS);
+    const current = String(m.get("metric") ?? meta.metric);
+    if (dom.metricSel.options.length !== metrics.length) {
+      dom.metricSel.textContent = "";
+      for (const k of metrics) {
+        const o = h("option", "", metricLabel(k));
+        o.value = k;
+        dom.metricSel.append(o);
+      }
+    }
+    dom.metricSel.value = current;
+    this.updateMessage();
+    this.updateLegend();
+    this.loadFallback();
+  }
+
+  loadDetail(): void {
+    this.detail = decodeDetail(this.model, this.meta);
+  }
+
+  private loadTable(): void {
+    this.table.setRows(this.model.get("table") || []);
+    this.table.select(this.layer);
+  }
+
+  private loadFallback(): void {
+    const png = String(this.model.get("static_png") || "");
+    const lost = !this.heat.length && this.meta.n_steps > 0;
+    const meta = this.model.get("meta");
+    const noMeta = !meta || !Object.keys(meta).length;
+    const show = !!png && (lost || noMeta);
+    const img = this.dom.fallback;
+    if (show && img.src !== png) img.src = png;
+    img.classList.toggle("gw-show", show);
+    this.dom.mainBox.style.display = show ? "none" : "";
+    if (lost) this.updateMessage();
+  }
+
+  private loadLive(): void {
+    const live = !!this.model.get("live");
+    this.dom.live.textContent = live ? "● live" : "static";
+    this.dom.live.classList.toggle("gw-on", live);
+  }
+
+  private updateMessage(): void {
+    let text = this.meta.message || "";
+    let level = this.meta.level || "warning";
+    if (!this.heat.length && this.meta.n_steps > 0) {
+      text =
+        "The live view's data is not in this notebook's saved state (JupyterLab saves widget state without " +
+        "binary buffers). Showing the saved image; re-run the cell for the live panel.";
+      level = "info";
+    }
+    this.dom.message.textContent = text;
+    this.dom.message.className = `gw-message gw-${level}` + (text ? " gw-show" : "");
+  }
+
+  private updateLegend(): void {
+    this.dom.legend.innerHTML = legendHtml(this.meta.metric, this.scale, this.heat, this.meta.thresholds);
+  }
+
+  // ------------------------------------------------------------------ view -> model
+  /** Move the cursor to a column (user action): redraw now, tell the kernel on a throttle. */
+  scrub(col: number): void {
+    const C = this.meta.cols;
+    if (!C || !this.colSteps.length) return;
+    const c = Math.max(0, Math.min(C - 1, Math.round(col)));
+    if (c === this.cursor && this.dom.slider.value === String(c)) return;
+    this.cursor = c;
+    // the newest column follows new steps: send the newest step itself (a column starts at its
+    // first step, which the kernel would not take for "follow")
+    const follow = c === C - 1;
+    const step = follow ? Math.max(this.meta.last_step, this.colSteps[c]) : this.colSteps[c];
+    this.intent.scrubbed(step, follow);
+    this.toSend = { step, follow };
+    this.draw();
+    this.sendStep();
+  }
+
+  /** Move the cursor to a user step (the column holding it). */
+  scrubToStep(step: number): void {
+    if (this.colSteps.length) this.scrub(colForStep(this.colSteps, step));
+  }
+
+  private sendStep(): void {
+    const now = performance.now();
+    const flush = () => {
+      this.sendTimer = null;
+      this.lastSent = performance.now();
+      const s = this.toSend;
+      this.toSend = null;
+      if (!s || this.disposed) return;
+      this.setModel({ step: s.step, follow: s.follow });
+    };
+    if (now - this.lastSent >= STEP_SEND_MS && !this.sendTimer) flush();
+    else if (!this.sendTimer) this.sendTimer = setTimeout(flush, STEP_SEND_MS);
+  }
+
+  selectLayer(index: number, send: boolean): void {
+    if (!(index >= 0 && index < this.meta.n_layers)) return;
+    this.layer = index;
+    this.table.select(index);
+    this.draw();
+    if (send) {
+      this.intent.selected(index);
+      this.setModel({ layer: index });
+    }
+  }
+
+  /** A diagnosis was clicked: select its first layer and move the cursor to its first step. */
+  private pickDiagnosis(d: Diagnosis): void {
+    if (d.layer_index >= 0) this.selectLayer(d.layer_index, true);
+    if (d.first_step !== null && d.first_step !== undefined) this.scrubToStep(d.first_step);
+  }
+
+  /** Send the user's changes to the kernel (the change events they fire here are ignored). */
+  private setModel(values: Partial<Record<TraitName, unknown>>): void {
+    this.ownSet = true;
+    try {
+      for (const [k, v] of Object.entries(values)) this.model.set(k as TraitName, v as never);
+    } finally {
+      this.ownSet = false;
+    }
+    this.model.save_changes();
+  }
+
+  togglePlay(): void {
+    this.playing = !this.playing;
+    const btn = this.dom.playBtn;
+    btn.textContent = this.playing ? "❚❚" : "▶";
+    btn.setAttribute("aria-pressed", String(this.playing));
+    if (!this.playing) {
+      cancelAnimationFrame(this.playRaf);
+      return;
+    }
+    if (this.cursor >= this.meta.cols - 1) this.cursor = 0;
+    this.playPos = this.cursor;
+    this.playT = performance.now();
+    const tick = (now: number) => {
+      if (!this.playing) return;
+      const dt = (now - this.playT) / 1000;
+      this.playT = now;
+      // 1x crosses the whole run in about 10 s, at least 8 columns a second
+      const perSec = Math.max(8, this.meta.cols / 10) * this.speed;
+      this.playPos = Math.min(this.meta.cols - 1, this.playPos + perSec * dt);
+      this.scrub(Math.floor(this.playPos));
+      if (this.playPos >= this.meta.cols - 1) {
+        this.togglePlay();
+        return;
+      }
+      this.playRaf = requestAnimationFrame(tick);
+    };
+    this.playRaf = requestAnimationFrame(tick);
+  }
+
+  // ------------------------------------------------------------------ drawing
+  schedule(): void {
+    if (this.raf || this.disposed) return;
+    this.raf = requestAnimationFrame(() => {
+      this.raf = 0;
+      this.draw();
+    });
+  }
+
+  /** Redraw everything (synchronous); returns the time it took in ms. */
+  draw(): number {
+    if (this.disposed) return 0;
+    const ms = drawPanel(this);
+    if (ms > 0) this.lastDrawMs = ms;
+    return ms;
+  }
+
+  requestColumns(): void {
+    if (!this.layout) return;
+    const want = wantedColumns(this.layout.heat.w, window.devicePixelRatio || 1);
+    const have = Number(this.model.get("columns") || 0);
+    if (!have || Math.abs(want - have) / have > 0.2) {
+      this.model.set("columns", want);
+      this.model.save_changes();
+    }
+  }
+
+  /** Release everything this view registered, and the canvases' pixel memory. */
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.playing = false;
+    cancelAnimationFrame(this.raf);
+    cancelAnimationFrame(this.playRaf);
+    if (this.sendTimer) clearTimeout(this.sendTimer);
+    for (const d of this.disposers) d();
+    this.disposers = [];
+    this.table.dispose();
+    this.image.dispose();
+    for (const c of [this.dom.canvas, this.dom.histCanvas, this.dom.seriesCanvas]) c.width = c.height = 0;
+    this.dom.root.remove();
+    delete (this.el as HTMLElement & { gradwidget?: PanelView }).gradwidget;
+    // whatever still holds this view (a host's callback list) holds no DOM and no data
+    const self = this as unknown as Record<string, unknown>;
+    for (const k of ["dom", "table", "diagnoses", "image", "el", "model", "layout"]) self[k] = null;
+    this.heat = this.dispHeat = new Float32Array(0);
+    this.flags = this.dispFlags = new Uint8Array(0);
+    this.histAll = new Uint32Array(0);
+  }
+}
