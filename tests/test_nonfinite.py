@@ -434,3 +434,25 @@ def test_an_in_place_module_that_makes_a_backward_nan_is_named_by_its_enclosing_
                    data=lambda bad: torch.zeros(8, 4) if bad else torch.rand(8, 4) + 0.1)
     origin = nc.train(case)
     assert (origin.module, origin.step, origin.phase) == case.expected
+
+
+def test_the_origin_is_marked_on_the_panel_heatmap_at_its_module_and_step():
+    """The panel's meta carries where the first NaN was made: its step and the layer row standing for
+    the module (a parameter-free module: the layer sharing the longest module path with it)."""
+    from gradwidget.analysis.nonfinite import origin_layer
+    from gradwidget.panel.payload import heat_view, origin_mark
+    from gradwidget.run import METRICS, LayerInfo, Run
+
+    run = Run([LayerInfo("block.0.weight", module="block.0"), LayerInfo("block.2.weight", module="block.2"),
+               LayerInfo("head.weight", module="head")])
+    assert origin_layer(run, NonfiniteOrigin("block.2", 3, "forward")) == 1          # its own parameter
+    assert origin_layer(run, NonfiniteOrigin("block.1", 3, "forward")) == 0          # parameter-free: nearest path
+    assert origin_layer(run, NonfiniteOrigin("head.act", 3, "backward")) == 2
+    assert origin_layer(run, NonfiniteOrigin("", 3, "loss")) is None                 # the loss: no row
+    assert origin_mark(run) is None
+    rng = np.random.default_rng(0)
+    for s in range(6):
+        run.append(s, np.abs(rng.standard_normal((len(METRICS), 3))).astype(np.float32))
+    run.nonfinite_origin = NonfiniteOrigin("block.1", 4, "forward")
+    meta, _ = heat_view(run, "mean_abs", 64)
+    assert meta["origin"] == {"step": 4, "row": 0, "module": "block.1", "phase": "forward"}

@@ -16,7 +16,7 @@ def markdown(name: str) -> str:
 
 def test_quickstart_describes_the_panels_orientation_and_default_metric():
     text = markdown("quickstart.ipynb")
-    assert "input at the top" not in text
-    assert "loss side at the top" in text  # as the front end's legend says
+    assert "loss side at the top" not in text
+    assert "input side at the top" in text  # as the front end's legend, the report and the tables
     default = GradientPanel.class_traits()["metric"].default_value
     assert f"{metric_label(default)} by default" in text

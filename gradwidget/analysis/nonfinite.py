@@ -9,7 +9,7 @@ import numpy as np
 
 from ..run import NonfiniteOrigin, Run
 
-__all__ = ["NonfiniteOrigin", "nonfinite_origin", "weight_growth"]
+__all__ = ["NonfiniteOrigin", "nonfinite_origin", "origin_layer", "weight_growth"]
 
 
 def nonfinite_origin(run: Run) -> NonfiniteOrigin | None:
@@ -38,3 +38,22 @@ def weight_growth(run: Run, origin: NonfiniteOrigin) -> float:
         ratio = w[row].astype(np.float64) / w[0]
     ratio = ratio[np.isfinite(w[0]) & (w[0] > 0) & ~np.isnan(ratio)]  # an Inf norm: grown past float32
     return float(ratio.max()) if ratio.size else float("nan")
+
+
+def origin_layer(run: Run, origin: NonfiniteOrigin) -> int | None:
+    """The layer (column) that stands for the origin's module on a layers x steps picture: the
+    module's own first parameter; for a parameter-free module (an activation, a division) the
+    layer whose module path shares the longest dotted prefix with it, the first such in depth
+    order; None for the loss or the input (no module of the model) or a run without layers."""
+    if not origin.module or run.n_layers == 0:
+        return None
+    target = origin.module.split(".")
+    best, best_len = None, -1
+    for i, layer in enumerate(run.layers):
+        mod = (layer.module or layer.name.rsplit(".", 1)[0]).split(".")
+        if mod[: len(target)] == target:
+            return i
+        n = next((k for k, (a, b) in enumerate(zip(mod, target)) if a != b), min(len(mod), len(target)))
+        if n > best_len:
+            best, best_len = i, n
+    return best

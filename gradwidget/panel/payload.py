@@ -146,11 +146,23 @@ def heat_view(run: Run, metric: str, columns: int) -> tuple[dict, dict[str, np.n
         "metric": metric, "metrics": list(METRICS), "thresholds": thresholds_of(run),
         "first_step": int(steps[0]) if N else 0, "last_step": int(steps[-1]) if N else 0,
         "hist_lo": HIST_LO, "hist_hi": HIST_HI, "n_bins": N_BINS, "block": int(k),
-        "version": int(run.version), "message": message, "level": level,
+        "version": int(run.version), "message": message, "level": level, "origin": origin_mark(run),
     }
     arrays = {"heat": heat, "flags": flags, "col_steps": steps[::k].astype(np.float64),
               "loss": block_reduce(full.scalar("loss").astype(np.float32), k, "mean"), "hist_all": hist_all}
     return meta, arrays
+
+
+def origin_mark(run: Run) -> dict | None:
+    """Where the first NaN/Inf was made, for the heatmap's mark: its step, the layer row standing for
+    its module (``analysis.nonfinite.origin_layer``; None for the loss or the input), the module
+    and the pass. None when no origin was traced."""
+    from ..analysis.nonfinite import origin_layer
+
+    o = run.nonfinite_origin
+    if o is None:
+        return None
+    return {"step": int(o.step), "row": origin_layer(run, o), "module": o.module, "phase": o.phase}
 
 
 #: what must be unchanged since the last update for new columns alone to be sent (``patch_start``)

@@ -59,14 +59,14 @@ def png_bytes(rgb: np.ndarray) -> bytes:
 
 
 def heat_png(heat: np.ndarray, flags: np.ndarray, scale: tuple[float, float], cursor: int | None = None) -> bytes:
-    """The heatmap (``(layers, cols)``, depth order) as the page shows it: loss side at the top,
+    """The heatmap (``(layers, cols)``, depth order) as the page shows it: input side at the top,
     each cell repeated to a readable size, the cursor's column in white."""
     rows, cols = heat.shape
     if rows == 0 or cols == 0:
         return png_bytes(np.full((1, 1, 3), 255, np.uint8))
     # more cells than pixels: every k-th row / column (a thumbnail; the live view has them all)
     kr, kc = -(-rows // MAX_HEIGHT), -(-cols // MAX_WIDTH)
-    rgb = colorize(heat[::-1][::kr, ::kc], flags[::-1][::kr, ::kc], scale)
+    rgb = colorize(heat[::kr, ::kc], flags[::kr, ::kc], scale)
     if cursor is not None and 0 <= cursor < cols:
         rgb[:, cursor // kc] = 255
     rh = int(np.clip(MAX_HEIGHT // rows, 1, 8))

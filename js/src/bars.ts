@@ -1,5 +1,5 @@
 // The "gradient flow" picture at the scrubbed step: one horizontal bar per layer (rows shared with
-// the heatmap, backward order: loss side at the top), log scale, threshold lines.
+// the heatmap, model order: input side at the top), log scale, threshold lines.
 
 import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING } from "./protocol";
 import { cellRgb, fmt, LogScale, logTicks, rgbCss, scalePos } from "./colormap";

@@ -98,7 +98,7 @@ export function cellRgb(v: number, flags: number, s: LogScale): [number, number,
 
 /**
  * Colour a rows x cols matrix into RGBA pixels laid out as an image whose pixel (x, y) is
- * column x of row order[y]. `order` maps display rows to matrix rows (e.g. backward order).
+ * column x of row order[y]. `order` maps display rows to matrix rows (e.g. depth order).
  */
 export function colorize(
   data: Float32Array,

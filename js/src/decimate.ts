@@ -95,9 +95,10 @@ export function colForStep(colSteps: ArrayLike<number>, step: number): number {
   return lo;
 }
 
-/** Display order of layers: backward order (loss side first) is depth order reversed. */
-export function backwardOrder(n: number): Int32Array {
+/** Display order of layers: depth order, the input side at the top as in the model's printout,
+ *  the health table, the HTML report and the ASCII view (one orientation everywhere). */
+export function displayOrder(n: number): Int32Array {
   const o = new Int32Array(n);
-  for (let i = 0; i < n; i++) o[i] = n - 1 - i;
+  for (let i = 0; i < n; i++) o[i] = i;
   return o;
 }

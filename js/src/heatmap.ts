@@ -73,6 +73,42 @@ export function drawCursor(ctx: CanvasRenderingContext2D, r: Rect, cols: number,
   ctx.restore();
 }
 
+/** The mark of where the first NaN/Inf was made: a ring at (column, display row), or a triangle on
+ *  the bottom edge when it began in the loss or the input (row -1). Magenta, as NaN cells. */
+export function drawOrigin(
+  ctx: CanvasRenderingContext2D, r: Rect, rows: number, cols: number, col: number, row: number, t: Theme,
+): void {
+  if (cols <= 0 || col < 0 || col >= cols || rows <= 0) return;
+  const w = r.w / cols;
+  const h = r.h / rows;
+  const x = r.x + (col + 0.5) * w;
+  ctx.save();
+  ctx.strokeStyle = t.dark ? "#000" : "#fff";
+  ctx.fillStyle = "#ff00ff";
+  if (row >= 0 && row < rows) {
+    const y = r.y + (row + 0.5) * h;
+    const rad = Math.max(4, Math.min(9, Math.min(w, h)));
+    ctx.lineWidth = 4;
+    ctx.beginPath();
+    ctx.arc(x, y, rad, 0, 2 * Math.PI);
+    ctx.stroke();
+    ctx.strokeStyle = "#ff00ff";
+    ctx.lineWidth = 2;
+    ctx.stroke();
+  } else {
+    const y = r.y + r.h;
+    ctx.beginPath();
+    ctx.moveTo(x, y - 9);
+    ctx.lineTo(x - 6, y);
+    ctx.lineTo(x + 6, y);
+    ctx.closePath();
+    ctx.fill();
+    ctx.lineWidth = 1;
+    ctx.stroke();
+  }
+  ctx.restore();
+}
+
 /** Outline of the selected layer's row across the heatmap and the bars. */
 export function drawRowSelection(ctx: CanvasRenderingContext2D, r: Rect, rows: number, row: number, t: Theme): void {
   if (row < 0 || row >= rows) return;
@@ -111,10 +147,13 @@ export function drawGutter(
   ctx.restore();
 }
 
-/** A name cut from the left to fit `width` px (the end of a module path is what tells layers apart). */
+/** A name elided in the middle to fit `width` px: the start of a module path says which block,
+ *  its end which parameter, and both tell layers apart (as the static figures do). */
 export function shorten(name: string, width: number, size = 11): string {
   const maxChars = Math.max(4, Math.floor(width / (size * 0.58)));
-  return name.length <= maxChars ? name : "…" + name.slice(name.length - maxChars + 1);
+  if (name.length <= maxChars) return name;
+  const tail = Math.ceil((maxChars - 1) / 2);
+  return name.slice(0, maxChars - 1 - tail) + "…" + name.slice(name.length - tail);
 }
 
 /** Step ticks under the heatmap: about one per 90 px, labelled with the user's step numbers. */

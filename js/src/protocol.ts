@@ -232,6 +232,8 @@ export interface Meta {
   scale?: [number, number];
   /** step of hist_all (-1: none) */
   hist_all_step?: number;
+  /** where the first NaN/Inf was made (gradwidget/panel/payload.py origin_mark); null: none traced */
+  origin?: { step: number; row: number | null; module: string; phase: string } | null;
 }
 
 /** One of the top diagnoses (gradwidget/panel/table.py diagnoses_from_report). */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { backwardOrder, blocks, colForStep, decimate, reorderRows } from "../src/decimate";
+import { blocks, colForStep, decimate, displayOrder, reorderRows } from "../src/decimate";
 import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING } from "../src/protocol";
 
 describe("blocks", () => {
@@ -58,11 +58,11 @@ describe("decimate", () => {
 });
 
 describe("rows and steps", () => {
-  it("reorders rows into backward order", () => {
+  it("reorders rows; the display order is depth order (input side at the top)", () => {
     const src = new Float32Array([1, 1, 2, 2, 3, 3]);
-    const out = reorderRows(src, 3, 2, backwardOrder(3));
-    expect(Array.from(out)).toEqual([3, 3, 2, 2, 1, 1]);
-    expect(Array.from(backwardOrder(4))).toEqual([3, 2, 1, 0]);
+    expect(Array.from(reorderRows(src, 3, 2, Int32Array.from([2, 1, 0])))).toEqual([3, 3, 2, 2, 1, 1]);
+    expect(Array.from(reorderRows(src, 3, 2, displayOrder(3)))).toEqual([1, 1, 2, 2, 3, 3]);
+    expect(Array.from(displayOrder(4))).toEqual([0, 1, 2, 3]);
   });
 
   it("finds the column of a step", () => {

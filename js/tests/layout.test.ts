@@ -76,8 +76,10 @@ describe("main layout", () => {
 });
 
 describe("labels, thresholds, histograms", () => {
-  it("cuts long layer names from the left", () => {
-    expect(shorten("encoder.layers.11.attn.in_proj_weight", 120, 11)).toMatch(/^….*in_proj_weight$/);
+  it("elides long layer names in the middle", () => {
+    const s = shorten("encoder.layers.11.attn.in_proj_weight", 120, 11);   // 18 characters fit
+    expect(s).toMatch(/^encoder.+….+_weight$/);                               // block and parameter both show
+    expect(s.length).toBe(18);
     expect(shorten("fc.weight", 200)).toBe("fc.weight");
   });
 

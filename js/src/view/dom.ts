@@ -109,6 +109,6 @@ export function legendHtml(metric: string, scale: LogScale, heat: Float32Array, 
     chip(MARKS.exploding, `exploding (max|g| &gt; ${fmt(t.exploding)})`) +
     chip(MARKS.nonfinite, "NaN / Inf") +
     chip(MARKS.nodata, "no gradient") +
-    `<span>rows: loss side at the top (backward order)</span>`
+    `<span>rows: input side at the top, loss side at the bottom (model order)</span>`
   );
 }

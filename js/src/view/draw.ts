@@ -3,7 +3,7 @@
 // `drawPanel` returns the time it took.
 
 import { fmt } from "../colormap";
-import { drawCursor, drawGutter, drawRowSelection, drawStepAxis } from "../heatmap";
+import { drawCursor, drawGutter, drawOrigin, drawRowSelection, drawStepAxis } from "../heatmap";
 import { barScale, drawBars, thresholdsFor } from "../bars";
 import { drawHistogram, nearestIndex } from "../hist";
 import { drawSeries } from "../series";
@@ -11,10 +11,17 @@ import { bottomLayout, fitCanvas, mainLayout } from "../layout";
 import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING, metricLabel } from "../protocol";
 import type { PanelView } from "./panel";
 
-/** Display row (loss side at the top) of a layer's depth index; -1 when out of range. */
+/** Display row (input side at the top) of a layer's depth index; -1 when out of range. */
 export function displayRow(v: PanelView, depthIndex: number): number {
   const n = v.order.length;
-  return depthIndex >= 0 && depthIndex < n ? n - 1 - depthIndex : -1;
+  return depthIndex >= 0 && depthIndex < n ? depthIndex : -1;
+}
+
+/** The column whose step is nearest ``step``; -1 without columns. */
+export function nearestCol(colSteps: ArrayLike<number>, step: number): number {
+  let best = -1;
+  for (let i = 0; i < colSteps.length; i++) if (colSteps[i] <= step) best = i;
+  return colSteps.length ? Math.max(best, 0) : -1;
 }
 
 /** Values and flags of every layer (display order) at the cursor: exact from `detail` when the
@@ -86,6 +93,10 @@ export function drawPanel(v: PanelView): number {
     v.image.draw(ctx, L.heat);
     drawRowSelection(ctx, L.heat, R, selRow, t);
     drawCursor(ctx, L.heat, C, v.cursor, t);
+    const o = meta.origin;
+    if (o) {  // where the first NaN/Inf was made
+      drawOrigin(ctx, L.heat, R, C, nearestCol(v.colSteps, o.step), o.row === null ? -1 : displayRow(v, o.row), t);
+    }
     drawGutter(ctx, L.gutter, Array.from(v.order, (j) => meta.layers[j]?.name ?? String(j)), L.labelEvery, selRow, t);
     drawStepAxis(ctx, L.axis, v.colSteps, t);
     const ths = thresholdsFor(meta.metric, meta.thresholds);

@@ -4,7 +4,7 @@
 // it registers (model events, DOM listeners, observers, timers, frames) is released by dispose().
 
 import { heatScale, LogScale } from "../colormap";
-import { backwardOrder, colForStep, reorderRows } from "../decimate";
+import { colForStep, displayOrder, reorderRows } from "../decimate";
 import { HeatmapImage } from "../heatmap";
 import { MainLayout, wantedColumns } from "../layout";
 import {
@@ -26,7 +26,7 @@ export class PanelView {
   meta: Meta = emptyMeta();
   heat: Float32Array = new Float32Array(0); // depth order, rows x cols
   flags: Uint8Array = new Uint8Array(0);
-  dispHeat: Float32Array = new Float32Array(0); // display (backward) order
+  dispHeat: Float32Array = new Float32Array(0); // display order (depth order: input side at the top)
   dispFlags: Uint8Array = new Uint8Array(0);
   colSteps: Float64Array = new Float64Array(0);
   loss: Float32Array = new Float32Array(0);
@@ -203,7 +203,7 @@ export class PanelView {
     this.histAll = d.histAll;
     const rows = this.heat.length ? meta.rows : 0;
     const cols = this.heat.length ? meta.cols : 0;
-    this.order = backwardOrder(rows);
+    this.order = displayOrder(rows);
     this.dispHeat = reorderRows(this.heat, rows, cols, this.order);
     this.dispFlags = reorderRows(this.flags, rows, cols, this.order);
     this.scale = heatScale(meta.scale, this.heat);
