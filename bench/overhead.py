@@ -102,15 +102,21 @@ def hf_trainer_ratio(blocks: int, steps: int) -> float:
                 save_strategy="no", use_cpu=True, disable_tqdm=True, learning_rate=1e-4)
             transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=cbs).train()
             times[name] += timer.times[1:]  # the first step sets the recorder up: not timed
-    med = {k: statistics.median(v) for k, v in times.items()}
     n = sum(p.numel() for p in model.parameters())
-    print(f"HF Trainer: GPT-2 4 x d128 ({n / 1e6:.1f} M parameters), batch 8 x seq 64, accumulation 2, "
-          f"clipping at 1.0 (n={len(times['Trainer bare'])} steps each)")
-    for k, v in med.items():
-        print(f"  {k:32s} {v * 1e3:10.1f}ms {v / med['Trainer bare']:8.3f}x")
-    ratio = med["Trainer + GradwidgetCallback"] / med["Trainer bare"]
+    ratio = _print_pair(f"HF Trainer: GPT-2 4 x d128 ({n / 1e6:.1f} M parameters), batch 8 x seq 64, "
+                        "accumulation 2, clipping at 1.0", times)
     print(f"RATIO HF Trainer step with/without GradwidgetCallback = {ratio:.3f}")
     return ratio
+
+
+def _print_pair(title: str, times: dict[str, list[float]]) -> float:
+    """Print the median step of each variant against the first; return the second's ratio."""
+    med = {k: statistics.median(v) for k, v in times.items()}
+    base, other = list(med)
+    print(f"{title} (n={len(times[base])} steps each)")
+    for k, v in med.items():
+        print(f"  {k:32s} {v * 1e3:10.1f}ms {v / med[base]:8.3f}x")
+    return med[other] / med[base]
 
 
 def compiled_ratio(blocks: int, steps: int, batch: int, seq: int, backend: str) -> float:
@@ -152,13 +158,9 @@ def compiled_ratio(blocks: int, steps: int, batch: int, seq: int, backend: str) 
     graphs = counters["stats"]["unique_graphs"]
     rec = setups["compiled + Recorder"][2]
     rec.detach()
-    med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"torch.compile (backend {backend}): transformer 2 x d128, batch {batch} x seq {seq}, two models; "
-          f"graph breaks {breaks}, graphs compiled {graphs}, recorded layers named like "
-          f"{rec.run.layer_names[0]!r} (n={len(times['compiled bare'])} steps each)")
-    for k, v in med.items():
-        print(f"  {k:32s} {v * 1e3:10.1f}ms {v / med['compiled bare']:8.3f}x")
-    ratio = med["compiled + Recorder"] / med["compiled bare"]
+    ratio = _print_pair(f"torch.compile (backend {backend}): transformer 2 x d128, batch {batch} x seq {seq}, "
+                        f"two models; graph breaks {breaks}, graphs compiled {graphs}, recorded layers "
+                        f"named like {rec.run.layer_names[0]!r}", times)
     print(f"RATIO compiled step with/without Recorder = {ratio:.3f}; graph breaks = {breaks}")
     return ratio
 
