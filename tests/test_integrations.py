@@ -212,7 +212,7 @@ def test_compiled_model_records_without_graph_breaks():
     assert cnt.frame_count == 1  # one forward graph, reused
     assert rec.run.n_steps == 3
     assert rec.run.layer_names and not any("_orig_mod" in n for n in rec.run.layer_names)
-    assert set(rec.run.layer_names) == {n for n, _ in model.named_parameters()}
+    assert rec.run.layer_names == [n for n, _ in model.named_parameters()]  # the model's order
 
 
 def test_recording_before_compiling_and_a_compiled_submodule_strip_orig_mod():

@@ -647,6 +647,10 @@ class Recorder:
     def _start(self) -> None:
         """Fix the columns (depth order = reverse of gradient arrival) and create the Run."""
         arrived = self._arrival
+        if self._capturing and not (self._mod_in or self._mod_out):
+            # no forward hook ran outside a compiled graph (torch.compile): gradients arrived in the
+            # compiled backward's output order, not the graph's; the model's own order is closer
+            arrived = sorted(arrived, reverse=True)
         rank = {p: len(arrived) - 1 - k for k, p in enumerate(arrived)}  # depth rank
         keys, last = [], -0.5
         for i in range(len(self._params)):
