@@ -48,7 +48,8 @@ def main(argv=None) -> None:
     ap.add_argument("--compile", action="store_true")
     args = ap.parse_args(argv)
     rec = train(args.steps, args.log_dir, args.compile)
-    print(rec.run.summary())
+    if rec.run is not None:  # under DDP (torchrun / accelerate launch) rank 0 holds the run
+        print(rec.run.summary())
 
 
 if __name__ == "__main__":

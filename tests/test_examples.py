@@ -81,3 +81,19 @@ def test_example_script_writes_a_run_directory(tmp_path, script):
     run = load_run(tmp_path / "run")
     assert run.n_steps == 4 and run.n_layers > 0
     assert "Recommendations" in out.stdout
+
+
+def test_accelerate_example_under_ddp_records_on_rank_0(tmp_path):
+    """Two CPU processes (torchrun, gloo): accelerate wraps the model in DDP, the plain Recorder
+    records the averaged gradients on rank 0 only, which alone writes the run directory."""
+    pytest.importorskip("accelerate")
+    from gradwidget import load_run
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(EXAMPLES / "accelerate_train.py"),
+           "--log-dir", str(tmp_path / "run"), "--steps", "3"]
+    out = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = load_run(tmp_path / "run")
+    assert run.n_steps == 3 and run.meta["distributed"] == {"kind": "ddp", "world_size": 2}
+    assert run.layer_names[0] == "0.weight"  # no "module." prefix
+    assert out.stdout.count("Recommendations") == 1  # one rank printed a summary
