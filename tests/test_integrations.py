@@ -22,8 +22,47 @@ def layer_global_norm(run) -> np.ndarray:
     return np.sqrt(np.nansum(run.metric("grad_norm").astype(np.float64) ** 2, axis=1))
 
 
+# ---------------------------------------------------------------------- Recorder(step_hooks=False)
+def test_record_step_marks_steps_and_the_optimizer_post_hook_measures_the_update(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = Recorder(model, opt, step_hooks=False, update_every=1, log_dir=tmp_path / "run")
+    for step in range(3):
+        opt.zero_grad()
+        for _ in range(2):  # two micro-batches: one step
+            model(torch.randn(8, 4)).pow(2).mean().backward()
+        expected = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])))
+        rec.log(global_norm=expected * 10 if step == 2 else None)
+        rec.record_step()
+        if step != 1:
+            opt.step()  # step 1: the update is skipped (as AMP skips it)
+    assert rec.run.n_steps == 3
+    opt.zero_grad()
+    model(torch.randn(8, 4)).sum().backward()
+    rec.record_step()  # no optimizer.step() follows: detach finishes (writes) it
+    rec.detach()
+    run = load_run(tmp_path / "run")
+    assert run.n_steps == 4
+    upd = run.metric("update_norm")
+    assert np.isfinite(upd[0]).all() and np.isfinite(upd[2]).all()
+    assert np.isnan(upd[1]).all()  # no update happened at step 1: no false norm
+    assert run.scalar("global_norm")[2] == pytest.approx(expected * 10, rel=1e-6)  # the norm given to log()
+
+
+def test_optimizer_step_alone_records_nothing_without_step_hooks():
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = Recorder(model, opt, step_hooks=False)
+    model(torch.randn(2, 3)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    assert rec.run is None
+    rec.detach()
+
+
 # ---------------------------------------------------------------------- Hugging Face Trainer
-def hf_train(tmp_path, max_steps=4, max_grad_norm=1e9, bf16=False, **cb_options):
+def hf_train(tmp_path, max_steps=4, max_grad_norm=1e9, bf16=False, cb=None, **cb_options):
     transformers = pytest.importorskip("transformers")
     from gradwidget.integrations.transformers import GradwidgetCallback
 
@@ -37,7 +76,7 @@ def hf_train(tmp_path, max_steps=4, max_grad_norm=1e9, bf16=False, **cb_options)
         output_dir=str(tmp_path / "out"), max_steps=max_steps, per_device_train_batch_size=4,
         gradient_accumulation_steps=2, logging_steps=1, max_grad_norm=max_grad_norm, report_to=[],
         save_strategy="no", use_cpu=True, learning_rate=5e-2, disable_tqdm=True, bf16=bf16)
-    cb = GradwidgetCallback(**cb_options)
+    cb = cb or GradwidgetCallback(**cb_options)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[cb])
     trainer.train()
     logged = [h for h in trainer.state.log_history if "grad_norm" in h]
@@ -257,6 +296,29 @@ def test_gradient_panel_follows_a_callback_before_during_and_after_training():
     after = GradientPanel(cb)  # after training: the finished run
     assert after.run.n_steps == 3
     after.close()
+
+
+@pytest.mark.slow
+def test_gradient_panel_follows_a_hf_trainer_training_in_a_thread(tmp_path):
+    pytest.importorskip("transformers")
+    import threading
+
+    from gradwidget.integrations.transformers import GradwidgetCallback
+    from gradwidget.widget import GradientPanel
+
+    cb = GradwidgetCallback()
+    panel = GradientPanel(cb, max_rate=1e6)
+    seen = []
+    cb.on_step.append(lambda run: seen.append(threading.current_thread() is not threading.main_thread()))
+    result = {}
+    t = threading.Thread(target=lambda: result.update(zip(("cb", "logged"), hf_train(tmp_path, cb=cb))))
+    t.start()
+    t.join(timeout=240)
+    assert not t.is_alive() and result["cb"] is cb
+    assert seen == [True] * 4  # recorded in the training thread, one call per update
+    assert panel.run is cb.run and panel.run.n_steps == 4 and panel.push_count >= 2
+    assert not panel._is_live()
+    panel.close()
 
 
 def test_importing_gradwidget_imports_no_trainer_library():

@@ -403,6 +403,8 @@ class Recorder:
         a last backward no optimizer step consumed)."""
         if self._attached and self.optimizer is not None and self._zero_grad_wrapper is not None:
             self._record_unstepped()
+        if self._attached and self._dist is None:
+            self._finish_unstepped()
         for h in self._handles + self._grad_handles + self._graph_handles:
             h.remove()
         self._handles, self._grad_handles, self._graph_handles = [], [], []
@@ -428,11 +430,16 @@ class Recorder:
         ``gradwidget.integrations``) marks the step, not ``optimizer.step()`` (Lightning runs the
         backward inside ``optimizer.step(closure)``, after its pre-hooks). The update norm is still
         measured by the optimizer's post-hook."""
-        if self._snap_taken:  # the last step's optimizer.step() never ran (AMP skipped it)
-            self._snap_taken, self._snap_keep = False, []
-            self._finish_step()
+        self._finish_unstepped()
         self._pre_step(self.optimizer, (), {})
         self._in_step = False
+
+    def _finish_unstepped(self) -> None:
+        """Finish (write, tell on_step) a step ``record_step`` recorded whose ``optimizer.step()``
+        never ran (AMP skipped it, or training stopped): no update norm, none measured."""
+        if self._snap_taken:
+            self._snap_taken, self._snap_keep = False, []
+            self._finish_step()
 
     @property
     def attached(self) -> bool:
