@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -109,6 +110,47 @@ def test_hf_trainer_clipped_run_keeps_the_pre_clip_norm(tmp_path):
     np.testing.assert_allclose(run.scalar("global_norm"), trainer_norms, rtol=1e-5)
     np.testing.assert_allclose(layer_global_norm(run), 0.5, rtol=1e-4)  # what the optimizer saw
     assert run.meta["clipped_at"] == 0.5
+
+
+HF_DDP_WORKER = """
+import os, sys, torch, transformers
+from gradwidget.integrations.transformers import GradwidgetCallback
+torch.manual_seed(0)
+cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=16)
+g = torch.Generator().manual_seed(1)
+data = [{"input_ids": t, "labels": t} for t in torch.randint(0, 64, (64, 16), generator=g)]
+args = transformers.TrainingArguments(output_dir=sys.argv[1] + "/out", max_steps=3, per_device_train_batch_size=4,
+    gradient_accumulation_steps=2, logging_steps=1, max_grad_norm=0.5, report_to=[], save_strategy="no",
+    use_cpu=True, learning_rate=5e-2, disable_tqdm=True, ddp_backend="gloo")
+cb = GradwidgetCallback(log_dir=sys.argv[1] + "/run")
+trainer = transformers.Trainer(model=transformers.GPT2LMHeadModel(cfg), args=args, train_dataset=data, callbacks=[cb])
+trainer.train()
+logged = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
+print("RANK", os.environ["RANK"], cb.run is not None, logged)
+"""
+
+
+@pytest.mark.slow
+def test_hf_trainer_under_ddp_records_on_rank_0_with_the_averaged_pre_clip_norm(tmp_path):
+    """Two CPU processes (torchrun, gloo): rank 0 alone records and writes; its pre-clip norm is
+    the Trainer's logged grad_norm, taken after DDP averaged the gradients."""
+    pytest.importorskip("transformers")
+    import ast
+    import os
+
+    (tmp_path / "worker.py").write_text(HF_DDP_WORKER)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "worker.py",
+                          str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    ranks = {line.split()[1]: line for line in out.stdout.splitlines() if line.startswith("RANK")}
+    assert ranks["0"].split()[2] == "True" and ranks["1"].split()[2] == "False"  # only rank 0 holds a run
+    logged = ast.literal_eval(ranks["0"].split(" ", 3)[3])
+    run = load_run(tmp_path / "run")
+    assert run.n_steps == 3 and run.meta["distributed"]["world_size"] == 2
+    np.testing.assert_allclose(run.scalar("global_norm"), logged, rtol=1e-5)
 
 
 def test_callbacks_reject_unknown_options():

@@ -89,7 +89,12 @@ class GradwidgetCallback(TrainerCallback, TrainerRecording):
     def _on_grad(self, p) -> None:
         if not self._queued and _sync_step():
             self._queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+            torch.autograd.Variable._execution_engine.queue_callback(self._behind_ddp)
+
+    def _behind_ddp(self) -> None:
+        """Queue the norm once more, behind the end-of-backward callback DDP queues after ours
+        (it finishes the gradient all-reduce): the norm is then of the averaged gradients."""
+        torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
 
     def _end_of_backward(self) -> None:
         """The global norm after the step's last backward, before the Trainer clips (unscaled
