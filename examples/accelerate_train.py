@@ -11,6 +11,7 @@ recorded without graph breaks, under its own layer names (no ``_orig_mod.``).
 from __future__ import annotations
 
 import argparse
+import gc
 
 import torch
 from accelerate import Accelerator
@@ -38,6 +39,9 @@ def train(steps: int = 20, log_dir=None, compile: bool = False, accumulation: in
             optimizer.step()
             optimizer.zero_grad()
     rec.detach()
+    del model, optimizer
+    gc.collect()  # free the DDP wrapper before the process group goes (gloo may abort otherwise)
+    accelerator.end_training()  # destroys the process group under torchrun / accelerate launch
     return rec
 
 
