@@ -63,7 +63,8 @@ def test_optimizer_step_alone_records_nothing_without_step_hooks():
 
 
 # ---------------------------------------------------------------------- Hugging Face Trainer
-def hf_train(tmp_path, max_steps=4, max_grad_norm=1e9, bf16=False, cb=None, **cb_options):
+def hf_train(tmp_path, max_steps=4, max_grad_norm=1e9, bf16=False, cb=None, training_args=None, record=True,
+             **cb_options):
     transformers = pytest.importorskip("transformers")
     from gradwidget.integrations.transformers import GradwidgetCallback
 
@@ -76,9 +77,9 @@ def hf_train(tmp_path, max_steps=4, max_grad_norm=1e9, bf16=False, cb=None, **cb
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "out"), max_steps=max_steps, per_device_train_batch_size=4,
         gradient_accumulation_steps=2, logging_steps=1, max_grad_norm=max_grad_norm, report_to=[],
-        save_strategy="no", use_cpu=True, learning_rate=5e-2, disable_tqdm=True, bf16=bf16)
-    cb = cb or GradwidgetCallback(**cb_options)
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[cb])
+        save_strategy="no", use_cpu=True, learning_rate=5e-2, disable_tqdm=True, bf16=bf16, **(training_args or {}))
+    cb = (cb or GradwidgetCallback(**cb_options)) if record else None
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[cb] if cb else [])
     trainer.train()
     logged = [h for h in trainer.state.log_history if "grad_norm" in h]
     return cb, logged
@@ -154,6 +155,25 @@ def test_hf_trainer_under_ddp_records_on_rank_0_with_the_averaged_pre_clip_norm(
     run = load_run(tmp_path / "run")
     assert run.n_steps == 3 and run.meta["distributed"]["world_size"] == 2
     np.testing.assert_allclose(run.scalar("global_norm"), logged, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_hf_trainer_torch_compile_adds_no_graph_break(tmp_path):
+    """``TrainingArguments(torch_compile=True)``: the callback's hooks add no graph break to the
+    ones transformers' own code causes, and the run is exact."""
+    from torch._dynamo.utils import counters
+
+    compile_args = {"torch_compile": True, "torch_compile_backend": "aot_eager"}
+    breaks = []
+    for with_cb in (False, True):
+        torch._dynamo.reset()
+        counters.clear()
+        cb, logged = hf_train(tmp_path, max_steps=2, max_grad_norm=0.5, training_args=compile_args,
+                              record=with_cb)
+        breaks.append(dict(counters["graph_break"]))
+    assert breaks[1] == breaks[0], breaks
+    assert cb.run.n_steps == 2 and not any("_orig_mod" in n for n in cb.run.layer_names)
+    np.testing.assert_allclose(cb.run.scalar("global_norm"), [h["grad_norm"] for h in logged], rtol=1e-5)
 
 
 def test_callbacks_reject_unknown_options():
