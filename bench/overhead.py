@@ -7,7 +7,11 @@ machine load hits all of them alike; we report the median step time and its rati
 The naive recorder does what wandb.watch-style loggers do: per parameter ``.norm().item()`` (one
 host sync each) and ``torch.histc`` per tensor.
 
-    python bench/overhead.py [--blocks 6] [--steps 10]
+    python bench/overhead.py [--blocks 6] [--steps 10] [--trainer] [--compiled]
+
+``--trainer``: a Hugging Face ``Trainer`` step (tiny GPT-2, gradient accumulation 2, clipping on)
+with and without ``GradwidgetCallback``, interleaved. ``--compiled``: the transformer above under
+``torch.compile``, with and without a Recorder, with dynamo's graph and graph-break counts.
 """
 from __future__ import annotations
 
@@ -64,13 +68,120 @@ class NaiveRecorder:
         self.h.remove()
 
 
+def hf_trainer_ratio(blocks: int, steps: int) -> float:
+    """Median Trainer step (first micro-batch to step end) with / without the callback."""
+    import transformers
+    from transformers import TrainerCallback
+
+    from gradwidget.integrations.transformers import GradwidgetCallback
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.times, self._t = [], 0.0
+
+        def on_step_begin(self, args, state, control, **kw):
+            self._t = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.times.append(time.perf_counter() - self._t)
+
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=4, n_head=4, n_embd=128, vocab_size=2000, n_positions=64)
+    model = transformers.GPT2LMHeadModel(cfg)
+    g = torch.Generator().manual_seed(0)
+    data = [{"input_ids": t, "labels": t} for t in torch.randint(0, 2000, (64, 64), generator=g)]
+    times: dict[str, list[float]] = {"Trainer bare": [], "Trainer + GradwidgetCallback": []}
+    for blk in range(blocks):
+        order = list(times) if blk % 2 == 0 else list(reversed(times))
+        for name in order:
+            timer = StepTimer()
+            cbs = [timer] + ([GradwidgetCallback(histogram_every=10)] if "Gradwidget" in name else [])
+            args = transformers.TrainingArguments(
+                output_dir="/tmp/gw_bench_trainer", max_steps=steps + 1, per_device_train_batch_size=8,
+                gradient_accumulation_steps=2, logging_steps=10 ** 6, max_grad_norm=1.0, report_to=[],
+                save_strategy="no", use_cpu=True, disable_tqdm=True, learning_rate=1e-4)
+            transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=cbs).train()
+            times[name] += timer.times[1:]  # the first step sets the recorder up: not timed
+    n = sum(p.numel() for p in model.parameters())
+    ratio = _print_pair(f"HF Trainer: GPT-2 4 x d128 ({n / 1e6:.1f} M parameters), batch 8 x seq 64, "
+                        "accumulation 2, clipping at 1.0", times)
+    print(f"RATIO HF Trainer step with/without GradwidgetCallback = {ratio:.3f}")
+    return ratio
+
+
+def _print_pair(title: str, times: dict[str, list[float]]) -> float:
+    """Print the median step of each variant against the first; return the second's ratio."""
+    med = {k: statistics.median(v) for k, v in times.items()}
+    base, other = list(med)
+    print(f"{title} (n={len(times[base])} steps each)")
+    for k, v in med.items():
+        print(f"  {k:32s} {v * 1e3:10.1f}ms {v / med[base]:8.3f}x")
+    return med[other] / med[base]
+
+
+def compiled_ratio(blocks: int, steps: int, batch: int, seq: int, backend: str) -> float:
+    """Median step of two identical compiled transformers, one recorded (the Recorder built before
+    the first forward, so its hooks are in what dynamo traces), interleaved; dynamo's counters."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    g = torch.Generator().manual_seed(0)
+    data = [torch.randint(0, 2000, (batch, seq + 1), generator=g) for _ in range(8)]
+    loss_fn = nn.CrossEntropyLoss()
+    setups = {}
+    for name in ("compiled bare", "compiled + Recorder"):
+        model = make_model(d=128, layers=2)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        rec = Recorder(model, opt, histogram_every=10) if "Recorder" in name else None
+        setups[name] = (torch.compile(model, backend=backend), opt, rec)
+
+    def step(name, i):
+        compiled, opt, _ = setups[name]
+        b = data[i % len(data)]
+        opt.zero_grad(set_to_none=True)
+        loss_fn(compiled(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten()).backward()
+        opt.step()
+
+    for name in setups:
+        for i in range(2):  # compiles; the first step sets the recorder up: not timed
+            step(name, i)
+    times: dict[str, list[float]] = {name: [] for name in setups}
+    for blk in range(blocks):
+        order = list(times) if blk % 2 == 0 else list(reversed(times))
+        for name in order:
+            for i in range(steps):
+                t = time.perf_counter()
+                step(name, i)
+                times[name].append(time.perf_counter() - t)
+    breaks = sum(counters["graph_break"].values())
+    graphs = counters["stats"]["unique_graphs"]
+    rec = setups["compiled + Recorder"][2]
+    rec.detach()
+    ratio = _print_pair(f"torch.compile (backend {backend}): transformer 2 x d128, batch {batch} x seq {seq}, "
+                        f"two models; graph breaks {breaks}, graphs compiled {graphs}, recorded layers "
+                        f"named like {rec.run.layer_names[0]!r}", times)
+    print(f"RATIO compiled step with/without Recorder = {ratio:.3f}; graph breaks = {breaks}")
+    return ratio
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--blocks", type=int, default=6)
     ap.add_argument("--steps", type=int, default=10, help="steps per block")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--trainer", action="store_true", help="also: the HF Trainer step with/without the callback")
+    ap.add_argument("--compiled", action="store_true", help="also: a torch.compile'd model with/without a Recorder")
+    ap.add_argument("--compile-backend", default="inductor")
+    ap.add_argument("--only", action="store_true", help="run only the sections asked for with --trainer/--compiled")
     args = ap.parse_args()
+    if args.trainer:
+        hf_trainer_ratio(args.blocks, args.steps)
+    if args.compiled:
+        compiled_ratio(args.blocks, args.steps, args.batch, args.seq, args.compile_backend)
+    if args.only:
+        return
 
     model = make_model()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)

@@ -104,11 +104,44 @@ def _octave_bins(c: np.ndarray, nonzero: np.ndarray) -> np.ndarray:
     return out.astype(np.uint32)
 
 
+def _compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
+_COMPILED_PREFIX = "_orig_mod."
+
+
+def _clean_compiled(name: str) -> str:
+    """A parameter name without the ``_orig_mod.`` that ``torch.compile`` inserts for a compiled
+    submodule (``block._orig_mod.weight`` is ``block.weight``, as the user wrote it)."""
+    return name.replace("." + _COMPILED_PREFIX, ".").removeprefix(_COMPILED_PREFIX)
+
+
+def _unwrapped(model):
+    """The module a ``torch.compile`` wrapper compiles (its hooks and names are the user's)."""
+    while isinstance(model, nn.Module) and isinstance(getattr(model, "_orig_mod", None), nn.Module):
+        model = model._orig_mod
+    return model
+
+
+def _unwrapped_optimizer(optimizer):
+    """The torch optimizer inside a trainer's wrapper (accelerate's ``AcceleratedOptimizer``,
+    Lightning's ``LightningOptimizer``): its step hooks are the ones that run."""
+    for attr in ("optimizer", "_optimizer"):
+        inner = getattr(optimizer, attr, None)
+        if type(optimizer).__name__ in _OPTIMIZER_WRAPPERS and isinstance(inner, torch.optim.Optimizer):
+            return inner
+    return optimizer
+
+
+_OPTIMIZER_WRAPPERS = ("AcceleratedOptimizer", "LightningOptimizer")
+
+
 def _module_of(model: nn.Module, pname: str) -> tuple[str, str]:
     path = pname.rsplit(".", 1)[0] if "." in pname else ""
     try:
         mod = model.get_submodule(path) if path else model
-        return path, type(mod).__name__
+        return path, type(_unwrapped(mod)).__name__
     except AttributeError:
         return path, ""
 
@@ -253,13 +286,19 @@ class Recorder:
     DDP's averaged gradients are recorded on rank 0; FSDP shards are combined on rank 0 with one
     gather per recorded step. Only rank 0 writes ``log_dir`` and holds ``run`` (None elsewhere).
     See ``gradwidget.collect.distributed``.
+
+    ``step_hooks=False`` leaves ``optimizer.step()``'s pre-hook (and ``zero_grad``) alone: the caller
+    marks each step with ``record_step()`` (the trainer callbacks of ``gradwidget.integrations``).
+    A ``torch.compile``d model records as the module it compiles (names without ``_orig_mod.``;
+    no hook runs inside the compiled graph, so the backward-graph edges are not captured).
     """
 
     def __init__(self, model, optimizer=None, *, every: int = 1, histogram_every: int = 10,
                  max_steps: int | str | None = "auto", memory_budget: int = 256 << 20, thresholds=None,
                  log_dir=None, overwrite: bool = False,
                  track_updates: bool = True, update_every: int = 10, foreach_all: bool = False,
-                 trace_nonfinite: bool = True) -> None:
+                 trace_nonfinite: bool = True, step_hooks: bool = True) -> None:
+        model, optimizer = _unwrapped(model), _unwrapped_optimizer(optimizer)
         if not isinstance(model, nn.Module):
             raise TypeError(f"Recorder needs a torch.nn.Module, got {type(model).__name__}; "
                             "for other frameworks use gradwidget.ArrayRecorder")
@@ -302,7 +341,7 @@ class Recorder:
             raise ValueError(f"every parameter of {type(model).__name__} is frozen (requires_grad=False), "
                              "so there is no gradient to record: unfreeze the layers you train before "
                              "building the Recorder")
-        self._names = [n for n, _ in named]
+        self._names = [_clean_compiled(n) for n, _ in named]
         self._params = [p for _, p in named]
         self._pindex = {id(p): i for i, p in enumerate(self._params)}
         if optimizer is not None:
@@ -353,18 +392,23 @@ class Recorder:
             if p.requires_grad:
                 self._grad_handles.append(p.register_post_accumulate_grad_hook(self._make_grad_hook(i)))
         if optimizer is not None:
-            self._handles.append(optimizer.register_step_pre_hook(self._pre_step))
+            if step_hooks:
+                self._handles.append(optimizer.register_step_pre_hook(self._pre_step))
             self._handles.append(optimizer.register_step_post_hook(self._post_step))
-            if self._dist is None or not self._dist.sharded:
+            if step_hooks and (self._dist is None or not self._dist.sharded):
                 self._wrap_zero_grad()
         self._install_graph_capture()
         if trace_nonfinite:
             self._tracer = NonfiniteTracer(model)
 
     # ------------------------------------------------------------------ public
-    def log(self, loss=None, lr=None, step: int | None = None) -> None:
+    def log(self, loss=None, lr=None, step: int | None = None, global_norm=None) -> None:
         """Attach the loss (a tensor is fine: it is read once, at record time), a learning rate, or
-        your own step number to the next recorded step."""
+        your own step number to the next recorded step. ``global_norm``: the global gradient norm a
+        trainer computed before clipping it (kept instead of the norm of the clipped gradients, so
+        the explosion clipping hid stays visible)."""
+        if global_norm is not None:
+            self._pending["global_norm"] = _check_number("global_norm", global_norm)
         if loss is not None:
             self._pending["loss"] = _check_number("loss", loss)
         if lr is not None:
@@ -377,6 +421,8 @@ class Recorder:
         a last backward no optimizer step consumed)."""
         if self._attached and self.optimizer is not None and self._zero_grad_wrapper is not None:
             self._record_unstepped()
+        if self._attached and self._dist is None:
+            self._finish_unstepped()
         for h in self._handles + self._grad_handles + self._graph_handles:
             h.remove()
         self._handles, self._grad_handles, self._graph_handles = [], [], []
@@ -400,6 +446,23 @@ class Recorder:
         if exc_type is not None:
             self._stepped = True  # training failed: its last gradients are no skipped step to record
         self.detach()
+
+    def record_step(self) -> None:
+        """Record the gradients as they are now as one optimizer step, for a Recorder built with
+        ``step_hooks=False``: a trainer that says when it is about to step (the callbacks in
+        ``gradwidget.integrations``) marks the step, not ``optimizer.step()`` (Lightning runs the
+        backward inside ``optimizer.step(closure)``, after its pre-hooks). The update norm is still
+        measured by the optimizer's post-hook."""
+        self._finish_unstepped()
+        self._pre_step(self.optimizer, (), {})
+        self._in_step = False
+
+    def _finish_unstepped(self) -> None:
+        """Finish (write, tell on_step) a step ``record_step`` recorded whose ``optimizer.step()``
+        never ran (AMP skipped it, or training stopped): no update norm, none measured."""
+        if self._snap_taken:
+            self._snap_taken, self._snap_keep = False, []
+            self._finish_step()
 
     @property
     def attached(self) -> bool:
@@ -568,7 +631,11 @@ class Recorder:
         # total norm over the tensors that have a gradient, as clip_grad_norm_ computes it
         has_grad = ~np.isnan(values[_M["nonfinite"]])
         gn = values[_M["grad_norm"], has_grad].astype(np.float64)
-        global_norm = float(np.sqrt(np.sum(gn * gn))) if gn.size else float("nan")
+        global_norm = pend.get("global_norm")
+        if global_norm is None:
+            global_norm = float(np.sqrt(np.sum(gn * gn))) if gn.size else float("nan")
+        elif isinstance(global_norm, torch.Tensor):
+            global_norm = float(global_norm.detach().float().cpu())
         if self.run.n_steps and user_step <= self.run.steps[-1]:
             warnings.warn(f"gradwidget: step {user_step} does not increase (last was "
                           f"{int(self.run.steps[-1])}); recording it as {int(self.run.steps[-1]) + 1}")
@@ -669,6 +736,10 @@ class Recorder:
     def _start(self) -> None:
         """Fix the columns (depth order = reverse of gradient arrival) and create the Run."""
         arrived = self._arrival
+        if self._capturing and not (self._mod_in or self._mod_out):
+            # no forward hook ran outside a compiled graph (torch.compile): gradients arrived in the
+            # compiled backward's output order, not the graph's; the model's own order is closer
+            arrived = sorted(arrived, reverse=True)
         rank = {p: len(arrived) - 1 - k for k, p in enumerate(arrived)}  # depth rank
         keys, last = [], -0.5
         for i in range(len(self._params)):
@@ -827,6 +898,8 @@ class Recorder:
 
         def pre(name):
             def f(mod, args, kwargs=None):
+                if _compiling():  # reading grad_fn inside a compiled region breaks its graph
+                    return
                 if torch.is_grad_enabled() and self._capturing:
                     if name not in self._mod_in and self._order is None:
                         self._fwd_modules.append(name)
@@ -839,6 +912,8 @@ class Recorder:
 
         def post(name):
             def f(mod, args, output):
+                if _compiling():
+                    return
                 if torch.is_grad_enabled() and self._capturing:
                     outs = output if isinstance(output, (tuple, list)) else (output,)
                     for o in outs:
@@ -847,7 +922,7 @@ class Recorder:
             return f
 
         def root_done(mod, args, output):
-            if torch.is_grad_enabled() and self._mod_out:
+            if not _compiling() and torch.is_grad_enabled() and self._mod_out:
                 self._finish_capture()
 
         for name, m in owners.items():

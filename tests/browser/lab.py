@@ -77,33 +77,42 @@ def jupyter_lab(root_dir: Path, timeout: float = 180, app: str = "lab"):
     """Start ``jupyter lab`` (or ``jupyter notebook``, Notebook 7, with ``app="notebook"``) serving
     ``root_dir``; yield its base URL; stop it afterwards."""
     cls = APPS[app][0]
-    port = free_port()
     settings = root_dir / ".lab-settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True, exist_ok=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", JUPYTER_PLATFORM_DIRS="1")
-    cmd = [sys.executable, "-m", "jupyter", app, "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+    cmd = [sys.executable, "-m", "jupyter", app, "--no-browser", "--ip=127.0.0.1", "--port={port}",
            "--allow-root", "--ServerApp.token=", "--ServerApp.password=", f"--{cls}.expose_app_in_browser=True",
            f"--ServerApp.root_dir={root_dir}", "--ServerApp.open_browser=False",
            f"--{cls}.user_settings_dir={root_dir / '.lab-settings'}"]
     if app == "lab":
         cmd += ["--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
-    log_path = root_dir / "jupyter.log"
+    with serve(cmd, root_dir, env, "{base}/api/status", root_dir / "jupyter.log", timeout, f"jupyter {app}") as base:
+        yield base
+
+
+@contextmanager
+def serve(cmd: list[str], cwd: Path, env: dict, probe: str, log_path: Path, timeout: float, what: str):
+    """Run a server command on a free port (``cmd`` may contain ``{port}``), wait until ``probe``
+    (with ``{base}``) answers, yield the base URL, stop it afterwards."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    probe = probe.format(base=base)
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=root_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
-        base = f"http://127.0.0.1:{port}"
+        proc = subprocess.Popen([c.format(port=port) for c in cmd], cwd=cwd, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
         try:
             t0 = time.time()
             while True:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"jupyter {app} exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
+                    raise RuntimeError(f"{what} exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
                 try:
-                    with urllib.request.urlopen(f"{base}/api/status", timeout=2):
+                    with urllib.request.urlopen(probe, timeout=2):
                         break
                 except OSError:
                     if time.time() - t0 > timeout:
-                        raise TimeoutError(f"jupyter {app} did not answer at {base} within {timeout:.0f}s")
+                        raise TimeoutError(f"{what} did not answer at {base} within {timeout:.0f}s")
                     time.sleep(0.5)
             yield base
         finally:
