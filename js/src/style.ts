@@ -66,10 +66,17 @@ table.gw-health .gw-suggestion{max-width:320px;overflow:hidden;text-overflow:ell
 .gw-fallback.gw-show{display:block}
 `;
 
-export function installStyle(doc: Document): void {
-  if (doc.getElementById("gradwidget-style")) return;
+/** Put the panel's stylesheet where the element lives: the document's head, or the shadow root a
+ *  front end renders widgets into (marimo), which a stylesheet in the head never reaches. Once per
+ *  root. */
+export function installStyle(el: Node): void {
+  const root = el.getRootNode();
+  const isShadow = typeof ShadowRoot !== "undefined" && root instanceof ShadowRoot;
+  const doc = el.ownerDocument ?? document;
+  const where: ParentNode = isShadow ? (root as ShadowRoot) : doc.head;
+  if (where.querySelector("#gradwidget-style")) return;
   const s = doc.createElement("style");
   s.id = "gradwidget-style";
   s.textContent = CSS;
-  doc.head.append(s);
+  where.append(s);
 }

@@ -64,11 +64,11 @@ export class PanelView {
   private disposed = false;
 
   constructor(private model: PanelModel, private el: HTMLElement) {
-    installStyle(document);
     this.table = new HealthTable((i) => this.selectLayer(i, true));
     this.dom = buildSkeleton(this.table);
     this.diagnoses = new DiagnosesList(this.dom.diagnoses, (d) => this.pickDiagnosis(d));
     el.append(this.dom.root);
+    installStyle(el);  // where the element lives: the document, or a front end's shadow root
     this.theme = readTheme(this.dom.root);
     this.bind();
     this.loadAll();
