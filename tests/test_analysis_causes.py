@@ -65,3 +65,12 @@ def test_a_summed_loss_is_named_and_its_symptom_folded():
     top = rep.recommendations[0]
     assert top.cause == "loss_scale" and top.priority == "Critical"
     assert any(x.startswith("nonfinite") for x in top.explains) and "reduction='mean'" in top.action
+
+
+def test_a_trainer_that_already_clips_is_not_told_to_clip():
+    swings = np.where(np.arange(T) % 2, 10.5, 0.01)
+    run = synth(np.full((T, 2), 0.1), loss=swings)
+    assert "clip_grad_norm_" in analyze(run).recommendations[0].action
+    run.meta["clipped_at"] = 1.0                        # written by the trainer callbacks
+    action = analyze(run).recommendations[0].action
+    assert "already clips at 1" in action and "clip_grad_norm_" not in action

@@ -344,6 +344,16 @@ def _typical_norm(run) -> str:
     return f"{np.median(g[: max(1, g.size // 4)]):.3g}" if g.size else "the typical global norm"
 
 
+def _clip_text(run) -> str:
+    """Clipping advice, unless the trainer already clips (``run.meta["clipped_at"]``, written by the
+    trainer callbacks): then its threshold is what to revisit."""
+    at = run.meta.get("clipped_at") if isinstance(run.meta, dict) else None
+    if at is not None:
+        return f"the trainer already clips at {at:g}: that hides the explosion, it does not fix it"
+    return (f"clip the global gradient norm (torch.nn.utils.clip_grad_norm_(model.parameters(), "
+            f"max_norm≈{_typical_norm(run)}))")
+
+
 def action_for(c: Cause, run, arch: Architecture) -> str:
     """The one change to make for a cause, aware of what the model already has (a network with
     normalisation is never told to add it, a residual one never told to add skips)."""
@@ -376,8 +386,7 @@ def action_for(c: Cause, run, arch: Architecture) -> str:
                 "channel (e.g. torchvision's Normalize, or x = (x - mean) / std)")
     if k == "lr_too_high":
         warm = " with a warmup of a few hundred steps" if arch.has_attention else ""
-        return (f"lower the learning rate about 10x{_lr_text(run)}{warm}, and clip the global gradient norm "
-                f"(torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm≈{_typical_norm(run)}))")
+        return f"lower the learning rate about 10x{_lr_text(run)}{warm}; {_clip_text(run)}"
     if k == "not_in_optimizer":
         return ("add these parameters to the optimizer: create it from model.parameters() after every module "
                 "exists (or add them with optimizer.add_param_group)")
@@ -400,8 +409,7 @@ def action_for(c: Cause, run, arch: Architecture) -> str:
         if not arch.has_norm:
             return ("re-initialise with the default (Kaiming/Xavier) scale, and add normalisation "
                     "(BatchNorm/LayerNorm) between the layers; clip the gradient norm meanwhile")
-        return (f"clip the global gradient norm (clip_grad_norm_, max_norm≈{_typical_norm(run)}) and check the "
-                "initialisation scale of these layers")
+        return f"check the initialisation scale of these layers; {_clip_text(run)}"
     if k == "vanishing":
         if not arch.has_residual:
             return ("add residual (skip) connections across the starved layers, and use ReLU/GELU with Kaiming "
