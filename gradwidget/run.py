@@ -63,16 +63,21 @@ class LayerInfo:
     backward_index: int = -1
     #: "trainable", "frozen" (requires_grad=False) or "unused" (trainable but never got a gradient).
     status: str = "trainable"
+    #: the other names this very tensor has in the model (tied weights: GPT-2's ``lm_head.weight`` is
+    #: ``transformer.wte.weight``); it is recorded once, under ``name``, with the gradient of every use.
+    tied: tuple = ()
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["shape"] = list(self.shape)
+        d["tied"] = list(self.tied)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "LayerInfo":
         d = dict(d)
         d["shape"] = tuple(d.get("shape", ()))
+        d["tied"] = tuple(d.get("tied", ()))
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 

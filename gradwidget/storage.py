@@ -408,6 +408,9 @@ def _layer_problem(j: int, d) -> str | None:
     for key, typ in _LAYER_FIELDS.items():
         if key in d and not (_is_int(d[key]) if typ is int else isinstance(d[key], typ)):
             return f"layers[{j}] ({d['name']}) has {key}={d[key]!r:.40}, expected {typ.__name__}"
+    tied = d.get("tied", [])
+    if not isinstance(tied, list) or not all(isinstance(x, str) for x in tied):
+        return f"layers[{j}] ({d['name']}) has tied={tied!r:.40}, expected a list of names"
     if d.get("numel", 0) < 0:
         return f"layers[{j}] ({d['name']}) has a negative numel {d['numel']}"
     shape = d.get("shape", [])

@@ -364,3 +364,28 @@ def test_sparse_embedding_gradients_equal_the_dense_ones():
     assert (sparse_run.metric("zero_frac")[:, 0] > 0.5).all()  # most embedding rows get no gradient
     assert sparse_run.hist.shape[0] == 4 and sparse_run.hist.sum() > 0
     np.testing.assert_array_equal(sparse_run.hist, dense_run.hist)
+
+
+def test_tied_weights_are_recorded_once_and_marked():
+    """GPT-2 ties lm_head.weight to transformer.wte.weight: one tensor, recorded once under its
+    first name, with its other name marked (saved and loaded with the run)."""
+    transformers = pytest.importorskip("transformers")
+    from gradwidget import load_run
+
+    cfg = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32, n_positions=16)
+    model = transformers.GPT2LMHeadModel(cfg)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with Recorder(model, opt, histogram_every=0) as rec:
+        x = torch.randint(0, 32, (2, 8))
+        opt.zero_grad()
+        model(x, labels=x).loss.backward()
+        opt.step()
+    run = rec.run
+    (wte,) = [l for l in run.layers if l.name == "transformer.wte.weight"]
+    assert wte.tied == ("lm_head.weight",) and "lm_head.weight" not in run.layer_names
+    assert all(l.tied == () for l in run.layers if l is not wte)
+    run.save(tmp := __import__("tempfile").mkdtemp() + "/r")
+    assert [l for l in load_run(tmp).layers if l.name == "transformer.wte.weight"][0].tied == ("lm_head.weight",)
+    from gradwidget import analyze
+    t = analyze(run).layers.set_index("layer")
+    assert t.loc["transformer.wte.weight", "tied"] == "lm_head.weight"

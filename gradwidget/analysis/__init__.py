@@ -146,6 +146,7 @@ def _layers_table(run: Run, s: stats.Series, fl: pd.DataFrame, hl: pd.DataFrame,
         "module_type": [l.module_type for l in run.layers],
         "numel": [int(l.numel) for l in run.layers],
         "status": [l.status for l in run.layers],
+        "tied": [", ".join(l.tied) for l in run.layers],  # its other names (tied weights)
         "health": hl["health"].to_numpy(),
         "risk": hl["risk"].to_numpy(),
         "grad_norm_median": s.stat("grad_norm", "median"),

@@ -146,6 +146,16 @@ def _module_of(model: nn.Module, pname: str) -> tuple[str, str]:
         return path, ""
 
 
+def _tied_names(model: nn.Module, params: list) -> dict[int, tuple[str, ...]]:
+    """For each recorded tensor that the model holds under more than one name (tied weights), its
+    other names: ``named_parameters`` lists a shared tensor once, under its first name."""
+    seen: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        seen.setdefault(id(p), []).append(_clean_compiled(name))
+    ids = {id(p) for p in params}
+    return {k: tuple(v[1:]) for k, v in seen.items() if k in ids and len(v) > 1}
+
+
 def _count_arg(name: str, value, minimum: int, also: str = "") -> int:
     """An int option, checked up front so a bad value fails here, not inside a training hook
     (a bool is an int to Python, but never what was meant)."""
@@ -343,6 +353,7 @@ class Recorder:
                              "building the Recorder")
         self._names = [_clean_compiled(n) for n, _ in named]
         self._params = [p for _, p in named]
+        self._tied = _tied_names(model, self._params)
         self._pindex = {id(p): i for i, p in enumerate(self._params)}
         if optimizer is not None:
             opt_params = [p for g in optimizer.param_groups for p in g["params"]]
@@ -765,7 +776,8 @@ class Recorder:
                 name, mod = clean_name(name), clean_name(mod)
             layers.append(LayerInfo(name=name, module=mod, module_type=mtype, shape=shape,
                                     numel=math.prod(shape), dtype=str(p.dtype).replace("torch.", ""),
-                                    backward_index=arrived.index(i) if i in rank else -1, status=status))
+                                    backward_index=arrived.index(i) if i in rank else -1, status=status,
+                                    tied=self._tied.get(id(p), ())))
         if self._dist is not None and not self._dist.is_writer:
             self.run = None  # sharded, not rank 0: partial sums go to rank 0, which records
         else:
