@@ -247,8 +247,9 @@ def _weights_html(report, run: Run) -> str:
         if hasattr(getattr(w, "layers", None), "to_html"):
             parts.append(_frame_html(w.layers))
     drift = getattr(report, "weight_drift", None)
-    if drift is not None:
-        parts.append(_kv_html(drift, "Update / weight drift"))
+    if drift is not None:  # an empty "affected layers" line says nothing on a healthy run
+        parts.append(_kv_html({k: v for k, v in vars(drift).items() if not (k == "affected_layers" and not v)},
+                              "Update / weight drift"))
     if run.n_steps and np.isfinite(run.metric("weight_norm")).any():
         idx = [run.layer_index(n) for n in worst_layers(report, 6)] or list(range(min(6, run.n_layers)))
         parts.append(_img(plots.weight_plot(run, layers=idx), "weight health"))

@@ -83,7 +83,7 @@ class Drift:
     source: str              #: "snapshots" (weights vs previous) or "recorded updates" (update/weight per step)
     mean_drift: float
     max_drift: float
-    severity: str            #: Minimal / Low / Medium / High; NonFinite when a layer's drift is NaN/Inf
+    severity: str            #: Minimal / Normal / High; NonFinite when a layer's drift is NaN/Inf
     affected_layers: list[str]
 
 
@@ -249,15 +249,15 @@ def _g(x) -> str:
 
 
 def _drift_severity(x: float, t: Thresholds) -> str:
-    """Minimal below ``update_ratio_low``, Low up to the band's geometric middle, Medium up to
-    ``update_ratio_high``, High above; NonFinite for NaN/Inf (diverged weights are not a small drift)."""
+    """Minimal below ``update_ratio_low`` (updates barely move the weights), Normal inside the
+    healthy band, High above ``update_ratio_high``; NonFinite for NaN/Inf (diverged weights are not a
+    small drift). The original crate split the healthy band into Low and Medium, which read as a
+    problem on every healthy run ("severity Medium, affected layers none")."""
     if not np.isfinite(x):
         return "NonFinite"
     if x < t.update_ratio_low:
         return "Minimal"
-    if x <= np.sqrt(t.update_ratio_low * t.update_ratio_high):
-        return "Low"
-    return "Medium" if x <= t.update_ratio_high else "High"
+    return "Normal" if x <= t.update_ratio_high else "High"
 
 
 def drift_between(weights: dict, previous: dict, thresholds=None) -> Drift:
