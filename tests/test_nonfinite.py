@@ -456,3 +456,6 @@ def test_the_origin_is_marked_on_the_panel_heatmap_at_its_module_and_step():
     run.nonfinite_origin = NonfiniteOrigin("block.1", 4, "forward")
     meta, _ = heat_view(run, "mean_abs", 64)
     assert meta["origin"] == {"step": 4, "row": 0, "module": "block.1", "phase": "forward"}
+    table = analyze(run).layers                           # and in the health table, on the same row
+    assert table["origin"].tolist()[0].startswith("first NaN/Inf made here: block.1 (forward, step 4)")
+    assert table["origin"].tolist()[1:] == ["", ""]

@@ -136,6 +136,13 @@ def _as_weights(w, what: str):
 def _layers_table(run: Run, s: stats.Series, fl: pd.DataFrame, hl: pd.DataFrame, recs) -> pd.DataFrame:
     """The health table: one row per layer; ``cause`` and ``suggestion`` are the top-ranked
     diagnosis naming the layer and its action."""
+    from .nonfinite import origin_layer
+
+    o = run.nonfinite_origin
+    row = origin_layer(run, o) if o is not None else None
+    origin = ["" for _ in run.layer_names]
+    if row is not None:
+        origin[row] = f"first NaN/Inf made here: {o.module} ({o.phase}, step {o.step})"
     top: dict[str, tuple[str, str]] = {}
     for r in recs:  # ranked: the first per layer is its top diagnosis
         for n in r.layers:
@@ -162,5 +169,6 @@ def _layers_table(run: Run, s: stats.Series, fl: pd.DataFrame, hl: pd.DataFrame,
         "direction": fl["direction"].to_numpy(),
         "flags": hl["flags"].to_numpy(),
         "cause": [top.get(n, ("", ""))[0] for n in run.layer_names],
+        "origin": origin,  # the row standing for where the first NaN/Inf was made
         "suggestion": [top.get(n, ("", ""))[1] for n in run.layer_names],
     })
