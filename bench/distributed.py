@@ -119,7 +119,7 @@ def worker(args) -> None:
             if args.fsdp:
                 from gradwidget.collect.distributed import bytes_per_step
 
-                print(f"one gather per recorded step: {bytes_per_step(n_tensors, False)} B per rank, "
+                print(f"two reduces per recorded step: {bytes_per_step(n_tensors, False)} B per rank, "
                       f"{bytes_per_step(n_tensors, True)} B on histogram steps")
             blk_ratio = {k: statistics.median(
                 statistics.median(times[k][b * args.steps:(b + 1) * args.steps])

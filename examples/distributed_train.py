@@ -7,7 +7,7 @@ Launch on CPU with gloo (no GPU needed):
 
 Every rank builds the same ``Recorder(model, optimizer, log_dir=...)``; gradwidget detects the
 process group. Under DDP rank 0 records the averaged gradients and the other ranks do nothing;
-under FSDP every rank contributes partial sums of its shards (one gather per recorded step) and
+under FSDP every rank contributes partial sums of its shards (two reduces per recorded step) and
 rank 0 records the statistics of the unsharded model. Only rank 0 writes the run directory.
 
 While it trains, follow the run from a notebook:

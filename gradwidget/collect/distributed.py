@@ -17,15 +17,17 @@ Two modes:
     for every statistic): sum of squares, sum of |g|, max |g|, count of zeros, sum, count of
     non-finite entries, a has-a-gradient flag, the weight's and the update's sums of squares and,
     on histogram steps, octave-bin counts. These ``9`` (+ ``N_BINS``) float64 numbers per layer are
-    packed into one tensor and sent to rank 0 with a single ``gather``. Rank 0 sums the partials
-    over ranks (max |g|: the max over ranks; maxima do not add, which is why the partials are
-    gathered rather than all-reduced) and forms the statistics with the unsharded element counts,
-    so norms, means, std and zero fractions equal those of the unsharded model.
+    packed into one tensor and combined into rank 0 by two reduces: a SUM over the packed tensor
+    and a MAX over its max |g| column (maxima do not add). Rank 0 forms the statistics with the
+    unsharded element counts, so norms, means, std and zero fractions equal those of the unsharded
+    model.
 
-    Bytes per recorded step: every rank sends ``8 * L * (9 + N_BINS * h)`` bytes (``L`` layers,
-    ``h`` = 1 on histogram steps, else 0); rank 0 receives ``world_size - 1`` such messages. With an
-    optimizer and update norms on, the gather runs after ``optimizer.step()`` (in the step post-hook)
-    so the update's partials ride in the same message: still one collective per recorded step.
+    Cost per recorded step (``L`` layers, ``h`` = 1 on histogram steps, else 0): 2 collectives;
+    every rank contributes ``8 * L * (10 + N_BINS * h)`` bytes (``bytes_per_step``). A reduce is
+    combined along the backend's ring or tree, so what reaches rank 0 is one such message whatever
+    the number of ranks (the gather this replaced brought ``world_size - 1`` of them to rank 0). With
+    an optimizer and update norms on, the reduces run after ``optimizer.step()`` (in the step
+    post-hook) so the update's partials ride in the same messages.
 
 Only rank 0 writes the run directory and holds the recorded ``Run``; on the other ranks
 ``recorder.run`` is ``None``.
@@ -79,8 +81,9 @@ def type_name(module: nn.Module) -> str:
 
 
 def bytes_per_step(n_layers: int, with_hist: bool) -> int:
-    """Bytes each rank sends to rank 0 for one recorded step in sharded mode."""
-    return 8 * n_layers * (len(PARTIALS) + (N_BINS if with_hist else 0))
+    """Bytes each rank contributes to the reduces of one recorded step in sharded mode: the packed
+    partials (SUM) and their max |g| column again (MAX)."""
+    return 8 * n_layers * (len(PARTIALS) + 1 + (N_BINS if with_hist else 0))
 
 
 def _is_dtensor(t) -> bool:
@@ -268,25 +271,25 @@ class DistContext:
         owned = self._owned[update_cols]
         P[update_cols[owned], _P["update_sumsq"]] = sq[owned]
 
-    def gather(self, P: np.ndarray) -> np.ndarray | None:
-        """The one collective per recorded step: every rank's packed partials to rank 0. Returns the
-        ``(world_size, *P.shape)`` stack on rank 0, None elsewhere."""
+    def reduce(self, P: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The recorded step's two collectives: every rank's packed partials summed into rank 0, and
+        their max |g| column maxed. Returns ``(sums, maxima)`` on rank 0, None elsewhere."""
         t = torch.from_numpy(np.ascontiguousarray(P)).to(self._comm_device)
-        out = [torch.empty_like(t) for _ in range(self.world_size)] if self.is_writer else None
-        dist.gather(t, out, dst=dist.get_global_rank(self.group, 0) if self.group is not None else 0,
-                    group=self.group)
-        self.collectives += 1
-        self.bytes_sent += t.numel() * t.element_size()
+        m = t[:, _P["max"]].clone()
+        dst = dist.get_global_rank(self.group, 0) if self.group is not None else 0
+        dist.reduce(t, dst=dst, op=dist.ReduceOp.SUM, group=self.group)
+        dist.reduce(m, dst=dst, op=dist.ReduceOp.MAX, group=self.group)
+        self.collectives += 2
+        self.bytes_sent += (t.numel() + m.numel()) * t.element_size()
         if not self.is_writer:
             return None
-        return torch.stack(out).cpu().numpy()
+        return t.cpu().numpy(), m.cpu().numpy()
 
-    def statistics(self, stacked: np.ndarray, update_cols: np.ndarray | None,
+    def statistics(self, S: np.ndarray, mx: np.ndarray, update_cols: np.ndarray | None,
                    measured_update: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        """Sum (max for max |g|) the ranks' partials and form the recorder's ``(METRICS, L)`` values
-        and ``(L, N_BINS)`` histogram with the unsharded element counts."""
-        S = stacked.sum(axis=0)
-        mx = stacked[:, :, _P["max"]].max(axis=0)
+        """The recorder's ``(METRICS, L)`` values and ``(L, N_BINS)`` histogram from the partials
+        summed over ranks (``S``) and the largest |g| over ranks (``mx``), with the unsharded
+        element counts."""
         L = S.shape[0]
         out = np.full((len(METRICS), L), np.nan, np.float32)
         n = self._numel

@@ -725,11 +725,11 @@ class Recorder:
 
     def _end_sharded_step(self) -> None:
         st, self._dist_step = self._dist_step, None
-        stacked = self._dist.gather(st["partials"])
-        if stacked is None:
+        reduced = self._dist.reduce(st["partials"])
+        if reduced is None:
             self._trace_origin(None)  # this rank's own origin, posted for rank 0
             return  # not rank 0: rank 0 records and writes
-        values, hist = self._dist.statistics(stacked, getattr(self, "_update_cols", None), st["measure"])
+        values, hist = self._dist.statistics(*reduced, getattr(self, "_update_cols", None), st["measure"])
         self._append_step(st["step_no"], st["pend"], values, hist)
         self._trace_origin(values)
         self._finish_step()
