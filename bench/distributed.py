@@ -6,9 +6,9 @@ load hits all of them alike; rank 0 reports the median step time and its ratio t
 rank 0 does the recording work while rank 1 does none, so rank 0's extra work shows up as the
 other rank waiting at the next all-reduce: the step time of both.
 
-    python bench/distributed.py [--blocks 6] [--steps 10] [--fsdp]
+    python bench/distributed.py [--blocks 6] [--steps 10] [--fsdp] [--nproc 2]
 
-(it starts its two processes itself; under torchrun it acts as one of them).
+(it starts its processes itself; under torchrun it acts as one of them).
 """
 from __future__ import annotations
 
@@ -142,14 +142,14 @@ def worker(args) -> None:
         dist.destroy_process_group()
 
 
-def launch(argv: list[str]) -> int:
-    """Start two worker processes with the rendezvous environment torchrun would give them."""
+def launch(argv: list[str], nproc: int = 2) -> int:
+    """Start ``nproc`` worker processes with the rendezvous environment torchrun would give them."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = []
-    for r in range(2):
-        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+    for r in range(nproc):
+        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
         procs.append(subprocess.Popen([sys.executable, __file__, *argv], env=env))
     try:
@@ -168,11 +168,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8, help="sequences per rank")
     ap.add_argument("--seq", type=int, default=32)
     ap.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard instead of DDP")
+    ap.add_argument("--nproc", type=int, default=2, help="gloo processes to start (2, 4, 8: how cost grows)")
     args = ap.parse_args()
     if "RANK" in os.environ:
         worker(args)
     else:
-        sys.exit(launch(sys.argv[1:]))
+        sys.exit(launch(sys.argv[1:], args.nproc))
 
 
 if __name__ == "__main__":
