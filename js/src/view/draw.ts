@@ -191,7 +191,8 @@ function drawBottom(v: PanelView, width: number, dpr: number, step: number): voi
   // the layer's series from the kernel, unless every layer's newest histogram is newer and nearer
   const allStep = meta.hist_all_step ?? -1;
   const stale = det.histSteps.length > 0 && allStep > det.histSteps[det.histSteps.length - 1] && step >= allStep;
-  if (v.layer < 0) note = "select a layer (table row or heatmap row)";
+  if (v.comparing) note = "a comparison shows no histograms: open each run in its own panel";
+  else if (v.layer < 0) note = "select a layer (table row or heatmap row)";
   else if (det.histLayer === v.layer && det.histSteps.length && nb && !(stale && newest)) {
     const i = nearestIndex(det.histSteps, step);
     hstep = det.histSteps[i];
