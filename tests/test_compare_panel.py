@@ -136,6 +136,38 @@ def test_a_live_recorder_against_a_saved_baseline(tmp_path):
         p.close()
 
 
+def test_a_panel_training_a_torch_model_is_the_later_run_and_updates_the_comparison(tmp_path):
+    torch = pytest.importorskip("torch")
+    from gradwidget import Recorder
+
+    def train(model, opt, steps, rec):
+        for _ in range(steps):
+            opt.zero_grad()
+            model(torch.randn(8, 4)).pow(2).mean().backward()
+            opt.step()
+            rec.log(loss=1.0)
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with Recorder(model, opt, log_dir=tmp_path / "baseline") as rec:
+        train(model, opt, 12, rec)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    live = GradientPanel(model, opt)              # the training now
+    q = GradientPanel.compare(tmp_path / "baseline", live)
+    try:
+        assert q.recorder is live.recorder and q.labels == [str(tmp_path / "baseline"), "run 2"]
+        train(model, opt, 5, live.recorder)
+        q.flush()
+        assert q.meta["rows"] == 4 and q.meta["missing"] == [] and q.run.n_steps == 5
+        assert np.isfinite(_grid(q, "heat_b")[:, :5]).all()
+        assert {r["layer"] for r in q.table} == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    finally:
+        q.close()
+        live.detach()
+        live.close()
+
+
 def test_bad_comparisons_are_clear_errors():
     a = _run(["l0"], range(5), 1e-3)
     with pytest.raises(ValueError, match="mode must be one of"):
@@ -146,3 +178,31 @@ def test_bad_comparisons_are_clear_errors():
         GradientPanel.compare(Run(["l0"]), a)
     with pytest.raises(TypeError, match="Runs or run directories"):
         GradientPanel.compare(42, a)
+
+
+@pytest.mark.slow
+def test_an_executed_notebook_exports_the_comparison_offline(monkeypatch):
+    """nbclient runs a notebook showing a comparison (widget state saved, as `--execute` does); the
+    gradwidget exporter keeps its static copy: the comparison's figures and its layer table."""
+    import os
+    import re
+    from pathlib import Path
+
+    from nbclient import NotebookClient
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from gradwidget.export import export_html
+
+    root = Path(__file__).resolve().parents[1]
+    nb = new_notebook(cells=[new_code_cell(
+        "import numpy as np\nfrom gradwidget import GradientPanel\nfrom gradwidget.collect.arrays import ArrayRecorder\n"
+        "def run(v):\n    rec = ArrayRecorder()\n    for s in range(20):\n"
+        "        rec.record(s, {'a': np.full(4, v), 'b': np.full(4, v)})\n    return rec.run\n"
+        "GradientPanel.compare(run(1e-9), run(1e-2), labels=['before', 'after'])")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    NotebookClient(nb, timeout=180, kernel_name="python3").execute()
+    html = export_html(nb)
+    tags = [t for t in re.findall(r"<img\b[^>]*>", html) if 'class="gradwidget-panel-image"' in t]
+    assert len(tags) == 1 and "data:image/png;base64," in tags[0]
+    assert "health (before)" in html and "health (after)" in html

@@ -81,7 +81,7 @@ class PanelSync(PanelBase):
             meta, arrays = P.empty_view(self.metric, len(getattr(self.recorder, "_names", []) or []))
             return {**empty, "meta": meta}
         meta, arrays = P.heat_view(run, self.metric, self.columns)
-        values = {**empty, "meta": meta, **arrays}
+        values: dict = {**empty, "meta": meta, **arrays}
         if run.n_steps:
             step = int(run.steps[-1]) if self.follow else self._snap(self.step)
             layer = self.layer if 0 <= self.layer < run.n_layers else self._default_layer(run)
