@@ -18,6 +18,8 @@ from .protocol import COMPARE_MODES
 from .table import diagnoses_from_report
 from .widget import GradientPanel
 
+#: lines of the comparison's verdict shown as the panel's message.
+VERDICT_LINES = 3
 _EMPTY = ("heat", "flags", "heat_b", "flags_b", "diff", "col_steps", "loss", "hist_all", "detail", "hists",
           "hist_steps")
 
@@ -80,6 +82,9 @@ class ComparisonPanel(GradientPanel):
         later = run if run is not None and run.n_steps else Run(self._base.layer_names)
         meta, arrays = CV.compare_view(self._base, later, self.metric, self.columns, self._labels)
         self._names = [x["name"] for x in meta["layers"]]
+        cmp = self._comparison
+        if cmp is not None and run is not None and self._comparison_version == run.version:
+            meta.update(self._verdict_message(cmp))
         values.update(arrays, meta=meta, detail_step=-1, hist_layer=-1)
         steps = arrays["col_steps"]
         if len(steps):
@@ -137,7 +142,15 @@ class ComparisonPanel(GradientPanel):
                 return
             self._comparison, self._comparison_version = cmp, snap.version
             self._analysed_version = snap.version
-            self._set({"table": rows, "diagnoses": diagnoses, "static_html": html})
+            values: dict = {"table": rows, "diagnoses": diagnoses, "static_html": html}
+            if self.meta.get("version") == snap.version:  # the verdict goes with the heatmaps it is about
+                values["meta"] = {**self.meta, **self._verdict_message(cmp)}
+            self._set(values)
+
+    @staticmethod
+    def _verdict_message(cmp: Comparison) -> dict:
+        """The verdict's first lines as the panel's message (what changed, in words)."""
+        return {"message": " · ".join(cmp.verdict[:VERDICT_LINES]), "level": "info"}
 
     def _refresh_static(self) -> None:
         """``static_png``: the comparison's figures (both heatmaps on one scale, the difference map)."""
