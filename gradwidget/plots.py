@@ -189,6 +189,14 @@ def color_scale(run: Run, metric: str = "grad_norm") -> tuple[float, float]:
     return color_range(full.metric(metric)) if full.n_steps else (0.0, 1.0)
 
 
+def shared_scale(runs: Sequence[Run], metric: str = "grad_norm") -> tuple[float, float]:
+    """One log10 colour range over every step of several runs (a comparison: equal colours mean
+    equal values in every run's heatmap)."""
+    _check_metric(metric)
+    full = [r.with_history() for r in runs]
+    return color_range(np.concatenate([r.metric(metric).ravel() for r in full if r.n_steps] or [np.zeros(0)]))
+
+
 def cell_colors(run: Run, metric: str = "grad_norm", scale: tuple[float, float] | None = None) -> np.ndarray:
     """RGBA ``(steps, layers, 4)``: viridis on log10(metric) over ``scale``, then the marks."""
     _check_metric(metric)
@@ -277,6 +285,33 @@ def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, a
 DIFF_CMAP = "RdBu_r"
 
 
+def diff_limit(log_ratio: np.ndarray) -> float:
+    """The difference map's symmetric range in decades: the 99th percentile of |log10 ratio| (at
+    least 0.1, so noise around no change stays pale); the live panel sends it as ``meta.diff_max``."""
+    v = np.abs(np.asarray(log_ratio, np.float64))
+    v = v[np.isfinite(v)]
+    return float(max(np.percentile(v, 99), 0.1)) if v.size else 1.0
+
+
+def comparison_figure(cmp, metric: str = "grad_norm", label: str | None = None) -> Figure:
+    """The comparison panel's static image: the first run's and a later run's heatmaps on one colour
+    scale, then the difference map (log10 ratio of ``metric`` where it has one, else grad_norm)."""
+    from .compare import RATIO_METRICS
+
+    label = cmp.labels[1] if label is None else label
+    runs = [cmp.runs[0], cmp.runs[cmp.labels.index(label)]]
+    scale = shared_scale(runs, metric)
+    n = max(r.n_layers for r in runs)
+    fig = Figure(figsize=(9, 3 * (0.8 + 0.16 * min(max(n, 4), 40))), layout="constrained")
+    axes = fig.subplots(3, 1)
+    for ax, lab, r in zip(axes, (cmp.labels[0], label), runs):
+        flow_heatmap(r, metric, ax=ax, scale=scale, legend=False, title=f"{lab}: {metric_label(metric)} (one scale)")
+    dm = metric if metric in RATIO_METRICS else "grad_norm"
+    difference_heatmap(cmp.log_ratio(dm, label), f"{label} vs {cmp.labels[0]}: log10 ratio of {metric_label(dm)}",
+                       ax=axes[2])
+    return fig
+
+
 def difference_heatmap(ratio, title: str = "", ax=None, max_decades: float | None = None) -> Figure:
     """Layers x steps map of log10(later / first) from ``Comparison.log_ratio``: a diverging colour
     scale centred on 0 (white: no change), symmetric, clipped at the 99th percentile of |change|
@@ -286,8 +321,10 @@ def difference_heatmap(ratio, title: str = "", ax=None, max_decades: float | Non
         _empty(ax, "no common steps with a value in both runs")
         return fig
     v = ratio.to_numpy(np.float64)
-    lim = max_decades or float(max(np.nanpercentile(np.abs(v), 99), 0.1))
-    cmap = colormaps[DIFF_CMAP].with_extremes(bad="0.8")
+    lim = max_decades or diff_limit(v)
+    from .panel.protocol import DIFF_NODATA
+
+    cmap = colormaps[DIFF_CMAP].with_extremes(bad=DIFF_NODATA)
     steps = ratio.index.to_numpy()
     x1 = float(steps[-1]) + (float(steps[-1] - steps[-2]) if len(steps) > 1 else 1.0)
     im = ax.imshow(np.ma.masked_invalid(v.T), aspect="auto", interpolation="nearest", origin="upper",

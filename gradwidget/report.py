@@ -356,10 +356,9 @@ def main_report(run_path, out_path) -> Path:
 def render_comparison(cmp, metric: str = "grad_norm") -> str:
     """The comparison as one self-contained HTML page: the verdict, the diagnoses side by side, each
     run's heatmap on one colour scale, each later run's difference map, and the layer table."""
-    from .plots import color_range, difference_heatmap, flow_heatmap
+    from .plots import difference_heatmap, flow_heatmap, shared_scale
 
-    full = [r.with_history() for r in cmp.runs]
-    scale = color_range(np.concatenate([r.metric(metric).ravel() for r in full]))  # one scale for all
+    scale = shared_scale(cmp.runs, metric)  # one scale for all
     verdict = "".join(f"<li>{_esc(v)}</li>" for v in cmp.verdict)
     rows = "".join(
         f"<tr><td>{_esc(c.cause)}</td><td>{_esc(c.status)}</td>"

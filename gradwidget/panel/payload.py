@@ -26,8 +26,9 @@ def column_block(n_steps: int, columns: int) -> int:
     return max(1, -(-int(n_steps) // max(1, int(columns))))
 
 
-def block_reduce(a: np.ndarray, k: int, how: str = "mean") -> np.ndarray:
-    """Fold consecutive groups of ``k`` rows of ``a`` (the last may be shorter).
+def block_reduce(a: np.ndarray, k: int, how: str = "mean", starts: np.ndarray | None = None) -> np.ndarray:
+    """Fold consecutive groups of ``k`` rows of ``a`` (the last may be shorter), or the groups
+    beginning at the row indices ``starts`` (increasing, the first 0).
 
     ``mean`` averages the finite values (NaN when a block has none; +Inf when it has only +Inf),
     ``max`` takes the largest value ignoring NaN, ``or`` ORs integer bit flags.
@@ -35,10 +36,11 @@ def block_reduce(a: np.ndarray, k: int, how: str = "mean") -> np.ndarray:
     n = a.shape[0]
     if n == 0:
         return a[:0].copy()
-    starts = np.arange(0, n, max(1, int(k)))
+    uniform = starts is None
+    starts = np.arange(0, n, max(1, int(k))) if starts is None else np.asarray(starts, np.intp)
     if how == "or":
         return np.bitwise_or.reduceat(a, starts, axis=0)
-    if k <= 1:
+    if uniform and k <= 1:
         return a.copy()
     if how == "max":
         nan = np.isnan(a)

@@ -50,6 +50,14 @@ TRAITS: dict[str, Trait] = {t.name: t for t in [
     Trait("metric", "str", "both", "metric of the heatmap, bars and series (one of METRICS)"),
     Trait("follow", "bool", "both", "the cursor follows the newest step"),
     Trait("columns", "int", "in", "step columns the heatmap can show (its width in device pixels)"),
+    # a comparison of two runs (GradientPanel.compare): heat/flags are the first run's, on the same
+    # rows (layers matched by name) and columns (steps aligned by step number) as these
+    Trait("labels", "json", "out", "the compared runs' labels, first (reference) then later ([]: one run)"),
+    Trait("heat_b", "bytes", "out", "the later run's heat metric on heat's rows and columns", "float32", "(rows, cols)"),
+    Trait("flags_b", "bytes", "out", "the later run's flag bits on heat's rows and columns", "uint8", "(rows, cols)"),
+    Trait("diff", "bytes", "out", "log10(heat_b / heat) (NaN: no value in one run); meta.diff_max: its colour "
+          "range", "float32", "(rows, cols)"),
+    Trait("mode", "str", "both", "a comparison's view: side (both heatmaps, one scale) or diff (difference map)"),
 ]}
 
 #: flag bits of the ``flags`` trait (a cell can carry several).
@@ -72,8 +80,28 @@ METRIC_LABELS = {
     "update_norm": "update L2 norm",
 }
 #: the fields of a health-table row the page reads (columns, filter, selection); the rest stays in the Report.
-TABLE_KEYS = ("index", "layer", "module_type", "numel", "status", "health", "flags", "grad_norm_median",
-              "mean_abs_median", "max_abs_max", "zero_frac_mean", "nonfinite_total", "trend", "suggestion")
+#: (``health_a`` and ``change``: a comparison's first-run health and log10 change of the final gradient norm)
+TABLE_KEYS = ("index", "layer", "module_type", "numel", "status", "health", "health_a", "change", "flags",
+              "grad_norm_median", "mean_abs_median", "max_abs_max", "zero_frac_mean", "nonfinite_total", "trend", "suggestion")
+#: views of a comparison (the ``mode`` trait).
+COMPARE_MODES = ("side", "diff")
+#: colour stops of the difference map (``plots.DIFF_CMAP``, diverging, centred on no change), evenly
+#: spaced from -meta.diff_max to +meta.diff_max; the page interpolates between them.
+N_DIFF_STOPS = 17
+#: a difference-map cell where either run has no value (matplotlib's grey "0.8", off the diverging map).
+DIFF_NODATA = "#cccccc"
+
+
+def diff_stops() -> list[str]:
+    """``N_DIFF_STOPS`` hex colours of ``plots.DIFF_CMAP`` (made from matplotlib's own map)."""
+    from matplotlib import colormaps
+
+    from ..plots import DIFF_CMAP
+
+    rgb = colormaps[DIFF_CMAP](np.linspace(0, 1, N_DIFF_STOPS))[:, :3]
+    return ["#%02x%02x%02x" % tuple(int(round(c * 255)) for c in row) for row in rgb]
+
+
 #: the most diagnoses the panel lists.
 MAX_DIAGNOSES = 5
 assert set(METRIC_LABELS) == set(METRICS)
@@ -109,4 +137,7 @@ def constants_json() -> dict:
         "metric_labels": METRIC_LABELS,
         "max_diagnoses": MAX_DIAGNOSES,
         "table_keys": list(TABLE_KEYS),
+        "compare_modes": list(COMPARE_MODES),
+        "diff_stops": diff_stops(),
+        "diff_nodata": DIFF_NODATA,
     }

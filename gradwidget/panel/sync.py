@@ -70,6 +70,27 @@ class PanelSync(PanelBase):
             self._push(force=True)
             self.send_state(["table"])
 
+    #: new columns may travel alone (a comparison sends whole updates: both runs change together)
+    _patches = True
+
+    def _payload(self, run: Run | None, version: int) -> dict:
+        """The traits of a full update of ``run`` (and ``self._view``, what the static image shows)."""
+        empty = {k: b"" for k in ("heat", "flags", "col_steps", "loss", "hist_all", "detail", "hists",
+                                  "hist_steps")}
+        if run is None:
+            meta, arrays = P.empty_view(self.metric, len(getattr(self.recorder, "_names", []) or []))
+            return {**empty, "meta": meta}
+        meta, arrays = P.heat_view(run, self.metric, self.columns)
+        values: dict = {**empty, "meta": meta, **arrays}
+        if run.n_steps:
+            step = int(run.steps[-1]) if self.follow else self._snap(self.step)
+            layer = self.layer if 0 <= self.layer < run.n_layers else self._default_layer(run)
+            scalars, detail = P.detail_view(run, step, layer)
+            values.update(scalars, **detail, step=step, layer=layer)
+            col = int(np.searchsorted(arrays["col_steps"], step, side="right")) - 1
+            self._view = (version, step, arrays["heat"], arrays["flags"], meta["scale"], col)
+        return values
+
     def _push(self, force: bool = False, check_version: bool = False, patch: bool = False) -> bool:
         """Compute and send the data traits. Returns False (sending nothing) when ``check_version``
         is set and the run changed while the payload was computed (another thread appended).
@@ -82,22 +103,8 @@ class PanelSync(PanelBase):
             from .. import plots  # noqa: F401  (colour scale, default layer: imported outside an update's timed cost)
 
             t_start = time.monotonic()
-            empty = {k: b"" for k in ("heat", "flags", "col_steps", "loss", "hist_all", "detail", "hists",
-                                      "hist_steps")}
             try:
-                if run is None:
-                    meta, arrays = P.empty_view(self.metric, len(getattr(self.recorder, "_names", []) or []))
-                    values: dict = {**empty, "meta": meta}
-                else:
-                    meta, arrays = P.heat_view(run, self.metric, self.columns)
-                    values = {**empty, "meta": meta, **arrays}
-                    if run.n_steps:
-                        step = int(run.steps[-1]) if self.follow else self._snap(self.step)
-                        layer = self.layer if 0 <= self.layer < run.n_layers else self._default_layer(run)
-                        scalars, detail = P.detail_view(run, step, layer)
-                        values.update(scalars, **detail, step=step, layer=layer)
-                        col = int(np.searchsorted(arrays["col_steps"], step, side="right")) - 1
-                        self._view = (version, step, arrays["heat"], arrays["flags"], meta["scale"], col)
+                values = self._payload(run, version)
             except Exception as e:
                 if check_version:
                     return False  # a torn read while training appends; the next step sends again
@@ -108,7 +115,7 @@ class PanelSync(PanelBase):
             base, self._seq = self._seq, self._seq + 1
             values["meta"] = {**values["meta"], "seq": self._seq}
             shape = P.view_shape(run, values["meta"]) if run is not None else None
-            start = P.patch_start(self._shape, shape) if patch and shape is not None else None
+            start = P.patch_start(self._shape, shape) if patch and self._patches and shape is not None else None
             if start is not None:
                 self._send_patch(values, start, base)
             elif self._patched:  # the traits here already hold the patched values: send them all

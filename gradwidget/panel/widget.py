@@ -101,6 +101,12 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
     metric = t.Unicode("mean_abs").tag(sync=True)
     follow = t.Bool(True).tag(sync=True)
     columns = t.Int(1024).tag(sync=True)
+    # a comparison of two runs (``GradientPanel.compare``; empty for one run)
+    labels = t.List(t.Unicode()).tag(sync=True)
+    heat_b = t.Bytes(b"").tag(sync=True)
+    flags_b = t.Bytes(b"").tag(sync=True)
+    diff = t.Bytes(b"").tag(sync=True)
+    mode = t.Unicode("side").tag(sync=True)
 
     def __init__(self, source=None, optimizer=None, *, metric: str = "mean_abs", layer=None,
                  max_rate: float = 4.0, columns: int = 1024, live: bool = False,
@@ -198,6 +204,18 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
         """A panel on a run directory written by ``Recorder(log_dir=...)``; with ``live=True`` it
         polls the directory and shows new steps as a training script writes them."""
         return cls(str(path), live=live, **kwargs)
+
+    @classmethod
+    def compare(cls, run_a, run_b, *, labels=None, mode: str = "side", metric: str = "mean_abs",
+                columns: int = 1024, **kwargs) -> GradientPanel:
+        """Before and after the fix: ``run_a`` (the reference: a Run or a run directory) and ``run_b``
+        (a Run, a run directory, or the current training: a GradientPanel or a Recorder) on one
+        colour scale side by side (``mode="side"``) or as a difference map (``mode="diff"``: log10
+        of the later run over the first), one cursor for both (steps aligned by step number), and
+        the health table with both runs' health and the change (``gradwidget.compare``)."""
+        from .compare_widget import ComparisonPanel
+
+        return ComparisonPanel(run_a, run_b, labels=labels, mode=mode, metric=metric, columns=columns, **kwargs)
 
     @property
     def run(self) -> Run | None:
@@ -356,6 +374,15 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
     @t.validate("step")
     def _check_step(self, proposal):
         return self._snap(int(proposal["value"]))
+
+    @t.validate("mode")
+    def _check_mode(self, proposal):
+        from .protocol import COMPARE_MODES
+
+        m = proposal["value"]
+        if m not in COMPARE_MODES:
+            raise t.TraitError(f"unknown mode {m!r}; choose one of {list(COMPARE_MODES)}")
+        return m
 
     @t.validate("columns")
     def _check_columns(self, proposal):

@@ -3,7 +3,9 @@
 // network-wide fade stays visible (a per-step scale would hide it). Flagged cells get colours that
 // viridis never uses, the same as gradwidget.plots' static figure.
 
-import { FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING, MARKS } from "./protocol";
+import {
+  DIFF_NODATA, DIFF_STOPS, FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING, hexRgb, MARKS,
+} from "./protocol";
 
 const VIRIDIS_HEX =
   "44015444025645045745055946075a46085c460a5d460b5e470d60470e6147106347116447136548146748166848176948186a481a6c481b6d481c6e481d6f481f70482071482173482374482475482576482677482878482979472a7a472c7a472d7b472e7c472f7d46307e46327e46337f463480453581453781453882443983443a83443b84433d84433e85423f854240864241864142874144874045884046883f47883f48893e49893e4a893e4c8a3d4d8a3d4e8a3c4f8a3c508b3b518b3b528b3a538b3a548c39558c39568c38588c38598c375a8c375b8d365c8d365d8d355e8d355f8d34608d34618d33628d33638d32648e32658e31668e31678e31688e30698e306a8e2f6b8e2f6c8e2e6d8e2e6e8e2e6f8e2d708e2d718e2c718e2c728e2c738e2b748e2b758e2a768e2a778e2a788e29798e297a8e297b8e287c8e287d8e277e8e277f8e27808e26818e26828e26828e25838e25848e25858e24868e24878e23888e23898e238a8d228b8d228c8d228d8d218e8d218f8d21908d21918c20928c20928c20938c1f948c1f958b1f968b1f978b1f988b1f998a1f9a8a1e9b8a1e9c891e9d891f9e891f9f881fa0881fa1881fa1871fa28720a38620a48621a58521a68522a78522a88423a98324aa8325ab8225ac8226ad8127ad8128ae8029af7f2ab07f2cb17e2db27d2eb37c2fb47c31b57b32b67a34b67935b77937b87838b9773aba763bbb753dbc743fbc7340bd7242be7144bf7046c06f48c16e4ac16d4cc26c4ec36b50c46a52c56954c56856c66758c7655ac8645cc8635ec96260ca6063cb5f65cb5e67cc5c69cd5b6ccd5a6ece5870cf5773d05675d05477d1537ad1517cd2507fd34e81d34d84d44b86d54989d5488bd6468ed64590d74393d74195d84098d83e9bd93c9dd93ba0da39a2da37a5db36a8db34aadc32addc30b0dd2fb2dd2db5de2bb8de29bade28bddf26c0df25c2df23c5e021c8e020cae11fcde11dd0e11cd2e21bd5e21ad8e219dae319dde318dfe318e2e418e5e419e7e419eae51aece51befe51cf1e51df4e61ef6e620f8e621fbe723fde725";
@@ -140,6 +142,61 @@ export function colorize(
       px[o] = VIRIDIS[4 * i];
       px[o + 1] = VIRIDIS[4 * i + 1];
       px[o + 2] = VIRIDIS[4 * i + 2];
+      px[o + 3] = 255;
+    }
+  }
+  return px;
+}
+
+/** 256 x RGBA lookup table of the difference map: DIFF_STOPS (the kernel's diverging map,
+ *  colour-blind safe) linearly interpolated; entry 127.5 is no change. */
+export const DIFF_LUT: Uint8ClampedArray = (() => {
+  const stops = DIFF_STOPS.map(hexRgb);
+  const lut = new Uint8ClampedArray(256 * 4);
+  const n = stops.length - 1;
+  for (let i = 0; i < 256; i++) {
+    const t = (i / 255) * n;
+    const k = Math.min(n - 1, Math.floor(t));
+    const f = t - k;
+    for (let c = 0; c < 3; c++) lut[4 * i + c] = Math.round(stops[k][c] * (1 - f) + stops[k + 1][c] * f);
+    lut[4 * i + 3] = 255;
+  }
+  return lut;
+})();
+
+/** RGB of a log10 ratio on the difference map's symmetric range [-maxAbs, maxAbs] (clipped);
+ *  NaN (a run has no value there) is DIFF_NODATA. */
+export function diffRgb(v: number, maxAbs: number): [number, number, number] {
+  if (v !== v) return [...DIFF_NODATA];
+  const i = diffIndex(v, maxAbs) * 4;
+  return [DIFF_LUT[i], DIFF_LUT[i + 1], DIFF_LUT[i + 2]];
+}
+
+function diffIndex(v: number, maxAbs: number): number {
+  const t = ((v / (maxAbs > 0 ? maxAbs : 1)) + 1) * 127.5;
+  return t < 0 ? 0 : t > 255 ? 255 : (t + 0.5) | 0;
+}
+
+/** Colour a rows x cols matrix of log10 ratios (as `colorize`, on the difference map). */
+export function colorizeDiff(
+  data: Float32Array, rows: number, cols: number, order: ArrayLike<number>, maxAbs: number, out?: Uint8ClampedArray,
+): Uint8ClampedArray {
+  const px = out && out.length === rows * cols * 4 ? out : new Uint8ClampedArray(rows * cols * 4);
+  for (let y = 0; y < rows; y++) {
+    const src = order[y] * cols;
+    let o = y * cols * 4;
+    for (let x = 0; x < cols; x++, o += 4) {
+      const v = data[src + x];
+      if (v !== v) {
+        px[o] = DIFF_NODATA[0];
+        px[o + 1] = DIFF_NODATA[1];
+        px[o + 2] = DIFF_NODATA[2];
+      } else {
+        const i = diffIndex(v, maxAbs) * 4;
+        px[o] = DIFF_LUT[i];
+        px[o + 1] = DIFF_LUT[i + 1];
+        px[o + 2] = DIFF_LUT[i + 2];
+      }
       px[o + 3] = 255;
     }
   }

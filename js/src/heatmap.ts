@@ -2,7 +2,7 @@
 // offscreen image at the data's own resolution (folded to the canvas' device pixels); a scrub only
 // blits that image and draws the cursor, which keeps redraws far below a frame.
 
-import { colorize, LogScale } from "./colormap";
+import { colorize, colorizeDiff, LogScale } from "./colormap";
 import { decimate, Grid } from "./decimate";
 import { Rect } from "./layout";
 import { Theme } from "./theme";
@@ -14,8 +14,9 @@ export class HeatmapImage {
   cols = 0;
   private pixels: Uint8ClampedArray | undefined;
 
-  /** Colour `grid` (display row order) into an image of at most maxRows x maxCols pixels. */
-  build(grid: Grid, scale: LogScale, maxRows: number, maxCols: number): void {
+  /** Colour `grid` (display row order) into an image of at most maxRows x maxCols pixels; with
+   *  `diffMax`, the grid holds log10 ratios drawn on the difference map over +-diffMax. */
+  build(grid: Grid, scale: LogScale, maxRows: number, maxCols: number, diffMax?: number): void {
     const g = decimate(grid, Math.max(1, Math.floor(maxRows)), Math.max(1, Math.floor(maxCols)));
     this.rows = g.rows;
     this.cols = g.cols;
@@ -25,7 +26,9 @@ export class HeatmapImage {
     }
     const identity = new Int32Array(g.rows);
     for (let i = 0; i < g.rows; i++) identity[i] = i;
-    this.pixels = colorize(g.data, g.flags, g.rows, g.cols, identity, scale, this.pixels);
+    this.pixels = diffMax === undefined
+      ? colorize(g.data, g.flags, g.rows, g.cols, identity, scale, this.pixels)
+      : colorizeDiff(g.data, g.rows, g.cols, identity, diffMax, this.pixels);
     const c = this.canvas ?? document.createElement("canvas");
     c.width = g.cols;
     c.height = g.rows;

@@ -112,6 +112,31 @@ export const CONSTANTS = {
       "kind": "int",
       "direction": "in",
       "dtype": ""
+    },
+    "labels": {
+      "kind": "json",
+      "direction": "out",
+      "dtype": ""
+    },
+    "heat_b": {
+      "kind": "bytes",
+      "direction": "out",
+      "dtype": "float32"
+    },
+    "flags_b": {
+      "kind": "bytes",
+      "direction": "out",
+      "dtype": "uint8"
+    },
+    "diff": {
+      "kind": "bytes",
+      "direction": "out",
+      "dtype": "float32"
+    },
+    "mode": {
+      "kind": "str",
+      "direction": "both",
+      "dtype": ""
     }
   },
   "flags": {
@@ -166,6 +191,8 @@ export const CONSTANTS = {
     "numel",
     "status",
     "health",
+    "health_a",
+    "change",
     "flags",
     "grad_norm_median",
     "mean_abs_median",
@@ -174,7 +201,31 @@ export const CONSTANTS = {
     "nonfinite_total",
     "trend",
     "suggestion"
-  ]
+  ],
+  "compare_modes": [
+    "side",
+    "diff"
+  ],
+  "diff_stops": [
+    "#053061",
+    "#175290",
+    "#2a71b2",
+    "#3f8ec0",
+    "#6bacd1",
+    "#9bc9e0",
+    "#c2ddec",
+    "#e0ecf3",
+    "#f7f6f6",
+    "#fbe5d8",
+    "#fbccb4",
+    "#f5aa89",
+    "#e48066",
+    "#d05548",
+    "#ba2832",
+    "#930e26",
+    "#67001f"
+  ],
+  "diff_nodata": "#cccccc"
 } as const;
 // END CONSTANTS
 
@@ -186,6 +237,9 @@ export const HEALTH_RANK: Record<string, number> = CONSTANTS.health_rank;
 export const HEALTH_COLORS: Record<string, string> = CONSTANTS.health_colors;
 export const METRIC_LABELS: Record<string, string> = CONSTANTS.metric_labels;
 export const MAX_DIAGNOSES = CONSTANTS.max_diagnoses;
+export const COMPARE_MODES: readonly string[] = CONSTANTS.compare_modes;
+/** Colour stops of the difference map (Python's plots.DIFF_CMAP), from -diff_max to +diff_max. */
+export const DIFF_STOPS: readonly string[] = CONSTANTS.diff_stops;
 
 function hexRgb(hex: string): readonly [number, number, number] {
   return [parseInt(hex.slice(1, 3), 16), parseInt(hex.slice(3, 5), 16), parseInt(hex.slice(5, 7), 16)] as const;
@@ -198,6 +252,9 @@ export const MARKS = {
   nonfinite: hexRgb(CONSTANTS.marks.nonfinite),
   nodata: hexRgb(CONSTANTS.marks.nodata),
 };
+/** A difference-map cell where either run has no value. */
+export const DIFF_NODATA = hexRgb(CONSTANTS.diff_nodata);
+export { hexRgb };
 
 export function metricLabel(metric: string): string {
   return METRIC_LABELS[metric] ?? metric;
@@ -234,6 +291,10 @@ export interface Meta {
   hist_all_step?: number;
   /** where the first NaN/Inf was made (gradwidget/panel/payload.py origin_mark); null: none traced */
   origin?: { step: number; row: number | null; module: string; phase: string } | null;
+  /** a comparison: the difference map's range in decades (symmetric around 0) */
+  diff_max?: number;
+  /** a comparison: rows (layers) that one of the runs lacks */
+  missing?: string[];
 }
 
 /** One of the top diagnoses (gradwidget/panel/table.py diagnoses_from_report). */
@@ -273,6 +334,11 @@ export interface Traits {
   metric: string;
   follow: boolean;
   columns: number;
+  labels: string[];
+  heat_b: Binary;
+  flags_b: Binary;
+  diff: Binary;
+  mode: string;
 }
 
 export type TraitName = keyof Traits;
@@ -302,6 +368,10 @@ export interface HeatData {
   colSteps: Float64Array;
   loss: Float32Array;
   histAll: Uint32Array; // layers x bins, newest histogram step
+  /** a comparison: the later run (rows x cols, same rows and columns) and log10(later / first) */
+  heatB: Float32Array;
+  flagsB: Uint8Array;
+  diff: Float32Array;
   /** what was wrong with the kernel's data (the view shows it as an error message) */
   error: string;
 }
@@ -312,7 +382,8 @@ export function decodeHeat(m: PanelModel): HeatData {
   const meta = { ...emptyMeta(), ...(m.get("meta") || {}) } as Meta;
   const out: HeatData = {
     meta, heat: new Float32Array(0), flags: new Uint8Array(0), colSteps: new Float64Array(0),
-    loss: new Float32Array(0), histAll: new Uint32Array(0), error: "",
+    loss: new Float32Array(0), histAll: new Uint32Array(0), heatB: new Float32Array(0),
+    flagsB: new Uint8Array(0), diff: new Float32Array(0), error: "",
   };
   try {
     const n = meta.rows * meta.cols;
@@ -324,11 +395,21 @@ export function decodeHeat(m: PanelModel): HeatData {
       out.colSteps = asFloat64(m.get("col_steps"), meta.cols);
       const ls = m.get("loss");
       out.loss = byteLength(ls) === meta.cols * 4 ? asFloat32(ls, meta.cols) : new Float32Array(0);
+      const hb = m.get("heat_b");
+      if (byteLength(hb) === n * 4) {  // a comparison: the later run on the same grid
+        out.heatB = asFloat32(hb, n);
+        const fb = m.get("flags_b");
+        out.flagsB = byteLength(fb) === n ? asUint8(fb, n) : new Uint8Array(n);
+        const df = m.get("diff");
+        out.diff = byteLength(df) === n * 4 ? asFloat32(df, n) : new Float32Array(0);
+      }
     }
   } catch (err) {
     out.heat = new Float32Array(0);
     out.flags = new Uint8Array(0);
     out.colSteps = new Float64Array(0);
+    out.heatB = out.diff = new Float32Array(0);
+    out.flagsB = new Uint8Array(0);
     out.error = `gradwidget could not read the data sent by the kernel: ${(err as Error).message}`;
   }
   try {

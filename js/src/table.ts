@@ -15,7 +15,10 @@ export interface Column {
 }
 
 export const COLUMNS: Column[] = [
+  // a comparison's first (reference) run, then the change of the final gradient norm (GradientPanel.compare)
+  { key: "health_a", label: "first run", kind: "health", title: "health in the first (reference) run" },
   { key: "health", label: "health", kind: "health" },
+  { key: "change", label: "Δ log10‖g‖", kind: "num", title: "log10 of the final gradient norm, later run / first run" },
   { key: "layer", label: "layer", kind: "text" },
   { key: "module_type", label: "type", kind: "text" },
   { key: "numel", label: "params", kind: "num" },

@@ -35,6 +35,11 @@ KERNEL_EXEC_JS = """async (code) => {
   return out;
 }"""
 
+def kernel(page, code: str) -> str:
+    """Run ``code`` in the open notebook's kernel (not in a cell); its stdout."""
+    return page.evaluate(KERNEL_EXEC_JS, code)
+
+
 KERNEL_READY_JS = """() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
   const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
   return !!k && k.connectionStatus === 'connected' && k.status === 'idle'; }"""

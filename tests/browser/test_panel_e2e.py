@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/browser: lab
 from lab import (HEAT_PIXELS_JS, KERNEL_EXEC_JS, KERNEL_IDLE_JS, ROOT, RUN_CELL_JS, VIEW,  # noqa: E402
-                 notebook_page)
+                 kernel, notebook_page)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -57,10 +57,6 @@ CANVAS_HASH_JS = """(sel) => { const c = document.querySelector(sel);
   return {hash: h, painted}; }"""
 
 BACKGROUND_JS = """() => getComputedStyle(document.querySelector('.gw-root')).backgroundColor"""
-
-
-def kernel(page, code: str) -> str:
-    return page.evaluate(KERNEL_EXEC_JS, code)
 
 
 def luminance(css: str) -> float:

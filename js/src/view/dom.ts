@@ -2,8 +2,8 @@
 // saved-image fallback, the diagnoses list, the main canvas with its tooltip, the slider, the
 // legend, and the bottom row (health table, histogram and series canvases).
 
-import { fmt, hasScale, LogScale, rgbCss, VIRIDIS } from "../colormap";
-import { MARKS, metricLabel } from "../protocol";
+import { DIFF_LUT, fmt, hasScale, LogScale, rgbCss, VIRIDIS } from "../colormap";
+import { DIFF_NODATA, MARKS, metricLabel } from "../protocol";
 import { HealthTable } from "../table";
 
 export const SPEEDS = [0.25, 0.5, 1, 2, 4];
@@ -19,6 +19,7 @@ export interface Skeleton {
   root: HTMLDivElement;
   title: HTMLSpanElement;
   metricSel: HTMLSelectElement;
+  modeSel: HTMLSelectElement;
   playBtn: HTMLButtonElement;
   speedSel: HTMLSelectElement;
   info: HTMLSpanElement;
@@ -45,6 +46,14 @@ export function buildSkeleton(table: HealthTable): Skeleton {
   const title = h("span", "gw-title", "gradwidget");
   const metricSel = h("select", "gw-metric");
   metricSel.title = "metric shown in the heatmap, bars and series";
+  const modeSel = h("select", "gw-mode");
+  modeSel.title = "comparison: both runs side by side on one colour scale, or the difference map";
+  for (const [k, text] of [["side", "side by side"], ["diff", "difference"]]) {
+    const o = h("option", "", text);
+    o.value = k;
+    modeSel.append(o);
+  }
+  modeSel.style.display = "none";
   const playBtn = h("button", "gw-play", "▶");
   playBtn.title = "play / pause (space)";
   const speedSel = h("select", "gw-speed");
@@ -57,7 +66,7 @@ export function buildSkeleton(table: HealthTable): Skeleton {
   speedSel.value = "1";
   const info = h("span", "gw-info");
   const live = h("span", "gw-live", "static");
-  header.append(title, metricSel, playBtn, speedSel, info, h("span", "gw-spacer"), live);
+  header.append(title, metricSel, modeSel, playBtn, speedSel, info, h("span", "gw-spacer"), live);
   const message = h("div", "gw-message");
   message.setAttribute("role", "status");
   const fallback = h("img", "gw-fallback");
@@ -84,7 +93,7 @@ export function buildSkeleton(table: HealthTable): Skeleton {
   plots.append(histCanvas, seriesCanvas);
   bottom.append(table.el, plots);
   root.append(header, message, fallback, diagnoses, mainBox, sliderRow, legend, bottom);
-  return { root, title, metricSel, playBtn, speedSel, info, live, message, fallback, diagnoses, mainBox, canvas, tip,
+  return { root, title, metricSel, modeSel, playBtn, speedSel, info, live, message, fallback, diagnoses, mainBox, canvas, tip,
     slider, legend, bottom, histCanvas, seriesCanvas };
 }
 
@@ -111,4 +120,22 @@ export function legendHtml(metric: string, scale: LogScale, heat: Float32Array, 
     chip(MARKS.nodata, "no gradient") +
     `<span>rows: input side at the top, loss side at the bottom (model order)</span>`
   );
+}
+
+/** The legend of a comparison's difference map: the diverging bar over +-maxAbs decades. */
+export function diffLegendHtml(metric: string, maxAbs: number, labels: string[]): string {
+  const stops: string[] = [];
+  for (let i = 0; i <= 8; i++) {
+    const k = Math.round((i / 8) * 255) * 4;
+    stops.push(`rgb(${DIFF_LUT[k]},${DIFF_LUT[k + 1]},${DIFF_LUT[k + 2]})`);
+  }
+  const [a, b] = [labels[0] ?? "first", labels[1] ?? "later"].map(esc);
+  const chip = `<span><span class="gw-chip" style="background:${rgbCss(DIFF_NODATA)}"></span>no value in one run</span>`;
+  return `<span>log10 ${metricLabel(metric)} of ${b} / ${a}: ${fmt(-maxAbs)} ` +
+    `<span class="gw-cbar" style="background:linear-gradient(to right,${stops.join(",")})"></span> ` +
+    `+${fmt(maxAbs)} (blue: smaller in ${b}, white: no change, red: larger)</span>` + chip;
+}
+
+function esc(s: string): string {
+  return s.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c] as string);
 }

@@ -7,7 +7,7 @@ import { drawCursor, drawGutter, drawOrigin, drawRowSelection, drawStepAxis } fr
 import { barScale, drawBars, thresholdsFor } from "../bars";
 import { drawHistogram, nearestIndex } from "../hist";
 import { drawSeries } from "../series";
-import { bottomLayout, fitCanvas, mainLayout } from "../layout";
+import { bottomLayout, fitCanvas, mainLayout, Rect } from "../layout";
 import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING, metricLabel } from "../protocol";
 import type { PanelView } from "./panel";
 
@@ -15,6 +15,21 @@ import type { PanelView } from "./panel";
 export function displayRow(v: PanelView, depthIndex: number): number {
   const n = v.order.length;
   return depthIndex >= 0 && depthIndex < n ? depthIndex : -1;
+}
+
+/** Where the heatmaps go inside the heatmap area: two halves for a comparison side by side (first
+ *  run left, later run right, the same rows and columns), else the whole area. */
+export function heatRects(v: PanelView, r: Rect): Rect[] {
+  if (!v.comparing || v.mode !== "side") return [r];
+  const gap = 10;
+  const w = (r.w - gap) / 2;
+  return [{ x: r.x, y: r.y, w, h: r.h }, { x: r.x + w + gap, y: r.y, w, h: r.h }];
+}
+
+/** Index in `heatRects` of the heatmap under (or nearest) x. */
+export function heatRectIndex(v: PanelView, x: number): number {
+  const rs = v.layout ? heatRects(v, v.layout.heat) : [];
+  return rs.length > 1 && x >= rs[1].x - 5 ? 1 : 0;
 }
 
 /** The column whose step is nearest ``step``; -1 without columns. */
@@ -51,9 +66,11 @@ export function barValues(v: PanelView): { values: Float32Array; flags: Uint8Arr
       flags[y] = f;
     }
   } else if (C) {
+    // a comparison: the later run's values (the run being fixed)
+    const [hv, hf] = v.comparing ? [v.dispHeatB, v.dispFlagsB] : [v.dispHeat, v.dispFlags];
     for (let y = 0; y < R; y++) {
-      values[y] = v.dispHeat[y * C + v.cursor];
-      flags[y] = v.dispFlags[y * C + v.cursor];
+      values[y] = hv[y * C + v.cursor];
+      flags[y] = hf[y * C + v.cursor];
     }
   }
   return { values, flags, exact };
@@ -77,33 +94,46 @@ export function drawPanel(v: PanelView): number {
   const ctx = fitCanvas(d.canvas, L.width, L.height, dpr);
   ctx.clearRect(0, 0, L.width, L.height);
   if (relaid) v.requestColumns();
+  const rects = heatRects(v, L.heat);
+  const diff = v.comparing && v.mode === "diff";
   if (has && (v.imageDirty || relaid)) {
-    v.image.build(
-      { rows: R, cols: C, data: v.dispHeat, flags: v.dispFlags },
-      v.scale,
-      Math.max(1, Math.round(L.heat.h * dpr)),
-      Math.max(1, Math.round(L.heat.w * dpr)),
-    );
+    const px = (n: number) => Math.max(1, Math.round(n * dpr));
+    if (diff) {
+      v.imageB.build({ rows: R, cols: C, data: v.dispDiff, flags: null }, v.scale, px(L.heat.h), px(L.heat.w),
+        meta.diff_max ?? 1);
+    } else {
+      v.image.build({ rows: R, cols: C, data: v.dispHeat, flags: v.dispFlags }, v.scale, px(L.heat.h), px(rects[0].w));
+      if (v.comparing) {  // the same scale: equal colours are equal values in both runs
+        v.imageB.build({ rows: R, cols: C, data: v.dispHeatB, flags: v.dispFlagsB }, v.scale, px(L.heat.h),
+          px(rects[1].w));
+      }
+    }
     v.imageDirty = false;
   }
   const step = v.colSteps[v.cursor];
   const label = metricLabel(meta.metric);
   const selRow = displayRow(v, v.layer);
   if (has) {
-    v.image.draw(ctx, L.heat);
-    drawRowSelection(ctx, L.heat, R, selRow, t);
-    drawCursor(ctx, L.heat, C, v.cursor, t);
-    const o = meta.origin;
-    if (o) {  // where the first NaN/Inf was made
-      drawOrigin(ctx, L.heat, R, C, nearestCol(v.colSteps, o.step), o.row === null ? -1 : displayRow(v, o.row), t);
+    if (diff) v.imageB.draw(ctx, L.heat);
+    else v.image.draw(ctx, rects[0]);
+    if (v.comparing && !diff) v.imageB.draw(ctx, rects[1]);
+    for (const r of rects) {  // one cursor for both runs (their columns are the same steps)
+      drawRowSelection(ctx, r, R, selRow, t);
+      drawCursor(ctx, r, C, v.cursor, t);
+      drawStepAxis(ctx, { ...L.axis, x: r.x, w: r.w }, v.colSteps, t);
     }
+    const o = meta.origin;
+    if (o && !diff) {  // where the first NaN/Inf was made (the first run's, in a comparison)
+      drawOrigin(ctx, rects[0], R, C, nearestCol(v.colSteps, o.step), o.row === null ? -1 : displayRow(v, o.row), t);
+    }
+    if (v.comparing) drawRunLabels(ctx, rects, diff ? [`${v.labels[1]} / ${v.labels[0]} (log10 ratio)`] : v.labels, t);
     drawGutter(ctx, L.gutter, Array.from(v.order, (j) => meta.layers[j]?.name ?? String(j)), L.labelEvery, selRow, t);
-    drawStepAxis(ctx, L.axis, v.colSteps, t);
     const ths = thresholdsFor(meta.metric, meta.thresholds);
     const bs = barScale(v.scale, ths);
     const bv = barValues(v);
     drawBars(ctx, L.bars, bv.values, bv.flags, bs, ths,
-      `${label} at step ${fmt(step)}${bv.exact || meta.block <= 1 ? "" : ` (mean of ${meta.block} steps)`}`, t);
+      `${label} at step ${fmt(step)}${bv.exact || meta.block <= 1 ? "" : ` (mean of ${meta.block} steps)`}` +
+      (v.comparing ? ` · ${v.labels[1] ?? ""}` : ""), t);
     drawRowSelection(ctx, L.bars, R, selRow, t);
   } else {
     ctx.fillStyle = t.fg2;
@@ -124,6 +154,17 @@ export function drawPanel(v: PanelView): number {
     : "";
   drawBottom(v, width, dpr, step);
   return performance.now() - t0;
+}
+
+/** The runs' labels above their heatmaps. */
+function drawRunLabels(ctx: CanvasRenderingContext2D, rects: Rect[], labels: string[], t: PanelView["theme"]): void {
+  ctx.save();
+  ctx.fillStyle = t.fg;
+  ctx.font = `bold 11px ${t.font}`;
+  ctx.textAlign = "left";
+  ctx.textBaseline = "bottom";
+  rects.forEach((r, i) => ctx.fillText(labels[i] ?? "", r.x, r.y - 2, r.w));
+  ctx.restore();
 }
 
 function drawBottom(v: PanelView, width: number, dpr: number, step: number): void {
@@ -150,7 +191,8 @@ function drawBottom(v: PanelView, width: number, dpr: number, step: number): voi
   // the layer's series from the kernel, unless every layer's newest histogram is newer and nearer
   const allStep = meta.hist_all_step ?? -1;
   const stale = det.histSteps.length > 0 && allStep > det.histSteps[det.histSteps.length - 1] && step >= allStep;
-  if (v.layer < 0) note = "select a layer (table row or heatmap row)";
+  if (v.comparing) note = "a comparison shows no histograms: open each run in its own panel";
+  else if (v.layer < 0) note = "select a layer (table row or heatmap row)";
   else if (det.histLayer === v.layer && det.histSteps.length && nb && !(stale && newest)) {
     const i = nearestIndex(det.histSteps, step);
     hstep = det.histSteps[i];
@@ -170,8 +212,9 @@ function drawBottom(v: PanelView, width: number, dpr: number, step: number): voi
   const sctx = fitCanvas(d.seriesCanvas, pw, ph, dpr);
   sctx.clearRect(0, 0, pw, ph);
   const C = meta.cols;
-  const row = v.layer >= 0 && v.heat.length ? v.heat.subarray(v.layer * C, (v.layer + 1) * C) : new Float32Array(0);
-  const label = metricLabel(meta.metric);
+  const src = v.comparing ? v.heatB : v.heat;  // a comparison: the later run's
+  const row = v.layer >= 0 && src.length ? src.subarray(v.layer * C, (v.layer + 1) * C) : new Float32Array(0);
+  const label = metricLabel(meta.metric) + (v.comparing ? ` (${v.labels[1] ?? ""})` : "");
   drawSeries(sctx, rect, row, v.cursor, thresholdsFor(meta.metric, meta.thresholds),
     name ? `${label} over steps · ${name}` : `${label} over steps`, t);
 }

@@ -4,7 +4,7 @@
 import { fmt } from "../colormap";
 import { colAt, rowAt } from "../layout";
 import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING, metricLabel } from "../protocol";
-import { barValues, displayRow } from "./draw";
+import { barValues, displayRow, heatRectIndex, heatRects } from "./draw";
 import type { PanelView } from "./panel";
 
 type Listen = <K extends keyof HTMLElementEventMap>(
@@ -25,18 +25,23 @@ export function bindInput(v: PanelView, listen: Listen): void {
     if (p.inHeat) {
       dragging = true;
       d.canvas.setPointerCapture(e.pointerId);
-      v.scrub(colAt(v.layout.heat, v.meta.cols, p.x));
+      v.scrub(colAt(scrubRect(v, p.x), v.meta.cols, p.x));
     }
     d.root.focus({ preventScroll: true });
   });
   listen(d.canvas, "pointermove", (e) => {
     const p = pointer(v, e);
-    if (dragging && p && v.layout) v.scrub(colAt(v.layout.heat, v.meta.cols, p.x));
+    if (dragging && p && v.layout) v.scrub(colAt(scrubRect(v, p.x), v.meta.cols, p.x));
     hover(v, p);
   });
   listen(d.canvas, "pointerup", () => (dragging = false));
   listen(d.canvas, "pointercancel", () => (dragging = false));
   listen(d.canvas, "pointerleave", () => (d.tip.style.display = "none"));
+}
+
+/** The heatmap under x (a comparison side by side has two, on the same columns). */
+function scrubRect(v: PanelView, x: number) {
+  return heatRects(v, v.layout!.heat)[heatRectIndex(v, x)];
 }
 
 function onKey(v: PanelView, e: KeyboardEvent): void {
@@ -116,9 +121,12 @@ function hover(v: PanelView, p: Pointer | null): void {
     val = bv.values[p.row];
     f = bv.flags[p.row];
   } else {
-    col = colAt(v.layout.heat, C, p.x);
-    val = v.dispHeat[p.row * C + col];
-    f = v.dispFlags[p.row * C + col];
+    col = colAt(scrubRect(v, p.x), C, p.x);
+    const k = heatRectIndex(v, p.x);
+    const diff = v.comparing && v.mode === "diff";
+    const [hv, hf] = diff ? [v.dispDiff, null] : k ? [v.dispHeatB, v.dispFlagsB] : [v.dispHeat, v.dispFlags];
+    val = hv[p.row * C + col];
+    f = hf ? hf[p.row * C + col] : 0;
   }
   const s0 = v.colSteps[col];
   const s1 = col + 1 < C ? v.colSteps[col + 1] - 1 : v.meta.last_step;
@@ -126,7 +134,8 @@ function hover(v: PanelView, p: Pointer | null): void {
     .filter(Boolean)
     .join(", ");
   tip.textContent =
-    `${name}\nstep ${fmt(s0)}${s1 > s0 ? `–${fmt(s1)}` : ""}\n${metricLabel(v.meta.metric)}: ${fmt(val)}` +
+    `${name}\nstep ${fmt(s0)}${s1 > s0 ? `–${fmt(s1)}` : ""}\n${metricLabel(v.meta.metric)}` +
+    `${v.comparing ? ` (${p.inBars ? v.labels[1] : v.mode === "diff" ? "log10 ratio" : v.labels[heatRectIndex(v, p.x)]})` : ""}: ${fmt(val)}` +
     (marks ? `\n${marks}` : "");
   tip.style.display = "block";
   const bw = v.dom.mainBox.clientWidth;

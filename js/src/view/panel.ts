@@ -16,7 +16,7 @@ import { HealthTable } from "../table";
 import { readTheme, Theme } from "../theme";
 import { DiagnosesList } from "./diagnoses";
 import { barValues, drawPanel } from "./draw";
-import { buildSkeleton, h, legendHtml, Skeleton } from "./dom";
+import { buildSkeleton, diffLegendHtml, h, legendHtml, Skeleton } from "./dom";
 import { bindInput } from "./input";
 
 const STEP_SEND_MS = 60;
@@ -31,6 +31,13 @@ export class PanelView {
   colSteps: Float64Array = new Float64Array(0);
   loss: Float32Array = new Float32Array(0);
   histAll: Uint32Array = new Uint32Array(0); // layers x bins, newest histogram step
+  // a comparison (GradientPanel.compare): the later run and log10(later / first), display order
+  heatB: Float32Array = new Float32Array(0);
+  dispHeatB: Float32Array = new Float32Array(0);
+  dispFlagsB: Uint8Array = new Uint8Array(0);
+  dispDiff: Float32Array = new Float32Array(0);
+  labels: string[] = [];
+  imageB = new HeatmapImage(); // the later run (mode "side") or the difference map (mode "diff")
   detail: DetailData = decodeDetail({ get: () => undefined } as unknown as PanelModel, emptyMeta());
   /** what the histogram shows: the layer, its step, and whether from the kernel's per-layer
    *  series ("layer") or every layer's newest histogram ("newest") */
@@ -81,6 +88,10 @@ export class PanelView {
   get seriesCanvas(): HTMLCanvasElement { return this.dom.seriesCanvas; }
   get slider(): HTMLInputElement { return this.dom.slider; }
   get histLayer(): number { return this.detail.histLayer; }
+  /** Two runs are shown (the kernel sent the later run's heatmap). */
+  get comparing(): boolean { return this.heatB.length > 0 && this.heatB.length === this.heat.length; }
+  /** A comparison's view: "side" (both heatmaps, one scale) or "diff" (the difference map). */
+  get mode(): string { return this.model.get("mode") === "diff" ? "diff" : "side"; }
   barValues() { return barValues(this); }
 
   // ------------------------------------------------------------------ model -> view
@@ -92,7 +103,14 @@ export class PanelView {
         this.disposers.push(() => m.off(`change:${k}`, cb));
       }
     };
-    on(["meta", "heat", "flags", "col_steps", "loss", "hist_all"], () => (this.loadData(), this.schedule()));
+    on(["meta", "heat", "flags", "col_steps", "loss", "hist_all", "heat_b", "flags_b", "diff", "labels"],
+      () => (this.loadData(), this.schedule()));
+    on(["mode"], () => {
+      this.dom.modeSel.value = this.mode;
+      this.imageDirty = true;
+      this.updateLegend();
+      this.schedule();
+    });
     on(["detail", "detail_step", "hists", "hist_steps", "hist_layer"], () => (this.loadDetail(), this.schedule()));
     // step and layer from the kernel: decided once the whole update has been applied (one
     // synchronous set of the model), knowing whether it carried new data (see sync.ts)
@@ -109,6 +127,12 @@ export class PanelView {
       target.addEventListener(type, fn);
       this.disposers.push(() => target.removeEventListener(type, fn));
     };
+    listen(this.dom.modeSel, "change", () => {
+      this.setModel({ mode: this.dom.modeSel.value });
+      this.imageDirty = true;
+      this.updateLegend();
+      this.draw();
+    });
     listen(this.dom.metricSel, "change", () => {
       m.set("metric", this.dom.metricSel.value);
       m.save_changes();
@@ -201,16 +225,23 @@ export class PanelView {
     this.colSteps = d.colSteps;
     this.loss = d.loss;
     this.histAll = d.histAll;
+    const dom = this.dom;
     const rows = this.heat.length ? meta.rows : 0;
     const cols = this.heat.length ? meta.cols : 0;
     this.order = displayOrder(rows);
     this.dispHeat = reorderRows(this.heat, rows, cols, this.order);
     this.dispFlags = reorderRows(this.flags, rows, cols, this.order);
+    this.heatB = d.heatB;
+    this.dispHeatB = reorderRows(d.heatB, d.heatB.length ? rows : 0, cols, this.order);
+    this.dispFlagsB = reorderRows(d.flagsB, d.flagsB.length ? rows : 0, cols, this.order);
+    this.dispDiff = reorderRows(d.diff, d.diff.length ? rows : 0, cols, this.order);
+    this.labels = (m.get("labels") || []).map(String);
+    dom.modeSel.style.display = this.comparing ? "" : "none";
+    dom.modeSel.value = this.mode;
     this.scale = heatScale(meta.scale, this.heat);
     this.imageDirty = true;
     if (this.intent.step !== null) this.intent.kernelStep(Number(m.get("step")));
     this.cursor = this.cursorColumn();
-    const dom = this.dom;
     dom.slider.max = String(Math.max(0, cols - 1));
     dom.slider.disabled = cols <= 1;
     // metric choices
@@ -272,7 +303,9 @@ export class PanelView {
   }
 
   private updateLegend(): void {
-    this.dom.legend.innerHTML = legendHtml(this.meta.metric, this.scale, this.heat, this.meta.thresholds);
+    this.dom.legend.innerHTML = this.comparing && this.mode === "diff"
+      ? diffLegendHtml(this.meta.metric, this.meta.diff_max ?? 1, this.labels)
+      : legendHtml(this.meta.metric, this.scale, this.heat, this.meta.thresholds);
   }
 
   // ------------------------------------------------------------------ view -> model
@@ -408,13 +441,15 @@ export class PanelView {
     this.disposers = [];
     this.table.dispose();
     this.image.dispose();
+    this.imageB.dispose();
     for (const c of [this.dom.canvas, this.dom.histCanvas, this.dom.seriesCanvas]) c.width = c.height = 0;
     this.dom.root.remove();
     delete (this.el as HTMLElement & { gradwidget?: PanelView }).gradwidget;
     // whatever still holds this view (a host's callback list) holds no DOM and no data
     const self = this as unknown as Record<string, unknown>;
     for (const k of ["dom", "table", "diagnoses", "image", "el", "model", "layout"]) self[k] = null;
-    this.heat = this.dispHeat = new Float32Array(0);
+    this.heat = this.dispHeat = this.heatB = this.dispHeatB = this.dispDiff = new Float32Array(0);
+    this.dispFlagsB = new Uint8Array(0);
     this.flags = this.dispFlags = new Uint8Array(0);
     this.histAll = new Uint32Array(0);
   }
