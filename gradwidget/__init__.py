@@ -15,7 +15,7 @@ _LAZY = {
     "ArrayRecorder": ("gradwidget.collect.arrays", "ArrayRecorder"),
     "load_run": ("gradwidget.storage", "load_run"),
     "analyze": ("gradwidget.analysis", "analyze"),
-    "compare": ("gradwidget.compare", "compare"),
+    "compare": ("gradwidget.comparison", "compare"),
     "GradientPanel": ("gradwidget.panel.widget", "GradientPanel"),
 }
 

@@ -82,7 +82,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .compare import compare
+    from .comparison import compare
 
     out = _output(args.output, args.force) if args.output else None  # refused before any work
     labels = args.labels.split(",") if args.labels else None

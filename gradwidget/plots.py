@@ -296,7 +296,7 @@ def diff_limit(log_ratio: np.ndarray) -> float:
 def comparison_figure(cmp, metric: str = "grad_norm", label: str | None = None) -> Figure:
     """The comparison panel's static image: the first run's and a later run's heatmaps on one colour
     scale, then the difference map (log10 ratio of ``metric`` where it has one, else grad_norm)."""
-    from .compare import RATIO_METRICS
+    from .comparison import RATIO_METRICS
 
     label = cmp.labels[1] if label is None else label
     runs = [cmp.runs[0], cmp.runs[cmp.labels.index(label)]]

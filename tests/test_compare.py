@@ -7,7 +7,7 @@ import pytest
 
 from gradwidget import compare
 from gradwidget.collect.arrays import ArrayRecorder
-from gradwidget.compare import match_layers
+from gradwidget.comparison import match_layers
 from gradwidget.run import LayerInfo, Run
 from gw_browser import offline_page
 
@@ -125,3 +125,12 @@ def test_comparison_html_opens_complete_offline_in_chromium(tmp_path):
         headings = page.eval_on_selector_all("h2", "els => els.map(e => e.textContent)")
     assert blocked == [] and len(imgs) == 3 and all(c and w > 100 for c, w in imgs)
     assert headings == ["Verdict", "Diagnoses", "Gradient flow", "Difference", "Layers"]
+
+
+def test_compare_is_the_function_whatever_was_imported_first():
+    """The module is gradwidget.comparison: importing it (the panel does) never shadows the function."""
+    import gradwidget
+    import gradwidget.comparison  # noqa: F401
+    from gradwidget import compare as c
+
+    assert callable(c) and c is gradwidget.comparison.compare

@@ -11,7 +11,7 @@ import base64
 import numpy as np
 import traitlets as t
 
-from ..compare import Comparison, _as_run, _labels, compare
+from ..comparison import Comparison, _as_run, _labels, compare
 from ..run import Run
 from . import comparison as CV
 from .protocol import COMPARE_MODES

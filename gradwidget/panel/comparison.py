@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compare import match_layers
+from ..comparison import match_layers
 from ..run import HIST_HI, HIST_LO, METRICS, N_BINS, Run
 from .payload import all_steps, block_reduce, cell_flags, column_block, origin_mark, thresholds_of
 

@@ -1,4 +1,5 @@
-"""Before and after the fix: two or more runs compared layer by layer and diagnosis by diagnosis.
+"""Before and after the fix (``gradwidget.compare``): runs compared layer by layer and diagnosis by
+diagnosis.
 
 ``compare(run_a, run_b, ...)`` matches layers by name (a renamed layer, same shape and place, is
 paired and listed; added and removed ones are listed, never dropped), aligns steps by step number,
