@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 import numpy as np
 
+from .jsonsafe import number
 from .run import Run
+
+
+def _json_number(x: float) -> float | None:
+    """A value in the JSON frames: null where not finite, as the original crate's serde wrote it."""
+    return number(x, inf="null")  # type: ignore[return-value]
 
 #: the original crate's CSV columns, first, as it wrote them ...
 CSV_COLUMNS = ("step", "layer", "mean_abs_grad", "max_abs_grad", "grad_norm", "is_vanishing", "is_exploding")
@@ -67,11 +72,6 @@ class GradientFlowSummary:
         return "\n".join(lines)
 
 
-def _num(x: float):
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
 def frames(run: Run) -> list[dict]:
     """The seed's ``GradientFrame`` list: one dict per step with one entry per layer."""
     mean, mx, norm = run.metric("mean_abs"), run.metric("max_abs"), run.metric("grad_norm")
@@ -80,8 +80,8 @@ def frames(run: Run) -> list[dict]:
     out = []
     for i, step in enumerate(run.steps.tolist()):
         out.append({"step": step, "layers": [
-            {"name": n, "mean_abs_grad": _num(mean[i, j]), "max_abs_grad": _num(mx[i, j]),
-             "grad_norm": _num(norm[i, j]), "is_vanishing": bool(van[i, j]),
+            {"name": n, "mean_abs_grad": _json_number(mean[i, j]), "max_abs_grad": _json_number(mx[i, j]),
+             "grad_norm": _json_number(norm[i, j]), "is_vanishing": bool(van[i, j]),
              "is_exploding": bool(exp[i, j]), "flow_intensity": float(inten[i, j])}
             for j, n in enumerate(names)]})
     return out

@@ -211,19 +211,75 @@ def _concat_rows(a: "Run", b: "Run") -> "Run":
     return r
 
 
+def fold_of(metric: str) -> str:
+    """How ``metric`` is combined when several steps fold into one: ``max`` for max |g| and
+    non-finite counts (a spike must survive the fold), ``mean`` otherwise."""
+    return _REDUCE.get(metric, "mean")
+
+
 def reduce_blocks(a: np.ndarray, k: int, how: str = "mean") -> np.ndarray:
-    """Combine consecutive groups of ``k`` rows (the last group may be shorter)."""
+    """Fold consecutive groups of ``k`` rows of ``a`` (the last may be shorter).
+
+    ``mean`` averages the finite values (NaN when a block has none; +Inf when it has only +Inf):
+    NaN is "not recorded", so one missing step must not blank a block, and an Inf is kept by the
+    non-finite counts (folded by ``max``) and the flags. ``max`` takes the largest value ignoring
+    NaN, ``first`` the block's first row (steps), ``or`` ORs integer bit flags.
+    """
+    if how not in ("mean", "max", "first", "or"):
+        raise ValueError(f"how must be 'mean', 'max', 'first' or 'or', not {how!r}")
     n = a.shape[0]
-    if k <= 1 or n == 0:
+    if n == 0:
+        return a[:0].copy()
+    starts = np.arange(0, n, max(1, int(k)))
+    if how == "or":
+        return np.bitwise_or.reduceat(a, starts, axis=0)
+    if k <= 1:
         return a.copy()
-    starts = np.arange(0, n, k)
-    if how == "max":
-        return np.maximum.reduceat(a, starts, axis=0)
     if how == "first":
         return a[starts].copy()
-    sums = np.add.reduceat(a.astype(np.float64), starts, axis=0)
-    counts = np.diff(np.append(starts, n)).reshape((-1,) + (1,) * (a.ndim - 1))
-    return (sums / counts).astype(a.dtype)
+    if how == "max":
+        nan = np.isnan(a)
+        out = np.maximum.reduceat(np.where(nan, -np.inf, a), starts, axis=0)
+        return np.where(np.logical_and.reduceat(nan, starts, axis=0), np.nan, out).astype(a.dtype)
+    finite = np.isfinite(a)
+    sums = np.add.reduceat(np.where(finite, a, 0).astype(np.float64), starts, axis=0)
+    cnt = np.add.reduceat(finite.astype(np.int64), starts, axis=0)
+    posinf = np.logical_or.reduceat(np.isposinf(a), starts, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = sums / cnt
+    out = np.where(cnt > 0, out, np.where(posinf, np.inf, np.nan))
+    return out.astype(a.dtype)
+
+
+# The flag rules, on metric arrays so that the panel's folded arrays (history + window) use the
+# very rules ``Run.vanishing()/exploding()/nonfinite()`` apply to a run.
+def vanishing_mask(mean_abs: np.ndarray, thresholds: Thresholds, trainable: np.ndarray) -> np.ndarray:
+    """Mean |g| below the vanishing threshold, on trainable layers only (a frozen layer's zero is no problem)."""
+    with np.errstate(invalid="ignore"):
+        return (mean_abs < thresholds.vanishing) & trainable[None, :]
+
+
+def over_threshold_mask(max_abs: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """Max |g| above the exploding threshold (``Run.exploding`` adds the non-finite steps)."""
+    with np.errstate(invalid="ignore"):
+        return max_abs > thresholds.exploding
+
+
+def nonfinite_mask(nonfinite: np.ndarray) -> np.ndarray:
+    """The step's gradient had at least one NaN or Inf."""
+    return nonfinite > 0
+
+
+def nearest_index(steps: np.ndarray, step: int) -> int:
+    """Position in the sorted, non-empty ``steps`` of the one nearest ``step`` (ties to the earlier)."""
+    if len(steps) == 0:
+        raise ValueError("no steps to search")
+    i = int(np.searchsorted(steps, step))
+    if i >= len(steps):
+        return len(steps) - 1
+    if i > 0 and step - steps[i - 1] <= steps[i] - step:
+        return i - 1
+    return i
 
 
 class Run:
@@ -340,37 +396,28 @@ class Run:
         """Row of the recorded step nearest to the user's step number ``step``."""
         if self._n == 0:
             raise ValueError("the run is empty: no step has been recorded yet")
-        s = self.steps
-        i = int(np.searchsorted(s, step))
-        if i >= len(s):
-            return len(s) - 1
-        if i > 0 and step - s[i - 1] <= s[i] - step:
-            return i - 1
-        return i
+        return nearest_index(self.steps, step)
 
     def histogram_at(self, layer: int | str, step: int) -> tuple[int, np.ndarray] | None:
         """The histogram of ``layer`` recorded nearest to ``step`` (its step, counts), or None."""
         if self._hn == 0:
             return None
         j = self.layer_index(layer)
-        hs = self.hist_steps
-        i = int(np.argmin(np.abs(hs - step)))
-        return int(hs[i]), self.hist[i, j]
+        i = nearest_index(self.hist_steps, step)
+        return int(self.hist_steps[i]), self.hist[i, j]
 
     # ----------------------------------------------------------------- flags (seed animator)
     def vanishing(self) -> np.ndarray:
         """Boolean ``(steps, layers)``: mean |g| below ``thresholds.vanishing`` (frozen layers excluded)."""
-        with np.errstate(invalid="ignore"):
-            v = self.metric("mean_abs") < self.thresholds.vanishing
-        return v & self.trainable_mask()[None, :]
+        return vanishing_mask(self.metric("mean_abs"), self.thresholds, self.trainable_mask())
 
     def exploding(self) -> np.ndarray:
         """Boolean ``(steps, layers)``: max |g| above ``thresholds.exploding`` or non-finite."""
-        with np.errstate(invalid="ignore"):
-            return (self.metric("max_abs") > self.thresholds.exploding) | self.nonfinite()
+        return over_threshold_mask(self.metric("max_abs"), self.thresholds) | self.nonfinite()
 
     def nonfinite(self) -> np.ndarray:
-        return self.metric("nonfinite") > 0
+        """Boolean ``(steps, layers)``: the step's gradient had a NaN or Inf."""
+        return nonfinite_mask(self.metric("nonfinite"))
 
     def flow_intensity(self) -> np.ndarray:
         """Seed's ``flow_intensity``: norm / the step's largest norm, in [0, 1] (0 for empty steps)."""
@@ -536,7 +583,7 @@ class Run:
         if self._n == 0:
             return r
         m = self._M3
-        parts = [reduce_blocks(m[:, j], k, _REDUCE.get(name, "mean")) for j, name in enumerate(METRICS)]
+        parts = [reduce_blocks(m[:, j], k, fold_of(name)) for j, name in enumerate(METRICS)]
         r._metrics = np.stack(parts, axis=1)
         r._steps = reduce_blocks(self.steps, k, "first")
         r._scalars = reduce_blocks(self._S2, k, "mean")

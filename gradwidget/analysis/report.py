@@ -6,45 +6,22 @@ the ranked advice; ``summary_text()`` the plain-language digest. ``to_html`` han
 """
 from __future__ import annotations
 
-import dataclasses
-import enum
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ..jsonsafe import jsonable
 from ..run import Run
 from ..thresholds import Thresholds
 from .health import FORECAST_CONFIDENCE
 
 
 def to_jsonable(x: Any) -> Any:
-    """Dataclasses, DataFrames, numpy values and enums to plain JSON types (NaN/Inf become None)."""
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {f.name: to_jsonable(getattr(x, f.name)) for f in dataclasses.fields(x) if f.name != "run"}
-    if isinstance(x, pd.DataFrame):
-        return [to_jsonable(r) for r in x.to_dict(orient="records")]
-    if isinstance(x, dict):
-        return {str(k): to_jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [to_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return [to_jsonable(v) for v in x.tolist()]
-    if isinstance(x, enum.Enum):
-        return to_jsonable(x.value)
-    if isinstance(x, (np.bool_, bool)):
-        return bool(x)
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        v = float(x)
-        return v if math.isfinite(v) else None
-    if x is None or isinstance(x, (str, int)):
-        return x
-    return str(x)
+    """``x`` as plain JSON types for a file any reader can read: NaN and +-Inf become null."""
+    return jsonable(x, inf="null")
 
 
 def _outlook(f) -> str:
@@ -67,7 +44,7 @@ def _outlook(f) -> str:
 
 @dataclass
 class Report:
-    run: Run
+    run: Run = field(metadata={"json": False})
     thresholds: Thresholds
     overall_health: str
     layers: pd.DataFrame                 #: the health table, one row per layer in depth order
@@ -102,7 +79,7 @@ class Report:
             self._seed_summary = summary(self.run, self)
         return self._seed_summary
 
-    _seed_summary: Any = field(default=None, repr=False)
+    _seed_summary: Any = field(default=None, repr=False, metadata={"json": False})
 
     # ------------------------------------------------------------------ text
     def summary_text(self) -> str:
@@ -158,7 +135,6 @@ class Report:
     # ------------------------------------------------------------------ export
     def to_dict(self) -> dict:
         d = to_jsonable(self)
-        d.pop("_seed_summary", None)
         d["seed_summary"] = to_jsonable(self.seed_summary)
         d["run"] = {"n_layers": self.run.n_layers, "n_steps": self.run.n_steps,
                     "first_step": int(self.run.steps[0]) if self.run.n_steps else None,
