@@ -45,6 +45,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..run import METRICS, N_BINS
+from ._kernels import HostCopy, exponent_counts, grad_rows, norms, octave_bins
 
 #: path components inserted by wrappers, dropped from layer and module names.
 WRAPPER_PARTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
@@ -204,8 +205,6 @@ class DistContext:
         """``(L, len(PARTIALS) [+ N_BINS])`` float64 partial sums of this rank's pieces, columns in
         the recorder's order. ``also(pack)``: queue more tensors into the same host copy (the
         NaN tracer's steps)."""
-        from .torch import _exponent_counts, _grad_rows, _HostCopy, _octave_bins, norms
-
         L = len(self._order)
         P = np.zeros((L, len(PARTIALS) + (N_BINS if with_hist else 0)), np.float64)
         wgroups: dict = {}
@@ -224,13 +223,13 @@ class DistContext:
             g = _local(g)
             if g.numel():
                 ggroups.setdefault((g.device, g.dtype), []).append((c, g))
-        pack = _HostCopy()  # one host copy per device for weights, gradients and histograms
+        pack = HostCopy()  # one host copy per device for weights, gradients and histograms
         wparts = [([c for c, _ in items], pack.add(norms([w for _, w in items]))) for items in wgroups.values()]
         gparts = []
         for (dev, _dt), items in ggroups.items():
             grads = [g for _, g in items]
-            rows = pack.add(_grad_rows(grads, foreach_all=foreach_all or dev.type != "cpu"))
-            counts = pack.add(_exponent_counts(grads)) if with_hist else None
+            rows = pack.add(grad_rows(grads, foreach_all=foreach_all or dev.type != "cpu"))
+            counts = pack.add(exponent_counts(grads)) if with_hist else None
             gparts.append(([c for c, _ in items], grads, rows, counts))
         if also is not None:
             also(pack)
@@ -254,12 +253,10 @@ class DistContext:
             P[cols, _P["sum"]] = s
             P[cols, _P["nonfinite"]] = nonfinite
             if with_hist:
-                P[cols, len(PARTIALS):] = _octave_bins(pack.get(counts), n - zeros)
+                P[cols, len(PARTIALS):] = octave_bins(pack.get(counts), n - zeros)
         return P
 
     def local_update_sumsq(self, update_bufs, update_cols: np.ndarray, P: np.ndarray) -> None:
-        from .torch import norms
-
         params, bufs = update_bufs
         torch._foreach_sub_(bufs, [_local(p.detach()) for p in params])
         if not bufs:

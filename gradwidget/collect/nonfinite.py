@@ -261,7 +261,7 @@ class NonfiniteTracer:
         self._reset()  # (calls left open by a forward that raised are dropped with the rest)
 
     def queue(self, pack) -> None:
-        """Add the ended steps' values to a recorder's host copy (``_HostCopy``), read by ``take``."""
+        """Add the ended steps' values to a recorder's host copy (``collect._kernels.HostCopy``), read by ``take``."""
         for tr in self.pending:
             if tr.values is not None:
                 self._queued.append((tr, pack, pack.add(tr.values)))
