@@ -34,7 +34,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.transforms import offset_copy
 
-from .frames import log_levels
+from .outputs import log_levels
 from .run import METRICS, Run
 from .panel.protocol import HEALTH_COLORS, MARKS, METRIC_LABELS  # noqa: F401  (HEALTH_COLORS: plots.HEALTH_COLORS)
 

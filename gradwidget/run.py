@@ -406,7 +406,7 @@ class Run:
         i = nearest_index(self.hist_steps, step)
         return int(self.hist_steps[i]), self.hist[i, j]
 
-    # ----------------------------------------------------------------- flags (seed animator)
+    # ----------------------------------------------------------------- flags (the original crate's animator)
     def vanishing(self) -> np.ndarray:
         """Boolean ``(steps, layers)``: mean |g| below ``thresholds.vanishing`` (frozen layers excluded)."""
         return vanishing_mask(self.metric("mean_abs"), self.thresholds, self.trainable_mask())
@@ -420,7 +420,7 @@ class Run:
         return nonfinite_mask(self.metric("nonfinite"))
 
     def flow_intensity(self) -> np.ndarray:
-        """Seed's ``flow_intensity``: norm / the step's largest norm, in [0, 1] (0 for empty steps)."""
+        """The original crate's ``flow_intensity``: norm / the step's largest norm, in [0, 1] (0 for empty steps)."""
         g = np.nan_to_num(self.metric("grad_norm"), nan=0.0, posinf=0.0)
         top = g.max(axis=1, keepdims=True) if g.size else np.zeros((g.shape[0], 1), np.float32)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -654,7 +654,7 @@ class Run:
 
     # ----------------------------------------------------------------- tables
     def to_frame(self) -> "pd.DataFrame":  # noqa: F821
-        """Long table: one row per (step, layer) with every metric and the seed's flags."""
+        """Long table: one row per (step, layer) with every metric and the original crate's flags."""
         import pandas as pd
 
         n, L = self._n, self.n_layers
@@ -688,24 +688,24 @@ class Run:
         more = f", {older} older rows in history" if older else ""
         return f"<Run {self.n_layers} layers, {self._n} steps ({span}), {self._hn} histograms{more}>"
 
-    # ----------------------------------------------------------------- seed views (delegated)
+    # ----------------------------------------------------------------- the original crate's outputs (delegated)
     def to_ascii(self, width: int = 80) -> str:
-        from .frames import to_ascii
+        from .outputs import to_ascii
 
         return to_ascii(self, width=width)
 
     def summary(self):
-        from .frames import summary
+        from .outputs import summary
 
         return summary(self)
 
     def export_json(self, path) -> None:
-        from .frames import export_json
+        from .outputs import export_json
 
         export_json(self, path)
 
     def export_csv(self, path) -> None:
-        from .frames import export_csv
+        from .outputs import export_csv
 
         export_csv(self, path)
 

@@ -29,7 +29,12 @@ def test_report_table_json_and_text():
     assert rep.overall_health == "Critical"
     d = json.loads(rep.to_json())
     assert d["overall_health"] == "Critical" and len(d["layers"]) == 5 and d["run"]["n_steps"] == 30
-    assert d["seed_summary"]["layers_with_vanishing_grads"] == ["vanish"]
+    assert d["crate_summary"]["layers_with_vanishing_grads"] == ["vanish"]
+    assert "_crate_summary" not in d and set(d["run"]) == {"n_layers", "n_steps", "first_step", "last_step"}
+    from gradwidget._warnings import GradwidgetDeprecationWarning
+
+    with pytest.warns(GradwidgetDeprecationWarning, match="use Report.crate_summary"):
+        assert rep.seed_summary is rep.crate_summary  # the old name still works
     assert {r["kind"] for r in d["regions"]} >= {"vanishing", "exploding"}
     assert d["network"]["available"] is False
     first = rep.summary_text().splitlines()[0]

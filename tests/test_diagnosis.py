@@ -10,7 +10,7 @@ import zoo
 from zoo import score
 
 from gradwidget import analyze
-from gradwidget.frames import health_of
+from gradwidget.outputs import health_of
 
 #: FAST cases the analysis still gets wrong, and why (strict: the test fails when one is fixed, so
 #: this list stays true).

@@ -71,7 +71,7 @@ def test_color_range_is_robust_percentiles_of_log10_over_finite_nonzero_cells(ru
 
 
 def test_one_scale_across_steps_not_per_step_max(run):
-    """The seed normalised each step by its own max, which hides a network-wide fade: the same
+    """The original crate normalised each step by its own max, which hides a network-wide fade: the same
     value must get the same colour at every step, whatever else happens at that step."""
     r = Run(["a", "b"])
     for s, b in enumerate([1.0, 1e3, 1e-3]):  # column b changes a lot, column a stays at 1e-2

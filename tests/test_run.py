@@ -126,7 +126,7 @@ def test_bad_max_steps_rejected(max_steps):
 
 def test_summary_of_an_empty_run_says_nothing_was_recorded():
     from gradwidget.analysis import analyze
-    from gradwidget.frames import GradientHealth
+    from gradwidget.outputs import GradientHealth
 
     run = Run(["a", "b"])
     s = run.summary()
@@ -164,7 +164,7 @@ def test_exporting_onto_a_folder_is_a_clear_error(tmp_path, export):
 
 @pytest.mark.parametrize("export", ["export_json", "export_csv"])
 def test_a_failed_export_keeps_the_previous_file(tmp_path, monkeypatch, export):
-    import gradwidget.frames as frames_mod
+    import gradwidget.outputs as frames_mod
 
     out = tmp_path / "out"
     out.write_text("an earlier export")

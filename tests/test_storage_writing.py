@@ -11,7 +11,7 @@ from torch import nn
 
 from gradwidget import files
 from gradwidget.collect.torch import Recorder
-from gradwidget.frames import export_csv
+from gradwidget.outputs import export_csv
 from gradwidget.storage import RunWriteWarning, load_run, save_run
 
 from conftest import make_run as small_run

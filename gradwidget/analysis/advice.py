@@ -2,15 +2,15 @@
 the evidence that triggered them, optimisation priorities, and ranked plain-language
 recommendations that name layers (seed 000 hierarchy, priorities and suggestions).
 
-Group characteristics are computed from their members (the seed hard-coded 2.0 / 0.8 / 0.7 ...);
+Group characteristics are computed from their members (the original crate hard-coded 2.0 / 0.8 / 0.7 ...);
 every suggestion is tied to a risk factor that fired, and its expected impact is that factor's
 measured severity.
 
-Seed fields not carried over, and why:
-- ``GradientHierarchy.hierarchy_levels`` / ``cross_level_interactions``: the seed's levels were the
+Fields of the original crate not carried over, and why:
+- ``GradientHierarchy.hierarchy_levels`` / ``cross_level_interactions``: the original crate's levels were the
   High / Medium / Low gradient bands (the ``by="level"`` groups here) with constant importance and
   impact, and its cross-level interactions were never filled in.
-- ``OptimizationDifficulty.VeryDifficult``: never assigned by the seed.
+- ``OptimizationDifficulty.VeryDifficult``: never assigned by the original crate.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from .stats import Series, _quiet, block_mean, nanmedian, standardized
 from .health import CORR_ROWS
 
 PRIORITY_ORDER = ("Critical", "High", "Medium", "Low")
-#: seed 000 weights of a layer's health in its priority score.
+#: the original crate's enhanced analysis: the weights of a layer's health in its priority score.
 _HEALTH_WEIGHT = {"Critical": 1.0, "Warning": 0.7, "Unknown": 0.5, "Healthy": 0.3}
 
 
@@ -204,7 +204,7 @@ class Priority:
 
 
 def _layer_priorities(health: pd.DataFrame, by_layer: dict[str, list[Suggestion]]) -> list[Priority]:
-    """Seed 000 priority score for each layer that is not Healthy: 0.4 x health weight +
+    """The original crate's (enhanced analysis) priority score for each layer that is not Healthy: 0.4 x health weight +
     0.3 x (1 - stability) + 0.2 x optimisation potential + 0.1 x risk; urgency Critical for Critical
     layers, High for Warning layers with stability < 0.3 (seed), else Medium."""
     out = []
@@ -271,7 +271,7 @@ BROAD_SHARE = 0.3
 
 def priorities(health: pd.DataFrame, sugg: list[Suggestion], regions: list[Region] = (),
                groups: list[LayerGroup] = (), dyn: Dynamics | None = None, forecast=None) -> list[Priority]:
-    """Optimisation priorities at the seed's three scopes: each layer that is not Healthy
+    """Optimisation priorities at the original crate's three scopes: each layer that is not Healthy
     (``_layer_priorities``); each vanishing / dead / exploding region of 2+ layers and each module
     group whose problem layers span 2+ modules and make at least half of it, unless a region already
     covers them (LayerGroup: one fix across them, e.g. residual connections); and network-wide problems (``_network_priorities``). Sorted by urgency,

@@ -3,7 +3,7 @@ exploding / dead regions (seeds 000 and 002).
 
 Fixed from the seed: characteristics are scale-free (relative changes, coefficient of variation),
 and regions are contiguous runs of layers in backward order with their real parameter counts and
-durations (the seed made one region per layer with 1000 parameters).
+durations (the original crate made one region per layer with 1000 parameters).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def flow_characteristics(s: Series) -> pd.DataFrame:
     """One row per layer, over the recent window of gradient norms (``Series.recent``):
 
     - ``consistency`` 1/(1 + mean |Δx|/x_prev) (seed 000), 1 for a constant series;
-    - ``smoothness`` 1/(1 + mean |Δ²x| / mean x) (the seed's was not scale-free);
+    - ``smoothness`` 1/(1 + mean |Δ²x| / mean x) (the original crate's was not scale-free);
     - ``oscillation`` share of consecutive differences that flip sign (1 for an alternating series,
       about 2/3 for plain noise);
     - ``autocorr_lag1`` lag-1 autocorrelation of the linearly detrended log norm: about 0 (within
@@ -136,7 +136,7 @@ def directions(x: np.ndarray, stagnant_rel: float) -> np.ndarray:
 
 def temporal_direction(x: np.ndarray, stagnant_rel: float) -> tuple[np.ndarray, np.ndarray]:
     """Direction of each column's norm at its last row (seed 002 ``get_latest_flow_direction``, see
-    ``directions``) and its stability: 1/(1 + CV) of the last 5 values (the seed used the raw
+    ``directions``) and its stability: 1/(1 + CV) of the last 5 values (the original crate used the raw
     variance). Fewer than 3 rows: Stagnant with stability NaN."""
     n, L = x.shape
     if n < 3:
@@ -184,8 +184,8 @@ class Region:
 
 
 def mitigation(r: Region, s: Series, cols: np.ndarray) -> list[str]:
-    """Seed 002 mitigation suggestions for one region, naming its layers and the measured values
-    that put it there (the seed gave every region the same three strings)."""
+    """The original crate's (flow visualisation) mitigation suggestions for one region, naming its layers and the measured values
+    that put it there (the original crate gave every region the same three strings)."""
     t, span = s.run.thresholds, f"{r.start_layer} … {r.end_layer}" if len(r.layers) > 1 else r.start_layer
     if r.kind == "vanishing":
         with _quiet():

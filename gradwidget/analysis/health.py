@@ -1,19 +1,19 @@
 """Health: per-layer risk factors and Healthy / Warning / Critical / Unknown, comparative analysis,
 and the network view (overall health, distribution of layer levels, layer interactions,
-convergence, training dynamics with plateau detection, stability assessment) — seed 000.
+convergence, training dynamics with plateau detection, stability assessment), as the original crate's enhanced analysis had them.
 
 Every number is measured from the Run: the neuron-activity ratio is 1 - the recorded zero fraction
-(the seed derived it from the norm), convergence and plateaus come from slopes of the real series,
+(the original crate derived it from the norm), convergence and plateaus come from slopes of the real series,
 and the forecast's confidence is the probability of its outlook under the fitted trend's standard
-error (the R^2 the seed's port used is ~0 for any flat series, however sure its flatness is).
+error (the R^2 a port of the original crate used is ~0 for any flat series, however sure its flatness is).
 
-Seed fields not carried over, and why:
+Fields of the original crate not carried over, and why:
 - ``StabilityForecast.long_term_outlook`` and ``recommended_monitoring``: one horizon (the next
   ``convergence_window`` steps) is all a fit over the last window supports; the monitoring list was
   fixed text.
 - ``LearningPhase.Overfitting`` / ``Convergence``: overfitting needs a validation loss, which a
   gradient recorder does not see; "converged" is a plateau at a low rate (``Plateau``).
-- ``InstabilityType.Chaos`` / ``Stagnation``: no definition in the seed; stagnation is the plateau.
+- ``InstabilityType.Chaos`` / ``Stagnation``: no definition in the original crate; stagnation is the plateau.
 - ``GradientDistribution.layer_gradient_ratios``: per layer in ``layer_health`` (``relative_level``).
 """
 from __future__ import annotations
@@ -223,7 +223,7 @@ class Distribution:
 
 
 def distribution(s: Series, known: np.ndarray) -> Distribution:
-    """Seed 000 classification: Degenerate (fewer than 3 layers or no spread), Skewed (|skew| > 2),
+    """The original crate's (enhanced analysis) classification: Degenerate (fewer than 3 layers or no spread), Skewed (|skew| > 2),
     HeavyTailed (excess kurtosis > 3), Multimodal (excess kurtosis < -1, as a two-cluster mix gives),
     else Normal."""
     g = s.stat("grad_norm", "median")
@@ -261,7 +261,7 @@ def energy_share(s: Series) -> np.ndarray:
 
 
 def _interaction_type(r: float) -> str:
-    """Seed 000 interaction type from the correlation alone (the seed used a convergence difference)."""
+    """The original crate's (enhanced analysis) interaction type from the correlation alone (it used a convergence difference)."""
     return ("Cooperative" if r >= INTERACTION_CORR else "Disruptive" if r <= -DISRUPTIVE_CORR
             else "Competitive" if r <= -INTERACTION_CORR else "Neutral")
 
@@ -270,7 +270,7 @@ def interactions(s: Series, top_k: int = TOP_PAIRS, block: int = 256) -> list[In
     """The ``top_k`` most strongly correlated pairs of layers (Pearson r of their log10 gradient-norm
     series, block-averaged to ``CORR_ROWS`` rows): Cooperative (r >= ``INTERACTION_CORR``),
     Competitive (r <= -``INTERACTION_CORR``), Disruptive (r <= -``DISRUPTIVE_CORR``), else Neutral;
-    impact = |r| x the pair's ``energy_share`` (the seed halved a similarity of means). Computed block-wise: a ``(block, L)`` slice of the
+    impact = |r| x the pair's ``energy_share`` (the original crate halved a similarity of means). Computed block-wise: a ``(block, L)`` slice of the
     correlation matrix at a time, keeping a running top-k, so memory is O(block x L + k), never L^2."""
     x, _ = block_mean(s.coarse, CORR_ROWS)
     names = s.run.layer_names
@@ -534,7 +534,7 @@ def momentum(g: np.ndarray) -> float:
 
 
 def _rates(y: np.ndarray, steps: np.ndarray, g: np.ndarray, w: int) -> tuple[float, float, float]:
-    """(gradient_momentum, learning_velocity, adaptation_rate) over the last ``w`` points: seed 000
+    """(gradient_momentum, learning_velocity, adaptation_rate) over the last ``w`` points: the original crate's enhanced analysis
     scaled one convergence score into all three; here each is measured (see ``momentum``,
     ``velocity``)."""
     y, steps = y[-w:], steps[-w:]

@@ -6,7 +6,7 @@ per-entry RMS gradients (norm / sqrt(numel)) so tensors of different sizes compa
 a dynamic programme over the graph in topological order, O(layers + edges); a reused module's
 cycles are broken first (``break_cycles``).
 
-Seed fields not carried over, and why:
+Fields of the original crate not carried over, and why:
 - ``NetworkMetrics.information_propagation_speed`` (seed: efficiency x connectivity). Backprop
   delivers every layer's gradient in the same step, so a recorded run has no propagation speed to
   measure; how much of the gradient reaches the input is ``flow_efficiency`` and the attenuation

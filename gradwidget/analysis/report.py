@@ -7,6 +7,7 @@ the ranked advice; ``summary_text()`` the plain-language digest. ``to_html`` han
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,20 +67,30 @@ class Report:
     recommendations: list
     weights: Any = None                  #: WeightReport when weights were given
     weight_drift: Any = None             #: drift read from the run's update/weight ratios
-    explosion: Any = None                #: seed 001 gradient-explosion analysis on each layer's largest |g| (the flags' metric)
+    explosion: Any = None                #: the original crate's weight analysis's gradient-explosion check on each layer's largest |g| (the flags' metric)
     nonfinite_origin: Any = None         #: NonfiniteOrigin: the module, step and pass that made the first NaN/Inf
     notes: list = field(default_factory=list)
 
     @property
+    def crate_summary(self):
+        """The original crate's ``GradientFlowSummary`` of the run (``gradwidget.outputs.summary``),
+        computed on first use."""
+        if self._crate_summary is None:
+            from ..outputs import summary
+
+            self._crate_summary = summary(self.run, self)
+        return self._crate_summary
+
+    @property
     def seed_summary(self):
-        """The seed 003 summary (``gradwidget.frames.summary``), computed on first use."""
-        if self._seed_summary is None:
-            from ..frames import summary
+        """Deprecated name of ``crate_summary``."""
+        from .._warnings import GradwidgetDeprecationWarning
 
-            self._seed_summary = summary(self.run, self)
-        return self._seed_summary
+        warnings.warn("Report.seed_summary is deprecated: use Report.crate_summary", GradwidgetDeprecationWarning,
+                      stacklevel=2)
+        return self.crate_summary
 
-    _seed_summary: Any = field(default=None, repr=False, metadata={"json": False})
+    _crate_summary: Any = field(default=None, repr=False, metadata={"json": False})
 
     # ------------------------------------------------------------------ text
     def summary_text(self) -> str:
@@ -135,7 +146,7 @@ class Report:
     # ------------------------------------------------------------------ export
     def to_dict(self) -> dict:
         d = to_jsonable(self)
-        d["seed_summary"] = to_jsonable(self.seed_summary)
+        d["crate_summary"] = to_jsonable(self.crate_summary)
         d["run"] = {"n_layers": self.run.n_layers, "n_steps": self.run.n_steps,
                     "first_step": int(self.run.steps[0]) if self.run.n_steps else None,
                     "last_step": int(self.run.steps[-1]) if self.run.n_steps else None}

@@ -70,7 +70,7 @@ class _quiet:
 
 def moments(x: np.ndarray) -> dict[str, np.ndarray]:
     """Mean, std, variance, skewness, excess kurtosis and count of finite values per column
-    (population moments, as the seed). Zero-variance columns get skewness and kurtosis 0."""
+    (population moments, as the original crate). Zero-variance columns get skewness and kurtosis 0."""
     x = np.asarray(x, np.float64)
     x = np.where(np.isfinite(x), x, np.nan)
     with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
@@ -174,7 +174,7 @@ def _chunk_reductions(c: np.ndarray, t, k: int, with_coarse: bool) -> tuple:
 def exact_reductions(run: Run, chunk: int = 8192, block: int = 0, threads: int = 2) -> dict[str, np.ndarray]:
     """Per-layer values one step can change, computed over every recorded step: the largest max |g|
     (inf when a step was non-finite; ``max_abs_finite`` ignores those), the total count of non-finite
-    entries, and the share of steps each seed flag fired (vanishing, exploding, dead, non-finite).
+    entries, and the share of steps each of the original crate's flags fired (vanishing, exploding, dead, non-finite).
     One pass over contiguous chunks of rows, all reductions together (chunks spread over ``threads``
     threads: numpy releases the GIL). With ``block`` > 0 the same pass also returns
     ``coarse_grad_norm``: the gradient norm averaged over blocks of ``block`` steps aligned to the last

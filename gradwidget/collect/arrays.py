@@ -1,6 +1,6 @@
 """Framework-agnostic recording: ``record(step, {name: array})`` for numpy, JAX, anything array-like.
 
-The seed's ``record_step``: per layer mean |g|, max |g|, L2 norm, flags against the thresholds and
+The original crate's ``record_step``: per layer mean |g|, max |g|, L2 norm, flags against the thresholds and
 ``flow_intensity`` (see Run), plus the rest of the Run's metrics, a rolling window (``max_steps``)
 and, optionally, a run directory written as it goes (``log_dir``).
 """
