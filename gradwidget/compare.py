@@ -54,21 +54,21 @@ def match_layers(a: Run, b: Run) -> tuple[list[str], list[tuple[str, str]], list
     name gains a prefix; a module renamed in place)."""
     nb = set(b.layer_names)
     common = [n for n in a.layer_names if n in nb]
-    only_a = [l for l in a.layers if l.name not in nb]
+    only_a = [info for info in a.layers if info.name not in nb]
     na = set(a.layer_names)
-    only_b = [l for l in b.layers if l.name not in na]
+    only_b = [info for info in b.layers if info.name not in na]
     renamed = []
     by_shape: dict[tuple, list] = {}
-    for l in only_b:
-        by_shape.setdefault(tuple(l.shape), []).append(l)
-    for l in only_a:
-        cands = by_shape.get(tuple(l.shape))
-        if cands and l.shape:
-            renamed.append((l.name, cands.pop(0).name))
+    for info in only_b:
+        by_shape.setdefault(tuple(info.shape), []).append(info)
+    for info in only_a:
+        cands = by_shape.get(tuple(info.shape))
+        if cands and info.shape:
+            renamed.append((info.name, cands.pop(0).name))
     ra = {x for x, _ in renamed}
     rb = {y for _, y in renamed}
-    return (common, renamed, [l.name for l in only_a if l.name not in ra],
-            [l.name for l in only_b if l.name not in rb])
+    return (common, renamed, [info.name for info in only_a if info.name not in ra],
+            [info.name for info in only_b if info.name not in rb])
 
 
 def _final_levels(run: Run, cols: list[int], metric: str, last_step: int | None) -> np.ndarray:

@@ -101,7 +101,7 @@ def layer_row_groups(run: Run, max_rows: int = MAX_DRAWN_ROWS) -> tuple[list[lis
     L = run.n_layers
     if L <= max_rows:
         return None
-    paths = [(l.module or l.name.rsplit(".", 1)[0]).split(".") for l in run.layers]
+    paths = [(info.module or info.name.rsplit(".", 1)[0]).split(".") for info in run.layers]
     best = None
     for depth in range(1, max(len(p) for p in paths) + 1):
         keys = [".".join(p[:depth]) for p in paths]

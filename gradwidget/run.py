@@ -8,7 +8,7 @@ decimated copy whose length never exceeds ``history_capacity`` rows, so memory s
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -161,7 +161,7 @@ def _as_layers(layers) -> list[LayerInfo]:
             out.append(LayerInfo.from_dict(x))
         else:
             raise TypeError(f"a layer must be a name, a dict or a LayerInfo, not {type(x).__name__}")
-    names = [l.name for l in out]
+    names = [info.name for info in out]
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
         raise ValueError(f"layer names must be unique; repeated: {dup}")
@@ -321,7 +321,7 @@ class Run:
         self.history: Run | None = None  # decimated steps that fell out of the window
         self.history_block = 1
         self._pending: Run | None = None
-        self._index = {l.name: i for i, l in enumerate(self.layers)}
+        self._index = {info.name: i for i, info in enumerate(self.layers)}
         self.version = 0  # bumps on every change; views use it to know when to refresh
 
     # ----------------------------------------------------------------- shape and access
@@ -335,7 +335,7 @@ class Run:
 
     @property
     def layer_names(self) -> list[str]:
-        return [l.name for l in self.layers]
+        return [info.name for info in self.layers]
 
     def layer_index(self, layer: int | str) -> int:
         if isinstance(layer, (int, np.integer)):
@@ -428,7 +428,7 @@ class Run:
         return np.clip(out, 0.0, 1.0).astype(np.float32)
 
     def trainable_mask(self) -> np.ndarray:
-        return np.array([l.status != "frozen" for l in self.layers], bool)
+        return np.array([info.status != "frozen" for info in self.layers], bool)
 
     @property
     def nonfinite_origin(self) -> NonfiniteOrigin | None:
@@ -600,7 +600,7 @@ class Run:
         draw, and a merged row must say the truth about its members."""
         if len(groups) != len(names):
             raise ValueError(f"{len(groups)} groups for {len(names)} names")
-        numel = np.array([max(1, l.numel) for l in self.layers], np.float64)
+        numel = np.array([max(1, info.numel) for info in self.layers], np.float64)
         layers = [LayerInfo(str(n), module=str(n), module_type=f"{len(g)} tensors" if len(g) > 1 else
                             self.layers[g[0]].module_type, numel=int(numel[list(g)].sum()),
                             status="trainable" if any(self.layers[i].status != "frozen" for i in g) else "frozen")
@@ -673,7 +673,7 @@ class Run:
     def layers_frame(self) -> "pd.DataFrame":  # noqa: F821
         import pandas as pd
 
-        return pd.DataFrame([l.to_dict() for l in self.layers])
+        return pd.DataFrame([info.to_dict() for info in self.layers])
 
     def nbytes(self) -> int:
         """Bytes held by the arrays (capacity included), history included."""

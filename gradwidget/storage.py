@@ -57,7 +57,7 @@ def _meta_dict(run: Run, run_id: str | None = None, created: str | None = None) 
         "version": FORMAT_VERSION,
         "run_id": run_id,
         "created": created,
-        "layers": [l.to_dict() for l in run.layers],
+        "layers": [info.to_dict() for info in run.layers],
         "metrics": list(METRICS),
         "scalars": list(SCALARS),
         "hist_edges": [float(x) for x in HIST_EDGES],

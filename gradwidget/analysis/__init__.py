@@ -143,9 +143,9 @@ def _layers_table(run: Run, s: stats.Series, fl: pd.DataFrame, hl: pd.DataFrame,
     ex = s.exact
     return pd.DataFrame({
         "layer": run.layer_names,
-        "module_type": [l.module_type for l in run.layers],
-        "numel": [int(l.numel) for l in run.layers],
-        "status": [l.status for l in run.layers],
+        "module_type": [info.module_type for info in run.layers],
+        "numel": [int(info.numel) for info in run.layers],
+        "status": [info.status for info in run.layers],
         "health": hl["health"].to_numpy(),
         "risk": hl["risk"].to_numpy(),
         "grad_norm_median": s.stat("grad_norm", "median"),

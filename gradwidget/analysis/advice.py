@@ -81,7 +81,6 @@ def layer_groups(s: Series, health: pd.DataFrame) -> list[LayerGroup]:
             if key == "":
                 continue
             idx = np.flatnonzero((keys == key) & known)
-            m = len(idx)
             zz = z[:, idx][:, varies[idx]]
             k = zz.shape[1]
             sync = float((np.sum(zz.sum(1) ** 2) - k) / (k * (k - 1))) if k > 1 else float("nan")
@@ -305,12 +304,6 @@ def priorities(health: pd.DataFrame, sugg: list[Suggestion], regions: list[Regio
 
 
 # --------------------------------------------------------------------------- recommendations
-def dyn_rel(dyn: Dynamics) -> str:
-    """The plateau's measured relative change per step, as text."""
-    v = dyn.plateau.rel_change_per_step
-    return f"{v:.1e}" if np.isfinite(v) else "n/a"
-
-
 @dataclass
 class Recommendation:
     """One diagnosis a user can act on: the cause, the layers at fault, when it began, the numbers

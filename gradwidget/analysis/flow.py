@@ -15,7 +15,6 @@ import pandas as pd
 from ..run import Run
 from .stats import Series, _quiet, dead_flags, lstsq_slope, runs_of_true, trailing_median
 
-DIRECTIONS = ("Forward", "Backward", "Oscillating", "Stagnant")
 #: a norm oscillates only when its detrended lag-1 autocorrelation is below minus this: the
 #: alternating part carries more of the variance than the noise (noise alone gives about 0).
 ALTERNATION = 0.5
@@ -53,7 +52,6 @@ def flow_characteristics(s: Series) -> pd.DataFrame:
     n, L = x.shape
     with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
         mean = np.nanmean(x, axis=0)
-        std = np.nanstd(x, axis=0)
         d = np.diff(x, axis=0)
         prev = x[:-1]
         rel = np.where(prev > 0, np.abs(d) / np.where(prev > 0, prev, 1.0), np.nan)

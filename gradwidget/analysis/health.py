@@ -161,7 +161,6 @@ def layer_health(s: Series, flow: pd.DataFrame, factors: list[RiskFactor]) -> pd
     names = run.layer_names
     L = run.n_layers
     idx = {n: i for i, n in enumerate(names)}
-    sev = np.zeros(L)
     keep = np.ones(L)
     crit = np.zeros(L, bool)
     count = np.zeros(L, int)
@@ -340,7 +339,10 @@ def convergence(s: Series, health: pd.DataFrame) -> Convergence:
     ln10 = np.log(10)
     trend = ("Unknown" if not np.isfinite(rel) else "Converging" if rel < -t.plateau_rel_change
              else "Diverging" if rel > t.plateau_rel_change else "Stable")
-    clip = lambda v: float(np.clip(-v * (w - 1) / ln10, 0, 1)) if np.isfinite(v) else float("nan")
+
+    def clip(v: float) -> float:
+        return float(np.clip(-v * (w - 1) / ln10, 0, 1)) if np.isfinite(v) else float("nan")
+
     with _quiet():
         g = float(nanmedian(health["convergence"])) if np.isfinite(health["convergence"]).any() else float("nan")
     eta, why = steps_to_convergence(y, run.steps, w, t.plateau_rel_change)

@@ -25,9 +25,6 @@ import pandas as pd
 from ..run import METRICS, Run
 from .stats import _TINY, STAT_ROWS, Series, _quiet, nanmedian, sample_rows
 
-NODE_TYPES = ("Source", "Sink", "Bottleneck", "Amplifier", "Normal")
-EDGE_TYPES = ("Strong", "Weak", "Intermittent", "Blocked")
-
 
 # --------------------------------------------------------------------------- flow network
 @dataclass
@@ -87,7 +84,7 @@ def _rms_log(s: Series) -> tuple[np.ndarray, np.ndarray]:
     """(coarse log10 RMS entry per step, median of it per layer): norms made comparable across
     tensors of different sizes."""
     if s._rms is None:
-        numel = np.array([max(1, l.numel) for l in s.run.layers], np.float64)
+        numel = np.array([max(1, info.numel) for info in s.run.layers], np.float64)
         rms = s.coarse - 0.5 * np.log10(numel)[None, :]
         s._rms = rms, (nanmedian(rms, axis=0) if rms.shape[0] else np.full(len(numel), np.nan))
     return s._rms
@@ -188,7 +185,7 @@ def module_nodes(run: Run, level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One node per module (a weight and its bias act together): the representative layer of each
     module (its largest parameter with a known level) and the module-level forward edges between
     representatives. Modules without any known level are left out."""
-    mods = [l.module or l.name.rsplit(".", 1)[0] for l in run.layers]
+    mods = [info.module or info.name.rsplit(".", 1)[0] for info in run.layers]
     rep: dict[str, int] = {}
     for i, m in enumerate(mods):
         if np.isfinite(level[i]) and (m not in rep or run.layers[i].numel > run.layers[rep[m]].numel):
@@ -220,7 +217,7 @@ def critical_paths(s: Series) -> list[CriticalPath]:
     for a, b in E.tolist():  # forward edges: a feeds b (b is nearer the loss)
         down.setdefault(a, []).append(b)
     # the level a layer gets when its gradient is exactly zero (log10_pos maps 0 to float32 tiny)
-    zero = np.log10(_TINY) - 0.5 * np.log10(np.array([max(1, l.numel) for l in run.layers], np.float64))
+    zero = np.log10(_TINY) - 0.5 * np.log10(np.array([max(1, info.numel) for info in run.layers], np.float64))
     tol = -np.log10(t.bottleneck_gain)
     out = []
     for kind, sign in (("attenuation", 1.0), ("amplification", -1.0)):

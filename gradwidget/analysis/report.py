@@ -1,4 +1,5 @@
-"""The Report: every analysis of a Run as dataclasses and DataFrames that serialise to JSON.
+"""The ``Report`` object: every analysis of a Run as dataclasses and DataFrames that serialise to
+JSON. Rendering it as HTML is the top-level ``gradwidget.report`` module.
 
 ``report.layers`` is the health table (one row per layer, depth order); ``report.recommendations``
 the ranked advice; ``summary_text()`` the plain-language digest. ``to_html`` hands the report to
