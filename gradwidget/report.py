@@ -120,10 +120,7 @@ def static_mimebundle(run, step=None, layer=None, metric: str = "grad_norm", rep
     png = plots.figure_to_png(fig, dpi=dpi)
     table = ""
     if run.n_steps and run.n_layers:  # a run without layers has nothing to analyse: the image alone
-        try:
-            table = health_table_html(report if report is not None else run, suggestions=False)
-        except ImportError:
-            table = ""
+        table = health_table_html(report if report is not None else run, suggestions=False)
     return {"image/png": base64.b64encode(png).decode("ascii"),
             "text/html": static_fallback_html(png, table),
             "text/plain": run.to_ascii(width=60)}
