@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._warnings import GradwidgetWarning
 from .files import NotPlainFile, append_whole, create_new, open_plain, replace_atomically, writable_folder
 from .run import HIST_EDGES, LAYER_STATUSES, METRICS, N_BINS, SCALARS, LayerInfo, NonfiniteOrigin, Run
 from .thresholds import Thresholds
@@ -147,7 +148,7 @@ def check_log_dir(path, overwrite: bool = False, overwrite_hint: str = "pass ove
 BACKLOG_MAX_BYTES = 64 << 20
 
 
-class RunWriteWarning(RuntimeWarning):
+class RunWriteWarning(GradwidgetWarning, RuntimeWarning):
     """Writing a run directory failed, resumed or stopped (shown once per event, never silent)."""
 
 
@@ -777,8 +778,8 @@ def load_run(path) -> Run:
         mismatch = _layer_mismatch(reader.path / "steps.bin", reader.run.n_layers)
         if mismatch:
             raise RunFormatError(f"{reader.path / 'steps.bin'} does not match meta.json: {mismatch}")
-        warnings.warn(f"{path}: ignored {reader.truncated_bytes} bytes of an unfinished last step")
+        warnings.warn(f"{path}: ignored {reader.truncated_bytes} bytes of an unfinished last step", GradwidgetWarning)
     if reader.unread_histograms:
         warnings.warn(f"{path}: ignored {reader.unread_histograms} histogram(s) of steps after the last "
-                      "whole step record")
+                      "whole step record", GradwidgetWarning)
     return reader.run

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._warnings import GradwidgetWarning
 from ..run import METRICS, N_BINS, LayerInfo, NonfiniteOrigin, Run, _as_step
 from ..storage import check_log_dir
 from ..thresholds import as_thresholds
@@ -100,7 +101,7 @@ def _recordable(named: list) -> tuple[list, dict[str, str]]:
             skipped[n] = why
     if skipped and keep:
         warnings.warn(f"gradwidget: {len(skipped)} parameter(s) cannot be recorded and are left out: "
-                      f"{_skipped_text(skipped)}", stacklevel=3)
+                      f"{_skipped_text(skipped)}", GradwidgetWarning, stacklevel=3)
     return keep, skipped
 
 
@@ -129,7 +130,7 @@ def _replace_attached(model: nn.Module, new: "Recorder") -> None:
         old.detach()
         n = old.run.n_steps if old.run is not None else 0
         warnings.warn(f"gradwidget: a previous Recorder on this {type(model).__name__} was detached; "
-                      f"its run keeps the {n} steps it recorded", stacklevel=3)
+                      f"its run keeps the {n} steps it recorded", GradwidgetWarning, stacklevel=3)
     _ATTACHED[model] = weakref.ref(new)
 
 
@@ -482,7 +483,8 @@ class Recorder:
         global_norm = float(np.sqrt(np.sum(gn * gn))) if gn.size else float("nan")
         if self.run.n_steps and user_step <= self.run.steps[-1]:
             warnings.warn(f"gradwidget: step {user_step} does not increase (last was "
-                          f"{int(self.run.steps[-1])}); recording it as {int(self.run.steps[-1]) + 1}")
+                          f"{int(self.run.steps[-1])}); recording it as {int(self.run.steps[-1]) + 1}",
+                          GradwidgetWarning)
             user_step = int(self.run.steps[-1]) + 1
         self.run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist)
         if self._unused_cols:
@@ -574,7 +576,7 @@ class Recorder:
             try:
                 fn(self.run)
             except Exception as e:  # noqa: BLE001 - a display callback must never stop training
-                warnings.warn(f"gradwidget: an on_step callback failed: {e!r}")
+                warnings.warn(f"gradwidget: an on_step callback failed: {e!r}", GradwidgetWarning)
 
     # ------------------------------------------------------------------ setup at the first step
     def _start(self) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .._warnings import GradwidgetWarning
 from ..jsonsafe import jsonable
 from ..run import Run
 from .protocol import MAX_DIAGNOSES, TABLE_KEYS
@@ -126,5 +127,5 @@ def analyse(run: Run) -> tuple[Any, list[dict], list[dict]]:
         report = analyze(run)
         return report, table_from_report(report, run), diagnoses_from_report(report, run)
     except Exception as e:
-        warnings.warn(f"gradwidget: analysing the run failed ({e!r}); showing basic statistics")
+        warnings.warn(f"gradwidget: analysing the run failed ({e!r}); showing basic statistics", GradwidgetWarning)
         return None, table_from_run(run), []
