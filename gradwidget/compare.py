@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -227,7 +228,7 @@ def compare(*runs, labels=None) -> Comparison:
             raise ValueError(f"{lab} has no layers: there is nothing to compare")
     from .analysis import analyze
 
-    reports = [analyze(r) if r.n_steps else None for r in rs]
+    reports: list[Any] = [analyze(r) if r.n_steps else None for r in rs]
     for lab, rep in zip(labs, reports):
         if rep is None:
             raise ValueError(f"{lab} has no recorded steps: there is nothing to compare")
@@ -249,9 +250,9 @@ def compare(*runs, labels=None) -> Comparison:
     final = pd.DataFrame(rows, columns=["label", "layer", "layer_in_run", "metric", "first", "later", "log_ratio"])
     table = pd.DataFrame({"layer": a.layer_names, f"health ({labs[0]})": reports[0].layers["health"].to_numpy()})
     for lab, b, rep in zip(labs[1:], rs[1:], reports[1:]):
-        pairs = dict(_pairs(a, b))
+        name_in_b = dict(_pairs(a, b))
         h = dict(zip(b.layer_names, rep.layers["health"]))
-        table[f"health ({lab})"] = [h.get(pairs.get(n, ""), "missing") for n in a.layer_names]
+        table[f"health ({lab})"] = [h.get(name_in_b.get(n, ""), "missing") for n in a.layer_names]
         g = final[(final.label == lab) & (final.metric == "grad_norm")].set_index("layer")["log_ratio"]
         table[f"log10 grad_norm ratio ({lab})"] = [g.get(n, np.nan) for n in a.layer_names]
     extra = [n for lab in labs[1:] for n in added[lab]]

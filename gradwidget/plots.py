@@ -115,8 +115,8 @@ def layer_row_groups(run: Run, max_rows: int = MAX_DRAWN_ROWS) -> tuple[list[lis
             break
         best = (groups, [keys[g[0]] + (f" ({len(g)} tensors)" if len(g) > 1 else "") for g in groups])
     if best is None:
-        k = -(-L // max_rows)
-        groups = [list(range(a, min(a + k, L))) for a in range(0, L, k)]
+        size = -(-L // max_rows)
+        groups = [list(range(a, min(a + size, L))) for a in range(0, L, size)]
         names = run.layer_names
         best = (groups, [f"{names[g[0]]} … {names[g[-1]]} ({len(g)} tensors)" if len(g) > 1 else names[g[0]]
                          for g in groups])

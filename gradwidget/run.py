@@ -9,11 +9,14 @@ decimated copy whose length never exceeds ``history_capacity`` rows, so memory s
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
 from .thresholds import Thresholds, as_thresholds
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: per step x layer metrics, in storage order.
 METRICS: tuple[str, ...] = (
@@ -530,7 +533,7 @@ class Run:
         outgrows ``history_capacity`` rows, merge neighbours and double the block."""
         if self.history is None:
             self.history = Run(self.layers, thresholds=self.thresholds)
-            self._pending: Run | None = None
+            self._pending = None
         pend = old if self._pending is None else _concat_rows(self._pending, old)
         k = self.history_block
         full = (pend.n_steps // k) * k
@@ -653,7 +656,7 @@ class Run:
         return self.downsample_by(k)
 
     # ----------------------------------------------------------------- tables
-    def to_frame(self) -> "pd.DataFrame":  # noqa: F821
+    def to_frame(self) -> "pd.DataFrame":
         """Long table: one row per (step, layer) with every metric and the original crate's flags."""
         import pandas as pd
 
@@ -670,7 +673,7 @@ class Run:
         data["flow_intensity"] = self.flow_intensity().reshape(-1)
         return pd.DataFrame(data)
 
-    def layers_frame(self) -> "pd.DataFrame":  # noqa: F821
+    def layers_frame(self) -> "pd.DataFrame":
         import pandas as pd
 
         return pd.DataFrame([info.to_dict() for info in self.layers])

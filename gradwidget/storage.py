@@ -26,6 +26,7 @@ from collections import deque
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class RunFormatError(ValueError):
 
 
 def step_dtype(n_layers: int) -> np.dtype:
-    fields = [("step", "<i8")] + [(s, "<f8") for s in SCALARS]
+    fields: list[tuple] = [("step", "<i8")] + [(s, "<f8") for s in SCALARS]
     fields += [(m, "<f4", (n_layers,)) for m in METRICS]
     return np.dtype(fields)
 
@@ -181,7 +182,7 @@ class RunWriter:
         #: the error that is holding records back (None while everything is on disk)
         self.error: OSError | None = None
         self.stopped = False
-        self._failed_at = None
+        self._failed_at: int | None = None
         self._flush()
 
     @property
@@ -496,7 +497,7 @@ def _bad_step_record(recs: np.ndarray, prev_step) -> tuple[int, str] | None:
     if not len(recs):
         return None
     steps = recs["step"]
-    checks = [(_not_after(steps, prev_step), "its step number {step} does not follow the previous step")]
+    checks: list[tuple[Any, str]] = [(_not_after(steps, prev_step), "its step number {step} does not follow the previous step")]
     with np.errstate(invalid="ignore"):
         checks.append((recs["global_norm"] < 0, "its global norm is negative"))
         for m in METRICS:

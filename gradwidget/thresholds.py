@@ -9,6 +9,7 @@ signals (a layer vs. the median layer, the update/weight ratio) complement the a
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ class Thresholds:
         if bad:
             raise ValueError(f"thresholds must be numbers; got {bad}")
         ints = {f.name for f in fields(cls) if isinstance(f.default, int)}  # a count stays a count
-        return cls(**{k: (int(v) if k in ints and v == int(v) else float(v)) for k, v in d.items() if k in known})
+        kwargs: dict[str, Any] = {k: (int(v) if k in ints and v == int(v) else float(v)) for k, v in d.items() if k in known}
+        return cls(**kwargs)
 
 
 def as_thresholds(value) -> Thresholds:

@@ -15,6 +15,7 @@ Fields of the original crate not carried over, and why:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -268,8 +269,8 @@ def _network_priorities(health: pd.DataFrame, layer_prio: list[Priority], dyn: D
 BROAD_SHARE = 0.3
 
 
-def priorities(health: pd.DataFrame, sugg: list[Suggestion], regions: list[Region] = (),
-               groups: list[LayerGroup] = (), dyn: Dynamics | None = None, forecast=None) -> list[Priority]:
+def priorities(health: pd.DataFrame, sugg: list[Suggestion], regions: Sequence[Region] = (),
+               groups: Sequence[LayerGroup] = (), dyn: Dynamics | None = None, forecast=None) -> list[Priority]:
     """Optimisation priorities at the original crate's three scopes: each layer that is not Healthy
     (``_layer_priorities``); each vanishing / dead / exploding region of 2+ layers and each module
     group whose problem layers span 2+ modules and make at least half of it, unless a region already
@@ -347,10 +348,10 @@ def action_for(c: Cause, run, arch: Architecture) -> str:
         if o is not None and o.phase == "input":
             return ("check the data: the batch given to the model already holds NaN/Inf "
                     "(assert torch.isfinite(x).all() in the data pipeline)")
-        if o is not None and getattr(o, "phase", None) == "loss":
+        if o is not None and o.phase == "loss":
             return ("make the loss safe: pass logits to a log-softmax loss (CrossEntropyLoss) instead of taking "
                     "log() of probabilities, or clamp them (p.clamp_min(1e-8)) before the log")
-        if o is not None and getattr(o, "module", None):
+        if o is not None and o.module:
             where = "its backward" if o.phase == "backward" else "its forward"
             return (f"fix {o.module}: {where} makes the first NaN/Inf from finite values — add an eps to "
                     "divisions, sqrt and log there, or clamp its input; under fp16/bf16 autocast keep that op "

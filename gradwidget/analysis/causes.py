@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..run import NonfiniteOrigin
 from .evidence import (LOSS_SPIKE, Architecture, LossEvidence, accumulation_smoothing, architecture, depth_attenuation,
                        early_growth, input_rms, is_embedding, layer_levels, loss_evidence, never_updated,
                        update_ratio_series, weight_growth)
@@ -119,7 +120,7 @@ class Cause:
     evidence: str                   #: the numbers that show it
     confidence: float               #: 0..1: how clearly the evidence separates it from a healthy run
     explains: list[str] = field(default_factory=list)  #: folded symptoms, each "cause: evidence"
-    origin: object = None           #: the NaN origin, for ``nonfinite``
+    origin: NonfiniteOrigin | None = None  #: the NaN origin, for ``nonfinite``
     at_init: bool = False           #: present before the first update: the root, above any step-size cause
     after: str | None = None        #: the cause it followed from: ranked right after it, kept for its own evidence
 
@@ -162,7 +163,7 @@ def _names(run, idx) -> list[str]:
 
 def _first_step(run, flags: np.ndarray) -> int | None:
     """The first recorded step on which any column of ``flags`` (steps x layers) is set."""
-    rows = np.flatnonzero(np.asarray(flags).reshape(run.n_steps, -1).any(axis=1)) if run.n_steps else []
+    rows = np.flatnonzero(np.asarray(flags).reshape(run.n_steps, -1).any(axis=1)) if run.n_steps else np.zeros(0, int)
     return int(run.steps[rows[0]]) if len(rows) else None
 
 
@@ -214,7 +215,7 @@ def _growing_first(run) -> list[str]:
     with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
         g = np.where(np.isfinite(g) & (g > 0), g, np.nan)
         growth = np.nanmax(g, axis=0) / g[0] if run.n_steps else np.zeros(run.n_layers)
-    got = np.isfinite(g).any(axis=0) if run.n_steps else np.zeros(run.n_layers, bool)
+    got = np.asarray(np.isfinite(g).any(axis=0)) if run.n_steps else np.zeros(run.n_layers, bool)
     order = np.argsort(-np.nan_to_num(growth, nan=0.0), kind="stable")
     return [run.layer_names[i] for i in order if got[i]]
 
@@ -312,7 +313,7 @@ def _lr_too_high(c: Context) -> Cause | None:
     if med_growth > WEIGHT_BLOWUP:
         w = run.metric("weight_norm")
         with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
-            rows = np.flatnonzero(np.nanmedian(w / w[0], axis=1) > WEIGHT_BLOWUP) if run.n_steps else []
+            rows = np.flatnonzero(np.nanmedian(w / w[0], axis=1) > WEIGHT_BLOWUP) if run.n_steps else np.zeros(0, int)
         signals.append((int(run.steps[rows[0]]) if len(rows) else None,
                         f"the typical layer's weight norm grew {med_growth:.3g}x"))
     dead = _died_during_training(c)
@@ -491,7 +492,7 @@ def _fading_with_depth(c: Context) -> Cause | None:
     att, out = depth_attenuation(run, c.arch)
     bad = att >= VANISHING_DECADES
     at_start = run.n_steps >= VANISHING_START_STEPS and bool(bad[:VANISHING_START_STEPS].all())
-    if not run.n_steps or (bad.mean() < t.minor_issue_ratio and not at_start):
+    if not run.n_steps or out is None or (bad.mean() < t.minor_issue_ratio and not at_start):
         return None
     bad_rows = np.flatnonzero(bad)
     lv = layer_levels(run, bad_rows[sample_rows(bad_rows.size, MAX_ROWS)])  # a bounded sample of them

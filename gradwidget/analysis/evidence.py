@@ -295,11 +295,11 @@ def early_growth(run: Run) -> Growth | None:
     lg = np.log(g)
     k = np.arange(g.size, dtype=np.float64)
     (p, c), res_pow = np.polyfit(np.log1p(k), lg, 1, full=True)[:2]
-    res_exp = np.polyfit(k, lg, 1, full=True)[1]
-    res_pow = float(res_pow[0]) if len(res_pow) else 0.0
-    res_exp = float(res_exp[0]) if len(res_exp) else 0.0
+    res_exp_all = np.polyfit(k, lg, 1, full=True)[1]
+    pow_residual = float(res_pow[0]) if len(res_pow) else 0.0
+    exp_residual = float(res_exp_all[0]) if len(res_exp_all) else 0.0
     return Growth(float(p), float(np.mean(np.diff(g) > 0)), float(np.max(g[1:] / g[:-1])), float(g[1] / g[0]),
-                  res_pow < res_exp)
+                  pow_residual < exp_residual)
 
 
 #: recorded steps over which accumulation's smoothing is measured, and where its late part starts.

@@ -228,13 +228,13 @@ def regions(s: Series) -> list[Region]:
     shares = {"vanishing": ex["vanishing_share"], "exploding": ex["exploding_share"], "dead": ex["dead_share"]}
     out = []
     for kind, share in shares.items():
-        member = (share > 0) if kind == "exploding" else (share >= max(t.minor_issue_ratio, 1e-12))
+        member = np.asarray((share > 0) if kind == "exploding" else (share >= max(t.minor_issue_ratio, 1e-12)))
         if kind == "vanishing":  # exact zeros belong to a dead zone, not a vanishing region
             member &= ~(ex["dead_share"] >= max(t.minor_issue_ratio, 1e-12))
         member = member & tr
         for a, b in runs_of_true(member):
             cols = np.arange(a, b)
-            f = _step_flags(run, kind, cols).any(axis=1)
+            f = np.asarray(_step_flags(run, kind, cols).any(axis=1))
             hit = np.flatnonzero(f)
             if hit.size == 0:
                 continue

@@ -95,13 +95,13 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
     es = ex["exploding_share"]
     finite_max = ex["max_abs_finite"]
     add(ok & (es > 0) & (nfs == 0), "exploding", 0.5 + 0.5 * es, np.ones(L, bool),
-        lambda i: f"max |g| reached {_fmt(finite_max[i])} (> {t.exploding:g}) on {es[i]:.0%} of steps")
+        lambda i: f"max |g| reached {_fmt(float(finite_max[i]))} (> {t.exploding:g}) on {es[i]:.0%} of steps")
     vs = ex["vanishing_share"]
     ds = ex["dead_share"]
     dead = ds >= t.minor_issue_ratio  # exact zeros: "dead" is the sharper diagnosis than "vanishing"
     add(ok & (vs >= t.minor_issue_ratio) & ~dead & ~by_design, "vanishing", vs, vs >= t.critical_issue_ratio,
         lambda i: f"mean |g| below {t.vanishing:g} on {vs[i]:.0%} of steps "
-                  f"(median {_fmt(s.stat('mean_abs', 'median')[i])})")
+                  f"(median {_fmt(float(s.stat('mean_abs', 'median')[i]))})")
     add(ok & dead & ~by_design, "dead", ds, ds >= t.critical_issue_ratio,
         lambda i: f"at least {t.dead_zero_fraction:.0%} of gradient entries exactly zero on {ds[i]:.0%} of steps")
     gm = s.stat("grad_norm", "median")
@@ -679,7 +679,7 @@ def forecast(g: np.ndarray, window: int, band: float, steady: bool) -> Forecast:
     else:
         hi, lo = float(proj <= band), float(proj < -band)
     p = {"Stable": hi - lo, "Deteriorating": 1 - hi, "Improving": lo}
-    best = max(p, key=p.get)
+    best = max(p, key=lambda k: p[k])
     outlook = best if p[best] >= FORECAST_CONFIDENCE and (best != "Stable" or steady) else "Uncertain"
     basis = (f"least-squares trend of log global gradient norm over the last {n} steps: {_fmt(proj)} decades "
              f"per {window} steps (95% interval {_fmt(proj - 1.96 * sp)} to {_fmt(proj + 1.96 * sp)}); "

@@ -231,7 +231,7 @@ def critical_paths(s: Series) -> list[CriticalPath]:
         gains = {n: far[n] - sign * lvl[n] for n in order if via[n] >= 0}
         if not gains:
             continue
-        start = max(gains, key=gains.get)
+        start = max(gains, key=lambda n: gains[n])
         dec = float(gains[start])
         if dec <= 0:
             continue

@@ -11,6 +11,8 @@ gradient-norm series), not of the gradient's entries: the entries' distribution 
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -236,8 +238,9 @@ def trailing_median(y: np.ndarray, w: int) -> np.ndarray:
     return out
 
 
-def nanmedian(x: np.ndarray, axis: int = 0) -> np.ndarray | float:
-    """Median ignoring NaN/Inf; one sort (``np.nanmedian`` loops per column when NaNs are present)."""
+def nanmedian(x: np.ndarray, axis: int = 0) -> Any:
+    """Median ignoring NaN/Inf; one sort (``np.nanmedian`` loops per column when NaNs are present).
+    A float for 1-d ``x``, an array otherwise (typed Any: the type depends on ``x.ndim``)."""
     x = np.asarray(x, np.float64)
     if x.ndim == 1:
         return float(quantiles(x[:, None], (0.5,))[0, 0])
@@ -342,9 +345,9 @@ class Series:
         m = (n // self.block) * self.block
         self.coarse_steps = run.steps[n - m:][:: self.block] if n else run.steps
         self.trainable = run.trainable_mask()
-        self._update_ratio = None
-        self._update_rows = None
-        self._rms = None
+        self._update_ratio: np.ndarray | None = None
+        self._update_rows: np.ndarray | None = None
+        self._rms: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def update_rows(self) -> np.ndarray:

@@ -39,6 +39,8 @@ components are dropped, so names match the single-process model. FSDP2 keeps the
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -93,7 +95,7 @@ def _is_dtensor(t) -> bool:
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if _is_dtensor(t) else t
+    return t.to_local() if _is_dtensor(t) else t  # type: ignore[attr-defined]  # a DTensor
 
 
 def _fsdp1_class():
@@ -125,7 +127,7 @@ class DistContext:
         backend = dist.get_backend(group)
         self._comm_device = (torch.device("cuda", torch.cuda.current_device())
                              if backend == "nccl" else torch.device("cpu"))
-        self._pending = None
+        self._pending: Any = None
 
     def __repr__(self) -> str:
         return f"<DistContext {self.kind} rank {self.rank}/{self.world_size}>"
@@ -147,8 +149,9 @@ class DistContext:
         if _is_dtensor(p):
             from torch.distributed.tensor import Replicate
 
-            coord = p.device_mesh.get_coordinate() or []
-            return all(c == 0 for c, pl in zip(coord, p.placements) if isinstance(pl, Replicate))
+            coord = p.device_mesh.get_coordinate() or []  # type: ignore[attr-defined]  # a DTensor
+            return all(c == 0 for c, pl in zip(coord, p.placements)  # type: ignore[attr-defined]
+                       if isinstance(pl, Replicate))
         if self.kind == "fsdp1" and clean_name(name) in self._fsdp1_shapes:
             return True
         return self.is_writer  # a parameter FSDP does not manage is replicated
@@ -253,6 +256,7 @@ class DistContext:
             P[cols, _P["sum"]] = s
             P[cols, _P["nonfinite"]] = nonfinite
             if with_hist:
+                assert counts is not None  # queued with the rows on histogram steps
                 P[cols, len(PARTIALS):] = octave_bins(pack.get(counts), n - zeros)
         return P
 
@@ -276,6 +280,7 @@ class DistContext:
         self.bytes_sent += t.numel() * t.element_size()
         if not self.is_writer:
             return None
+        assert out is not None  # the writer made the list
         return torch.stack(out).cpu().numpy()
 
     def statistics(self, stacked: np.ndarray, update_cols: np.ndarray | None,
@@ -372,7 +377,7 @@ class OriginExchange:
         try:
             self.store = dist.distributed_c10d._get_default_store()
         except (AttributeError, RuntimeError, ValueError):  # pragma: no cover - no store to use
-            self.store = None
+            self.store = None  # type: ignore[assignment]
         self.posted: dict[int, dict] = {}   # rank -> origin (rank 0: those read so far)
 
     def post(self, origin: dict) -> None:

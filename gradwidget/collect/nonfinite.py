@@ -135,7 +135,7 @@ class NonfiniteTracer:
         self._stack: list[int] = []          # open calls (-1: one not traced)
         self._pass_hooks: dict = {}          # open call -> {id(input view): its hook's handle}
         self._seen: dict = {}                # id(tensor) -> (tensor, version, value): no re-reduce
-        self._last_grad = None               # (key, value, gradient) of the last gradient reduced
+        self._last_grad: tuple | None = None  # (key, value, gradient) of the last gradient reduced
 
     @property
     def attached(self) -> bool:
