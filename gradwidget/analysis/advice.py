@@ -1,6 +1,6 @@
 """What to do about it: layer groups (by gradient level and by module), per-layer suggestions with
 the evidence that triggered them, optimisation priorities, and ranked plain-language
-recommendations that name layers (seed 000 hierarchy, priorities and suggestions).
+recommendations that name layers (the original crate's hierarchy, priorities and suggestions).
 
 Group characteristics are computed from their members (the original crate hard-coded 2.0 / 0.8 / 0.7 ...);
 every suggestion is tied to a risk factor that fired, and its expected impact is that factor's
@@ -110,7 +110,8 @@ class Suggestion:
     side_effects: list[str] = field(default_factory=list)  #: what the fix can cost (``ACTION_META``)
 
 
-#: per suggestion kind: (seed 000 ActionType, ImplementationEffort, prerequisites, side effects).
+#: per suggestion kind: (the original crate's ActionType,
+#: ImplementationEffort, prerequisites, side effects).
 #: What each remedy involves and can cost is a property of the remedy, so it is a table.
 ACTION_META = {
     "clipping": ("OptimizationTechnique", "Minimal", ["the typical global gradient norm, to set max_norm"],
@@ -172,9 +173,9 @@ def suggestions(factors: list[RiskFactor], regions: list[Region]) -> list[Sugges
 class PrioritizedAction:
     name: str
     action_type: str          #: ParameterAdjustment / ArchitecturalChange / OptimizationTechnique /
-                              #: RegularizationMethod / LearningRateScheduling (seed 000)
+                              #: RegularizationMethod / LearningRateScheduling (as the original crate)
     expected_impact: float    #: severity of the problem it addresses (0..1)
-    implementation_effort: str  #: Minimal / Low / Moderate / High (seed 000 ImplementationEffort)
+    implementation_effort: str  #: Minimal / Low / Moderate / High (the original crate's ImplementationEffort)
     prerequisites: list[str]
 
 
@@ -198,7 +199,7 @@ class Priority:
     potential: float
     actions: list[str]
     expected_impact: float
-    target_type: str = "IndividualLayer"  #: IndividualLayer / LayerGroup / NetworkLevel (seed 000)
+    target_type: str = "IndividualLayer"  #: IndividualLayer / LayerGroup / NetworkLevel (as the original crate)
     layers: list[str] = field(default_factory=list)  #: the layers it covers
     recommended_actions: list[PrioritizedAction] = field(default_factory=list)
 
@@ -206,7 +207,7 @@ class Priority:
 def _layer_priorities(health: pd.DataFrame, by_layer: dict[str, list[Suggestion]]) -> list[Priority]:
     """The original crate's (enhanced analysis) priority score for each layer that is not Healthy: 0.4 x health weight +
     0.3 x (1 - stability) + 0.2 x optimisation potential + 0.1 x risk; urgency Critical for Critical
-    layers, High for Warning layers with stability < 0.3 (seed), else Medium."""
+    layers, High for Warning layers with stability < 0.3 (as the original crate), else Medium."""
     out = []
     for _, r in health[health["health"].isin(["Critical", "Warning"])].iterrows():
         st = r["stability"] if np.isfinite(r["stability"]) else 0.0
@@ -264,7 +265,8 @@ def _network_priorities(health: pd.DataFrame, layer_prio: list[Priority], dyn: D
     return out
 
 
-#: a problem on more than this share of the known layers is a network-level priority (seed 000
+#: a problem on more than this share of the known layers is a network-level priority (the original
+#: crate's enhanced analysis
 #: overall health: more than 30% Critical makes the network Critical).
 BROAD_SHARE = 0.3
 

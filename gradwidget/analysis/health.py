@@ -35,7 +35,7 @@ INTERACTION_CORR = 0.5
 TOP_PAIRS = 50
 #: rows of the series used for pairwise correlations (block-averaged).
 CORR_ROWS = 512
-#: a layer with more than this many risk factors is Critical even if none alone is (seed: > 2).
+#: a layer with more than this many risk factors is Critical even if none alone is (the original crate: > 2).
 MAX_WARNING_FACTORS = 2
 
 
@@ -143,7 +143,7 @@ def update_ratio(s: Series) -> np.ndarray:
 
 def convergence_indicator(s: Series) -> np.ndarray:
     """Per layer, how far the gradient norm fell over the last ``convergence_window`` steps, in
-    decades, clipped to 0..1 (seed: negative trend slope over the window). NaN with fewer steps."""
+    decades, clipped to 0..1 (the original crate: negative trend slope over the window). NaN with fewer steps."""
     w = int(s.run.thresholds.convergence_window)
     x = s.recent
     if x.shape[0] < max(3, w):
@@ -155,7 +155,7 @@ def convergence_indicator(s: Series) -> np.ndarray:
 def layer_health(s: Series, flow: pd.DataFrame, factors: list[RiskFactor]) -> pd.DataFrame:
     """One row per layer: health, risk (1 - prod(1 - severity)), flags, stability, neuron activity
     (1 - mean zero fraction), convergence indicator, update ratio and the comparative analysis
-    (relative level to the median layer, rank by level, similar layers within 1.2x (seed), gap in
+    (relative level to the median layer, rank by level, similar layers within 1.2x (as the original crate), gap in
     decades, optimisation potential = gap / the relative-vanishing gap, capped at 1)."""
     run, t, ex = s.run, s.run.thresholds, s.exact
     names = run.layer_names
@@ -734,7 +734,7 @@ def stability(s: Series, flow: pd.DataFrame, factors: list[RiskFactor], max_sour
 
 def overall_health(health: pd.DataFrame, exact: dict) -> str:
     """Critical when any layer had non-finite gradients or more than 30% of known layers are Critical
-    (seed); Warning when any layer is Critical or more than 10% are Warning; Unknown without any
+    (as the original crate); Warning when any layer is Critical or more than 10% are Warning; Unknown without any
     known layer; else Healthy."""
     h = health["health"]
     known = h != "Unknown"

@@ -1,4 +1,5 @@
-"""The flow network over the backward graph the Recorder saw, and its critical paths (seed 002).
+"""The flow network over the backward graph the Recorder saw, and its critical paths (as in the original crate's
+flow visualisation).
 
 Edges are the real data-flow pairs ``run.edges`` from the autograd graph; when a run has none (an
 ArrayRecorder run) the network is reported unavailable instead of inventing neighbours. Levels are
@@ -7,12 +8,12 @@ a dynamic programme over the graph in topological order, O(layers + edges); a re
 cycles are broken first (``break_cycles``).
 
 Fields of the original crate not carried over, and why:
-- ``NetworkMetrics.information_propagation_speed`` (seed: efficiency x connectivity). Backprop
+- ``NetworkMetrics.information_propagation_speed`` (the original crate: efficiency x connectivity). Backprop
   delivers every layer's gradient in the same step, so a recorded run has no propagation speed to
   measure; how much of the gradient reaches the input is ``flow_efficiency`` and the attenuation
   path's ``decades``.
 - ``CriticalGradientPath.path_id`` / ``path_length`` (a name and ``len(layers)``), and
-  ``GradientDirection.direction_vector`` (seed: ``[norm]``, a placeholder: only norms are recorded,
+  ``GradientDirection.direction_vector`` (the original crate: ``[norm]``, a placeholder: only norms are recorded,
   not gradient vectors).
 """
 from __future__ import annotations
@@ -35,7 +36,7 @@ class FlowNode:
     gain: float             #: level / largest downstream neighbour's level (backward gain into it)
     in_degree: int          #: upstream neighbours (forward)
     out_degree: int         #: downstream neighbours (forward)
-    influence: float        #: level x flow consistency (seed 002)
+    influence: float        #: level x flow consistency (the original crate's flow visualisation)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Per-layer statistics over the step history (seed 000 ``GradientStatistics``), vectorised.
+"""Per-layer statistics over the step history (the original crate's ``GradientStatistics``), vectorised.
 
 Every function takes ``(steps, layers)`` arrays and reduces along axis 0 with NaN-aware numpy, so a
 frozen layer (all NaN) or a metric measured only every few steps (``update_norm``) reads right.

@@ -1,7 +1,7 @@
 """Weights (the original crate's weight analysis): distribution statistics and health per layer, bounded outlier summaries,
 gradient-explosion analysis, and weight drift — pure functions over ``{name: array}``.
 
-Fixed from the seed: entropy comes from a real histogram of the values (the seed used log2 of the
+Fixed from the original crate: entropy comes from a real histogram of the values (the original crate used log2 of the
 std); issues carry codes so each one maps to its recommendation (the original crate matched "heavy-tailed"
 against "Heavy-tailed" and never fired); mostly-zero weights are not called dead neurons (dead units
 show in the gradients' zero fraction); outliers are summarised (count, worst few, where) not listed
@@ -27,7 +27,7 @@ SKEWED = 2.0
 HEAVY_TAILED = 10.0
 #: the original crate's weight analysis: distribution-health deductions use tighter limits.
 DIST_ZERO, DIST_SKEW, DIST_KURT, DIST_EXTREME = 0.3, 1.0, 5.0, 5.0
-#: outliers: |z| > 3 (seed), High above 5 (seed); at most this many listed per layer.
+#: outliers: |z| > 3, High above 5 (as the original crate); at most this many listed per layer.
 OUTLIER_Z, OUTLIER_HIGH_Z, MAX_OUTLIERS = 3.0, 5.0, 5
 
 ISSUES = {
