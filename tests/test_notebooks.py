@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from exported_html import panel_images, table_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -66,15 +67,6 @@ def without_state(nb):
     nb = copy.deepcopy(nb)
     nb.metadata.pop("widgets", None)
     return nb
-
-
-def panel_images(html: str) -> list[str]:
-    tags = [t for t in re.findall(r"<img\b[^>]*>", html) if 'class="gradwidget-panel-image"' in t]
-    return [m.group(1) for t in tags if (m := re.search(r'src="data:image/png;base64,([^"]+)"', t))]
-
-
-def table_layers(html: str) -> list[str]:
-    return re.findall(r'<tr data-layer="([^"]+)"', html)
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
