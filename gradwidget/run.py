@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
+from .rules import fold_of, nearest_index, nonfinite_mask, over_threshold_mask, reduce_blocks, vanishing_mask
 from .thresholds import Thresholds, as_thresholds
 
 if TYPE_CHECKING:
@@ -44,8 +45,6 @@ HIST_LO, HIST_HI = float(HIST_EDGES[0]), float(HIST_EDGES[-1])
 #: held 1.6x at rest and 3x while copying). Still amortised O(1) per step.
 GROWTH_DIVISOR = 4
 
-#: how each metric is combined when several steps fold into one (downsampling, history).
-_REDUCE = {"max_abs": "max", "nonfinite": "max"}
 
 #: statuses a layer can have.
 LAYER_STATUSES = ("trainable", "frozen", "unused")
@@ -212,77 +211,6 @@ def _concat_rows(a: "Run", b: "Run") -> "Run":
     r._scalars = np.concatenate([a._S2, b._S2])
     r._n = r._cap = len(r._steps)
     return r
-
-
-def fold_of(metric: str) -> str:
-    """How ``metric`` is combined when several steps fold into one: ``max`` for max |g| and
-    non-finite counts (a spike must survive the fold), ``mean`` otherwise."""
-    return _REDUCE.get(metric, "mean")
-
-
-def reduce_blocks(a: np.ndarray, k: int, how: str = "mean") -> np.ndarray:
-    """Fold consecutive groups of ``k`` rows of ``a`` (the last may be shorter).
-
-    ``mean`` averages the finite values (NaN when a block has none; +Inf when it has only +Inf):
-    NaN is "not recorded", so one missing step must not blank a block, and an Inf is kept by the
-    non-finite counts (folded by ``max``) and the flags. ``max`` takes the largest value ignoring
-    NaN, ``first`` the block's first row (steps), ``or`` ORs integer bit flags.
-    """
-    if how not in ("mean", "max", "first", "or"):
-        raise ValueError(f"how must be 'mean', 'max', 'first' or 'or', not {how!r}")
-    n = a.shape[0]
-    if n == 0:
-        return a[:0].copy()
-    starts = np.arange(0, n, max(1, int(k)))
-    if how == "or":
-        return np.bitwise_or.reduceat(a, starts, axis=0)
-    if k <= 1:
-        return a.copy()
-    if how == "first":
-        return a[starts].copy()
-    if how == "max":
-        nan = np.isnan(a)
-        out = np.maximum.reduceat(np.where(nan, -np.inf, a), starts, axis=0)
-        return np.where(np.logical_and.reduceat(nan, starts, axis=0), np.nan, out).astype(a.dtype)
-    finite = np.isfinite(a)
-    sums = np.add.reduceat(np.where(finite, a, 0).astype(np.float64), starts, axis=0)
-    cnt = np.add.reduceat(finite.astype(np.int64), starts, axis=0)
-    posinf = np.logical_or.reduceat(np.isposinf(a), starts, axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = sums / cnt
-    out = np.where(cnt > 0, out, np.where(posinf, np.inf, np.nan))
-    return out.astype(a.dtype)
-
-
-# The flag rules, on metric arrays so that the panel's folded arrays (history + window) use the
-# very rules ``Run.vanishing()/exploding()/nonfinite()`` apply to a run.
-def vanishing_mask(mean_abs: np.ndarray, thresholds: Thresholds, trainable: np.ndarray) -> np.ndarray:
-    """Mean |g| below the vanishing threshold, on trainable layers only (a frozen layer's zero is no problem)."""
-    with np.errstate(invalid="ignore"):
-        return (mean_abs < thresholds.vanishing) & trainable[None, :]
-
-
-def over_threshold_mask(max_abs: np.ndarray, thresholds: Thresholds) -> np.ndarray:
-    """Max |g| above the exploding threshold (``Run.exploding`` adds the non-finite steps)."""
-    with np.errstate(invalid="ignore"):
-        return max_abs > thresholds.exploding
-
-
-def nonfinite_mask(nonfinite: np.ndarray) -> np.ndarray:
-    """The step's gradient had at least one NaN or Inf."""
-    return nonfinite > 0
-
-
-def nearest_index(steps: np.ndarray, step: int) -> int:
-    """Position in the sorted, non-empty ``steps`` of the one nearest ``step`` (ties to the earlier)."""
-    if len(steps) == 0:
-        raise ValueError("no steps to search")
-    i = int(np.searchsorted(steps, step))
-    if i >= len(steps):
-        return len(steps) - 1
-    if i > 0 and step - steps[i - 1] <= steps[i] - step:
-        return i - 1
-    return i
 
 
 class Run:

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from gradwidget.run import METRICS, N_BINS, Run, nearest_index, reduce_blocks
+from gradwidget.rules import nearest_index, reduce_blocks
+from gradwidget.run import METRICS, N_BINS, Run
 
 
 def filled(n=20, L=3, max_steps=None, history_capacity=2048):

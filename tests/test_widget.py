@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import traitlets
 
-from gradwidget.run import METRICS, N_BINS, Run, reduce_blocks
+from gradwidget.rules import reduce_blocks
+from gradwidget.run import METRICS, N_BINS, Run
 from gradwidget.widget import (
     FLAG_EXPLODING,
     FLAG_NODATA,

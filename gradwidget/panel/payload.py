@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..run import (HIST_HI, HIST_LO, METRICS, N_BINS, Run, fold_of, nearest_index, nonfinite_mask,
-                   over_threshold_mask, reduce_blocks, vanishing_mask)
+from ..rules import fold_of, nearest_index, nonfinite_mask, over_threshold_mask, reduce_blocks, vanishing_mask
+from ..run import HIST_HI, HIST_LO, METRICS, N_BINS, Run
 from .protocol import FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING
 
 #: most histogram steps of one layer sent at once (evenly thinned beyond).
