@@ -5,7 +5,7 @@ before: a float16 sum overflows at 65504).
 For float16, bfloat16 and float32 gradients of a transformer-like set of tensors (with one layer of
 large entries, as a loss-scaled or diverging layer has), it reports the worst relative error of the
 L2 norm, mean |g| and std against a float64 reference, how many statistics came out non-finite,
-and the median time of the statistics kernel (``_grad_rows``) both ways, interleaved so machine
+and the median time of the statistics kernel (``grad_rows``) both ways, interleaved so machine
 load hits both alike.
 
     python bench/accumulation.py [--repeats 15]
@@ -26,7 +26,7 @@ import time
 import numpy as np
 import torch
 
-from gradwidget.collect.torch import _grad_rows
+from gradwidget.collect._kernels import grad_rows
 
 
 def native_rows(grads: list[torch.Tensor]) -> torch.Tensor:
@@ -83,7 +83,7 @@ def main() -> None:
         n = np.array([g.numel() for g in grads], np.float64)
         ref = reference(grads)
         times: dict[str, list[float]] = {"native": [], "float32": []}
-        kernels = {"native": native_rows, "float32": lambda gs: _grad_rows(gs, foreach_all=False)}
+        kernels = {"native": native_rows, "float32": lambda gs: grad_rows(gs, foreach_all=False)}
         for _ in range(args.repeats):  # interleaved
             for name, fn in kernels.items():
                 times[name].append(timed(fn, grads))

@@ -1,13 +1,13 @@
 """Analysis speed: ``analyze`` on 500 layers x 100,000 recorded steps, against a straight per-layer
-Python-loop port of the seed's analyses, side by side.
+Python-loop port of the original crate's analyses, side by side.
 
-The seed port (``seed_loop``) walks each layer's gradient-norm history in Python, as the Rust crate
+The port of the original crate (``crate_loop``) walks each layer's gradient-norm history in Python, as the Rust crate
 did (statistics, flow characteristics, health, temporal direction, regions). It is far too slow for
-the full run, so it is timed on a slice of the same run (all layers, ``--seed-steps`` steps) and the
+the full run, so it is timed on a slice of the same run (all layers, ``--crate-steps`` steps) and the
 vectorised engine is timed on the same slice too; the full-size time of the loop is extrapolated
 linearly in steps (its cost is linear per layer) and printed as such.
 
-    python bench/analysis.py [--layers 500] [--steps 100000] [--seed-steps 5000]
+    python bench/analysis.py [--layers 500] [--steps 100000] [--crate-steps 5000]
 """
 from __future__ import annotations
 
@@ -59,8 +59,8 @@ def synthetic_run(n_layers: int, n_steps: int, seed: int = 0) -> Run:
     return run
 
 
-# --------------------------------------------------------------------------- the seed, as a loop
-def _seed_layer(h: list[float], window: int = 100) -> dict:
+# --------------------------------------------------------------------------- the original crate, as a loop
+def _crate_layer(h: list[float], window: int = 100) -> dict:
     n = len(h)
     mean = sum(h) / n
     var = sum((x - mean) ** 2 for x in h) / n
@@ -92,16 +92,16 @@ def _seed_layer(h: list[float], window: int = 100) -> dict:
                 vanishing=mean < 1e-5, exploding=max(h) > 100, dead=dead > 0.5)
 
 
-def seed_loop(run: Run) -> dict:
+def crate_loop(run: Run) -> dict:
     g = run.metric("grad_norm")
-    return {name: _seed_layer([float(v) for v in g[:, j]]) for j, name in enumerate(run.layer_names)}
+    return {name: _crate_layer([float(v) for v in g[:, j]]) for j, name in enumerate(run.layer_names)}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=500)
     ap.add_argument("--steps", type=int, default=100_000)
-    ap.add_argument("--seed-steps", type=int, default=5000)
+    ap.add_argument("--crate-steps", type=int, default=5000)
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     run = synthetic_run(a.layers, a.steps)
@@ -122,20 +122,20 @@ def main(argv=None) -> int:
           f"{peak / 2**20:.0f} MiB (tracemalloc), overall {rep.overall_health}")
     print("  " + rep.summary_text().splitlines()[0])
 
-    small = run.slice(steps=slice(0, a.seed_steps))
+    small = run.slice(steps=slice(0, a.crate_steps))
     t0 = time.perf_counter()
     analyze(small)
     dv = time.perf_counter() - t0
     t0 = time.perf_counter()
-    seed_loop(small)
+    crate_loop(small)
     dl = time.perf_counter() - t0
-    est = dl * a.steps / a.seed_steps
-    print(f"\nside by side on {a.layers} layers x {a.seed_steps} steps:")
+    est = dl * a.steps / a.crate_steps
+    print(f"\nside by side on {a.layers} layers x {a.crate_steps} steps:")
     print(f"  {'vectorised analyze':<28}{dv:8.3f} s")
-    print(f"  {'seed port (Python loops)':<28}{dl:8.3f} s   ratio {dl / dv:.1f}x")
-    print(f"full size ({a.steps} steps): analyze {dt:.2f} s vs seed port ~{est:.0f} s (extrapolated, linear in steps)"
+    print(f"  {'crate port (Python loops)':<28}{dl:8.3f} s   ratio {dl / dv:.1f}x")
+    print(f"full size ({a.steps} steps): analyze {dt:.2f} s vs crate port ~{est:.0f} s (extrapolated, linear in steps)"
           f"   ratio ~{est / dt:.0f}x")
-    print("(the seed port covers only the grad-norm analyses; analyze also does every metric, the network, "
+    print("(the crate port covers only the grad-norm analyses; analyze also does every metric, the network, "
           "regions, groups and advice)")
     return 0 if dt < 2.0 else 1
 

@@ -17,9 +17,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 
-import zoo
-from zoo import score
-from zoo.runner import HEALTHY_LOSS_RATIO
+import zoo  # noqa: E402 (needs the sys.path above)
+from zoo import score  # noqa: E402 (needs the sys.path above)
+from zoo.runner import HEALTHY_LOSS_RATIO  # noqa: E402 (needs the sys.path above)
 
 
 def _diagnose(args: tuple) -> tuple[str, list, float, float, float, str | None]:

@@ -1,10 +1,12 @@
 """gradwidget: see how gradients flow through a network while it trains.
 
-Public API: GradientPanel, Recorder, record (array recorder), Run, load_run, analyze, compare, Thresholds.
+Public API: GradientPanel, Recorder, record (array recorder), Run, load_run, analyze, compare, Thresholds;
+every warning gradwidget gives is a GradwidgetWarning.
 Names are imported lazily so that ``import gradwidget`` stays fast and does not import torch.
 """
 from __future__ import annotations
 
+from ._warnings import GradwidgetWarning
 from .run import METRICS, SCALARS, LayerInfo, NonfiniteOrigin, Run
 from .thresholds import Thresholds
 
@@ -20,7 +22,7 @@ _LAZY = {
 }
 
 __all__ = ["GradientPanel", "Recorder", "ArrayRecorder", "Run", "LayerInfo", "NonfiniteOrigin", "load_run",
-           "analyze", "compare", "Thresholds", "METRICS", "SCALARS", "__version__"]
+           "analyze", "compare", "Thresholds", "METRICS", "SCALARS", "GradwidgetWarning", "__version__"]
 
 
 def __getattr__(name: str):

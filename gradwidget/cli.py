@@ -41,20 +41,16 @@ def cmd_demo(args) -> int:
     run = rec.run
     print(run.to_ascii(width=args.width))
     print(run.summary())
-    try:
-        from .analysis import analyze
-    except ImportError:
-        analyze = None
-    if analyze is not None:
-        report = analyze(run)
-        print()
-        print(report.summary_text())
+    from .analysis import analyze
+
+    print()
+    print(analyze(run).summary_text())
     print(f"\nRun saved in {out}/  (open it in a notebook: GradientPanel.from_run({str(out)!r}))")
     return 0
 
 
 def cmd_ascii(args) -> int:
-    print(_load(args.run).to_ascii(width=args.width, ), end="")
+    print(_load(args.run).to_ascii(width=args.width), end="")
     return 0
 
 

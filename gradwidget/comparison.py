@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -55,21 +56,21 @@ def match_layers(a: Run, b: Run) -> tuple[list[str], list[tuple[str, str]], list
     name gains a prefix; a module renamed in place)."""
     nb = set(b.layer_names)
     common = [n for n in a.layer_names if n in nb]
-    only_a = [l for l in a.layers if l.name not in nb]
+    only_a = [info for info in a.layers if info.name not in nb]
     na = set(a.layer_names)
-    only_b = [l for l in b.layers if l.name not in na]
+    only_b = [info for info in b.layers if info.name not in na]
     renamed = []
     by_shape: dict[tuple, list] = {}
-    for l in only_b:
-        by_shape.setdefault(tuple(l.shape), []).append(l)
-    for l in only_a:
-        cands = by_shape.get(tuple(l.shape))
-        if cands and l.shape:
-            renamed.append((l.name, cands.pop(0).name))
+    for info in only_b:
+        by_shape.setdefault(tuple(info.shape), []).append(info)
+    for info in only_a:
+        cands = by_shape.get(tuple(info.shape))
+        if cands and info.shape:
+            renamed.append((info.name, cands.pop(0).name))
     ra = {x for x, _ in renamed}
     rb = {y for _, y in renamed}
-    return (common, renamed, [l.name for l in only_a if l.name not in ra],
-            [l.name for l in only_b if l.name not in rb])
+    return (common, renamed, [info.name for info in only_a if info.name not in ra],
+            [info.name for info in only_b if info.name not in rb])
 
 
 def _final_levels(run: Run, cols: list[int], metric: str, last_step: int | None) -> np.ndarray:
@@ -228,7 +229,7 @@ def compare(*runs, labels=None) -> Comparison:
             raise ValueError(f"{lab} has no layers: there is nothing to compare")
     from .analysis import analyze
 
-    reports = [analyze(r) if r.n_steps else None for r in rs]
+    reports: list[Any] = [analyze(r) if r.n_steps else None for r in rs]
     for lab, rep in zip(labs, reports):
         if rep is None:
             raise ValueError(f"{lab} has no recorded steps: there is nothing to compare")
@@ -250,9 +251,9 @@ def compare(*runs, labels=None) -> Comparison:
     final = pd.DataFrame(rows, columns=["label", "layer", "layer_in_run", "metric", "first", "later", "log_ratio"])
     table = pd.DataFrame({"layer": a.layer_names, f"health ({labs[0]})": reports[0].layers["health"].to_numpy()})
     for lab, b, rep in zip(labs[1:], rs[1:], reports[1:]):
-        pairs = dict(_pairs(a, b))
+        name_in_b = dict(_pairs(a, b))
         h = dict(zip(b.layer_names, rep.layers["health"]))
-        table[f"health ({lab})"] = [h.get(pairs.get(n, ""), "missing") for n in a.layer_names]
+        table[f"health ({lab})"] = [h.get(name_in_b.get(n, ""), "missing") for n in a.layer_names]
         g = final[(final.label == lab) & (final.metric == "grad_norm")].set_index("layer")["log_ratio"]
         table[f"log10 grad_norm ratio ({lab})"] = [g.get(n, np.nan) for n in a.layer_names]
     extra = [n for lab in labs[1:] for n in added[lab]]

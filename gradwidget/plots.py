@@ -34,7 +34,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.transforms import offset_copy
 
-from .frames import log_levels
+from .outputs import log_levels
 from .run import METRICS, Run
 from .panel.protocol import HEALTH_COLORS, MARKS, METRIC_LABELS  # noqa: F401  (HEALTH_COLORS: plots.HEALTH_COLORS)
 
@@ -101,7 +101,7 @@ def layer_row_groups(run: Run, max_rows: int = MAX_DRAWN_ROWS) -> tuple[list[lis
     L = run.n_layers
     if L <= max_rows:
         return None
-    paths = [(l.module or l.name.rsplit(".", 1)[0]).split(".") for l in run.layers]
+    paths = [(info.module or info.name.rsplit(".", 1)[0]).split(".") for info in run.layers]
     best = None
     for depth in range(1, max(len(p) for p in paths) + 1):
         keys = [".".join(p[:depth]) for p in paths]
@@ -115,8 +115,8 @@ def layer_row_groups(run: Run, max_rows: int = MAX_DRAWN_ROWS) -> tuple[list[lis
             break
         best = (groups, [keys[g[0]] + (f" ({len(g)} tensors)" if len(g) > 1 else "") for g in groups])
     if best is None:
-        k = -(-L // max_rows)
-        groups = [list(range(a, min(a + k, L))) for a in range(0, L, k)]
+        size = -(-L // max_rows)
+        groups = [list(range(a, min(a + size, L))) for a in range(0, L, size)]
         names = run.layer_names
         best = (groups, [f"{names[g[0]]} … {names[g[-1]]} ({len(g)} tensors)" if len(g) > 1 else names[g[0]]
                          for g in groups])

@@ -1,4 +1,5 @@
-"""HTML renditions of an analysis: the health table and the self-contained report.
+"""The HTML report: renders a ``Report`` (``gradwidget.analysis.report``, which computes and writes
+nothing) as HTML, the health table and the self-contained report page; this module writes the files.
 
 ``health_table_html(report)`` is the table the panel's static fallback and the report both show:
 plain HTML with inline styles only (no ``<style>`` sheet, no scripts, no external resources), so it
@@ -22,7 +23,6 @@ from .run import Run
 #: marker class on every element gradwidget emits into notebook outputs (the exporter looks for it).
 FALLBACK_CLASS = "gradwidget-static"
 
-_HEALTH_ORDER = {"Critical": 0, "Warning": 1, "Unknown": 2, "Healthy": 3}
 _TD = "padding:2px 8px;border-bottom:1px solid #e3e3e3;text-align:left;vertical-align:top;"
 _TH = "padding:3px 8px;border-bottom:2px solid #bbb;text-align:left;background:#f4f4f4;"
 
@@ -120,10 +120,7 @@ def static_mimebundle(run, step=None, layer=None, metric: str = "grad_norm", rep
     png = plots.figure_to_png(fig, dpi=dpi)
     table = ""
     if run.n_steps and run.n_layers:  # a run without layers has nothing to analyse: the image alone
-        try:
-            table = health_table_html(report if report is not None else run, suggestions=False)
-        except ImportError:
-            table = ""
+        table = health_table_html(report if report is not None else run, suggestions=False)
     return {"image/png": base64.b64encode(png).decode("ascii"),
             "text/html": static_fallback_html(png, table),
             "text/plain": run.to_ascii(width=60)}
@@ -373,8 +370,8 @@ def render_comparison(cmp, metric: str = "grad_norm") -> str:
                   f"difference map of {lab}") for lab in cmp.labels[1:]]
     sections = [f'<h2 id="verdict">Verdict</h2><div class="card"><ul>{verdict}</ul></div>',
                 f'<h2 id="diagnoses">Diagnoses</h2><div class="card"><table class="kv"><tr>{heads}</tr>{rows}</table></div>',
-                f'<h2 id="heatmaps">Gradient flow</h2>' + "".join(f'<div class="card">{f}</div>' for f in figs),
-                f'<h2 id="difference">Difference</h2>' + "".join(f'<div class="card">{f}</div>' for f in diffs),
+                '<h2 id="heatmaps">Gradient flow</h2>' + "".join(f'<div class="card">{f}</div>' for f in figs),
+                '<h2 id="difference">Difference</h2>' + "".join(f'<div class="card">{f}</div>' for f in diffs),
                 f'<h2 id="layers">Layers</h2><div class="card">{_frame_html(cmp.layers)}</div>']
     title = "gradwidget comparison: " + " vs ".join(cmp.labels)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -8,12 +8,16 @@ decimated copy whose length never exceeds ``history_capacity`` rows, so memory s
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
+from .rules import fold_of, nearest_index, nonfinite_mask, over_threshold_mask, reduce_blocks, vanishing_mask
 from .thresholds import Thresholds, as_thresholds
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: per step x layer metrics, in storage order.
 METRICS: tuple[str, ...] = (
@@ -41,8 +45,6 @@ HIST_LO, HIST_HI = float(HIST_EDGES[0]), float(HIST_EDGES[-1])
 #: held 1.6x at rest and 3x while copying). Still amortised O(1) per step.
 GROWTH_DIVISOR = 4
 
-#: how each metric is combined when several steps fold into one (downsampling, history).
-_REDUCE = {"max_abs": "max", "nonfinite": "max"}
 
 #: statuses a layer can have.
 LAYER_STATUSES = ("trainable", "frozen", "unused")
@@ -166,7 +168,7 @@ def _as_layers(layers) -> list[LayerInfo]:
             out.append(LayerInfo.from_dict(x))
         else:
             raise TypeError(f"a layer must be a name, a dict or a LayerInfo, not {type(x).__name__}")
-    names = [l.name for l in out]
+    names = [info.name for info in out]
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
         raise ValueError(f"layer names must be unique; repeated: {dup}")
@@ -216,21 +218,6 @@ def _concat_rows(a: "Run", b: "Run") -> "Run":
     return r
 
 
-def reduce_blocks(a: np.ndarray, k: int, how: str = "mean") -> np.ndarray:
-    """Combine consecutive groups of ``k`` rows (the last group may be shorter)."""
-    n = a.shape[0]
-    if k <= 1 or n == 0:
-        return a.copy()
-    starts = np.arange(0, n, k)
-    if how == "max":
-        return np.maximum.reduceat(a, starts, axis=0)
-    if how == "first":
-        return a[starts].copy()
-    sums = np.add.reduceat(a.astype(np.float64), starts, axis=0)
-    counts = np.diff(np.append(starts, n)).reshape((-1,) + (1,) * (a.ndim - 1))
-    return (sums / counts).astype(a.dtype)
-
-
 class Run:
     """Per-layer metadata plus ``(steps, layers)`` float32 metric arrays, histograms and scalars.
 
@@ -270,7 +257,7 @@ class Run:
         self.history: Run | None = None  # decimated steps that fell out of the window
         self.history_block = 1
         self._pending: Run | None = None
-        self._index = {l.name: i for i, l in enumerate(self.layers)}
+        self._index = {info.name: i for i, info in enumerate(self.layers)}
         self.version = 0  # bumps on every change; views use it to know when to refresh
 
     # ----------------------------------------------------------------- shape and access
@@ -284,7 +271,7 @@ class Run:
 
     @property
     def layer_names(self) -> list[str]:
-        return [l.name for l in self.layers]
+        return [info.name for info in self.layers]
 
     def layer_index(self, layer: int | str) -> int:
         if isinstance(layer, (int, np.integer)):
@@ -345,40 +332,31 @@ class Run:
         """Row of the recorded step nearest to the user's step number ``step``."""
         if self._n == 0:
             raise ValueError("the run is empty: no step has been recorded yet")
-        s = self.steps
-        i = int(np.searchsorted(s, step))
-        if i >= len(s):
-            return len(s) - 1
-        if i > 0 and step - s[i - 1] <= s[i] - step:
-            return i - 1
-        return i
+        return nearest_index(self.steps, step)
 
     def histogram_at(self, layer: int | str, step: int) -> tuple[int, np.ndarray] | None:
         """The histogram of ``layer`` recorded nearest to ``step`` (its step, counts), or None."""
         if self._hn == 0:
             return None
         j = self.layer_index(layer)
-        hs = self.hist_steps
-        i = int(np.argmin(np.abs(hs - step)))
-        return int(hs[i]), self.hist[i, j]
+        i = nearest_index(self.hist_steps, step)
+        return int(self.hist_steps[i]), self.hist[i, j]
 
-    # ----------------------------------------------------------------- flags (seed animator)
+    # ----------------------------------------------------------------- flags (the original crate's animator)
     def vanishing(self) -> np.ndarray:
         """Boolean ``(steps, layers)``: mean |g| below ``thresholds.vanishing`` (frozen layers excluded)."""
-        with np.errstate(invalid="ignore"):
-            v = self.metric("mean_abs") < self.thresholds.vanishing
-        return v & self.trainable_mask()[None, :]
+        return vanishing_mask(self.metric("mean_abs"), self.thresholds, self.trainable_mask())
 
     def exploding(self) -> np.ndarray:
         """Boolean ``(steps, layers)``: max |g| above ``thresholds.exploding`` or non-finite."""
-        with np.errstate(invalid="ignore"):
-            return (self.metric("max_abs") > self.thresholds.exploding) | self.nonfinite()
+        return over_threshold_mask(self.metric("max_abs"), self.thresholds) | self.nonfinite()
 
     def nonfinite(self) -> np.ndarray:
-        return self.metric("nonfinite") > 0
+        """Boolean ``(steps, layers)``: the step's gradient had a NaN or Inf."""
+        return nonfinite_mask(self.metric("nonfinite"))
 
     def flow_intensity(self) -> np.ndarray:
-        """Seed's ``flow_intensity``: norm / the step's largest norm, in [0, 1] (0 for empty steps)."""
+        """The original crate's ``flow_intensity``: norm / the step's largest norm, in [0, 1] (0 for empty steps)."""
         g = np.nan_to_num(self.metric("grad_norm"), nan=0.0, posinf=0.0)
         top = g.max(axis=1, keepdims=True) if g.size else np.zeros((g.shape[0], 1), np.float32)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -386,7 +364,7 @@ class Run:
         return np.clip(out, 0.0, 1.0).astype(np.float32)
 
     def trainable_mask(self) -> np.ndarray:
-        return np.array([l.status != "frozen" for l in self.layers], bool)
+        return np.array([info.status != "frozen" for info in self.layers], bool)
 
     @property
     def nonfinite_origin(self) -> NonfiniteOrigin | None:
@@ -488,7 +466,7 @@ class Run:
         outgrows ``history_capacity`` rows, merge neighbours and double the block."""
         if self.history is None:
             self.history = Run(self.layers, thresholds=self.thresholds)
-            self._pending: Run | None = None
+            self._pending = None
         pend = old if self._pending is None else _concat_rows(self._pending, old)
         k = self.history_block
         full = (pend.n_steps // k) * k
@@ -541,7 +519,7 @@ class Run:
         if self._n == 0:
             return r
         m = self._M3
-        parts = [reduce_blocks(m[:, j], k, _REDUCE.get(name, "mean")) for j, name in enumerate(METRICS)]
+        parts = [reduce_blocks(m[:, j], k, fold_of(name)) for j, name in enumerate(METRICS)]
         r._metrics = np.stack(parts, axis=1)
         r._steps = reduce_blocks(self.steps, k, "first")
         r._scalars = reduce_blocks(self._S2, k, "mean")
@@ -558,7 +536,7 @@ class Run:
         draw, and a merged row must say the truth about its members."""
         if len(groups) != len(names):
             raise ValueError(f"{len(groups)} groups for {len(names)} names")
-        numel = np.array([max(1, l.numel) for l in self.layers], np.float64)
+        numel = np.array([max(1, info.numel) for info in self.layers], np.float64)
         layers = [LayerInfo(str(n), module=str(n), module_type=f"{len(g)} tensors" if len(g) > 1 else
                             self.layers[g[0]].module_type, numel=int(numel[list(g)].sum()),
                             status="trainable" if any(self.layers[i].status != "frozen" for i in g) else "frozen")
@@ -611,8 +589,8 @@ class Run:
         return self.downsample_by(k)
 
     # ----------------------------------------------------------------- tables
-    def to_frame(self) -> "pd.DataFrame":  # noqa: F821
-        """Long table: one row per (step, layer) with every metric and the seed's flags."""
+    def to_frame(self) -> "pd.DataFrame":
+        """Long table: one row per (step, layer) with every metric and the original crate's flags."""
         import pandas as pd
 
         n, L = self._n, self.n_layers
@@ -628,10 +606,10 @@ class Run:
         data["flow_intensity"] = self.flow_intensity().reshape(-1)
         return pd.DataFrame(data)
 
-    def layers_frame(self) -> "pd.DataFrame":  # noqa: F821
+    def layers_frame(self) -> "pd.DataFrame":
         import pandas as pd
 
-        return pd.DataFrame([l.to_dict() for l in self.layers])
+        return pd.DataFrame([info.to_dict() for info in self.layers])
 
     def nbytes(self) -> int:
         """Bytes held by the arrays (capacity included), history included."""
@@ -646,24 +624,24 @@ class Run:
         more = f", {older} older rows in history" if older else ""
         return f"<Run {self.n_layers} layers, {self._n} steps ({span}), {self._hn} histograms{more}>"
 
-    # ----------------------------------------------------------------- seed views (delegated)
+    # ----------------------------------------------------------------- the original crate's outputs (delegated)
     def to_ascii(self, width: int = 80) -> str:
-        from .frames import to_ascii
+        from .outputs import to_ascii
 
         return to_ascii(self, width=width)
 
     def summary(self):
-        from .frames import summary
+        from .outputs import summary
 
         return summary(self)
 
     def export_json(self, path) -> None:
-        from .frames import export_json
+        from .outputs import export_json
 
         export_json(self, path)
 
     def export_csv(self, path) -> None:
-        from .frames import export_csv
+        from .outputs import export_csv
 
         export_csv(self, path)
 

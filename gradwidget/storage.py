@@ -26,9 +26,11 @@ from collections import deque
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from ._warnings import GradwidgetWarning
 from .files import NotPlainFile, append_whole, create_new, open_plain, replace_atomically, writable_folder
 from .run import HIST_EDGES, LAYER_STATUSES, METRICS, N_BINS, SCALARS, LayerInfo, NonfiniteOrigin, Run
 from .thresholds import Thresholds
@@ -42,7 +44,7 @@ class RunFormatError(ValueError):
 
 
 def step_dtype(n_layers: int) -> np.dtype:
-    fields = [("step", "<i8")] + [(s, "<f8") for s in SCALARS]
+    fields: list[tuple] = [("step", "<i8")] + [(s, "<f8") for s in SCALARS]
     fields += [(m, "<f4", (n_layers,)) for m in METRICS]
     return np.dtype(fields)
 
@@ -57,7 +59,7 @@ def _meta_dict(run: Run, run_id: str | None = None, created: str | None = None) 
         "version": FORMAT_VERSION,
         "run_id": run_id,
         "created": created,
-        "layers": [l.to_dict() for l in run.layers],
+        "layers": [info.to_dict() for info in run.layers],
         "metrics": list(METRICS),
         "scalars": list(SCALARS),
         "hist_edges": [float(x) for x in HIST_EDGES],
@@ -147,7 +149,7 @@ def check_log_dir(path, overwrite: bool = False, overwrite_hint: str = "pass ove
 BACKLOG_MAX_BYTES = 64 << 20
 
 
-class RunWriteWarning(RuntimeWarning):
+class RunWriteWarning(GradwidgetWarning, RuntimeWarning):
     """Writing a run directory failed, resumed or stopped (shown once per event, never silent)."""
 
 
@@ -180,7 +182,7 @@ class RunWriter:
         #: the error that is holding records back (None while everything is on disk)
         self.error: OSError | None = None
         self.stopped = False
-        self._failed_at = None
+        self._failed_at: int | None = None
         self._flush()
 
     @property
@@ -498,7 +500,7 @@ def _bad_step_record(recs: np.ndarray, prev_step) -> tuple[int, str] | None:
     if not len(recs):
         return None
     steps = recs["step"]
-    checks = [(_not_after(steps, prev_step), "its step number {step} does not follow the previous step")]
+    checks: list[tuple[Any, str]] = [(_not_after(steps, prev_step), "its step number {step} does not follow the previous step")]
     with np.errstate(invalid="ignore"):
         checks.append((recs["global_norm"] < 0, "its global norm is negative"))
         for m in METRICS:
@@ -780,8 +782,8 @@ def load_run(path) -> Run:
         mismatch = _layer_mismatch(reader.path / "steps.bin", reader.run.n_layers)
         if mismatch:
             raise RunFormatError(f"{reader.path / 'steps.bin'} does not match meta.json: {mismatch}")
-        warnings.warn(f"{path}: ignored {reader.truncated_bytes} bytes of an unfinished last step")
+        warnings.warn(f"{path}: ignored {reader.truncated_bytes} bytes of an unfinished last step", GradwidgetWarning)
     if reader.unread_histograms:
         warnings.warn(f"{path}: ignored {reader.unread_histograms} histogram(s) of steps after the last "
-                      "whole step record")
+                      "whole step record", GradwidgetWarning)
     return reader.run

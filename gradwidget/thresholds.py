@@ -9,13 +9,14 @@ signals (a layer vs. the median layer, the update/weight ratio) complement the a
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    #: a layer-step is *vanishing* when its mean |g| is below this (seed default 1e-7).
+    #: a layer-step is *vanishing* when its mean |g| is below this (the original crate's default: 1e-7).
     vanishing: float = 1e-7
-    #: a layer-step is *exploding* when its max |g| is above this (seed default 1e3).
+    #: a layer-step is *exploding* when its max |g| is above this (the original crate's default: 1e3).
     exploding: float = 1e3
     #: a layer whose median gradient norm is this many times below the median layer is "weak".
     relative_vanishing: float = 1e-3
@@ -34,7 +35,7 @@ class Thresholds:
     #: slow, steady descent over a long run is progress, not a plateau).
     plateau_total_change: float = 0.05
     #: share of recorded steps with an issue that makes the run "MinorIssues" / "Problems" /
-    #: "Critical" (seed: 0.1 / 0.3 / 0.5).
+    #: "Critical" (the original crate: 0.1 / 0.3 / 0.5).
     minor_issue_ratio: float = 0.1
     problem_issue_ratio: float = 0.3
     critical_issue_ratio: float = 0.5
@@ -54,11 +55,11 @@ class Thresholds:
     #: runs fall below 0.3 (12.6% below the original crate's 0.5, which flagged batch noise), 9.5% of
     #: the layers of its runs with a mistake.
     unstable: float = 0.3
-    #: the network is "Stable" when the median layer stability is above this (seed 000: 0.8).
+    #: the network is "Stable" when the median layer stability is above this (the original crate: 0.8).
     stable_network: float = 0.8
-    #: recorded steps over which convergence is judged (seed 000 convergence_window: 100).
+    #: recorded steps over which convergence is judged (the original crate's convergence_window: 100).
     convergence_window: int = 100
-    #: a dead zone dead on more than this share of steps has Low recovery potential (seed 002: 0.9).
+    #: a dead zone dead on more than this share of steps has Low recovery potential (the original crate: 0.9).
     dead_recovery_share: float = 0.9
 
     def __post_init__(self) -> None:
@@ -86,7 +87,8 @@ class Thresholds:
         if bad:
             raise ValueError(f"thresholds must be numbers; got {bad}")
         ints = {f.name for f in fields(cls) if isinstance(f.default, int)}  # a count stays a count
-        return cls(**{k: (int(v) if k in ints and v == int(v) else float(v)) for k, v in d.items() if k in known})
+        kwargs: dict[str, Any] = {k: (int(v) if k in ints and v == int(v) else float(v)) for k, v in d.items() if k in known}
+        return cls(**kwargs)
 
 
 def as_thresholds(value) -> Thresholds:

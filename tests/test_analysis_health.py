@@ -71,7 +71,7 @@ def test_healthy_unknown_and_too_many_factors():
     s, fl, f, h = analyse(g, status=["trainable", "frozen", "trainable"])
     assert list(h.health) == ["Healthy", "Unknown", "Healthy"] and np.isnan(h.risk[1])
     assert h.risk[0] == 0
-    # three non-critical factors make a layer Critical (seed: more than 2)
+    # three non-critical factors make a layer Critical (the original crate: more than 2)
     g2 = base(4)
     g2[:, 0] = 10 * np.where(np.arange(T) % 2, 1.0, 5.0)  # hot, oscillating, and updates too large
     upd = np.full_like(g2, np.nan)

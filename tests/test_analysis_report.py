@@ -29,7 +29,12 @@ def test_report_table_json_and_text():
     assert rep.overall_health == "Critical"
     d = json.loads(rep.to_json())
     assert d["overall_health"] == "Critical" and len(d["layers"]) == 5 and d["run"]["n_steps"] == 30
-    assert d["seed_summary"]["layers_with_vanishing_grads"] == ["vanish"]
+    assert d["crate_summary"]["layers_with_vanishing_grads"] == ["vanish"]
+    assert "_crate_summary" not in d and set(d["run"]) == {"n_layers", "n_steps", "first_step", "last_step"}
+    from gradwidget._warnings import GradwidgetDeprecationWarning
+
+    with pytest.warns(GradwidgetDeprecationWarning, match="use Report.crate_summary"):
+        assert rep.seed_summary is rep.crate_summary  # the old name still works
     assert {r["kind"] for r in d["regions"]} >= {"vanishing", "exploding"}
     assert d["network"]["available"] is False
     first = rep.summary_text().splitlines()[0]
@@ -206,7 +211,7 @@ def test_summary_states_the_forecast_with_its_interval_not_r2():
     rng = np.random.default_rng(2)
     rep = analyze(synth(0.1 * np.exp(0.02 * rng.standard_normal((400, 3)))))
     f = rep.stability.forecast
-    line = [l for l in rep.summary_text().splitlines() if l.startswith("Stability")][0]
+    line = [text for text in rep.summary_text().splitlines() if text.startswith("Stability")][0]
     assert "R²" not in line and f.outlook == "Stable"
     assert f"over the next 100 recorded steps, 95% interval {f.interval[0]:+.2f} to {f.interval[1]:+.2f}" in line
     assert f"{f.confidence:.0%} probability it stays within ±{f.stable_band:.2f}" in line
@@ -238,5 +243,5 @@ def test_an_unsteady_flat_forecast_says_why_it_is_uncertain():
 def test_summary_says_the_critical_path_went_through_a_cycle():
     g = np.tile([1e-5, 1e-3, 1e-2, 1e-1], (60, 1))
     rep = analyze(synth(g, numel=1, edges=[(0, 1), (1, 2), (2, 1), (2, 3)]))
-    line = [l for l in rep.summary_text().splitlines() if l.startswith("Critical path")][0]
+    line = [text for text in rep.summary_text().splitlines() if text.startswith("Critical path")][0]
     assert "l3.weight → l0.weight" in line and "the graph has cycles (a reused module)" in line

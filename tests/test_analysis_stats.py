@@ -27,8 +27,8 @@ def synth(g, names=None, *, numel=100, edges=(), loss=None, zero_frac=None, nonf
         "weight_norm": np.ones((T, L)) if weight is None else np.asarray(weight).reshape(T, L),
         "update_norm": np.full((T, L), np.nan) if update is None else np.asarray(update).reshape(T, L),
     }
-    for i, st in enumerate(status):
-        if st == "frozen":
+    for i, state in enumerate(status):
+        if state == "frozen":
             for m in ("grad_norm", "mean_abs", "max_abs", "std", "zero_frac", "nonfinite", "update_norm"):
                 cols[m][:, i] = np.nan
     steps = np.arange(T) if steps is None else steps

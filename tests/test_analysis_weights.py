@@ -1,4 +1,4 @@
-"""Weights (seed 001): statistics, entropy, issues and their recommendations, outliers, explosion, drift."""
+"""Weights (the original crate's weight analysis): statistics, entropy, issues and their recommendations, outliers, explosion, drift."""
 import numpy as np
 import pytest
 

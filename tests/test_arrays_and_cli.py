@@ -25,7 +25,10 @@ def test_array_stats_match_numpy():
 def test_log_hist_uses_fixed_bins():
     h = log_hist(np.array([1e-3, -1e-3, 0.0, np.nan, 10.0, 1e-30, 1e9]))
     assert h.sum() == 5  # zero and NaN are not counted; out-of-range values land in the edge bins
-    centre = lambda v: np.searchsorted(HIST_EDGES, np.log10(v), side="right") - 1
+
+    def centre(v):
+        return np.searchsorted(HIST_EDGES, np.log10(v), side="right") - 1
+
     assert h[centre(1e-3)] == 2 and h[centre(10.0)] == 1 and h[0] == 1 and h[-1] == 1
 
 

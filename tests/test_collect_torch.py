@@ -77,7 +77,7 @@ def test_layer_order_follows_the_backward_graph_not_names():
         opt.zero_grad()
         model(torch.randn(3, 4)).sum().backward()
         opt.step()
-    mods = [l.module for l in rec.run.layers]
+    mods = [info.module for info in rec.run.layers]
     assert mods.index("layer2") < mods.index("layer3") < mods.index("layer10")
     # edges follow data flow: layer2 -> layer3 -> layer10, never layer2 -> layer10
     pairs = {(rec.run.layers[a].module, rec.run.layers[b].module) for a, b in rec.run.edges}
@@ -134,7 +134,7 @@ def test_frozen_and_unused_parameters_are_listed_and_marked():
             model(torch.randn(2, 4)).sum().backward()
             opt.step()
     run = rec.run
-    status = {l.name: l.status for l in run.layers}
+    status = {info.name: info.status for info in run.layers}
     assert status == {"a.weight": "frozen", "a.bias": "trainable", "b.weight": "trainable",
                       "b.bias": "trainable", "spare.weight": "unused", "spare.bias": "unused"}
     j = run.layer_index("a.weight")

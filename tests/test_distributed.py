@@ -98,8 +98,8 @@ def launch():
         return started[-1]
 
     yield start
-    for l in started:  # always reap the children, even when a test failed
-        l.kill()
+    for child in started:  # always reap the children, even when a test failed
+        child.kill()
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +159,7 @@ def test_two_process_run_equals_single_process(mode, launch, single_runs, tmp_pa
     kind = {"plain": "replicated", "hsdp": "fsdp2"}.get(mode, mode)
     assert run.meta["distributed"] == {"kind": kind, "world_size": 2}
     # the same names, order, shapes, module types and data-flow edges as the single-process run
-    assert [l.to_dict() for l in run.layers] == [l.to_dict() for l in ref.layers]
+    assert [info.to_dict() for info in run.layers] == [info.to_dict() for info in ref.layers]
     np.testing.assert_array_equal(run.edges, ref.edges)
     assert run.meta["model"] == ref.meta["model"] == "Sequential"
     # one run directory, written by rank 0 alone
@@ -207,9 +207,9 @@ def test_sharded_transformer_equals_single_process(mode, launch, single_runs, tm
     # in_proj_bias's key part has a mathematically zero gradient: its round-off (~1e-10) entries
     # change bins with the reduction order (as under DDP), so histograms are compared above 1e-6
     assert_same_statistics(run, ref, hist_from=1e-6)
-    assert [l.module for l in run.layers] == [l.module for l in ref.layers]
+    assert [info.module for info in run.layers] == [info.module for info in ref.layers]
     np.testing.assert_array_equal(run.edges, ref.edges)
-    assert all(l.status == "trainable" for l in run.layers)
+    assert all(info.status == "trainable" for info in run.layers)
     moved = [(a.name, b.name) for a, b in zip(run.layers, ref.layers) if a.name != b.name]
     assert moved == [("layer.norm1.weight", "layer.norm1.bias"), ("layer.norm1.bias", "layer.norm1.weight"),
                      ("layer.norm2.weight", "layer.norm2.bias"), ("layer.norm2.bias", "layer.norm2.weight")]
@@ -232,11 +232,11 @@ def test_without_optimizer_each_backward_is_a_step(mode, launch, single_runs, tm
 def test_fsdp1_cases_it_cannot_record_are_refused_with_a_clear_message(mode, extra, message, launch, tmp_path):
     if _fsdp1_usable():
         pytest.skip(f"FSDP1 unavailable: {_fsdp1_usable()}")
-    l = launch(mode, tmp_path / "run", tmp_path / "out", *extra)
-    for p in l.procs:
+    launched = launch(mode, tmp_path / "run", tmp_path / "out", *extra)
+    for p in launched.procs:
         p.wait(timeout=180)
-    assert all(p.returncode != 0 for p in l.procs)
-    assert message in l.logs()
+    assert all(p.returncode != 0 for p in launched.procs)
+    assert message in launched.logs()
     assert not (tmp_path / "run").exists()
 
 
@@ -257,19 +257,19 @@ def test_sparse_histograms_and_updates_still_one_collective_per_step(launch, sin
 
 def test_live_reader_sees_steps_arrive_while_the_script_runs(launch, tmp_path):
     log_dir = tmp_path / "run"
-    l = launch("ddp", log_dir, tmp_path / "out", "--steps", "12", "--delay", "0.4")
+    launched = launch("ddp", log_dir, tmp_path / "out", "--steps", "12", "--delay", "0.4")
     deadline = time.monotonic() + 120
     while not (log_dir / "meta.json").exists():
-        assert l.running(), l.logs()
+        assert launched.running(), launched.logs()
         assert time.monotonic() < deadline, "no run directory appeared"
         time.sleep(0.05)
     reader = RunReader(log_dir)
     seen = [reader.run.n_steps]
-    while l.running() and time.monotonic() < deadline:
+    while launched.running() and time.monotonic() < deadline:
         if reader.poll():
             seen.append(reader.run.n_steps)
         time.sleep(0.05)
-    l.wait()
+    launched.wait()
     reader.poll()
     seen.append(reader.run.n_steps)
     during = sorted(set(seen[:-1]))
@@ -281,17 +281,17 @@ def test_live_reader_sees_steps_arrive_while_the_script_runs(launch, tmp_path):
 @pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
 def test_killing_the_script_mid_run_leaves_a_readable_run(mode, launch, tmp_path):
     log_dir = tmp_path / "run"
-    l = launch(mode, log_dir, tmp_path / "out", "--steps", "200", "--delay", "0.05")
+    launched = launch(mode, log_dir, tmp_path / "out", "--steps", "200", "--delay", "0.05")
     deadline = time.monotonic() + 120
     while True:
-        assert l.running(), l.logs()
+        assert launched.running(), launched.logs()
         assert time.monotonic() < deadline, "no steps were written"
         if (log_dir / "steps.bin").exists() and (log_dir / "steps.bin").stat().st_size > 0:
             if RunReader(log_dir).run.n_steps >= 3:
                 break
         time.sleep(0.05)
-    l.kill()
-    assert all(p.returncode == -signal.SIGKILL for p in l.procs)
+    launched.kill()
+    assert all(p.returncode == -signal.SIGKILL for p in launched.procs)
     run = load_run(log_dir)
     assert 3 <= run.n_steps < 200
     assert np.isfinite(run.metric("grad_norm")).all()

@@ -2,7 +2,6 @@
 and without saved widget state; and the live widget replaces it where the widget manager loads."""
 import base64
 import os
-import re
 import subprocess
 import sys
 import tomllib
@@ -19,6 +18,7 @@ from gradwidget.export import WIDGET_VIEW, GradwidgetHTMLExporter, StaticFallbac
 from gradwidget.report import health_table_html, static_fallback_html
 from gw_browser import IMAGES_JS, TABLE_LAYERS_JS, offline_page
 from test_plots import LAYERS, pathological_run
+from exported_html import panel_images, table_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = "application/vnd.jupyter.widget-state+json"
@@ -52,15 +52,6 @@ def notebook(with_state: bool):
             "model_name": "AnyModel", "model_module": "anywidget", "model_module_version": "~0.9.*",
             "state": {"_anywidget_id": "gradwidget.widget.GradientPanel"}}}}}
     return nb
-
-
-def panel_images(html: str) -> list[str]:
-    tags = [t for t in re.findall(r"<img\b[^>]*>", html) if 'class="gradwidget-panel-image"' in t]
-    return [m.group(1) for t in tags if (m := re.search(r'src="data:image/png;base64,([^"]+)"', t))]
-
-
-def table_layers(html: str) -> list[str]:
-    return re.findall(r'<tr data-layer="([^"]+)"', html)
 
 
 def test_plain_html_export_loses_the_panel_once_widget_state_is_saved():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from exported_html import panel_images, table_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -66,15 +67,6 @@ def without_state(nb):
     nb = copy.deepcopy(nb)
     nb.metadata.pop("widgets", None)
     return nb
-
-
-def panel_images(html: str) -> list[str]:
-    tags = [t for t in re.findall(r"<img\b[^>]*>", html) if 'class="gradwidget-panel-image"' in t]
-    return [m.group(1) for t in tags if (m := re.search(r'src="data:image/png;base64,([^"]+)"', t))]
-
-
-def table_layers(html: str) -> list[str]:
-    return re.findall(r'<tr data-layer="([^"]+)"', html)
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
@@ -175,13 +167,13 @@ def test_binder_environment_matches_the_package():
     except ImportError:  # Python 3.10
         tomllib = pytest.importorskip("tomli")
     req = (ROOT / "binder" / "requirements.txt").read_text().splitlines()
-    lines = [l.split("#")[0].strip() for l in req if l.split("#")[0].strip()]
+    lines = [text.split("#")[0].strip() for text in req if text.split("#")[0].strip()]
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in lines
-    names = {re.split(r"[<>=!~\[ ]", l)[0].lower() for l in lines if not l.startswith("-")}
+    names = {re.split(r"[<>=!~\[ ]", text)[0].lower() for text in lines if not text.startswith("-")}
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     for d in deps:
         assert re.split(r"[<>=!~\[ ]", d)[0].lower() in names, f"{d} missing from binder/requirements.txt"
-    torch_pin = [l for l in lines if l.startswith("torch")]
+    torch_pin = [text for text in lines if text.startswith("torch")]
     assert torch_pin and "==" in torch_pin[0], "binder pins torch (the CPU wheel)"
     readme = (ROOT / "README.md").read_text()
     assert torch_pin[0].replace(" ", "") in readme.replace(" ", ""), "same torch as the README's install"

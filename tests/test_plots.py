@@ -71,7 +71,7 @@ def test_color_range_is_robust_percentiles_of_log10_over_finite_nonzero_cells(ru
 
 
 def test_one_scale_across_steps_not_per_step_max(run):
-    """The seed normalised each step by its own max, which hides a network-wide fade: the same
+    """The original crate normalised each step by its own max, which hides a network-wide fade: the same
     value must get the same colour at every step, whatever else happens at that step."""
     r = Run(["a", "b"])
     for s, b in enumerate([1.0, 1e3, 1e-3]):  # column b changes a lot, column a stays at 1e-2
@@ -109,7 +109,7 @@ def test_flow_heatmap_draws_the_cells_with_layers_in_depth_order(run):
     assert [t.get_text() for t in ax.get_yticklabels()] == list(LAYERS)
     lo, hi = ax.get_ylim()
     assert lo > hi and ax.get_yticks()[0] == 0, "input side at the top, loss side at the bottom (one orientation)"
-    cursor = [l for l in ax.lines if list(l.get_xdata()) == [17.0, 17.0]]
+    cursor = [ln for ln in ax.lines if list(ln.get_xdata()) == [17.0, 17.0]]
     assert cursor, "the step cursor is drawn"
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any("vanishing" in x for x in labels) and any("exploding" in x for x in labels)
@@ -138,7 +138,7 @@ def test_layer_bars_show_the_values_at_the_step(run):
         if np.isfinite(v):
             assert b.get_x() + b.get_width() == pytest.approx(float(v), rel=1e-5)
     assert "step 25" in ax.get_title()
-    assert any(l.get_label().startswith("exploding") for l in ax.lines)
+    assert any(ln.get_label().startswith("exploding") for ln in ax.lines)
 
 
 def test_histogram_plot_draws_the_recorded_counts(run):
@@ -163,18 +163,18 @@ def test_histogram_plot_without_histograms_says_so():
 def test_metric_series_and_thresholds(run):
     fig = plots.metric_series(run, ["vanish", "mid"], "mean_abs")
     ax = fig.axes[0]
-    lines = {l.get_label(): l for l in ax.lines}
+    lines = {ln.get_label(): ln for ln in ax.lines}
     np.testing.assert_allclose(lines["mid"].get_ydata(), run.metric("mean_abs")[:, 2])
     assert ax.get_yscale() == "log"
     assert any(k.startswith("vanishing") for k in lines)
     fig = plots.metric_series(run, "hot", "max_abs")
-    assert any(l.get_label().startswith("exploding") for l in fig.axes[0].lines)
+    assert any(ln.get_label().startswith("exploding") for ln in fig.axes[0].lines)
 
 
 def test_weight_plot_uses_update_ratio_when_recorded(run):
     ax = plots.weight_plot(run, layers=["embed"]).axes[0]
     assert "update / weight" in ax.get_ylabel()
-    line = [l for l in ax.lines if l.get_label() == "embed"][0]
+    line = [ln for ln in ax.lines if ln.get_label() == "embed"][0]
     w, u = run.metric("weight_norm")[:, 0], run.metric("update_norm")[:, 0]
     ok = np.isfinite(u)
     np.testing.assert_allclose(line.get_ydata(), (u / w)[ok], rtol=1e-5)
@@ -236,7 +236,7 @@ def test_histogram_over_time_shares_per_column(run):
     np.testing.assert_allclose(share.sum(axis=0), 1.0, rtol=1e-6)  # each column is one histogram
     counts = run.hist[:, 1, :].T
     np.testing.assert_allclose(share, counts / counts.sum(axis=0), rtol=1e-6)
-    assert {"vanishing 1e-07", "exploding 1000"} <= {l.get_label() for l in ax.lines}
+    assert {"vanishing 1e-07", "exploding 1000"} <= {ln.get_label() for ln in ax.lines}
 
 
 def test_bars_of_a_step_with_no_finite_value_draw_without_warnings():
@@ -312,7 +312,7 @@ def test_ten_thousand_tensors_draw_as_bounded_rows_that_tell_the_truth():
     assert run.n_layers == 10_000
     groups, labels = plots.layer_row_groups(run)
     assert len(groups) <= plots.MAX_DRAWN_ROWS and sum(map(len, groups)) == run.n_layers
-    assert all(l.endswith("tensors)") for l in labels)
+    assert all(text.endswith("tensors)") for text in labels)
     merged = plots.drawn_rows(run)
     j = next(k for k, g in enumerate(groups) if run.layer_index("blocks.7.lin2.weight") in g)
     assert merged.metric("nonfinite")[3, j] >= 1                     # one member's NaN shows in its row

@@ -7,7 +7,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def quick_start_commands():
     text = (ROOT / "README.md").read_text()
     block = text.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
-    return [l.strip() for l in block.splitlines() if l.strip() and not l.strip().startswith("#")]
+    return [text.strip() for text in block.splitlines() if text.strip() and not text.strip().startswith("#")]
 
 
 def test_quick_start_is_two_commands_and_ci_runs_the_test_one():

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from gradwidget.run import METRICS, N_BINS, Run, reduce_blocks
+from gradwidget.rules import nearest_index, reduce_blocks
+from gradwidget.run import METRICS, N_BINS, Run
 
 
 def filled(n=20, L=3, max_steps=None, history_capacity=2048):
@@ -48,6 +49,33 @@ def test_reduce_blocks_uneven_tail():
     a = np.arange(7, dtype=np.float32)
     assert reduce_blocks(a, 3).tolist() == [1.0, 4.0, 6.0]
     assert reduce_blocks(a, 3, "max").tolist() == [2.0, 5.0, 6.0]
+    assert reduce_blocks(a, 3, "first").tolist() == [0.0, 3.0, 6.0]
+    with pytest.raises(ValueError, match="how must be"):
+        reduce_blocks(a, 3, "median")
+
+
+def test_downsample_a_missing_step_does_not_blank_its_block():
+    """One fold for the Run and the panel: NaN is "not recorded", so a block's mean is over the
+    steps a layer did record, and a block with none stays NaN."""
+    r = Run(["a", "b"])
+    for s in range(4):
+        v = np.full((len(METRICS), 2), float(s + 1), np.float32)
+        if s == 1:
+            v[:, 0] = np.nan  # layer a got no gradient at step 1
+        v[:, 1] = np.nan  # layer b never got one
+        v[METRICS.index("nonfinite")] = 0
+        r.append(s, v)
+    d = r.downsample_by(2)
+    np.testing.assert_allclose(d.metric("grad_norm")[:, 0], [1.0, 3.5])
+    assert np.isnan(d.metric("grad_norm")[:, 1]).all() and np.isnan(d.metric("max_abs")[:, 1]).all()
+    np.testing.assert_allclose(d.metric("max_abs")[:, 0], [1.0, 4.0])
+
+
+def test_nearest_index_ties_to_the_earlier_step():
+    steps = np.array([0, 10, 20])
+    assert [nearest_index(steps, s) for s in (-5, 4, 5, 6, 15, 99)] == [0, 0, 0, 1, 1, 2]
+    with pytest.raises(ValueError):
+        nearest_index(steps[:0], 3)
 
 
 def test_rolling_window_memory_is_bounded():
@@ -99,7 +127,7 @@ def test_bad_max_steps_rejected(max_steps):
 
 def test_summary_of_an_empty_run_says_nothing_was_recorded():
     from gradwidget.analysis import analyze
-    from gradwidget.frames import GradientHealth
+    from gradwidget.outputs import GradientHealth
 
     run = Run(["a", "b"])
     s = run.summary()
@@ -137,7 +165,7 @@ def test_exporting_onto_a_folder_is_a_clear_error(tmp_path, export):
 
 @pytest.mark.parametrize("export", ["export_json", "export_csv"])
 def test_a_failed_export_keeps_the_previous_file(tmp_path, monkeypatch, export):
-    import gradwidget.frames as frames_mod
+    import gradwidget.outputs as frames_mod
 
     out = tmp_path / "out"
     out.write_text("an earlier export")

@@ -23,7 +23,7 @@ def sample_run(n=25):
 
 def assert_runs_equal(a: Run, b: Run):
     assert a.layer_names == b.layer_names
-    assert [l.to_dict() for l in a.layers] == [l.to_dict() for l in b.layers]
+    assert [info.to_dict() for info in a.layers] == [info.to_dict() for info in b.layers]
     np.testing.assert_array_equal(a.steps, b.steps)
     for m in METRICS:
         np.testing.assert_array_equal(a.metric(m), b.metric(m))

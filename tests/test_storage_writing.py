@@ -11,7 +11,7 @@ from torch import nn
 
 from gradwidget import files
 from gradwidget.collect.torch import Recorder
-from gradwidget.frames import export_csv
+from gradwidget.outputs import export_csv
 from gradwidget.storage import RunWriteWarning, load_run, save_run
 
 from conftest import make_run as small_run
@@ -85,7 +85,7 @@ def test_a_symlink_planted_in_a_run_folder_is_never_written_through(tmp_path):
     (d / "steps.bin").rename(d / "old")
     (d / "steps.bin").symlink_to(outside)
     model, opt = setup(1)
-    with Recorder(model, opt, log_dir=d, overwrite=True) as rec2:
+    with Recorder(model, opt, log_dir=d, overwrite=True):
         train(model, opt, 2)
     assert outside.read_text() == "not yours"
     assert not (d / "steps.bin").is_symlink() and load_run(d).n_steps == 2

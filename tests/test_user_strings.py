@@ -10,7 +10,7 @@ from matplotlib.text import Text
 from gradwidget import plots
 from gradwidget.analysis import analyze
 from gradwidget.collect.arrays import ArrayRecorder
-from gradwidget.frames import spreadsheet_safe
+from gradwidget.outputs import spreadsheet_safe
 from gradwidget.report import render_report
 
 HOSTILE = ("$\\foo$", "$$", "$x^2$", "a$b", "=HYPERLINK(\"http://x\")", "+1", "-cmd", "@SUM(A1)", "plain.weight")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import traitlets
 
+from gradwidget.rules import reduce_blocks
 from gradwidget.run import METRICS, N_BINS, Run
 from gradwidget.widget import (
     FLAG_EXPLODING,
@@ -17,7 +18,6 @@ from gradwidget.widget import (
     FLAG_VANISHING,
     MAX_COLUMNS,
     GradientPanel,
-    block_reduce,
     column_block,
     table_from_run,
 )
@@ -124,12 +124,12 @@ def test_metric_without_data_says_so():
 # --------------------------------------------------------------------------- decimation
 def test_block_reduce():
     a = np.array([[1, np.nan], [3, np.nan], [np.inf, 2], [5, 4]], np.float32)
-    np.testing.assert_allclose(block_reduce(a, 2, "mean"), [[2, np.nan], [5, 3]])
-    np.testing.assert_allclose(block_reduce(a, 2, "max"), [[3, np.nan], [np.inf, 4]])
+    np.testing.assert_allclose(reduce_blocks(a, 2, "mean"), [[2, np.nan], [5, 3]])
+    np.testing.assert_allclose(reduce_blocks(a, 2, "max"), [[3, np.nan], [np.inf, 4]])
     f = np.array([[1], [4], [0], [2]], np.uint8)
-    np.testing.assert_array_equal(block_reduce(f, 2, "or"), [[5], [2]])
-    np.testing.assert_array_equal(block_reduce(f, 1, "or"), f)
-    assert block_reduce(np.zeros((0, 3), np.float32), 4).shape == (0, 3)
+    np.testing.assert_array_equal(reduce_blocks(f, 2, "or"), [[5], [2]])
+    np.testing.assert_array_equal(reduce_blocks(f, 1, "or"), f)
+    assert reduce_blocks(np.zeros((0, 3), np.float32), 4).shape == (0, 3)
     assert column_block(100_000, 1024) == 98 and column_block(5, 1024) == 1
 
 
@@ -505,7 +505,7 @@ def test_infinite_table_values_travel_as_infinity_not_as_1e308():
     rows = {r["layer"]: r for r in table_from_run(run)}
     assert rows["a"]["max_abs_max"] == "Infinity" and rows["b"]["max_abs_max"] == pytest.approx(0.01)
     json.loads(json.dumps(rows, allow_nan=False))
-    from gradwidget.panel.table import jsonable as _jsonable
+    from gradwidget.jsonsafe import jsonable as _jsonable
 
     assert [_jsonable(x) for x in (np.float32(-np.inf), float("nan"), 2.5)] == ["-Infinity", None, 2.5]
     p = GradientPanel(run)
@@ -719,3 +719,15 @@ def test_table_updates_carry_the_rows_that_changed():
     assert changed_rows(old, old) == []
     assert changed_rows(old, old[:1]) is None and changed_rows([], old) is None
     assert changed_rows(old, [{"index": 1, "v": 2.0}, {"index": 0, "v": 1.0}]) is None
+
+
+def test_panel_flags_follow_the_runs_flag_rules():
+    """The heatmap's flag bits are the Run's vanishing()/exploding()/nonfinite(), not a copy of them."""
+    from gradwidget.widget import cell_flags
+
+    run = synthetic_run(n_steps=30, nonfinite_at=12)
+    f = cell_flags(run, run.metric("mean_abs"), run.metric("max_abs"), run.metric("nonfinite"))
+    assert ((f & FLAG_VANISHING) > 0).any()
+    np.testing.assert_array_equal((f & FLAG_VANISHING) > 0, run.vanishing())
+    np.testing.assert_array_equal((f & FLAG_NONFINITE) > 0, run.nonfinite())
+    np.testing.assert_array_equal((f & (FLAG_EXPLODING | FLAG_NONFINITE)) > 0, run.exploding())

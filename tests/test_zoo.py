@@ -6,8 +6,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import zoo
-from zoo.case import CAUSES
+import zoo  # noqa: E402 (skipped without torch)
+from zoo.case import CAUSES  # noqa: E402 (skipped without torch)
 
 
 @pytest.mark.slow

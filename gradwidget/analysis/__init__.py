@@ -141,7 +141,7 @@ def _layers_table(run: Run, s: stats.Series, fl: pd.DataFrame, hl: pd.DataFrame,
     o = run.nonfinite_origin
     row = origin_layer(run, o) if o is not None else None
     origin = ["" for _ in run.layer_names]
-    if row is not None:
+    if o is not None and row is not None:
         origin[row] = f"first NaN/Inf made here: {o.module} ({o.phase}, step {o.step})"
     top: dict[str, tuple[str, str]] = {}
     for r in recs:  # ranked: the first per layer is its top diagnosis
@@ -150,10 +150,10 @@ def _layers_table(run: Run, s: stats.Series, fl: pd.DataFrame, hl: pd.DataFrame,
     ex = s.exact
     return pd.DataFrame({
         "layer": run.layer_names,
-        "module_type": [l.module_type for l in run.layers],
-        "numel": [int(l.numel) for l in run.layers],
-        "status": [l.status for l in run.layers],
-        "tied": [", ".join(l.tied) for l in run.layers],  # its other names (tied weights)
+        "module_type": [info.module_type for info in run.layers],
+        "numel": [int(info.numel) for info in run.layers],
+        "status": [info.status for info in run.layers],
+        "tied": [", ".join(info.tied) for info in run.layers],  # its other names (tied weights)
         "health": hl["health"].to_numpy(),
         "risk": hl["risk"].to_numpy(),
         "grad_norm_median": s.stat("grad_norm", "median"),

@@ -1,20 +1,21 @@
 """What to do about it: layer groups (by gradient level and by module), per-layer suggestions with
 the evidence that triggered them, optimisation priorities, and ranked plain-language
-recommendations that name layers (seed 000 hierarchy, priorities and suggestions).
+recommendations that name layers (the original crate's hierarchy, priorities and suggestions).
 
-Group characteristics are computed from their members (the seed hard-coded 2.0 / 0.8 / 0.7 ...);
+Group characteristics are computed from their members (the original crate hard-coded 2.0 / 0.8 / 0.7 ...);
 every suggestion is tied to a risk factor that fired, and its expected impact is that factor's
 measured severity.
 
-Seed fields not carried over, and why:
-- ``GradientHierarchy.hierarchy_levels`` / ``cross_level_interactions``: the seed's levels were the
+Fields of the original crate not carried over, and why:
+- ``GradientHierarchy.hierarchy_levels`` / ``cross_level_interactions``: the original crate's levels were the
   High / Medium / Low gradient bands (the ``by="level"`` groups here) with constant importance and
   impact, and its cross-level interactions were never filled in.
-- ``OptimizationDifficulty.VeryDifficult``: never assigned by the seed.
+- ``OptimizationDifficulty.VeryDifficult``: never assigned by the original crate.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,7 +28,7 @@ from .stats import Series, _quiet, block_mean, nanmedian, standardized
 from .health import CORR_ROWS
 
 PRIORITY_ORDER = ("Critical", "High", "Medium", "Low")
-#: seed 000 weights of a layer's health in its priority score.
+#: the original crate's enhanced analysis: the weights of a layer's health in its priority score.
 _HEALTH_WEIGHT = {"Critical": 1.0, "Warning": 0.7, "Unknown": 0.5, "Healthy": 0.3}
 
 
@@ -81,7 +82,6 @@ def layer_groups(s: Series, health: pd.DataFrame) -> list[LayerGroup]:
             if key == "":
                 continue
             idx = np.flatnonzero((keys == key) & known)
-            m = len(idx)
             zz = z[:, idx][:, varies[idx]]
             k = zz.shape[1]
             sync = float((np.sum(zz.sum(1) ** 2) - k) / (k * (k - 1))) if k > 1 else float("nan")
@@ -110,7 +110,8 @@ class Suggestion:
     side_effects: list[str] = field(default_factory=list)  #: what the fix can cost (``ACTION_META``)
 
 
-#: per suggestion kind: (seed 000 ActionType, ImplementationEffort, prerequisites, side effects).
+#: per suggestion kind: (the original crate's ActionType,
+#: ImplementationEffort, prerequisites, side effects).
 #: What each remedy involves and can cost is a property of the remedy, so it is a table.
 ACTION_META = {
     "clipping": ("OptimizationTechnique", "Minimal", ["the typical global gradient norm, to set max_norm"],
@@ -172,9 +173,9 @@ def suggestions(factors: list[RiskFactor], regions: list[Region]) -> list[Sugges
 class PrioritizedAction:
     name: str
     action_type: str          #: ParameterAdjustment / ArchitecturalChange / OptimizationTechnique /
-                              #: RegularizationMethod / LearningRateScheduling (seed 000)
+                              #: RegularizationMethod / LearningRateScheduling (as the original crate)
     expected_impact: float    #: severity of the problem it addresses (0..1)
-    implementation_effort: str  #: Minimal / Low / Moderate / High (seed 000 ImplementationEffort)
+    implementation_effort: str  #: Minimal / Low / Moderate / High (the original crate's ImplementationEffort)
     prerequisites: list[str]
 
 
@@ -198,15 +199,15 @@ class Priority:
     potential: float
     actions: list[str]
     expected_impact: float
-    target_type: str = "IndividualLayer"  #: IndividualLayer / LayerGroup / NetworkLevel (seed 000)
+    target_type: str = "IndividualLayer"  #: IndividualLayer / LayerGroup / NetworkLevel (as the original crate)
     layers: list[str] = field(default_factory=list)  #: the layers it covers
     recommended_actions: list[PrioritizedAction] = field(default_factory=list)
 
 
 def _layer_priorities(health: pd.DataFrame, by_layer: dict[str, list[Suggestion]]) -> list[Priority]:
-    """Seed 000 priority score for each layer that is not Healthy: 0.4 x health weight +
+    """The original crate's (enhanced analysis) priority score for each layer that is not Healthy: 0.4 x health weight +
     0.3 x (1 - stability) + 0.2 x optimisation potential + 0.1 x risk; urgency Critical for Critical
-    layers, High for Warning layers with stability < 0.3 (seed), else Medium."""
+    layers, High for Warning layers with stability < 0.3 (as the original crate), else Medium."""
     out = []
     for _, r in health[health["health"].isin(["Critical", "Warning"])].iterrows():
         st = r["stability"] if np.isfinite(r["stability"]) else 0.0
@@ -264,14 +265,15 @@ def _network_priorities(health: pd.DataFrame, layer_prio: list[Priority], dyn: D
     return out
 
 
-#: a problem on more than this share of the known layers is a network-level priority (seed 000
+#: a problem on more than this share of the known layers is a network-level priority (the original
+#: crate's enhanced analysis
 #: overall health: more than 30% Critical makes the network Critical).
 BROAD_SHARE = 0.3
 
 
-def priorities(health: pd.DataFrame, sugg: list[Suggestion], regions: list[Region] = (),
-               groups: list[LayerGroup] = (), dyn: Dynamics | None = None, forecast=None) -> list[Priority]:
-    """Optimisation priorities at the seed's three scopes: each layer that is not Healthy
+def priorities(health: pd.DataFrame, sugg: list[Suggestion], regions: Sequence[Region] = (),
+               groups: Sequence[LayerGroup] = (), dyn: Dynamics | None = None, forecast=None) -> list[Priority]:
+    """Optimisation priorities at the original crate's three scopes: each layer that is not Healthy
     (``_layer_priorities``); each vanishing / dead / exploding region of 2+ layers and each module
     group whose problem layers span 2+ modules and make at least half of it, unless a region already
     covers them (LayerGroup: one fix across them, e.g. residual connections); and network-wide problems (``_network_priorities``). Sorted by urgency,
@@ -305,12 +307,6 @@ def priorities(health: pd.DataFrame, sugg: list[Suggestion], regions: list[Regio
 
 
 # --------------------------------------------------------------------------- recommendations
-def dyn_rel(dyn: Dynamics) -> str:
-    """The plateau's measured relative change per step, as text."""
-    v = dyn.plateau.rel_change_per_step
-    return f"{v:.1e}" if np.isfinite(v) else "n/a"
-
-
 @dataclass
 class Recommendation:
     """One diagnosis a user can act on: the cause, the layers at fault, when it began, the numbers
@@ -364,10 +360,10 @@ def action_for(c: Cause, run, arch: Architecture) -> str:
         if o is not None and o.phase == "input":
             return ("check the data: the batch given to the model already holds NaN/Inf "
                     "(assert torch.isfinite(x).all() in the data pipeline)")
-        if o is not None and getattr(o, "phase", None) == "loss":
+        if o is not None and o.phase == "loss":
             return ("make the loss safe: pass logits to a log-softmax loss (CrossEntropyLoss) instead of taking "
                     "log() of probabilities, or clamp them (p.clamp_min(1e-8)) before the log")
-        if o is not None and getattr(o, "module", None):
+        if o is not None and o.module:
             where = "its backward" if o.phase == "backward" else "its forward"
             return (f"fix {o.module}: {where} makes the first NaN/Inf from finite values — add an eps to "
                     "divisions, sqrt and log there, or clamp its input; under fp16/bf16 autocast keep that op "

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
+from ..run import NonfiniteOrigin
 from .evidence import (LOSS_SPIKE, Architecture, LossEvidence, accumulation_smoothing, architecture, depth_attenuation,
                        early_growth, input_rms, is_embedding, layer_levels, loss_evidence, never_updated,
                        update_ratio_series, weight_growth)
@@ -120,7 +120,7 @@ class Cause:
     evidence: str                   #: the numbers that show it
     confidence: float               #: 0..1: how clearly the evidence separates it from a healthy run
     explains: list[str] = field(default_factory=list)  #: folded symptoms, each "cause: evidence"
-    origin: object = None           #: the NaN origin, for ``nonfinite``
+    origin: NonfiniteOrigin | None = None  #: the NaN origin, for ``nonfinite``
     at_init: bool = False           #: present before the first update: the root, above any step-size cause
     after: str | None = None        #: the cause it followed from: ranked right after it, kept for its own evidence
 
@@ -163,7 +163,7 @@ def _names(run, idx) -> list[str]:
 
 def _first_step(run, flags: np.ndarray) -> int | None:
     """The first recorded step on which any column of ``flags`` (steps x layers) is set."""
-    rows = np.flatnonzero(np.asarray(flags).reshape(run.n_steps, -1).any(axis=1)) if run.n_steps else []
+    rows = np.flatnonzero(np.asarray(flags).reshape(run.n_steps, -1).any(axis=1)) if run.n_steps else np.zeros(0, int)
     return int(run.steps[rows[0]]) if len(rows) else None
 
 
@@ -194,7 +194,7 @@ def _nonfinite(c: Context) -> Cause | None:
     origin = getattr(run, "nonfinite_origin", None)
     if origin is not None and origin.module:  # "" is the loss (or the input): no module of the model
         mod = origin.module
-        own = [l.name for l in run.layers if l.module == mod or l.name.startswith(mod + ".")]
+        own = [info.name for info in run.layers if info.module == mod or info.name.startswith(mod + ".")]
         layers = own + [n for n in layers if n not in own]
     parts = []
     if grad_step is not None:
@@ -215,7 +215,7 @@ def _growing_first(run) -> list[str]:
     with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
         g = np.where(np.isfinite(g) & (g > 0), g, np.nan)
         growth = np.nanmax(g, axis=0) / g[0] if run.n_steps else np.zeros(run.n_layers)
-    got = np.isfinite(g).any(axis=0) if run.n_steps else np.zeros(run.n_layers, bool)
+    got = np.asarray(np.isfinite(g).any(axis=0)) if run.n_steps else np.zeros(run.n_layers, bool)
     order = np.argsort(-np.nan_to_num(growth, nan=0.0), kind="stable")
     return [run.layer_names[i] for i in order if got[i]]
 
@@ -258,7 +258,7 @@ def _output_bias_grad(run) -> float:
     out = _output_layer(run)
     if out is None or run.n_steps == 0:
         return float("nan")
-    b = [i for i, l in enumerate(run.layers) if l.module == out.module and l.name.endswith("bias")]
+    b = [i for i, info in enumerate(run.layers) if info.module == out.module and info.name.endswith("bias")]
     return float(run.metric("max_abs")[0, b[0]]) if b else float("nan")
 
 
@@ -313,7 +313,7 @@ def _lr_too_high(c: Context) -> Cause | None:
     if med_growth > WEIGHT_BLOWUP:
         w = run.metric("weight_norm")
         with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
-            rows = np.flatnonzero(np.nanmedian(w / w[0], axis=1) > WEIGHT_BLOWUP) if run.n_steps else []
+            rows = np.flatnonzero(np.nanmedian(w / w[0], axis=1) > WEIGHT_BLOWUP) if run.n_steps else np.zeros(0, int)
         signals.append((int(run.steps[rows[0]]) if len(rows) else None,
                         f"the typical layer's weight norm grew {med_growth:.3g}x"))
     dead = _died_during_training(c)
@@ -341,7 +341,7 @@ def _died_during_training(c: Context) -> tuple[int, str] | None:
     run, t = c.run, c.run.thresholds
     if run.n_steps < 2:
         return None
-    emb = np.array([is_embedding(l.module_type) for l in run.layers])
+    emb = np.array([is_embedding(info.module_type) for info in run.layers])
     dead = c.s.trainable & (c.s.exact["dead_share"] >= t.minor_issue_ratio) & ~emb
     if not dead.any():
         return None
@@ -369,7 +369,7 @@ def _not_in_optimizer(c: Context) -> Cause | None:
 
 def _no_gradient(c: Context) -> Cause | None:
     run = c.run
-    idx = [i for i, l in enumerate(run.layers) if l.status == "unused"]
+    idx = [i for i, info in enumerate(run.layers) if info.status == "unused"]
     if not idx or run.n_steps == 0:
         return None
     return Cause("no_gradient", "High", _names(run, idx), _start(run),
@@ -381,12 +381,12 @@ def _no_gradient(c: Context) -> Cause | None:
 
 def _dead_units(c: Context) -> Cause | None:
     run, ex, t = c.run, c.s.exact, c.run.thresholds
-    emb = np.array([is_embedding(l.module_type) for l in run.layers])
+    emb = np.array([is_embedding(info.module_type) for info in run.layers])
     dead = c.s.trainable & (ex["dead_share"] >= t.minor_issue_ratio) & ~emb
     if not dead.any():
         return None
-    mods = [l.module for l in run.layers]
-    alive_bias = {mods[i] for i, l in enumerate(run.layers) if l.name.endswith("bias") and not dead[i]
+    mods = [info.module for info in run.layers]
+    alive_bias = {mods[i] for i, info in enumerate(run.layers) if info.name.endswith("bias") and not dead[i]
                   and ex["known_steps"][i] > 0}
     # a weight whose own bias still gets a gradient is dead because its *input* is zero: the dead
     # units are in the layer feeding it, so it is evidence, not the culprit
@@ -427,9 +427,9 @@ def _exploding_at_init(c: Context) -> Cause | None:
         return None
     if not np.isfinite(ob) and first > SUMMED_LOSS_START:  # no bias to tell a sum from huge outputs
         return None
-    mods = {l.module for l in run.layers if l.name.endswith("weight") and len(l.shape) >= 2
-            and not is_embedding(l.module_type)}
-    ws = [i for i, l in enumerate(run.layers) if l.module in mods and l.backward_index >= 0]
+    mods = {info.module for info in run.layers if info.name.endswith("weight") and len(info.shape) >= 2
+            and not is_embedding(info.module_type)}
+    ws = [i for i, info in enumerate(run.layers) if info.module in mods and info.backward_index >= 0]
     ws.sort(key=lambda i: -run.layers[i].backward_index)  # input side first: where the product is largest
     return Cause("exploding", "High", _names(run, ws), _start(run),
                  f"the loss starts at {first:.3g}, {first / chance:.0f}x the ln({C}) = {chance:.2f} of a {C}-class "
@@ -471,7 +471,7 @@ VANISHING_START_STEPS = 3
 def _input_side_prefix(run, member: np.ndarray, share: float) -> np.ndarray:
     """Layer indices of ``member`` within the longest input-side stretch (deepest in the backward
     order first) in which members make up at least ``share`` of the layers, ending at a member."""
-    bi = np.array([l.backward_index for l in run.layers])
+    bi = np.array([info.backward_index for info in run.layers])
     if not (bi >= 0).any():  # no backward order recorded (ArrayRecorder): the run's order is depth order
         bi = np.arange(run.n_layers)[::-1]
     order = np.argsort(-np.where(bi >= 0, bi, -1), kind="stable")
@@ -492,17 +492,17 @@ def _fading_with_depth(c: Context) -> Cause | None:
     att, out = depth_attenuation(run, c.arch)
     bad = att >= VANISHING_DECADES
     at_start = run.n_steps >= VANISHING_START_STEPS and bool(bad[:VANISHING_START_STEPS].all())
-    if not run.n_steps or (bad.mean() < t.minor_issue_ratio and not at_start):
+    if not run.n_steps or out is None or (bad.mean() < t.minor_issue_ratio and not at_start):
         return None
     bad_rows = np.flatnonzero(bad)
     lv = layer_levels(run, bad_rows[sample_rows(bad_rows.size, MAX_ROWS)])  # a bounded sample of them
     with _quiet():
         below = -np.nanmedian(lv - lv[:, [out]], axis=0)
-    emb = np.array([is_embedding(l.module_type) for l in run.layers])
+    emb = np.array([is_embedding(info.module_type) for info in run.layers])
     starved = (below >= STARVED_DECADES) & ~emb & c.s.trainable
     mods = {run.layers[i].module for i in np.flatnonzero(starved)}
-    starved |= np.array([l.module in mods for l in run.layers]) & ~emb & c.s.trainable  # bias with its weight
-    bi = np.array([l.backward_index for l in run.layers])
+    starved |= np.array([info.module in mods for info in run.layers]) & ~emb & c.s.trainable  # bias with its weight
+    bi = np.array([info.backward_index for info in run.layers])
     idx = [i for i in np.argsort(-bi, kind="stable") if starved[i]]
     if not idx:
         return None
@@ -520,7 +520,7 @@ def _fading_with_depth(c: Context) -> Cause | None:
 def _vanishing(c: Context) -> Cause | None:
     run, t = c.run, c.run.thresholds
     fs = {f.layer: f for f in c.factors if f.kind in ("vanishing", "weak")}
-    emb = np.array([is_embedding(l.module_type) for l in run.layers])
+    emb = np.array([is_embedding(info.module_type) for info in run.layers])
     member = np.array([n in fs for n in run.layer_names]) & ~emb
     idx = _input_side_prefix(run, member, VANISHING_PREFIX_SHARE)
     fading = _fading_with_depth(c)
@@ -546,8 +546,8 @@ def _vanishing(c: Context) -> Cause | None:
 
 def _output_layer(run):
     """The output layer's weight: the 2-d weight nearest the loss in the backward order."""
-    ws = [l for l in run.layers if l.name.endswith("weight") and len(l.shape) == 2 and l.backward_index >= 0]
-    return min(ws, key=lambda l: l.backward_index) if ws else None
+    ws = [info for info in run.layers if info.name.endswith("weight") and len(info.shape) == 2 and info.backward_index >= 0]
+    return min(ws, key=lambda info: info.backward_index) if ws else None
 
 
 def _output_classes(run) -> int | None:
@@ -646,7 +646,7 @@ def _plateau(c: Context) -> Cause | None:
 
 def _frozen(c: Context) -> Cause | None:
     run = c.run
-    idx = [i for i, l in enumerate(run.layers) if l.status == "frozen"]
+    idx = [i for i, info in enumerate(run.layers) if info.status == "frozen"]
     if not idx:
         return None
     return Cause("frozen", "Low", _names(run, idx), _start(run),
@@ -758,10 +758,3 @@ def layer_verdicts(run, causes: list) -> np.ndarray:
     out = np.where(rank == 2, "Critical", np.where(rank == 1, "Warning", "Healthy")).astype(object)
     out[(rank == 0) & ~got] = "Unknown"
     return out
-
-
-def causes_frame(causes: list[Cause]) -> pd.DataFrame:
-    """The causes as a table (one row each)."""
-    return pd.DataFrame([{"cause": c.cause, "priority": c.priority, "first_step": c.first_step,
-                          "layers": c.layers, "evidence": c.evidence, "confidence": c.confidence,
-                          "explains": c.explains} for c in causes])

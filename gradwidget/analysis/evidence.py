@@ -159,7 +159,7 @@ class Architecture:
 
 def _module_graph(run: Run) -> tuple[list[str], np.ndarray]:
     """Modules (weight and bias of one module are one node) and the data-flow edges between them."""
-    mods = [l.module or l.name.rsplit(".", 1)[0] for l in run.layers]
+    mods = [info.module or info.name.rsplit(".", 1)[0] for info in run.layers]
     names = list(dict.fromkeys(mods))
     idx = {m: i for i, m in enumerate(names)}
     E = np.asarray(run.edges, np.int64).reshape(-1, 2)
@@ -201,11 +201,11 @@ def has_skip_path(run: Run) -> bool:
 def architecture(run: Run) -> Architecture:
     """The model's norm layers, skip paths, recurrence and attention, read from the recorded module
     types, module names and data-flow graph."""
-    types = [l.module_type for l in run.layers]
-    names = [l.name for l in run.layers]
+    types = [info.module_type for info in run.layers]
+    names = [info.name for info in run.layers]
     norm_types = sorted({t for t in types if _NORM.search(t)})
     attention = any(_ATTENTION.search(t) for t in types) or any(_ATTENTION.search(n) for n in names)
-    bi = np.array([l.backward_index for l in run.layers])
+    bi = np.array([info.backward_index for info in run.layers])
     got = bi >= 0
     deepest = int(bi[got].max()) if got.any() else -1
     inputs = [i for i in range(run.n_layers) if got[i] and bi[i] >= deepest - 1] if deepest >= 0 else []
@@ -295,11 +295,11 @@ def early_growth(run: Run) -> Growth | None:
     lg = np.log(g)
     k = np.arange(g.size, dtype=np.float64)
     (p, c), res_pow = np.polyfit(np.log1p(k), lg, 1, full=True)[:2]
-    res_exp = np.polyfit(k, lg, 1, full=True)[1]
-    res_pow = float(res_pow[0]) if len(res_pow) else 0.0
-    res_exp = float(res_exp[0]) if len(res_exp) else 0.0
+    res_exp_all = np.polyfit(k, lg, 1, full=True)[1]
+    pow_residual = float(res_pow[0]) if len(res_pow) else 0.0
+    exp_residual = float(res_exp_all[0]) if len(res_exp_all) else 0.0
     return Growth(float(p), float(np.mean(np.diff(g) > 0)), float(np.max(g[1:] / g[:-1])), float(g[1] / g[0]),
-                  res_pow < res_exp)
+                  pow_residual < exp_residual)
 
 
 #: recorded steps over which accumulation's smoothing is measured, and where its late part starts.
@@ -339,8 +339,8 @@ def accumulation_smoothing(run: Run) -> Smoothing | None:
 # --------------------------------------------------------------------------- depth
 def output_weight(run: Run) -> int | None:
     """Index of the output layer's weight: the 2-d weight nearest the loss in the backward order."""
-    ws = [i for i, l in enumerate(run.layers) if l.name.endswith("weight") and len(l.shape) >= 2
-          and l.backward_index >= 0]
+    ws = [i for i, info in enumerate(run.layers) if info.name.endswith("weight") and len(info.shape) >= 2
+          and info.backward_index >= 0]
     return min(ws, key=lambda i: run.layers[i].backward_index) if ws else None
 
 
@@ -348,7 +348,7 @@ def layer_levels(run: Run, rows=slice(None), cols=slice(None)) -> np.ndarray:
     """log10 of the RMS gradient entry (``grad_norm / sqrt(numel)``) of layers ``cols`` at steps
     ``rows``: comparable across tensors of different sizes; NaN without a positive finite gradient."""
     g = run.metric("grad_norm")[rows][:, cols].astype(np.float64)
-    n = np.sqrt(np.maximum(1, np.array([l.numel for l in run.layers], np.float64)))[cols]
+    n = np.sqrt(np.maximum(1, np.array([info.numel for info in run.layers], np.float64)))[cols]
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(np.isfinite(g) & (g > 0), np.log10(g / n), np.nan)
 

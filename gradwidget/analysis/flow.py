@@ -1,9 +1,9 @@
 """How gradient moves over time: per-layer flow characteristics, temporal direction, and vanishing /
-exploding / dead regions (seeds 000 and 002).
+exploding / dead regions (the original crate's enhanced analysis and flow visualisation).
 
-Fixed from the seed: characteristics are scale-free (relative changes, coefficient of variation),
+Fixed from the original crate: characteristics are scale-free (relative changes, coefficient of variation),
 and regions are contiguous runs of layers in backward order with their real parameter counts and
-durations (the seed made one region per layer with 1000 parameters).
+durations (the original crate made one region per layer with 1000 parameters).
 """
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import pandas as pd
 from ..run import Run
 from .stats import Series, _quiet, dead_flags, lstsq_slope, runs_of_true, trailing_median
 
-DIRECTIONS = ("Forward", "Backward", "Oscillating", "Stagnant")
 #: a norm oscillates only when its detrended lag-1 autocorrelation is below minus this: the
 #: alternating part carries more of the variance than the noise (noise alone gives about 0).
 ALTERNATION = 0.5
@@ -30,8 +29,8 @@ STABILITY_TREND_STEPS = 8
 def flow_characteristics(s: Series) -> pd.DataFrame:
     """One row per layer, over the recent window of gradient norms (``Series.recent``):
 
-    - ``consistency`` 1/(1 + mean |Δx|/x_prev) (seed 000), 1 for a constant series;
-    - ``smoothness`` 1/(1 + mean |Δ²x| / mean x) (the seed's was not scale-free);
+    - ``consistency`` 1/(1 + mean |Δx|/x_prev) (as the original crate), 1 for a constant series;
+    - ``smoothness`` 1/(1 + mean |Δ²x| / mean x) (the original crate's was not scale-free);
     - ``oscillation`` share of consecutive differences that flip sign (1 for an alternating series,
       about 2/3 for plain noise);
     - ``autocorr_lag1`` lag-1 autocorrelation of the linearly detrended log norm: about 0 (within
@@ -42,7 +41,7 @@ def flow_characteristics(s: Series) -> pd.DataFrame:
     - ``stability`` 1/(1 + CV) (the original crate's form), with the CV of the norm around its own
       trailing median over ``STABILITY_TREND_STEPS`` steps: a gradient that shrinks tenfold as
       the loss falls is not unstable, one that jumps between steps is; NaN without a gradient;
-    - ``bottleneck_score`` 1 - min/mean (seed 002): how deep the norm dips below its usual level;
+    - ``bottleneck_score`` 1 - min/mean (as the original crate): how deep the norm dips below its usual level;
     - ``flow_rate`` mean |Δx| / mean x: relative change per step (information flow rate);
     - ``trend_slope`` least-squares slope of log10 norm per user step over the whole run (block-averaged
       copy), ``trend_decades`` the change it implies across the run, ``trend_r2`` its fit;
@@ -53,7 +52,6 @@ def flow_characteristics(s: Series) -> pd.DataFrame:
     n, L = x.shape
     with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
         mean = np.nanmean(x, axis=0)
-        std = np.nanstd(x, axis=0)
         d = np.diff(x, axis=0)
         prev = x[:-1]
         rel = np.where(prev > 0, np.abs(d) / np.where(prev > 0, prev, 1.0), np.nan)
@@ -113,7 +111,7 @@ def lag1_autocorrelation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def directions(x: np.ndarray, stagnant_rel: float) -> np.ndarray:
-    """Direction of each column's norm at every row (seed 002 per-step ``FlowDirection``), from the
+    """Direction of each column's norm at every row (the original crate's per-step ``FlowDirection``), from the
     row and the two before it: Oscillating when the two differences have opposite signs (and one of
     them is above ``stagnant_rel`` of the level), else Stagnant when the net change is below
     ``stagnant_rel`` of the level, else Forward (growing) / Backward (shrinking). The first two rows
@@ -135,8 +133,8 @@ def directions(x: np.ndarray, stagnant_rel: float) -> np.ndarray:
 
 
 def temporal_direction(x: np.ndarray, stagnant_rel: float) -> tuple[np.ndarray, np.ndarray]:
-    """Direction of each column's norm at its last row (seed 002 ``get_latest_flow_direction``, see
-    ``directions``) and its stability: 1/(1 + CV) of the last 5 values (the seed used the raw
+    """Direction of each column's norm at its last row (the original crate's ``get_latest_flow_direction``, see
+    ``directions``) and its stability: 1/(1 + CV) of the last 5 values (the original crate used the raw
     variance). Fewer than 3 rows: Stagnant with stability NaN."""
     n, L = x.shape
     if n < 3:
@@ -150,8 +148,8 @@ def temporal_direction(x: np.ndarray, stagnant_rel: float) -> tuple[np.ndarray, 
 
 
 def direction_series(run: Run, layer: str | int) -> pd.DataFrame:
-    """One layer's per-step direction (seed 002 ``GradientDirection`` per step): step, gradient norm,
-    direction (``directions``) and consistency 1 - |Δ| / (x + x_prev) (seed; 1 at the first step and
+    """One layer's per-step direction (the original crate's ``GradientDirection`` per step): step, gradient norm,
+    direction (``directions``) and consistency 1 - |Δ| / (x + x_prev) (the original crate; 1 at the first step and
     for two zero norms). O(steps) for one layer, so it is computed on demand, not in every Report."""
     i = run.layer_names.index(layer) if isinstance(layer, str) else int(layer)
     x = np.asarray(run.metric("grad_norm")[:, i], np.float64)
@@ -178,14 +176,14 @@ class Region:
     active_now: bool          #: flagged at the last recorded step
     share: float              #: mean share of steps its layers were flagged
     severity: str             #: "Critical" or "Moderate"
-    recovery: str = ""        #: dead zones: "Low" / "Medium" / "High" (seed RecoveryPotential)
+    recovery: str = ""        #: dead zones: "Low" / "Medium" / "High" (the original crate's RecoveryPotential)
     intervention_required: bool = False
     mitigation_suggestions: list[str] = field(default_factory=list)  #: what to do, with its numbers
 
 
 def mitigation(r: Region, s: Series, cols: np.ndarray) -> list[str]:
-    """Seed 002 mitigation suggestions for one region, naming its layers and the measured values
-    that put it there (the seed gave every region the same three strings)."""
+    """The original crate's (flow visualisation) mitigation suggestions for one region, naming its layers and the measured values
+    that put it there (the original crate gave every region the same three strings)."""
     t, span = s.run.thresholds, f"{r.start_layer} … {r.end_layer}" if len(r.layers) > 1 else r.start_layer
     if r.kind == "vanishing":
         with _quiet():
@@ -230,13 +228,13 @@ def regions(s: Series) -> list[Region]:
     shares = {"vanishing": ex["vanishing_share"], "exploding": ex["exploding_share"], "dead": ex["dead_share"]}
     out = []
     for kind, share in shares.items():
-        member = (share > 0) if kind == "exploding" else (share >= max(t.minor_issue_ratio, 1e-12))
+        member = np.asarray((share > 0) if kind == "exploding" else (share >= max(t.minor_issue_ratio, 1e-12)))
         if kind == "vanishing":  # exact zeros belong to a dead zone, not a vanishing region
             member &= ~(ex["dead_share"] >= max(t.minor_issue_ratio, 1e-12))
         member = member & tr
         for a, b in runs_of_true(member):
             cols = np.arange(a, b)
-            f = _step_flags(run, kind, cols).any(axis=1)
+            f = np.asarray(_step_flags(run, kind, cols).any(axis=1))
             hit = np.flatnonzero(f)
             if hit.size == 0:
                 continue

@@ -1,19 +1,19 @@
 """Health: per-layer risk factors and Healthy / Warning / Critical / Unknown, comparative analysis,
 and the network view (overall health, distribution of layer levels, layer interactions,
-convergence, training dynamics with plateau detection, stability assessment) — seed 000.
+convergence, training dynamics with plateau detection, stability assessment), as the original crate's enhanced analysis had them.
 
 Every number is measured from the Run: the neuron-activity ratio is 1 - the recorded zero fraction
-(the seed derived it from the norm), convergence and plateaus come from slopes of the real series,
+(the original crate derived it from the norm), convergence and plateaus come from slopes of the real series,
 and the forecast's confidence is the probability of its outlook under the fitted trend's standard
-error (the R^2 the seed's port used is ~0 for any flat series, however sure its flatness is).
+error (the R^2 a port of the original crate used is ~0 for any flat series, however sure its flatness is).
 
-Seed fields not carried over, and why:
+Fields of the original crate not carried over, and why:
 - ``StabilityForecast.long_term_outlook`` and ``recommended_monitoring``: one horizon (the next
   ``convergence_window`` steps) is all a fit over the last window supports; the monitoring list was
   fixed text.
 - ``LearningPhase.Overfitting`` / ``Convergence``: overfitting needs a validation loss, which a
   gradient recorder does not see; "converged" is a plateau at a low rate (``Plateau``).
-- ``InstabilityType.Chaos`` / ``Stagnation``: no definition in the seed; stagnation is the plateau.
+- ``InstabilityType.Chaos`` / ``Stagnation``: no definition in the original crate; stagnation is the plateau.
 - ``GradientDistribution.layer_gradient_ratios``: per layer in ``layer_health`` (``relative_level``).
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ INTERACTION_CORR = 0.5
 TOP_PAIRS = 50
 #: rows of the series used for pairwise correlations (block-averaged).
 CORR_ROWS = 512
-#: a layer with more than this many risk factors is Critical even if none alone is (seed: > 2).
+#: a layer with more than this many risk factors is Critical even if none alone is (the original crate: > 2).
 MAX_WARNING_FACTORS = 2
 
 
@@ -95,13 +95,13 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
     es = ex["exploding_share"]
     finite_max = ex["max_abs_finite"]
     add(ok & (es > 0) & (nfs == 0), "exploding", 0.5 + 0.5 * es, np.ones(L, bool),
-        lambda i: f"max |g| reached {_fmt(finite_max[i])} (> {t.exploding:g}) on {es[i]:.0%} of steps")
+        lambda i: f"max |g| reached {_fmt(float(finite_max[i]))} (> {t.exploding:g}) on {es[i]:.0%} of steps")
     vs = ex["vanishing_share"]
     ds = ex["dead_share"]
     dead = ds >= t.minor_issue_ratio  # exact zeros: "dead" is the sharper diagnosis than "vanishing"
     add(ok & (vs >= t.minor_issue_ratio) & ~dead & ~by_design, "vanishing", vs, vs >= t.critical_issue_ratio,
         lambda i: f"mean |g| below {t.vanishing:g} on {vs[i]:.0%} of steps "
-                  f"(median {_fmt(s.stat('mean_abs', 'median')[i])})")
+                  f"(median {_fmt(float(s.stat('mean_abs', 'median')[i]))})")
     add(ok & dead & ~by_design, "dead", ds, ds >= t.critical_issue_ratio,
         lambda i: f"at least {t.dead_zero_fraction:.0%} of gradient entries exactly zero on {ds[i]:.0%} of steps")
     gm = s.stat("grad_norm", "median")
@@ -143,7 +143,7 @@ def update_ratio(s: Series) -> np.ndarray:
 
 def convergence_indicator(s: Series) -> np.ndarray:
     """Per layer, how far the gradient norm fell over the last ``convergence_window`` steps, in
-    decades, clipped to 0..1 (seed: negative trend slope over the window). NaN with fewer steps."""
+    decades, clipped to 0..1 (the original crate: negative trend slope over the window). NaN with fewer steps."""
     w = int(s.run.thresholds.convergence_window)
     x = s.recent
     if x.shape[0] < max(3, w):
@@ -155,13 +155,12 @@ def convergence_indicator(s: Series) -> np.ndarray:
 def layer_health(s: Series, flow: pd.DataFrame, factors: list[RiskFactor]) -> pd.DataFrame:
     """One row per layer: health, risk (1 - prod(1 - severity)), flags, stability, neuron activity
     (1 - mean zero fraction), convergence indicator, update ratio and the comparative analysis
-    (relative level to the median layer, rank by level, similar layers within 1.2x (seed), gap in
+    (relative level to the median layer, rank by level, similar layers within 1.2x (as the original crate), gap in
     decades, optimisation potential = gap / the relative-vanishing gap, capped at 1)."""
     run, t, ex = s.run, s.run.thresholds, s.exact
     names = run.layer_names
     L = run.n_layers
     idx = {n: i for i, n in enumerate(names)}
-    sev = np.zeros(L)
     keep = np.ones(L)
     crit = np.zeros(L, bool)
     count = np.zeros(L, int)
@@ -223,7 +222,7 @@ class Distribution:
 
 
 def distribution(s: Series, known: np.ndarray) -> Distribution:
-    """Seed 000 classification: Degenerate (fewer than 3 layers or no spread), Skewed (|skew| > 2),
+    """The original crate's (enhanced analysis) classification: Degenerate (fewer than 3 layers or no spread), Skewed (|skew| > 2),
     HeavyTailed (excess kurtosis > 3), Multimodal (excess kurtosis < -1, as a two-cluster mix gives),
     else Normal."""
     g = s.stat("grad_norm", "median")
@@ -261,7 +260,7 @@ def energy_share(s: Series) -> np.ndarray:
 
 
 def _interaction_type(r: float) -> str:
-    """Seed 000 interaction type from the correlation alone (the seed used a convergence difference)."""
+    """The original crate's (enhanced analysis) interaction type from the correlation alone (it used a convergence difference)."""
     return ("Cooperative" if r >= INTERACTION_CORR else "Disruptive" if r <= -DISRUPTIVE_CORR
             else "Competitive" if r <= -INTERACTION_CORR else "Neutral")
 
@@ -270,7 +269,7 @@ def interactions(s: Series, top_k: int = TOP_PAIRS, block: int = 256) -> list[In
     """The ``top_k`` most strongly correlated pairs of layers (Pearson r of their log10 gradient-norm
     series, block-averaged to ``CORR_ROWS`` rows): Cooperative (r >= ``INTERACTION_CORR``),
     Competitive (r <= -``INTERACTION_CORR``), Disruptive (r <= -``DISRUPTIVE_CORR``), else Neutral;
-    impact = |r| x the pair's ``energy_share`` (the seed halved a similarity of means). Computed block-wise: a ``(block, L)`` slice of the
+    impact = |r| x the pair's ``energy_share`` (the original crate halved a similarity of means). Computed block-wise: a ``(block, L)`` slice of the
     correlation matrix at a time, keeping a running top-k, so memory is O(block x L + k), never L^2."""
     x, _ = block_mean(s.coarse, CORR_ROWS)
     names = s.run.layer_names
@@ -340,7 +339,10 @@ def convergence(s: Series, health: pd.DataFrame) -> Convergence:
     ln10 = np.log(10)
     trend = ("Unknown" if not np.isfinite(rel) else "Converging" if rel < -t.plateau_rel_change
              else "Diverging" if rel > t.plateau_rel_change else "Stable")
-    clip = lambda v: float(np.clip(-v * (w - 1) / ln10, 0, 1)) if np.isfinite(v) else float("nan")
+
+    def clip(v: float) -> float:
+        return float(np.clip(-v * (w - 1) / ln10, 0, 1)) if np.isfinite(v) else float("nan")
+
     with _quiet():
         g = float(nanmedian(health["convergence"])) if np.isfinite(health["convergence"]).any() else float("nan")
     eta, why = steps_to_convergence(y, run.steps, w, t.plateau_rel_change)
@@ -534,7 +536,7 @@ def momentum(g: np.ndarray) -> float:
 
 
 def _rates(y: np.ndarray, steps: np.ndarray, g: np.ndarray, w: int) -> tuple[float, float, float]:
-    """(gradient_momentum, learning_velocity, adaptation_rate) over the last ``w`` points: seed 000
+    """(gradient_momentum, learning_velocity, adaptation_rate) over the last ``w`` points: the original crate's enhanced analysis
     scaled one convergence score into all three; here each is measured (see ``momentum``,
     ``velocity``)."""
     y, steps = y[-w:], steps[-w:]
@@ -677,7 +679,7 @@ def forecast(g: np.ndarray, window: int, band: float, steady: bool) -> Forecast:
     else:
         hi, lo = float(proj <= band), float(proj < -band)
     p = {"Stable": hi - lo, "Deteriorating": 1 - hi, "Improving": lo}
-    best = max(p, key=p.get)
+    best = max(p, key=lambda k: p[k])
     outlook = best if p[best] >= FORECAST_CONFIDENCE and (best != "Stable" or steady) else "Uncertain"
     basis = (f"least-squares trend of log global gradient norm over the last {n} steps: {_fmt(proj)} decades "
              f"per {window} steps (95% interval {_fmt(proj - 1.96 * sp)} to {_fmt(proj + 1.96 * sp)}); "
@@ -732,7 +734,7 @@ def stability(s: Series, flow: pd.DataFrame, factors: list[RiskFactor], max_sour
 
 def overall_health(health: pd.DataFrame, exact: dict) -> str:
     """Critical when any layer had non-finite gradients or more than 30% of known layers are Critical
-    (seed); Warning when any layer is Critical or more than 10% are Warning; Unknown without any
+    (as the original crate); Warning when any layer is Critical or more than 10% are Warning; Unknown without any
     known layer; else Healthy."""
     h = health["health"]
     known = h != "Unknown"

@@ -1,4 +1,5 @@
-"""The flow network over the backward graph the Recorder saw, and its critical paths (seed 002).
+"""The flow network over the backward graph the Recorder saw, and its critical paths (as in the original crate's
+flow visualisation).
 
 Edges are the real data-flow pairs ``run.edges`` from the autograd graph; when a run has none (an
 ArrayRecorder run) the network is reported unavailable instead of inventing neighbours. Levels are
@@ -6,13 +7,13 @@ per-entry RMS gradients (norm / sqrt(numel)) so tensors of different sizes compa
 a dynamic programme over the graph in topological order, O(layers + edges); a reused module's
 cycles are broken first (``break_cycles``).
 
-Seed fields not carried over, and why:
-- ``NetworkMetrics.information_propagation_speed`` (seed: efficiency x connectivity). Backprop
+Fields of the original crate not carried over, and why:
+- ``NetworkMetrics.information_propagation_speed`` (the original crate: efficiency x connectivity). Backprop
   delivers every layer's gradient in the same step, so a recorded run has no propagation speed to
   measure; how much of the gradient reaches the input is ``flow_efficiency`` and the attenuation
   path's ``decades``.
 - ``CriticalGradientPath.path_id`` / ``path_length`` (a name and ``len(layers)``), and
-  ``GradientDirection.direction_vector`` (seed: ``[norm]``, a placeholder: only norms are recorded,
+  ``GradientDirection.direction_vector`` (the original crate: ``[norm]``, a placeholder: only norms are recorded,
   not gradient vectors).
 """
 from __future__ import annotations
@@ -25,9 +26,6 @@ import pandas as pd
 from ..run import METRICS, Run
 from .stats import _TINY, STAT_ROWS, Series, _quiet, nanmedian, sample_rows
 
-NODE_TYPES = ("Source", "Sink", "Bottleneck", "Amplifier", "Normal")
-EDGE_TYPES = ("Strong", "Weak", "Intermittent", "Blocked")
-
 
 # --------------------------------------------------------------------------- flow network
 @dataclass
@@ -38,7 +36,7 @@ class FlowNode:
     gain: float             #: level / largest downstream neighbour's level (backward gain into it)
     in_degree: int          #: upstream neighbours (forward)
     out_degree: int         #: downstream neighbours (forward)
-    influence: float        #: level x flow consistency (seed 002)
+    influence: float        #: level x flow consistency (the original crate's flow visualisation)
 
 
 @dataclass
@@ -87,7 +85,7 @@ def _rms_log(s: Series) -> tuple[np.ndarray, np.ndarray]:
     """(coarse log10 RMS entry per step, median of it per layer): norms made comparable across
     tensors of different sizes."""
     if s._rms is None:
-        numel = np.array([max(1, l.numel) for l in s.run.layers], np.float64)
+        numel = np.array([max(1, info.numel) for info in s.run.layers], np.float64)
         rms = s.coarse - 0.5 * np.log10(numel)[None, :]
         s._rms = rms, (nanmedian(rms, axis=0) if rms.shape[0] else np.full(len(numel), np.nan))
     return s._rms
@@ -188,7 +186,7 @@ def module_nodes(run: Run, level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One node per module (a weight and its bias act together): the representative layer of each
     module (its largest parameter with a known level) and the module-level forward edges between
     representatives. Modules without any known level are left out."""
-    mods = [l.module or l.name.rsplit(".", 1)[0] for l in run.layers]
+    mods = [info.module or info.name.rsplit(".", 1)[0] for info in run.layers]
     rep: dict[str, int] = {}
     for i, m in enumerate(mods):
         if np.isfinite(level[i]) and (m not in rep or run.layers[i].numel > run.layers[rep[m]].numel):
@@ -220,7 +218,7 @@ def critical_paths(s: Series) -> list[CriticalPath]:
     for a, b in E.tolist():  # forward edges: a feeds b (b is nearer the loss)
         down.setdefault(a, []).append(b)
     # the level a layer gets when its gradient is exactly zero (log10_pos maps 0 to float32 tiny)
-    zero = np.log10(_TINY) - 0.5 * np.log10(np.array([max(1, l.numel) for l in run.layers], np.float64))
+    zero = np.log10(_TINY) - 0.5 * np.log10(np.array([max(1, info.numel) for info in run.layers], np.float64))
     tol = -np.log10(t.bottleneck_gain)
     out = []
     for kind, sign in (("attenuation", 1.0), ("amplification", -1.0)):
@@ -234,7 +232,7 @@ def critical_paths(s: Series) -> list[CriticalPath]:
         gains = {n: far[n] - sign * lvl[n] for n in order if via[n] >= 0}
         if not gains:
             continue
-        start = max(gains, key=gains.get)
+        start = max(gains, key=lambda n: gains[n])
         dec = float(gains[start])
         if dec <= 0:
             continue

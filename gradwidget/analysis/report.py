@@ -1,4 +1,5 @@
-"""The Report: every analysis of a Run as dataclasses and DataFrames that serialise to JSON.
+"""The ``Report`` object: every analysis of a Run as dataclasses and DataFrames that serialise to
+JSON. Rendering it as HTML is the top-level ``gradwidget.report`` module.
 
 ``report.layers`` is the health table (one row per layer, depth order); ``report.recommendations``
 the ranked advice; ``summary_text()`` the plain-language digest. ``to_html`` hands the report to
@@ -6,45 +7,23 @@ the ranked advice; ``summary_text()`` the plain-language digest. ``to_html`` han
 """
 from __future__ import annotations
 
-import dataclasses
-import enum
 import json
-import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ..jsonsafe import jsonable
 from ..run import Run
 from ..thresholds import Thresholds
 from .health import FORECAST_CONFIDENCE
 
 
 def to_jsonable(x: Any) -> Any:
-    """Dataclasses, DataFrames, numpy values and enums to plain JSON types (NaN/Inf become None)."""
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {f.name: to_jsonable(getattr(x, f.name)) for f in dataclasses.fields(x) if f.name != "run"}
-    if isinstance(x, pd.DataFrame):
-        return [to_jsonable(r) for r in x.to_dict(orient="records")]
-    if isinstance(x, dict):
-        return {str(k): to_jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [to_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return [to_jsonable(v) for v in x.tolist()]
-    if isinstance(x, enum.Enum):
-        return to_jsonable(x.value)
-    if isinstance(x, (np.bool_, bool)):
-        return bool(x)
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        v = float(x)
-        return v if math.isfinite(v) else None
-    if x is None or isinstance(x, (str, int)):
-        return x
-    return str(x)
+    """``x`` as plain JSON types for a file any reader can read: NaN and +-Inf become null."""
+    return jsonable(x, inf="null")
 
 
 def _outlook(f) -> str:
@@ -67,7 +46,7 @@ def _outlook(f) -> str:
 
 @dataclass
 class Report:
-    run: Run
+    run: Run = field(metadata={"json": False})
     thresholds: Thresholds
     overall_health: str
     layers: pd.DataFrame                 #: the health table, one row per layer in depth order
@@ -89,20 +68,30 @@ class Report:
     recommendations: list
     weights: Any = None                  #: WeightReport when weights were given
     weight_drift: Any = None             #: drift read from the run's update/weight ratios
-    explosion: Any = None                #: seed 001 gradient-explosion analysis on each layer's largest |g| (the flags' metric)
+    explosion: Any = None                #: the original crate's weight analysis's gradient-explosion check on each layer's largest |g| (the flags' metric)
     nonfinite_origin: Any = None         #: NonfiniteOrigin: the module, step and pass that made the first NaN/Inf
     notes: list = field(default_factory=list)
 
     @property
+    def crate_summary(self):
+        """The original crate's ``GradientFlowSummary`` of the run (``gradwidget.outputs.summary``),
+        computed on first use."""
+        if self._crate_summary is None:
+            from ..outputs import summary
+
+            self._crate_summary = summary(self.run, self)
+        return self._crate_summary
+
+    @property
     def seed_summary(self):
-        """The seed 003 summary (``gradwidget.frames.summary``), computed on first use."""
-        if self._seed_summary is None:
-            from ..frames import summary
+        """Deprecated name of ``crate_summary``."""
+        from .._warnings import GradwidgetDeprecationWarning
 
-            self._seed_summary = summary(self.run, self)
-        return self._seed_summary
+        warnings.warn("Report.seed_summary is deprecated: use Report.crate_summary", GradwidgetDeprecationWarning,
+                      stacklevel=2)
+        return self.crate_summary
 
-    _seed_summary: Any = field(default=None, repr=False)
+    _crate_summary: Any = field(default=None, repr=False, metadata={"json": False})
 
     # ------------------------------------------------------------------ text
     def summary_text(self) -> str:
@@ -158,8 +147,7 @@ class Report:
     # ------------------------------------------------------------------ export
     def to_dict(self) -> dict:
         d = to_jsonable(self)
-        d.pop("_seed_summary", None)
-        d["seed_summary"] = to_jsonable(self.seed_summary)
+        d["crate_summary"] = to_jsonable(self.crate_summary)
         d["run"] = {"n_layers": self.run.n_layers, "n_steps": self.run.n_steps,
                     "first_step": int(self.run.steps[0]) if self.run.n_steps else None,
                     "last_step": int(self.run.steps[-1]) if self.run.n_steps else None}

@@ -1,4 +1,4 @@
-"""Per-layer statistics over the step history (seed 000 ``GradientStatistics``), vectorised.
+"""Per-layer statistics over the step history (the original crate's ``GradientStatistics``), vectorised.
 
 Every function takes ``(steps, layers)`` arrays and reduces along axis 0 with NaN-aware numpy, so a
 frozen layer (all NaN) or a metric measured only every few steps (``update_norm``) reads right.
@@ -10,6 +10,8 @@ one step can change (``max_abs`` max, non-finite totals, flag shares) are always
 gradient-norm series), not of the gradient's entries: the entries' distribution is ``run.hist``.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -70,7 +72,7 @@ class _quiet:
 
 def moments(x: np.ndarray) -> dict[str, np.ndarray]:
     """Mean, std, variance, skewness, excess kurtosis and count of finite values per column
-    (population moments, as the seed). Zero-variance columns get skewness and kurtosis 0."""
+    (population moments, as the original crate). Zero-variance columns get skewness and kurtosis 0."""
     x = np.asarray(x, np.float64)
     x = np.where(np.isfinite(x), x, np.nan)
     with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
@@ -174,7 +176,7 @@ def _chunk_reductions(c: np.ndarray, t, k: int, with_coarse: bool) -> tuple:
 def exact_reductions(run: Run, chunk: int = 8192, block: int = 0, threads: int = 2) -> dict[str, np.ndarray]:
     """Per-layer values one step can change, computed over every recorded step: the largest max |g|
     (inf when a step was non-finite; ``max_abs_finite`` ignores those), the total count of non-finite
-    entries, and the share of steps each seed flag fired (vanishing, exploding, dead, non-finite).
+    entries, and the share of steps each of the original crate's flags fired (vanishing, exploding, dead, non-finite).
     One pass over contiguous chunks of rows, all reductions together (chunks spread over ``threads``
     threads: numpy releases the GIL). With ``block`` > 0 the same pass also returns
     ``coarse_grad_norm``: the gradient norm averaged over blocks of ``block`` steps aligned to the last
@@ -236,8 +238,9 @@ def trailing_median(y: np.ndarray, w: int) -> np.ndarray:
     return out
 
 
-def nanmedian(x: np.ndarray, axis: int = 0) -> np.ndarray | float:
-    """Median ignoring NaN/Inf; one sort (``np.nanmedian`` loops per column when NaNs are present)."""
+def nanmedian(x: np.ndarray, axis: int = 0) -> Any:
+    """Median ignoring NaN/Inf; one sort (``np.nanmedian`` loops per column when NaNs are present).
+    A float for 1-d ``x``, an array otherwise (typed Any: the type depends on ``x.ndim``)."""
     x = np.asarray(x, np.float64)
     if x.ndim == 1:
         return float(quantiles(x[:, None], (0.5,))[0, 0])
@@ -342,9 +345,9 @@ class Series:
         m = (n // self.block) * self.block
         self.coarse_steps = run.steps[n - m:][:: self.block] if n else run.steps
         self.trainable = run.trainable_mask()
-        self._update_ratio = None
-        self._update_rows = None
-        self._rms = None
+        self._update_ratio: np.ndarray | None = None
+        self._update_rows: np.ndarray | None = None
+        self._rms: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def update_rows(self) -> np.ndarray:

@@ -1,8 +1,8 @@
-"""Weights (seed 001): distribution statistics and health per layer, bounded outlier summaries,
+"""Weights (the original crate's weight analysis): distribution statistics and health per layer, bounded outlier summaries,
 gradient-explosion analysis, and weight drift — pure functions over ``{name: array}``.
 
-Fixed from the seed: entropy comes from a real histogram of the values (the seed used log2 of the
-std); issues carry codes so each one maps to its recommendation (the seed matched "heavy-tailed"
+Fixed from the original crate: entropy comes from a real histogram of the values (the original crate used log2 of the
+std); issues carry codes so each one maps to its recommendation (the original crate matched "heavy-tailed"
 against "Heavy-tailed" and never fired); mostly-zero weights are not called dead neurons (dead units
 show in the gradients' zero fraction); outliers are summarised (count, worst few, where) not listed
 per element.
@@ -20,14 +20,14 @@ import pandas as pd
 
 from ..thresholds import Thresholds, as_thresholds
 
-#: seed 001 weight health score deductions (out of 100) and the limits that trigger them.
+#: the original crate's weight analysis: weight health score deductions (out of 100) and the limits that trigger them.
 EXTREME_VALUE = 10.0
 MOSTLY_ZERO = 0.5
 SKEWED = 2.0
 HEAVY_TAILED = 10.0
-#: seed 001 distribution-health deductions use tighter limits.
+#: the original crate's weight analysis: distribution-health deductions use tighter limits.
 DIST_ZERO, DIST_SKEW, DIST_KURT, DIST_EXTREME = 0.3, 1.0, 5.0, 5.0
-#: outliers: |z| > 3 (seed), High above 5 (seed); at most this many listed per layer.
+#: outliers: |z| > 3, High above 5 (as the original crate); at most this many listed per layer.
 OUTLIER_Z, OUTLIER_HIGH_Z, MAX_OUTLIERS = 3.0, 5.0, 5
 
 ISSUES = {
@@ -65,8 +65,8 @@ class ExplodingLayer:
 
 @dataclass
 class ExplosionAnalysis:
-    """Seed 001 explosion analysis on the same metric and threshold as the exploding flags: a
-    layer's largest |g| entry against ``Thresholds.exploding`` (the seed compared L2 norms, which
+    """The original crate's (weight analysis) explosion check on the same metric and threshold as the exploding flags: a
+    layer's largest |g| entry against ``Thresholds.exploding`` (the original crate compared L2 norms, which
     grow with sqrt(numel): a healthy 5M-entry layer with |g| = 0.5 everywhere has norm 1118)."""
     exploding_layers: list[ExplodingLayer]
     max_abs: float           #: largest max |g| of any layer
@@ -155,8 +155,8 @@ def weight_statistics(w: np.ndarray) -> dict:
 
 
 def health_score(st: dict) -> tuple[float, list[str]]:
-    """Seed 001 score (100 minus deductions) and the issue codes that caused them; 0 with any NaN/Inf
-    weight (the seed would score the finite rest)."""
+    """The original crate's (weight analysis) score (100 minus deductions) and the issue codes that caused them; 0 with any NaN/Inf
+    weight (the original crate would score the finite rest)."""
     if st.get("nonfinite", 0):
         return 0.0, ["nonfinite"]
     score, issues = 100.0, []
@@ -176,7 +176,7 @@ def health_score(st: dict) -> tuple[float, list[str]]:
 
 
 def distribution_health(st: dict) -> tuple[float, str]:
-    """Seed 001 distribution score and its status: Excellent >= 90, Good >= 75, Fair >= 60, Poor >= 40;
+    """The original crate's (weight analysis) distribution score and its status: Excellent >= 90, Good >= 75, Fair >= 60, Poor >= 40;
     0 and Critical with any NaN/Inf weight."""
     if st.get("nonfinite", 0):
         return 0.0, "Critical"
@@ -212,7 +212,7 @@ def outliers(name: str, w: np.ndarray, st: dict, k: int = MAX_OUTLIERS) -> tuple
 
 
 def gradient_explosion(names, max_abs, threshold: float) -> ExplosionAnalysis:
-    """Seed 001 ``detect_gradient_explosion`` over per-layer max |g| (the exploding flags' metric;
+    """The original crate's ``detect_gradient_explosion`` over per-layer max |g| (the exploding flags' metric;
     inf for a layer that had non-finite entries): layers above ``threshold`` with their ratio to the
     mean max |g| (Critical > 100x, High > 50x, Medium > 10x), the overall severity from the share of
     exploding layers and the largest value, and mitigations."""

@@ -1,17 +1,20 @@
 """Framework-agnostic recording: ``record(step, {name: array})`` for numpy, JAX, anything array-like.
 
-The seed's ``record_step``: per layer mean |g|, max |g|, L2 norm, flags against the thresholds and
+The original crate's ``record_step``: per layer mean |g|, max |g|, L2 norm, flags against the thresholds and
 ``flow_intensity`` (see Run), plus the rest of the Run's metrics, a rolling window (``max_steps``)
 and, optionally, a run directory written as it goes (``log_dir``).
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
 from ..run import HIST_LOG2_LO, METRICS, N_BINS, LayerInfo, Run, check_max_steps
 from ..thresholds import as_thresholds
+
+if TYPE_CHECKING:
+    from ..storage import RunWriter
 
 
 def log_hist(a: np.ndarray) -> np.ndarray:
@@ -98,7 +101,7 @@ class ArrayRecorder:
         self.run: Run | None = None
         self._shapes: dict[str, tuple] = {}
         self._prev_w: dict[str, np.ndarray] = {}
-        self._writer = None
+        self._writer: RunWriter | None = None
         self._count = 0
 
     def _start(self, gradients: Mapping) -> None:
@@ -150,6 +153,7 @@ class ArrayRecorder:
                 hist[j] = log_hist(g.ravel())
         gn = cols[METRICS.index("grad_norm")]
         scalars = {"loss": loss, "lr": lr, "global_norm": float(np.sqrt(np.sum(gn.astype(np.float64) ** 2)))}
+        assert self.run is not None  # made above, on the first step
         self.run.append(step, cols, scalars, hist)
         self._prev_w.update(new_w)
         self._count += 1

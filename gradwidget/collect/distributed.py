@@ -41,12 +41,15 @@ components are dropped, so names match the single-process model. FSDP2 keeps the
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from ..run import METRICS, N_BINS
+from ._kernels import HostCopy, exponent_counts, grad_rows, norms, octave_bins
 
 #: path components inserted by wrappers, dropped from layer and module names.
 WRAPPER_PARTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
@@ -95,7 +98,7 @@ def _is_dtensor(t) -> bool:
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if _is_dtensor(t) else t
+    return t.to_local() if _is_dtensor(t) else t  # type: ignore[attr-defined]  # a DTensor
 
 
 def _fsdp1_class():
@@ -127,7 +130,7 @@ class DistContext:
         backend = dist.get_backend(group)
         self._comm_device = (torch.device("cuda", torch.cuda.current_device())
                              if backend == "nccl" else torch.device("cpu"))
-        self._pending = None
+        self._pending: Any = None
 
     def __repr__(self) -> str:
         return f"<DistContext {self.kind} rank {self.rank}/{self.world_size}>"
@@ -149,8 +152,9 @@ class DistContext:
         if _is_dtensor(p):
             from torch.distributed.tensor import Replicate
 
-            coord = p.device_mesh.get_coordinate() or []
-            return all(c == 0 for c, pl in zip(coord, p.placements) if isinstance(pl, Replicate))
+            coord = p.device_mesh.get_coordinate() or []  # type: ignore[attr-defined]  # a DTensor
+            return all(c == 0 for c, pl in zip(coord, p.placements)  # type: ignore[attr-defined]
+                       if isinstance(pl, Replicate))
         if self.kind == "fsdp1" and clean_name(name) in self._fsdp1_shapes:
             return True
         return self.is_writer  # a parameter FSDP does not manage is replicated
@@ -207,8 +211,6 @@ class DistContext:
         """``(L, len(PARTIALS) [+ N_BINS])`` float64 partial sums of this rank's pieces, columns in
         the recorder's order. ``also(pack)``: queue more tensors into the same host copy (the
         NaN tracer's steps)."""
-        from .torch import _exponent_counts, _grad_rows, _HostCopy, _octave_bins, norms
-
         L = len(self._order)
         P = np.zeros((L, len(PARTIALS) + (N_BINS if with_hist else 0)), np.float64)
         wgroups: dict = {}
@@ -227,13 +229,13 @@ class DistContext:
             g = _local(g)
             if g.numel():
                 ggroups.setdefault((g.device, g.dtype), []).append((c, g))
-        pack = _HostCopy()  # one host copy per device for weights, gradients and histograms
+        pack = HostCopy()  # one host copy per device for weights, gradients and histograms
         wparts = [([c for c, _ in items], pack.add(norms([w for _, w in items]))) for items in wgroups.values()]
         gparts = []
         for (dev, _dt), items in ggroups.items():
             grads = [g for _, g in items]
-            rows = pack.add(_grad_rows(grads, foreach_all=foreach_all or dev.type != "cpu"))
-            counts = pack.add(_exponent_counts(grads)) if with_hist else None
+            rows = pack.add(grad_rows(grads, foreach_all=foreach_all or dev.type != "cpu"))
+            counts = pack.add(exponent_counts(grads)) if with_hist else None
             gparts.append(([c for c, _ in items], grads, rows, counts))
         if also is not None:
             also(pack)
@@ -257,12 +259,11 @@ class DistContext:
             P[cols, _P["sum"]] = s
             P[cols, _P["nonfinite"]] = nonfinite
             if with_hist:
-                P[cols, len(PARTIALS):] = _octave_bins(pack.get(counts), n - zeros)
+                assert counts is not None  # queued with the rows on histogram steps
+                P[cols, len(PARTIALS):] = octave_bins(pack.get(counts), n - zeros)
         return P
 
     def local_update_sumsq(self, update_bufs, update_cols: np.ndarray, P: np.ndarray) -> None:
-        from .torch import norms
-
         params, bufs = update_bufs
         torch._foreach_sub_(bufs, [_local(p.detach()) for p in params])
         if not bufs:
@@ -378,7 +379,7 @@ class OriginExchange:
         try:
             self.store = dist.distributed_c10d._get_default_store()
         except (AttributeError, RuntimeError, ValueError):  # pragma: no cover - no store to use
-            self.store = None
+            self.store = None  # type: ignore[assignment]
         self.posted: dict[int, dict] = {}   # rank -> origin (rank 0: those read so far)
 
     def post(self, origin: dict) -> None:

@@ -135,7 +135,7 @@ class NonfiniteTracer:
         self._stack: list[int] = []          # open calls (-1: one not traced)
         self._pass_hooks: dict = {}          # open call -> {id(input view): its hook's handle}
         self._seen: dict = {}                # id(tensor) -> (tensor, version, value): no re-reduce
-        self._last_grad = None               # (key, value, gradient) of the last gradient reduced
+        self._last_grad: tuple | None = None  # (key, value, gradient) of the last gradient reduced
 
     @property
     def attached(self) -> bool:
@@ -261,7 +261,7 @@ class NonfiniteTracer:
         self._reset()  # (calls left open by a forward that raised are dropped with the rest)
 
     def queue(self, pack) -> None:
-        """Add the ended steps' values to a recorder's host copy (``_HostCopy``), read by ``take``."""
+        """Add the ended steps' values to a recorder's host copy (``collect._kernels.HostCopy``), read by ``take``."""
         for tr in self.pending:
             if tr.values is not None:
                 self._queued.append((tr, pack, pack.add(tr.values)))

@@ -28,80 +28,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..run import HIST_LOG2_LO, METRICS, N_BINS, LayerInfo, NonfiniteOrigin, Run, _as_step
+from .._warnings import GradwidgetWarning
+from ..run import METRICS, N_BINS, LayerInfo, NonfiniteOrigin, Run, _as_step
 from ..storage import check_log_dir
 from ..thresholds import as_thresholds
+from ._kernels import HostCopy, exponent_counts, grad_rows, norms, octave_bins, stored_values
 from .nonfinite import NonfiniteTracer
 
 _M = {name: i for i, name in enumerate(METRICS)}
 _MAX_GRAPH_VISITS = 200_000
 #: forwards captured again, at most, to find the edges of layers first used after the first step
 _LATE_CAPTURES = 16
-
-
-def acc_dtype(tensors: list[torch.Tensor]) -> torch.dtype:
-    """The dtype statistics of ``tensors`` are accumulated in: float32, or float64 when one of them
-    is float64. Never the tensors' own half precision: a float16 sum overflows at 65504 (a norm of
-    100k entries of 300 would read Inf), as ``clip_grad_norm_`` users know."""
-    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
-
-
-def norms(tensors: list[torch.Tensor], ord: float = 2) -> torch.Tensor:
-    """Fused ``ord``-norms of ``tensors`` (one ``_foreach_norm``), accumulated in ``acc_dtype``."""
-    return torch.stack(torch._foreach_norm(tensors, ord, dtype=acc_dtype(tensors)))
-
-
-def _grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
-    """Rows L2 norm, L1 norm, max |g|, non-zero count and sum (float64, ``(5, len(grads))``) for a
-    group of same-device/dtype gradients, left on the device for the caller to copy. Every sum is
-    accumulated in ``acc_dtype`` whatever the gradients' dtype.
-
-    On CUDA the multi-tensor ``_foreach_norm`` kernels are fastest for every order; on CPU they are
-    only fast for the L2 norm, while per-tensor ``abs().sum()``, ``aminmax`` and ``count_nonzero``
-    are 2-15x faster (bench/overhead.py), so CPU uses those. None of them syncs with the host.
-    """
-    acc = acc_dtype(grads)
-    l2 = norms(grads, 2)
-    if foreach_all:
-        l1, linf, nnz = norms(grads, 1), norms(grads, math.inf), norms(grads, 0)
-    else:
-        l1 = torch.stack([g.abs().sum(dtype=acc) for g in grads])
-        lo, hi = (torch.stack(x) for x in zip(*[torch.aminmax(g) for g in grads]))
-        linf = torch.maximum(-lo, hi)
-        nnz = torch.stack([torch.count_nonzero(g) for g in grads])
-    sums = torch.stack([g.sum(dtype=acc) for g in grads])
-    return torch.stack([r.to(torch.float64) for r in (l2, l1, linf, nnz, sums)])
-
-
-def _stored_values(g: torch.Tensor) -> torch.Tensor:
-    """The entries a gradient stores: itself, or a sparse gradient's coalesced values (duplicate
-    indices summed, as the dense gradient has them). Every statistic we take (norms, max, non-zero
-    count, sum, exponent counts) is the same over these as over the dense tensor, whose other
-    entries are zeros; sizes come from the dense shape (``g.numel()``)."""
-    return g.coalesce().values() if g.layout == torch.sparse_coo else g
-
-
-def _exponent_counts(grads: list[torch.Tensor]) -> torch.Tensor:
-    """``(len(grads), 256)`` counts of the float32 biased exponents of |g|, on the device: one shift
-    and one bincount per tensor instead of a log10 and a histc (3x faster than torch.histc)."""
-    counts = []
-    for g in grads:
-        bits = g.detach().float().reshape(-1).view(torch.int32)
-        counts.append(torch.bincount(torch.bitwise_right_shift(bits, 23).bitwise_and_(255), minlength=256))
-    return torch.stack(counts)
-
-
-def _octave_bins(c: np.ndarray, nonzero: np.ndarray) -> np.ndarray:
-    """The Run's octave-bin histograms from host exponent counts ``c`` (tensors, 256)."""
-    c = c.astype(np.int64)
-    out = np.zeros((c.shape[0], N_BINS), np.int64)
-    # biased exponent e (1..254) holds 2**(e-127) <= |g| < 2**(e-126); 0 holds zeros and
-    # subnormals, 255 holds Inf/NaN (not counted)
-    idx = np.clip(np.arange(1, 255) - 127 - HIST_LOG2_LO, 0, N_BINS - 1)
-    np.add.at(out.T, idx, c[:, 1:255].T)
-    subnormal = np.maximum(0, nonzero.astype(np.int64) - c[:, 1:256].sum(axis=1))
-    out[:, 0] += subnormal
-    return out.astype(np.uint32)
 
 
 def _compiling() -> bool:
@@ -207,7 +144,7 @@ def _recordable(named: list) -> tuple[list, dict[str, str]]:
             skipped[n] = why
     if skipped and keep:
         warnings.warn(f"gradwidget: {len(skipped)} parameter(s) cannot be recorded and are left out: "
-                      f"{_skipped_text(skipped)}", stacklevel=3)
+                      f"{_skipped_text(skipped)}", GradwidgetWarning, stacklevel=3)
     return keep, skipped
 
 
@@ -236,33 +173,8 @@ def _replace_attached(model: nn.Module, new: "Recorder") -> None:
         old.detach()
         n = old.run.n_steps if old.run is not None else 0
         warnings.warn(f"gradwidget: a previous Recorder on this {type(model).__name__} was detached; "
-                      f"its run keeps the {n} steps it recorded", stacklevel=3)
+                      f"its run keeps the {n} steps it recorded", GradwidgetWarning, stacklevel=3)
     _ATTACHED[model] = weakref.ref(new)
-
-
-class _HostCopy:
-    """Tensors to bring to the host, packed into one float64 tensor per device so that a recorded
-    step costs one device-to-host copy per device (float64 holds counts exactly up to 2**53)."""
-
-    def __init__(self) -> None:
-        self._parts: dict = defaultdict(list)
-        self._host: dict = {}
-
-    def add(self, t: torch.Tensor) -> tuple:
-        """Queue ``t``; returns the handle to ``get`` it by after ``fetch``."""
-        parts = self._parts[t.device]
-        parts.append(t.reshape(-1).to(torch.float64))
-        return t.device, len(parts) - 1, tuple(t.shape)
-
-    def fetch(self) -> None:
-        for dev, parts in self._parts.items():
-            host = torch.cat(parts).cpu().numpy()
-            ends = np.cumsum([p.numel() for p in parts])
-            self._host[dev] = np.split(host, ends[:-1])
-
-    def get(self, handle: tuple) -> np.ndarray:
-        dev, k, shape = handle
-        return self._host[dev][k].reshape(shape)
 
 
 class Recorder:
@@ -649,7 +561,8 @@ class Recorder:
             global_norm = float(global_norm.detach().float().cpu())
         if self.run.n_steps and user_step <= self.run.steps[-1]:
             warnings.warn(f"gradwidget: step {user_step} does not increase (last was "
-                          f"{int(self.run.steps[-1])}); recording it as {int(self.run.steps[-1]) + 1}")
+                          f"{int(self.run.steps[-1])}); recording it as {int(self.run.steps[-1]) + 1}",
+                          GradwidgetWarning)
             user_step = int(self.run.steps[-1]) + 1
         self.run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist)
         if self._unused_cols:
@@ -741,7 +654,7 @@ class Recorder:
             try:
                 fn(self.run)
             except Exception as e:  # noqa: BLE001 - a display callback must never stop training
-                warnings.warn(f"gradwidget: an on_step callback failed: {e!r}")
+                warnings.warn(f"gradwidget: an on_step callback failed: {e!r}", GradwidgetWarning)
 
     # ------------------------------------------------------------------ setup at the first step
     def _start(self) -> None:
@@ -853,15 +766,15 @@ class Recorder:
             g = p.grad
             if g is not None and g.layout in (torch.strided, torch.sparse_coo) and g.numel() > 0:
                 groups[(g.device, g.dtype)].append(c)
-        pack = _HostCopy()
+        pack = HostCopy()
         wparts = [(cols, pack.add(norms([self._params[self._order[c]].detach() for c in cols])))
                   for cols in wgroups.values()]
         gparts = []
         for (dev, _dt), cols in groups.items():
-            grads = [_stored_values(self._params[self._order[c]].grad) for c in cols]
+            grads = [stored_values(self._params[self._order[c]].grad) for c in cols]
             numels = np.array([self._params[self._order[c]].grad.numel() for c in cols], np.float64)
-            rows = pack.add(_grad_rows(grads, foreach_all=self.foreach_all or dev.type != "cpu"))
-            counts = pack.add(_exponent_counts(grads)) if with_hist else None
+            rows = pack.add(grad_rows(grads, foreach_all=self.foreach_all or dev.type != "cpu"))
+            counts = pack.add(exponent_counts(grads)) if with_hist else None
             gparts.append((cols, grads, numels, rows, counts))
         loss_at = pack.add(loss.detach().float().mean()) if isinstance(loss, torch.Tensor) else None
         if self._tracer is not None:
@@ -873,13 +786,13 @@ class Recorder:
             self._fill_grad_stats(out, cols, grads, numels, pack.get(rows))
             if hist is not None:
                 nonzero = numels * (1.0 - out[_M["zero_frac"], cols])
-                hist[cols] = _octave_bins(pack.get(counts), nonzero)
+                hist[cols] = octave_bins(pack.get(counts), nonzero)
         return out, hist, (float(pack.get(loss_at)) if loss_at is not None else loss)
 
     @staticmethod
     def _fill_grad_stats(out: np.ndarray, cols: list[int], grads: list[torch.Tensor], n: np.ndarray,
                          host: np.ndarray) -> None:
-        """Per-layer metrics of one gradient group from its host rows (``_grad_rows``); ``grads``
+        """Per-layer metrics of one gradient group from its host rows (``grad_rows``); ``grads``
         are the stored values (a sparse gradient's non-zero entries), ``n`` the layers' sizes."""
         l2, l1, linf, nnz, s = host[:5]
         mean = s / n

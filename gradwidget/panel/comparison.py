@@ -12,7 +12,8 @@ import numpy as np
 
 from ..comparison import match_layers
 from ..run import HIST_HI, HIST_LO, METRICS, N_BINS, Run
-from .payload import all_steps, block_reduce, cell_flags, column_block, origin_mark, thresholds_of
+from ..rules import reduce_blocks
+from .payload import all_steps, cell_flags, column_block, origin_mark, thresholds_of
 
 
 def row_layout(a: Run, b: Run) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -35,7 +36,7 @@ def _fold(run: Run, values: np.ndarray, col_starts: np.ndarray, how: str, fill) 
         return out
     col = np.searchsorted(col_starts, steps, side="right") - 1
     starts = np.flatnonzero(np.r_[True, col[1:] != col[:-1]])
-    out[col[starts]] = block_reduce(values, 1, how, starts=starts)
+    out[col[starts]] = reduce_blocks(values, 1, how, starts=starts)
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..rules import fold_of, nearest_index, nonfinite_mask, over_threshold_mask, reduce_blocks, vanishing_mask
 from ..run import HIST_HI, HIST_LO, METRICS, N_BINS, Run
 from .protocol import FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING
 
@@ -26,44 +27,13 @@ def column_block(n_steps: int, columns: int) -> int:
     return max(1, -(-int(n_steps) // max(1, int(columns))))
 
 
-def block_reduce(a: np.ndarray, k: int, how: str = "mean", starts: np.ndarray | None = None) -> np.ndarray:
-    """Fold consecutive groups of ``k`` rows of ``a`` (the last may be shorter), or the groups
-    beginning at the row indices ``starts`` (increasing, the first 0).
-
-    ``mean`` averages the finite values (NaN when a block has none; +Inf when it has only +Inf),
-    ``max`` takes the largest value ignoring NaN, ``or`` ORs integer bit flags.
-    """
-    n = a.shape[0]
-    if n == 0:
-        return a[:0].copy()
-    uniform = starts is None
-    starts = np.arange(0, n, max(1, int(k))) if starts is None else np.asarray(starts, np.intp)
-    if how == "or":
-        return np.bitwise_or.reduceat(a, starts, axis=0)
-    if uniform and k <= 1:
-        return a.copy()
-    if how == "max":
-        nan = np.isnan(a)
-        out = np.maximum.reduceat(np.where(nan, -np.inf, a), starts, axis=0)
-        return np.where(np.logical_and.reduceat(nan, starts, axis=0), np.nan, out).astype(a.dtype)
-    finite = np.isfinite(a)
-    sums = np.add.reduceat(np.where(finite, a, 0).astype(np.float64), starts, axis=0)
-    cnt = np.add.reduceat(finite.astype(np.int64), starts, axis=0)
-    posinf = np.logical_or.reduceat(np.isposinf(a), starts, axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = sums / cnt
-    out = np.where(cnt > 0, out, np.where(posinf, np.inf, np.nan))
-    return out.astype(a.dtype)
-
-
 def cell_flags(run: Run, mean_abs: np.ndarray, max_abs: np.ndarray, nonfinite: np.ndarray) -> np.ndarray:
-    """uint8 ``(steps, layers)`` flag bits from the three metrics the thresholds use."""
-    th = run.thresholds
-    trainable = run.trainable_mask()[None, :]
-    with np.errstate(invalid="ignore"):
-        f = np.where((mean_abs < th.vanishing) & trainable, FLAG_VANISHING, 0).astype(np.uint8)
-        f |= np.where(max_abs > th.exploding, FLAG_EXPLODING, 0).astype(np.uint8)
-        nf = nonfinite > 0
+    """uint8 ``(steps, layers)`` flag bits by the Run's flag rules (``gradwidget.run``), on the
+    given metric arrays (the window and the folded history together). No data: NaN mean |g|
+    without a non-finite count (the layer got no gradient that step)."""
+    nf = nonfinite_mask(nonfinite)
+    f = np.where(vanishing_mask(mean_abs, run.thresholds, run.trainable_mask()), FLAG_VANISHING, 0).astype(np.uint8)
+    f |= np.where(over_threshold_mask(max_abs, run.thresholds), FLAG_EXPLODING, 0).astype(np.uint8)
     f |= np.where(nf, FLAG_NONFINITE, 0).astype(np.uint8)
     f |= np.where(np.isnan(mean_abs) & ~nf, FLAG_NODATA, 0).astype(np.uint8)
     return f
@@ -80,12 +50,7 @@ def nearest_step(run: Run | None, step: int) -> int:
     if run is None or run.n_steps == 0:
         return int(step)
     steps = all_steps(run)
-    i = int(np.searchsorted(steps, step))
-    if i >= len(steps):
-        return int(steps[-1])
-    if i > 0 and step - steps[i - 1] <= steps[i] - step:
-        return int(steps[i - 1])
-    return int(steps[i])
+    return int(steps[nearest_index(steps, step)])
 
 
 def thresholds_of(run: Run | None) -> dict:
@@ -133,8 +98,8 @@ def heat_view(run: Run, metric: str, columns: int) -> tuple[dict, dict[str, np.n
     N, L = len(steps), run.n_layers
     k = column_block(N, columns)
     values = mets[metric]
-    heat = block_reduce(values, k, "max" if metric in ("max_abs", "nonfinite") else "mean").T
-    flags = block_reduce(cell_flags(run, mets["mean_abs"], mets["max_abs"], mets["nonfinite"]), k, "or").T
+    heat = reduce_blocks(values, k, fold_of(metric)).T
+    flags = reduce_blocks(cell_flags(run, mets["mean_abs"], mets["max_abs"], mets["nonfinite"]), k, "or").T
     cols = heat.shape[1]
     message, level = _message(run, mets, values, metric, N)
     lo, hi = color_scale(run, metric)  # the static figures' scale (history and window)
@@ -151,7 +116,7 @@ def heat_view(run: Run, metric: str, columns: int) -> tuple[dict, dict[str, np.n
         "version": int(run.version), "message": message, "level": level, "origin": origin_mark(run),
     }
     arrays = {"heat": heat, "flags": flags, "col_steps": steps[::k].astype(np.float64),
-              "loss": block_reduce(full.scalar("loss").astype(np.float32), k, "mean"), "hist_all": hist_all}
+              "loss": reduce_blocks(full.scalar("loss").astype(np.float32), k, "mean"), "hist_all": hist_all}
     return meta, arrays
 
 
@@ -204,7 +169,7 @@ def detail_view(run: Run | None, step: int, layer: int) -> tuple[dict, dict[str,
         hs = run.hist_steps
         if len(hs):
             idx = np.unique(np.linspace(0, len(hs) - 1, min(len(hs), MAX_HISTS)).round().astype(int))
-            idx = np.unique(np.append(idx, int(np.argmin(np.abs(hs - step)))))
+            idx = np.unique(np.append(idx, nearest_index(hs, step)))
             arrays["hists"] = run.hist[idx, layer, :]
             arrays["hist_steps"] = hs[idx].astype(np.float64)
     return scalars, arrays

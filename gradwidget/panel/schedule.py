@@ -9,6 +9,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from .._warnings import GradwidgetWarning
+
 
 class Throttle:
     """At most one update per ``interval()``: at most ``max_rate`` a second, and never more than a
@@ -101,7 +103,7 @@ class Worker:
             try:
                 self._warm()
             except Exception as e:
-                warnings.warn(f"gradwidget: {self._name} could not start: {e!r}")
+                warnings.warn(f"gradwidget: {self._name} could not start: {e!r}", GradwidgetWarning)
         while True:
             with self._cv:
                 while not self._stopped and not (self._has_job and time.monotonic() >= self._ready_at()):
@@ -113,7 +115,7 @@ class Worker:
             try:
                 self._work(job)
             except Exception as e:  # never let the thread die: the next job may succeed
-                warnings.warn(f"gradwidget: {self._name} failed: {e!r}")
+                warnings.warn(f"gradwidget: {self._name} failed: {e!r}", GradwidgetWarning)
             finally:
                 cost = time.monotonic() - t0
                 with self._cv:
@@ -153,7 +155,7 @@ def poll_directory(reader, every: float, stop: threading.Event, changed: Callabl
                 if reader.poll():
                     changed()
             except Exception as e:  # a half-written file: report it and keep following
-                warnings.warn(f"gradwidget: reading {reader.path} failed: {e!r}")
+                warnings.warn(f"gradwidget: reading {reader.path} failed: {e!r}", GradwidgetWarning)
         done()
 
     th = threading.Thread(target=loop, name="gradwidget-poll", daemon=True)
@@ -171,7 +173,7 @@ def _after_cell_hook(result=None) -> None:
         try:
             panel._after_cell()
         except Exception as e:  # never break the user's cell
-            warnings.warn(f"gradwidget: updating the panel after the cell failed: {e!r}")
+            warnings.warn(f"gradwidget: updating the panel after the cell failed: {e!r}", GradwidgetWarning)
 
 
 def watch_cells(panel) -> None:

@@ -1,47 +1,19 @@
-"""The health table's rows and the top diagnoses, as JSON for the page, and the one JSON sanitiser.
+"""The health table's rows and the top diagnoses, as JSON for the page (sanitised by ``gradwidget.jsonsafe``).
 
 Grades come from the analysis engine (``report.layers["health"]``); ``table_from_run`` is the
 fallback when the analysis fails, and is the analysis' to own.
 """
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any
 
 import numpy as np
 
+from .._warnings import GradwidgetWarning
+from ..jsonsafe import jsonable
 from ..run import Run
 from .protocol import MAX_DIAGNOSES, TABLE_KEYS
-
-
-def jsonable(v: Any) -> Any:
-    """A value as JSON: NaN is missing (None); JSON has no infinities, so +-Inf travel as the
-    strings "Infinity"/"-Infinity", which the page (``js/src/table.ts`` numberOf) reads back as
-    numbers and shows as Inf (not as a huge finite number)."""
-    if isinstance(v, (np.floating, float)):
-        f = float(v)
-        return f if math.isfinite(f) else (None if f != f else ("Infinity" if f > 0 else "-Infinity"))
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, np.bool_):
-        return bool(v)
-    if isinstance(v, (list, tuple, np.ndarray)):
-        return [jsonable(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): jsonable(x) for k, x in v.items()}
-    if v is None or isinstance(v, (str, int, bool)):
-        return v
-    if hasattr(v, "value"):  # enums
-        return jsonable(v.value)
-    try:
-        import pandas as pd
-
-        if pd.isna(v):
-            return None
-    except (TypeError, ValueError, ImportError):
-        pass
-    return str(v)
 
 
 def changed_rows(old: list[dict], new: list[dict]) -> list[int] | None:
@@ -155,5 +127,5 @@ def analyse(run: Run) -> tuple[Any, list[dict], list[dict]]:
         report = analyze(run)
         return report, table_from_report(report, run), diagnoses_from_report(report, run)
     except Exception as e:
-        warnings.warn(f"gradwidget: analysing the run failed ({e!r}); showing basic statistics")
+        warnings.warn(f"gradwidget: analysing the run failed ({e!r}); showing basic statistics", GradwidgetWarning)
         return None, table_from_run(run), []

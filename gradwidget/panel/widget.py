@@ -38,6 +38,7 @@ import anywidget
 import numpy as np
 import traitlets as t
 
+from .._warnings import GradwidgetWarning
 from ..run import METRICS, Run
 from . import payload as P
 from .options import check_layer_option, check_options, is_module, source_layer_names
@@ -112,7 +113,7 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
                  max_rate: float = 4.0, columns: int = 1024, live: bool = False,
                  poll_interval: float = 0.5, **recorder_kwargs) -> None:
         if not _BUNDLE.is_file():
-            warnings.warn(BUNDLE_MISSING, stacklevel=2)
+            warnings.warn(BUNDLE_MISSING, GradwidgetWarning, stacklevel=2)
         # every argument is checked before anything is attached: a failed constructor must not
         # leave hooks (and an on_step callback) on the user's model
         check_options(metric, columns, max_rate, poll_interval, recorder_kwargs)

@@ -27,7 +27,7 @@ def test_panel_draws_in_notebook_7(tmp_path):
     with notebook_page(tmp_path, CELLS, app="notebook") as page:
         assert page.evaluate("() => window.jupyterapp.name") == "Jupyter Notebook"
         page.evaluate(RUN_CELL_JS, 0)
-        page.wait_for_function(f"() => {{ const r = document.querySelector('.gw-root'); return r && r.parentElement.gradwidget; }}")
+        page.wait_for_function("() => { const r = document.querySelector('.gw-root'); return r && r.parentElement.gradwidget; }")
         page.wait_for_function(KERNEL_IDLE_JS)
         page.wait_for_function(f"() => {VIEW}.meta.n_steps === 40 && {VIEW}.image.canvas !== null")
         page.wait_for_timeout(300)

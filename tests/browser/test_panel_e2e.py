@@ -75,7 +75,7 @@ def page(tmp_path_factory):
 
 def test_panel_draws_and_keeps_updating_while_training(page):
     page.evaluate(RUN_CELL_JS, 0)
-    page.wait_for_function(f"() => {{ const r = document.querySelector('.gw-root'); return r && r.parentElement.gradwidget; }}")
+    page.wait_for_function("() => { const r = document.querySelector('.gw-root'); return r && r.parentElement.gradwidget; }")
     page.wait_for_function(KERNEL_IDLE_JS)
     # before any step: a clear message, no heatmap
     msg = page.locator(".gw-message").inner_text()
@@ -115,8 +115,8 @@ def test_canvas_has_pixels_in_light_and_dark_themes(page):
     try:
         page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
         page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
-        page.wait_for_function(f"() => {{ const c = getComputedStyle(document.querySelector('.gw-root')).backgroundColor;"
-                               f" const m = c.match(/[\\d.]+/g).map(Number); return 0.299*m[0] + 0.587*m[1] + 0.114*m[2] < 128; }}")
+        page.wait_for_function("() => { const c = getComputedStyle(document.querySelector('.gw-root')).backgroundColor;"
+                               " const m = c.match(/[\\d.]+/g).map(Number); return 0.299*m[0] + 0.587*m[1] + 0.114*m[2] < 128; }")
         page.wait_for_timeout(500)
         dark = page.evaluate(HEAT_PIXELS_JS)
         assert dark["opaque"] == dark["total"] and dark["colours"] >= 20, dark

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gradwidget.collect.arrays import ArrayRecorder
-from gradwidget.frames import GradientHealth
+from gradwidget.outputs import GradientHealth
 
 
 def simple_grads(names, value):
@@ -63,7 +63,7 @@ def test_export_json_round_trip(tmp_path):
     rec.run.export_json(p)
     frames = json.loads(p.read_text())
     assert [f["step"] for f in frames] == [0, 1]
-    assert [l["name"] for l in frames[1]["layers"]] == ["a", "b"]
+    assert [info["name"] for info in frames[1]["layers"]] == ["a", "b"]
     assert abs(frames[1]["layers"][0]["mean_abs_grad"] - 0.05) < 1e-7
     assert set(frames[0]["layers"][0]) == {"name", "mean_abs_grad", "max_abs_grad", "grad_norm",
                                            "is_vanishing", "is_exploding", "flow_intensity"}
@@ -99,9 +99,9 @@ def test_to_ascii_nonempty():
         rec.record(i, simple_grads(["embed", "attn"], 0.1 * (i + 1)))
     out = rec.run.to_ascii()
     assert "embed" in out and "attn" in out
-    rows = {l.split()[0]: l for l in out.splitlines() if l.strip().startswith(("embed", "attn"))}
+    rows = {text.split()[0]: text for text in out.splitlines() if text.strip().startswith(("embed", "attn"))}
     # one scale across steps: the growing gradient is drawn darker at the last step than the first
-    from gradwidget.frames import BLOCKS
+    from gradwidget.outputs import BLOCKS
 
     cells = rows["embed"].split("  ", 1)[1].strip("\n")
     assert BLOCKS.index(cells[-1]) > BLOCKS.index(cells[0])
@@ -121,7 +121,7 @@ def test_summary_levels_follow_the_analysis_verdict():
     """One verdict: the summary's level is the analysis's (Medium diagnoses only: MinorIssues, a High
     one: ProblemsDetected, a Critical one: Critical), never a second set of cut-offs."""
     from gradwidget import analyze
-    from gradwidget.frames import health_of
+    from gradwidget.outputs import health_of
 
     def run_with(bad_steps, kind):
         rec = ArrayRecorder()
@@ -145,7 +145,7 @@ def test_ascii_marks_nonfinite_and_exploding():
     rec = ArrayRecorder()
     rec.record(0, {"a": np.array([np.nan, 1.0]), "b": np.array([5e3, 1.0]), "c": np.ones(2)})
     out = rec.run.to_ascii()
-    line = {l.split()[0]: l for l in out.splitlines()[3:-1]}
+    line = {text.split()[0]: text for text in out.splitlines()[3:-1]}
     assert line["a"].endswith("X") and line["b"].endswith("!")
 
 
@@ -158,3 +158,11 @@ def test_ascii_of_a_run_without_layers_says_so():
     run = Run([])
     run.append(0, np.zeros((len(METRICS), 0), np.float32))
     assert run.to_ascii() == "(no layers recorded)\n"
+
+
+def test_the_old_module_name_is_the_same_module():
+    import gradwidget.frames
+    import gradwidget.outputs
+    from gradwidget.frames import export_csv
+
+    assert gradwidget.frames is gradwidget.outputs and export_csv is gradwidget.outputs.export_csv

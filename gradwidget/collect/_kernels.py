@@ -1,0 +1,103 @@
+"""The statistics kernels both recorders run on a step's gradients (``collect/torch.py`` on whole
+tensors, ``collect/distributed.py`` on each rank's shards): fused norms, the exponent counts of the
+histogram, and the one packed device-to-host copy. Private to ``gradwidget.collect``.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from ..run import HIST_LOG2_LO, N_BINS
+
+
+def acc_dtype(tensors: list[torch.Tensor]) -> torch.dtype:
+    """The dtype statistics of ``tensors`` are accumulated in: float32, or float64 when one of them
+    is float64. Never the tensors' own half precision: a float16 sum overflows at 65504 (a norm of
+    100k entries of 300 would read Inf), as ``clip_grad_norm_`` users know."""
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def norms(tensors: list[torch.Tensor], ord: float = 2) -> torch.Tensor:
+    """Fused ``ord``-norms of ``tensors`` (one ``_foreach_norm``), accumulated in ``acc_dtype``."""
+    return torch.stack(torch._foreach_norm(tensors, ord, dtype=acc_dtype(tensors)))
+
+
+def grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
+    """Rows L2 norm, L1 norm, max |g|, non-zero count and sum (float64, ``(5, len(grads))``) for a
+    group of same-device/dtype gradients, left on the device for the caller to copy. Every sum is
+    accumulated in ``acc_dtype`` whatever the gradients' dtype.
+
+    On CUDA the multi-tensor ``_foreach_norm`` kernels are fastest for every order; on CPU they are
+    only fast for the L2 norm, while per-tensor ``abs().sum()``, ``aminmax`` and ``count_nonzero``
+    are 2-15x faster (bench/overhead.py), so CPU uses those. None of them syncs with the host.
+    """
+    acc = acc_dtype(grads)
+    l2 = norms(grads, 2)
+    if foreach_all:
+        l1, linf, nnz = norms(grads, 1), norms(grads, math.inf), norms(grads, 0)
+    else:
+        l1 = torch.stack([g.abs().sum(dtype=acc) for g in grads])
+        lo, hi = (torch.stack(x) for x in zip(*[torch.aminmax(g) for g in grads]))
+        linf = torch.maximum(-lo, hi)
+        nnz = torch.stack([torch.count_nonzero(g) for g in grads])
+    sums = torch.stack([g.sum(dtype=acc) for g in grads])
+    return torch.stack([r.to(torch.float64) for r in (l2, l1, linf, nnz, sums)])
+
+
+def stored_values(g: torch.Tensor) -> torch.Tensor:
+    """The entries a gradient stores: itself, or a sparse gradient's coalesced values (duplicate
+    indices summed, as the dense gradient has them). Every statistic we take (norms, max, non-zero
+    count, sum, exponent counts) is the same over these as over the dense tensor, whose other
+    entries are zeros; sizes come from the dense shape (``g.numel()``)."""
+    return g.coalesce().values() if g.layout == torch.sparse_coo else g
+
+
+def exponent_counts(grads: list[torch.Tensor]) -> torch.Tensor:
+    """``(len(grads), 256)`` counts of the float32 biased exponents of |g|, on the device: one shift
+    and one bincount per tensor instead of a log10 and a histc (3x faster than torch.histc)."""
+    counts = []
+    for g in grads:
+        bits = g.detach().float().reshape(-1).view(torch.int32)
+        counts.append(torch.bincount(torch.bitwise_right_shift(bits, 23).bitwise_and_(255), minlength=256))
+    return torch.stack(counts)
+
+
+def octave_bins(c: np.ndarray, nonzero: np.ndarray) -> np.ndarray:
+    """The Run's octave-bin histograms from host exponent counts ``c`` (tensors, 256)."""
+    c = c.astype(np.int64)
+    out = np.zeros((c.shape[0], N_BINS), np.int64)
+    # biased exponent e (1..254) holds 2**(e-127) <= |g| < 2**(e-126); 0 holds zeros and
+    # subnormals, 255 holds Inf/NaN (not counted)
+    idx = np.clip(np.arange(1, 255) - 127 - HIST_LOG2_LO, 0, N_BINS - 1)
+    np.add.at(out.T, idx, c[:, 1:255].T)
+    subnormal = np.maximum(0, nonzero.astype(np.int64) - c[:, 1:256].sum(axis=1))
+    out[:, 0] += subnormal
+    return out.astype(np.uint32)
+
+
+class HostCopy:
+    """Tensors to bring to the host, packed into one float64 tensor per device so that a recorded
+    step costs one device-to-host copy per device (float64 holds counts exactly up to 2**53)."""
+
+    def __init__(self) -> None:
+        self._parts: dict = defaultdict(list)
+        self._host: dict = {}
+
+    def add(self, t: torch.Tensor) -> tuple:
+        """Queue ``t``; returns the handle to ``get`` it by after ``fetch``."""
+        parts = self._parts[t.device]
+        parts.append(t.reshape(-1).to(torch.float64))
+        return t.device, len(parts) - 1, tuple(t.shape)
+
+    def fetch(self) -> None:
+        for dev, parts in self._parts.items():
+            host = torch.cat(parts).cpu().numpy()
+            ends = np.cumsum([p.numel() for p in parts])
+            self._host[dev] = np.split(host, ends[:-1])
+
+    def get(self, handle: tuple) -> np.ndarray:
+        dev, k, shape = handle
+        return self._host[dev][k].reshape(shape)

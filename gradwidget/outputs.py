@@ -1,0 +1,235 @@
+"""The original crate's flow-animator outputs of a Run: JSON frames, CSV timeline, ASCII heatmap, summary report.
+
+Two deliberate departures from the original crate (see DESIGN.md): layers keep the model's depth order instead
+of being sorted by name, and the ASCII heatmap uses one log scale across all steps instead of
+normalising each step by its own maximum (which hid network-wide vanishing).
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from .jsonsafe import number
+from .run import Run
+
+
+def _json_number(x: float) -> float | None:
+    """A value in the JSON frames: null where not finite, as the original crate's serde wrote it."""
+    return number(x, inf="null")  # type: ignore[return-value]
+
+#: the original crate's CSV columns, first, as it wrote them ...
+CSV_COLUMNS = ("step", "layer", "mean_abs_grad", "max_abs_grad", "grad_norm", "is_vanishing", "is_exploding")
+#: ... then every other recorded metric and the step's scalars, so a CSV carries the whole run.
+CSV_MORE = ("std", "zero_frac", "nonfinite", "weight_norm", "update_norm", "loss", "lr", "global_norm")
+BLOCKS = " ░▒▓█"
+MARK_EXPLODING = "!"
+MARK_NONFINITE = "X"
+
+
+class GradientHealth(str, Enum):
+    HEALTHY = "Healthy"
+    MINOR_ISSUES = "MinorIssues"
+    PROBLEMS_DETECTED = "ProblemsDetected"
+    CRITICAL = "Critical"
+    #: not in the original crate: an empty run has nothing to judge (it called one Healthy); the same
+    #: word ``analyze`` uses for it
+    UNKNOWN = "Unknown"
+
+
+@dataclass
+class GradientFlowSummary:
+    total_steps: int
+    first_step: int | None
+    last_step: int | None
+    layers_with_vanishing_grads: list[str]
+    layers_with_exploding_grads: list[str]
+    layers_with_nonfinite_grads: list[str]
+    issue_step_ratio: float
+    overall_health: GradientHealth
+    recommendations: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["overall_health"] = self.overall_health.value
+        return d
+
+    def __str__(self) -> str:
+        lines = [f"Gradient flow summary: {self.overall_health.value}",
+                 f"  steps recorded: {self.total_steps}"
+                 + (f" (steps {self.first_step}..{self.last_step})" if self.total_steps else ""),
+                 f"  steps with an issue: {self.issue_step_ratio:.0%}"]
+        for label, names in (("vanishing", self.layers_with_vanishing_grads),
+                             ("exploding", self.layers_with_exploding_grads),
+                             ("non-finite", self.layers_with_nonfinite_grads)):
+            if names:
+                lines.append(f"  {label} layers ({len(names)}): {', '.join(names)}")
+        lines.append("Recommendations:")
+        lines += [f"  - {r}" for r in self.recommendations]
+        return "\n".join(lines)
+
+
+def frames(run: Run) -> list[dict]:
+    """The original crate's ``GradientFrame`` list: one dict per step with one entry per layer."""
+    mean, mx, norm = run.metric("mean_abs"), run.metric("max_abs"), run.metric("grad_norm")
+    van, exp, inten = run.vanishing(), run.exploding(), run.flow_intensity()
+    names = run.layer_names
+    out = []
+    for i, step in enumerate(run.steps.tolist()):
+        out.append({"step": step, "layers": [
+            {"name": n, "mean_abs_grad": _json_number(mean[i, j]), "max_abs_grad": _json_number(mx[i, j]),
+             "grad_norm": _json_number(norm[i, j]), "is_vanishing": bool(van[i, j]),
+             "is_exploding": bool(exp[i, j]), "flow_intensity": float(inten[i, j])}
+            for j, n in enumerate(names)]})
+    return out
+
+
+def export_json(run: Run, path) -> None:
+    """Write the frames as JSON (non-finite numbers become null)."""
+    from .storage import atomic_output
+
+    with atomic_output(path) as f:
+        json.dump(frames(run), f, indent=1)
+
+
+#: first characters that make a spreadsheet (Excel, LibreOffice, Google Sheets) read a cell as a formula
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(text: str) -> str:
+    """A text cell a spreadsheet shows as text: one that would start a formula gets a leading
+    apostrophe (OWASP's advice for CSV injection), so a layer named ``=HYPERLINK(...)`` stays a name."""
+    return "'" + text if text.startswith(FORMULA_START) else text
+
+
+def _cell(x: float) -> str:
+    """A number for the CSV: empty where nothing was recorded (NaN), as written otherwise."""
+    return "" if x != x else f"{x:.8e}"
+
+
+def export_csv(run: Run, path) -> None:
+    """Write the CSV timeline, one row per step and layer: the original crate's columns first
+    (``CSV_COLUMNS``), then every other metric and the step's loss, learning rate and global norm
+    (``CSV_MORE``; empty where not recorded). Layer names made ``spreadsheet_safe``."""
+    mean, mx, norm = run.metric("mean_abs"), run.metric("max_abs"), run.metric("grad_norm")
+    van, exp = run.vanishing(), run.exploding()
+    more = [run.metric(m) for m in CSV_MORE[:5]]
+    scal = [run.scalar(s) for s in CSV_MORE[5:]]
+    names = [spreadsheet_safe(n) for n in run.layer_names]
+    from .storage import atomic_output
+
+    with atomic_output(path, newline="") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_COLUMNS + CSV_MORE)
+        for i, step in enumerate(run.steps.tolist()):
+            sc = [_cell(float(x[i])) for x in scal]
+            for j, n in enumerate(names):
+                w.writerow([step, n, f"{mean[i, j]:.8e}", f"{mx[i, j]:.8e}", f"{norm[i, j]:.8e}",
+                            int(van[i, j]), int(exp[i, j])] + [_cell(float(m[i, j])) for m in more] + sc)
+
+
+def log_levels(values: np.ndarray) -> tuple[float, float]:
+    """The log10 range used for colour/intensity: 1st..99th percentile of finite positive values."""
+    v = values[np.isfinite(values) & (values > 0)]
+    if v.size == 0:
+        return (0.0, 1.0)
+    lo, hi = np.percentile(np.log10(v), [1, 99])
+    return (float(lo), float(hi if hi > lo else lo + 1.0))
+
+
+def to_ascii(run: Run, width: int = 80, metric: str = "grad_norm") -> str:
+    """Block heatmap: one row per layer (depth order), one column per step (downsampled to ``width``).
+
+    ``' ░▒▓█'`` encode log10 of the metric on one scale across steps; ``!`` marks exploding cells
+    and ``X`` non-finite ones.
+    """
+    if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
+        raise ValueError(f"width must be a positive number of columns, got {width!r}")
+    if run.n_steps == 0:
+        return "(no gradient frames recorded)\n"
+    if run.n_layers == 0:
+        return "(no layers recorded)\n"
+    r = run.downsample(width) if run.n_steps > width else run
+    vals = r.metric(metric)
+    lo, hi = log_levels(vals)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lv = np.clip((np.log10(vals) - lo) / (hi - lo), 0, 1)
+    idx = np.where(np.isfinite(lv), np.rint(lv * (len(BLOCKS) - 1)), 0).astype(int)
+    grid = np.array(list(BLOCKS))[idx]
+    grid[r.exploding()] = MARK_EXPLODING
+    grid[r.nonfinite()] = MARK_NONFINITE
+    names = r.layer_names
+    wname = max(5, max(len(n) for n in names))
+    out = [f"Gradient Flow Animation ({metric}, log scale 1e{lo:.1f}..1e{hi:.1f}; step → right, layer ↓;"
+           f" {MARK_EXPLODING} exploding, {MARK_NONFINITE} non-finite)",
+           f"{'layer':>{wname}}  " + "".join(str(i % 10) for i in range(r.n_steps)),
+           "─" * (wname + 2 + r.n_steps)]
+    for j, n in enumerate(names):
+        out.append(f"{n:>{wname}}  " + "".join(grid[:, j]))
+    out.append(f"{'':>{wname}}  steps {int(r.steps[0])}..{int(run.steps[-1])}"
+               + (f" ({run.n_steps} steps, {r.n_steps} columns)" if r is not run else ""))
+    return "\n".join(out) + "\n"
+
+
+def issue_step_ratio(run: Run) -> float:
+    """Share of recorded steps on which any layer was vanishing or exploding (the original crate's
+    measure; 0 without steps)."""
+    if run.n_steps == 0:
+        return 0.0
+    return float((run.vanishing() | run.exploding()).any(axis=1).mean())
+
+
+def health_of(report) -> GradientHealth:
+    """The summary's health, from the analysis verdict (one definition, ``analysis.causes.verdict``):
+    Critical stays Critical, a Warning with a High diagnosis is ProblemsDetected and one with only
+    Medium ones MinorIssues, Healthy and Unknown stay."""
+    h = report.overall_health
+    if h == "Warning":
+        high = any(r.priority == "High" for r in report.recommendations)
+        return GradientHealth.PROBLEMS_DETECTED if high else GradientHealth.MINOR_ISSUES
+    return GradientHealth(h)
+
+
+def summary(run: Run, report=None) -> GradientFlowSummary:
+    """The original crate's summary report, judged by the analysis (``report``, computed when not
+    given) so that it and ``analyze`` never disagree: the same verdict, the same layers (vanishing on
+    at least ``minor_issue_ratio`` of steps and not dead, exploding or non-finite on any step), and
+    the ranked diagnoses as its recommendations. Layers in depth order."""
+    if run.n_layers == 0 or run.n_steps == 0:
+        health, layers, recs = GradientHealth.UNKNOWN, None, []
+    else:
+        if report is None:
+            from .analysis import analyze
+
+            report = analyze(run)
+        health, layers = health_of(report), report.layers
+        recs = [f"{r.text} {r.action[:1].upper()}{r.action[1:]}." for r in report.recommendations]
+    names = [] if layers is None else list(layers["layer"])
+
+    def named(mask) -> list[str]:
+        return [n for n, m in zip(names, mask) if m]
+
+    t = run.thresholds
+    vl = named((layers["vanishing_share"] >= t.minor_issue_ratio) & (layers["dead_share"] < t.minor_issue_ratio)) \
+        if layers is not None else []
+    el = named(layers["exploding_share"] > 0) if layers is not None else []
+    nl = named(layers["nonfinite_total"] > 0) if layers is not None else []
+    recs.append({
+        GradientHealth.CRITICAL: "CRITICAL: Training stability is severely compromised — halt training "
+                                 "and diagnose before continuing.",
+        GradientHealth.PROBLEMS_DETECTED: "Significant gradient issues detected: act on the diagnoses above.",
+        GradientHealth.MINOR_ISSUES: "Minor gradient issues detected. Monitor closely; intervention may "
+                                     "not be required immediately.",
+        GradientHealth.HEALTHY: "Gradients appear healthy — no immediate action required.",
+        GradientHealth.UNKNOWN: "No steps were recorded yet, so there is nothing to judge: train for a few "
+                                "steps (with the Recorder attached, or record() called) and look again.",
+    }[health])
+    return GradientFlowSummary(
+        total_steps=run.n_steps,
+        first_step=int(run.steps[0]) if run.n_steps else None,
+        last_step=int(run.steps[-1]) if run.n_steps else None,
+        layers_with_vanishing_grads=vl, layers_with_exploding_grads=el, layers_with_nonfinite_grads=nl,
+        issue_step_ratio=issue_step_ratio(run), overall_health=health, recommendations=recs)

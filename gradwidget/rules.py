@@ -1,0 +1,86 @@
+"""The rules every view of a Run applies, written once: which layer-steps are flagged (the Run's
+``vanishing()/exploding()/nonfinite()`` and the panel's flag bits), how steps fold into one
+(``Run.downsample_by``, the folded history, the panel's columns) and which recorded step is
+nearest a step the user names.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .thresholds import Thresholds
+
+#: how each metric is combined when several steps fold into one (downsampling, history, columns).
+_REDUCE = {"max_abs": "max", "nonfinite": "max"}
+
+
+def fold_of(metric: str) -> str:
+    """How ``metric`` is combined when several steps fold into one: ``max`` for max |g| and
+    non-finite counts (a spike must survive the fold), ``mean`` otherwise."""
+    return _REDUCE.get(metric, "mean")
+
+
+def reduce_blocks(a: np.ndarray, k: int, how: str = "mean", starts: np.ndarray | None = None) -> np.ndarray:
+    """Fold consecutive groups of ``k`` rows of ``a`` (the last may be shorter), or the groups
+    beginning at the row indices ``starts`` (increasing, the first 0: a comparison's columns).
+
+    ``mean`` averages the finite values (NaN when a block has none; +Inf when it has only +Inf):
+    NaN is "not recorded", so one missing step must not blank a block, and an Inf is kept by the
+    non-finite counts (folded by ``max``) and the flags. ``max`` takes the largest value ignoring
+    NaN, ``first`` the block's first row (steps), ``or`` ORs integer bit flags.
+    """
+    if how not in ("mean", "max", "first", "or"):
+        raise ValueError(f"how must be 'mean', 'max', 'first' or 'or', not {how!r}")
+    n = a.shape[0]
+    if n == 0:
+        return a[:0].copy()
+    uniform = starts is None
+    starts = np.arange(0, n, max(1, int(k))) if starts is None else np.asarray(starts, np.intp)
+    if how == "or":
+        return np.bitwise_or.reduceat(a, starts, axis=0)
+    if uniform and k <= 1:
+        return a.copy()
+    if how == "first":
+        return a[starts].copy()
+    if how == "max":
+        nan = np.isnan(a)
+        out = np.maximum.reduceat(np.where(nan, -np.inf, a), starts, axis=0)
+        return np.where(np.logical_and.reduceat(nan, starts, axis=0), np.nan, out).astype(a.dtype)
+    finite = np.isfinite(a)
+    sums = np.add.reduceat(np.where(finite, a, 0).astype(np.float64), starts, axis=0)
+    cnt = np.add.reduceat(finite.astype(np.int64), starts, axis=0)
+    posinf = np.logical_or.reduceat(np.isposinf(a), starts, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = sums / cnt
+    out = np.where(cnt > 0, out, np.where(posinf, np.inf, np.nan))
+    return out.astype(a.dtype)
+
+
+# The flag rules work on metric arrays, so that the panel's folded arrays (history + window) get
+# the very rules ``Run.vanishing()/exploding()/nonfinite()`` apply to a run.
+def vanishing_mask(mean_abs: np.ndarray, thresholds: Thresholds, trainable: np.ndarray) -> np.ndarray:
+    """Mean |g| below the vanishing threshold, on trainable layers only (a frozen layer's zero is no problem)."""
+    with np.errstate(invalid="ignore"):
+        return (mean_abs < thresholds.vanishing) & trainable[None, :]
+
+
+def over_threshold_mask(max_abs: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """Max |g| above the exploding threshold (``Run.exploding`` adds the non-finite steps)."""
+    with np.errstate(invalid="ignore"):
+        return max_abs > thresholds.exploding
+
+
+def nonfinite_mask(nonfinite: np.ndarray) -> np.ndarray:
+    """The step's gradient had at least one NaN or Inf."""
+    return nonfinite > 0
+
+
+def nearest_index(steps: np.ndarray, step: int) -> int:
+    """Position in the sorted, non-empty ``steps`` of the one nearest ``step`` (ties to the earlier)."""
+    if len(steps) == 0:
+        raise ValueError("no steps to search")
+    i = int(np.searchsorted(steps, step))
+    if i >= len(steps):
+        return len(steps) - 1
+    if i > 0 and step - steps[i - 1] <= steps[i] - step:
+        return i - 1
+    return i
