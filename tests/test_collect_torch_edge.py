@@ -321,7 +321,9 @@ def test_sharded_statistics_leave_the_update_norm_nan_where_no_rank_had_a_gradie
     stacked = np.zeros((2, 2, len(PARTIALS)))  # 2 ranks, 2 layers
     stacked[:, 0, _P["has_grad"]] = 1.0
     stacked[:, 0, _P["sumsq"]] = stacked[:, 0, _P["update_sumsq"]] = 2.0
-    out, _ = ctx.statistics(stacked, np.array([0, 1]), measured_update=True)
+    # what the reduces deliver to rank 0: the partials summed over ranks and the largest |g|
+    out, _ = ctx.statistics(stacked.sum(axis=0), stacked[:, :, _P["max"]].max(axis=0), np.array([0, 1]),
+                            measured_update=True)
     upd = out[METRICS.index("update_norm")]
     assert upd[0] == pytest.approx(2.0) and np.isnan(upd[1])
 
