@@ -56,9 +56,11 @@ class Worker:
     """Runs ``work(job)`` on one daemon thread, one job at a time, the newest job replacing a
     waiting one; after a job that took ``c`` seconds the next starts no sooner than
     ``max(min_gap, c / share)`` later, so the work takes at most ``share`` of the wall time
-    (``due()`` tells the submitter; ``submit(force=True)`` ignores it, starting after ``delay``)."""
+    (``due()`` tells the submitter; ``submit(force=True)`` ignores it, starting after ``delay``).
+    ``min_gap`` 5 s: each analysis holds the GIL for part of its run, which delays a training step
+    (bench/live.py: the panel/Recorder cell ratio went from 1.05 to 1.03-1.04 by median going from 2 s)."""
 
-    def __init__(self, work: Callable[[Any], None], share: float = 0.02, min_gap: float = 2.0,
+    def __init__(self, work: Callable[[Any], None], share: float = 0.02, min_gap: float = 5.0,
                  name: str = "gradwidget-analysis", warm: Callable[[], None] | None = None) -> None:
         self._work, self.share, self.min_gap, self._name, self._warm = work, share, min_gap, name, warm
         self._cv = threading.Condition()

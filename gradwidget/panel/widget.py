@@ -11,7 +11,8 @@ What runs where
 On the training thread, after a recorded step, at most ``max_rate`` times a second: the heatmap
 arrays (``payload.heat_view``, bounded by the page's width) and, when the analysis is due, a copy
 of the run (``payload.snapshot``). The analysis for the health table and the diagnoses runs on its
-own thread over that copy (``schedule.Worker``), at most 2% of the wall time. After a cell that
+own thread over that copy (``schedule.Worker``), at most 2% of the wall time and no more often than
+every 5 s while training (its GIL time stalled a training step once per 2 s before). After a cell that
 trained, the final view and a static image made from the heatmap arrays (``static.heat_png``,
 milliseconds) are sent, and the analysis of the final state is started in the background: nothing
 heavy runs after the cell.
