@@ -358,10 +358,7 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
     # ----------------------------------------------------------------- validation and two-way sync
     @t.validate("metric")
     def _check_metric(self, proposal):
-        m = proposal["value"]
-        if m not in METRICS:
-            raise t.TraitError(f"unknown metric {m!r}; choose one of {list(METRICS)}")
-        return m
+        return _one_of("metric", proposal["value"], METRICS)
 
     @t.validate("layer")
     def _check_layer(self, proposal):
@@ -381,10 +378,7 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
     def _check_mode(self, proposal):
         from .protocol import COMPARE_MODES
 
-        m = proposal["value"]
-        if m not in COMPARE_MODES:
-            raise t.TraitError(f"unknown mode {m!r}; choose one of {list(COMPARE_MODES)}")
-        return m
+        return _one_of("mode", proposal["value"], COMPARE_MODES)
 
     @t.validate("columns")
     def _check_columns(self, proposal):
@@ -438,3 +432,10 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
             if k == "text/plain" or k not in data:
                 data[k] = v
         return data, md
+
+
+def _one_of(what: str, value, allowed) -> str:
+    """A trait value from a fixed set, or a TraitError that lists the set."""
+    if value not in allowed:
+        raise t.TraitError(f"unknown {what} {value!r}; choose one of {list(allowed)}")
+    return value
