@@ -8,6 +8,7 @@ it instead of being listed as problems of their own (``EXPLAINS``). Ranking: pri
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -151,6 +152,18 @@ class Context:
         if self._ratio is None:
             self._ratio = update_ratio_series(self.run)
         return self._ratio
+
+    @functools.cached_property
+    def embedding(self) -> np.ndarray:
+        """Per layer: an embedding table (its gradient is sparse by design: never dead or vanishing)."""
+        return np.array([is_embedding(info.module_type) for info in self.run.layers], bool)
+
+    @functools.cached_property
+    def dead_layers(self) -> np.ndarray:
+        """Per layer: trainable, not an embedding, and dead (exact zeros) on at least
+        ``minor_issue_ratio`` of steps."""
+        t = self.run.thresholds
+        return self.s.trainable & (self.s.exact["dead_share"] >= t.minor_issue_ratio) & ~self.embedding
 
 
 def _fmt(x: float) -> str:
@@ -341,8 +354,7 @@ def _died_during_training(c: Context) -> tuple[int, str] | None:
     run, t = c.run, c.run.thresholds
     if run.n_steps < 2:
         return None
-    emb = np.array([is_embedding(info.module_type) for info in run.layers])
-    dead = c.s.trainable & (c.s.exact["dead_share"] >= t.minor_issue_ratio) & ~emb
+    dead = c.dead_layers
     if not dead.any():
         return None
     z = dead_flags(run.metric("zero_frac")[:, dead], run.metric("grad_norm")[:, dead], t)
@@ -381,8 +393,7 @@ def _no_gradient(c: Context) -> Cause | None:
 
 def _dead_units(c: Context) -> Cause | None:
     run, ex, t = c.run, c.s.exact, c.run.thresholds
-    emb = np.array([is_embedding(info.module_type) for info in run.layers])
-    dead = c.s.trainable & (ex["dead_share"] >= t.minor_issue_ratio) & ~emb
+    dead = c.dead_layers
     if not dead.any():
         return None
     mods = [info.module for info in run.layers]
@@ -498,7 +509,7 @@ def _fading_with_depth(c: Context) -> Cause | None:
     lv = layer_levels(run, bad_rows[sample_rows(bad_rows.size, MAX_ROWS)])  # a bounded sample of them
     with _quiet():
         below = -np.nanmedian(lv - lv[:, [out]], axis=0)
-    emb = np.array([is_embedding(info.module_type) for info in run.layers])
+    emb = c.embedding
     starved = (below >= STARVED_DECADES) & ~emb & c.s.trainable
     mods = {run.layers[i].module for i in np.flatnonzero(starved)}
     starved |= np.array([info.module in mods for info in run.layers]) & ~emb & c.s.trainable  # bias with its weight
@@ -520,8 +531,7 @@ def _fading_with_depth(c: Context) -> Cause | None:
 def _vanishing(c: Context) -> Cause | None:
     run, t = c.run, c.run.thresholds
     fs = {f.layer: f for f in c.factors if f.kind in ("vanishing", "weak")}
-    emb = np.array([is_embedding(info.module_type) for info in run.layers])
-    member = np.array([n in fs for n in run.layer_names]) & ~emb
+    member = np.array([n in fs for n in run.layer_names]) & ~c.embedding
     idx = _input_side_prefix(run, member, VANISHING_PREFIX_SHARE)
     fading = _fading_with_depth(c)
     if not idx.size:
