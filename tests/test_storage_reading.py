@@ -149,7 +149,7 @@ def test_a_reader_polling_a_live_writer_in_small_chunks_never_tears_or_errs(tmp_
 
     from gradwidget import storage
 
-    monkeypatch.setattr(storage, "READ_CHUNK_BYTES", 3 * step_dtype(2).itemsize)
+    monkeypatch.setattr(storage.records, "READ_CHUNK_BYTES", 3 * step_dtype(2).itemsize)
     d = tmp_path / "live"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     proc = subprocess.Popen([sys.executable, "-c", FAST_WRITER, str(d), "3000"], env=env)
