@@ -15,7 +15,8 @@ import numpy as np
 from .layers import LAYER_STATUSES, LayerInfo, _as_layers
 from .origin import NONFINITE_PHASES, NonfiniteOrigin
 from .rules import nearest_index, nonfinite_mask, over_threshold_mask, vanishing_mask
-from .schema import HIST_EDGES, HIST_HI, HIST_LO, HIST_LOG2_LO, METRICS, N_BINS, SCALARS, _as_step, _scalar_row
+from .schema import (HIST_EDGES, HIST_HI, HIST_LO, HIST_LOG2_LO, METRICS, N_BINS, SCALARS, _as_step, _scalar_row,
+                     metric_index, scalar_index)
 from .thresholds import Thresholds, as_thresholds
 
 if TYPE_CHECKING:
@@ -127,22 +128,15 @@ class Run:
 
     def metric(self, name: str) -> np.ndarray:
         """A ``(steps, layers)`` float32 view of one metric."""
-        try:
-            j = METRICS.index(name)
-        except ValueError:
-            raise KeyError(f"unknown metric {name!r}; metrics are {list(METRICS)}") from None
-        return self._M3[:, j, :]
+        return self._M3[:, metric_index(name), :]
 
     @property
     def metrics(self) -> dict[str, np.ndarray]:
         return {m: self.metric(m) for m in METRICS}
 
     def scalar(self, name: str) -> np.ndarray:
-        try:
-            j = SCALARS.index(name)
-        except ValueError:
-            raise KeyError(f"unknown scalar {name!r}; scalars are {list(SCALARS)}") from None
-        return self._S2[:, j]
+        """A ``(steps,)`` float64 view of one per-step scalar (NaN where it was not given)."""
+        return self._S2[:, scalar_index(name)]
 
     @property
     def hist_steps(self) -> np.ndarray:

@@ -28,6 +28,24 @@ HIST_EDGES = np.arange(HIST_LOG2_LO, HIST_LOG2_LO + N_BINS + 1) * np.log10(2.0) 
 HIST_LO, HIST_HI = float(HIST_EDGES[0]), float(HIST_EDGES[-1])
 
 
+def _position(names: tuple[str, ...], name, what: str) -> int:
+    try:
+        return names.index(name)
+    except ValueError:
+        raise KeyError(f"unknown {what} {name!r}; {what}s are {list(names)}") from None
+
+
+def metric_index(name: str) -> int:
+    """Where metric ``name`` sits in ``METRICS``; for any other name a KeyError that lists them
+    (the Run and the figures refuse a wrong name with this one message)."""
+    return _position(METRICS, name, "metric")
+
+
+def scalar_index(name: str) -> int:
+    """Where scalar ``name`` sits in ``SCALARS``; for any other name a KeyError that lists them."""
+    return _position(SCALARS, name, "scalar")
+
+
 def _as_step(step) -> int:
     """The step number as an int; a whole float (3.0) is accepted, 'x' or 2.5 are refused."""
     try:

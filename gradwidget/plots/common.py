@@ -9,7 +9,8 @@ from typing import Sequence
 from matplotlib.figure import Figure
 
 from ..panel.protocol import MARKS, METRIC_LABELS
-from ..run import METRICS, Run
+from ..run import Run
+from ..schema import metric_index
 from .rows import drawn_rows
 
 
@@ -28,8 +29,7 @@ def metric_label(metric: str) -> str:
 
 
 def _check_metric(metric: str) -> None:
-    if metric not in METRICS:
-        raise KeyError(f"unknown metric {metric!r}; metrics are {list(METRICS)}")
+    metric_index(metric)  # a KeyError listing the metrics for any other name
 
 
 def _check_run(run) -> Run:
