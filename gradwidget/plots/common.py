@@ -13,7 +13,6 @@ from ..run import Run
 from ..schema import metric_index
 from .rows import drawn_rows
 
-
 CMAP_NAME = "viridis"
 VANISHING_COLOR, EXPLODING_COLOR, NONFINITE_COLOR, NODATA_COLOR = (
     MARKS[k] for k in ("vanishing", "exploding", "nonfinite", "nodata"))
@@ -21,18 +20,16 @@ VANISHING_COLOR, EXPLODING_COLOR, NONFINITE_COLOR, NODATA_COLOR = (
 #: heatmaps wider than this many steps are downsampled (max |g| and non-finite keep their maxima).
 MAX_COLUMNS = 600
 
-_METRIC_LABELS = METRIC_LABELS  # one definition: the panel protocol
-
-
 def metric_label(metric: str) -> str:
-    return _METRIC_LABELS.get(metric, metric)
+    """A metric's name as the figures and the page label it (one table: the panel protocol's)."""
+    return METRIC_LABELS.get(metric, metric)
 
 
-def _check_metric(metric: str) -> None:
+def check_metric(metric: str) -> None:
     metric_index(metric)  # a KeyError listing the metrics for any other name
 
 
-def _check_run(run) -> Run:
+def check_run(run) -> Run:
     if not isinstance(run, Run):
         inner = getattr(run, "run", None)  # a Recorder, a GradientPanel or an analysis Report
         if isinstance(inner, Run):
@@ -41,20 +38,21 @@ def _check_run(run) -> Run:
     return run
 
 
-def _new_ax(ax, figsize):
+def new_ax(ax, figsize):
     if ax is not None:
         return ax.figure, ax
     fig = Figure(figsize=figsize, layout="constrained")
     return fig, fig.add_subplot()
 
 
-def _empty(ax, text: str = "no steps recorded yet", axis_off: bool = True) -> None:
+def empty_axes(ax, text: str = "no steps recorded yet", axis_off: bool = True) -> None:
+    """Say in the middle of ``ax`` why it has nothing to draw."""
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
     if axis_off:
         ax.set_axis_off()
 
 
-def _empty_note(run: Run) -> str | None:
+def empty_note(run: Run) -> str | None:
     """Why a run has nothing to draw (no step, or no layer), or None when it has."""
     if run.n_steps == 0:
         return "no steps recorded yet"
@@ -63,16 +61,16 @@ def _empty_note(run: Run) -> str | None:
     return None
 
 
-def _layers_axes(run, metric: str, ax, width: float):
+def layers_axes(run, metric: str, ax, width: float):
     """Checked run (layers merged past ``MAX_DRAWN_ROWS``), figure and axes sized for one row per
     drawn layer (empty runs get a note)."""
-    run = _check_run(run)
-    _check_metric(metric)
+    run = check_run(run)
+    check_metric(metric)
     run = drawn_rows(run)
-    fig, ax = _new_ax(ax, (width, 0.6 + 0.22 * max(run.n_layers, 4)))
-    note = _empty_note(run)
+    fig, ax = new_ax(ax, (width, 0.6 + 0.22 * max(run.n_layers, 4)))
+    note = empty_note(run)
     if note:
-        _empty(ax, note)
+        empty_axes(ax, note)
     return run, fig, ax
 
 
@@ -93,12 +91,12 @@ def short_name(name: str, width: int = 28) -> str:
     return literal(name)
 
 
-def _depth_axis(ax, n: int) -> None:
+def depth_axis(ax, n: int) -> None:
     """Row 0 (the input side) at the top, the loss side at the bottom."""
     ax.set_ylim(n - 0.5, -0.5)
 
 
-def _layer_ticks(ax, names: Sequence[str], axis: str = "y", max_labels: int = 40) -> None:
+def layer_ticks(ax, names: Sequence[str], axis: str = "y", max_labels: int = 40) -> None:
     n = len(names)
     every = max(1, -(-n // max_labels))
     idx = list(range(0, n, every))

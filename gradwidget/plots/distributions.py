@@ -7,7 +7,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from ..run import Run
-from .common import CMAP_NAME, EXPLODING_COLOR, _check_run, _empty, _new_ax, short_name
+from .common import CMAP_NAME, EXPLODING_COLOR, check_run, empty_axes, new_ax, short_name
 
 
 def histogram_plot(run: Run, layer: int | str, step: int | None = None, ax=None) -> Figure:
@@ -16,14 +16,14 @@ def histogram_plot(run: Run, layer: int | str, step: int | None = None, ax=None)
     Why: a norm hides the shape; the histogram shows whether a layer's gradients are uniformly tiny
     (vanishing), have a few huge entries (exploding tail), or a spike of exact zeros (dead units).
     """
-    run = _check_run(run)
-    fig, ax = _new_ax(ax, (5, 3))
+    run = check_run(run)
+    fig, ax = new_ax(ax, (5, 3))
     j = run.layer_index(layer)
     name = run.layer_names[j]
     want = (int(run.steps[-1]) if run.n_steps else 0) if step is None else step
     got = run.histogram_at(j, want)
     if got is None:
-        _empty(ax, "no histogram recorded", axis_off=False)
+        empty_axes(ax, "no histogram recorded", axis_off=False)
         ax.set_title(short_name(name, 40), fontsize=10)
         return fig
     hstep, counts = got
@@ -53,12 +53,12 @@ def histogram_over_time(run: Run, layer: int | str, ax=None, step: int | None = 
     Why: shows how a layer's whole distribution drifts, e.g. sliding below the vanishing threshold
     or growing an exploding tail, which a single histogram or a norm cannot show.
     """
-    run = _check_run(run)
-    fig, ax = _new_ax(ax, (6, 3))
+    run = check_run(run)
+    fig, ax = new_ax(ax, (6, 3))
     j = run.layer_index(layer)
     name = run.layer_names[j]
     if len(run.hist_steps) == 0:
-        _empty(ax, "no histogram recorded", axis_off=False)
+        empty_axes(ax, "no histogram recorded", axis_off=False)
         ax.set_title(short_name(name, 40), fontsize=10)
         return fig
     counts = run.hist[:, j, :].astype(np.float64)  # (histogram steps, bins)

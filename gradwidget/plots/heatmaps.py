@@ -8,9 +8,9 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 from ..run import Run
-from .common import (CMAP_NAME, EXPLODING_COLOR, MAX_COLUMNS, NONFINITE_COLOR, _depth_axis, _empty, _empty_note,
-                     _layer_ticks, _layers_axes, _new_ax, metric_label)
-from .scale import _mark_legend, cell_colors, color_scale, shared_scale
+from .common import (CMAP_NAME, EXPLODING_COLOR, MAX_COLUMNS, NONFINITE_COLOR, depth_axis, empty_axes, empty_note,
+                     layer_ticks, layers_axes, new_ax, metric_label)
+from .scale import mark_legend, cell_colors, color_scale, shared_scale
 
 
 def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, ax=None,
@@ -21,8 +21,8 @@ def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, a
     Why: it is the panel's main view; one log scale across steps shows a network-wide fade that a
     per-step scale hides. ``step`` draws a cursor at that step (the panel's scrubber position).
     """
-    run, fig, ax = _layers_axes(run, metric, ax, 9)
-    if _empty_note(run):
+    run, fig, ax = layers_axes(run, metric, ax, 9)
+    if empty_note(run):
         return fig
     scale = color_scale(run, metric) if scale is None else scale  # a comparison shares one scale
     run = run.with_history()  # the steps the live panel shows
@@ -33,7 +33,7 @@ def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, a
     x1 = float(run.steps[-1]) + (float(steps[-1] - steps[-2]) if len(steps) > 1 else 1.0)
     ax.imshow(rgba.transpose(1, 0, 2), aspect="auto", interpolation="nearest", origin="upper",
               extent=(x0 - 0.5, x1 - 0.5, r.n_layers - 0.5, -0.5))  # row 0 (input side) at the top
-    _layer_ticks(ax, r.layer_names, "y")
+    layer_ticks(ax, r.layer_names, "y")
     ax.set_xlabel("step")
     ax.set_title(title or f"Gradient flow: {metric_label(metric)} (log10, one scale across steps)", fontsize=10)
     if step is not None:
@@ -52,7 +52,7 @@ def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, a
         cb.set_label(f"log10 {metric_label(metric)}", fontsize=8)
         cb.ax.tick_params(labelsize=7)
     if legend:
-        _mark_legend(ax, run)
+        mark_legend(ax, run)
     return fig
 
 
@@ -92,9 +92,9 @@ def difference_heatmap(ratio, title: str = "", ax=None, max_decades: float | Non
     """Layers x steps map of log10(later / first) from ``Comparison.log_ratio``: a diverging colour
     scale centred on 0 (white: no change), symmetric, clipped at the 99th percentile of |change|
     (or ``max_decades``); grey where either run has no value."""
-    fig, ax = _new_ax(ax, (9, 0.6 + 0.22 * max(ratio.shape[1], 4)))
+    fig, ax = new_ax(ax, (9, 0.6 + 0.22 * max(ratio.shape[1], 4)))
     if ratio.empty or not np.isfinite(ratio.to_numpy()).any():
-        _empty(ax, "no common steps with a value in both runs")
+        empty_axes(ax, "no common steps with a value in both runs")
         return fig
     v = ratio.to_numpy(np.float64)
     lim = max_decades or diff_limit(v)
@@ -105,7 +105,7 @@ def difference_heatmap(ratio, title: str = "", ax=None, max_decades: float | Non
     x1 = float(steps[-1]) + (float(steps[-1] - steps[-2]) if len(steps) > 1 else 1.0)
     im = ax.imshow(np.ma.masked_invalid(v.T), aspect="auto", interpolation="nearest", origin="upper",
                    cmap=cmap, vmin=-lim, vmax=lim, extent=(float(steps[0]) - 0.5, x1 - 0.5, v.shape[1] - 0.5, -0.5))
-    _layer_ticks(ax, list(ratio.columns), "y")
+    layer_ticks(ax, list(ratio.columns), "y")
     ax.set_xlabel("step")
     ax.set_title(title or "log10 ratio of the gradient (later / first)", fontsize=10)
     cb = fig.colorbar(im, ax=ax, pad=0.01, fraction=0.04)
@@ -120,8 +120,8 @@ def layer_bars(run: Run, step: int | None = None, metric: str = "grad_norm", ax=
     Why: the heatmap shows the pattern; the bars give the actual values at the scrubbed step and
     how far each layer sits from the vanishing / exploding thresholds.
     """
-    run, fig, ax = _layers_axes(run, metric, ax, 5)
-    if _empty_note(run):
+    run, fig, ax = layers_axes(run, metric, ax, 5)
+    if empty_note(run):
         return fig
     i = run.n_steps - 1 if step is None else run.step_position(step)
     colors = cell_colors(run, metric)[i]
@@ -131,8 +131,8 @@ def layer_bars(run: Run, step: int | None = None, metric: str = "grad_norm", ax=
     y = np.arange(run.n_layers)
     ax.barh(y, np.nan_to_num(shown, nan=0.0) - floor, left=floor, color=colors, edgecolor="0.4", linewidth=0.3)
     ax.set_xscale("log")
-    _depth_axis(ax, run.n_layers)  # as in the heatmap
-    _layer_ticks(ax, run.layer_names, "y")
+    depth_axis(ax, run.n_layers)  # as in the heatmap
+    layer_ticks(ax, run.layer_names, "y")
     for j in np.flatnonzero(~np.isfinite(vals) & ~np.isnan(vals)):
         ax.text(floor, j, " inf", va="center", fontsize=7, color=NONFINITE_COLOR)
     t = run.thresholds

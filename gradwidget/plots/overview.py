@@ -6,7 +6,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..run import Run
-from .common import _check_metric, _check_run, _empty_note, literal, metric_label, short_name
+from .common import check_metric, check_run, empty_note, literal, metric_label, short_name
 from .distributions import histogram_plot
 from .heatmaps import flow_heatmap, layer_bars
 from .rows import layer_row_groups
@@ -34,8 +34,8 @@ def panel_figure(run, step: int | None = None, layer: int | str | None = None,
     Why: it is the static rendition a GradientPanel carries in its output, so exported notebooks,
     GitHub and CI logs show the panel's current view where no widget runs.
     """
-    run = _check_run(run)
-    _check_metric(metric)
+    run = check_run(run)
+    check_metric(metric)
     L = max(run.n_layers, 4)
     h_top = 0.9 + 0.2 * min(L, 48)
     fig = Figure(figsize=(12, h_top + 3.0), layout="constrained")
@@ -45,7 +45,7 @@ def panel_figure(run, step: int | None = None, layer: int | str | None = None,
     ax_hist = fig.add_subplot(gs[1, 0])
     ax_series = fig.add_subplot(gs[1, 1])
     ax_loss = fig.add_subplot(gs[1, 2])
-    note = _empty_note(run)
+    note = empty_note(run)
     if note:
         for ax in (ax_heat, ax_bars, ax_hist, ax_series, ax_loss):
             ax.set_axis_off()

@@ -12,7 +12,7 @@ from matplotlib.transforms import offset_copy
 
 from ..outputs import log_levels
 from ..run import Run
-from .common import CMAP_NAME, EXPLODING_COLOR, NODATA_COLOR, NONFINITE_COLOR, VANISHING_COLOR, _check_metric
+from .common import CMAP_NAME, EXPLODING_COLOR, NODATA_COLOR, NONFINITE_COLOR, VANISHING_COLOR, check_metric
 
 
 #: most cells ``color_range`` reads; a larger array is read at an even stride (the 1st..99th
@@ -34,7 +34,7 @@ def color_range(values: np.ndarray) -> tuple[float, float]:
 def color_scale(run: Run, metric: str = "grad_norm") -> tuple[float, float]:
     """The log10 range (lo, hi) of the colour scale of a run's metric: ``color_range`` over every
     step of the run, its folded ``history`` included (as the live panel's ``meta["scale"]``)."""
-    _check_metric(metric)
+    check_metric(metric)
     full = run.with_history()
     return color_range(full.metric(metric)) if full.n_steps else (0.0, 1.0)
 
@@ -42,14 +42,14 @@ def color_scale(run: Run, metric: str = "grad_norm") -> tuple[float, float]:
 def shared_scale(runs: Sequence[Run], metric: str = "grad_norm") -> tuple[float, float]:
     """One log10 colour range over every step of several runs (a comparison: equal colours mean
     equal values in every run's heatmap)."""
-    _check_metric(metric)
+    check_metric(metric)
     full = [r.with_history() for r in runs]
     return color_range(np.concatenate([r.metric(metric).ravel() for r in full if r.n_steps] or [np.zeros(0)]))
 
 
 def cell_colors(run: Run, metric: str = "grad_norm", scale: tuple[float, float] | None = None) -> np.ndarray:
     """RGBA ``(steps, layers, 4)``: viridis on log10(metric) over ``scale``, then the marks."""
-    _check_metric(metric)
+    check_metric(metric)
     lo, hi = scale if scale is not None else color_scale(run, metric)
     vals = run.metric(metric).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -64,7 +64,7 @@ def cell_colors(run: Run, metric: str = "grad_norm", scale: tuple[float, float] 
     return rgba
 
 
-def _mark_legend(ax, run: Run) -> None:
+def mark_legend(ax, run: Run) -> None:
     t = run.thresholds
     handles = [Patch(facecolor=VANISHING_COLOR, edgecolor="0.5", label=f"vanishing (mean|g| < {t.vanishing:g})"),
                Patch(facecolor=EXPLODING_COLOR, edgecolor="0.5", label=f"exploding (max|g| > {t.exploding:g})"),

@@ -8,7 +8,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from ..run import Run
-from .common import EXPLODING_COLOR, _check_metric, _check_run, _empty, _empty_note, _new_ax, metric_label, short_name
+from .common import EXPLODING_COLOR, check_metric, check_run, empty_axes, empty_note, new_ax, metric_label, short_name
 
 
 def metric_series(run: Run, layers: Iterable[int | str] | int | str | None = None, metric: str = "mean_abs",
@@ -17,17 +17,17 @@ def metric_series(run: Run, layers: Iterable[int | str] | int | str | None = Non
 
     Why: shows whether a problem is permanent, growing, or a transient spike, and when it began.
     """
-    run = _check_run(run)
-    _check_metric(metric)
-    fig, ax = _new_ax(ax, (6, 3))
+    run = check_run(run)
+    check_metric(metric)
+    fig, ax = new_ax(ax, (6, 3))
     if layers is None:
         layers = range(run.n_layers)
     elif isinstance(layers, (int, np.integer, str)):
         layers = [layers]
     idx = [run.layer_index(x) for x in layers]
-    note = _empty_note(run)
+    note = empty_note(run)
     if note:
-        _empty(ax, note)
+        empty_axes(ax, note)
         return fig
     cmap = colormaps["plasma"]
     vals = run.metric(metric)
@@ -54,8 +54,8 @@ def metric_series(run: Run, layers: Iterable[int | str] | int | str | None = Non
 
 def loss_plot(run: Run, ax=None) -> Figure:
     """Loss (and global gradient norm) over steps: the context every gradient pattern is read in."""
-    run = _check_run(run)
-    fig, ax = _new_ax(ax, (6, 2.6))
+    run = check_run(run)
+    fig, ax = new_ax(ax, (6, 2.6))
     loss = run.scalar("loss") if run.n_steps else np.zeros(0)
     if np.isfinite(loss).any():
         ax.plot(run.steps, loss, color="#31688e", lw=1.2, label="loss")
@@ -81,11 +81,11 @@ def weight_plot(run: Run, ax=None, layers: Sequence[int | str] | None = None) ->
     Why: the ratio says whether the learning rate suits each layer (about 1e-3 is typical): far
     below, the layer barely moves; far above, it is being rewritten every step.
     """
-    run = _check_run(run)
-    fig, ax = _new_ax(ax, (6, 3))
-    note = _empty_note(run)
+    run = check_run(run)
+    fig, ax = new_ax(ax, (6, 3))
+    note = empty_note(run)
     if note:
-        _empty(ax, note)
+        empty_axes(ax, note)
         return fig
     w = run.metric("weight_norm").astype(np.float64)
     u = run.metric("update_norm").astype(np.float64)

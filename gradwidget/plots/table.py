@@ -5,7 +5,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..panel.protocol import HEALTH_COLORS
-from .common import _new_ax, literal, short_name
+from .common import new_ax, literal, short_name
 
 
 def _health_frame(report):
@@ -52,7 +52,7 @@ def health_table_figure(report, ax=None, max_rows: int = 40) -> Figure:
     df = _health_frame(report)
     cols = [c for c in HEALTH_COLUMNS if c[0] in df.columns]
     rows = df.head(max_rows)
-    fig, ax = _new_ax(ax, (10, 0.5 + 0.24 * (len(rows) + 1)))
+    fig, ax = new_ax(ax, (10, 0.5 + 0.24 * (len(rows) + 1)))
     ax.set_axis_off()
     cells = [[literal(format_cell(r[c], f)) if c != "layer" else short_name(str(r[c]), 34) for c, _, f in cols]
              for _, r in rows.iterrows()]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..files import replace_atomically, writable_folder
 from .layout import FORMAT, RUN_FILES, RunFormatError, as_path
-from .meta import _parse_meta
+from .meta import parse_meta
 
 
 def check_output_file(path) -> Path:
@@ -38,7 +38,7 @@ def is_run_dir(path) -> bool:
     """Is ``path`` a folder holding a gradwidget run (its marker: a plain-file meta.json whose
     "format" is gradwidget's)? Read bounded, so any file there is safe to look at."""
     try:
-        meta = _parse_meta(Path(path) / "meta.json")
+        meta = parse_meta(Path(path) / "meta.json")
     except RunFormatError:
         return False
     return isinstance(meta, dict) and meta.get("format") == FORMAT

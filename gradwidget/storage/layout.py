@@ -33,7 +33,7 @@ def hist_dtype(n_layers: int) -> np.dtype:
 #: writer never starts in a folder that holds one of them without being that folder's run
 RUN_FILES = ("meta.json", "meta.json.tmp", "steps.bin", "hist.bin", "history.bin")
 #: the files a writer replaces when it starts a new run (``overwrite=True``) in its own run folder
-_RECORD_FILES = ("steps.bin", "hist.bin", "history.bin", "meta.json.tmp")
+RECORD_FILES = ("steps.bin", "hist.bin", "history.bin", "meta.json.tmp")
 
 
 def as_path(path, what: str = "expected a run directory path") -> Path:
@@ -44,7 +44,7 @@ def as_path(path, what: str = "expected a run directory path") -> Path:
     return Path(path)
 
 
-def _open_regular(p: Path):
+def open_regular(p: Path):
     """``files.open_plain`` for a run file, its failures as RunFormatError."""
     try:
         return open_plain(p)
@@ -55,7 +55,7 @@ def _open_regular(p: Path):
         raise RunFormatError(f"{p} cannot be read: {e.strerror or e}") from None
 
 
-def _file_size(p: Path) -> int:
+def file_size(p: Path) -> int:
     """Size of one of the run's binary files (0 while it does not exist yet)."""
     try:
         st = p.stat()

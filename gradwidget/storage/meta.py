@@ -8,10 +8,10 @@ from pathlib import Path
 from ..files import replace_atomically
 from ..run import HIST_EDGES, LAYER_STATUSES, METRICS, N_BINS, SCALARS, LayerInfo, NonfiniteOrigin, Run
 from ..thresholds import Thresholds
-from .layout import FORMAT, FORMAT_VERSION, RunFormatError, _open_regular
+from .layout import FORMAT, FORMAT_VERSION, RunFormatError, open_regular
 
 
-def _meta_dict(run: Run, run_id: str | None = None, created: str | None = None) -> dict:
+def meta_dict(run: Run, run_id: str | None = None, created: str | None = None) -> dict:
     d = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
@@ -28,7 +28,7 @@ def _meta_dict(run: Run, run_id: str | None = None, created: str | None = None) 
     return {k: v for k, v in d.items() if v is not None}
 
 
-def _write_json_atomic(path: Path, obj: dict) -> None:
+def write_json_atomic(path: Path, obj: dict) -> None:
     with replace_atomically(path, sync=True) as f:
         json.dump(obj, f, indent=1)
 
@@ -38,10 +38,10 @@ def _write_json_atomic(path: Path, obj: dict) -> None:
 META_MAX_BYTES = 64 << 20
 
 
-def _parse_meta(mp: Path):
+def parse_meta(mp: Path):
     """The JSON in ``mp``, read bounded (``META_MAX_BYTES``) from a plain file; RunFormatError for
     anything else (too large, not JSON, nested too deeply)."""
-    with _open_regular(mp) as f:
+    with open_regular(mp) as f:
         try:
             raw = f.read(META_MAX_BYTES + 1)
         except OSError as e:
@@ -57,7 +57,7 @@ def _parse_meta(mp: Path):
         raise RunFormatError(f"{mp} is corrupt: its JSON is nested too deeply to be a run description") from None
 
 
-def _read_meta(path: Path) -> dict:
+def read_meta(path: Path) -> dict:
     if not path.exists():
         raise RunFormatError(f"no run at {path}: the directory does not exist")
     if not path.is_dir():
@@ -66,7 +66,7 @@ def _read_meta(path: Path) -> dict:
     if not mp.exists():
         raise RunFormatError(f"{path} is not a gradwidget run: meta.json is missing "
                              "(was the Recorder given this log_dir?)")
-    meta = _parse_meta(mp)
+    meta = parse_meta(mp)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise RunFormatError(f"{mp} is not a gradwidget run description")
     version = meta.get("version", FORMAT_VERSION)
@@ -143,7 +143,7 @@ def _meta_problem(meta: dict) -> str | None:
     return None
 
 
-def _run_from_meta(meta: dict, mp: Path) -> Run:
+def run_from_meta(meta: dict, mp: Path) -> Run:
     try:
         layers = [LayerInfo.from_dict(d) for d in meta["layers"]]
         return Run(layers, thresholds=Thresholds.from_dict(meta.get("thresholds")),
@@ -152,7 +152,7 @@ def _run_from_meta(meta: dict, mp: Path) -> Run:
         raise RunFormatError(f"{mp} is corrupt: {e}") from None
 
 
-def _meta_signature(p: Path):
+def meta_signature(p: Path):
     """What changes when meta.json is rewritten (it is replaced by rename); None while it is absent."""
     try:
         st = p.stat()

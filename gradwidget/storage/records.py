@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 
 from ..run import METRICS, SCALARS, Run
-from .layout import RunFormatError, _file_size, _open_regular, step_dtype
+from .layout import RunFormatError, file_size, open_regular, step_dtype
 
 
-def _step_records(run: Run) -> np.ndarray:
+def step_records(run: Run) -> np.ndarray:
     rec = np.zeros(run.n_steps, step_dtype(run.n_layers))
     rec["step"] = run.steps
     for s in SCALARS:
@@ -33,7 +33,7 @@ def _not_after(steps: np.ndarray, prev_step) -> np.ndarray:
     return steps <= prev
 
 
-def _bad_step_record(recs: np.ndarray, prev_step) -> tuple[int, str] | None:
+def bad_step_record(recs: np.ndarray, prev_step) -> tuple[int, str] | None:
     """The first record that no writer could have produced (index, why), or None. Records carry
     their step number, which only increases, and norms, fractions and counts are never negative
 (``Run.append`` enforces the first; no recorder produces the second):
@@ -56,7 +56,7 @@ def _bad_step_record(recs: np.ndarray, prev_step) -> tuple[int, str] | None:
     return i, why.format(step=int(steps[i]))
 
 
-def _bad_hist_record(hists: np.ndarray, prev_step, steps: np.ndarray) -> tuple[int, str] | None:
+def bad_hist_record(hists: np.ndarray, prev_step, steps: np.ndarray) -> tuple[int, str] | None:
     """The first histogram record whose step is out of order or not a recorded step, or None."""
     if not len(hists):
         return None
@@ -72,13 +72,13 @@ def _bad_hist_record(hists: np.ndarray, prev_step, steps: np.ndarray) -> tuple[i
     return i, f"its step number {int(hs[i])} {why}"
 
 
-def _read_records(p: Path, offset: int, dt: np.dtype, size: int) -> tuple[np.ndarray, int]:
+def read_records(p: Path, offset: int, dt: np.dtype, size: int) -> tuple[np.ndarray, int]:
     """The whole ``dt`` records of file ``p`` (``size`` bytes long) after ``offset``, at most
     ``READ_CHUNK_BYTES`` of them (one record at least), and the offset after them."""
     whole = min((size - offset) // dt.itemsize, max(1, READ_CHUNK_BYTES // dt.itemsize))
     if whole <= 0:
         return np.zeros(0, dt), offset
-    with _open_regular(p) as f:
+    with open_regular(p) as f:
         try:
             f.seek(offset)
             buf = f.read(whole * dt.itemsize)
@@ -93,9 +93,9 @@ _PROBE_RECORDS = 64
 
 
 def _plausible_records(recs: np.ndarray) -> bool:
-    """Could a writer have produced these step records? (Stricter than ``_bad_step_record``: also
+    """Could a writer have produced these step records? (Stricter than ``bad_step_record``: also
     fractions in [0, 1] and whole counts of non-finite values.)"""
-    if _bad_step_record(recs, None) is not None:
+    if bad_step_record(recs, None) is not None:
         return False
     zf, nf = recs["zero_frac"], recs["nonfinite"]
     with np.errstate(invalid="ignore"):
@@ -104,10 +104,10 @@ def _plausible_records(recs: np.ndarray) -> bool:
     return bool(ok_zf.all() and ok_nf.all())
 
 
-def _layer_mismatch(p: Path, n_layers: int) -> str | None:
+def layer_mismatch(p: Path, n_layers: int) -> str | None:
     """If steps.bin is not whole records of ``n_layers`` layers but is whole, plausible records
     (at least two) of another layer count, a sentence naming both numbers; else None."""
-    size = _file_size(p)
+    size = file_size(p)
     base, per_layer = step_dtype(0).itemsize, step_dtype(1).itemsize - step_dtype(0).itemsize
     # two records of a candidate must fit in a read chunk: the probe reads no more than that
     top = (min(size, READ_CHUNK_BYTES) // 2 - base) // per_layer
@@ -120,7 +120,7 @@ def _layer_mismatch(p: Path, n_layers: int) -> str | None:
         if n == n_layers:
             continue
         dt = step_dtype(n)
-        with _open_regular(p) as f:
+        with open_regular(p) as f:
             k = min(_PROBE_RECORDS, READ_CHUNK_BYTES // dt.itemsize, size // dt.itemsize)
             recs = np.frombuffer(f.read(k * dt.itemsize), dtype=dt)
         if _plausible_records(recs):
@@ -143,7 +143,7 @@ def _norms_agree(recs: np.ndarray) -> bool:
     return bool(ok.all() and np.isfinite(gn).any())
 
 
-def _append_records(run: Run, recs: np.ndarray) -> None:
+def append_records(run: Run, recs: np.ndarray) -> None:
     """Append step records (``step_dtype``) to ``run``."""
     for r in recs:
         run.append(int(r["step"]), np.stack([r[m] for m in METRICS]), {s: r[s] for s in SCALARS})

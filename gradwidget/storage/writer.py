@@ -14,9 +14,9 @@ from .._warnings import GradwidgetWarning
 from ..files import append_whole, create_new
 from ..run import METRICS, SCALARS, Run
 from .folders import check_log_dir, is_run_dir
-from .layout import _RECORD_FILES, hist_dtype, step_dtype
-from .meta import _meta_dict, _write_json_atomic
-from .records import _step_records
+from .layout import RECORD_FILES, hist_dtype, step_dtype
+from .meta import meta_dict, write_json_atomic
+from .records import step_records
 
 
 #: unwritten record bytes a live writer holds while the disk refuses writes (a full disk) before it
@@ -43,7 +43,7 @@ class RunWriter:
         self.path = check_log_dir(path, overwrite)
         self.path.mkdir(parents=True, exist_ok=True)
         if is_run_dir(self.path):  # our own earlier run (check_log_dir had overwrite=True): replaced
-            for name in _RECORD_FILES:
+            for name in RECORD_FILES:
                 (self.path / name).unlink(missing_ok=True)  # a link is removed, never followed
         self.run, self.live = run, live
         #: a fresh id per writer: a reader following this folder sees a rerun as a different run
@@ -92,7 +92,7 @@ class RunWriter:
         """Write meta.json if due, then the queued records in order; raises OSError at the first
         that fails, leaving it and the ones after it queued."""
         if self._meta_due:
-            _write_json_atomic(self.path / "meta.json", _meta_dict(self.run, self.run_id, self.created))
+            write_json_atomic(self.path / "meta.json", meta_dict(self.run, self.run_id, self.created))
             self._meta_due = False
         for name in self._sizes:
             if name not in self._fds:
@@ -169,7 +169,7 @@ def save_run(run: Run, path, overwrite: bool = False) -> None:
     ``load_run`` gives back ``run.history`` too instead of silently keeping only the window."""
     w = RunWriter(path, run, overwrite=overwrite)
     try:
-        w._queue.append(("steps.bin", _step_records(run).tobytes()))
+        w._queue.append(("steps.bin", step_records(run).tobytes()))
         h = np.zeros(run.hist.shape[0], w._hdt)
         h["step"], h["counts"] = run.hist_steps, run.hist
         w._queue.append(("hist.bin", h.tobytes()))
@@ -180,7 +180,7 @@ def save_run(run: Run, path, overwrite: bool = False) -> None:
             try:
                 size = 0
                 for r in older:
-                    size = append_whole(fd, _step_records(r).tobytes(), size)
+                    size = append_whole(fd, step_records(r).tobytes(), size)
             finally:
                 os.close(fd)
     finally:
