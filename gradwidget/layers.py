@@ -42,7 +42,9 @@ class LayerInfo:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
-def _as_layers(layers) -> list[LayerInfo]:
+def as_layers(layers) -> list[LayerInfo]:
+    """A Run's layers as LayerInfo, from names, dicts or LayerInfo; names must be unique (a column
+    is found by its name)."""
     if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
         raise TypeError(f"layers must be a list of layer names, dicts or LayerInfo, not {type(layers).__name__}")
     out = []

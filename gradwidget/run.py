@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
-from .layers import LAYER_STATUSES, LayerInfo, _as_layers
+from .layers import LAYER_STATUSES, LayerInfo, as_layers
 from .origin import NONFINITE_PHASES, NonfiniteOrigin
 from .rules import nearest_index, nonfinite_mask, over_threshold_mask, vanishing_mask
-from .schema import (HIST_EDGES, HIST_HI, HIST_LO, HIST_LOG2_LO, METRICS, N_BINS, SCALARS, _as_step, _scalar_row,
+from .schema import (HIST_EDGES, HIST_HI, HIST_LO, HIST_LOG2_LO, METRICS, N_BINS, SCALARS, _as_step, scalar_row,
                      metric_index, scalar_index)
 from .thresholds import Thresholds, as_thresholds
 
@@ -37,7 +37,9 @@ def check_max_steps(max_steps) -> None:
         raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
 
 
-def _concat_rows(a: "Run", b: "Run") -> "Run":
+def concat_rows(a: "Run", b: "Run") -> "Run":
+    """The steps of ``a`` then those of ``b`` (the same layers) as one Run with ``a``'s histograms:
+    how pending rows join the folded history, and history joins the window."""
     r = a._slice_rows(0, a.n_steps)
     r._steps = np.concatenate([a.steps, b.steps])
     r._metrics = np.concatenate([a._M3, b._M3])
@@ -64,7 +66,7 @@ class Run:
         edges: Iterable[tuple[int, int]] = (),
         meta: dict | None = None,
     ) -> None:
-        self.layers: list[LayerInfo] = _as_layers(layers)
+        self.layers: list[LayerInfo] = as_layers(layers)
         self.thresholds: Thresholds = as_thresholds(thresholds)
         check_max_steps(max_steps)
         self.max_steps = max_steps
@@ -239,7 +241,7 @@ class Run:
         step = _as_step(step)
         if self._n and step <= self.steps[-1]:
             raise ValueError(f"steps must increase: got step {step} after step {int(self.steps[-1])}")
-        row = _scalar_row(scalars)  # checked before anything changes: a rejected step leaves no trace
+        row = scalar_row(scalars)  # checked before anything changes: a rejected step leaves no trace
         if self.max_steps is not None and self._n >= self.max_steps:
             self._evict(self._n - self.max_steps + 1)
         self._grow(self._n + 1)
@@ -288,7 +290,7 @@ class Run:
         if self.history is None:
             self.history = Run(self.layers, thresholds=self.thresholds)
             self._pending = None
-        pend = old if self._pending is None else _concat_rows(self._pending, old)
+        pend = old if self._pending is None else concat_rows(self._pending, old)
         k = self.history_block
         full = (pend.n_steps // k) * k
         if full:

@@ -9,7 +9,7 @@ import numpy as np
 
 from .layers import LayerInfo
 from .rules import fold_of, reduce_blocks
-from .run import Run, _concat_rows
+from .run import Run, concat_rows
 from .schema import METRICS
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def with_history(run: Run) -> "Run":
     h = run.history
     if h is None or h.n_steps == 0:
         return run
-    full = _concat_rows(h, run)
+    full = concat_rows(h, run)
     full._hist, full._hist_steps, full._hs, full._hn = run.hist.copy(), run.hist_steps.copy(), 0, run._hn
     return full
 

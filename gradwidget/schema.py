@@ -58,7 +58,7 @@ def _as_step(step) -> int:
     return int(step)
 
 
-def _scalar_row(scalars: dict | None) -> np.ndarray:
+def scalar_row(scalars: dict | None) -> np.ndarray:
     """The per-step scalars in SCALARS order (NaN where not given), with a clear error for an
     unknown name or a value that is not a number."""
     row = np.full(len(SCALARS), np.nan)
