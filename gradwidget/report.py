@@ -115,7 +115,7 @@ def static_mimebundle(run, step=None, layer=None, metric: str = "grad_norm", rep
     if run is None or (not isinstance(run, Run) and getattr(run, "run", 0) is None):
         note = '<p style="font-family:sans-serif;color:#666">GradientPanel: no step recorded yet</p>'
         return {"text/html": f'<div class="{FALLBACK_CLASS}">{note}</div>'}
-    run = plots._check_run(run)
+    run = plots.check_run(run)
     fig = plots.panel_figure(run, step=step, layer=layer, metric=metric)
     png = plots.figure_to_png(fig, dpi=dpi)
     table = ""

@@ -8,199 +8,27 @@ decimated copy whose length never exceeds ``history_capacity`` rows, so memory s
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
-from .rules import fold_of, nearest_index, nonfinite_mask, over_threshold_mask, reduce_blocks, vanishing_mask
+from .layers import LAYER_STATUSES, LayerInfo, as_layers
+from .origin import NONFINITE_PHASES, NonfiniteOrigin
+from .rules import nearest_index, nonfinite_mask, over_threshold_mask, vanishing_mask
+from .schema import (HIST_EDGES, HIST_HI, HIST_LO, HIST_LOG2_LO, METRICS, N_BINS, SCALARS, _as_step, scalar_row,
+                     metric_index, scalar_index)
 from .thresholds import Thresholds, as_thresholds
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: per step x layer metrics, in storage order.
-METRICS: tuple[str, ...] = (
-    "grad_norm",    # L2 norm of the gradient tensor
-    "mean_abs",     # mean |g|
-    "max_abs",      # max |g|
-    "std",          # standard deviation of g's entries
-    "zero_frac",    # fraction of entries exactly 0
-    "nonfinite",    # count of NaN/Inf entries
-    "weight_norm",  # L2 norm of the parameter itself
-    "update_norm",  # L2 norm of the optimizer's change to the parameter (NaN without an optimizer)
-)
-#: per step scalars.
-SCALARS: tuple[str, ...] = ("loss", "lr", "global_norm")
-
-#: histogram of |g| in fixed octave bins (factor-2 wide, 2**-50 ~ 8.9e-16 up to 2**14 = 16384) so
-#: histograms add up across steps and processes and can be read straight off float exponents.
-#: Values beyond the range land in the edge bins; zeros and non-finite values are not counted.
-HIST_LOG2_LO, N_BINS = -50, 64
-HIST_EDGES = np.arange(HIST_LOG2_LO, HIST_LOG2_LO + N_BINS + 1) * np.log10(2.0)  #: bin edges in log10|g|
-HIST_LO, HIST_HI = float(HIST_EDGES[0]), float(HIST_EDGES[-1])
+__all__ = ["GROWTH_DIVISOR", "HIST_EDGES", "HIST_HI", "HIST_LO", "HIST_LOG2_LO", "LAYER_STATUSES", "METRICS",
+           "N_BINS", "NONFINITE_PHASES", "SCALARS", "LayerInfo", "NonfiniteOrigin", "Run", "check_max_steps"]
 
 #: the store grows by 1/GROWTH_DIVISOR of what it holds when full: at most that much allocated and
 #: unused, and while it grows the old and new arrays coexist (2.25x the data for a moment; doubling
 #: held 1.6x at rest and 3x while copying). Still amortised O(1) per step.
 GROWTH_DIVISOR = 4
-
-
-#: statuses a layer can have.
-LAYER_STATUSES = ("trainable", "frozen", "unused")
-
-
-@dataclass
-class LayerInfo:
-    """One parameter tensor: where it lives in the model and where it sits in the backward graph."""
-
-    name: str
-    module: str = ""
-    module_type: str = ""
-    shape: tuple = ()
-    numel: int = 0
-    dtype: str = "float32"
-    #: position at which its gradient arrived in the first recorded backward pass (0 = first,
-    #: i.e. nearest the loss); -1 when it never received one.
-    backward_index: int = -1
-    #: "trainable", "frozen" (requires_grad=False) or "unused" (trainable but never got a gradient).
-    status: str = "trainable"
-    #: the other names this very tensor has in the model (tied weights: GPT-2's ``lm_head.weight`` is
-    #: ``transformer.wte.weight``); it is recorded once, under ``name``, with the gradient of every use.
-    tied: tuple = ()
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["shape"] = list(self.shape)
-        d["tied"] = list(self.tied)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "LayerInfo":
-        d = dict(d)
-        d["shape"] = tuple(d.get("shape", ()))
-        d["tied"] = tuple(d.get("tied", ()))
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
-
-
-#: the passes a non-finite value can start in, in the order a training step runs them
-NONFINITE_PHASES = ("input", "forward", "loss", "backward")
-
-
-@dataclass
-class NonfiniteOrigin:
-    """Where a run's first NaN/Inf was made: the first module call, in execution order, that took
-    finite values and gave non-finite ones (``gradwidget.collect.nonfinite`` finds it).
-
-    ``phase``: ``"forward"`` (the module's output), ``"backward"`` (the gradient it passed on to its
-    inputs), ``"loss"`` (the model's outputs were finite, the loss or the gradient coming back from
-    it was not; ``module`` is then the model, ``""``) or ``"input"`` (the model was given
-    non-finite inputs). ``inputs_finite`` / ``output_finite``: what the module took in and gave out
-    in that pass (forward: activations; backward: the gradient it received / passed on).
-    ``params_reached``: the layers whose gradients were non-finite at that step (None when that
-    step was not recorded); ``call``: which call of the module in that step (0 = its first; a
-    module called twice has calls 0 and 1); ``rank``: the process that saw it (distributed runs).
-    """
-
-    module: str
-    step: int
-    phase: str
-    module_type: str = ""
-    call: int = 0
-    inputs_finite: bool | None = None
-    output_finite: bool | None = None
-    params_reached: list | None = None
-    rank: int | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.module, str):
-            raise ValueError(f"module must be a dotted module path (str), got {self.module!r:.40}")
-        if self.phase not in NONFINITE_PHASES:
-            raise ValueError(f"phase must be one of {NONFINITE_PHASES}, got {self.phase!r:.40}")
-        self.step = _as_step(self.step)
-        if self.params_reached is not None:
-            if not isinstance(self.params_reached, (list, tuple)) or not all(
-                    isinstance(n, str) for n in self.params_reached):
-                raise ValueError(f"params_reached must be a list of layer names, got {self.params_reached!r:.60}")
-            self.params_reached = list(self.params_reached)
-
-    @property
-    def where(self) -> str:
-        """The module path as a person reads it (the root model is ``"the model"``)."""
-        return self.module or "the model"
-
-    def describe(self) -> str:
-        """One sentence: which module, in which pass, at which step."""
-        what = {"input": f"the inputs given to {self.where} were already non-finite",
-                "forward": f"{self.where} ({self.module_type}) made it in the forward pass: finite inputs, "
-                           "non-finite output",
-                "backward": f"{self.where} ({self.module_type}) made it in the backward pass: it received "
-                            "finite gradients and passed on non-finite ones",
-                "loss": "the loss made it: the model's outputs were finite, the loss (or its gradient) was not"}
-        call = f" (call {self.call + 1} of it in that step)" if self.call else ""
-        reached = (f"; {len(self.params_reached)} parameter gradient(s) were non-finite at that step"
-                   if self.params_reached else "")
-        return f"The first non-finite value appeared at step {self.step}: {what[self.phase]}{call}{reached}."
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d) -> "NonfiniteOrigin":
-        if not isinstance(d, dict):
-            raise ValueError(f"a non-finite origin must be an object, got {d!r:.60}")
-        try:
-            return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
-        except TypeError as e:
-            raise ValueError(f"a non-finite origin needs module, step and phase: {e}") from None
-
-
-def _as_layers(layers) -> list[LayerInfo]:
-    if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
-        raise TypeError(f"layers must be a list of layer names, dicts or LayerInfo, not {type(layers).__name__}")
-    out = []
-    for x in layers:
-        if isinstance(x, LayerInfo):
-            out.append(x)
-        elif isinstance(x, str):
-            out.append(LayerInfo(name=x))
-        elif isinstance(x, dict):
-            out.append(LayerInfo.from_dict(x))
-        else:
-            raise TypeError(f"a layer must be a name, a dict or a LayerInfo, not {type(x).__name__}")
-    names = [info.name for info in out]
-    if len(set(names)) != len(names):
-        dup = sorted({n for n in names if names.count(n) > 1})
-        raise ValueError(f"layer names must be unique; repeated: {dup}")
-    return out
-
-
-def _as_step(step) -> int:
-    """The step number as an int; a whole float (3.0) is accepted, 'x' or 2.5 are refused."""
-    try:
-        as_float = float(step)
-        ok = as_float == int(as_float)
-    except (TypeError, ValueError, OverflowError):
-        ok = False
-    if isinstance(step, bool) or isinstance(step, str) or not ok:
-        raise ValueError(f"step must be a whole number (the optimizer step count), got {step!r}")
-    return int(step)
-
-
-def _scalar_row(scalars: dict | None) -> np.ndarray:
-    """The per-step scalars in SCALARS order (NaN where not given), with a clear error for an
-    unknown name or a value that is not a number."""
-    row = np.full(len(SCALARS), np.nan)
-    for k, v in (scalars or {}).items():
-        if k not in SCALARS:
-            raise ValueError(f"unknown scalar {k!r}; scalars are {list(SCALARS)}")
-        if v is None:
-            continue
-        try:
-            row[SCALARS.index(k)] = float(v)
-        except (TypeError, ValueError):
-            raise ValueError(f"{k} must be a number (or None), got {v!r:.60}") from None
-    return row
 
 
 def check_max_steps(max_steps) -> None:
@@ -209,7 +37,9 @@ def check_max_steps(max_steps) -> None:
         raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
 
 
-def _concat_rows(a: "Run", b: "Run") -> "Run":
+def concat_rows(a: "Run", b: "Run") -> "Run":
+    """The steps of ``a`` then those of ``b`` (the same layers) as one Run with ``a``'s histograms:
+    how pending rows join the folded history, and history joins the window."""
     r = a._slice_rows(0, a.n_steps)
     r._steps = np.concatenate([a.steps, b.steps])
     r._metrics = np.concatenate([a._M3, b._M3])
@@ -236,7 +66,7 @@ class Run:
         edges: Iterable[tuple[int, int]] = (),
         meta: dict | None = None,
     ) -> None:
-        self.layers: list[LayerInfo] = _as_layers(layers)
+        self.layers: list[LayerInfo] = as_layers(layers)
         self.thresholds: Thresholds = as_thresholds(thresholds)
         check_max_steps(max_steps)
         self.max_steps = max_steps
@@ -300,22 +130,15 @@ class Run:
 
     def metric(self, name: str) -> np.ndarray:
         """A ``(steps, layers)`` float32 view of one metric."""
-        try:
-            j = METRICS.index(name)
-        except ValueError:
-            raise KeyError(f"unknown metric {name!r}; metrics are {list(METRICS)}") from None
-        return self._M3[:, j, :]
+        return self._M3[:, metric_index(name), :]
 
     @property
     def metrics(self) -> dict[str, np.ndarray]:
         return {m: self.metric(m) for m in METRICS}
 
     def scalar(self, name: str) -> np.ndarray:
-        try:
-            j = SCALARS.index(name)
-        except ValueError:
-            raise KeyError(f"unknown scalar {name!r}; scalars are {list(SCALARS)}") from None
-        return self._S2[:, j]
+        """A ``(steps,)`` float64 view of one per-step scalar (NaN where it was not given)."""
+        return self._S2[:, scalar_index(name)]
 
     @property
     def hist_steps(self) -> np.ndarray:
@@ -418,7 +241,7 @@ class Run:
         step = _as_step(step)
         if self._n and step <= self.steps[-1]:
             raise ValueError(f"steps must increase: got step {step} after step {int(self.steps[-1])}")
-        row = _scalar_row(scalars)  # checked before anything changes: a rejected step leaves no trace
+        row = scalar_row(scalars)  # checked before anything changes: a rejected step leaves no trace
         if self.max_steps is not None and self._n >= self.max_steps:
             self._evict(self._n - self.max_steps + 1)
         self._grow(self._n + 1)
@@ -467,7 +290,7 @@ class Run:
         if self.history is None:
             self.history = Run(self.layers, thresholds=self.thresholds)
             self._pending = None
-        pend = old if self._pending is None else _concat_rows(self._pending, old)
+        pend = old if self._pending is None else concat_rows(self._pending, old)
         k = self.history_block
         full = (pend.n_steps // k) * k
         if full:
@@ -497,91 +320,29 @@ class Run:
 
     def slice(self, steps: slice | None = None, layers: Sequence[int | str] | None = None) -> "Run":
         """A copy restricted to a range of step rows and/or a subset of layers (kept in depth order)."""
-        a, b, st = (steps or slice(None)).indices(self._n)
-        if st != 1:
-            raise ValueError("step slices must be contiguous (use downsample to thin a run)")
-        r = self._slice_rows(a, b)
-        if layers is None:
-            return r
-        idx = sorted({self.layer_index(x) for x in layers})
-        remap = {old: new for new, old in enumerate(idx)}
-        out = Run([self.layers[i] for i in idx], thresholds=self.thresholds, meta=self.meta,
-                  edges=[(remap[u], remap[v]) for u, v in self.edges if u in remap and v in remap])
-        out._steps, out._n, out._cap = r._steps, r._n, r._n
-        out._metrics = r._metrics[:, :, idx].copy()
-        out._scalars = r._scalars
-        out._hist, out._hist_steps, out._hn = r._hist[:, idx].copy(), r._hist_steps, r._hn
-        return out
+        from .run_views import slice_run
+
+        return slice_run(self, steps, layers)
 
     def downsample_by(self, k: int) -> "Run":
         """Fold every ``k`` consecutive steps into one (max for max |g| and non-finite, mean otherwise)."""
-        r = Run(self.layers, thresholds=self.thresholds, edges=self.edges, meta=self.meta)
-        if self._n == 0:
-            return r
-        m = self._M3
-        parts = [reduce_blocks(m[:, j], k, fold_of(name)) for j, name in enumerate(METRICS)]
-        r._metrics = np.stack(parts, axis=1)
-        r._steps = reduce_blocks(self.steps, k, "first")
-        r._scalars = reduce_blocks(self._S2, k, "mean")
-        r._n = r._cap = len(r._steps)
-        r._hist, r._hist_steps, r._hn = self.hist.copy(), self.hist_steps.copy(), self._hn
-        return r
+        from .run_views import downsample_by
+
+        return downsample_by(self, k)
 
     def merge_layers(self, groups: Sequence[Sequence[int]], names: Sequence[str]) -> "Run":
         """A run with one layer per group of this run's layers, each group measured as if its
-        tensors were one: L2 norms (gradient, weight, update) combined in quadrature, mean |g| and
-        zero fraction weighted by size, max |g| the largest, std from the members' variances
-        weighted by size (their signed means are not recorded), non-finite counts summed,
-        histograms added. Why: a figure of 10,000 tensors needs rows it can
-        draw, and a merged row must say the truth about its members."""
-        if len(groups) != len(names):
-            raise ValueError(f"{len(groups)} groups for {len(names)} names")
-        numel = np.array([max(1, info.numel) for info in self.layers], np.float64)
-        layers = [LayerInfo(str(n), module=str(n), module_type=f"{len(g)} tensors" if len(g) > 1 else
-                            self.layers[g[0]].module_type, numel=int(numel[list(g)].sum()),
-                            status="trainable" if any(self.layers[i].status != "frozen" for i in g) else "frozen")
-                  for g, n in zip(groups, names)]
-        r = Run(layers, thresholds=self.thresholds, meta=self.meta)
-        if self.history is not None:
-            r.history = self.history.merge_layers(groups, names)
-        if self._n == 0:
-            return r
-        m = self._M3.astype(np.float64)
-        out = np.full((self._n, len(METRICS), len(groups)), np.nan)
-        M = {k: i for i, k in enumerate(METRICS)}
-        with np.errstate(invalid="ignore"):
-            for j, g in enumerate(groups):
-                g = list(g)
-                w = numel[g] / numel[g].sum()
-                for k in ("grad_norm", "weight_norm", "update_norm"):
-                    out[:, M[k], j] = np.sqrt(np.sum(m[:, M[k], g] ** 2, axis=1))
-                out[:, M["mean_abs"], j] = m[:, M["mean_abs"], g] @ w
-                out[:, M["zero_frac"], j] = m[:, M["zero_frac"], g] @ w
-                out[:, M["max_abs"], j] = np.max(m[:, M["max_abs"], g], axis=1)
-                out[:, M["nonfinite"], j] = np.sum(m[:, M["nonfinite"], g], axis=1)
-                out[:, M["std"], j] = np.sqrt((m[:, M["std"], g] ** 2) @ w)
-        r._metrics = out.astype(np.float32)
-        r._steps, r._scalars = self.steps.copy(), self._S2.copy()
-        r._n = r._cap = self._n
-        if self._hn:
-            h = self.hist
-            r._hist = np.stack([h[:, list(g)].sum(axis=1) for g in groups], axis=1).astype(np.uint32)
-            r._hist_steps, r._hn = self.hist_steps.copy(), self._hn
-        return r
+        tensors were one (``run_views.merge_layers`` says how each metric combines)."""
+        from .run_views import merge_layers
+
+        return merge_layers(self, groups, names)
 
     def with_history(self) -> "Run":
-        """This run with the decimated steps its rolling window folded into ``history`` in front
-        (histograms: the window's only), or the run itself when it has no history.
+        """This run with the decimated steps its rolling window folded into ``history`` in front,
+        or the run itself when it has none (``run_views.with_history``)."""
+        from .run_views import with_history
 
-        Why: the live panel shows (and scales its colours over) history and window; the static
-        figures show the same steps so that they agree with it.
-        """
-        h = self.history
-        if h is None or h.n_steps == 0:
-            return self
-        full = _concat_rows(h, self)
-        full._hist, full._hist_steps, full._hs, full._hn = self.hist.copy(), self.hist_steps.copy(), 0, self._hn
-        return full
+        return with_history(self)
 
     def downsample(self, max_steps: int) -> "Run":
         """A copy with at most ``max_steps`` rows."""
@@ -591,20 +352,9 @@ class Run:
     # ----------------------------------------------------------------- tables
     def to_frame(self) -> "pd.DataFrame":
         """Long table: one row per (step, layer) with every metric and the original crate's flags."""
-        import pandas as pd
+        from .run_views import to_frame
 
-        n, L = self._n, self.n_layers
-        data = {
-            "step": np.repeat(self.steps, L),
-            "layer": pd.Categorical(np.tile(np.array(self.layer_names, dtype=object), n),
-                                    categories=self.layer_names, ordered=True),
-        }
-        for name in METRICS:
-            data[name] = self.metric(name).reshape(-1)
-        data["is_vanishing"] = self.vanishing().reshape(-1)
-        data["is_exploding"] = self.exploding().reshape(-1)
-        data["flow_intensity"] = self.flow_intensity().reshape(-1)
-        return pd.DataFrame(data)
+        return to_frame(self)
 
     def layers_frame(self) -> "pd.DataFrame":
         import pandas as pd

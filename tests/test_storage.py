@@ -1,6 +1,4 @@
 import json
-import subprocess
-import sys
 import textwrap
 import time
 
@@ -10,6 +8,7 @@ import pytest
 from gradwidget.collect.arrays import ArrayRecorder
 from gradwidget.run import METRICS, Run
 from gradwidget.storage import RunFormatError, RunReader, load_run, save_run, step_dtype
+from writer_proc import start_writer
 
 
 def sample_run(n=25):
@@ -116,16 +115,9 @@ WRITER = textwrap.dedent("""
 
 
 def test_reader_tails_a_growing_run(tmp_path):
-    import os
-
     d = tmp_path / "grow"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(d), "40"], env=env)
+    proc = start_writer(WRITER, d, 40)
     try:
-        deadline = time.time() + 60
-        while not (d / "meta.json").exists():
-            assert time.time() < deadline, "writer never started"
-            time.sleep(0.02)
         reader = RunReader(d)
         seen = [reader.run.n_steps]
         while proc.poll() is None:
@@ -143,16 +135,11 @@ def test_reader_tails_a_growing_run(tmp_path):
 
 
 def test_killed_writer_leaves_a_readable_run(tmp_path):
-    import os
     import signal
 
     d = tmp_path / "killed"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(d), "1000"], env=env)
-    deadline = time.time() + 60
-    while not (d / "steps.bin").exists() or (d / "steps.bin").stat().st_size < 2000:
-        assert time.time() < deadline
-        time.sleep(0.02)
+    proc = start_writer(WRITER, d, 1000, ready=lambda d: (d / "steps.bin").exists()
+                        and (d / "steps.bin").stat().st_size >= 2000)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     run = load_run(d)

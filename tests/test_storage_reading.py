@@ -11,6 +11,7 @@ import pytest
 
 from gradwidget.collect.arrays import ArrayRecorder
 from gradwidget.storage import META_MAX_BYTES, RunFormatError, load_run, save_run, step_dtype
+from writer_proc import start_writer
 
 GB = 1 << 30
 
@@ -145,18 +146,13 @@ FAST_WRITER = textwrap.dedent("""
 def test_a_reader_polling_a_live_writer_in_small_chunks_never_tears_or_errs(tmp_path, monkeypatch):
     """Chunk boundaries (here every 3 records) and a writer appending as fast as it can: every
     poll sees whole steps with their histograms, and the end equals a fresh load."""
-    import time
 
     from gradwidget import storage
 
-    monkeypatch.setattr(storage, "READ_CHUNK_BYTES", 3 * step_dtype(2).itemsize)
+    monkeypatch.setattr(storage.records, "READ_CHUNK_BYTES", 3 * step_dtype(2).itemsize)
     d = tmp_path / "live"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.Popen([sys.executable, "-c", FAST_WRITER, str(d), "3000"], env=env)
+    proc = start_writer(FAST_WRITER, d, 3000)
     try:
-        deadline = time.time() + 60
-        while not (d / "meta.json").exists():
-            assert time.time() < deadline, "writer never started"
         reader = storage.RunReader(d)
         polls = 0
         while proc.poll() is None:

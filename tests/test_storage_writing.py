@@ -157,7 +157,7 @@ def test_a_full_disk_mid_training_warns_once_and_loses_no_record(tmp_path, monke
 def test_a_disk_that_stays_full_stops_recording_explicitly(tmp_path, monkeypatch):
     from gradwidget import storage
 
-    monkeypatch.setattr(storage, "BACKLOG_MAX_BYTES", 2000)
+    monkeypatch.setattr(storage.writer, "BACKLOG_MAX_BYTES", 2000)
     disk = FullDisk(monkeypatch)
     d = tmp_path / "run"
     model, opt = setup()

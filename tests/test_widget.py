@@ -484,12 +484,14 @@ def test_training_in_a_thread_keeps_two_way_sync():
         th.join()
 
 
-def test_table_without_the_analysis_package():
+def test_table_without_the_analysis_shows_statistics_and_marks_ungraded():
+    """The fallback rows (the analysis failed) carry the run's numbers and flag marks, and no grade:
+    grades come from the analysis engine alone (tests/test_panel_table.py)."""
     rows = table_from_run(synthetic_run(20, nonfinite_at=4))
     by = {r["layer"]: r for r in rows}
-    assert by["0.weight"]["health"] == "Critical" and "vanishing" in by["0.weight"]["flags"]
-    assert by["2.bias"]["health"] == "Critical" and "non-finite" in by["2.bias"]["suggestion"]
-    assert by["2.weight"]["health"] == "Healthy"
+    assert {r["health"] for r in rows} == {"Unknown"}
+    assert "vanishing" in by["0.weight"]["flags"] and "nonfinite" in by["2.bias"]["flags"]
+    assert by["2.bias"]["nonfinite_total"] > 0 and by["2.weight"]["flags"] == ""
 
 
 def test_infinite_table_values_travel_as_infinity_not_as_1e308():

@@ -1,7 +1,8 @@
 """The health table's rows and the top diagnoses, as JSON for the page (sanitised by ``gradwidget.jsonsafe``).
 
-Grades come from the analysis engine (``report.layers["health"]``); ``table_from_run`` is the
-fallback when the analysis fails, and is the analysis' to own.
+Grades come from the analysis engine alone (``report.layers["health"]``, made by
+``analysis.causes.layer_verdicts``); when the analysis fails, ``table_from_run`` shows the run's
+statistics ungraded.
 """
 from __future__ import annotations
 
@@ -67,12 +68,18 @@ def diagnoses_from_report(report, run: Run) -> list[dict]:
     return out
 
 
+#: the health of every row when the analysis failed: grades come from the analysis engine alone
+#: (``analysis.causes.layer_verdicts``), so without it a layer is not graded at all
+UNGRADED = "Unknown"
+#: what an ungraded row says in its suggestion cell
+UNGRADED_NOTE = "not graded: the analysis failed (see the warning)"
+
+
 def table_from_run(run: Run) -> list[dict]:
-    """Health rows straight from the run, when the analysis fails: medians/maxima over steps and a
-    grade from the share of flagged steps."""
-    # one definition: analysis (the analysis engine's grading; this fallback is the lead's to merge)
+    """Rows straight from the run, for when the analysis fails: medians/maxima over steps, the
+    marks the Run's flag rules put on any step (``gradwidget.rules``), and no grade (``UNGRADED``):
+    a second set of cut-offs here would grade layers differently from every other output."""
     n = run.n_steps
-    rows = []
     with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         gn = np.nanmedian(run.metric("grad_norm"), axis=0) if n else np.full(run.n_layers, np.nan)
@@ -80,39 +87,16 @@ def table_from_run(run: Run) -> list[dict]:
         mx = np.nanmax(run.metric("max_abs"), axis=0) if n else np.full(run.n_layers, np.nan)
         zf = np.nanmean(run.metric("zero_frac"), axis=0) if n else np.full(run.n_layers, np.nan)
         nf = np.nansum(run.metric("nonfinite"), axis=0) if n else np.zeros(run.n_layers)
-        van = run.vanishing().mean(axis=0) if n else np.zeros(run.n_layers)
-        exp = run.exploding().mean(axis=0) if n else np.zeros(run.n_layers)
+    # the steps the Run's flag rules mark, per layer (names as the page's filter reads them)
+    marked: dict[str, np.ndarray] = {k: np.asarray(m.any(axis=0)) for k, m in (
+        ("nonfinite", run.nonfinite()), ("exploding", run.exploding()), ("vanishing", run.vanishing()))} if n else {}
+    rows = []
     for j, info in enumerate(run.layers):
-        flags = []
-        if nf[j] > 0:
-            flags.append("nonfinite")
-        if exp[j] > 0:
-            flags.append("exploding")
-        if van[j] > 0:
-            flags.append("vanishing")
-        if info.status != "trainable" or n == 0:
-            health, suggestion = "Unknown", ("frozen layer" if info.status == "frozen" else
-                                             "never received a gradient" if info.status == "unused" else "")
-        elif nf[j] > 0 or exp[j] > 0.3 or van[j] > 0.5:
-            health = "Critical"
-        elif exp[j] > 0 or van[j] > 0.1:
-            health = "Warning"
-        else:
-            health = "Healthy"
-        if health in ("Critical", "Warning"):
-            if nf[j] > 0:
-                suggestion = "non-finite gradients: lower the learning rate, clip gradients, check the loss"
-            elif exp[j] > 0:
-                suggestion = "exploding gradients: clip gradients or lower the learning rate"
-            else:
-                suggestion = "vanishing gradients: try ReLU-family activations, residual connections or normalisation"
-        elif health == "Healthy":
-            suggestion = ""
         rows.append({"index": j, "layer": info.name, "module_type": info.module_type, "numel": int(info.numel),
-                     "status": info.status, "health": health, "grad_norm_median": jsonable(gn[j]),
+                     "status": info.status, "health": UNGRADED, "grad_norm_median": jsonable(gn[j]),
                      "mean_abs_median": jsonable(ma[j]), "max_abs_max": jsonable(mx[j]),
                      "zero_frac_mean": jsonable(zf[j]), "nonfinite_total": jsonable(nf[j]),
-                     "flags": flags, "suggestion": suggestion})
+                     "flags": ", ".join(k for k, m in marked.items() if m[j]), "suggestion": UNGRADED_NOTE})
     return rows
 
 
