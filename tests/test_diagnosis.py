@@ -14,12 +14,7 @@ from gradwidget.outputs import health_of  # noqa: E402 (skipped without torch)
 
 #: FAST cases the analysis still gets wrong, and why (strict: the test fails when one is fixed, so
 #: this list stays true).
-KNOWN_MISSES = {
-    # softmax before CrossEntropyLoss: AdamW still lowers the loss (to 1.53 from 2.08 in 120 steps,
-    # above the ln(1 + 7/e) = 1.27 floor but not yet flat at it), so nothing separates it from a
-    # slower healthy run within the run's length
-    "mlp-adamw-s0-saturated_output",
-}
+KNOWN_MISSES: set[str] = set()  # none since saturated_output is read off the loss's graph
 
 HEALTHY = [c for c in zoo.FAST if c.healthy]
 MISTAKES = [c for c in zoo.FAST if not c.healthy]

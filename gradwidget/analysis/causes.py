@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..collect.loss_graph import LossGraph
 from ..run import NonfiniteOrigin
 from .evidence import (LOSS_SPIKE, Architecture, LossEvidence, accumulation_smoothing, architecture, depth_attenuation,
                        early_growth, input_rms, is_embedding, layer_levels, loss_evidence, never_updated,
@@ -22,8 +23,8 @@ from .health import Dynamics, RiskFactor
 from .stats import MAX_ROWS, Series, _quiet, dead_flags, sample_rows
 
 #: every cause, in precedence order: a root cause before the symptoms it can produce.
-CAUSES = ("nonfinite", "missing_zero_grad", "loss_scale", "input_scale", "lr_too_high", "not_in_optimizer",
-          "no_gradient", "dead_units", "exploding", "vanishing", "saturated_output", "lr_too_low", "plateau",
+CAUSES = ("nonfinite", "missing_zero_grad", "loss_scale", "input_scale", "saturated_output", "lr_too_high",
+          "not_in_optimizer", "no_gradient", "dead_units", "exploding", "vanishing", "lr_too_low", "plateau",
           "frozen")
 
 #: what each cause is, in a few words (the list above the heatmap and the report use it).
@@ -52,7 +53,7 @@ EXPLAINS = {
     "lr_too_high": ("exploding", "plateau", "dead_units", "lr_too_low"),
     "dead_units": ("vanishing", "plateau", "lr_too_low", "saturated_output"),
     "vanishing": ("plateau", "lr_too_low", "saturated_output"),
-    "saturated_output": ("plateau", "lr_too_low"),
+    "saturated_output": ("vanishing", "plateau", "lr_too_low"),  # vanishing: only when seen in the loss's graph
     "lr_too_low": ("plateau",),
     "no_gradient": (),
     "not_in_optimizer": (),
@@ -567,10 +568,30 @@ def _output_classes(run) -> int | None:
 
 
 def _saturated_output(c: Context) -> Cause | None:
-    """A cross entropy over probabilities instead of logits (softmax before CrossEntropyLoss): it
-    starts at ln(classes) like any classifier but can never fall below ln(1 + (classes - 1)/e), the
-    value at a one-hot softmax output, and its gradients are ~classes times smaller. Seen as a loss
-    that started at ln(C), never went below that floor, and flattened above it."""
+    """A squashing op fed to a loss that applies it itself (softmax before ``cross_entropy``, sigmoid
+    before ``binary_cross_entropy_with_logits``), read off the loss's autograd graph when the loss was
+    logged as a tensor: certain, whatever the numbers look like. Without that graph, the loss
+    trajectory: a cross entropy of probabilities starts at ln(classes) like any classifier but can
+    never fall below ln(1 + (classes - 1)/e), the value at a one-hot softmax output."""
+    run = c.run
+    graph = LossGraph.of_run(run)
+    if graph is not None:
+        if not graph.mistakes:
+            return None  # the graph shows logits going into the loss: nothing to guess from the numbers
+        m = graph.mistakes[0]
+        out = _output_layer(run)
+        layers = [info.name for info in run.layers if out is not None and info.module == out.module]
+        where = (f" by the model's last module {m.module or 'itself'}" if m.in_model else " in the loss code")
+        return Cause("saturated_output", "High", layers, _start(run),
+                     f"the loss's autograd graph shows {m.what} ({' <- '.join(m.ops)}, applied{where}): the output "
+                     f"saturates and its gradients shrink" + (f"; the output layer is {out.module}" if out else ""),
+                     1.0, at_init=True)
+    return _saturated_by_loss(c)
+
+
+def _saturated_by_loss(c: Context) -> Cause | None:
+    """Without the loss's graph: a loss that started at ln(C), never went below the softmax floor
+    ln(1 + (C - 1)/e), and flattened just above it."""
     run, L = c.run, c.loss
     C = _output_classes(run)
     if C is None or not L.logged or run.n_steps < 20:
@@ -665,10 +686,10 @@ def _frozen(c: Context) -> Cause | None:
 
 
 RULES = {"nonfinite": _nonfinite, "missing_zero_grad": _missing_zero_grad, "loss_scale": _loss_scale,
-         "input_scale": _input_scale, "lr_too_high": _lr_too_high, "not_in_optimizer": _not_in_optimizer,
-         "no_gradient": _no_gradient, "dead_units": _dead_units, "exploding": _exploding,
-         "vanishing": _vanishing, "saturated_output": _saturated_output, "lr_too_low": _lr_too_low,
-         "plateau": _plateau, "frozen": _frozen}
+         "input_scale": _input_scale, "saturated_output": _saturated_output, "lr_too_high": _lr_too_high,
+         "not_in_optimizer": _not_in_optimizer, "no_gradient": _no_gradient, "dead_units": _dead_units,
+         "exploding": _exploding, "vanishing": _vanishing, "lr_too_low": _lr_too_low, "plateau": _plateau,
+         "frozen": _frozen}
 assert tuple(RULES) == CAUSES
 
 
@@ -690,6 +711,10 @@ def _fold(found: dict[str, Cause], loss: LossEvidence, start: int | None) -> Non
                 continue
             if sym == "dead_units" and found[sym].first_step == start:  # dead from the start: the init
                 continue
+            if name == "saturated_output" and sym == "vanishing" and not cause.at_init:
+                continue  # guessed from the loss alone, a softmax explains no vanishing (the reverse is likelier)
+            if sym == "saturated_output" and found[sym].at_init:
+                continue  # read off the loss's graph: a cause of its own, never another's symptom
             s = found.pop(sym)
             cause.explains.append(f"{sym}: {s.evidence}")
             if s.priority == "Critical" or sym == "nonfinite":

@@ -1,0 +1,199 @@
+"""What the loss does to the model's output, read once off the loss's autograd graph.
+
+A loss tensor's ``grad_fn`` chain names every op between the model's output and the loss
+(``NllLossBackward0 <- LogSoftmaxBackward0 <- AddmmBackward0`` for ``cross_entropy`` of a
+Linear's logits). The nodes and their ``next_functions`` survive ``backward()`` (only their saved
+tensors are freed), so the chain can be read whenever the loss is logged. Some chains are certain
+mistakes, whatever the numbers look like:
+
+- ``SoftmaxBackward0`` right below the ``LogSoftmaxBackward0`` of ``cross_entropy``: probabilities
+  given to a loss that applies log-softmax itself (the output saturates, its gradients shrink);
+- ``SoftmaxBackward0`` right below ``NllLossBackward0``: probabilities given to ``nll_loss``, which
+  expects log-probabilities;
+- ``SigmoidBackward0`` right below ``BinaryCrossEntropyWithLogitsBackward0``: a sigmoid applied
+  before a loss that applies it itself.
+
+"Right below" looks through ops that only move or recast values (views, transposes, casts). The
+walk is a pure function over grad_fn nodes (no torch import); :class:`LossGraphProbe` is what the
+Recorder attaches: forward hooks that note which node made the model's output (and the output of
+any softmax/sigmoid module), removed once a logged loss has been walked.
+"""
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import asdict, dataclass, field
+
+#: nodes visited at most in one walk (the loss side of a graph is a handful of nodes; this bounds a
+#: walk that finds no model output and goes on into the model)
+MAX_NODES = 4096
+#: ops looked through when asking what a loss op's input really is
+_TRANSPARENT = frozenset({
+    "View", "UnsafeView", "Reshape", "ReshapeAlias", "Transpose", "Permute", "T", "Squeeze", "Unsqueeze",
+    "Expand", "Clone", "ToCopy", "Alias", "Contiguous", "Flatten", "Unflatten", "Slice", "Select",
+})
+#: (loss op, squashing op right below it) -> (kind, what it means, the change to make)
+PATTERNS: dict[tuple[str, str], tuple[str, str]] = {
+    ("LogSoftmax", "Softmax"): ("softmax_cross_entropy",
+                                "softmax applied to the logits before cross_entropy, which applies log_softmax itself"),
+    ("NllLoss", "Softmax"): ("softmax_nll", "softmax probabilities given to nll_loss, which expects log-probabilities"),
+    ("NllLoss2d", "Softmax"): ("softmax_nll", "softmax probabilities given to nll_loss, which expects log-probabilities"),
+    ("BinaryCrossEntropyWithLogits", "Sigmoid"): (
+        "sigmoid_bce_with_logits",
+        "sigmoid applied to the logits before binary_cross_entropy_with_logits, which applies it itself"),
+}
+#: parameter-free modules whose output the probe notes (a model ending in one of them)
+SQUASH_MODULES = ("Softmax", "Softmax2d", "Sigmoid")
+
+
+def op_name(node) -> str:
+    """``SoftmaxBackward0`` -> ``Softmax``: the op, without autograd's suffix and version."""
+    return re.sub(r"Backward\d*$", "", type(node).__name__)
+
+
+@dataclass
+class OutputMistake:
+    """A loss op fed the output of a squashing op that it applies itself (or must not get)."""
+
+    kind: str                 #: a key of the ``PATTERNS`` values: softmax_cross_entropy, ...
+    what: str                 #: what it means, in words
+    ops: list[str]            #: the ops from the loss op down to the squashing op
+    module: str | None = None  #: the module whose output the squashing op made ("" the model), or None
+
+    @property
+    def in_model(self) -> bool:
+        """The squashing op is the model's own (a module such as ``nn.Softmax``), not the loss code's."""
+        return self.module is not None
+
+
+@dataclass
+class LossGraph:
+    """The ops between the model's output and the loss, and the mistakes among them.
+    Saved in ``run.meta["loss_graph"]``."""
+
+    ops: list[str] = field(default_factory=list)   #: loss first, down to the model's output op
+    reached_output: bool = False                   #: ``ops`` ends at a node the model's forward made
+    mistakes: list[OutputMistake] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d) -> LossGraph | None:
+        """The LossGraph a ``to_dict`` made, or None when ``d`` is not one (a run from an older
+        gradwidget, or a meta.json someone edited)."""
+        try:
+            ms = [OutputMistake(str(m["kind"]), str(m["what"]), [str(o) for o in m["ops"]],
+                                None if m.get("module") is None else str(m["module"]))
+                  for m in d.get("mistakes", [])]
+            return cls([str(o) for o in d.get("ops", [])], bool(d.get("reached_output", False)), ms)
+        except (AttributeError, KeyError, TypeError):
+            return None
+
+    @classmethod
+    def of_run(cls, run) -> LossGraph | None:
+        """The run's loss graph (None when no tensor loss was logged with its graph)."""
+        d = getattr(run, "meta", {}).get("loss_graph")
+        return None if d is None else cls.from_dict(d)
+
+
+def _input(node):
+    """The node that made a node's first input (None for a leaf or a constant)."""
+    nxt = getattr(node, "next_functions", ())
+    return nxt[0][0] if nxt else None
+
+
+def _squashed_input(node, outputs: dict, limit: int = 8):
+    """Below a loss op: the first op that is not a view or a cast, and the chain down to it."""
+    chain: list = []
+    cur = _input(node)
+    while cur is not None and len(chain) < limit:
+        chain.append(cur)
+        if op_name(cur) not in _TRANSPARENT or cur in outputs:
+            break
+        cur = _input(cur)
+    return chain
+
+
+def walk(loss_fn, outputs: dict | None = None, max_nodes: int = MAX_NODES) -> LossGraph:
+    """Walk a loss's graph from ``loss_fn`` (its ``grad_fn``) towards the model's output.
+
+    ``outputs`` maps the nodes that made the model's output (and its submodules' outputs worth
+    naming) to their module paths (``""``: the model); the walk does not go past them. Returns the
+    ops on the shortest path from the loss to such a node (or none found) and every ``PATTERNS``
+    mistake on the way, looked for across the model's output too (``nn.Softmax`` as its last module)."""
+    outputs = outputs or {}
+    parent: dict = {loss_fn: None}
+    queue, found_out, mistakes = deque([loss_fn]), None, []
+    while queue and len(parent) <= max_nodes:
+        node = queue.popleft()
+        if node in outputs and node is not loss_fn:  # a model that returns its own loss goes on to its logits
+            found_out = found_out if found_out is not None else node
+            continue
+        name = op_name(node)
+        if name == "AccumulateGrad":
+            continue
+        below = _squashed_input(node, outputs) if any(k[0] == name for k in PATTERNS) else []
+        if below and (name, op_name(below[-1])) in PATTERNS:
+            kind, what = PATTERNS[(name, op_name(below[-1]))]
+            mistakes.append(OutputMistake(kind, what, [name] + [op_name(n) for n in below],
+                                          outputs.get(below[-1])))
+        for nxt, _ in getattr(node, "next_functions", ()):
+            if nxt is not None and nxt not in parent:
+                parent[nxt] = node
+                queue.append(nxt)
+    path: list[str] = []
+    node = found_out
+    while node is not None:
+        path.append(op_name(node))
+        node = parent[node]
+    return LossGraph(path[::-1], found_out is not None, mistakes)
+
+
+class LossGraphProbe:
+    """Forward hooks on the model (and on its softmax/sigmoid modules) that note which autograd
+    nodes made their outputs in the latest forward, so that :func:`walk` knows where the model
+    ends. ``see(loss)`` walks the first loss given with its graph; ``settle`` then stores the result
+    in the run and removes the hooks (also when a step went by without such a loss: the user logs
+    numbers, or a detached tensor)."""
+
+    def __init__(self, model) -> None:
+        self.result: LossGraph | None = None
+        self._outputs: dict = {}
+        self._handles = [model.register_forward_pre_hook(lambda *a: self._outputs.clear())]
+        for path, m in model.named_modules():
+            if path == "" or type(m).__name__ in SQUASH_MODULES:
+                self._handles.append(m.register_forward_hook(self._note(path)))
+
+    def _note(self, path: str):
+        def hook(module, args, output) -> None:
+            import torch
+
+            if torch.compiler.is_compiling() or not torch.is_grad_enabled():
+                return  # reading grad_fn inside a compiled region breaks its graph
+            outs = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else (output,)
+            for o in outs:
+                if isinstance(o, torch.Tensor) and o.grad_fn is not None:
+                    self._outputs.setdefault(o.grad_fn, path)  # a submodule's hook runs before the model's
+        return hook
+
+    def see(self, loss) -> None:
+        """Walk ``loss``'s graph if it is a tensor that has one and none was walked yet."""
+        fn = getattr(loss, "grad_fn", None)
+        if self.result is None and fn is not None:
+            self.result = walk(fn, self._outputs)
+            self._outputs = {}
+
+    def settle(self, run, writer=None) -> None:
+        """Store the result in ``run.meta["loss_graph"]`` (and the run directory's meta.json) and
+        remove the hooks: the Recorder then drops the probe."""
+        if self.result is not None and run is not None:
+            run.meta["loss_graph"] = self.result.to_dict()
+            if writer is not None:
+                writer.write_meta()
+        self.remove()
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles, self._outputs = [], {}
