@@ -107,9 +107,19 @@ def test_a_detached_or_number_loss_leaves_no_graph_and_the_hooks_go():
     before = (len(model._forward_hooks), len(model._forward_pre_hooks))
     rec = train(model, softmax_ce, steps=3, log=lambda loss: loss.detach(), trace_nonfinite=False)
     assert "loss_graph" not in rec.run.meta
-    rec2 = train(classifier(), softmax_ce, steps=3, log=lambda loss: float(loss.detach()), trace_nonfinite=False)
-    assert "loss_graph" not in rec2.run.meta and rec2._loss_probe is None
     assert (len(model._forward_hooks), len(model._forward_pre_hooks)) == before  # detach removed them all
+    model = classifier()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = Recorder(model, opt, trace_nonfinite=False)
+    for x, y in batches(2):
+        opt.zero_grad()
+        loss = softmax_ce(model(x), y)
+        loss.backward()
+        rec.log(loss=float(loss.detach()))
+        opt.step()
+    assert "loss_graph" not in rec.run.meta
+    assert (len(model._forward_hooks), len(model._forward_pre_hooks)) == before  # gone after one step
+    rec.detach()
 
 
 def test_a_model_that_returns_its_own_loss():

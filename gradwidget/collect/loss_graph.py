@@ -109,7 +109,7 @@ def _squashed_input(node, outputs: dict, limit: int = 8):
     cur = _input(node)
     while cur is not None and len(chain) < limit:
         chain.append(cur)
-        if op_name(cur) not in _TRANSPARENT or cur in outputs:
+        if op_name(cur) not in _TRANSPARENT:
             break
         cur = _input(cur)
     return chain
@@ -160,10 +160,20 @@ class LossGraphProbe:
     def __init__(self, model) -> None:
         self.result: LossGraph | None = None
         self._outputs: dict = {}
-        self._handles = [model.register_forward_pre_hook(lambda *a: self._outputs.clear())]
+        self._compiled = False  # a forward ran inside torch.compile: removing hooks would recompile it
+        self.settled = False    # its one step went by: it looks no more
+        self._handles = [model.register_forward_pre_hook(self._clear)]
         for path, m in model.named_modules():
             if path == "" or type(m).__name__ in SQUASH_MODULES:
                 self._handles.append(m.register_forward_hook(self._note(path)))
+
+    def _clear(self, module, args) -> None:
+        import torch
+
+        if torch.compiler.is_compiling():
+            self._compiled = True
+        else:
+            self._outputs.clear()
 
     def _note(self, path: str):
         def hook(module, args, output) -> None:
@@ -178,7 +188,12 @@ class LossGraphProbe:
         return hook
 
     def see(self, loss) -> None:
-        """Walk ``loss``'s graph if it is a tensor that has one and none was walked yet."""
+        """Walk ``loss``'s graph if it is a tensor that has one and none was walked yet (never
+        inside a compiled region: reading grad_fn there breaks the graph)."""
+        import torch
+
+        if self.settled or self.result is not None or torch.compiler.is_compiling():
+            return
         fn = getattr(loss, "grad_fn", None)
         if self.result is None and fn is not None:
             self.result = walk(fn, self._outputs)
@@ -186,12 +201,17 @@ class LossGraphProbe:
 
     def settle(self, run, writer=None) -> None:
         """Store the result in ``run.meta["loss_graph"]`` (and the run directory's meta.json) and
-        remove the hooks: the Recorder then drops the probe."""
+        remove the hooks: the Recorder then drops the probe. Under torch.compile the hooks (which
+        compile to nothing) stay until ``remove``: taking them off would recompile the model."""
+        self.settled = True
         if self.result is not None and run is not None:
             run.meta["loss_graph"] = self.result.to_dict()
             if writer is not None:
                 writer.write_meta()
-        self.remove()
+        if self._compiled:
+            self._outputs = {}
+        else:
+            self.remove()
 
     def remove(self) -> None:
         for h in self._handles:

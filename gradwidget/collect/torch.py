@@ -337,12 +337,17 @@ class Recorder:
             self._pending["global_norm"] = _check_number("global_norm", global_norm)
         if loss is not None:
             self._pending["loss"] = _check_number("loss", loss)
-            if self._loss_probe is not None:
-                self._loss_probe.see(loss)
+            self.watch_loss(loss)
         if lr is not None:
             self._pending["lr"] = _check_number("lr", lr)
         if step is not None:
             self._pending["step"] = _as_step(step)
+
+    def watch_loss(self, loss) -> None:
+        """Read the ops between the model's output and ``loss`` (a tensor with its graph) without
+        logging it, once (``gradwidget.collect.loss_graph``): for trainers that log the loss detached."""
+        if self._loss_probe is not None:
+            self._loss_probe.see(loss)
 
     def detach(self) -> None:
         """Remove every hook this recorder installed and close its run directory (recording first
@@ -531,9 +536,8 @@ class Recorder:
             if not self._arrival:
                 return  # no gradient has arrived yet: nothing to record
             self._start()
-        if self._loss_probe is not None:  # one step to see a loss with its graph, then stop looking
-            self._loss_probe, probe = None, self._loss_probe
-            probe.settle(self.run, self._writer)
+        if self._loss_probe is not None and not self._loss_probe.settled:  # one step to see a loss with its graph
+            self._loss_probe.settle(self.run, self._writer)
         with_hist = self.histogram_every > 0 and self._recorded % self.histogram_every == 0
         if self._dist is not None and self._dist.sharded:
             self._begin_sharded_step(step_no, with_hist, before_update)
