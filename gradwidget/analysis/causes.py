@@ -478,6 +478,11 @@ STARVED_DECADES = 2.0
 #: ... also when it held on every one of the first this many recorded steps (the initialisation),
 #: even if an adaptive optimizer recovered afterwards.
 VANISHING_START_STEPS = 3
+#: ... and from this many decades on most steps when the loss has not moved from its start at all
+#: (healthy zoo runs reach 2.7 on a few steps, always with a falling loss; the flat-loss runs of other
+#: mistakes stay under it on 96%+ of steps; a CNN initialised x0.1 sits at 2.8 with a flat loss).
+VANISHING_DECADES_STUCK = 2.5
+VANISHING_STUCK_SHARE = 0.5
 
 
 def _input_side_prefix(run, member: np.ndarray, share: float) -> np.ndarray:
@@ -504,6 +509,12 @@ def _fading_with_depth(c: Context) -> Cause | None:
     att, out = depth_attenuation(run, c.arch)
     bad = att >= VANISHING_DECADES
     at_start = run.n_steps >= VANISHING_START_STEPS and bool(bad[:VANISHING_START_STEPS].all())
+    stuck = c.loss.logged and c.loss.flat and not c.loss.fell
+    bound = VANISHING_DECADES
+    if stuck and bad.mean() < t.minor_issue_ratio and not at_start and \
+            np.mean(att >= VANISHING_DECADES_STUCK) >= VANISHING_STUCK_SHARE:
+        bound = VANISHING_DECADES_STUCK
+        bad = att >= bound
     if not run.n_steps or out is None or (bad.mean() < t.minor_issue_ratio and not at_start):
         return None
     bad_rows = np.flatnonzero(bad)
@@ -523,7 +534,8 @@ def _fading_with_depth(c: Context) -> Cause | None:
     first = int(run.steps[bad_rows[0]])
     return Cause("vanishing", "Medium" if recovered else "High", names, first,
                  f"the gradient falls {np.nanmax(att):.1f} decades from the output layer to the input layer "
-                 f"(more than {VANISHING_DECADES:g} on {bad.mean():.0%} of steps, from step {first}); "
+                 f"(more than {bound:g} on {bad.mean():.0%} of steps, from step {first}"
+                 + ("; the loss has not moved from its start" if bound < VANISHING_DECADES else "") + "); "
                  f"{len(idx)} layers from {names[0]} sit {STARVED_DECADES:g}+ decades below the output there"
                  + (" (the optimizer grew the weights until it recovered, which cost those steps)" if recovered else ""),
                  float(np.clip(bad.mean() * 2, 0.3, 1)))
