@@ -152,3 +152,30 @@ def test_walk_is_bounded_and_reads_nothing_but_the_nodes():
     assert not g.reached_output and g.ops == [] and g.mistakes[0].ops == ["LogSoftmax", "Softmax"]
     assert LossGraph.from_dict({"mistakes": [{"kind": 1}]}) is None  # an edited meta.json: ignored
     assert LossGraph.from_dict(g.to_dict()) == g
+
+
+def test_a_cross_entropy_starting_at_twice_chance_is_an_exploding_init():
+    """With the graph showing a cross entropy of the model's output, a first loss above 2 x ln(classes)
+    (healthy zoo runs: 0.86-1.01) is outputs too large at initialisation."""
+    torch.manual_seed(0)
+    layers = []
+    for i in range(6):
+        layers += [nn.Linear(8 if i == 0 else 32, 32), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(32, 4))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("weight"):
+                p.mul_(3.5)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    with Recorder(model, opt) as rec:
+        for x, y in batches(30):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            rec.log(loss=loss)
+            opt.step()
+    assert LossGraph.of_run(rec.run).cross_entropy
+    start = rec.run.scalar("loss")[0] / torch.log(torch.tensor(4.0)).item()
+    assert 2 < start < 5  # below the 5x that a loss of unknown kind needs
+    top = analyze(rec.run).recommendations[0]
+    assert top.cause == "exploding" and top.layers[0] == "0.weight" and "initialised too large" in top.evidence

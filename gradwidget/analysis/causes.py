@@ -84,6 +84,10 @@ GROWTH_FACTOR = 3.0
 SUMMED_LOSS_START = 40.0
 #: a first cross entropy this many times ln(classes), averaged over the batch: outputs exploded at init.
 EXPLODING_LOSS_FACTOR = 5.0
+#: ... this many times when the loss's graph shows it is a cross entropy of the model's output (not an
+#: MSE over several outputs, whose start says nothing of ln(classes)): healthy zoo runs start at
+#: 0.86-1.01 x ln(classes), an unnormalised input at 1.45.
+EXPLODING_LOSS_FACTOR_CE = 2.0
 #: ... confirmed, where the output layer has a bias, by a bias gradient entry above this (a batch
 #: mean of (p - y) is at most 1; a sum over B samples reaches B).
 MEAN_LOSS_BIAS_GRAD = 1.5
@@ -435,7 +439,9 @@ def _exploding_at_init(c: Context) -> Cause | None:
     first = run.scalar("loss")[0]
     chance = float(np.log(C))
     ob = _output_bias_grad(run)
-    if not (first > EXPLODING_LOSS_FACTOR * chance and (not np.isfinite(ob) or ob <= MEAN_LOSS_BIAS_GRAD)):
+    graph = LossGraph.of_run(run)
+    factor = EXPLODING_LOSS_FACTOR_CE if graph is not None and graph.cross_entropy else EXPLODING_LOSS_FACTOR
+    if not (first > factor * chance and (not np.isfinite(ob) or ob <= MEAN_LOSS_BIAS_GRAD)):
         return None
     if not np.isfinite(ob) and first > SUMMED_LOSS_START:  # no bias to tell a sum from huge outputs
         return None

@@ -75,6 +75,11 @@ class LossGraph:
     reached_output: bool = False                   #: ``ops`` ends at a node the model's forward made
     mistakes: list[OutputMistake] = field(default_factory=list)
 
+    @property
+    def cross_entropy(self) -> bool:
+        """The loss is a cross entropy of the model's output (log-softmax then NLL on the way)."""
+        return self.reached_output and "LogSoftmax" in self.ops and any(o.startswith("NllLoss") for o in self.ops)
+
     def to_dict(self) -> dict:
         return asdict(self)
 
