@@ -21,10 +21,11 @@ import numpy as np
 import pandas as pd
 
 from ..collect.loss_graph import LossGraph
-from .causes import Cause
+from .causes import WEIGHT_BLOWUP, Cause
 from .evidence import Architecture
 from .flow import Region
 from .health import Dynamics, RiskFactor
+from .nonfinite import weight_growth as origin_weight_growth
 from .stats import Series, _quiet, block_mean, nanmedian, standardized
 from .health import CORR_ROWS
 
@@ -371,13 +372,14 @@ def action_for(c: Cause, run, arch: Architecture) -> str:
     k = c.cause
     if k == "nonfinite":
         o = c.origin
-        grown = " — and lower the learning rate: the weights had grown before it" if c.after == "lr_too_high" else ""
+        grew = o is not None and origin_weight_growth(run, o) >= WEIGHT_BLOWUP
+        grown = " — and lower the learning rate: the weights had grown before it" if c.after == "lr_too_high" or grew else ""
         if o is not None and o.phase == "input":
             return ("check the data: the batch given to the model already holds NaN/Inf "
                     "(assert torch.isfinite(x).all() in the data pipeline)")
         if o is not None and o.phase == "loss":
             return ("make the loss safe: pass logits to a log-softmax loss (CrossEntropyLoss) instead of taking "
-                    "log() of probabilities, or clamp them (p.clamp_min(1e-8)) before the log")
+                    "log() of probabilities, or clamp them (p.clamp_min(1e-8)) before the log" + grown)
         if o is not None and o.module:
             where = "its backward" if o.phase == "backward" else "its forward"
             return (f"fix {o.module}: {where} makes the first NaN/Inf from finite values — add an eps to "

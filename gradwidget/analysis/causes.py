@@ -20,6 +20,7 @@ from .evidence import (LOSS_SPIKE, Architecture, LossEvidence, accumulation_smoo
                        update_ratio_series, weight_growth)
 from .flow import Region
 from .health import Dynamics, RiskFactor
+from .nonfinite import weight_growth as origin_weight_growth
 from .stats import MAX_ROWS, Series, _quiet, dead_flags, sample_rows
 
 #: every cause, in precedence order: a root cause before the symptoms it can produce.
@@ -223,6 +224,9 @@ def _nonfinite(c: Context) -> Cause | None:
     if origin is not None:
         where = origin.module or {"loss": "the loss", "input": "the inputs"}.get(origin.phase, "the model")
         parts.insert(0, f"it began in {where} ({origin.phase}{' pass' if origin.module else ''}) at step {origin.step}")
+        grown = origin_weight_growth(run, origin)
+        if grown >= WEIGHT_BLOWUP:  # the steps had blown the weights up: the module only overflowed first
+            parts.append(f"a layer's weight norm had grown {grown:.3g}x by then")
     return Cause("nonfinite", "Critical", layers, first, "; ".join(parts), 1.0, origin=origin)
 
 
