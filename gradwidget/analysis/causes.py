@@ -22,6 +22,7 @@ from .flow import Region
 from .health import Dynamics, RiskFactor
 from .nonfinite import weight_growth as origin_weight_growth
 from .stats import MAX_ROWS, Series, _quiet, dead_flags, sample_rows
+from .stats import fmt_num as _fmt
 
 #: every cause, in precedence order: a root cause before the symptoms it can produce.
 CAUSES = ("nonfinite", "missing_zero_grad", "loss_scale", "input_scale", "saturated_output", "lr_too_high",
@@ -170,10 +171,6 @@ class Context:
         ``minor_issue_ratio`` of steps."""
         t = self.run.thresholds
         return self.s.trainable & (self.s.exact["dead_share"] >= t.minor_issue_ratio) & ~self.embedding
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.3g}" if np.isfinite(x) else "n/a"
 
 
 def _names(run, idx) -> list[str]:
