@@ -10,7 +10,7 @@ from ..collect.loss_graph import LossGraph
 from .evidence import depth_attenuation, is_embedding, layer_levels, never_updated
 from .nonfinite import weight_growth as origin_weight_growth
 from .stats import MAX_ROWS, _quiet, dead_flags, sample_rows
-from .vocabulary import (EXPLODING_LOSS_FACTOR, EXPLODING_LOSS_FACTOR_CE, MEAN_LOSS_BIAS_GRAD,
+from .vocabulary import (CHANCE_TOLERANCE, EXPLODING_LOSS_FACTOR, EXPLODING_LOSS_FACTOR_CE, MEAN_LOSS_BIAS_GRAD,
                          STARVED_DECADES, SUMMED_LOSS_START, VANISHING_DECADES, VANISHING_DECADES_STUCK,
                          VANISHING_PREFIX_SHARE, VANISHING_START_STEPS, VANISHING_STUCK_SHARE, WEIGHT_BLOWUP,
                          Cause, Context, factors_of, first_flagged_step, names_of, output_bias_grad,
@@ -192,7 +192,9 @@ def _fading_with_depth(c: Context) -> Cause | None:
     att, out = depth_attenuation(run, c.arch)
     bad = att >= VANISHING_DECADES
     at_start = run.n_steps >= VANISHING_START_STEPS and bool(bad[:VANISHING_START_STEPS].all())
-    stuck = c.loss.logged and c.loss.flat and not c.loss.fell
+    C = output_classes(run)
+    stuck = (c.loss.logged and c.loss.flat and not c.loss.fell and C is not None  # a classifier stuck at chance
+             and abs(c.loss.start - np.log(C)) <= CHANCE_TOLERANCE * np.log(C))
     bound = VANISHING_DECADES
     if stuck and bad.mean() < t.minor_issue_ratio and not at_start and \
             np.mean(att >= VANISHING_DECADES_STUCK) >= VANISHING_STUCK_SHARE:
@@ -218,7 +220,7 @@ def _fading_with_depth(c: Context) -> Cause | None:
     return Cause("vanishing", "Medium" if recovered else "High", names, first,
                  f"the gradient falls {np.nanmax(att):.1f} decades from the output layer to the input layer "
                  f"(more than {bound:g} on {bad.mean():.0%} of steps, from step {first}"
-                 + ("; the loss has not moved from its start" if bound < VANISHING_DECADES else "") + "); "
+                 + ("; the loss has not moved from chance, ln(classes)" if bound < VANISHING_DECADES else "") + "); "
                  f"{len(idx)} layers from {names[0]} sit {STARVED_DECADES:g}+ decades below the output there"
                  + (" (the optimizer grew the weights until it recovered, which cost those steps)" if recovered else ""),
                  float(np.clip(bad.mean() * 2, 0.3, 1)))
