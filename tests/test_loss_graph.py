@@ -179,3 +179,37 @@ def test_a_cross_entropy_starting_at_twice_chance_is_an_exploding_init():
     assert 2 < start < 5  # below the 5x that a loss of unknown kind needs
     top = analyze(rec.run).recommendations[0]
     assert top.cause == "exploding" and top.layers[0] == "0.weight" and "initialised too large" in top.evidence
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_the_graph_says_whether_the_loss_is_summed_over_the_batch(reduction):
+    """reduction='sum' over a batch of 256 is loss_scale, with the graph as evidence; the same large
+    loss averaged (an MSE of outputs far from their targets) is not, whatever its size."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(0)
+    with Recorder(model, opt) as rec:
+        for _ in range(20):
+            x = torch.randn(256, 8, generator=g)
+            opt.zero_grad()
+            loss = F.mse_loss(model(x), torch.full((256, 4), 30.0 if reduction == "mean" else 1.0), reduction=reduction)
+            loss.backward()
+            rec.log(loss=loss)
+            opt.step()
+    graph = LossGraph.of_run(rec.run)
+    assert (graph.reducer, graph.reduction, graph.summed) == ("MseLoss", reduction, reduction == "sum")
+    assert rec.run.scalar("loss")[0] > 40                 # both start far above a per-sample loss
+    found = {r.cause: r for r in analyze(rec.run).recommendations}
+    assert ("loss_scale" in found) == (reduction == "sum")
+    if reduction == "sum":
+        assert "MseLoss(reduction='sum')" in found["loss_scale"].evidence
+
+
+def test_a_division_above_a_summed_loss_is_a_mean_again():
+    x = torch.randn(8, 3, requires_grad=True)
+    y = torch.zeros(8, dtype=torch.long)
+    assert walk(F.cross_entropy(x, y, reduction="sum").grad_fn).summed is True
+    assert walk((F.cross_entropy(x, y, reduction="sum") / 8).grad_fn).summed is None   # divided: not a sum
+    assert walk(F.cross_entropy(x, y).grad_fn).summed is False
+    assert walk((F.cross_entropy(x, y) * 8).grad_fn).summed is None                  # scaled: not told either

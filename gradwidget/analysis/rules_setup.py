@@ -53,8 +53,15 @@ def _missing_zero_grad(c: Context) -> Cause | None:
 
 
 def _loss_scale(c: Context) -> Cause | None:
+    """A loss summed over the batch: it starts far above a per-sample loss and the output bias
+    gradient exceeds a batch mean's bound; the loss's graph, when recorded, settles it (a
+    ``reduction="mean"`` loss is never this, whatever its size)."""
     L = c.loss
     if not L.logged or not (L.start > SUMMED_LOSS_START):
+        return None
+    graph = LossGraph.of_run(c.run)
+    summed = None if graph is None else graph.summed
+    if summed is False:  # a mean over the batch: the large loss is large outputs or targets
         return None
     ob = output_bias_grad(c.run)
     if np.isfinite(ob) and ob <= MEAN_LOSS_BIAS_GRAD:  # a large loss from huge logits, averaged all the same
@@ -63,7 +70,9 @@ def _loss_scale(c: Context) -> Cause | None:
                  f"the loss starts at {L.start:.3g}, far above a per-sample loss (a cross entropy starts near "
                  f"ln(classes), under 12)" + (f", and the output bias gradient reaches {ob:.3g} where a batch mean "
                                               f"of (p - y) stays within 1" if np.isfinite(ob) else "")
-                 + ": it looks summed over the batch, which multiplies every gradient by the batch size", float(np.clip(np.log10(L.start / SUMMED_LOSS_START) + 0.5, 0, 1)))
+                 + (f"; the loss's graph shows {graph.reducer}(reduction='sum')" if summed and graph else "")
+                 + ": it looks summed over the batch, which multiplies every gradient by the batch size",
+                 1.0 if summed else float(np.clip(np.log10(L.start / SUMMED_LOSS_START) + 0.5, 0, 1)))
 
 
 def _input_scale(c: Context) -> Cause | None:

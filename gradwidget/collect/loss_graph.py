@@ -42,6 +42,11 @@ PATTERNS: dict[tuple[str, str], tuple[str, str]] = {
         "sigmoid_bce_with_logits",
         "sigmoid applied to the logits before binary_cross_entropy_with_logits, which applies it itself"),
 }
+#: autograd's ``_saved_reduction`` codes (torch's Reduction enum)
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
+#: ops above a loss op that undo a sum (a division by the batch) or make one (a sum of a mean, x N)
+_DIVIDING = frozenset({"Div", "Mean", "Mul"})
+_SUMMING = frozenset({"Sum", "Mul"})
 #: parameter-free modules whose output the probe notes (a model ending in one of them)
 SQUASH_MODULES = ("Softmax", "Softmax2d", "Sigmoid")
 
@@ -74,6 +79,22 @@ class LossGraph:
     ops: list[str] = field(default_factory=list)   #: loss first, down to the model's output op
     reached_output: bool = False                   #: ``ops`` ends at a node the model's forward made
     mistakes: list[OutputMistake] = field(default_factory=list)
+    #: the loss op nearest the loss that reduces over the batch (``NllLoss``, ``MseLoss``...), its
+    #: ``reduction`` ("none", "mean", "sum") and the ops between the loss and it (a division, a sum)
+    reducer: str | None = None
+    reduction: str | None = None
+    above: list[str] = field(default_factory=list)
+
+    @property
+    def summed(self) -> bool | None:
+        """True when the loss is a sum over the batch (``reduction="sum"`` with nothing above that
+        divides it), False when it is a mean (``reduction="mean"`` with nothing above that sums it),
+        None when the graph does not say."""
+        if self.reduction == "sum" and not any(o in _DIVIDING for o in self.above):
+            return True
+        if self.reduction == "mean" and not any(o in _SUMMING for o in self.above):
+            return False
+        return None
 
     @property
     def cross_entropy(self) -> bool:
@@ -91,7 +112,10 @@ class LossGraph:
             ms = [OutputMistake(str(m["kind"]), str(m["what"]), [str(o) for o in m["ops"]],
                                 None if m.get("module") is None else str(m["module"]))
                   for m in d.get("mistakes", [])]
-            return cls([str(o) for o in d.get("ops", [])], bool(d.get("reached_output", False)), ms)
+            red = d.get("reduction")
+            return cls([str(o) for o in d.get("ops", [])], bool(d.get("reached_output", False)), ms,
+                       None if d.get("reducer") is None else str(d["reducer"]), None if red is None else str(red),
+                       [str(o) for o in d.get("above", [])])
         except (AttributeError, KeyError, TypeError):
             return None
 
@@ -129,7 +153,7 @@ def walk(loss_fn, outputs: dict | None = None, max_nodes: int = MAX_NODES) -> Lo
     mistake on the way, looked for across the model's output too (``nn.Softmax`` as its last module)."""
     outputs = outputs or {}
     parent: dict = {loss_fn: None}
-    queue, found_out, mistakes = deque([loss_fn]), None, []
+    queue, found_out, mistakes, reducer = deque([loss_fn]), None, [], None
     while queue and len(parent) <= max_nodes:
         node = queue.popleft()
         if node in outputs and node is not loss_fn:  # a model that returns its own loss goes on to its logits
@@ -147,12 +171,21 @@ def walk(loss_fn, outputs: dict | None = None, max_nodes: int = MAX_NODES) -> Lo
             if nxt is not None and nxt not in parent:
                 parent[nxt] = node
                 queue.append(nxt)
-    path: list[str] = []
-    node = found_out
+        if reducer is None and isinstance(getattr(node, "_saved_reduction", None), int):
+            reducer = node
+    return LossGraph(_path(parent, found_out), found_out is not None, mistakes,
+                     None if reducer is None else op_name(reducer),
+                     None if reducer is None else _REDUCTIONS.get(reducer._saved_reduction),
+                     _path(parent, reducer)[:-1])
+
+
+def _path(parent: dict, node) -> list[str]:
+    """The ops from the loss down to ``node`` (empty for None), by the walk's parent links."""
+    out: list[str] = []
     while node is not None:
-        path.append(op_name(node))
+        out.append(op_name(node))
         node = parent[node]
-    return LossGraph(path[::-1], found_out is not None, mistakes)
+    return out[::-1]
 
 
 class LossGraphProbe:
