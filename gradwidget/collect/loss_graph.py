@@ -38,7 +38,7 @@ _TRANSPARENT = frozenset({
     "View", "UnsafeView", "Reshape", "ReshapeAlias", "Transpose", "Permute", "T", "Squeeze", "Unsqueeze",
     "Expand", "Clone", "ToCopy", "Alias", "Contiguous", "Flatten", "Unflatten", "Slice", "Select",
 })
-#: (loss op, squashing op right below it) -> (kind, what it means, the change to make)
+#: (loss op, squashing op right below it) -> (kind, what it means); advice.py says what to change
 PATTERNS: dict[tuple[str, str], tuple[str, str]] = {
     ("LogSoftmax", "Softmax"): ("softmax_cross_entropy",
                                 "softmax applied to the logits before cross_entropy, which applies log_softmax itself"),
