@@ -161,3 +161,26 @@ def test_a_module_with_most_layers_in_trouble_is_one_priority():
     s, fl, f, h, regs = parts(g2, names=names2, loss=np.exp(-0.02 * np.arange(T)))
     pri = advice.priorities(h, advice.suggestions(f, regs), regs, advice.layer_groups(s, h))
     assert [p.layer for p in pri if p.target_type == "LayerGroup"] == ["vanishing region m.a.bias … m.a.weight"]
+
+
+@pytest.mark.parametrize("growth", [1.5, 20.0])
+def test_a_nan_after_the_weights_grew_tenfold_says_lower_the_learning_rate(growth):
+    """The module that overflowed first is named either way; when a layer's weights had grown 10x
+    or more by then (nonfinite.weight_growth), the advice also says to lower the learning rate."""
+    from gradwidget.run import METRICS, LayerInfo, NonfiniteOrigin, Run
+
+    M = {m: i for i, m in enumerate(METRICS)}
+    run = Run([LayerInfo("a.weight", module="a", backward_index=1), LayerInfo("b.weight", module="b", backward_index=0)])
+    for s in range(8):
+        v = np.full((len(METRICS), 2), 0.1, np.float32)
+        v[M["zero_frac"]] = v[M["nonfinite"]] = 0
+        v[M["weight_norm"]] = [1.0, growth ** (s / 5)]
+        if s >= 5:
+            v[M["grad_norm"]] = v[M["mean_abs"]] = v[M["max_abs"]] = np.nan
+            v[M["nonfinite"]] = 4
+        run.append(s, v)
+    run.nonfinite_origin = NonfiniteOrigin("b.act", 5, "forward")
+    nf = next(r for r in analyze(run).recommendations if r.cause == "nonfinite")
+    assert "b.act" in nf.evidence and nf.action.startswith("fix b.act")
+    assert ("lower the learning rate" in nf.action) == (growth >= 10)
+    assert ("weight norm had grown 20x" in nf.evidence) == (growth >= 10)

@@ -97,6 +97,9 @@ def test_hf_trainer_records_each_update_with_its_logged_norm_loss_and_lr(tmp_pat
     np.testing.assert_allclose(run.scalar("loss"), [h["loss"] for h in logged], rtol=1e-5)
     np.testing.assert_allclose(run.scalar("lr"), [h["learning_rate"] for h in logged], rtol=1e-6)
     assert not cb.attached and not cb.recorder.attached  # training ended: hooks removed
+    graph = run.meta["loss_graph"]  # read off the loss GPT-2 returns: logits go into log_softmax, no mistake
+    assert graph["mistakes"] == []  # (bf16: accelerate casts the outputs, so the walk meets no output node)
+    assert bf16 or (graph["reached_output"] and "LogSoftmax" in graph["ops"])
     disk = load_run(tmp_path / "run")
     assert disk.n_steps == 4 and disk.meta["clipped_at"] == 1e9
     np.testing.assert_allclose(disk.scalar("global_norm"), run.scalar("global_norm"))
@@ -243,6 +246,7 @@ def test_lightning_records_each_update_as_on_before_optimizer_step_sees_it(tmp_p
     np.testing.assert_allclose(run.scalar("lr"), 0.1)
     assert np.isfinite(run.metric("update_norm")[0]).all()  # the post-step hook measured the update
     assert not cb.attached
+    assert "MseLoss" in run.meta["loss_graph"]["ops"] or run.meta["loss_graph"]["mistakes"] == []
     assert load_run(tmp_path / "run").n_steps == 3
 
 

@@ -69,7 +69,7 @@ def train(arch_name: str, optimizer: str, seed: int, steps: int, *, variant: dic
                 logits = arch.forward(model, s.inputs(x))
                 loss = s.criterion(logits, y.reshape(-1) if arch.flat_targets else y)
                 loss.backward()
-                rec.log(loss=loss.detach(), lr=opt.param_groups[0]["lr"])
+                rec.log(loss=loss, lr=opt.param_groups[0]["lr"])  # with its graph: the loss_graph probe reads it
                 opt.step()
     finally:
         torch.set_num_threads(threads)

@@ -20,10 +20,12 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .causes import Cause
+from ..collect.loss_graph import LossGraph
+from .causes import WEIGHT_BLOWUP, Cause
 from .evidence import Architecture
 from .flow import Region
 from .health import Dynamics, RiskFactor
+from .nonfinite import weight_growth as origin_weight_growth
 from .stats import Series, _quiet, block_mean, nanmedian, standardized
 from .health import CORR_ROWS
 
@@ -350,19 +352,34 @@ def _clip_text(run) -> str:
             f"max_norm≈{_typical_norm(run)}))")
 
 
+def _saturated_action(graph: LossGraph | None) -> str:
+    """Pass the logits: which squashing op to remove, and where, from the loss's graph when known."""
+    m = graph.mistakes[0] if graph is not None and graph.mistakes else None
+    where = f" (the model's last module, {m.module or 'the model itself'})" if m is not None and m.in_model else ""
+    if m is not None and m.kind == "softmax_nll":
+        return (f"pass log-probabilities to nll_loss: use log_softmax instead of the softmax{where}, or pass the "
+                "logits to cross_entropy")
+    if m is not None and m.kind == "sigmoid_bce_with_logits":
+        return (f"pass the logits: remove the sigmoid{where}; binary_cross_entropy_with_logits applies it itself, "
+                "more stably")
+    return (f"pass the logits to the loss: remove the softmax{where}; CrossEntropyLoss applies log-softmax itself, "
+            "so a softmax before it squashes the gradient (apply softmax only to read probabilities)")
+
+
 def action_for(c: Cause, run, arch: Architecture) -> str:
     """The one change to make for a cause, aware of what the model already has (a network with
     normalisation is never told to add it, a residual one never told to add skips)."""
     k = c.cause
     if k == "nonfinite":
         o = c.origin
-        grown = " — and lower the learning rate: the weights had grown before it" if c.after == "lr_too_high" else ""
+        grew = o is not None and origin_weight_growth(run, o) >= WEIGHT_BLOWUP
+        grown = " — and lower the learning rate: the weights had grown before it" if c.after == "lr_too_high" or grew else ""
         if o is not None and o.phase == "input":
             return ("check the data: the batch given to the model already holds NaN/Inf "
                     "(assert torch.isfinite(x).all() in the data pipeline)")
         if o is not None and o.phase == "loss":
             return ("make the loss safe: pass logits to a log-softmax loss (CrossEntropyLoss) instead of taking "
-                    "log() of probabilities, or clamp them (p.clamp_min(1e-8)) before the log")
+                    "log() of probabilities, or clamp them (p.clamp_min(1e-8)) before the log" + grown)
         if o is not None and o.module:
             where = "its backward" if o.phase == "backward" else "its forward"
             return (f"fix {o.module}: {where} makes the first NaN/Inf from finite values — add an eps to "
@@ -415,8 +432,7 @@ def action_for(c: Cause, run, arch: Architecture) -> str:
         return ("check the initialisation scale of these layers (a gain matched to the activation) and that "
                 "no saturating activation sits in front of them")
     if k == "saturated_output":
-        return ("pass raw logits to the loss: CrossEntropyLoss applies log-softmax itself, so a softmax before it "
-                "squashes the gradient")
+        return _saturated_action(LossGraph.of_run(run))
     if k == "lr_too_low":
         return f"raise the learning rate 10-100x{_lr_text(run)}"
     if k == "plateau":

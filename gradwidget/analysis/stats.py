@@ -28,6 +28,11 @@ STAT_ROWS = 2048
 _TINY = np.finfo(np.float32).tiny
 
 
+def fmt_num(x: float) -> str:
+    """A number in evidence text: 3 significant digits, "n/a" when not finite."""
+    return f"{x:.3g}" if np.isfinite(x) else "n/a"
+
+
 def sample_rows(n: int, max_rows: int = MAX_ROWS) -> np.ndarray | slice:
     """Evenly spaced row indices (all rows when ``n <= max_rows``), always keeping the last row."""
     if n <= max_rows:
@@ -360,3 +365,30 @@ class Series:
         """One statistic of one metric for every layer, in depth order."""
         s = self.stats
         return s.loc[s["metric"] == metric, name].to_numpy()
+
+
+def trend_fit(y: np.ndarray, window: int, x: np.ndarray | None = None) -> tuple[float, float, float, int]:
+    """Least-squares slope of ln y per unit of ``x`` (user steps; the point index when None) over the
+    last ``window`` finite positive points, its standard error, R^2, and the number of points. The
+    standard error is widened for autocorrelated residuals (a gradient norm's noise is not
+    independent from step to step) by sqrt((1 + r) / (1 - r)) with r the residuals' lag-1
+    autocorrelation clipped to [0, 0.95]."""
+    y = np.asarray(y, np.float64)
+    ok = np.isfinite(y) & (y > 0)
+    x = (np.arange(y.size, dtype=np.float64) if x is None else np.asarray(x, np.float64))[ok][-window:]
+    y = np.log(y[ok][-window:])
+    n = y.size
+    if n < 3:
+        return float("nan"), float("nan"), float("nan"), n
+    x = x - x.mean()
+    sxx = float(x @ x)
+    if not sxx > 0:
+        return float("nan"), float("nan"), float("nan"), n
+    slope = float(x @ (y - y.mean())) / sxx
+    e = y - y.mean() - slope * x
+    sse, syy = float(e @ e), float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - sse / syy if syy > 0 else 1.0
+    r = float(e[1:] @ e[:-1]) / sse if sse > 0 else 0.0
+    r = min(max(r, 0.0), 0.95)
+    se = np.sqrt(sse / max(n - 2, 1) / sxx * (1 + r) / (1 - r))
+    return slope, float(se), float(min(max(r2, 0.0), 1.0)), n

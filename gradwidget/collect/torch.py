@@ -33,6 +33,7 @@ from ..run import METRICS, N_BINS, LayerInfo, NonfiniteOrigin, Run, _as_step
 from ..storage import check_log_dir
 from ..thresholds import as_thresholds
 from ._kernels import HostCopy, exponent_counts, grad_rows, norms, octave_bins, stored_values
+from .loss_graph import LossGraphProbe
 from .nonfinite import NonfiniteTracer
 
 _M = {name: i for i, name in enumerate(METRICS)}
@@ -301,6 +302,7 @@ class Recorder:
         self._unused_cols: list[int] = []
         self._tracer: NonfiniteTracer | None = None
         self._exchange = None  # distributed: where the ranks' non-finite origins meet
+        self._loss_probe: LossGraphProbe | None = None  # the ops between output and loss (loss_graph.py)
         if self._dist is not None and trace_nonfinite:
             self._exchange = self._dist.origin_exchange()
         if self._dist is not None and self._dist.inert:
@@ -321,6 +323,7 @@ class Recorder:
             if step_hooks and (self._dist is None or not self._dist.sharded):
                 self._wrap_zero_grad()
         self._install_graph_capture()
+        self._loss_probe = LossGraphProbe(model)
         if trace_nonfinite:
             self._tracer = NonfiniteTracer(model)
 
@@ -334,10 +337,17 @@ class Recorder:
             self._pending["global_norm"] = _check_number("global_norm", global_norm)
         if loss is not None:
             self._pending["loss"] = _check_number("loss", loss)
+            self.watch_loss(loss)
         if lr is not None:
             self._pending["lr"] = _check_number("lr", lr)
         if step is not None:
             self._pending["step"] = _as_step(step)
+
+    def watch_loss(self, loss) -> None:
+        """Read the ops between the model's output and ``loss`` (a tensor with its graph) without
+        logging it, once (``gradwidget.collect.loss_graph``): for trainers that log the loss detached."""
+        if self._loss_probe is not None:
+            self._loss_probe.see(loss)
 
     def detach(self) -> None:
         """Remove every hook this recorder installed and close its run directory (recording first
@@ -354,6 +364,9 @@ class Recorder:
         if self._tracer is not None:
             self._tracer.remove()
             self._tracer = None
+        if self._loss_probe is not None:
+            self._loss_probe.remove()
+            self._loss_probe = None
         self._unwrap_zero_grad()
         self._update_bufs = None
         if self._writer is not None:
@@ -523,6 +536,8 @@ class Recorder:
             if not self._arrival:
                 return  # no gradient has arrived yet: nothing to record
             self._start()
+        if self._loss_probe is not None and not self._loss_probe.settled:  # one step to see a loss with its graph
+            self._loss_probe.settle(self.run, self._writer)
         with_hist = self.histogram_every > 0 and self._recorded % self.histogram_every == 0
         if self._dist is not None and self._dist.sharded:
             self._begin_sharded_step(step_no, with_hist, before_update)

@@ -50,6 +50,8 @@ class GradwidgetCallback(*_callback_bases(), TrainerRecording):  # type: ignore[
         self._loss = None
 
     def on_before_backward(self, trainer, pl_module, loss) -> None:
+        if self.recorder is not None:
+            self.recorder.watch_loss(loss)  # the ops from the output to the loss, read once
         part = loss.detach().float()
         self._loss = part if self._loss is None else self._loss + part
 

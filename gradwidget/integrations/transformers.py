@@ -81,6 +81,8 @@ class GradwidgetCallback(TrainerCallback, TrainerRecording):
         loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             return
+        if self.recorder is not None:
+            self.recorder.watch_loss(loss)  # the ops from logits to loss, read once
         loss = loss.detach().float()
         self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
         self._loss_n += 1
