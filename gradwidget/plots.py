@@ -95,7 +95,7 @@ MAX_DRAWN_ROWS = 200
 
 def layer_row_groups(run: Run, max_rows: int = MAX_DRAWN_ROWS) -> tuple[list[list[int]], list[str]] | None:
     """How to draw more layers than ``max_rows``: consecutive layers (depth order) grouped by the
-    deepest module-path prefix that leaves at most ``max_rows`` groups, else by equal blocks of
+    deepest module-path prefix that leaves at most ``max_rows`` groups (and more than one), else by equal blocks of
     consecutive layers; each group labelled with its prefix (or first … last) and its size. None
     when every layer fits."""
     L = run.n_layers
@@ -113,6 +113,8 @@ def layer_row_groups(run: Run, max_rows: int = MAX_DRAWN_ROWS) -> tuple[list[lis
                 groups.append([i])
         if len(groups) > max_rows:
             break
+        if len(groups) == 1:  # one row for every layer says nothing: look deeper, or cut into blocks
+            continue
         best = (groups, [keys[g[0]] + (f" ({len(g)} tensors)" if len(g) > 1 else "") for g in groups])
     if best is None:
         size = -(-L // max_rows)

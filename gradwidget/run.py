@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
-from .rules import fold_of, nearest_index, nonfinite_mask, over_threshold_mask, reduce_blocks, vanishing_mask
+from .rules import fold_of, merge_layers_at, nearest_index, nonfinite_mask, over_threshold_mask, reduce_blocks, vanishing_mask
 from .thresholds import Thresholds, as_thresholds
 
 if TYPE_CHECKING:
@@ -532,8 +532,9 @@ class Run:
         tensors were one: L2 norms (gradient, weight, update) combined in quadrature, mean |g| and
         zero fraction weighted by size, max |g| the largest, std from the members' variances
         weighted by size (their signed means are not recorded), non-finite counts summed,
-        histograms added. Why: a figure of 10,000 tensors needs rows it can
-        draw, and a merged row must say the truth about its members."""
+        histograms added (``rules.merge_of``; a member without a value that step is left out).
+        Why: a figure of 10,000 tensors needs rows it can draw, and a merged row must say the
+        truth about its members."""
         if len(groups) != len(names):
             raise ValueError(f"{len(groups)} groups for {len(names)} names")
         numel = np.array([max(1, info.numel) for info in self.layers], np.float64)
@@ -546,21 +547,14 @@ class Run:
             r.history = self.history.merge_layers(groups, names)
         if self._n == 0:
             return r
-        m = self._M3.astype(np.float64)
-        out = np.full((self._n, len(METRICS), len(groups)), np.nan)
-        M = {k: i for i, k in enumerate(METRICS)}
-        with np.errstate(invalid="ignore"):
-            for j, g in enumerate(groups):
-                g = list(g)
-                w = numel[g] / numel[g].sum()
-                for k in ("grad_norm", "weight_norm", "update_norm"):
-                    out[:, M[k], j] = np.sqrt(np.sum(m[:, M[k], g] ** 2, axis=1))
-                out[:, M["mean_abs"], j] = m[:, M["mean_abs"], g] @ w
-                out[:, M["zero_frac"], j] = m[:, M["zero_frac"], g] @ w
-                out[:, M["max_abs"], j] = np.max(m[:, M["max_abs"], g], axis=1)
-                out[:, M["nonfinite"], j] = np.sum(m[:, M["nonfinite"], g], axis=1)
-                out[:, M["std"], j] = np.sqrt((m[:, M["std"], g] ** 2) @ w)
-        r._metrics = out.astype(np.float32)
+        if groups:  # the one definition of each metric's merge: rules.merge_layers_at
+            order = np.concatenate([np.asarray(g, np.intp) for g in groups])
+            starts = np.cumsum([0] + [len(g) for g in groups[:-1]])
+            m = self._M3[:, :, order]
+            r._metrics = np.stack([merge_layers_at(m[:, k], name, starts, numel[order])
+                                   for k, name in enumerate(METRICS)], axis=1)
+        else:
+            r._metrics = np.zeros((self._n, len(METRICS), 0), np.float32)
         r._steps, r._scalars = self.steps.copy(), self._S2.copy()
         r._n = r._cap = self._n
         if self._hn:

@@ -27,20 +27,24 @@ class Trait:
 
 
 TRAITS: dict[str, Trait] = {t.name: t for t in [
-    Trait("meta", "json", "out", "shape (rows, cols, n_steps, n_layers), layers, heat metric, metrics, thresholds, "
-          "first/last step, steps per column (block), histogram range, message + level, scale [lo, hi] "
+    Trait("meta", "json", "out", "shape (rows, cols, n_steps, n_layers), layers (one per row: a layer, or past "
+          "plots.MAX_DRAWN_ROWS layers a group with start, count, depth, parent; grouped), heat metric, metrics, "
+          "thresholds, first/last step, steps per column (block), histogram range, message + level, scale [lo, hi] "
           "(log10 colour range), hist_all_step"),
-    Trait("heat", "bytes", "out", "the heat metric folded to columns, depth order", "float32", "(rows, cols)"),
+    Trait("heat", "bytes", "out", "the heat metric folded to columns, depth order (a group row: its members "
+          "merged as one tensor, rules.merge_layers_at)", "float32", "(rows, cols)"),
     Trait("flags", "bytes", "out", "flag bits (FLAGS) OR-ed over each column's steps", "uint8", "(rows, cols)"),
     Trait("col_steps", "bytes", "out", "first user step of each column", "float64", "(cols,)"),
     Trait("loss", "bytes", "out", "mean loss per column (NaN: not logged)", "float32", "(cols,)"),
-    Trait("detail", "bytes", "out", "every metric of every layer at detail_step", "float32", "(metrics, n_layers)"),
+    Trait("detail", "bytes", "out", "every metric of every row at detail_step", "float32", "(metrics, rows)"),
     Trait("detail_step", "int", "out", "the recorded step of detail (-1: none)"),
-    Trait("hists", "bytes", "out", "histograms of log10|g| of hist_layer", "uint32", "(H, n_bins)"),
+    Trait("hists", "bytes", "out", "histograms of log10|g| of hist_layer's row (a group's: added)", "uint32",
+          "(H, n_bins)"),
     Trait("hist_steps", "bytes", "out", "their steps", "float64", "(H,)"),
-    Trait("hist_layer", "int", "out", "the layer hists belong to (-1: none)"),
-    Trait("hist_all", "bytes", "out", "every layer's histogram at meta.hist_all_step", "uint32", "(n_layers, n_bins)"),
-    Trait("table", "json", "out", "layer health rows (NaN null, +-Inf the strings 'Infinity'/'-Infinity')"),
+    Trait("hist_layer", "int", "out", "the layer hists belong to (-1: none; its row when grouped)"),
+    Trait("hist_all", "bytes", "out", "every row's histogram at meta.hist_all_step", "uint32", "(rows, n_bins)"),
+    Trait("table", "json", "out", "health rows, one per heatmap row (NaN null, +-Inf the strings "
+          "'Infinity'/'-Infinity'); a group's: table.group_rows"),
     Trait("diagnoses", "json", "out", "the top diagnoses: cause, text, action, layers, layer_index, first_step"),
     Trait("static_png", "str", "out", "data URL of the static image (shown when the saved state lost the buffers)"),
     Trait("static_html", "str", "out", "the health table (HTML) that goes with static_png"),
@@ -50,6 +54,7 @@ TRAITS: dict[str, Trait] = {t.name: t for t in [
     Trait("metric", "str", "both", "metric of the heatmap, bars and series (one of METRICS)"),
     Trait("follow", "bool", "both", "the cursor follows the newest step"),
     Trait("columns", "int", "in", "step columns the heatmap can show (its width in device pixels)"),
+    Trait("expanded", "json", "both", "layer ranges [start, stop] whose groups show their members (rows.row_layout)"),
     # a comparison of two runs (GradientPanel.compare): heat/flags are the first run's, on the same
     # rows (layers matched by name) and columns (steps aligned by step number) as these
     Trait("labels", "json", "out", "the compared runs' labels, first (reference) then later ([]: one run)"),
@@ -81,8 +86,10 @@ METRIC_LABELS = {
 }
 #: the fields of a health-table row the page reads (columns, filter, selection); the rest stays in the Report.
 #: (``health_a`` and ``change``: a comparison's first-run health and log10 change of the final gradient norm)
+#: (``count``: the tensors of a group row; ``parent``: the expanded group [start, stop] a row is shown in)
 TABLE_KEYS = ("index", "layer", "module_type", "numel", "status", "health", "health_a", "change", "flags",
-              "grad_norm_median", "mean_abs_median", "max_abs_max", "zero_frac_mean", "nonfinite_total", "trend", "suggestion")
+              "grad_norm_median", "mean_abs_median", "max_abs_max", "zero_frac_mean", "nonfinite_total", "trend", "suggestion",
+              "count", "parent")
 #: views of a comparison (the ``mode`` trait).
 COMPARE_MODES = ("side", "diff")
 #: colour stops of the difference map (``plots.DIFF_CMAP``, diverging, centred on no change), evenly

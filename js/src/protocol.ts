@@ -113,6 +113,11 @@ export const CONSTANTS = {
       "direction": "in",
       "dtype": ""
     },
+    "expanded": {
+      "kind": "json",
+      "direction": "both",
+      "dtype": ""
+    },
     "labels": {
       "kind": "json",
       "direction": "out",
@@ -200,7 +205,9 @@ export const CONSTANTS = {
     "zero_frac_mean",
     "nonfinite_total",
     "trend",
-    "suggestion"
+    "suggestion",
+    "count",
+    "parent"
   ],
   "compare_modes": [
     "side",
@@ -260,11 +267,19 @@ export function metricLabel(metric: string): string {
   return METRIC_LABELS[metric] ?? metric;
 }
 
+/** One heatmap row: a layer, or (past the kernel's row cap, gradwidget/panel/rows.py) a group of
+ *  consecutive layers [start, start + count) measured as one tensor. */
 export interface LayerMeta {
   name: string;
   module_type?: string;
   status?: string;
   numel?: number;
+  /** grouped rows only: the row's first layer, its layers, how many expanded groups hold it, and
+   *  the innermost expanded group [start, stop) it is shown in (null: a top-level row) */
+  start?: number;
+  count?: number;
+  depth?: number;
+  parent?: [number, number] | null;
 }
 
 export interface Meta {
@@ -295,6 +310,8 @@ export interface Meta {
   diff_max?: number;
   /** a comparison: rows (layers) that one of the runs lacks */
   missing?: string[];
+  /** rows are groups of layers (meta.layers[i].start/count); n_layers counts the run's layers */
+  grouped?: boolean;
 }
 
 /** One of the top diagnoses (gradwidget/panel/table.py diagnoses_from_report). */
@@ -334,6 +351,7 @@ export interface Traits {
   metric: string;
   follow: boolean;
   columns: number;
+  expanded: [number, number][];
   labels: string[];
   heat_b: Binary;
   flags_b: Binary;
@@ -414,7 +432,7 @@ export function decodeHeat(m: PanelModel): HeatData {
   }
   try {
     const ha = m.get("hist_all");
-    const n = meta.n_layers * meta.n_bins;
+    const n = rowCount(meta) * meta.n_bins;
     out.histAll = n > 0 && byteLength(ha) === n * 4 ? asUint32(ha, n) : new Uint32Array(0);
   } catch {
     out.histAll = new Uint32Array(0);
@@ -431,8 +449,36 @@ export interface DetailData {
   histLayer: number;
 }
 
+/** Rows of the heatmap, detail and hist_all: layers, or groups of them (meta.grouped). */
+export function rowCount(meta: Meta): number {
+  return meta.grouped ? meta.layers.length : meta.n_layers;
+}
+
+/** Rows of a grouped layout: the layer each row starts at (ascending); the identity otherwise. */
+export function rowStarts(meta: Meta): Int32Array {
+  const out = new Int32Array(rowCount(meta));
+  for (let i = 0; i < out.length; i++) {
+    const s = meta.grouped ? meta.layers[i]?.start : undefined;
+    out[i] = typeof s === "number" ? s : i;
+  }
+  return out;
+}
+
+/** The row showing layer `layer` (its own, or its group's); -1 when out of range. */
+export function rowOfLayer(starts: Int32Array, nLayers: number, layer: number): number {
+  if (!(layer >= 0 && layer < nLayers) || !starts.length) return -1;
+  let lo = 0;
+  let hi = starts.length - 1;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (starts[mid] <= layer) lo = mid;
+    else hi = mid - 1;
+  }
+  return starts[lo] <= layer ? lo : -1;
+}
+
 export function decodeDetail(m: PanelModel, meta: Meta): DetailData {
-  const L = meta.n_layers;
+  const L = rowCount(meta);
   const nb = meta.n_bins;
   try {
     const d = m.get("detail");

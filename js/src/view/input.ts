@@ -1,5 +1,6 @@
-// Input: dragging on the heatmap scrubs, a click selects the layer under the pointer, hover shows a
-// tooltip, the keyboard scrubs (← → Home End, shift for 10), plays (space) and selects (↑ ↓).
+// Input: dragging on the heatmap scrubs, a click selects the layer under the pointer (a group's
+// name, ▸/▾, expands or collapses it), hover shows a tooltip, the keyboard scrubs (← → Home End,
+// shift for 10), plays (space), selects (↑ ↓) and expands or collapses the selected row's group (Enter).
 
 import { fmt } from "../colormap";
 import { colAt, rowAt } from "../layout";
@@ -21,7 +22,9 @@ export function bindInput(v: PanelView, listen: Listen): void {
   listen(d.canvas, "pointerdown", (e) => {
     const p = pointer(v, e);
     if (!p || !v.layout) return;
-    if ((p.inHeat || p.inBars || p.inGutter) && p.row >= 0) v.selectLayer(v.order[p.row], true);
+    // a group's name (▸) expands it, the ▾ of an expanded group's first row collapses it
+    const toggled = p.inGutter && p.row >= 0 && groupMarked(v, v.order[p.row]) && v.toggleGroup(v.order[p.row]);
+    if (!toggled && (p.inHeat || p.inBars || p.inGutter) && p.row >= 0) v.selectRow(v.order[p.row], true);
     if (p.inHeat) {
       dragging = true;
       d.canvas.setPointerCapture(e.pointerId);
@@ -67,9 +70,12 @@ function onKey(v: PanelView, e: KeyboardEvent): void {
     case "ArrowDown": {
       const pos = displayRow(v, v.layer);
       const next = pos < 0 ? 0 : pos + (e.key === "ArrowUp" ? -1 : 1);
-      if (next >= 0 && next < v.order.length) v.selectLayer(v.order[next], true);
+      if (next >= 0 && next < v.order.length) v.selectRow(v.order[next], true);
       break;
     }
+    case "Enter":
+      handled = v.layer >= 0 && v.toggleGroup(v.layer);
+      break;
     default:
       handled = false;
   }
@@ -86,6 +92,12 @@ interface Pointer {
   inBars: boolean;
   inGutter: boolean;
   row: number;
+}
+
+/** A row whose name carries ▸ or ▾ (a group, or the first row of an expanded one). */
+function groupMarked(v: PanelView, row: number): boolean {
+  const r = v.meta.layers[row];
+  return !!v.meta.grouped && !!r && ((r.count ?? 1) > 1 || (!!r.parent && r.parent[0] === r.start));
 }
 
 function pointer(v: PanelView, e: PointerEvent): Pointer | null {
