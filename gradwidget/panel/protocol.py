@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..rules import merge_of
 from ..run import METRICS
 
 
@@ -84,6 +85,12 @@ METRIC_LABELS = {
     "weight_norm": "weight L2 norm",
     "update_norm": "update L2 norm",
 }
+#: how a group row's value is made from its members' (``rules.merge_of``), per metric: the legend and
+#: the tooltip of a group row say it.
+MERGE_LABELS = {m: {"l2": "the members' norms in quadrature (one L2 norm over all their entries)",
+                    "weighted": "the members' values weighted by size",
+                    "max": "the largest member's", "sum": "the members' counts summed",
+                    "pooled": "the members' variances pooled by size"}[merge_of(m)] for m in METRICS}
 #: the fields of a health-table row the page reads (columns, filter, selection); the rest stays in the Report.
 #: (``health_a`` and ``change``: a comparison's first-run health and log10 change of the final gradient norm)
 #: (``count``: the tensors of a group row; ``parent``: the expanded group [start, stop] a row is shown in)
@@ -142,6 +149,7 @@ def constants_json() -> dict:
         "marks": MARKS,
         "metrics": list(METRICS),
         "metric_labels": METRIC_LABELS,
+        "merge_labels": MERGE_LABELS,
         "max_diagnoses": MAX_DIAGNOSES,
         "table_keys": list(TABLE_KEYS),
         "compare_modes": list(COMPARE_MODES),

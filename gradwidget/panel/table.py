@@ -54,6 +54,11 @@ def _num(rows: list[dict], key: str) -> np.ndarray:
     return np.array([one(r.get(key)) for r in rows], np.float64)
 
 
+def _flags(v) -> list[str]:
+    """A row's flags: the analysis writes them as one comma-separated string, the fallback as a list."""
+    return [f.strip() for f in v.split(",") if f.strip()] if isinstance(v, str) else list(v or [])
+
+
 def group_row(members: list[dict], label: str, start: int, numel: np.ndarray) -> dict:
     """One health row for a group of layers' rows (``members``, depth order), each statistic
     combined as the heatmap merges its metric (``rules.merge_of``): the members' median norms in
@@ -66,7 +71,7 @@ def group_row(members: list[dict], label: str, start: int, numel: np.ndarray) ->
     known = [r for r in members if r.get("health") != "Unknown"] or members
     worst = max(known, key=lambda r: HEALTH_RANK.get(str(r.get("health")), 1))
     health = str(worst.get("health", "Unknown"))
-    flags = sorted({f for r in members for f in (r.get("flags") or [])})
+    flags = ", ".join(sorted({f for r in members for f in _flags(r.get("flags"))}))
     n_bad = sum(r.get("health") == health for r in members)
     stats = {}
     for key, metric in (("grad_norm_median", "grad_norm"), ("mean_abs_median", "mean_abs"),
@@ -74,8 +79,9 @@ def group_row(members: list[dict], label: str, start: int, numel: np.ndarray) ->
         stats[key] = _shown(jsonable(merge_layers_at(_num(members, key)[None, :], metric, np.zeros(1, np.intp), numel)[0, 0]))
     suggestion = ""
     if health in ("Critical", "Warning"):
-        suggestion = (f"{n_bad} of {len(members)} tensors {health}; worst {worst.get('layer')}: "
-                      f"{worst.get('suggestion') or ''}").rstrip(": ")
+        name, said = str(worst.get("layer")), str(worst.get("suggestion") or "")
+        said = said if name in said else f"{name}: {said}".rstrip(": ")
+        suggestion = f"{n_bad} of {len(members)} tensors {health}; {said}"
     return {"index": int(start), "layer": label, "module_type": f"{len(members)} tensors",
             "numel": int(numel.sum()), "status": "trainable" if any(r.get("status") != "frozen" for r in members)
             else "frozen", "health": health, "flags": flags, **stats, "trend": worst.get("trend", ""),

@@ -188,6 +188,16 @@ export const CONSTANTS = {
     "weight_norm": "weight L2 norm",
     "update_norm": "update L2 norm"
   },
+  "merge_labels": {
+    "grad_norm": "the members' norms in quadrature (one L2 norm over all their entries)",
+    "mean_abs": "the members' values weighted by size",
+    "max_abs": "the largest member's",
+    "std": "the members' variances pooled by size",
+    "zero_frac": "the members' values weighted by size",
+    "nonfinite": "the members' counts summed",
+    "weight_norm": "the members' norms in quadrature (one L2 norm over all their entries)",
+    "update_norm": "the members' norms in quadrature (one L2 norm over all their entries)"
+  },
   "max_diagnoses": 5,
   "table_keys": [
     "index",
@@ -243,6 +253,8 @@ export const FLAG_NODATA = CONSTANTS.flags.nodata;
 export const HEALTH_RANK: Record<string, number> = CONSTANTS.health_rank;
 export const HEALTH_COLORS: Record<string, string> = CONSTANTS.health_colors;
 export const METRIC_LABELS: Record<string, string> = CONSTANTS.metric_labels;
+/** How a group row's value is made from its members', per metric (gradwidget/rules.py merge_of). */
+export const MERGE_LABELS: Record<string, string> = CONSTANTS.merge_labels;
 export const MAX_DIAGNOSES = CONSTANTS.max_diagnoses;
 export const COMPARE_MODES: readonly string[] = CONSTANTS.compare_modes;
 /** Colour stops of the difference map (Python's plots.DIFF_CMAP), from -diff_max to +diff_max. */

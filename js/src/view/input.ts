@@ -4,7 +4,7 @@
 
 import { fmt } from "../colormap";
 import { colAt, rowAt } from "../layout";
-import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING, metricLabel } from "../protocol";
+import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING, MERGE_LABELS, metricLabel } from "../protocol";
 import { barValues, displayRow, heatRectIndex, heatRects } from "./draw";
 import type { PanelView } from "./panel";
 
@@ -145,10 +145,12 @@ function hover(v: PanelView, p: Pointer | null): void {
   const marks = [f & FLAG_VANISHING ? "vanishing" : "", f & FLAG_EXPLODING ? "exploding" : "", f & FLAG_NONFINITE ? "NaN/Inf" : ""]
     .filter(Boolean)
     .join(", ");
+  const count = v.meta.grouped ? v.meta.layers[j]?.count ?? 1 : 1;
   tip.textContent =
     `${name}\nstep ${fmt(s0)}${s1 > s0 ? `–${fmt(s1)}` : ""}\n${metricLabel(v.meta.metric)}` +
     `${v.comparing ? ` (${p.inBars ? v.labels[1] : v.mode === "diff" ? "log10 ratio" : v.labels[heatRectIndex(v, p.x)]})` : ""}: ${fmt(val)}` +
-    (marks ? `\n${marks}` : "");
+    (marks ? `\n${marks}` : "") +
+    (count > 1 ? `\n${count} tensors as one: ${MERGE_LABELS[v.meta.metric] ?? ""}` : "");
   tip.style.display = "block";
   const bw = v.dom.mainBox.clientWidth;
   const left = p.x + 14 + 180 > bw ? p.x - 190 : p.x + 14;

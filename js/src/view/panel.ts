@@ -321,7 +321,7 @@ export class PanelView {
   private updateLegend(): void {
     this.dom.legend.innerHTML = this.comparing && this.mode === "diff"
       ? diffLegendHtml(this.meta.metric, this.meta.diff_max ?? 1, this.labels)
-      : legendHtml(this.meta.metric, this.scale, this.heat, this.meta.thresholds);
+      : legendHtml(this.meta.metric, this.scale, this.heat, this.meta.thresholds, !!this.meta.grouped);
   }
 
   // ------------------------------------------------------------------ view -> model

@@ -1,0 +1,208 @@
+"""Past plots.MAX_DRAWN_ROWS layers the panel draws groups (issue 17): each group row's numbers are
+the documented merge of its members' (rules.merge_of), the same rows as the static figures, and
+expanding a group puts its members in its place; below the cap nothing changes."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import traitlets
+
+from gradwidget import GradientPanel, plots
+from gradwidget.panel import payload as P
+from gradwidget.panel.rows import row_layout, toggled
+from gradwidget.run import METRICS, N_BINS, LayerInfo, Run
+
+M = {m: i for i, m in enumerate(METRICS)}
+
+
+def many_layers(n: int = 450, steps: int = 6, seed: int = 0, hist: bool = True) -> Run:
+    """``n`` tensors in blocks of 3 modules x (weight, bias): 6 layers a block, sizes 4 and 2."""
+    rng = np.random.default_rng(seed)
+    layers = [LayerInfo(f"blocks.{i // 6}.lin{(i // 2) % 3}.{'weight' if i % 2 == 0 else 'bias'}",
+                        module=f"blocks.{i // 6}.lin{(i // 2) % 3}", module_type="Linear",
+                        shape=(2, 2) if i % 2 == 0 else (2,), numel=4 if i % 2 == 0 else 2) for i in range(n)]
+    run = Run(layers)
+    for s in range(steps):
+        v = np.exp(rng.standard_normal((len(METRICS), n))).astype(np.float32) * 0.1
+        v[M["zero_frac"]] = rng.random(n)
+        v[M["nonfinite"]] = 0
+        h = rng.integers(0, 50, (n, N_BINS)).astype(np.uint32) if hist else None
+        run.append(s, v, {"loss": 1.0 / (s + 1)}, hist=h)
+    return run
+
+
+def by_hand(values: np.ndarray, metric: str, groups, numel: np.ndarray) -> np.ndarray:
+    """The documented merge, written out group by group (NaN members left out)."""
+    out = np.full((values.shape[0], len(groups)), np.nan)
+    for j, g in enumerate(groups):
+        x = values[:, g].astype(np.float64)
+        w = numel[g].astype(np.float64)
+        for s in range(x.shape[0]):
+            ok = ~np.isnan(x[s])
+            if not ok.any():
+                continue
+            xs, ws = x[s, ok], w[ok]
+            out[s, j] = {"grad_norm": lambda: np.sqrt(np.sum(xs ** 2)), "weight_norm": lambda: np.sqrt(np.sum(xs ** 2)),
+                         "update_norm": lambda: np.sqrt(np.sum(xs ** 2)), "max_abs": lambda: xs.max(),
+                         "nonfinite": lambda: xs.sum(), "mean_abs": lambda: np.sum(xs * ws) / ws.sum(),
+                         "zero_frac": lambda: np.sum(xs * ws) / ws.sum(),
+                         "std": lambda: np.sqrt(np.sum(xs ** 2 * ws) / ws.sum())}[metric]()
+    return out
+
+
+def test_small_runs_have_one_row_per_layer_and_nothing_new():
+    run = many_layers(n=plots.MAX_DRAWN_ROWS, steps=3)
+    assert row_layout(run, [[0, 6]]) is None
+    panel = GradientPanel(run)
+    try:
+        meta = panel.meta
+        assert meta["grouped"] is False and meta["rows"] == run.n_layers
+        assert [x["name"] for x in meta["layers"]] == run.layer_names
+        assert all("count" not in x for x in meta["layers"])
+        heat = np.frombuffer(panel.heat, np.float32).reshape(meta["rows"], meta["cols"])
+        np.testing.assert_array_equal(heat, run.metric("mean_abs").T)
+        assert len(panel.detail) == len(METRICS) * run.n_layers * 4
+        assert {r["index"] for r in panel.table} == set(range(run.n_layers))
+        assert all(r.get("count") is None and r.get("parent") is None for r in panel.table)
+        panel.expanded = [[0, 6]]  # no group to expand: the same rows
+        assert panel.meta["rows"] == run.n_layers
+    finally:
+        panel.close()
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_a_group_rows_value_is_the_documented_merge_of_its_members(metric):
+    run = many_layers()
+    run._metrics[2, M[metric], 7] = np.nan                 # one member without a value that step
+    run._metrics[3, M[metric], 12:18] = np.nan             # a whole group without one
+    groups, labels = plots.layer_row_groups(run)
+    rows = row_layout(run)
+    assert rows is not None and rows.n == len(groups) == 75 and 1 < rows.n <= plots.MAX_DRAWN_ROWS
+    assert rows.labels == labels and all(x.endswith("(6 tensors)") for x in labels)
+    meta, arrays = P.heat_view(run, metric, 1024, rows)
+    numel = np.array([li.numel for li in run.layers])
+    want = by_hand(run.metric(metric), metric, groups, numel)
+    np.testing.assert_allclose(arrays["heat"].T, want, rtol=2e-6, equal_nan=True)
+    assert np.isnan(arrays["heat"][2, 3]) and not np.isnan(arrays["heat"][1, 2])
+    # the static figures' merged run has the very same rows and values
+    np.testing.assert_allclose(plots.drawn_rows(run).metric(metric), want, rtol=2e-6, equal_nan=True)
+    assert meta["n_layers"] == 450 and meta["rows"] == 75 and meta["grouped"] is True
+    assert meta["layers"][1] == {"name": "blocks.1 (6 tensors)", "module_type": "6 tensors", "status": "trainable",
+                                 "numel": 18, "start": 6, "count": 6, "depth": 0, "parent": None}
+
+
+def test_group_flags_detail_and_histograms_are_the_members_merged():
+    run = many_layers()
+    th = run.thresholds
+    run._metrics[1, M["max_abs"], 20] = 10 * th.exploding      # one member explodes: its group does
+    run._metrics[1, M["nonfinite"], 40] = 3                    # one member has a NaN: its group does
+    run._metrics[1, M["mean_abs"], 60] = 0.0                   # one member vanishes: its group does not
+    run._metrics[1, M["mean_abs"], 66:72] = th.vanishing / 10  # every member vanishes: the group does
+    rows = row_layout(run)
+    _, arrays = P.heat_view(run, "mean_abs", 1024, rows)
+    f = arrays["flags"][:, 1]
+    assert f[3] & P.FLAG_EXPLODING and f[6] & P.FLAG_NONFINITE
+    assert not f[10] & P.FLAG_VANISHING and f[11] & P.FLAG_VANISHING
+    assert not (f[[0, 1, 2, 4, 5]] & (P.FLAG_EXPLODING | P.FLAG_NONFINITE | P.FLAG_VANISHING)).any()
+    np.testing.assert_array_equal(arrays["hist_all"][4], run.hist[-1][24:30].sum(axis=0))
+    scalars, detail = P.detail_view(run, 1, 25, rows)
+    np.testing.assert_allclose(detail["detail"][M["max_abs"], 3], 10 * th.exploding)
+    np.testing.assert_allclose(detail["detail"][M["grad_norm"], 4],
+                               np.sqrt(np.sum(run.metric("grad_norm")[1, 24:30].astype(np.float64) ** 2)), rtol=1e-6)
+    # a layer inside a collapsed group: its group's histograms (members added); hist_layer names the layer
+    assert scalars["hist_layer"] == 25
+    np.testing.assert_array_equal(detail["hists"], run.hist[:, 24:30].sum(axis=1))
+
+
+def test_expanding_a_group_puts_its_members_in_its_place_and_collapsing_restores_it():
+    run = many_layers()
+    panel = GradientPanel(run)
+    try:
+        meta0, heat0, table0 = panel.meta, panel.heat, panel.table
+        R, C = meta0["rows"], meta0["cols"]
+        assert R == 75 and len(table0) == 75
+        panel.expanded = [[30, 36]]                          # the sixth group: blocks.5
+        meta = panel.meta
+        names = [x["name"] for x in meta["layers"]]
+        assert meta["rows"] == 75 - 1 + 6
+        assert names[5:11] == run.layer_names[30:36] and names[4] == "blocks.4 (6 tensors)"
+        assert all(x["parent"] == [30, 36] and x["depth"] == 1 for x in meta["layers"][5:11])
+        heat = np.frombuffer(panel.heat, np.float32).reshape(meta["rows"], C)
+        old = np.frombuffer(heat0, np.float32).reshape(R, C)
+        np.testing.assert_array_equal(heat[5:11], run.metric("mean_abs")[:, 30:36].T)   # members: their own values
+        np.testing.assert_array_equal(heat[:5], old[:5])
+        np.testing.assert_array_equal(heat[11:], old[6:])
+        members = [r for r in panel.table if r.get("parent") == [30, 36]]
+        assert sorted(r["index"] for r in members) == list(range(30, 36)) and len(panel.table) == 80
+        assert len(panel.detail) == len(METRICS) * 80 * 4
+        panel.expanded = toggled(panel.expanded, (30, 36), expand=False)
+        assert panel.expanded == [] and panel.meta["layers"] == meta0["layers"] and panel.heat == heat0
+        assert panel.table == table0
+    finally:
+        panel.close()
+
+
+def test_a_group_of_more_than_the_cap_opens_into_groups_and_a_layer_is_revealed_through_them():
+    run = many_layers(n=600, steps=2, hist=False)
+    rows = row_layout(run, max_rows=10)                    # 100 blocks: cut into 10 blocks of 60
+    assert rows is not None and rows.n == 10 and set(rows.counts.tolist()) == {60}
+    deep = row_layout(run, [[125, 126]], max_rows=10)      # reveal layer 125: its groups all open
+    r = deep.row_of(125)
+    assert deep.counts[r] == 1 and deep.labels[r] == run.layer_names[125] and deep.depth[r] == 2
+    assert deep.parents[r] == (120, 126)                   # blocks.20, inside layers 120..179
+    # the rows always tile the layers in order, whatever is expanded
+    for ex in ([], [[125, 126]], [[120, 180]], [[0, 60], [125, 126], [599, 600]]):
+        lay = row_layout(run, ex, max_rows=10)
+        assert lay.starts[0] == 0 and (np.diff(lay.starts) == lay.counts[:-1]).all()
+        assert lay.starts[-1] + lay.counts[-1] == run.n_layers
+    # collapsing the outer group folds everything inside it back
+    assert toggled([[125, 126], [0, 60]], (120, 180), expand=False) == [[0, 60]]
+
+
+def test_expand_and_collapse_by_name_and_bad_ranges_are_refused():
+    run = many_layers()
+    panel = GradientPanel(run)
+    try:
+        panel.expand("blocks.3.lin1.bias")
+        assert panel.expanded == [[21, 22]]
+        assert "blocks.3.lin1.bias" in [x["name"] for x in panel.meta["layers"]]
+        panel.select("blocks.3.lin1.bias")
+        assert panel.layer == 21
+        panel.collapse("blocks.3.lin1.bias")
+        assert panel.expanded == [] and panel.meta["rows"] == 75
+        with pytest.raises(traitlets.TraitError, match="start < stop"):
+            panel.expanded = [[5, 5]]
+        with pytest.raises(traitlets.TraitError, match="start < stop"):
+            panel.expanded = [[1, 2, 3]]
+    finally:
+        panel.close()
+
+
+def test_a_change_of_rows_is_never_sent_as_a_patch_of_columns():
+    run = many_layers(steps=4)
+    a = P.view_shape(run, {"metric": "mean_abs", "block": 1, "n_layers": 450, "first_step": 0, "n_steps": 4},
+                     row_layout(run))
+    b = dict(a, n_steps=5)
+    assert P.patch_start(a, b) == 4
+    b["rows"] = row_layout(run, [[0, 6]]).key()
+    assert P.patch_start(a, b) is None
+
+
+def test_grouped_group_table_row_is_the_members_merged():
+    run = many_layers()
+    run._metrics[:, M["nonfinite"], 8] = 2                 # blocks.1.lin1.weight: NaN every step
+    panel = GradientPanel(run)
+    try:
+        row = next(r for r in panel.table if r["index"] == 6)
+        assert row["count"] == 6 and row["layer"] == "blocks.1 (6 tensors)" and row["health"] == "Critical"
+        assert "nonfinite" in row["flags"] and row["nonfinite_total"] == 2 * run.n_steps
+        own = [r for r in panel._layer_rows if 6 <= r["index"] < 12]
+        n_bad = sum(r["health"] == "Critical" for r in own)
+        assert row["suggestion"].startswith(f"{n_bad} of 6 tensors Critical; ")
+        assert float(row["max_abs_max"]) == pytest.approx(max(float(r["max_abs_max"]) for r in own), rel=1e-3)
+        np.testing.assert_allclose(row["grad_norm_median"],
+                                   np.sqrt(sum(r["grad_norm_median"] ** 2 for r in own)), rtol=1e-3)
+        ranks = [{"Critical": 3, "Warning": 2, "Unknown": 1, "Healthy": 0}[r["health"]] for r in panel.table]
+        assert ranks == sorted(ranks, reverse=True)          # worst first
+    finally:
+        panel.close()
