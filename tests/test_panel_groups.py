@@ -206,3 +206,123 @@ def test_grouped_group_table_row_is_the_members_merged():
         assert ranks == sorted(ranks, reverse=True)          # worst first
     finally:
         panel.close()
+
+
+# ----------------------------------------------------------------- the page, in Chromium
+#: a model object for the built bundle, fed by a real GradientPanel's traits (``_state``): what the
+#: page sets and saves is collected in ``window.gwSaved`` for the test to hand to the kernel, and
+#: ``window.gwKernel(state)`` sets the kernel's answer and fires its change events, as a comm would.
+BRIDGE_JS = """async ({code, state}) => {
+  const decode = (s) => { const out = {};
+    for (const [k, v] of Object.entries(s)) {
+      if (v && typeof v === 'object' && '__b64__' in v) {
+        const b = Uint8Array.from(atob(v.__b64__), c => c.charCodeAt(0)); out[k] = new DataView(b.buffer);
+      } else out[k] = v;
+    } return out; };
+  const values = decode(state);
+  const handlers = {};
+  window.gwSaved = [];
+  let pending = {};
+  const model = {get: (k) => values[k], set: (k, v) => { values[k] = v; pending[k] = v; },
+    save_changes() { window.gwSaved.push(pending); pending = {}; },
+    on(ev, cb) { (handlers[ev] = handlers[ev] || []).push(cb); },
+    off(ev, cb) { if (handlers[ev]) handlers[ev] = handlers[ev].filter(f => f !== cb); }};
+  window.gwKernel = (s) => { const d = decode(s); Object.assign(values, d);
+    for (const k of Object.keys(d)) for (const cb of handlers['change:' + k] || []) cb(); };
+  const url = URL.createObjectURL(new Blob([code], {type: 'text/javascript'}));
+  const mod = await import(url);
+  const el = document.createElement('div');
+  el.style.width = '1200px';
+  document.body.append(el);
+  mod.default.render({model, el});
+  window.gwView = el.gradwidget;
+}"""
+
+
+def _state(panel) -> dict:
+    """The panel's synced traits as JSON (binary ones base64-encoded for the bridge)."""
+    import base64
+
+    from gradwidget.panel.protocol import TRAITS
+
+    out = {}
+    for k, t in TRAITS.items():
+        v = getattr(panel, k)
+        out[k] = {"__b64__": base64.b64encode(v).decode()} if t.kind == "bytes" else v
+    return out
+
+
+def _sync(page, panel) -> list[dict]:
+    """Hand what the page saved to the kernel (as a comm message would) and the kernel's state back."""
+    saved = page.evaluate("() => window.gwSaved.splice(0)")
+    for change in saved:
+        panel.set_state(change)
+    page.evaluate("(s) => window.gwKernel(s)", _state(panel))
+    return saved
+
+
+VIEW_ROWS_JS = """() => ({rows: window.gwView.meta.rows, names: window.gwView.meta.layers.map(l => l.name),
+  layer: window.gwView.layer, table: Array.from(document.querySelectorAll('table.gw-health tbody tr'))
+    .map(tr => tr.dataset.layer), image: window.gwView.image.rows,
+  toggles: Array.from(document.querySelectorAll('table.gw-health button.gw-toggle'))
+    .map(b => [b.closest('tr').dataset.index, b.textContent, b.getAttribute('aria-expanded')])})"""
+
+
+@pytest.mark.browser
+def test_the_page_draws_groups_and_expands_and_collapses_one_in_chromium():
+    from pathlib import Path
+
+    from gw_browser import offline_page
+
+    bundle = Path(__file__).resolve().parents[1] / "gradwidget" / "static" / "widget.js"
+    if not bundle.is_file():
+        pytest.skip("the front end is not built (npm --prefix js run build)")
+    run = many_layers()
+    panel = GradientPanel(run, layer="blocks.20.lin0.weight")
+    try:
+        with offline_page() as (page, blocked):
+            page.set_content("<!doctype html><html><body style='margin:0'></body></html>")
+            page.evaluate(BRIDGE_JS, {"code": bundle.read_text(), "state": _state(panel)})
+            page.wait_for_function("() => window.gwView.image.rows > 0")
+            v = page.evaluate(VIEW_ROWS_JS)
+            assert v["rows"] == 75 and v["names"][0] == "blocks.0 (6 tensors)" and v["image"] == 75
+            assert v["layer"] == 20                          # layer 120 is shown by its group's row
+            assert all(m == "▸" and e == "false" for _, m, e in v["toggles"]) and len(v["toggles"]) >= 20
+            assert "blocks.3 (6 tensors)" in v["table"] and "blocks.3.lin1.bias" not in v["table"]
+            legend = page.locator(".gw-legend").inner_text()
+            assert "groups of layers, each measured as one tensor" in legend
+            # the ▸ of blocks.3 in the table: the page asks for it, the kernel sends its members
+            page.locator("table.gw-health tr[data-index='18'] button.gw-toggle").click()
+            assert _sync(page, panel)[-1] == {"expanded": [[18, 24]]}
+            page.wait_for_function("() => window.gwView.meta.rows === 80")
+            v = page.evaluate(VIEW_ROWS_JS)
+            assert v["names"][3:9] == run.layer_names[18:24] and v["image"] == 80
+            assert {n for n in run.layer_names[18:24]} <= set(v["table"])
+            assert ["18", "▾", "true"] in v["toggles"]
+            # a member row selected, Enter collapses its group
+            page.locator("table.gw-health tr[data-layer='blocks.3.lin1.bias']").click()
+            page.locator(".gw-root").press("Enter")
+            saved = _sync(page, panel)
+            assert {"layer": 21} in saved and saved[-1] == {"expanded": []}
+            page.wait_for_function("() => window.gwView.meta.rows === 75")
+            assert page.evaluate("() => window.gwView.layer") == 3       # layer 21's group row
+            # a click on a group's name in the canvas gutter expands it
+            box = page.evaluate("() => { const L = window.gwView.layout, r = window.gwView.canvas.getBoundingClientRect();"
+                                " return {x: r.left + L.gutter.x + L.gutter.w / 2, y: r.top + L.gutter.y, h: L.gutter.h}; }")
+            page.mouse.click(box["x"], box["y"] + box["h"] * (10.5 / 75))
+            assert _sync(page, panel)[-1] == {"expanded": [[60, 66]]}
+            page.wait_for_function("() => window.gwView.meta.rows === 80")
+            assert page.evaluate(VIEW_ROWS_JS)["names"][10] == "blocks.10.lin0.weight"
+            # a diagnosis' click selects its first layer and opens the group holding it
+            d = panel.diagnoses[0]
+            li = d["layer_index"]
+            assert li >= 0 and not 60 <= li < 66
+            page.locator(".gw-diagnosis[data-i='0']").click()
+            saved = _sync(page, panel)
+            assert saved[0]["layer"] == li and [li, li + 1] in saved[0]["expanded"]
+            page.wait_for_function("(li) => { const v = window.gwView; const r = v.meta.layers[v.layer];"
+                                   " return r && r.start === li && r.count === 1; }", arg=li)
+            assert page.evaluate("() => window.gwView.meta.layers[window.gwView.layer].name") == run.layer_names[li]
+        assert blocked == []
+    finally:
+        panel.close()
