@@ -108,18 +108,20 @@ def merge_layers_at(a: np.ndarray, metric: str, starts: np.ndarray, numel: np.nd
     parameter) is left out, so one unused tensor does not blank its group; NaN when no member has
     a value. Accumulated in float64; float32 out."""
     starts = np.asarray(starts, np.intp)
-    x = np.asarray(a, np.float64)
-    has = ~np.isnan(x)
+    a = np.asarray(a)
     how = merge_of(metric)
+    if how == "max":  # fmax skips NaN, and is NaN where every member is
+        return np.fmax.reduceat(a, starts, axis=1).astype(np.float32)
+    f64 = np.float64
+    has = ~np.isnan(a)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        if how == "max":
-            out = np.maximum.reduceat(np.where(has, x, -np.inf), starts, axis=1)
-        elif how in ("l2", "sum"):
-            out = np.add.reduceat(np.where(has, x * x if how == "l2" else x, 0.0), starts, axis=1)
-            out = np.sqrt(out) if how == "l2" else out
+        if how == "sum":
+            out = np.add.reduceat(np.where(has, a, 0), starts, axis=1, dtype=f64)
+        elif how == "l2":
+            out = np.sqrt(np.add.reduceat(np.where(has, np.square(a, dtype=f64), 0.0), starts, axis=1))
         else:
-            w = np.where(has, np.asarray(numel, np.float64)[None, :], 0.0)
-            v = np.where(has, x * x if how == "pooled" else x, 0.0)
+            w = np.where(has, np.asarray(numel, f64)[None, :], 0.0)
+            v = np.where(has, np.square(a, dtype=f64) if how == "pooled" else a, 0.0)
             out = np.add.reduceat(v * w, starts, axis=1) / np.add.reduceat(w, starts, axis=1)
             out = np.sqrt(out) if how == "pooled" else out
         out[~np.logical_or.reduceat(has, starts, axis=1)] = np.nan

@@ -96,16 +96,9 @@ def _message(run: Run, mets: dict, values: np.ndarray, metric: str, n: int) -> t
     return "", ""
 
 
-def group_trainable(run: Run, rows: Rows) -> np.ndarray:
-    """Per row: whether any of its layers is trainable (a frozen group is never vanishing)."""
-    return np.logical_or.reduceat(run.trainable_mask(), rows.starts)
-
-
-def merged(run: Run, values: np.ndarray, metric: str, rows: Rows | None) -> np.ndarray:
+def merged(values: np.ndarray, metric: str, rows: Rows | None) -> np.ndarray:
     """``values`` (steps x layers) on the panel's rows: itself, or merged into its groups."""
-    if rows is None:
-        return values
-    return merge_layers_at(values, metric, rows.starts, np.array([max(1, li.numel) for li in run.layers], np.float64))
+    return values if rows is None else merge_layers_at(values, metric, rows.starts, rows.numel)
 
 
 def heat_view(run: Run, metric: str, columns: int, rows: Rows | None = None) -> tuple[dict, dict[str, np.ndarray]]:
@@ -121,8 +114,8 @@ def heat_view(run: Run, metric: str, columns: int, rows: Rows | None = None) -> 
     message, level = _message(run, mets, mets[metric], metric, N)
     trainable = None
     if rows is not None:
-        mets = {m: merged(run, v, m, rows) for m, v in mets.items()}
-        trainable = group_trainable(run, rows)
+        mets = {m: merged(v, m, rows) for m, v in mets.items()}
+        trainable = rows.trainable
     values = mets[metric]
     heat = reduce_blocks(values, k, fold_of(metric)).T
     flags = reduce_blocks(cell_flags(run, mets["mean_abs"], mets["max_abs"], mets["nonfinite"], trainable), k, "or").T
@@ -134,7 +127,7 @@ def heat_view(run: Run, metric: str, columns: int, rows: Rows | None = None) -> 
     if rows is not None and len(hist_all):
         hist_all = np.add.reduceat(hist_all, rows.starts, axis=0)
     layers = ([{"name": li.name, "module_type": li.module_type, "status": li.status, "numel": int(li.numel)}
-               for li in run.layers] if rows is None else rows.meta(run))
+               for li in run.layers] if rows is None else rows.entries)
     meta = {
         "n_layers": L, "n_steps": int(N), "rows": R if cols else 0, "cols": int(cols),
         "scale": [float(lo), float(hi)], "hist_all_step": int(hs[-1]) if len(hist_all) else -1,
@@ -206,7 +199,7 @@ def detail_view(run: Run | None, step: int, layer: int, rows: Rows | None = None
     if i < len(steps) and steps[i] == step:
         d = run._M3[i]
         if rows is not None:
-            d = np.stack([merged(run, d[k][None, :], name, rows)[0] for k, name in enumerate(METRICS)])
+            d = np.stack([merged(d[k][None, :], name, rows)[0] for k, name in enumerate(METRICS)])
         arrays["detail"] = d
         scalars["detail_step"] = int(step)
     if 0 <= layer < run.n_layers:

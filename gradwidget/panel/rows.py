@@ -27,6 +27,9 @@ class Rows:
     labels: list[str]           #: a layer's name, or the group's label with its size
     depth: np.ndarray           #: (R,) how many expanded groups hold the row
     parents: list[tuple[int, int] | None]  #: the innermost expanded group holding the row
+    numel: np.ndarray           #: (layers,) each layer's size, at least 1 (the merge's weights)
+    trainable: np.ndarray       #: (R,) any of the row's layers trainable (a frozen group never vanishes)
+    entries: list[dict]         #: ``meta.layers``: one per row, a group's with its range, nesting and parent
 
     @property
     def n(self) -> int:
@@ -40,22 +43,22 @@ class Rows:
         """What a heatmap update's rows were (an update whose rows differ is sent whole)."""
         return tuple(self.starts.tolist())
 
-    def meta(self, run: Run) -> list[dict]:
-        """``meta.layers``: one entry per row, a group's with its range, nesting and parent."""
-        out = []
-        for a, n, label, d, p in zip(self.starts.tolist(), self.counts.tolist(), self.labels, self.depth.tolist(),
-                                     self.parents):
-            if n == 1:
-                li = run.layers[a]
-                entry = {"name": li.name, "module_type": li.module_type, "status": li.status, "numel": int(li.numel)}
-            else:
-                members = run.layers[a:a + n]
-                entry = {"name": label, "module_type": f"{n} tensors",
-                         "status": "trainable" if any(x.status != "frozen" for x in members) else "frozen",
-                         "numel": int(sum(x.numel for x in members))}
-            entry.update(start=a, count=n, depth=d, parent=list(p) if p else None)
-            out.append(entry)
-        return out
+
+
+def _entries(run: Run, starts, counts, labels, depth, parents) -> list[dict]:
+    out = []
+    for a, n, label, d, p in zip(starts, counts, labels, depth, parents):
+        if n == 1:
+            li = run.layers[a]
+            entry = {"name": li.name, "module_type": li.module_type, "status": li.status, "numel": int(li.numel)}
+        else:
+            members = run.layers[a:a + n]
+            entry = {"name": label, "module_type": f"{n} tensors",
+                     "status": "trainable" if any(x.status != "frozen" for x in members) else "frozen",
+                     "numel": int(sum(x.numel for x in members))}
+        entry.update(start=a, count=n, depth=d, parent=list(p) if p else None)
+        out.append(entry)
+    return out
 
 
 def _holds(group: tuple[int, int], expanded: list[tuple[int, int]]) -> bool:
@@ -96,7 +99,11 @@ def row_layout(run: Run, expanded=(), max_rows: int | None = None) -> Rows | Non
             parents.append(parent)
 
     add(*top, 0, None)
-    return Rows(np.asarray(starts, np.intp), np.asarray(counts, np.intp), labels, np.asarray(depth, np.intp), parents)
+    first = np.asarray(starts, np.intp)
+    return Rows(first, np.asarray(counts, np.intp), labels, np.asarray(depth, np.intp), parents,
+                numel=np.array([max(1, li.numel) for li in run.layers], np.float64),
+                trainable=np.logical_or.reduceat(run.trainable_mask(), first),
+                entries=_entries(run, starts, counts, labels, depth, parents))
 
 
 def toggled(expanded, group: tuple[int, int], expand: bool) -> list[list[int]]:

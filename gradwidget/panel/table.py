@@ -94,7 +94,7 @@ def group_rows(layer_rows: list[dict], rows: Rows | None, run: Run) -> list[dict
     if rows is None or not layer_rows:
         return layer_rows
     by_index = {r["index"]: r for r in layer_rows}
-    numel = np.array([max(1, li.numel) for li in run.layers], np.float64)
+    numel = rows.numel
     out = []
     for a, n, label, parent in zip(rows.starts.tolist(), rows.counts.tolist(), rows.labels, rows.parents):
         if n == 1:
