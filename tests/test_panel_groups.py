@@ -313,10 +313,19 @@ def test_the_page_draws_groups_and_expands_and_collapses_one_in_chromium():
             assert _sync(page, panel)[-1] == {"expanded": [[60, 66]]}
             page.wait_for_function("() => window.gwView.meta.rows === 80")
             assert page.evaluate(VIEW_ROWS_JS)["names"][10] == "blocks.10.lin0.weight"
+            # Enter on a table row's ▸ (keyboard focus) expands that row's group, not the selected row's
+            page.locator("table.gw-health tr[data-index='24'] button.gw-toggle").focus()
+            page.keyboard.press("Enter")
+            assert _sync(page, panel)[-1] == {"expanded": [[60, 66], [24, 30]]}
+            page.wait_for_function("() => window.gwView.meta.rows === 85")
             # a diagnosis' click selects its first layer and opens the group holding it
-            d = panel.diagnoses[0]
-            li = d["layer_index"]
-            assert li >= 0 and not 60 <= li < 66
+            # (one of the analysis' own, pointed at layer 100, inside the collapsed group blocks.16)
+            li = 100
+            panel.diagnoses = [{**panel.diagnoses[0], "layers": [run.layer_names[li]], "n_layers": 1,
+                                "layer_index": li}] if panel.diagnoses else [
+                {"cause": "vanishing", "priority": "High", "text": "t", "action": "a", "layers": [run.layer_names[li]],
+                 "n_layers": 1, "layer_index": li, "first_step": 2}]
+            _sync(page, panel)
             page.locator(".gw-diagnosis[data-i='0']").click()
             saved = _sync(page, panel)
             assert saved[0]["layer"] == li and [li, li + 1] in saved[0]["expanded"]

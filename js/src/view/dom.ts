@@ -41,7 +41,8 @@ export function buildSkeleton(table: HealthTable): Skeleton {
   const root = h("div", "gw-root");
   root.tabIndex = 0;
   root.setAttribute("role", "application");
-  root.setAttribute("aria-label", "gradient flow panel: arrows scrub steps, space plays, up/down select layers");
+  root.setAttribute("aria-label",
+    "gradient flow panel: arrows scrub steps, space plays, up/down select layers, Enter expands or collapses a group of layers");
   const header = h("div", "gw-header");
   const title = h("span", "gw-title", "gradwidget");
   const metricSel = h("select", "gw-metric");

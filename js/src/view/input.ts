@@ -48,6 +48,9 @@ function scrubRect(v: PanelView, x: number) {
 }
 
 function onKey(v: PanelView, e: KeyboardEvent): void {
+  // Enter or space on a control of its own (a table row's ▸/▾, the play button) is that control's
+  const t = e.target as HTMLElement | null;
+  if ((e.key === "Enter" || e.key === " ") && t && t !== v.dom.root && t.closest("button, select, input, a")) return;
   const C = v.meta.cols;
   let handled = true;
   switch (e.key) {
