@@ -335,3 +335,43 @@ def test_the_page_draws_groups_and_expands_and_collapses_one_in_chromium():
         assert blocked == []
     finally:
         panel.close()
+
+
+def test_a_hooked_model_of_many_tensors_trains_with_grouped_rows_kept_expanded():
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(150)])   # 300 tensors: 150 groups of 2
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(8, 2)
+    panel = GradientPanel(model, opt, histogram_every=2)
+
+    def train(n):
+        for _ in range(n):
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+        panel.flush()
+
+    try:
+        train(4)
+        meta = panel.meta
+        assert meta["grouped"] and meta["rows"] == 150 and meta["n_layers"] == 300 and meta["n_steps"] == 4
+        assert meta["layers"][0]["name"] == "0 (2 tensors)"
+        panel.expand("10.bias")
+        train(3)
+        meta = panel.meta
+        assert meta["rows"] == 151 and meta["n_steps"] == 7 and panel.expanded == [[21, 22]]
+        assert [x["name"] for x in meta["layers"][10:12]] == ["10.weight", "10.bias"]
+        heat = np.frombuffer(panel.heat, np.float32).reshape(meta["rows"], meta["cols"])
+        run = panel.run
+        np.testing.assert_array_equal(heat[11], run.metric("mean_abs")[:, 21])
+        g = run.metric("grad_norm").astype(np.float64)
+        detail = np.frombuffer(panel.detail, np.float32).reshape(len(METRICS), 151)
+        np.testing.assert_allclose(detail[M["grad_norm"], 12], np.sqrt(g[-1, 22] ** 2 + g[-1, 23] ** 2), rtol=1e-6)
+        hist_all = np.frombuffer(panel.hist_all, np.uint32).reshape(151, N_BINS)
+        np.testing.assert_array_equal(hist_all[12], run.hist[-1][22:24].sum(axis=0))
+    finally:
+        panel.detach()
+        panel.close()
