@@ -159,6 +159,21 @@ def test_a_group_of_more_than_the_cap_opens_into_groups_and_a_layer_is_revealed_
     assert toggled([[125, 126], [0, 60]], (120, 180), expand=False) == [[0, 60]]
 
 
+def test_a_coarse_module_grouping_is_cut_in_blocks():
+    """10,000 tensors as embed / layers (9,997) / norm / head would be four rows: the big group is cut
+    in blocks of consecutive layers, the small ones keep their module's name."""
+    names = (["model.embed.weight"] + [f"model.layers.{i}.{m}.weight" for i in range(2500) for m in "qkvo"][:9997]
+             + ["model.norm.weight", "lm_head.weight"])
+    run = Run(names)
+    groups, labels = plots.layer_row_groups(run)
+    assert plots.MAX_DRAWN_ROWS // 2 < len(groups) <= plots.MAX_DRAWN_ROWS
+    assert [i for g in groups for i in g] == list(range(run.n_layers))
+    assert labels[0] == "model.embed" and labels[-2:] == ["model.norm", "lm_head"]
+    assert labels[1] == "model.layers.0.q.weight … model.layers.12.v.weight (51 tensors)"
+    # a fine enough module grouping is kept as it is
+    assert plots.layer_row_groups(many_layers(n=450, steps=1, hist=False))[1][0] == "blocks.0 (6 tensors)"
+
+
 def test_expand_and_collapse_by_name_and_bad_ranges_are_refused():
     run = many_layers()
     panel = GradientPanel(run)
