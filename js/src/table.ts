@@ -237,7 +237,11 @@ export class HealthTable {
 
   private render(): void {
     this.shown = sortRows(filterRows(this.rows, this.input.value), this.sort);
-    this.count.textContent = `${this.shown.length} of ${this.rows.length} layers`;
+    // grouped rows (past the kernel's cap) stand for more layers than there are rows
+    const layers = this.rows.reduce((n, r) => n + (typeof r.count === "number" && r.count > 1 ? r.count : 1), 0);
+    this.count.textContent = layers > this.rows.length
+      ? `${this.shown.length} of ${this.rows.length} rows · ${layers} layers`
+      : `${this.shown.length} of ${this.rows.length} layers`;
     this.paint();
   }
 

@@ -136,7 +136,10 @@ export function drawPanel(v: PanelView): number {
       drawOrigin(ctx, rects[0], R, C, nearestCol(v.colSteps, o.step), o.row === null ? -1 : displayRow(v, o.row), t);
     }
     if (v.comparing) drawRunLabels(ctx, rects, diff ? [`${v.labels[1]} / ${v.labels[0]} (log10 ratio)`] : v.labels, t);
-    drawGutter(ctx, L.gutter, Array.from(v.order, (j) => rowLabel(meta, j)), L.labelEvery, selRow, t);
+    const labels = Array.from(v.order, (j) => rowLabel(meta, j));
+    const opens = new Set<number>();
+    labels.forEach((name, i) => name.startsWith("▾") && opens.add(i));
+    drawGutter(ctx, L.gutter, labels, L.labelEvery, selRow, t, opens);
     const ths = thresholdsFor(meta.metric, meta.thresholds);
     const bs = barScale(v.scale, ths);
     const bv = barValues(v);
