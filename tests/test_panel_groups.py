@@ -390,3 +390,49 @@ def test_a_hooked_model_of_many_tensors_trains_with_grouped_rows_kept_expanded()
     finally:
         panel.detach()
         panel.close()
+
+
+def test_while_training_a_grouped_panel_sends_new_columns_of_its_rows_and_a_new_layout_whole():
+    import time
+
+    class Recorder:  # what GradientPanel needs of one: on_step, run, log, attached
+        def __init__(self, run):
+            self.run, self.on_step, self.attached = run, [], True
+
+        def log(self, **kw):
+            pass
+
+        def step(self, s):
+            v = np.full((len(METRICS), self.run.n_layers), 0.01, np.float32)
+            v[M["nonfinite"]] = 0
+            self.run.append(s, v)
+            for fn in self.on_step:
+                fn(self.run)
+
+    rec = Recorder(many_layers(steps=6, hist=False))
+    panel = GradientPanel(rec, max_rate=1000)
+    sent = []
+    real = panel.send
+    panel.send = lambda content, buffers=None: (sent.append((content, buffers)), real(content, buffers))
+
+    def patches(n):  # the throttle may hold an update back (at most 10x its build time)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(got := [m for m in sent if m[0]["kind"] == "patch"]) < n:
+            time.sleep(0.02)
+        return got
+
+    try:
+        rec.step(10)
+        msg, bufs = patches(1)[-1]
+        assert msg["start"] == 6 and msg["values"]["meta"]["rows"] == 75
+        heat = dict(zip(msg["buffers"], bufs))["heat"]
+        np.testing.assert_allclose(np.frombuffer(heat, np.float32), [0.01] * 75, rtol=1e-6)  # one new column, 75 rows
+        panel.expanded = [[0, 6]]                          # new rows: a whole update, not a patch
+        assert panel.meta["rows"] == 80 and len(patches(1)) == 1
+        rec.step(11)
+        got = patches(2)
+        msg = got[-1][0]
+        assert len(got) == 2 and msg["values"]["meta"]["rows"] == 80 and msg["start"] == 7
+        assert "layers" not in msg["values"]["meta"]            # the page keeps the rows it has
+    finally:
+        panel.close()

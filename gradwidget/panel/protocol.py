@@ -51,7 +51,8 @@ TRAITS: dict[str, Trait] = {t.name: t for t in [
     Trait("static_html", "str", "out", "the health table (HTML) that goes with static_png"),
     Trait("live", "bool", "out", "updates are flowing (a recorder attached or a directory followed)"),
     Trait("step", "int", "both", "scrubbed step (a recorded user step)"),
-    Trait("layer", "int", "both", "selected layer (depth-order index; -1 none)"),
+    Trait("layer", "int", "both", "selected layer (depth-order index; -1 none); inside a collapsed group, the "
+          "group's row shows it (selecting a group row selects its first layer)"),
     Trait("metric", "str", "both", "metric of the heatmap, bars and series (one of METRICS)"),
     Trait("follow", "bool", "both", "the cursor follows the newest step"),
     Trait("columns", "int", "in", "step columns the heatmap can show (its width in device pixels)"),
