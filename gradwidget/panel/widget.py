@@ -296,10 +296,7 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
 
     def select(self, layer) -> None:
         """Select a layer by name or column index."""
-        run = self.run
-        if run is None:
-            raise ValueError("no step has been recorded yet: layers are known after the first step")
-        self.layer = run.layer_index(layer)
+        self.layer = self._need_run().layer_index(layer)
 
     def expand(self, layer) -> None:
         """Show ``layer`` (a name or column index) in its own row: every group holding it (past
@@ -316,12 +313,9 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
             return
         run = self._need_run()
         i = run.layer_index(layer)
-        rows = self._rows_of(run)
-        if rows is None:
-            return
-        top = next(((a, b) for a, b in ((int(g[0]), int(g[-1]) + 1) for g in _top_groups(run)) if a <= i < b), None)
-        if top is not None:
-            self.expanded = toggled(self.expanded, top, expand=False)
+        for g in _top_groups(run):
+            if g[0] <= i <= g[-1]:
+                self.expanded = toggled(self.expanded, (g[0], g[-1] + 1), expand=False)
 
     def _need_run(self) -> Run:
         run = self.run
@@ -484,6 +478,7 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
 
 
 def _top_groups(run: Run) -> list:
+    """The panel's top-level groups of layers (the static figures'); none below the row cap."""
     from ..plots import layer_row_groups
 
     g = layer_row_groups(run)
