@@ -1,12 +1,16 @@
 """What many tensors cost (issue 17): for 100 / 1,000 / 10,000 parameter tensors, in one table,
 the recording ratio to a bare training step (a stack of tiny Linear layers, the worst case: Python
-and launch overhead per tensor), ``analyze`` time, the HTML report's time, and peak memory of each.
+and launch overhead per tensor), ``analyze`` time, the HTML report's time, and peak memory of each;
+then the live panel: ``GradientPanel(run)``'s build time (its first update; a run of more than
+``SYNC_ANALYSIS_CELLS`` cells gets its table from the analysis thread after), one full update's
+payload build time and size (heatmap, bars, histograms, meta), and the health table's size.
 
     python bench/scale.py [--tensors 100 1000 10000] [--steps 40] [--record-steps 20]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -95,6 +99,32 @@ def recording_ratio(n_tensors: int, steps: int) -> tuple[float, float, float]:
     return b * 1e3, r * 1e3, r / b
 
 
+def panel_costs(run: Run) -> tuple[float, float, float, float, float, int]:
+    """(GradientPanel(run) seconds to its first update, seconds until its health table is sent too
+    (the analysis: at once, or on its thread for big runs), one full update's payload build ms
+    (best of 3) and KiB (binary buffers and JSON), the table's KiB, the rows drawn)."""
+    from gradwidget import GradientPanel
+    from gradwidget.panel.protocol import TRAITS, encode
+
+    t = time.perf_counter()
+    panel = GradientPanel(run)
+    build = time.perf_counter() - t
+    try:
+        panel._worker.wait(timeout=600)
+        with_table = time.perf_counter() - t
+        times = []
+        for _ in range(3):
+            t = time.perf_counter()
+            values = panel._payload(run, run.version)
+            blobs = [encode(k, v) for k, v in values.items() if TRAITS[k].kind == "bytes"]
+            text = json.dumps({k: v for k, v in values.items() if TRAITS[k].kind != "bytes"})
+            times.append((time.perf_counter() - t) * 1e3)
+        size = (sum(map(len, blobs)) + len(text)) / 1024
+        return build, with_table, min(times), size, len(json.dumps(panel.table)) / 1024, panel.meta["rows"]
+    finally:
+        panel.close()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tensors", type=int, nargs="+", default=[100, 1000, 10000])
@@ -102,15 +132,17 @@ def main(argv=None) -> int:
     ap.add_argument("--record-steps", type=int, default=20, help="timed steps per block of the recording ratio")
     a = ap.parse_args(argv)
     print(f"{'tensors':>8} {'bare ms':>8} {'rec ms':>8} {'ratio':>6} {'analyze s':>9} {'MiB':>6} "
-          f"{'report s':>8} {'MiB':>6}")
+          f"{'report s':>8} {'MiB':>6} {'panel s':>7} {'+table s':>8} {'payload ms':>10} {'KiB':>6} {'table KiB':>9} "
+          f"{'rows':>5}")
     with tempfile.TemporaryDirectory() as tmp:
         for n in a.tensors:
             b, r, ratio = recording_ratio(n, a.record_steps)
             run = synthetic_run(n, a.steps)
             rep, t_an, m_an = timed(lambda: analyze(run))
             _, t_rep, m_rep = timed(lambda: write_report(rep, os.path.join(tmp, f"r{n}.html")))
-            print(f"{n:>8} {b:>8.2f} {r:>8.2f} {ratio:>6.2f} {t_an:>9.2f} {m_an:>6.0f} {t_rep:>8.2f} {m_rep:>6.0f}",
-                  flush=True)
+            t_panel, t_table, t_pay, kib, table_kib, rows = panel_costs(run)
+            print(f"{n:>8} {b:>8.2f} {r:>8.2f} {ratio:>6.2f} {t_an:>9.2f} {m_an:>6.0f} {t_rep:>8.2f} {m_rep:>6.0f} "
+                  f"{t_panel:>7.2f} {t_table:>8.2f} {t_pay:>10.1f} {kib:>6.0f} {table_kib:>9.0f} {rows:>5}", flush=True)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"process peak RSS {rss:.0f} MiB (MiB columns: tracemalloc peak of that call beyond what was held)")
     return 0

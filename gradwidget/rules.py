@@ -84,3 +84,45 @@ def nearest_index(steps: np.ndarray, step: int) -> int:
     if i > 0 and step - steps[i - 1] <= steps[i] - step:
         return i - 1
     return i
+
+
+#: how each metric is combined when several layers merge into one row (a figure or the panel
+#: showing 10,000 tensors in groups), each group measured as if its tensors were one: L2 norms in
+#: quadrature, mean |g| and the zero fraction weighted by size, max |g| the largest, std from the
+#: members' variances weighted by size (their signed means are not recorded), non-finite counts summed.
+_MERGE = {"grad_norm": "l2", "weight_norm": "l2", "update_norm": "l2", "mean_abs": "weighted",
+          "zero_frac": "weighted", "max_abs": "max", "nonfinite": "sum", "std": "pooled"}
+
+
+def merge_of(metric: str) -> str:
+    """How ``metric`` combines over a group of layers: ``l2``, ``weighted``, ``max``, ``sum`` or ``pooled``."""
+    if metric not in _MERGE:
+        raise ValueError(f"unknown metric {metric!r}; choose one of {list(_MERGE)}")
+    return _MERGE[metric]
+
+
+def merge_layers_at(a: np.ndarray, metric: str, starts: np.ndarray, numel: np.ndarray) -> np.ndarray:
+    """Columns (layers) of ``a`` (rows x layers, float32) merged into the groups of consecutive
+    layers beginning at ``starts`` (increasing, the first 0), by ``merge_of(metric)``; ``numel``:
+    each layer's size (weights). A member with no value (NaN: no gradient that step, an unused
+    parameter) is left out, so one unused tensor does not blank its group; NaN when no member has
+    a value. Accumulated in float64; float32 out."""
+    starts = np.asarray(starts, np.intp)
+    a = np.asarray(a)
+    how = merge_of(metric)
+    if how == "max":  # fmax skips NaN, and is NaN where every member is
+        return np.fmax.reduceat(a, starts, axis=1).astype(np.float32)
+    f64 = np.float64
+    has = ~np.isnan(a)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        if how == "sum":
+            out = np.add.reduceat(np.where(has, a, 0), starts, axis=1, dtype=f64)
+        elif how == "l2":
+            out = np.sqrt(np.add.reduceat(np.where(has, np.square(a, dtype=f64), 0.0), starts, axis=1))
+        else:
+            w = np.where(has, np.asarray(numel, f64)[None, :], 0.0)
+            v = np.where(has, np.square(a, dtype=f64) if how == "pooled" else a, 0.0)
+            out = np.add.reduceat(v * w, starts, axis=1) / np.add.reduceat(w, starts, axis=1)
+            out = np.sqrt(out) if how == "pooled" else out
+        out[~np.logical_or.reduceat(has, starts, axis=1)] = np.nan
+    return out.astype(np.float32)

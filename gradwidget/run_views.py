@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from .layers import LayerInfo
-from .rules import fold_of, reduce_blocks
+from .rules import fold_of, merge_layers_at, reduce_blocks
 from .run import Run, concat_rows
 from .schema import METRICS
 
@@ -55,8 +55,8 @@ def merge_layers(run: Run, groups: Sequence[Sequence[int]], names: Sequence[str]
     tensors were one: L2 norms (gradient, weight, update) combined in quadrature, mean |g| and
     zero fraction weighted by size, max |g| the largest, std from the members' variances
     weighted by size (their signed means are not recorded), non-finite counts summed,
-    histograms added. Why: a figure of 10,000 tensors needs rows it can
-    draw, and a merged row must say the truth about its members."""
+    histograms added (``rules.merge_of``; a member without a value that step is left out).
+    Why: a figure of 10,000 tensors needs rows it can draw, and a merged row must say the truth about its members."""
     if len(groups) != len(names):
         raise ValueError(f"{len(groups)} groups for {len(names)} names")
     numel = np.array([max(1, info.numel) for info in run.layers], np.float64)
@@ -69,21 +69,14 @@ def merge_layers(run: Run, groups: Sequence[Sequence[int]], names: Sequence[str]
         r.history = run.history.merge_layers(groups, names)
     if run._n == 0:
         return r
-    m = run._M3.astype(np.float64)
-    out = np.full((run._n, len(METRICS), len(groups)), np.nan)
-    M = {k: i for i, k in enumerate(METRICS)}
-    with np.errstate(invalid="ignore"):
-        for j, g in enumerate(groups):
-            g = list(g)
-            w = numel[g] / numel[g].sum()
-            for k in ("grad_norm", "weight_norm", "update_norm"):
-                out[:, M[k], j] = np.sqrt(np.sum(m[:, M[k], g] ** 2, axis=1))
-            out[:, M["mean_abs"], j] = m[:, M["mean_abs"], g] @ w
-            out[:, M["zero_frac"], j] = m[:, M["zero_frac"], g] @ w
-            out[:, M["max_abs"], j] = np.max(m[:, M["max_abs"], g], axis=1)
-            out[:, M["nonfinite"], j] = np.sum(m[:, M["nonfinite"], g], axis=1)
-            out[:, M["std"], j] = np.sqrt((m[:, M["std"], g] ** 2) @ w)
-    r._metrics = out.astype(np.float32)
+    if groups:  # the one definition of each metric's merge: rules.merge_layers_at
+        order = np.concatenate([np.asarray(g, np.intp) for g in groups])
+        starts = np.cumsum([0] + [len(g) for g in groups[:-1]])
+        m = run._M3[:, :, order]
+        r._metrics = np.stack([merge_layers_at(m[:, k], name, starts, numel[order])
+                               for k, name in enumerate(METRICS)], axis=1)
+    else:
+        r._metrics = np.zeros((run._n, len(METRICS), 0), np.float32)
     r._steps, r._scalars = run.steps.copy(), run._S2.copy()
     r._n = r._cap = run._n
     if run._hn:

@@ -9,7 +9,7 @@ from ..run import Run
 from . import payload as P
 from .base import PanelBase
 from .static import heat_png
-from .table import analyse, changed_rows
+from .table import analyse, changed_rows, group_rows
 
 #: runs up to this many step x layer cells are analysed at once when shown; bigger ones show the
 #: heatmap first and the health table when the analysis thread has it.
@@ -50,7 +50,7 @@ class PanelBackground(PanelBase):
     def _analyse_snapshot(self, snap: Run, final: bool = True) -> None:
         """Analyse a copy of the run (on the analysis thread) and send the table and diagnoses;
         ``final``: also the table's HTML kept with the static image (not needed while training)."""
-        report, rows, diagnoses = analyse(snap)
+        report, layer_rows, diagnoses = analyse(snap)
         html = None
         if final and report is not None:
             from ..report import health_table_html
@@ -63,6 +63,8 @@ class PanelBackground(PanelBase):
             if report is not None and run is not None and run.version == snap.version:
                 self._report, self._report_version = report, snap.version
             self._analysed_version = snap.version
+            self._layer_rows = layer_rows
+            rows = group_rows(layer_rows, self._rows_of(snap), snap)
             changed = changed_rows(self.table, rows)
             values: dict = {"diagnoses": diagnoses}
             if html is not None:
@@ -74,6 +76,13 @@ class PanelBackground(PanelBase):
             else:
                 values["table"] = rows
             self._set(values)
+
+    def _regroup_table(self) -> None:
+        """The health table on the rows shown now (after a group was expanded or collapsed)."""
+        run = self.run
+        layer_rows = getattr(self, "_layer_rows", None)
+        if run is not None and layer_rows:
+            self._set({"table": group_rows(layer_rows, self._rows_of(run), run)})
 
     def _refresh_static(self) -> None:
         """``static_png``: the heatmap last sent, as an image (milliseconds; see ``static``)."""

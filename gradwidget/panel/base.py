@@ -25,6 +25,7 @@ class PanelBase:
         metric: str
         follow: bool
         columns: int
+        expanded: list
         # ipywidgets
         comm: Any
         model_id: str
@@ -57,6 +58,8 @@ class PanelBase:
         _initial_layer: Any
         push_count: int
         static_step: int | None
+        _layer_rows: list
+        _rows_cache: tuple
 
         @property
         def run(self) -> Run | None: ...
@@ -65,3 +68,4 @@ class PanelBase:
         def _set(self, values: dict) -> None: ...
         def _hold(self, values: dict) -> None: ...
         def _push(self, force: bool = False, check_version: bool = False, patch: bool = False) -> bool: ...
+        def _rows_of(self, run: Run | None) -> Any: ...

@@ -14,7 +14,8 @@ import numpy as np
 from .._warnings import GradwidgetWarning
 from ..jsonsafe import jsonable
 from ..run import Run
-from .protocol import MAX_DIAGNOSES, TABLE_KEYS
+from .protocol import HEALTH_RANK, MAX_DIAGNOSES, TABLE_KEYS
+from .rows import Rows
 
 
 def changed_rows(old: list[dict], new: list[dict]) -> list[int] | None:
@@ -45,6 +46,69 @@ def table_from_report(report, run: Run) -> list[dict]:
         row["layer"] = str(name if name is not None else run.layers[idx].name)
         rows.append(row)
     return rows
+
+
+def _num(rows: list[dict], key: str) -> np.ndarray:
+    """A numeric column of table rows (``jsonable``'s 'Infinity' strings back to numbers; NaN: none)."""
+    def one(v):
+        return float(v) if isinstance(v, (int, float)) or v in ("Infinity", "-Infinity") else np.nan
+    return np.array([one(r.get(key)) for r in rows], np.float64)
+
+
+def _flags(v) -> list[str]:
+    """A row's flags: the analysis writes them as one comma-separated string, the fallback as a list."""
+    return [f.strip() for f in v.split(",") if f.strip()] if isinstance(v, str) else list(v or [])
+
+
+def group_row(members: list[dict], label: str, start: int, numel: np.ndarray) -> dict:
+    """One health row for a group of layers' rows (``members``, depth order), each statistic
+    combined as the heatmap merges its metric (``rules.merge_of``): the members' median norms in
+    quadrature, median mean |g| and mean zero fraction weighted by size, the largest max |g|, the
+    non-finite entries summed; the worst member's health (Unknown only when every member's is),
+    the union of their flags, and how many members have the worst health, with the worst one's
+    suggestion."""
+    from ..rules import merge_layers_at
+
+    known = [r for r in members if r.get("health") != "Unknown"] or members
+    worst = max(known, key=lambda r: HEALTH_RANK.get(str(r.get("health")), 1))
+    health = str(worst.get("health", "Unknown"))
+    flags = ", ".join(sorted({f for r in members for f in _flags(r.get("flags"))}))
+    n_bad = sum(r.get("health") == health for r in members)
+    stats = {}
+    for key, metric in (("grad_norm_median", "grad_norm"), ("mean_abs_median", "mean_abs"),
+                        ("max_abs_max", "max_abs"), ("zero_frac_mean", "zero_frac"), ("nonfinite_total", "nonfinite")):
+        stats[key] = _shown(jsonable(merge_layers_at(_num(members, key)[None, :], metric, np.zeros(1, np.intp), numel)[0, 0]))
+    suggestion = ""
+    if HEALTH_RANK.get(health, 1) > HEALTH_RANK["Unknown"]:  # a member needs attention
+        name, said = str(worst.get("layer")), str(worst.get("suggestion") or "")
+        said = said if name in said else f"{name}: {said}".rstrip(": ")
+        suggestion = f"{n_bad} of {len(members)} tensors {health}; {said}"
+    return {"index": int(start), "layer": label, "module_type": f"{len(members)} tensors",
+            "numel": int(numel.sum()), "status": "trainable" if any(r.get("status") != "frozen" for r in members)
+            else "frozen", "health": health, "flags": flags, **stats, "trend": worst.get("trend", ""),
+            "suggestion": suggestion, "count": len(members)}
+
+
+def group_rows(layer_rows: list[dict], rows: Rows | None, run: Run) -> list[dict]:
+    """The health table on the panel's rows: the layers' own rows, or past the cap one row per
+    row of ``rows`` (a group's: ``group_row``), each marked with the expanded group it is shown in."""
+    if rows is None or not layer_rows:
+        return layer_rows
+    by_index = {r["index"]: r for r in layer_rows}
+    numel = rows.numel
+    out = []
+    for a, n, label, parent in zip(rows.starts.tolist(), rows.counts.tolist(), rows.labels, rows.parents):
+        if n == 1:
+            row = dict(by_index.get(a) or {"index": a, "layer": run.layers[a].name, "health": "Unknown"})
+        else:
+            members = [by_index[i] for i in range(a, a + n) if i in by_index]
+            if not members:
+                continue
+            row = group_row(members, label, a, numel[a:a + n])
+        row["parent"] = list(parent) if parent else None
+        out.append(row)
+    out.sort(key=lambda r: -HEALTH_RANK.get(str(r.get("health")), 1))  # worst first, then depth order
+    return out
 
 
 def diagnoses_from_report(report, run: Run) -> list[dict]:

@@ -43,6 +43,7 @@ from .._warnings import GradwidgetWarning
 from ..run import METRICS, Run
 from . import payload as P
 from .options import check_layer_option, check_options, is_module, source_layer_names
+from .rows import toggled
 from .schedule import Throttle, Worker, poll_directory, unwatch_cells, watch_cells
 from .background import PanelBackground, import_analysis
 from .sync import PanelSync
@@ -103,6 +104,7 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
     metric = t.Unicode("mean_abs").tag(sync=True)
     follow = t.Bool(True).tag(sync=True)
     columns = t.Int(1024).tag(sync=True)
+    expanded = t.List(t.List(t.Int())).tag(sync=True)
     # a comparison of two runs (``GradientPanel.compare``; empty for one run)
     labels = t.List(t.Unicode()).tag(sync=True)
     heat_b = t.Bytes(b"").tag(sync=True)
@@ -143,6 +145,7 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
         self._worker = Worker(self._job, warm=import_analysis)
         self._poll_interval = float(poll_interval)
         self._initial_layer = None if isinstance(layer, (int, np.integer)) and layer == -1 else layer
+        self._layer_rows: list = []  # the analysis' health rows, one per layer (grouped when sent)
         self.push_count = 0  # updates sent (tests and benchmarks read it)
         #: the step the static image (``static_png``, the mime bundle's ``image/png``) shows
         self.static_step: int | None = None
@@ -293,10 +296,32 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
 
     def select(self, layer) -> None:
         """Select a layer by name or column index."""
+        self.layer = self._need_run().layer_index(layer)
+
+    def expand(self, layer) -> None:
+        """Show ``layer`` (a name or column index) in its own row: every group holding it (past
+        ``plots.MAX_DRAWN_ROWS`` layers the panel groups them) shows its members."""
+        run = self._need_run()
+        i = run.layer_index(layer)
+        if [i, i + 1] not in self.expanded:
+            self.expanded = [*self.expanded, [i, i + 1]]
+
+    def collapse(self, layer=None) -> None:
+        """Fold back every group holding ``layer`` (a name or column index); all groups when None."""
+        if layer is None:
+            self.expanded = []
+            return
+        run = self._need_run()
+        i = run.layer_index(layer)
+        for g in _top_groups(run):
+            if g[0] <= i <= g[-1]:
+                self.expanded = toggled(self.expanded, (g[0], g[-1] + 1), expand=False)
+
+    def _need_run(self) -> Run:
         run = self.run
         if run is None:
             raise ValueError("no step has been recorded yet: layers are known after the first step")
-        self.layer = run.layer_index(layer)
+        return run
 
     @property
     def layer_name(self) -> str | None:
@@ -380,6 +405,16 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
 
         return _one_of("mode", proposal["value"], COMPARE_MODES)
 
+    @t.validate("expanded")
+    def _check_expanded(self, proposal):
+        out = []
+        for r in proposal["value"]:
+            if len(r) != 2 or not 0 <= int(r[0]) < int(r[1]):
+                raise t.TraitError(f"expanded holds layer ranges [start, stop] with 0 <= start < stop, got {r!r}")
+            if [int(r[0]), int(r[1])] not in out:
+                out.append([int(r[0]), int(r[1])])
+        return out
+
     @t.validate("columns")
     def _check_columns(self, proposal):
         return int(min(P.MAX_COLUMNS, max(P.MIN_COLUMNS, int(proposal["value"]))))
@@ -407,6 +442,14 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
         if not self._internal and self._ready:
             self._push(force=True)
 
+    @t.observe("expanded")
+    def _rows_changed(self, change):
+        """Expanding or collapsing a group changes the rows: the heatmap and the table are sent again."""
+        if not self._internal and self._ready:
+            with self._lock:
+                self._push(force=True)
+                self._regroup_table()
+
     # ----------------------------------------------------------------- notebook output
     def _repr_mimebundle_(self, **kwargs):
         """The widget view plus a static rendition (``image/png``, ``text/html`` with the image and
@@ -432,6 +475,14 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
             if k == "text/plain" or k not in data:
                 data[k] = v
         return data, md
+
+
+def _top_groups(run: Run) -> list:
+    """The panel's top-level groups of layers (the static figures'); none below the row cap."""
+    from ..plots import layer_row_groups
+
+    g = layer_row_groups(run)
+    return g[0] if g is not None else []
 
 
 def _one_of(what: str, value, allowed) -> str:

@@ -10,34 +10,53 @@ from ..run import Run
 MAX_DRAWN_ROWS = 200
 
 
+#: a module grouping with fewer rows than ``max_rows // COARSE_GROUPING`` is too coarse to read (a
+#: model of 10,000 tensors as ``embed``, ``layers (9,998 tensors)``, ``norm``): its big groups are cut in blocks.
+COARSE_GROUPING = 8
+
+
 def layer_row_groups(run: Run, max_rows: int = MAX_DRAWN_ROWS) -> tuple[list[list[int]], list[str]] | None:
     """How to draw more layers than ``max_rows``: consecutive layers (depth order) grouped by the
-    deepest module-path prefix that leaves at most ``max_rows`` groups, else by equal blocks of
-    consecutive layers; each group labelled with its prefix (or first … last) and its size. None
-    when every layer fits."""
+    deepest module-path prefix that leaves at most ``max_rows`` groups (and more than one); when
+    that leaves too few (``COARSE_GROUPING``) or none, the groups are cut in equal blocks of
+    consecutive layers, as small as ``max_rows`` allows. Each group labelled with its prefix (a
+    block: first … last) and its size. None when every layer fits."""
     L = run.n_layers
     if L <= max_rows:
         return None
     paths = [(info.module or info.name.rsplit(".", 1)[0]).split(".") for info in run.layers]
-    best = None
+    groups: list[list[int]] = [list(range(L))]
+    labels = [""]
     for depth in range(1, max(len(p) for p in paths) + 1):
         keys = [".".join(p[:depth]) for p in paths]
-        groups: list[list[int]] = []
+        level: list[list[int]] = []
         for i, k in enumerate(keys):
-            if groups and keys[groups[-1][0]] == k:
-                groups[-1].append(i)
+            if level and keys[level[-1][0]] == k:
+                level[-1].append(i)
             else:
-                groups.append([i])
-        if len(groups) > max_rows:
+                level.append([i])
+        if len(level) > max_rows:
             break
-        best = (groups, [keys[g[0]] + (f" ({len(g)} tensors)" if len(g) > 1 else "") for g in groups])
-    if best is None:
+        if len(level) > 1:  # one row for every layer says nothing: look deeper
+            groups, labels = level, [keys[g[0]] + (f" ({len(g)} tensors)" if len(g) > 1 else "") for g in level]
+    if len(groups) * COARSE_GROUPING <= max_rows:
         size = -(-L // max_rows)
-        groups = [list(range(a, min(a + size, L))) for a in range(0, L, size)]
+        while sum(-(-len(g) // size) for g in groups) > max_rows:
+            size += 1
         names = run.layer_names
-        best = (groups, [f"{names[g[0]]} … {names[g[-1]]} ({len(g)} tensors)" if len(g) > 1 else names[g[0]]
-                         for g in groups])
-    return best
+        cut: list[list[int]] = []
+        cut_labels: list[str] = []
+        for g, label in zip(groups, labels):
+            if len(g) <= size and label:
+                cut.append(g)
+                cut_labels.append(label)
+                continue
+            for a in range(0, len(g), size):
+                b = g[a:a + size]
+                cut.append(b)
+                cut_labels.append(f"{names[b[0]]} … {names[b[-1]]} ({len(b)} tensors)" if len(b) > 1 else names[b[0]])
+        groups, labels = cut, cut_labels
+    return groups, labels
 
 
 def drawn_rows(run: Run, max_rows: int = MAX_DRAWN_ROWS) -> Run:

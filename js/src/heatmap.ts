@@ -124,7 +124,8 @@ export function drawRowSelection(ctx: CanvasRenderingContext2D, r: Rect, rows: n
   ctx.restore();
 }
 
-/** Layer names down the gutter (every `every`-th), selected one highlighted. */
+/** Layer names down the gutter (every `every`-th, and the rows of `always`: where an expanded
+ *  group begins), selected one highlighted; no two closer than `every` rows. */
 export function drawGutter(
   ctx: CanvasRenderingContext2D,
   r: Rect,
@@ -132,6 +133,7 @@ export function drawGutter(
   every: number,
   selected: number,
   t: Theme,
+  always: ReadonlySet<number> = new Set(),
 ): void {
   const n = names.length;
   if (!n) return;
@@ -140,8 +142,14 @@ export function drawGutter(
   ctx.textAlign = "right";
   ctx.textBaseline = "middle";
   const size = Math.max(8, Math.min(11, h - 1));
+  const forced = (i: number) => i === selected || always.has(i);
+  // a name drawn out of turn (selected, or where an expanded group begins) hides its near neighbours'
+  const crowded = (i: number) => {
+    for (let k = 1; k < every; k++) if (forced(i - k) || forced(i + k)) return true;
+    return false;
+  };
   for (let i = 0; i < n; i++) {
-    if (i % every !== 0 && i !== selected) continue;
+    if (!forced(i) && (i % every !== 0 || crowded(i))) continue;
     const sel = i === selected;
     ctx.font = `${sel ? "bold " : ""}${size}px ${t.font}`;
     ctx.fillStyle = sel ? t.accent : t.fg2;

@@ -113,6 +113,11 @@ export const CONSTANTS = {
       "direction": "in",
       "dtype": ""
     },
+    "expanded": {
+      "kind": "json",
+      "direction": "both",
+      "dtype": ""
+    },
     "labels": {
       "kind": "json",
       "direction": "out",
@@ -183,6 +188,16 @@ export const CONSTANTS = {
     "weight_norm": "weight L2 norm",
     "update_norm": "update L2 norm"
   },
+  "merge_labels": {
+    "grad_norm": "the members' norms in quadrature (one L2 norm over all their entries)",
+    "mean_abs": "the members' values weighted by size",
+    "max_abs": "the largest member's",
+    "std": "the members' variances pooled by size",
+    "zero_frac": "the members' values weighted by size",
+    "nonfinite": "the members' counts summed",
+    "weight_norm": "the members' norms in quadrature (one L2 norm over all their entries)",
+    "update_norm": "the members' norms in quadrature (one L2 norm over all their entries)"
+  },
   "max_diagnoses": 5,
   "table_keys": [
     "index",
@@ -200,7 +215,9 @@ export const CONSTANTS = {
     "zero_frac_mean",
     "nonfinite_total",
     "trend",
-    "suggestion"
+    "suggestion",
+    "count",
+    "parent"
   ],
   "compare_modes": [
     "side",
@@ -236,6 +253,8 @@ export const FLAG_NODATA = CONSTANTS.flags.nodata;
 export const HEALTH_RANK: Record<string, number> = CONSTANTS.health_rank;
 export const HEALTH_COLORS: Record<string, string> = CONSTANTS.health_colors;
 export const METRIC_LABELS: Record<string, string> = CONSTANTS.metric_labels;
+/** How a group row's value is made from its members', per metric (gradwidget/rules.py merge_of). */
+export const MERGE_LABELS: Record<string, string> = CONSTANTS.merge_labels;
 export const MAX_DIAGNOSES = CONSTANTS.max_diagnoses;
 export const COMPARE_MODES: readonly string[] = CONSTANTS.compare_modes;
 /** Colour stops of the difference map (Python's plots.DIFF_CMAP), from -diff_max to +diff_max. */
@@ -260,11 +279,19 @@ export function metricLabel(metric: string): string {
   return METRIC_LABELS[metric] ?? metric;
 }
 
+/** One heatmap row: a layer, or (past the kernel's row cap, gradwidget/panel/rows.py) a group of
+ *  consecutive layers [start, start + count) measured as one tensor. */
 export interface LayerMeta {
   name: string;
   module_type?: string;
   status?: string;
   numel?: number;
+  /** grouped rows only: the row's first layer, its layers, how many expanded groups hold it, and
+   *  the innermost expanded group [start, stop) it is shown in (null: a top-level row) */
+  start?: number;
+  count?: number;
+  depth?: number;
+  parent?: [number, number] | null;
 }
 
 export interface Meta {
@@ -295,6 +322,8 @@ export interface Meta {
   diff_max?: number;
   /** a comparison: rows (layers) that one of the runs lacks */
   missing?: string[];
+  /** rows are groups of layers (meta.layers[i].start/count); n_layers counts the run's layers */
+  grouped?: boolean;
 }
 
 /** One of the top diagnoses (gradwidget/panel/table.py diagnoses_from_report). */
@@ -334,6 +363,7 @@ export interface Traits {
   metric: string;
   follow: boolean;
   columns: number;
+  expanded: [number, number][];
   labels: string[];
   heat_b: Binary;
   flags_b: Binary;
@@ -414,7 +444,7 @@ export function decodeHeat(m: PanelModel): HeatData {
   }
   try {
     const ha = m.get("hist_all");
-    const n = meta.n_layers * meta.n_bins;
+    const n = rowCount(meta) * meta.n_bins;
     out.histAll = n > 0 && byteLength(ha) === n * 4 ? asUint32(ha, n) : new Uint32Array(0);
   } catch {
     out.histAll = new Uint32Array(0);
@@ -431,8 +461,36 @@ export interface DetailData {
   histLayer: number;
 }
 
+/** Rows of the heatmap, detail and hist_all: layers, or groups of them (meta.grouped). */
+export function rowCount(meta: Meta): number {
+  return meta.grouped ? meta.layers.length : meta.n_layers;
+}
+
+/** Rows of a grouped layout: the layer each row starts at (ascending); the identity otherwise. */
+export function rowStarts(meta: Meta): Int32Array {
+  const out = new Int32Array(rowCount(meta));
+  for (let i = 0; i < out.length; i++) {
+    const s = meta.grouped ? meta.layers[i]?.start : undefined;
+    out[i] = typeof s === "number" ? s : i;
+  }
+  return out;
+}
+
+/** The row showing layer `layer` (its own, or its group's); -1 when out of range. */
+export function rowOfLayer(starts: Int32Array, nLayers: number, layer: number): number {
+  if (!(layer >= 0 && layer < nLayers) || !starts.length) return -1;
+  let lo = 0;
+  let hi = starts.length - 1;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (starts[mid] <= layer) lo = mid;
+    else hi = mid - 1;
+  }
+  return starts[lo] <= layer ? lo : -1;
+}
+
 export function decodeDetail(m: PanelModel, meta: Meta): DetailData {
-  const L = meta.n_layers;
+  const L = rowCount(meta);
   const nb = meta.n_bins;
   try {
     const d = m.get("detail");

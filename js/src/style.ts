@@ -59,6 +59,8 @@ table.gw-health tbody tr:hover{background:var(--gw-bg3)}
 table.gw-health tr.gw-selected{background:color-mix(in srgb,var(--gw-accent) 22%,transparent)}
 table.gw-health .gw-num{text-align:right;font-variant-numeric:tabular-nums}
 table.gw-health .gw-name{font-family:var(--jp-code-font-family,monospace)}
+.gw-toggle{border:none;background:none;color:inherit;cursor:pointer;padding:0 4px 0 0;font:inherit}
+.gw-toggle:focus-visible{outline:2px solid var(--gw-accent,#1f77b4)}
 table.gw-health .gw-suggestion{max-width:320px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 .gw-badge{display:inline-block;padding:0 7px;border-radius:8px;color:#fff;font-weight:600;font-size:11px}
 .gw-plots{display:flex;flex-direction:column;gap:4px;flex:none}

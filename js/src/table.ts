@@ -1,5 +1,7 @@
 // Layer health table: sortable (click a header), filterable (type in the box), a health badge,
-// key statistics and the top suggestion. Clicking a row selects the layer everywhere.
+// key statistics and the top suggestion. Clicking a row selects the layer everywhere. Past the
+// kernel's row cap a row may be a group of layers (`count`): its ▸ button expands it, and the ▾
+// button of a row shown inside an expanded group (`parent`) collapses that group.
 
 import { fmt } from "./colormap";
 import { HEALTH_COLORS, HEALTH_RANK, Row } from "./protocol";
@@ -108,6 +110,12 @@ export function rowWindow(n: number, top: number, height: number, rowH: number):
   return [first, Math.max(first, last)];
 }
 
+/** ▸ for a group row, ▾ for a row shown inside an expanded group, "" otherwise. */
+export function groupMark(r: Row): string {
+  if (typeof r.count === "number" && r.count > 1) return "▸";
+  return Array.isArray(r.parent) ? "▾" : "";
+}
+
 export class HealthTable {
   readonly el: HTMLDivElement;
   private input: HTMLInputElement;
@@ -128,7 +136,7 @@ export class HealthTable {
   private rowH = 0;
   private raf = 0;
 
-  constructor(private onSelect: (index: number) => void) {
+  constructor(private onSelect: (index: number) => void, private onToggle: (index: number) => void = () => {}) {
     this.el = document.createElement("div");
     this.el.className = "gw-table";
     const bar = document.createElement("div");
@@ -153,6 +161,11 @@ export class HealthTable {
     this.el.append(bar, this.scroller);
     this.tbody.addEventListener("click", (e) => {
       const tr = (e.target as HTMLElement).closest("tr");
+      if ((e.target as HTMLElement).closest("button.gw-toggle") && tr && tr.dataset.index !== undefined) {
+        e.stopPropagation();
+        this.onToggle(Number(tr.dataset.index));
+        return;
+      }
       if (tr && tr.dataset.index !== undefined) this.onSelect(Number(tr.dataset.index));
     });
     this.scroller.addEventListener("scroll", () => {
@@ -224,7 +237,11 @@ export class HealthTable {
 
   private render(): void {
     this.shown = sortRows(filterRows(this.rows, this.input.value), this.sort);
-    this.count.textContent = `${this.shown.length} of ${this.rows.length} layers`;
+    // grouped rows (past the kernel's cap) stand for more layers than there are rows
+    const layers = this.rows.reduce((n, r) => n + (typeof r.count === "number" && r.count > 1 ? r.count : 1), 0);
+    this.count.textContent = layers > this.rows.length
+      ? `${this.shown.length} of ${this.rows.length} rows · ${layers} layers`
+      : `${this.shown.length} of ${this.rows.length} layers`;
     this.paint();
   }
 
@@ -237,7 +254,7 @@ export class HealthTable {
     const frag = document.createDocumentFragment();
     for (let i = first; i < last; i++) {
       const r = this.shown[i];
-      const sig = this.cols.map((c) => cellText(r[c.key], c.kind)).join("\u0001");
+      const sig = this.cols.map((c) => cellText(r[c.key], c.kind)).join("\u0001") + `\u0001${groupMark(r)}`;
       let got = this.rendered.get(r.index);
       if (!got || got.sig !== sig) {
         got?.tr.remove();
@@ -280,7 +297,20 @@ export class HealthTable {
       } else {
         td.textContent = cellText(v, c.kind);
         if (c.kind === "num") td.className = "gw-num";
-        if (c.key === "layer") td.className = "gw-name";
+        if (c.key === "layer") {
+          td.className = "gw-name";
+          const mark = groupMark(r);
+          if (mark) {
+            const b = document.createElement("button");
+            b.className = "gw-toggle";
+            b.textContent = mark;
+            const group = mark === "▸";
+            b.setAttribute("aria-expanded", String(!group));
+            b.title = group ? `expand: show the ${r.count} tensors of this group` : "collapse the group this layer is shown in";
+            b.setAttribute("aria-label", b.title);
+            td.prepend(b);
+          }
+        }
         if (c.key === "suggestion") {
           td.className = "gw-suggestion";
           td.title = String(v ?? "");

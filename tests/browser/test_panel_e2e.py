@@ -47,6 +47,19 @@ for s in range(6):
     v = np.full((len(METRICS), 2), np.nan, np.float32); v[METRICS.index("nonfinite")] = 16
     bad.append(s, v)
 display(GradientPanel(Run(["a", "b"])), GradientPanel(bad))""",
+    # 4: 450 tensors (75 blocks of 6): past the row cap the panel draws one row per block
+    """import numpy as np
+from gradwidget import GradientPanel, METRICS, Run
+from gradwidget.run import LayerInfo
+rng = np.random.default_rng(0)
+big = Run([LayerInfo(f"blocks.{i // 6}.lin{(i // 2) % 3}.{'weight' if i % 2 == 0 else 'bias'}",
+                     module=f"blocks.{i // 6}.lin{(i // 2) % 3}", numel=4) for i in range(450)])
+for s in range(8):
+    v = np.exp(rng.standard_normal((len(METRICS), 450))).astype(np.float32) * 0.1
+    v[METRICS.index("nonfinite")] = 0
+    big.append(s, v)
+big_panel = GradientPanel(big)
+big_panel""",
 ]
 
 #: a fingerprint of a canvas' pixels (to see that it was redrawn with something else).
@@ -304,3 +317,30 @@ def test_empty_and_all_non_finite_runs_say_so(page):
     assert "Non-finite gradients" in msg.inner_text() and "a, b" in msg.inner_text()
     assert "gw-error" in msg.get_attribute("class") and msg.is_visible()
     bad.screenshot(path=str(ARTIFACTS / "panel_all_nonfinite.png"))
+
+
+def test_a_panel_of_many_tensors_expands_and_collapses_a_group_through_the_kernel(page):
+    """Past the row cap: group rows; the table's ▸ sends ``expanded`` to the kernel, whose update puts
+    the group's members in its place; their ▾ folds them back."""
+    n = page.evaluate("() => document.querySelectorAll('.gw-root').length")
+    page.evaluate(RUN_CELL_JS, 4)
+    page.wait_for_function(f"() => document.querySelectorAll('.gw-root').length > {n}")
+    page.wait_for_function(KERNEL_IDLE_JS)
+    big = "Array.from(document.querySelectorAll('.gw-root')).pop()"
+    view = f"{big}.parentElement.gradwidget"
+    page.wait_for_function(f"() => {view}.meta.rows === 75 && {view}.image.rows === 75")
+    assert page.evaluate(f"() => {view}.meta.layers[3].name") == "blocks.3 (6 tensors)"
+    root = page.locator(".gw-root").last
+    root.scroll_into_view_if_needed()
+    root.locator("table.gw-health tr[data-index='18'] button.gw-toggle").click()
+    page.wait_for_function(f"() => {view}.meta.rows === 80")
+    assert kernel(page, "print(big_panel.expanded, big_panel.meta['rows'])").strip() == "[[18, 24]] 80"
+    names = page.evaluate(f"() => {view}.meta.layers.slice(3, 9).map(l => l.name)")
+    assert names == [f"blocks.3.lin{k}.{p}" for k in range(3) for p in ("weight", "bias")]
+    member = root.locator("table.gw-health tr[data-layer='blocks.3.lin1.bias']")
+    assert member.count() == 1 and member.locator("button.gw-toggle").inner_text() == "▾"
+    assert root.locator(".gw-count").inner_text() == "80 of 80 rows · 450 layers"
+    root.screenshot(path=str(ARTIFACTS / "panel_many_tensors_expanded.png"))
+    member.locator("button.gw-toggle").click()
+    page.wait_for_function(f"() => {view}.meta.rows === 75")
+    assert kernel(page, "print(big_panel.expanded)").strip() == "[]"

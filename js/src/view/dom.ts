@@ -3,7 +3,7 @@
 // legend, and the bottom row (health table, histogram and series canvases).
 
 import { DIFF_LUT, fmt, hasScale, LogScale, rgbCss, VIRIDIS } from "../colormap";
-import { DIFF_NODATA, MARKS, metricLabel } from "../protocol";
+import { DIFF_NODATA, MARKS, MERGE_LABELS, metricLabel } from "../protocol";
 import { HealthTable } from "../table";
 
 export const SPEEDS = [0.25, 0.5, 1, 2, 4];
@@ -41,7 +41,8 @@ export function buildSkeleton(table: HealthTable): Skeleton {
   const root = h("div", "gw-root");
   root.tabIndex = 0;
   root.setAttribute("role", "application");
-  root.setAttribute("aria-label", "gradient flow panel: arrows scrub steps, space plays, up/down select layers");
+  root.setAttribute("aria-label",
+    "gradient flow panel: arrows scrub steps, space plays, up/down select layers, Enter expands or collapses a group of layers");
   const header = h("div", "gw-header");
   const title = h("span", "gw-title", "gradwidget");
   const metricSel = h("select", "gw-metric");
@@ -98,7 +99,8 @@ export function buildSkeleton(table: HealthTable): Skeleton {
 }
 
 /** The legend under the heatmap: the colour bar of `scale` and the marks. */
-export function legendHtml(metric: string, scale: LogScale, heat: Float32Array, t: { vanishing: number; exploding: number }): string {
+export function legendHtml(metric: string, scale: LogScale, heat: Float32Array, t: { vanishing: number; exploding: number },
+  grouped = false): string {
   const stops: string[] = [];
   for (let i = 0; i <= 8; i++) {
     const k = Math.round((i / 8) * 255) * 4;
@@ -118,7 +120,9 @@ export function legendHtml(metric: string, scale: LogScale, heat: Float32Array, 
     chip(MARKS.exploding, `exploding (max|g| &gt; ${fmt(t.exploding)})`) +
     chip(MARKS.nonfinite, "NaN / Inf") +
     chip(MARKS.nodata, "no gradient") +
-    `<span>rows: input side at the top, loss side at the bottom (model order)</span>`
+    `<span>rows: input side at the top, loss side at the bottom (model order)</span>` +
+    (grouped ? `<span class="gw-groups">▸ rows: groups of layers, each measured as one tensor: ${label} = ` +
+      `${MERGE_LABELS[metric] ?? ""}; click a name or press Enter to expand (▾ collapses)</span>` : "")
   );
 }
 

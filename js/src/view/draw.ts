@@ -8,10 +8,19 @@ import { barScale, drawBars, thresholdsFor } from "../bars";
 import { drawHistogram, nearestIndex } from "../hist";
 import { drawSeries } from "../series";
 import { bottomLayout, fitCanvas, mainLayout, Rect } from "../layout";
-import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING, metricLabel } from "../protocol";
+import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING, metricLabel, rowCount } from "../protocol";
 import type { PanelView } from "./panel";
 
-/** Display row (input side at the top) of a layer's depth index; -1 when out of range. */
+/** A row's name in the gutter: a group's with ▸ (click or Enter expands it), the first row of an
+ *  expanded group's with ▾ (click or Enter collapses the group). */
+export function rowLabel(meta: PanelView["meta"], row: number): string {
+  const r = meta.layers[row];
+  if (!r) return String(row);
+  if (!meta.grouped) return r.name;
+  return ((r.count ?? 1) > 1 ? "▸ " : r.parent && r.parent[0] === r.start ? "▾ " : "") + r.name;
+}
+
+/** Display row (input side at the top) of a row index; -1 when out of range. */
 export function displayRow(v: PanelView, depthIndex: number): number {
   const n = v.order.length;
   return depthIndex >= 0 && depthIndex < n ? depthIndex : -1;
@@ -46,7 +55,7 @@ export function barValues(v: PanelView): { values: Float32Array; flags: Uint8Arr
   const C = v.meta.cols;
   const values = new Float32Array(R);
   const flags = new Uint8Array(R);
-  const L = v.meta.n_layers;
+  const L = rowCount(v.meta); // detail is per row
   const d = v.detail;
   const mi = v.meta.metrics.indexOf(v.meta.metric);
   const step = v.colSteps[v.cursor];
@@ -127,7 +136,10 @@ export function drawPanel(v: PanelView): number {
       drawOrigin(ctx, rects[0], R, C, nearestCol(v.colSteps, o.step), o.row === null ? -1 : displayRow(v, o.row), t);
     }
     if (v.comparing) drawRunLabels(ctx, rects, diff ? [`${v.labels[1]} / ${v.labels[0]} (log10 ratio)`] : v.labels, t);
-    drawGutter(ctx, L.gutter, Array.from(v.order, (j) => meta.layers[j]?.name ?? String(j)), L.labelEvery, selRow, t);
+    const labels = Array.from(v.order, (j) => rowLabel(meta, j));
+    const opens = new Set<number>();
+    labels.forEach((name, i) => name.startsWith("▾") && opens.add(i));
+    drawGutter(ctx, L.gutter, labels, L.labelEvery, selRow, t, opens);
     const ths = thresholdsFor(meta.metric, meta.thresholds);
     const bs = barScale(v.scale, ths);
     const bv = barValues(v);
@@ -146,7 +158,7 @@ export function drawPanel(v: PanelView): number {
   d.slider.style.marginLeft = `${L.heat.x}px`;
   d.slider.style.width = `${L.heat.w}px`;
   if (d.slider.value !== String(v.cursor)) d.slider.value = String(v.cursor);
-  d.title.textContent = `gradwidget · ${meta.n_layers} layers`;
+  d.title.textContent = `gradwidget · ${meta.n_layers} layers` + (meta.grouped ? ` in ${meta.layers.length} rows` : "");
   const loss = v.loss.length === C ? v.loss[v.cursor] : undefined;
   d.info.textContent = has
     ? `step ${fmt(step)} (${v.cursor + 1}/${C} cols, steps ${fmt(meta.first_step)}–${fmt(meta.last_step)})` +
@@ -187,13 +199,15 @@ function drawBottom(v: PanelView, width: number, dpr: number, step: number): voi
   let note = "";
   let hstep = NaN;
   v.histShown = null;
-  const newest = v.histAll.length === meta.n_layers * nb && nb > 0 && v.layer >= 0 && v.layer < meta.n_layers;
+  const nRows = rowCount(meta);
+  const newest = v.histAll.length === nRows * nb && nb > 0 && v.layer >= 0 && v.layer < nRows;
+  const histRow = v.rowOf(det.histLayer);
   // the layer's series from the kernel, unless every layer's newest histogram is newer and nearer
   const allStep = meta.hist_all_step ?? -1;
   const stale = det.histSteps.length > 0 && allStep > det.histSteps[det.histSteps.length - 1] && step >= allStep;
   if (v.comparing) note = "a comparison shows no histograms: open each run in its own panel";
   else if (v.layer < 0) note = "select a layer (table row or heatmap row)";
-  else if (det.histLayer === v.layer && det.histSteps.length && nb && !(stale && newest)) {
+  else if (histRow === v.layer && det.histSteps.length && nb && !(stale && newest)) {
     const i = nearestIndex(det.histSteps, step);
     hstep = det.histSteps[i];
     hd = { counts: det.hists.subarray(i * nb, (i + 1) * nb), lo: meta.hist_lo, hi: meta.hist_hi };
@@ -202,9 +216,9 @@ function drawBottom(v: PanelView, width: number, dpr: number, step: number): voi
     // picked while the kernel is busy: every layer's newest histogram came with the heatmap
     hstep = meta.hist_all_step ?? NaN;
     hd = { counts: v.histAll.subarray(v.layer * nb, (v.layer + 1) * nb), lo: meta.hist_lo, hi: meta.hist_hi };
-    note = det.histLayer !== v.layer ? "newest; other steps when the kernel is idle" : "";
+    note = histRow !== v.layer ? "newest; other steps when the kernel is idle" : "";
     v.histShown = { layer: v.layer, step: hstep, source: "newest" };
-  } else if (det.histLayer !== v.layer) note = "histogram arrives when the kernel is idle";
+  } else if (histRow !== v.layer) note = "histogram arrives when the kernel is idle";
   else note = "no histogram recorded yet (histogram_every)";
   drawHistogram(hctx, rect, hd, meta.thresholds,
     name ? `|g| histogram · ${name}${hstep === hstep ? ` · step ${fmt(hstep)}` : ""}` : "|g| histogram", note, t);

@@ -1,9 +1,10 @@
-// Input: dragging on the heatmap scrubs, a click selects the layer under the pointer, hover shows a
-// tooltip, the keyboard scrubs (← → Home End, shift for 10), plays (space) and selects (↑ ↓).
+// Input: dragging on the heatmap scrubs, a click selects the layer under the pointer (a group's
+// name, ▸/▾, expands or collapses it), hover shows a tooltip, the keyboard scrubs (← → Home End,
+// shift for 10), plays (space), selects (↑ ↓) and expands or collapses the selected row's group (Enter).
 
 import { fmt } from "../colormap";
 import { colAt, rowAt } from "../layout";
-import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING, metricLabel } from "../protocol";
+import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING, MERGE_LABELS, metricLabel } from "../protocol";
 import { barValues, displayRow, heatRectIndex, heatRects } from "./draw";
 import type { PanelView } from "./panel";
 
@@ -21,7 +22,9 @@ export function bindInput(v: PanelView, listen: Listen): void {
   listen(d.canvas, "pointerdown", (e) => {
     const p = pointer(v, e);
     if (!p || !v.layout) return;
-    if ((p.inHeat || p.inBars || p.inGutter) && p.row >= 0) v.selectLayer(v.order[p.row], true);
+    // a group's name (▸) expands it, the ▾ of an expanded group's first row collapses it
+    const toggled = p.inGutter && p.row >= 0 && groupMarked(v, v.order[p.row]) && v.toggleGroup(v.order[p.row]);
+    if (!toggled && (p.inHeat || p.inBars || p.inGutter) && p.row >= 0) v.selectRow(v.order[p.row], true);
     if (p.inHeat) {
       dragging = true;
       d.canvas.setPointerCapture(e.pointerId);
@@ -45,6 +48,9 @@ function scrubRect(v: PanelView, x: number) {
 }
 
 function onKey(v: PanelView, e: KeyboardEvent): void {
+  // Enter or space on a control of its own (a table row's ▸/▾, the play button) is that control's
+  const t = e.target as HTMLElement | null;
+  if ((e.key === "Enter" || e.key === " ") && t && t !== v.dom.root && t.closest("button, select, input, a")) return;
   const C = v.meta.cols;
   let handled = true;
   switch (e.key) {
@@ -67,9 +73,12 @@ function onKey(v: PanelView, e: KeyboardEvent): void {
     case "ArrowDown": {
       const pos = displayRow(v, v.layer);
       const next = pos < 0 ? 0 : pos + (e.key === "ArrowUp" ? -1 : 1);
-      if (next >= 0 && next < v.order.length) v.selectLayer(v.order[next], true);
+      if (next >= 0 && next < v.order.length) v.selectRow(v.order[next], true);
       break;
     }
+    case "Enter":
+      handled = v.layer >= 0 && v.toggleGroup(v.layer);
+      break;
     default:
       handled = false;
   }
@@ -86,6 +95,12 @@ interface Pointer {
   inBars: boolean;
   inGutter: boolean;
   row: number;
+}
+
+/** A row whose name carries ▸ or ▾ (a group, or the first row of an expanded one). */
+function groupMarked(v: PanelView, row: number): boolean {
+  const r = v.meta.layers[row];
+  return !!v.meta.grouped && !!r && ((r.count ?? 1) > 1 || (!!r.parent && r.parent[0] === r.start));
 }
 
 function pointer(v: PanelView, e: PointerEvent): Pointer | null {
@@ -133,10 +148,12 @@ function hover(v: PanelView, p: Pointer | null): void {
   const marks = [f & FLAG_VANISHING ? "vanishing" : "", f & FLAG_EXPLODING ? "exploding" : "", f & FLAG_NONFINITE ? "NaN/Inf" : ""]
     .filter(Boolean)
     .join(", ");
+  const count = v.meta.grouped ? v.meta.layers[j]?.count ?? 1 : 1;
   tip.textContent =
     `${name}\nstep ${fmt(s0)}${s1 > s0 ? `–${fmt(s1)}` : ""}\n${metricLabel(v.meta.metric)}` +
     `${v.comparing ? ` (${p.inBars ? v.labels[1] : v.mode === "diff" ? "log10 ratio" : v.labels[heatRectIndex(v, p.x)]})` : ""}: ${fmt(val)}` +
-    (marks ? `\n${marks}` : "");
+    (marks ? `\n${marks}` : "") +
+    (count > 1 ? `\n${count} tensors as one: ${MERGE_LABELS[v.meta.metric] ?? ""}` : "");
   tip.style.display = "block";
   const bw = v.dom.mainBox.clientWidth;
   const left = p.x + 14 + 180 > bw ? p.x - 190 : p.x + 14;

@@ -8,7 +8,8 @@ import { colForStep, displayOrder, reorderRows } from "../decimate";
 import { HeatmapImage } from "../heatmap";
 import { MainLayout, wantedColumns } from "../layout";
 import {
-  decodeDetail, decodeHeat, DetailData, Diagnosis, emptyMeta, Meta, METRIC_LABELS, metricLabel, PanelModel, TraitName,
+  decodeDetail, decodeHeat, DetailData, Diagnosis, emptyMeta, Meta, METRIC_LABELS, metricLabel, PanelModel, rowOfLayer,
+  rowStarts, TraitName,
 } from "../protocol";
 import { installStyle } from "../style";
 import { Intent } from "../sync";
@@ -46,9 +47,14 @@ export class PanelView {
   order: Int32Array = new Int32Array(0); // display row -> depth index
   scale: LogScale = { lo: -1, hi: 0 };
   image = new HeatmapImage();
+  /** the layer each row starts at (rows are layers, or past the kernel's cap groups of them) */
+  starts: Int32Array = new Int32Array(0);
   // view state
   cursor = 0;
+  /** the selected row (display order = depth order); `layerIndex` is the selected layer (the
+   *  `layer` trait), shown by its own row or by its group's */
   layer = -1;
+  layerIndex = -1;
   playing = false;
   speed = 1;
   theme: Theme;
@@ -71,7 +77,7 @@ export class PanelView {
   private disposed = false;
 
   constructor(private model: PanelModel, private el: HTMLElement) {
-    this.table = new HealthTable((i) => this.selectLayer(i, true));
+    this.table = new HealthTable((i) => this.selectLayer(i, true), (i) => this.toggleGroup(this.rowOf(i)));
     this.dom = buildSkeleton(this.table);
     this.diagnoses = new DiagnosesList(this.dom.diagnoses, (d) => this.pickDiagnosis(d));
     el.append(this.dom.root);
@@ -172,9 +178,20 @@ export class PanelView {
     this.diagnoses.set(this.model.get("diagnoses"));
     this.loadFallback();
     this.loadLive();
-    this.layer = Number(this.model.get("layer") ?? -1);
-    this.table.select(this.layer);
+    this.setLayerIndex(Number(this.model.get("layer") ?? -1));
     this.schedule();
+  }
+
+  /** The row showing layer `index` (-1: none). */
+  rowOf(index: number): number {
+    return rowOfLayer(this.starts, this.meta.n_layers, index);
+  }
+
+  /** Make layer `index` the selection: its row, and the table row standing for it. */
+  private setLayerIndex(index: number): void {
+    this.layerIndex = index;
+    this.layer = this.rowOf(index);
+    this.table.select(this.layer >= 0 ? this.starts[this.layer] : -1);
   }
 
   private noteKernel(key: string): void {
@@ -197,10 +214,7 @@ export class PanelView {
     }
     if (keys.has("layer")) {
       const k = Number(m.get("layer"));
-      if (this.intent.kernelLayer(k, withData)) {
-        this.layer = k;
-        this.table.select(this.layer);
-      }
+      if (this.intent.kernelLayer(k, withData)) this.setLayerIndex(k);
     }
     this.schedule();
   }
@@ -225,6 +239,8 @@ export class PanelView {
     this.colSteps = d.colSteps;
     this.loss = d.loss;
     this.histAll = d.histAll;
+    this.starts = rowStarts(meta);
+    this.setLayerIndex(this.layerIndex);
     const dom = this.dom;
     const rows = this.heat.length ? meta.rows : 0;
     const cols = this.heat.length ? meta.cols : 0;
@@ -267,7 +283,7 @@ export class PanelView {
 
   private loadTable(): void {
     this.table.setRows(this.model.get("table") || []);
-    this.table.select(this.layer);
+    this.table.select(this.layer >= 0 ? this.starts[this.layer] ?? -1 : -1);
   }
 
   private loadFallback(): void {
@@ -305,7 +321,7 @@ export class PanelView {
   private updateLegend(): void {
     this.dom.legend.innerHTML = this.comparing && this.mode === "diff"
       ? diffLegendHtml(this.meta.metric, this.meta.diff_max ?? 1, this.labels)
-      : legendHtml(this.meta.metric, this.scale, this.heat, this.meta.thresholds);
+      : legendHtml(this.meta.metric, this.scale, this.heat, this.meta.thresholds, !!this.meta.grouped);
   }
 
   // ------------------------------------------------------------------ view -> model
@@ -345,20 +361,50 @@ export class PanelView {
     else if (!this.sendTimer) this.sendTimer = setTimeout(flush, STEP_SEND_MS);
   }
 
-  selectLayer(index: number, send: boolean): void {
+  /** Select layer `index` (a group row stands for its layers: selecting one selects the group). */
+  selectLayer(index: number, send: boolean, extra: Partial<Record<TraitName, unknown>> = {}): void {
     if (!(index >= 0 && index < this.meta.n_layers)) return;
-    this.layer = index;
-    this.table.select(index);
+    this.setLayerIndex(index);
     this.draw();
     if (send) {
       this.intent.selected(index);
-      this.setModel({ layer: index });
+      this.setModel({ ...extra, layer: index });
     }
   }
 
-  /** A diagnosis was clicked: select its first layer and move the cursor to its first step. */
+  /** Select display row `row` (a layer's, or a group's: its first layer stands for it). */
+  selectRow(row: number, send: boolean): void {
+    if (!(row >= 0 && row < this.starts.length)) return;
+    if (row === this.layer && this.layerIndex >= 0) return void this.draw();
+    this.selectLayer(this.starts[row], send);
+  }
+
+  /** The group a row is (expand it) or is shown in (collapse that one); false when neither. */
+  toggleGroup(row: number): boolean {
+    const r = this.meta.layers[row];
+    if (!r || !this.meta.grouped) return false;
+    const cur = (this.model.get("expanded") || []).map((e) => [Number(e[0]), Number(e[1])] as [number, number]);
+    const start = r.start ?? row;
+    let next: [number, number][];
+    if ((r.count ?? 1) > 1) next = [...cur, [start, start + (r.count ?? 1)]];
+    else if (r.parent) {
+      const [a, b] = r.parent;
+      next = cur.filter(([s, e]) => !(a <= s && e <= b));
+    } else return false;
+    this.setModel({ expanded: next });
+    return true;
+  }
+
+  /** A diagnosis was clicked: select its first layer (the groups holding it show their members)
+   *  and move the cursor to its first step. */
   private pickDiagnosis(d: Diagnosis): void {
-    if (d.layer_index >= 0) this.selectLayer(d.layer_index, true);
+    const li = d.layer_index;
+    if (li >= 0) {
+      const row = this.rowOf(li);
+      const grouped = row >= 0 && (this.meta.layers[row]?.count ?? 1) > 1;
+      const cur = this.model.get("expanded") || [];
+      this.selectLayer(li, true, grouped ? { expanded: [...cur, [li, li + 1]] } : {});
+    }
     if (d.first_step !== null && d.first_step !== undefined) this.scrubToStep(d.first_step);
   }
 
