@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import warnings
 import weakref
 from collections import defaultdict
@@ -32,10 +33,13 @@ from .._warnings import GradwidgetWarning
 from ..run import METRICS, N_BINS, LayerInfo, NonfiniteOrigin, Run, _as_step
 from ..storage import check_log_dir
 from ..thresholds import as_thresholds
-from ._kernels import HostCopy, exponent_counts, grad_rows, norms, octave_bins, stored_values
+from ._groups import Plan, UpdateSnapshot, detached, grad_of
+from ._kernels import (HostCopy, exponent_counts, grad_rows, norms, octave_bins, stacked, stacked_exponent_counts,
+                       stacked_norms, stacked_rows, stored_values)
 from .nonfinite import NonfiniteTracer
 
 _M = {name: i for i, name in enumerate(METRICS)}
+_GRAD = operator.attrgetter("grad")
 _MAX_GRAPH_VISITS = 200_000
 #: forwards captured again, at most, to find the edges of layers first used after the first step
 _LATE_CAPTURES = 16
@@ -384,7 +388,7 @@ class Recorder:
         """Finish (write, tell on_step) a step ``record_step`` recorded whose ``optimizer.step()``
         never ran (AMP skipped it, or training stopped): no update norm, none measured."""
         if self._snap_taken:
-            self._snap_taken, self._snap_keep = False, []
+            self._snap_taken = False
             self._finish_step()
 
     @property
@@ -463,8 +467,10 @@ class Recorder:
 
     def _grad_mark(self) -> tuple:
         """Which gradient tensors exist and their in-place version counters: backward changes it
-        (new tensors, or accumulation into zeroed ones), a second zero_grad does not."""
-        return tuple(None if p.grad is None else (id(p.grad), p.grad._version) for p in self._params)
+        (new tensors, or accumulation into zeroed ones), a second zero_grad does not. Taken at
+        every zero_grad, so kept to one pass of C-level iteration over the parameters."""
+        grads = list(map(_GRAD, self._params))
+        return tuple(map(id, grads)), tuple(g._version for g in grads if g is not None)
 
     def _record_unstepped(self) -> None:
         """Record the gradients of a backward that no optimizer step consumed (a skipped AMP step)."""
@@ -481,25 +487,25 @@ class Recorder:
             self._dist.local_update_sumsq(self._update_bufs, self._update_cols, self._dist_step["partials"])
             self._end_sharded_step()
             return
-        params, bufs = self._update_bufs
-        keep, self._snap_keep = self._snap_keep, []
-        if keep:
-            diffs = [bufs[k] for k in keep]
-            torch._foreach_sub_(diffs, [params[k].detach() for k in keep])
-            self.run._M3[-1, _M["update_norm"], self._update_cols[keep]] = norms(diffs).cpu().numpy()
+        snap = self._update_bufs
+        pack = HostCopy()
+        with torch.no_grad():
+            parts = snap.norms(pack)
+        if parts:
+            pack.fetch()
+            for pos, at in parts:
+                v = pack.get(at)
+                v[~snap.has_grad[pos]] = np.nan  # not updated by the step: no norm, not a false 0
+                self.run._M3[-1, _M["update_norm"], self._update_cols[pos]] = v
         self._finish_step()
 
     def _snapshot_updates(self) -> None:
         """Copy the parameters this step will update: those the optimizer holds that have a gradient
         now (optimizers skip grad=None); every other column keeps a NaN update norm, not a false 0."""
-        params, bufs = self._update_bufs
-        self._snap_keep = [k for k, p in enumerate(params) if p.grad is not None]
-        if self._snap_keep:
-            torch._foreach_copy_([bufs[k] for k in self._snap_keep],
-                                 [params[k].detach() for k in self._snap_keep])
+        with torch.no_grad():
+            self._update_bufs.take()
 
     _snap_taken = False
-    _snap_keep: list = []
 
     # ------------------------------------------------------------------ the step
     def _on_step(self, before_update: bool = False) -> None:
@@ -707,6 +713,8 @@ class Recorder:
                 self.run.meta["model"] = type_name(self.model)
                 self.run.meta["distributed"] = {"kind": self._dist.kind, "world_size": self._dist.world_size}
         self._col_of = {pi: c for c, pi in enumerate(self._order)}
+        self._ordered = [self._params[i] for i in self._order]  # the parameter of each column
+        self._wplan = self._gplan = None
         self._unused_cols = [c for c, layer in enumerate(layers) if layer.status == "unused"]
         if self.track_updates:
             stepped = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
@@ -717,8 +725,7 @@ class Recorder:
             if sharded:
                 self._update_bufs = self._dist.update_buffers(params)
             else:
-                self._update_bufs = (params, [torch.empty_like(p, memory_format=torch.preserve_format).detach()
-                                              for p in params])
+                self._update_bufs = UpdateSnapshot(params)
         if self.log_dir is not None and self.run is not None:
             self._open_writer()
         # with an optimizer, arrival hooks are only needed once: drop them to keep steps cheap
@@ -758,25 +765,9 @@ class Recorder:
         L = len(self._order)
         out = np.full((len(METRICS), L), np.nan, np.float32)
         hist = np.zeros((L, N_BINS), np.uint32) if with_hist else None
-        groups: dict = defaultdict(list)
-        wgroups: dict = defaultdict(list)
-        for c, pi in enumerate(self._order):
-            p = self._params[pi]
-            wgroups[(p.device, p.dtype)].append(c)
-            g = p.grad
-            if g is not None and g.layout in (torch.strided, torch.sparse_coo) and g.numel() > 0:
-                groups[(g.device, g.dtype)].append(c)
-        pack = HostCopy()
-        wparts = [(cols, pack.add(norms([self._params[self._order[c]].detach() for c in cols])))
-                  for cols in wgroups.values()]
-        gparts = []
-        for (dev, _dt), cols in groups.items():
-            grads = [stored_values(self._params[self._order[c]].grad) for c in cols]
-            numels = np.array([self._params[self._order[c]].grad.numel() for c in cols], np.float64)
-            rows = pack.add(grad_rows(grads, foreach_all=self.foreach_all or dev.type != "cpu"))
-            counts = pack.add(exponent_counts(grads)) if with_hist else None
-            gparts.append((cols, grads, numels, rows, counts))
-        loss_at = pack.add(loss.detach().float().mean()) if isinstance(loss, torch.Tensor) else None
+        with torch.no_grad():
+            pack, wparts, gparts = self._queue_stats(with_hist)
+            loss_at = pack.add(loss.detach().float().mean()) if isinstance(loss, torch.Tensor) else None
         if self._tracer is not None:
             self._tracer.queue(pack)  # the traced steps' finiteness rides in the same copy
         pack.fetch()
@@ -788,6 +779,42 @@ class Recorder:
                 nonzero = numels * (1.0 - out[_M["zero_frac"], cols])
                 hist[cols] = octave_bins(pack.get(counts), nonzero)
         return out, hist, (float(pack.get(loss_at)) if loss_at is not None else loss)
+
+    def _queue_stats(self, with_hist: bool) -> tuple[HostCopy, list, list]:
+        """Queue the weight norms and gradient statistics of every column in a new host copy, by the
+        plans of ``_groups`` (kept from step to step); a plan gone stale (a gradient appeared or
+        vanished, a parameter moved) fails or shows here, and the step is planned again."""
+        for attempt in range(2):
+            if attempt or self._wplan is None:
+                self._wplan = Plan(self._ordered, detached)
+            if attempt or self._gplan is None or not self._gplan.current():
+                self._gplan = Plan(self._ordered, grad_of)
+            try:
+                return self._queue_planned(with_hist)
+            except (TypeError, RuntimeError, AttributeError):
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _queue_planned(self, with_hist: bool) -> tuple[HostCopy, list, list]:
+        pack = HostCopy()
+        wparts = [(cols, pack.add(stacked_norms(stacked(owners)))) for cols, owners in self._wplan.stacks]
+        wparts += [(cols, pack.add(norms([p.detach() for p in owners])))
+                   for cols, owners in self._wplan.rest.values()]
+        gparts = []
+        for cols, owners in self._gplan.stacks:
+            grads = [p.grad for p in owners]
+            x = stacked(grads)
+            numels = np.full(len(cols), x.shape[1], np.float64)
+            counts = pack.add(stacked_exponent_counts(x)) if with_hist else None
+            gparts.append((cols, grads, numels, pack.add(stacked_rows(x)), counts))
+        for (dev, _dt), (cols, owners) in self._gplan.rest.items():
+            grads = [stored_values(p.grad) for p in owners]
+            numels = np.array([p.numel() for p in owners], np.float64)
+            rows = pack.add(grad_rows(grads, foreach_all=self.foreach_all or dev.type != "cpu"))
+            counts = pack.add(exponent_counts(grads)) if with_hist else None
+            gparts.append((cols, grads, numels, rows, counts))
+        return pack, wparts, gparts
 
     @staticmethod
     def _fill_grad_stats(out: np.ndarray, cols: list[int], grads: list[torch.Tensor], n: np.ndarray,
