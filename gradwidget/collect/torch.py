@@ -193,7 +193,8 @@ class Recorder:
     max_steps: keep at most this many steps in memory (older ones fold into ``run.history``);
         ``"auto"`` (default) sizes the window to ``memory_budget`` bytes, None keeps everything.
     memory_budget: bytes the in-memory Run may use with ``max_steps="auto"`` (default 256 MiB);
-        a ``log_dir`` on disk always keeps every step.
+        a ``log_dir`` on disk always keeps every step. ``repr(recorder)`` (``window_text()``) says
+        how many steps that keeps, and a warning says once when older steps start to fold.
     thresholds: a ``Thresholds`` or dict of overrides for the vanishing/exploding flags.
     log_dir: a run directory written as training goes (readable by ``load_run`` at any time).
     track_updates: record ``update_norm`` (keeps one copy of the trainable parameters).
@@ -397,7 +398,29 @@ class Recorder:
 
     def __repr__(self) -> str:
         state = "attached" if self._attached else "detached"
-        return f"<Recorder {type(self.model).__name__} {state}, {self.run!r}>"
+        return f"<Recorder {type(self.model).__name__} {state}, {self.window_text()}, {self.run!r}>"
+
+    def window_text(self) -> str:
+        """How many steps the in-memory run keeps, and what decided it, in words."""
+        if self.max_steps is None:
+            return "keeping every step in memory (max_steps=None)"
+        n = self._window(len(self._names))
+        why = (f"max_steps='auto': a {self.memory_budget / 2 ** 20:,.0f} MiB memory_budget"
+               if self.max_steps == "auto" else f"max_steps={self.max_steps}")
+        return f"keeping the last {n:,} steps in memory ({why})"
+
+    def _warn_window(self) -> None:
+        """Say once, when the window of ``max_steps="auto"`` (which the user never chose) starts to
+        fold steps into the coarser ``run.history``, how to keep more."""
+        if self._window_told or self.max_steps != "auto" or self.run is None or self.run.history is None:
+            return
+        self._window_told = True
+        disk = f"; every step is still written to {self.log_dir}" if self._writer is not None else ""
+        warnings.warn(f"gradwidget: {self.window_text()}; older steps are now folded into run.history at a "
+                      f"coarser resolution{disk}. Keep more with Recorder(..., memory_budget=<bytes>) or "
+                      "max_steps=None (every step; memory grows with the run)", GradwidgetWarning, stacklevel=2)
+
+    _window_told = False
 
     # ------------------------------------------------------------------ hooks
     def _make_grad_hook(self, i: int):
@@ -571,6 +594,7 @@ class Recorder:
                           GradwidgetWarning)
             user_step = int(self.run.steps[-1]) + 1
         self.run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist)
+        self._warn_window()
         if self._unused_cols:
             self._adopt_late_layers(values)
 
