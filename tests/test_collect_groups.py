@@ -148,3 +148,11 @@ def test_a_plan_groups_by_device_dtype_and_shape_and_watches_missing_tensors():
     assert plan.absent == [ps[6]] and plan.current()
     ps[6].grad = torch.ones(3)
     assert not plan.current()
+
+
+def test_the_sync_free_count_used_off_cpu_equals_bincount():
+    from gradwidget.collect._kernels import count_values, scatter_count
+
+    idx = torch.randint(0, 300, (5000,), dtype=torch.int32)
+    np.testing.assert_array_equal(scatter_count(idx, 512).numpy(), torch.bincount(idx, minlength=512).numpy())
+    np.testing.assert_array_equal(count_values(idx, 512).numpy(), scatter_count(idx, 512).numpy())

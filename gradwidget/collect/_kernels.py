@@ -87,8 +87,22 @@ def exponent_counts(grads: list[torch.Tensor]) -> torch.Tensor:
     counts = []
     for g in grads:
         bits = g.detach().float().reshape(-1).view(torch.int32)
-        counts.append(torch.bincount(torch.bitwise_right_shift(bits, 23).bitwise_and_(255), minlength=256))
+        counts.append(count_values(torch.bitwise_right_shift(bits, 23).bitwise_and_(255), 256))
     return torch.stack(counts)
+
+
+def count_values(idx: torch.Tensor, n: int) -> torch.Tensor:
+    """How many times each of ``0 .. n-1`` occurs in ``idx``: ``bincount`` on CPU; elsewhere a
+    ``scatter_add_`` into ``n`` zeros, since CUDA's ``bincount`` reads the largest index back to the
+    host to size its output (a sync per call) even when ``minlength`` already fixes it."""
+    if idx.device.type == "cpu":
+        return torch.bincount(idx, minlength=n)
+    return scatter_count(idx, n)
+
+
+def scatter_count(idx: torch.Tensor, n: int) -> torch.Tensor:
+    idx = idx.reshape(-1).long()
+    return torch.zeros(n, dtype=torch.int64, device=idx.device).scatter_add_(0, idx, torch.ones_like(idx))
 
 
 def stacked_exponent_counts(x: torch.Tensor) -> torch.Tensor:
@@ -98,7 +112,7 @@ def stacked_exponent_counts(x: torch.Tensor) -> torch.Tensor:
     bits = x.float().view(torch.int32)
     e = torch.bitwise_right_shift(bits, 23).bitwise_and_(255)
     e += torch.arange(0, 256 * k, 256, device=x.device, dtype=e.dtype).unsqueeze(1)
-    return torch.bincount(e.reshape(-1), minlength=256 * k).view(k, 256)
+    return count_values(e.reshape(-1), 256 * k).view(k, 256)
 
 
 def octave_bins(c: np.ndarray, nonzero: np.ndarray) -> np.ndarray:
