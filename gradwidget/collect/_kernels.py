@@ -63,9 +63,9 @@ def stacked_rows(x: torch.Tensor) -> torch.Tensor:
     overhead, not their arithmetic)."""
     acc = acc_dtype([x])
     a = x.abs()
-    rows = (torch.linalg.vector_norm(x, 2, dim=1, dtype=acc), a.sum(1, dtype=acc), a.amax(1),
-            torch.count_nonzero(x, dim=1), x.sum(1, dtype=acc))
-    return torch.stack([r.to(torch.float64) for r in rows])
+    rows = (torch.linalg.vector_norm(x, 2, dim=1, dtype=acc), a.sum(1, dtype=acc), a.amax(1).to(acc),
+            torch.count_nonzero(x, dim=1).to(acc), x.sum(1, dtype=acc))  # counts <= STACK_NUMEL: exact
+    return torch.stack(rows).to(torch.float64)
 
 
 def stacked_norms(x: torch.Tensor) -> torch.Tensor:

@@ -38,11 +38,15 @@ class _Statistics(_RecorderState):
         pack.fetch()
         for cols, at in wparts:
             out[_M["weight_norm"], cols] = pack.get(at)
-        for cols, grads, numels, rows, counts in gparts:
-            self._fill_grad_stats(out, cols, grads, numels, pack.get(rows))
+        if gparts:  # every group's rows at once: the numpy work per step does not grow with groups
+            cols = np.concatenate([part[0] for part in gparts]).astype(np.int64)
+            grads = [g for part in gparts for g in part[1]]
+            numels = np.concatenate([part[2] for part in gparts])
+            self._fill_grad_stats(out, cols, grads, numels,
+                                  np.concatenate([pack.get(part[3]) for part in gparts], axis=1))
             if hist is not None:
                 nonzero = numels * (1.0 - out[_M["zero_frac"], cols])
-                hist[cols] = octave_bins(pack.get(counts), nonzero)
+                hist[cols] = octave_bins(np.concatenate([pack.get(part[4]) for part in gparts]), nonzero)
         return out, hist, (float(pack.get(loss_at)) if loss_at is not None else loss)
 
     def _queue_stats(self, with_hist: bool) -> tuple[HostCopy, list, list]:
@@ -83,9 +87,9 @@ class _Statistics(_RecorderState):
         return pack, wparts, gparts
 
     @staticmethod
-    def _fill_grad_stats(out: np.ndarray, cols: list[int], grads: list[torch.Tensor], n: np.ndarray,
+    def _fill_grad_stats(out: np.ndarray, cols: np.ndarray, grads: list[torch.Tensor], n: np.ndarray,
                          host: np.ndarray) -> None:
-        """Per-layer metrics of one gradient group from its host rows (``grad_rows``); ``grads``
+        """Per-layer metrics of gradient columns ``cols`` from their host rows (``grad_rows``); ``grads``
         are the stored values (a sparse gradient's non-zero entries), ``n`` the layers' sizes."""
         l2, l1, linf, nnz, s = host[:5]
         mean = s / n
