@@ -70,7 +70,10 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
         it costs a copy of the parameters, ~2.5% of a step for a small transformer on CPU.
     trace_nonfinite: find where the first NaN/Inf was made (module, step, forward/backward/loss)
         into ``run.nonfinite_origin``; hooks on every module, removed once it is found
-        (``gradwidget.collect.nonfinite``; its cost is measured in bench/nonfinite.py).
+        (``gradwidget.collect.nonfinite``; its cost is measured in bench/nonfinite.py). That cost
+        is per module call (tens of microseconds on CPU): with thousands of tiny modules it is
+        more than the modules' own work, and ``trace_nonfinite=False`` is the cheap choice
+        (docs/costs.md).
 
     One Recorder per model: building another on the same model detaches this one (with a warning),
     as re-running a notebook cell does. With an optimizer, ``optimizer.zero_grad`` is wrapped on the
