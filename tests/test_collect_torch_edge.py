@@ -204,10 +204,14 @@ def test_a_log_dir_holding_a_run_is_refused_at_construction(tmp_path):
 def test_one_host_copy_per_recorded_step_plus_one_for_update_norms(monkeypatch):
     import sys
 
+    import gradwidget.collect._groups as groups
     import gradwidget.collect._kernels as kernels
+    import gradwidget.collect._stats as stats
+    import gradwidget.collect._steps as steps
     import gradwidget.collect.torch as collect
 
-    recorder_files = (collect.__file__, kernels.__file__)  # the packed copy lives in the kernels
+    # the recorder's modules (the packed copy lives in the kernels)
+    recorder_files = tuple(m.__file__ for m in (collect, kernels, groups, stats, steps))
     copies = []
 
     def counting(name):

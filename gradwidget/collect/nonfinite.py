@@ -66,6 +66,21 @@ def _tensors(x, depth: int = 0):
             yield from _tensors(v, depth + 1)
 
 
+def _call_tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """``list(_tensors((args, kwargs)))`` without a generator per level for the common call, tensors
+    passed positionally (this runs at every module call)."""
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if a.is_floating_point() and a.numel():
+                out.append(a)
+        else:
+            out.extend(_tensors(a, 2))
+    if kwargs:
+        out.extend(_tensors(kwargs, 1))
+    return out
+
+
 def _reduce(t: torch.Tensor) -> torch.Tensor:
     """One number on ``t``'s device that is non-finite iff ``t`` holds a NaN/Inf (one
     reduction kernel, no sync); a mask-like tensor's ``-inf`` (no grad, nothing else non-finite)
@@ -177,9 +192,14 @@ class NonfiniteTracer:
             return None
         call = len(self._call_module)
         self._call_module.append(idx)
-        self._call_parent.append(next((c for c in reversed(self._stack) if c >= 0), -1))
+        parent = -1
+        for c in reversed(self._stack):  # the innermost traced call open
+            if c >= 0:
+                parent = c
+                break
+        self._call_parent.append(parent)
         self._stack.append(call)
-        for t in _tensors((args, kwargs)):
+        for t in _call_tensors(args, kwargs):
             self._event(call, IN, self._value(t))
         if not torch.is_grad_enabled():
             return None
@@ -209,7 +229,8 @@ class NonfiniteTracer:
         call = self._stack.pop() if self._stack else -1
         if call >= 0:
             passing = self._pass_hooks.pop(call, {})
-            for t in _tensors(output):
+            outs = _call_tensors((output,), {}) if isinstance(output, torch.Tensor) else _tensors(output)
+            for t in outs:
                 self._event(call, OUT, self._value(t))
                 if t.requires_grad:
                     again = passing.pop(id(t), None)

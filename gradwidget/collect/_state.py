@@ -1,0 +1,99 @@
+"""The state the Recorder's parts share (``torch``, ``_steps``, ``_stats``, ``_graph``), declared
+once with its types: each part is a mixin of ``Recorder`` reading and writing these attributes,
+which ``Recorder.__init__`` and the first step (``_start``) set. Nothing here runs."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from ..run import Run
+    from ..storage import RunWriter
+    from ..thresholds import Thresholds
+    from ._groups import Plan
+    from ._steps import ShardedStep
+    from .distributed import DistContext, OriginExchange
+    from .loss_graph import LossGraphProbe
+    from .nonfinite import NonfiniteTracer
+
+
+class _RecorderState:
+    # what the user gave
+    model: nn.Module
+    optimizer: torch.optim.Optimizer | None
+    every: int
+    histogram_every: int
+    update_every: int
+    max_steps: int | str | None
+    memory_budget: int
+    thresholds: Thresholds
+    log_dir: Any
+    _overwrite: bool
+    track_updates: bool
+    foreach_all: bool
+    skipped: dict[str, str]
+    # what is recorded into
+    run: Run | None
+    on_step: list[Callable[[Run], None]]
+    _writer: RunWriter | None
+    _dist: DistContext | None
+    _exchange: OriginExchange | None
+    _tracer: NonfiniteTracer | None
+    _loss_probe: LossGraphProbe | None
+    # the parameters, and the columns they become at the first step
+    _names: list[str]
+    _params: list[torch.Tensor]
+    _tied: dict[int, tuple[str, ...]]
+    _pindex: dict[int, int]
+    _order: list[int] | None
+    _ordered: list[torch.Tensor]
+    _col_of: dict[int, int]
+    _unused_cols: list[int]
+    _update_cols: np.ndarray
+    _update_bufs: Any  # an UpdateSnapshot, or the sharded path's (params, buffers)
+    _gplan: Plan | None
+    _wplan: Plan | None
+    # hooks and step bookkeeping
+    _attached: bool
+    _handles: list[Any]
+    _grad_handles: list[Any]
+    _graph_handles: list[Any]
+    _arrival: list[int]
+    _arrival_set: set[int]
+    _in_backward: bool
+    _count: int
+    _recorded: int
+    _pending: dict[str, Any]
+    _dist_step: ShardedStep | None
+    _own_zero_grad: Any
+    # backward-graph capture
+    _fwd_modules: list[str]
+    _capturing: bool
+    _mod_in: dict[str, list]
+    _mod_out: dict[Any, str]
+    _edges_mod: set[tuple[str, str]] | None
+    _edge_wanted: set[str]
+    _late_captures: int
+
+    if TYPE_CHECKING:  # methods one part calls on another
+        def _start(self) -> None: ...
+        def _window(self, n_layers: int) -> int | None: ...
+        def _warn_window(self) -> None: ...
+        def _collect(self, with_hist: bool, loss=None) -> tuple[np.ndarray, np.ndarray | None, Any]: ...
+        def _finish_capture(self) -> None: ...
+        def _capture_late_edges(self) -> None: ...
+        def _adopt_late_layers(self, values: np.ndarray) -> None: ...
+        def _layer_edges(self) -> list[tuple[int, int]]: ...
+        def _install_graph_capture(self) -> None: ...
+        def _pre_step(self, optimizer, args, kwargs) -> None: ...
+        def _post_step(self, optimizer, args, kwargs) -> None: ...
+        def _inert_step(self, optimizer, args, kwargs) -> None: ...
+        def _make_grad_hook(self, i: int) -> Callable: ...
+        def _wrap_zero_grad(self) -> None: ...
+        def _unwrap_zero_grad(self) -> None: ...
+        def _record_unstepped(self) -> None: ...
+        def _finish_step(self) -> None: ...
+        def _trace_origin(self, values: np.ndarray | None) -> None: ...

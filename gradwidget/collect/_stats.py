@@ -1,0 +1,109 @@
+"""A recorded step's statistics, for the Recorder (``collect/torch.py``): weight norms, gradient
+statistics and histogram exponent counts of every column, queued by the plans of ``_groups`` and
+brought to the host in one packed copy per device.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..run import METRICS, N_BINS
+from ._groups import Plan, detached, grad_of
+from ._kernels import (HostCopy, exponent_counts, grad_rows, norms, octave_bins, stacked, stacked_exponent_counts,
+                       stacked_norms, stacked_rows, stored_values)
+from ._state import _RecorderState
+
+#: row of each metric in a step's ``(METRICS, L)`` values
+_M = {name: i for i, name in enumerate(METRICS)}
+
+
+class _Statistics(_RecorderState):
+    """The Recorder's statistics (a mixin: the state is the Recorder's)."""
+
+    def _collect(self, with_hist: bool, loss=None) -> tuple[np.ndarray, np.ndarray | None, object]:
+        """This step's ``(METRICS, L)`` values, ``(L, N_BINS)`` histogram (on histogram steps) and
+        loss (a tensor loss read in the same copy): weight norms, gradient statistics, exponent
+        counts and the loss are packed per device and copied to the host once."""
+        assert self._order is not None  # set by the first step, before any is collected
+        L = len(self._order)
+        out = np.full((len(METRICS), L), np.nan, np.float32)
+        hist = np.zeros((L, N_BINS), np.uint32) if with_hist else None
+        with torch.no_grad():
+            pack, wparts, gparts = self._queue_stats(with_hist)
+            loss_at = pack.add(loss.detach().float().mean()) if isinstance(loss, torch.Tensor) else None
+        if self._tracer is not None:
+            self._tracer.queue(pack)  # the traced steps' finiteness rides in the same copy
+        pack.fetch()
+        for cols, at in wparts:
+            out[_M["weight_norm"], cols] = pack.get(at)
+        if gparts:  # every group's rows at once: the numpy work per step does not grow with groups
+            cols = np.concatenate([part[0] for part in gparts]).astype(np.int64)
+            grads = [g for part in gparts for g in part[1]]
+            numels = np.concatenate([part[2] for part in gparts])
+            self._fill_grad_stats(out, cols, grads, numels,
+                                  np.concatenate([pack.get(part[3]) for part in gparts], axis=1))
+            if hist is not None:
+                nonzero = numels * (1.0 - out[_M["zero_frac"], cols])
+                hist[cols] = octave_bins(np.concatenate([pack.get(part[4]) for part in gparts]), nonzero)
+        return out, hist, (float(pack.get(loss_at)) if loss_at is not None else loss)
+
+    def _queue_stats(self, with_hist: bool) -> tuple[HostCopy, list, list]:
+        """Queue the weight norms and gradient statistics of every column in a new host copy, by the
+        plans of ``_groups`` (kept from step to step); a plan gone stale (a gradient appeared or
+        vanished, a parameter moved) fails or shows here, and the step is planned again."""
+        for attempt in range(2):
+            if attempt or self._wplan is None:
+                self._wplan = Plan(self._ordered, detached)
+            if attempt or self._gplan is None or not self._gplan.current():
+                self._gplan = Plan(self._ordered, grad_of)
+            try:
+                return self._queue_planned(with_hist)
+            except (TypeError, RuntimeError, AttributeError):
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _queue_planned(self, with_hist: bool) -> tuple[HostCopy, list, list]:
+        wplan, gplan = self._wplan, self._gplan
+        assert wplan is not None and gplan is not None  # planned by _queue_stats
+        pack = HostCopy()
+        wparts = [(cols, pack.add(stacked_norms(stacked(owners)))) for cols, owners in wplan.stacks]
+        wparts += [(cols, pack.add(norms([p.detach() for p in owners]))) for cols, owners in wplan.rest.values()]
+        gparts = []
+        for cols, owners in gplan.stacks:
+            grads = [p.grad for p in owners]
+            x = stacked(grads)
+            numels = np.full(len(cols), x.shape[1], np.float64)
+            counts = pack.add(stacked_exponent_counts(x)) if with_hist else None
+            gparts.append((cols, grads, numels, pack.add(stacked_rows(x)), counts))
+        for (dev, _dt), (cols, owners) in gplan.rest.items():
+            grads = [stored_values(p.grad) for p in owners]
+            numels = np.array([p.numel() for p in owners], np.float64)
+            rows = pack.add(grad_rows(grads, foreach_all=self.foreach_all or dev.type != "cpu"))
+            counts = pack.add(exponent_counts(grads)) if with_hist else None
+            gparts.append((cols, grads, numels, rows, counts))
+        return pack, wparts, gparts
+
+    @staticmethod
+    def _fill_grad_stats(out: np.ndarray, cols: np.ndarray, grads: list[torch.Tensor], n: np.ndarray,
+                         host: np.ndarray) -> None:
+        """Per-layer metrics of gradient columns ``cols`` from their host rows (``grad_rows``); ``grads``
+        are the stored values (a sparse gradient's non-zero entries), ``n`` the layers' sizes."""
+        l2, l1, linf, nnz, s = host[:5]
+        mean = s / n
+        with np.errstate(invalid="ignore", over="ignore"):
+            var = np.maximum(l2 * l2 / n - mean * mean, 0.0)
+        out[_M["grad_norm"], cols] = l2
+        out[_M["mean_abs"], cols] = l1 / n
+        out[_M["max_abs"], cols] = linf
+        out[_M["std"], cols] = np.sqrt(var)
+        out[_M["zero_frac"], cols] = 1.0 - nnz / n
+        out[_M["nonfinite"], cols] = 0.0
+        # rare: count the NaN/Inf entries of the offending tensors only (a host read each)
+        for k in np.flatnonzero(~np.isfinite(l2)):
+            g = grads[k]
+            out[_M["nonfinite"], cols[k]] = float((~torch.isfinite(g)).sum())
+            out[_M["zero_frac"], cols[k]] = 1.0 - float((g != 0).sum()) / n[k]
+            out[_M["max_abs"], cols[k]] = math.inf

@@ -1,0 +1,316 @@
+"""When the Recorder records: gradient-arrival and optimizer hooks, steps an optimizer skipped
+(AMP), one step's record into the Run, its NaN origin, and sharded (FSDP) steps.
+"""
+from __future__ import annotations
+
+import functools
+import operator
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._warnings import GradwidgetWarning
+from ..run import NonfiniteOrigin
+from ._kernels import HostCopy
+from ._stats import _M
+from ._state import _RecorderState
+
+_GRAD = operator.attrgetter("grad")
+
+
+@dataclass
+class ShardedStep:
+    """A sharded step between its partial sums and the one collective that combines them (which
+    waits for the optimizer's post-hook when the step measures update norms)."""
+
+    step_no: int
+    pend: dict[str, Any]
+    partials: np.ndarray
+    measure: bool
+
+
+class _Steps(_RecorderState):
+    """The Recorder's step machinery (a mixin: the state is the Recorder's)."""
+
+    # ------------------------------------------------------------------ hooks
+    def _make_grad_hook(self, i: int):
+        def hook(p):
+            if self._order is None and i not in self._arrival_set:
+                self._arrival.append(i)
+                self._arrival_set.add(i)
+            if self.optimizer is None and not self._in_backward:
+                self._in_backward = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+        return hook
+
+    def _end_of_backward(self) -> None:
+        if self._dist is not None and not self._requeued:
+            # DDP (and FSDP) queue their own end-of-backward callback, which finishes the gradient
+            # reduction, after ours: run once more behind it, so the reduced gradients are read
+            self._requeued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+            return
+        self._requeued = False
+        self._in_backward = False
+        self._on_step()
+
+    _requeued = False
+    _dist_step = None
+
+    def _pre_step(self, optimizer, args, kwargs) -> None:
+        self._stepped = self._in_step = True
+        self._on_step(before_update=True)
+
+    # ------------------------------------------------------------------ steps the optimizer skipped
+    _stepped = True  # an optimizer step ran since the last zero_grad (or none ran yet)
+    _in_step = False  # inside optimizer.step(), whose closure (LBFGS) may call zero_grad
+    _zero_mark: tuple = ()
+    _zero_grad_wrapper = None
+
+    def _wrap_zero_grad(self) -> None:
+        """Wrap ``optimizer.zero_grad`` on the instance: AMP's GradScaler skips ``optimizer.step()``
+        when it finds Inf/NaN, so the step hooks never see that step; the zero_grad that follows
+        records it. Several backwards per step (accumulation) stay one step: only zero_grad flushes."""
+        opt = self.optimizer
+        assert opt is not None  # wrapped only with an optimizer
+        original = opt.zero_grad
+        self._own_zero_grad = opt.__dict__.get("zero_grad")  # an instance attribute to restore
+
+        @functools.wraps(original)
+        def zero_grad(*args, **kwargs):
+            if self._in_step or not self._attached:  # a closure's backwards belong to the step under
+                return original(*args, **kwargs)   # way; a detached recorder still wrapped records nothing
+            self._record_unstepped()
+            out = original(*args, **kwargs)
+            self._stepped, self._zero_mark = False, self._grad_mark()
+            return out
+
+        setattr(opt, "zero_grad", zero_grad)  # on the instance: the class's stays as it is
+        self._zero_grad_wrapper = zero_grad
+
+    def _unwrap_zero_grad(self) -> None:
+        opt = self.optimizer
+        wrapper = self._zero_grad_wrapper
+        if opt is None or wrapper is None or opt.__dict__.get("zero_grad") is not wrapper:
+            return  # never wrapped, or wrapped again by someone else since: leave theirs in place
+        if self._own_zero_grad is None:
+            del opt.zero_grad
+        else:
+            setattr(opt, "zero_grad", self._own_zero_grad)
+        self._zero_grad_wrapper = None
+
+    def _grad_mark(self) -> tuple:
+        """Which gradient tensors exist and their in-place version counters: backward changes it
+        (new tensors, or accumulation into zeroed ones), a second zero_grad does not. Taken at
+        every zero_grad, so kept to one pass of C-level iteration over the parameters."""
+        grads = list(map(_GRAD, self._params))
+        return tuple(map(id, grads)), tuple(g._version for g in grads if g is not None)
+
+    def _record_unstepped(self) -> None:
+        """Record the gradients of a backward that no optimizer step consumed (a skipped AMP step)."""
+        if not self._stepped and self._grad_mark() != self._zero_mark:
+            self._stepped = True
+            self._on_step()
+
+    def _post_step(self, optimizer, args, kwargs) -> None:
+        self._in_step = False
+        if self._update_bufs is None or not self._snap_taken:
+            return
+        self._snap_taken = False
+        if self._dist is not None and self._dist.sharded:
+            assert self._dist_step is not None  # begun at the pre-hook, waiting for this update
+            self._dist.local_update_sumsq(self._update_bufs, self._update_cols, self._dist_step.partials)
+            self._end_sharded_step()
+            return
+        run, snap = self.run, self._update_bufs
+        assert run is not None  # not sharded: this process records
+        pack = HostCopy()
+        with torch.no_grad():
+            parts = snap.norms(pack)
+        if parts:
+            pack.fetch()
+            for pos, at in parts:
+                v = pack.get(at)
+                v[~snap.has_grad[pos]] = np.nan  # not updated by the step: no norm, not a false 0
+                run._M3[-1, _M["update_norm"], self._update_cols[pos]] = v
+        self._finish_step()
+
+    def _snapshot_updates(self) -> None:
+        """Copy the parameters this step will update: those the optimizer holds that have a gradient
+        now (optimizers skip grad=None); every other column keeps a NaN update norm, not a false 0."""
+        with torch.no_grad():
+            self._update_bufs.take()
+
+    _snap_taken = False
+
+    # ------------------------------------------------------------------ the step
+    def _on_step(self, before_update: bool = False) -> None:
+        if self._capturing and (self._mod_in or self._mod_out):  # else (LBFGS's first step() runs
+            self._finish_capture()                               # before its closure) keep watching
+        self._capture_late_edges()
+        step_no = self._count
+        self._count += 1
+        if self._tracer is not None:
+            # with an optimizer, a step not read at its step pre-hook is one it skipped (AMP)
+            self._tracer.end_step(self._pending.get("step", step_no), self._pending.get("loss"),
+                                  skipped=self.optimizer is not None and not before_update)
+        if step_no % self.every:
+            return
+        if self._order is None:
+            if self._dist is not None and self._dist.sharded and self._fwd_modules:
+                # sharded gradients arrive per FSDP group (FSDP1: without per-parameter hooks at all),
+                # not in autograd order: derive the order from the first forward instead
+                self._arrival = self._dist.fallback_arrival(self._names, self._params, self._fwd_modules,
+                                                            set(self._arrival) if self._arrival else None)
+            if not self._arrival:
+                return  # no gradient has arrived yet: nothing to record
+            self._start()
+        if self._loss_probe is not None and not self._loss_probe.settled:  # one step to see a loss with its graph
+            self._loss_probe.settle(self.run, self._writer)
+        with_hist = self.histogram_every > 0 and self._recorded % self.histogram_every == 0
+        if self._dist is not None and self._dist.sharded:
+            self._begin_sharded_step(step_no, with_hist, before_update)
+            return
+        pend, self._pending = self._pending, {}
+        values, hist, loss = self._collect(with_hist, pend.get("loss"))
+        if loss is not None:
+            pend["loss"] = loss
+        self._append_step(step_no, pend, values, hist)
+        self._trace_origin(values)
+        self._recorded += 1
+        if before_update and self._update_bufs is not None and (self._recorded - 1) % self.update_every == 0:
+            self._snapshot_updates()
+            self._snap_taken = True
+            return  # finished in _post_step once the update norms are known
+        self._finish_step()
+
+    def _append_step(self, step_no: int, pend: dict, values: np.ndarray, hist) -> None:
+        """Append one step's values with its loss, learning rate and global norm to the Run."""
+        user_step = pend.get("step", step_no)
+        loss = pend.get("loss")
+        if isinstance(loss, torch.Tensor):
+            loss = float(loss.detach().float().mean().cpu())
+        lr = pend.get("lr")
+        if lr is None and self.optimizer is not None:
+            lr = self.optimizer.param_groups[0].get("lr")
+        if isinstance(lr, torch.Tensor):
+            lr = float(lr)
+        # total norm over the tensors that have a gradient, as clip_grad_norm_ computes it
+        has_grad = ~np.isnan(values[_M["nonfinite"]])
+        gn = values[_M["grad_norm"], has_grad].astype(np.float64)
+        global_norm = pend.get("global_norm")
+        if global_norm is None:
+            global_norm = float(np.sqrt(np.sum(gn * gn))) if gn.size else float("nan")
+        elif isinstance(global_norm, torch.Tensor):
+            global_norm = float(global_norm.detach().float().cpu())
+        run = self.run
+        assert run is not None  # called on the recording rank only
+        if run.n_steps and user_step <= run.steps[-1]:
+            warnings.warn(f"gradwidget: step {user_step} does not increase (last was "
+                          f"{int(run.steps[-1])}); recording it as {int(run.steps[-1]) + 1}",
+                          GradwidgetWarning)
+            user_step = int(run.steps[-1]) + 1
+        run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist)
+        self._warn_window()
+        if self._unused_cols:
+            self._adopt_late_layers(values)
+
+    def _trace_origin(self, values: np.ndarray | None) -> None:
+        """Look in the steps traced since the last recorded one for the first NaN/Inf's origin;
+        once found, remove the tracer's hooks and keep the origin in the run (and its directory).
+        Distributed: every rank posts its own and rank 0 keeps the earliest (``OriginExchange``).
+        ``values``: this step's recorded metrics (None on ranks that do not hold the run)."""
+        origin = None
+        run = self.run
+        if self._tracer is not None:
+            traces = self._tracer.take()
+            if traces:
+                reached, current = None, traces[-1].step
+                if run is not None and values is not None:
+                    bad = values[_M["nonfinite"]] > 0
+                    names = [run.layers[c].name for c in np.flatnonzero(bad)[::-1]]  # nearest the loss first
+                    reached = lambda s: names if s == current else None  # noqa: E731
+                module_of = (lambda layer: run.layers[run.layer_index(layer)].module) if run is not None else None
+                origin = self._tracer.origin(traces, reached, module_of)
+            if origin is not None:
+                self._tracer.remove()
+                self._tracer = None
+                if self.run is not None and origin.step == current:
+                    origin.step = int(self.run.steps[-1])  # the step as recorded
+                if self._exchange is not None:
+                    from .distributed import clean_name, type_name
+
+                    assert self._dist is not None  # an exchange is made only under torch.distributed
+                    origin.module_type = type_name(self.model.get_submodule(origin.module))  # FSDP's classes
+                    origin.module, origin.rank = clean_name(origin.module), self._dist.rank
+                    self._exchange.post(origin.to_dict())
+        if self.run is None:
+            return
+        if self._exchange is not None:
+            from .nonfinite import earliest
+
+            origin = earliest([NonfiniteOrigin.from_dict(d) for d in self._exchange.gather()])
+        if origin is not None and origin != self.run.nonfinite_origin:
+            self.run.nonfinite_origin = origin
+            if self._writer is not None:
+                self._writer.write_meta()
+
+    def _inert_step(self, optimizer, args, kwargs) -> None:
+        """A DDP rank other than 0 (which records nothing): end the traced step; on the steps
+        rank 0 records, look for this rank's origin and post it."""
+        step_no, self._count = self._count, self._count + 1
+        pend, self._pending = self._pending, {}
+        assert self._tracer is not None  # hooked only while tracing; removed once the origin is posted
+        self._tracer.end_step(pend.get("step", step_no), pend.get("loss"))
+        if step_no % self.every == 0:
+            self._trace_origin(None)
+        if self._tracer is None:  # found and posted: nothing more to do on this rank
+            for h in self._handles:
+                h.remove()
+            self._handles = []
+
+    # ------------------------------------------------------------------ sharded (FSDP) steps
+    def _begin_sharded_step(self, step_no: int, with_hist: bool, before_update: bool) -> None:
+        """Every rank computes partial sums over its shards; with an update to measure, the one
+        collective waits for the optimizer step post-hook so the update's partials ride along."""
+        measure = (before_update and self._update_bufs is not None
+                   and self._recorded % self.update_every == 0)
+        pend, self._pending = self._pending, {}
+        self._recorded += 1
+        dist = self._dist
+        assert dist is not None
+        partials = dist.local_partials(self._params, with_hist, self.foreach_all,
+                                       self._tracer.queue if self._tracer is not None else None)
+        self._dist_step = ShardedStep(step_no, pend, partials, measure)
+        if measure:
+            dist.snapshot(self._update_bufs)
+            self._snap_taken = True
+            return
+        self._end_sharded_step()
+
+    def _end_sharded_step(self) -> None:
+        st, self._dist_step, dist = self._dist_step, None, self._dist
+        assert st is not None and dist is not None
+        reduced = dist.reduce(st.partials)
+        if reduced is None:
+            self._trace_origin(None)  # this rank's own origin, posted for rank 0
+            return  # not rank 0: rank 0 records and writes
+        values, hist = dist.statistics(*reduced, getattr(self, "_update_cols", None), st.measure)
+        self._append_step(st.step_no, st.pend, values, hist)
+        self._trace_origin(values)
+        self._finish_step()
+
+    def _finish_step(self) -> None:
+        if self._writer is not None:
+            self._writer.append_last()
+        run = self.run
+        if run is None:  # (never: only the process that holds the run finishes steps)
+            return
+        for fn in list(self.on_step):
+            try:
+                fn(run)
+            except Exception as e:  # noqa: BLE001 - a display callback must never stop training
+                warnings.warn(f"gradwidget: an on_step callback failed: {e!r}", GradwidgetWarning)
