@@ -16,6 +16,7 @@ in bfloat16 the native std was off by up to 18% (float32: 5e-4); the worst norm 
 9e-4 (fp16) / 3e-3 (bf16) to 7e-5 / 6e-5; the kernel costs 1.08x (fp16), 1.14x (bf16) and 1.01x
 (fp32) the native one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,9 +61,11 @@ def stats(rows: np.ndarray, n: np.ndarray) -> dict[str, np.ndarray]:
 
 def reference(grads) -> dict[str, np.ndarray]:
     a = [g.double().numpy() for g in grads]
-    return {"norm": np.array([np.sqrt((x * x).sum()) for x in a]),
-            "mean_abs": np.array([np.abs(x).mean() for x in a]),
-            "std": np.array([x.std() for x in a])}
+    return {
+        "norm": np.array([np.sqrt((x * x).sum()) for x in a]),
+        "mean_abs": np.array([np.abs(x).mean() for x in a]),
+        "std": np.array([x.std() for x in a]),
+    }
 
 
 def timed(fn, grads) -> float:
@@ -76,8 +79,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    print(f"{'dtype':9} {'kernel':8} {'non-finite':>10} {'norm err':>9} {'mean err':>9} {'std err':>9} "
-          f"{'median ms':>9} {'ratio':>6}")
+    print(
+        f"{'dtype':9} {'kernel':8} {'non-finite':>10} {'norm err':>9} {'mean err':>9} {'std err':>9} "
+        f"{'median ms':>9} {'ratio':>6}"
+    )
     for dtype in (torch.float16, torch.bfloat16, torch.float32):
         grads = tensors(dtype)
         n = np.array([g.numel() for g in grads], np.float64)
@@ -97,8 +102,10 @@ def main() -> None:
                 e = np.abs(got[k][finite] - ref[k][finite]) / np.maximum(ref[k][finite], 1e-30)
                 errs.append(float(e.max()) if e.size else math.nan)
             med = statistics.median(times[name])
-            print(f"{str(dtype)[6:]:9} {name:8} {bad:10d} {errs[0]:9.1e} {errs[1]:9.1e} {errs[2]:9.1e} "
-                  f"{1e3 * med:9.2f} {med / base:6.2f}")
+            print(
+                f"{str(dtype)[6:]:9} {name:8} {bad:10d} {errs[0]:9.1e} {errs[1]:9.1e} {errs[2]:9.1e} "
+                f"{1e3 * med:9.2f} {med / base:6.2f}"
+            )
 
 
 if __name__ == "__main__":

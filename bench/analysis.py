@@ -9,6 +9,7 @@ linearly in steps (its cost is linear per layer) and printed as such.
 
     python bench/analysis.py [--layers 500] [--steps 100000] [--crate-steps 5000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,15 +31,23 @@ def synthetic_run(n_layers: int, n_steps: int, seed: int = 0) -> Run:
     """A run filled directly (no per-step append): log-normal gradient norms whose level falls with
     depth, a vanishing block, a dead block, an exploding tail in one layer, an update every 10 steps."""
     rng = np.random.default_rng(seed)
-    layers = [LayerInfo(f"block{i // 10}.layer{i % 10}.weight", module=f"block{i // 10}.layer{i % 10}",
-                        module_type="Linear", shape=(64, 64), numel=4096) for i in range(n_layers)]
+    layers = [
+        LayerInfo(
+            f"block{i // 10}.layer{i % 10}.weight",
+            module=f"block{i // 10}.layer{i % 10}",
+            module_type="Linear",
+            shape=(64, 64),
+            numel=4096,
+        )
+        for i in range(n_layers)
+    ]
     run = Run(layers, edges=[(i, i + 1) for i in range(n_layers - 1)])
     m = np.empty((n_steps, len(METRICS), n_layers), np.float32)
     level = np.logspace(-4, -1, n_layers, dtype=np.float32)
     level[10:20] = 1e-9
     noise = rng.standard_normal((n_steps, n_layers), dtype=np.float32)
     g = level * np.exp(0.2 * noise)
-    g[-n_steps // 20:, -1] *= 1e6
+    g[-n_steps // 20 :, -1] *= 1e6
     m[:, 0] = g
     m[:, 1] = g / 64
     m[:, 2] = g / 8
@@ -86,10 +95,26 @@ def _crate_layer(h: list[float], window: int = 100) -> dict:
     slope = (len(rec) * sxy - sx * sy) / (len(rec) * sxx - sx * sx)
     risk = (mean < 1e-5) + (mean > 100) + (stab < 0.5) + (osc > 0.5)
     dead = sum(1 for x in h if x < 1e-8) / n
-    return dict(mean=mean, std=std, median=med, p5=p5, p95=p95, skew=skew, kurt=kurt, consistency=consistency,
-                smooth=smooth, osc=osc, stab=stab, flow=flow_rate, bottleneck=bottleneck, slope=slope,
-                health="Critical" if risk > 2 else "Warning" if risk else "Healthy",
-                vanishing=mean < 1e-5, exploding=max(h) > 100, dead=dead > 0.5)
+    return dict(
+        mean=mean,
+        std=std,
+        median=med,
+        p5=p5,
+        p95=p95,
+        skew=skew,
+        kurt=kurt,
+        consistency=consistency,
+        smooth=smooth,
+        osc=osc,
+        stab=stab,
+        flow=flow_rate,
+        bottleneck=bottleneck,
+        slope=slope,
+        health="Critical" if risk > 2 else "Warning" if risk else "Healthy",
+        vanishing=mean < 1e-5,
+        exploding=max(h) > 100,
+        dead=dead > 0.5,
+    )
 
 
 def crate_loop(run: Run) -> dict:
@@ -105,8 +130,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     run = synthetic_run(a.layers, a.steps)
-    print(f"built a run of {a.layers} layers x {a.steps} steps ({run.nbytes() / 2**20:.0f} MiB) "
-          f"in {time.perf_counter() - t0:.1f} s")
+    print(
+        f"built a run of {a.layers} layers x {a.steps} steps ({run.nbytes() / 2**20:.0f} MiB) "
+        f"in {time.perf_counter() - t0:.1f} s"
+    )
     analyze(synthetic_run(8, 500))  # warm imports
     times = []
     for _ in range(3):
@@ -118,8 +145,10 @@ def main(argv=None) -> int:
     analyze(run)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    print(f"analyze: {dt:.2f} s (best of 3: {', '.join(f'{x:.2f}' for x in times)}), peak memory beyond the run "
-          f"{peak / 2**20:.0f} MiB (tracemalloc), overall {rep.overall_health}")
+    print(
+        f"analyze: {dt:.2f} s (best of 3: {', '.join(f'{x:.2f}' for x in times)}), peak memory beyond the run "
+        f"{peak / 2**20:.0f} MiB (tracemalloc), overall {rep.overall_health}"
+    )
     print("  " + rep.summary_text().splitlines()[0])
 
     small = run.slice(steps=slice(0, a.crate_steps))
@@ -133,10 +162,14 @@ def main(argv=None) -> int:
     print(f"\nside by side on {a.layers} layers x {a.crate_steps} steps:")
     print(f"  {'vectorised analyze':<28}{dv:8.3f} s")
     print(f"  {'crate port (Python loops)':<28}{dl:8.3f} s   ratio {dl / dv:.1f}x")
-    print(f"full size ({a.steps} steps): analyze {dt:.2f} s vs crate port ~{est:.0f} s (extrapolated, linear in steps)"
-          f"   ratio ~{est / dt:.0f}x")
-    print("(the crate port covers only the grad-norm analyses; analyze also does every metric, the network, "
-          "regions, groups and advice)")
+    print(
+        f"full size ({a.steps} steps): analyze {dt:.2f} s vs crate port ~{est:.0f} s (extrapolated, linear in steps)"
+        f"   ratio ~{est / dt:.0f}x"
+    )
+    print(
+        "(the crate port covers only the grad-norm analyses; analyze also does every metric, the network, "
+        "regions, groups and advice)"
+    )
     return 0 if dt < 2.0 else 1
 
 

@@ -5,6 +5,7 @@ two), layer recall/precision, detection step, a confusion table and analysis tim
     python bench/diagnosis.py [--fast | --heldout] [--case SUBSTR] [--no-cache] [--jobs N] [--cache-dir DIR]
     python bench/diagnosis.py --table [...]    # the zoo itself: losses, gradient ranges, no analysis
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,14 +53,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     which = ap.add_mutually_exclusive_group()
     which.add_argument("--fast", action="store_true", help="only the FAST subset")
-    which.add_argument("--heldout", action="store_true",
-                       help="the held-out cases (mistakes on other seeds, archs, magnitudes) instead")
+    which.add_argument(
+        "--heldout", action="store_true", help="the held-out cases (mistakes on other seeds, archs, magnitudes) instead"
+    )
     ap.add_argument("--case", default="", help="only cases whose id contains this")
     ap.add_argument("--no-cache", action="store_true", help="train every case again, write no cache")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (the machine is shared: 1)")
     ap.add_argument("--cache-dir", default=str(zoo.DEFAULT_CACHE))
-    ap.add_argument("--table", action="store_true",
-                    help="print each case's losses and gradient range instead of diagnosing it")
+    ap.add_argument(
+        "--table", action="store_true", help="print each case's losses and gradient range instead of diagnosing it"
+    )
     a = ap.parse_args(argv)
     if a.jobs < 1:
         ap.error("--jobs must be at least 1")
@@ -97,10 +100,12 @@ def case_row(case, run) -> str:
     bad = np.nonzero((run.metric("nonfinite").sum(axis=1) > 0) | ~np.isfinite(loss))[0]
     ratio = zoo.loss_ratio(run)
     fell = "nan" if not np.isfinite(ratio) else "falls" if ratio < HEALTHY_LOSS_RATIO else "flat/up"
-    return (f"{case.id:38s} {case.cause or 'healthy':17s} loss {np.mean(loss[:10]):8.3g} -> "
-            f"{np.mean(loss[-10:]):8.3g} ({fell:7s}) train {run.meta.get('zoo_train_seconds', float('nan')):4.1f} s"
-            f"  |g| min {med[lo]:.1e} {run.layer_names[lo]}  max {med[hi]:.1e} {run.layer_names[hi]}"
-            + (f"  non-finite from step {run.steps[bad[0]]}" if len(bad) else ""))
+    return (
+        f"{case.id:38s} {case.cause or 'healthy':17s} loss {np.mean(loss[:10]):8.3g} -> "
+        f"{np.mean(loss[-10:]):8.3g} ({fell:7s}) train {run.meta.get('zoo_train_seconds', float('nan')):4.1f} s"
+        f"  |g| min {med[lo]:.1e} {run.layer_names[lo]}  max {med[hi]:.1e} {run.layer_names[hi]}"
+        + (f"  non-finite from step {run.steps[bad[0]]}" if len(bad) else "")
+    )
 
 
 class _Serial:
@@ -142,32 +147,46 @@ def summary(results: list) -> str:
     out += [f"   {r.case.id}: " + "; ".join(str(f) for f in r.alarms) for r in fa]
     acc = score.cause_accuracy(results)
     if acc["n"]:
-        out.append(f"== mistakes ({acc['n']}): right cause first {_pct(acc['top1'])}, "
-                   f"within the first two {_pct(acc['top2'])}")
-        out.append("   per cause (first / first two / cases): " + ", ".join(
-            f"{c} {a}/{b}/{n}" for c, (a, b, n) in score.by_cause(results).items()))
+        out.append(
+            f"== mistakes ({acc['n']}): right cause first {_pct(acc['top1'])}, within the first two {_pct(acc['top2'])}"
+        )
+        out.append(
+            "   per cause (first / first two / cases): "
+            + ", ".join(f"{c} {a}/{b}/{n}" for c, (a, b, n) in score.by_cause(results).items())
+        )
         byid = {r.case.id: r for r in results}
-        out += [f"   miss {i} [{byid[i].case.cause}]: first reported {byid[i].first_cause}"
-                + ("" if byid[i].rank is None else f", right cause at rank {byid[i].rank + 1}")
-                for i in acc["misses"]]
+        out += [
+            f"   miss {i} [{byid[i].case.cause}]: first reported {byid[i].first_cause}"
+            + ("" if byid[i].rank is None else f", right cause at rank {byid[i].rank + 1}")
+            for i in acc["misses"]
+        ]
     ls = score.layer_scores(results)
     if ls["n"]:
-        out.append(f"== layer-specific mistakes ({ls['n']}): recall {ls['recall']:.2f}, "
-                   f"precision {ls['precision']:.2f} (first matching finding's layers vs fault_layers)")
-        out += [f"   {i}: recall {rc:.2f} precision {pr:.2f}" for i, (rc, pr) in ls["per_case"].items()
-                if rc < 1 or pr < 1]
+        out.append(
+            f"== layer-specific mistakes ({ls['n']}): recall {ls['recall']:.2f}, "
+            f"precision {ls['precision']:.2f} (first matching finding's layers vs fault_layers)"
+        )
+        out += [
+            f"   {i}: recall {rc:.2f} precision {pr:.2f}" for i, (rc, pr) in ls["per_case"].items() if rc < 1 or pr < 1
+        ]
     det = score.detection(results)
     if det["steps"]:
-        out.append(f"== detection: {len(det['steps']) - len(det['slow'])} of {len(det['steps'])} found "
-                   f"causes first apply before step {det['limit']}")
-        out += [f"   slow {i}: first_step {det['steps'][i]}" + (" (slow onset)" if i in det["expected"] else "")
-                for i in det["slow"]]
+        out.append(
+            f"== detection: {len(det['steps']) - len(det['slow'])} of {len(det['steps'])} found "
+            f"causes first apply before step {det['limit']}"
+        )
+        out += [
+            f"   slow {i}: first_step {det['steps'][i]}" + (" (slow onset)" if i in det["expected"] else "")
+            for i in det["slow"]
+        ]
     out.append("== confusion (rows: true cause; columns: first reported cause)")
     out.append(score.format_confusion(score.confusion(results)))
     times = sorted(r.seconds for r in results)
     if times:
-        out.append(f"== analyse time per run: median {1000 * times[len(times) // 2]:.0f} ms, "
-                   f"max {1000 * times[-1]:.0f} ms, total {sum(times):.1f} s")
+        out.append(
+            f"== analyse time per run: median {1000 * times[len(times) // 2]:.0f} ms, "
+            f"max {1000 * times[-1]:.0f} ms, total {sum(times):.1f} s"
+        )
     return "\n".join(out)
 
 

@@ -10,6 +10,7 @@ other rank waiting at the next all-reduce: the step time of both.
 
 (it starts its processes itself; under torchrun it acts as one of them).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,8 +72,9 @@ def worker(args) -> None:
             "bare": lambda: None,
             "stats every step": lambda: Recorder(model, opt, histogram_every=0),
             "+ histograms every 10": lambda: Recorder(model, opt, histogram_every=10),
-            "+ histograms + log_dir": lambda: Recorder(model, opt, histogram_every=10,
-                                                       log_dir=os.path.join(tmp, "run"), overwrite=True),
+            "+ histograms + log_dir": lambda: Recorder(
+                model, opt, histogram_every=10, log_dir=os.path.join(tmp, "run"), overwrite=True
+            ),
         }
         times = {k: [] for k in variants}
         for i in range(3):  # warm-up
@@ -111,31 +113,47 @@ def worker(args) -> None:
             n_tensors = sum(1 for _ in model.parameters())
             med = {k: statistics.median(v) for k, v in times.items()}
             kind = "FSDP2 fully_shard" if args.fsdp else "DDP"
-            print(f"{kind}, {world} processes (gloo, 1 thread each); transformer 2 x d128, {n_tensors} "
-                  f"parameter tensors, ~{n_params / 1e6:.2f} M parameters; batch {args.batch}/rank x seq {args.seq}")
+            print(
+                f"{kind}, {world} processes (gloo, 1 thread each); transformer 2 x d128, {n_tensors} "
+                f"parameter tensors, ~{n_params / 1e6:.2f} M parameters; batch {args.batch}/rank x seq {args.seq}"
+            )
             print(f"{'variant':26s} {'median step':>12s} {'vs bare':>8s}  (n={args.blocks * args.steps} steps each)")
             for k, v in med.items():
                 print(f"{k:26s} {v * 1e3:10.1f}ms {v / med['bare']:8.3f}x")
             if args.fsdp:
                 from gradwidget.collect.distributed import bytes_per_step
 
-                print(f"two reduces per recorded step: {bytes_per_step(n_tensors, False)} B per rank, "
-                      f"{bytes_per_step(n_tensors, True)} B on histogram steps")
-            blk_ratio = {k: statistics.median(
-                statistics.median(times[k][b * args.steps:(b + 1) * args.steps])
-                / statistics.median(times["bare"][b * args.steps:(b + 1) * args.steps])
-                for b in range(args.blocks)) for k in times}
-            print("median over blocks of (variant / bare in the same block): "
-                  + ", ".join(f"{k} {v:.3f}x" for k, v in blk_ratio.items() if k != "bare"))
+                print(
+                    f"two reduces per recorded step: {bytes_per_step(n_tensors, False)} B per rank, "
+                    f"{bytes_per_step(n_tensors, True)} B on histogram steps"
+                )
+            blk_ratio = {
+                k: statistics.median(
+                    statistics.median(times[k][b * args.steps : (b + 1) * args.steps])
+                    / statistics.median(times["bare"][b * args.steps : (b + 1) * args.steps])
+                    for b in range(args.blocks)
+                )
+                for k in times
+            }
+            print(
+                "median over blocks of (variant / bare in the same block): "
+                + ", ".join(f"{k} {v:.3f}x" for k, v in blk_ratio.items() if k != "bare")
+            )
             u = "update norms every 10 steps"
-            print(f"recording work on rank 0 per step, same gradients: stats {work['stats every step'] * 1e3:.2f} ms; "
-                  f"with a histogram {work['+ histograms every 10'] * 1e3:.2f} ms ({u})")
+            print(
+                f"recording work on rank 0 per step, same gradients: stats {work['stats every step'] * 1e3:.2f} ms; "
+                f"with a histogram {work['+ histograms every 10'] * 1e3:.2f} ms ({u})"
+            )
             hist10 = work["stats every step"] + (work["+ histograms every 10"] - work["stats every step"]) / 10
-            print(f"RATIO recording work / bare step = {work['stats every step'] / med['bare']:.3f} (stats), "
-                  f"{hist10 / med['bare']:.3f} (stats + histograms every 10, amortised)")
+            print(
+                f"RATIO recording work / bare step = {work['stats every step'] / med['bare']:.3f} (stats), "
+                f"{hist10 / med['bare']:.3f} (stats + histograms every 10, amortised)"
+            )
             print(f"RATIO stats every step / bare = {med['stats every step'] / med['bare']:.3f}")
-            print(f"RATIO stats + histograms every 10 + log_dir / bare = "
-                  f"{med['+ histograms + log_dir'] / med['bare']:.3f}")
+            print(
+                f"RATIO stats + histograms every 10 + log_dir / bare = "
+                f"{med['+ histograms + log_dir'] / med['bare']:.3f}"
+            )
     finally:
         model = opt = step = rec = None  # free the process group's users first (examples/distributed_train.py)
         gc.collect()
@@ -149,8 +167,16 @@ def launch(argv: list[str], nproc: int = 2) -> int:
         port = s.getsockname()[1]
     procs = []
     for r in range(nproc):
-        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        env = dict(
+            os.environ,
+            RANK=str(r),
+            LOCAL_RANK=str(r),
+            WORLD_SIZE=str(nproc),
+            LOCAL_WORLD_SIZE=str(nproc),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            OMP_NUM_THREADS="1",
+        )
         procs.append(subprocess.Popen([sys.executable, __file__, *argv], env=env))
     try:
         return max(p.wait() for p in procs)

@@ -13,6 +13,7 @@
    full update message (binary buffers + JSON state) as ipywidgets would send it.
 Prints a JSON line with the figures.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -109,8 +110,9 @@ def scrub_benchmark(rows: int, cols: int, scrubs: int, compare: str = "") -> dic
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000}, device_scale_factor=1)
             page.set_content("<!doctype html><html><body style='margin:0'></body></html>")
-            res = page.evaluate(PAGE_JS, {"code": code, "rows": rows, "cols": cols, "scrubs": scrubs,
-                                          "compare": compare})
+            res = page.evaluate(
+                PAGE_JS, {"code": code, "rows": rows, "cols": cols, "scrubs": scrubs, "compare": compare}
+            )
             res["browser"] = browser.version
         finally:
             browser.close()
@@ -145,8 +147,21 @@ def payload_bytes(steps: int, columns: int, layers: int = 24) -> dict:
     t0 = time.perf_counter()
     panel._push(force=True)
     push_ms = (time.perf_counter() - t0) * 1e3
-    data_keys = ["meta", "heat", "flags", "col_steps", "loss", "detail", "detail_step", "hists", "hist_steps",
-                 "hist_layer", "table", "step", "layer"]
+    data_keys = [
+        "meta",
+        "heat",
+        "flags",
+        "col_steps",
+        "loss",
+        "detail",
+        "detail_step",
+        "hists",
+        "hist_steps",
+        "hist_layer",
+        "table",
+        "step",
+        "layer",
+    ]
     state = panel.get_state(data_keys)
     st, _, buffers = _remove_buffers(state)
     buf_bytes = sum(len(bytes(b)) for b in buffers)
@@ -154,11 +169,20 @@ def payload_bytes(steps: int, columns: int, layers: int = 24) -> dict:
     state_nt = panel.get_state([k for k in data_keys if k != "table"])
     st2, _, b2 = _remove_buffers(state_nt)
     live_bytes = sum(len(bytes(b)) for b in b2) + len(json.dumps(st2, default=str))
-    return {"steps": steps, "layers": layers, "columns_requested": columns, "cols_sent": panel.meta["cols"],
-            "steps_per_column": panel.meta["block"], "binary_bytes": buf_bytes, "json_bytes": json_bytes,
-            "full_update_bytes": buf_bytes + json_bytes, "live_update_bytes_without_table": live_bytes,
-            "raw_metrics_bytes": int(run.metric("mean_abs").nbytes * len(METRICS)),
-            "push_ms": round(push_ms, 2), "build_run_s": round(build_s, 1)}
+    return {
+        "steps": steps,
+        "layers": layers,
+        "columns_requested": columns,
+        "cols_sent": panel.meta["cols"],
+        "steps_per_column": panel.meta["block"],
+        "binary_bytes": buf_bytes,
+        "json_bytes": json_bytes,
+        "full_update_bytes": buf_bytes + json_bytes,
+        "live_update_bytes_without_table": live_bytes,
+        "raw_metrics_bytes": int(run.metric("mean_abs").nbytes * len(METRICS)),
+        "push_ms": round(push_ms, 2),
+        "build_run_s": round(build_s, 1),
+    }
 
 
 def main(argv=None) -> int:
@@ -169,21 +193,30 @@ def main(argv=None) -> int:
     ap.add_argument("--scrubs", type=int, default=300)
     args = ap.parse_args(argv)
     scrub = scrub_benchmark(args.layers, args.columns, args.scrubs)
-    print(f"scrub redraw, {args.layers} layers x {args.columns} columns: median {scrub['median_ms']:.2f} ms, "
-          f"p95 {scrub['p95_ms']:.2f} ms (target < 16 ms); data update {scrub['data_update_median_ms']:.1f} ms; "
-          f"first render {scrub['first_render_ms']:.1f} ms", file=sys.stderr)
+    print(
+        f"scrub redraw, {args.layers} layers x {args.columns} columns: median {scrub['median_ms']:.2f} ms, "
+        f"p95 {scrub['p95_ms']:.2f} ms (target < 16 ms); data update {scrub['data_update_median_ms']:.1f} ms; "
+        f"first render {scrub['first_render_ms']:.1f} ms",
+        file=sys.stderr,
+    )
     compared = {m: scrub_benchmark(args.layers, args.columns, args.scrubs, m) for m in ("side", "diff")}
     for m, r in compared.items():
-        print(f"comparison scrub redraw ({m}), 2 x {args.layers} layers x {args.columns} columns: median "
-              f"{r['median_ms']:.2f} ms, p95 {r['p95_ms']:.2f} ms (target < 16 ms); data update "
-              f"{r['data_update_median_ms']:.1f} ms; first render {r['first_render_ms']:.1f} ms", file=sys.stderr)
+        print(
+            f"comparison scrub redraw ({m}), 2 x {args.layers} layers x {args.columns} columns: median "
+            f"{r['median_ms']:.2f} ms, p95 {r['p95_ms']:.2f} ms (target < 16 ms); data update "
+            f"{r['data_update_median_ms']:.1f} ms; first render {r['first_render_ms']:.1f} ms",
+            file=sys.stderr,
+        )
     sizes = {c: payload_bytes(args.steps, c) for c in (args.columns, 1024)}
     for c, s in sizes.items():
-        print(f"{s['steps']:,}-step run, {s['layers']} layers, columns={c}: {s['cols_sent']} columns x "
-              f"{s['steps_per_column']} steps; full update {s['full_update_bytes']:,} bytes "
-              f"({s['binary_bytes']:,} binary + {s['json_bytes']:,} JSON); live update without the table "
-              f"{s['live_update_bytes_without_table']:,} bytes; raw metrics {s['raw_metrics_bytes']:,} bytes; "
-              f"built in {s['push_ms']} ms", file=sys.stderr)
+        print(
+            f"{s['steps']:,}-step run, {s['layers']} layers, columns={c}: {s['cols_sent']} columns x "
+            f"{s['steps_per_column']} steps; full update {s['full_update_bytes']:,} bytes "
+            f"({s['binary_bytes']:,} binary + {s['json_bytes']:,} JSON); live update without the table "
+            f"{s['live_update_bytes_without_table']:,} bytes; raw metrics {s['raw_metrics_bytes']:,} bytes; "
+            f"built in {s['push_ms']} ms",
+            file=sys.stderr,
+        )
     print(json.dumps({"scrub": scrub, "compare_scrub": compared, "bytes": {str(k): v for k, v in sizes.items()}}))
     return 0 if max([scrub["median_ms"]] + [r["median_ms"] for r in compared.values()]) < 16 else 1
 

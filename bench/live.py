@@ -46,6 +46,7 @@ every 5 s at most (``schedule.Worker.min_gap``), two runs: 1.037 / 1.032 median,
 ~10 KB; big run 1,000 x 2,000 cell 0.37 s, first paint 0.45 s; 1,000-row table 7.3 ms; 0 canvases
 kept per re-display.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -215,10 +216,15 @@ def run_bench(args) -> dict:
             b = payload if isinstance(payload, (bytes, bytearray)) else payload.encode()
             head = b[:4096]
             frames.append((len(b), b"comm_msg" in head, b'"kind": "patch"' in head))
+
         ws.on("framereceived", got)
 
-    with tempfile.TemporaryDirectory() as tmp, notebook_page(Path(tmp), cells, name="live.ipynb", timeout_ms=600_000,
-                                                              on_page=lambda p: p.on("websocket", on_ws)) as page:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        notebook_page(
+            Path(tmp), cells, name="live.ipynb", timeout_ms=600_000, on_page=lambda p: p.on("websocket", on_ws)
+        ) as page,
+    ):
 
         def run_cell(i):
             page.evaluate(RUN_CELL_JS, i)
@@ -233,7 +239,9 @@ def run_bench(args) -> dict:
 
         run_cell(0)
         run_cell(1)
-        page.wait_for_function("() => { const r = document.querySelector('.gw-root'); return r && r.parentElement.gradwidget; }")
+        page.wait_for_function(
+            "() => { const r = document.querySelector('.gw-root'); return r && r.parentElement.gradwidget; }"
+        )
         page.evaluate(INSTRUMENT_JS)
         # warm-up: one short block of each
         for mode in ("bare", "recorder", "panel"):
@@ -242,14 +250,19 @@ def run_bench(args) -> dict:
         blocks = []
         modes = ["bare", "recorder", "panel"]
         for r in range(args.rounds):
-            order = modes[r % 3:] + modes[:r % 3]
+            order = modes[r % 3 :] + modes[: r % 3]
             for mode in order:
                 i0 = len(frames)
                 res = kexec(f"print(json.dumps(block({mode!r}, {args.steps})))")
                 page.wait_for_timeout(args.pause_ms)
                 b = json.loads(res["out"])
-                b.update(wall_ms=res["wall_ms"], t0=res["t0"], t1=res["t1"] + args.pause_ms,
-                         comm=comm_bytes(frames, i0, len(frames)), patches=comm_bytes(frames, i0, len(frames), True))
+                b.update(
+                    wall_ms=res["wall_ms"],
+                    t0=res["t0"],
+                    t1=res["t1"] + args.pause_ms,
+                    comm=comm_bytes(frames, i0, len(frames)),
+                    patches=comm_bytes(frames, i0, len(frames), True),
+                )
                 blocks.append(b)
         by = {m: [b for b in blocks if b["mode"] == m] for m in modes}
         steps = {m: [x for b in by[m] for x in b["step_ms"]] for m in modes}
@@ -289,14 +302,19 @@ def run_bench(args) -> dict:
         secs = sum(b["wall_ms"] + args.pause_ms for b in by["panel"]) / 1e3
         gw = page.evaluate("() => window.__gw")
         lt = [d for s, d in gw["longtasks"] if any(b["t0"] <= s <= b["t1"] for b in by["panel"])]
-        out["traffic"] = {"updates": len(comm), "updates_per_s": round(len(comm) / secs, 2),
-                          "bytes_per_update_median": int(med(comm)) if comm else 0,
-                          "bytes_per_s": int(sum(comm) / secs),
-                          "bytes_per_new_step": int(sum(comm) / (args.steps * args.rounds)),
-                          "patches": len(patches), "patch_bytes_median": int(med(patches)) if patches else 0,
-                          "other_messages": sorted(n for b in by["panel"] for n in comm_bytes_other(b)),
-                          "long_tasks": len(lt), "long_task_ms_median": round(med(lt), 1) if lt else 0,
-                          "long_task_ms_max": round(max(lt), 1) if lt else 0}
+        out["traffic"] = {
+            "updates": len(comm),
+            "updates_per_s": round(len(comm) / secs, 2),
+            "bytes_per_update_median": int(med(comm)) if comm else 0,
+            "bytes_per_s": int(sum(comm) / secs),
+            "bytes_per_new_step": int(sum(comm) / (args.steps * args.rounds)),
+            "patches": len(patches),
+            "patch_bytes_median": int(med(patches)) if patches else 0,
+            "other_messages": sorted(n for b in by["panel"] for n in comm_bytes_other(b)),
+            "long_tasks": len(lt),
+            "long_task_ms_median": round(med(lt), 1) if lt else 0,
+            "long_task_ms_max": round(max(lt), 1) if lt else 0,
+        }
         # latency: kernel send of step S -> the label first shows a step >= S
         sends = json.loads(kexec("print(json.dumps(SENDS))")["out"])
         labels = []
@@ -317,8 +335,11 @@ def run_bench(args) -> dict:
             later = [t for t, s in labels if s >= step and t >= ts - 5]
             if later:
                 lat.append(min(later) - ts)
-        out["latency_ms"] = {"sends": len(sends), "median": round(med(lat), 1) if lat else None,
-                             "p90": round(sorted(lat)[int(0.9 * (len(lat) - 1))], 1) if lat else None}
+        out["latency_ms"] = {
+            "sends": len(sends),
+            "median": round(med(lat), 1) if lat else None,
+            "p90": round(sorted(lat)[int(0.9 * (len(lat) - 1))], 1) if lat else None,
+        }
         # a big run
         if args.big_layers:
             kexec(f"big = big_run({args.big_layers}, {args.big_steps}); print(big.n_steps)")
@@ -332,11 +353,16 @@ def run_bench(args) -> dict:
             page.wait_for_timeout(2000)
             ks = float(kexec("print(big_kernel_s)")["out"])
             big_bytes = comm_bytes(frames, i0, len(frames))
-            out["big"] = {"layers": args.big_layers, "steps": args.big_steps, "cell_kernel_s": round(ks, 3),
-                          "first_paint_s": round((t_paint - t0) / 1e3, 3),
-                          "table_s": round((t_table - t0) / 1e3, 3),
-                          "messages": len(big_bytes), "bytes": sum(big_bytes),
-                          "largest_messages": sorted(big_bytes, reverse=True)[:4]}
+            out["big"] = {
+                "layers": args.big_layers,
+                "steps": args.big_steps,
+                "cell_kernel_s": round(ks, 3),
+                "first_paint_s": round((t_paint - t0) / 1e3, 3),
+                "table_s": round((t_table - t0) / 1e3, 3),
+                "messages": len(big_bytes),
+                "bytes": sum(big_bytes),
+                "largest_messages": sorted(big_bytes, reverse=True)[:4],
+            }
             out["table_rerender"] = page.evaluate(TABLE_RERENDER_JS)
             kexec("bp.close(); del bp")
         # re-displays
@@ -348,16 +374,24 @@ def run_bench(args) -> dict:
             # the handles live in their own object group, released at once: a handle kept would keep
             # the canvases it lists alive, and the next count would find them again
             g = {"objectGroup": "gw-count"}
-            proto = cdp.send("Runtime.evaluate", {"expression": "HTMLCanvasElement.prototype", **g})["result"]["objectId"]
+            proto = cdp.send("Runtime.evaluate", {"expression": "HTMLCanvasElement.prototype", **g})["result"][
+                "objectId"
+            ]
             objs = cdp.send("Runtime.queryObjects", {"prototypeObjectId": proto, **g})["objects"]["objectId"]
-            n = cdp.send("Runtime.callFunctionOn", {"objectId": objs, "functionDeclaration": "function(){return this.length}",
-                                                     "returnByValue": True, **g})["result"]["value"]
+            n = cdp.send(
+                "Runtime.callFunctionOn",
+                {"objectId": objs, "functionDeclaration": "function(){return this.length}", "returnByValue": True, **g},
+            )["result"]["value"]
             cdp.send("Runtime.releaseObjectGroup", g)
             cdp.send("HeapProfiler.collectGarbage")
             dom = cdp.send("Memory.getDOMCounters")
             heap = cdp.send("Runtime.getHeapUsage")["usedSize"]
-            return {"canvases": n, "heap_mib": round(heap / 2 ** 20, 2), "nodes": dom["nodes"],
-                    "listeners": dom["jsEventListeners"]}
+            return {
+                "canvases": n,
+                "heap_mib": round(heap / 2**20, 2),
+                "nodes": dom["nodes"],
+                "listeners": dom["jsEventListeners"],
+            }
 
         run_cell(1)
         page.wait_for_timeout(1000)
@@ -374,10 +408,13 @@ def run_bench(args) -> dict:
         after = counts()
         # growth over the second half: a leak grows with every re-display, a view kept once does not
         n2 = max(1, args.redisplays - half)
-        out["redisplay"] = {"before": before, "mid": mid, "after": after,
-                            "per_redisplay": {k: round((after[k] - before[k]) / max(1, args.redisplays), 3)
-                                              for k in before},
-                            "per_redisplay_second_half": {k: round((after[k] - mid[k]) / n2, 3) for k in before}}
+        out["redisplay"] = {
+            "before": before,
+            "mid": mid,
+            "after": after,
+            "per_redisplay": {k: round((after[k] - before[k]) / max(1, args.redisplays), 3) for k in before},
+            "per_redisplay_second_half": {k: round((after[k] - mid[k]) / n2, 3) for k in before},
+        }
     return out
 
 
@@ -395,12 +432,27 @@ def main(argv=None) -> int:
     res = run_bench(args)
     res["bench_s"] = round(time.time() - t0, 1)
     tr = res["training"]
-    print("ms/step median", tr["ms_per_step_median"], "mean", tr["ms_per_step_mean"], "p99", tr["ms_per_step_p99"],
-          file=sys.stderr)
-    print("cell ms median", tr["cell_ms_median"], "mean", tr["cell_ms_mean"], "post-cell ms", tr["post_cell_ms_median"],
-          file=sys.stderr)
-    print("ratios", tr["ratios"], "panel/recorder cell by round", tr["panel_over_recorder_cell_by_round"],
-          file=sys.stderr)
+    print(
+        "ms/step median",
+        tr["ms_per_step_median"],
+        "mean",
+        tr["ms_per_step_mean"],
+        "p99",
+        tr["ms_per_step_p99"],
+        file=sys.stderr,
+    )
+    print(
+        "cell ms median",
+        tr["cell_ms_median"],
+        "mean",
+        tr["cell_ms_mean"],
+        "post-cell ms",
+        tr["post_cell_ms_median"],
+        file=sys.stderr,
+    )
+    print(
+        "ratios", tr["ratios"], "panel/recorder cell by round", tr["panel_over_recorder_cell_by_round"], file=sys.stderr
+    )
     print("traffic", res["traffic"], "latency", res["latency_ms"], file=sys.stderr)
     if "big" in res:
         print("big run", res["big"], "table", res["table_rerender"], file=sys.stderr)

@@ -11,6 +11,7 @@
 
     python bench/nonfinite.py [--steps 40] [--skip-timing]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -89,8 +90,10 @@ def main() -> None:
     args = ap.parse_args()
 
     if not args.skip_timing:
-        print(f"bench transformer (4 x d256), batch {args.batch} x seq {args.seq}, torch threads "
-              f"{torch.get_num_threads()}, {args.steps} steps each, interleaved step by step")
+        print(
+            f"bench transformer (4 x d256), batch {args.batch} x seq {args.seq}, torch threads "
+            f"{torch.get_num_threads()}, {args.steps} steps each, interleaved step by step"
+        )
         # CPU time of the process (all its threads) is less disturbed than wall time by other
         # processes on a shared machine; both are shown
         for clock_name, clock in (("wall", time.perf_counter), ("process CPU", time.process_time)):
@@ -98,13 +101,19 @@ def main() -> None:
             base = times["recording, no tracing"]
             med = {k: statistics.median(v) for k, v in times.items()}
             paired = {k: statistics.median([a / b for a, b in zip(v, base)]) for k, v in times.items()}
-            print(f"{clock_name + ' time':30s} {'median step':>12s} {'ratio of medians':>17s} "
-                  f"{'median paired ratio':>20s}")
+            print(
+                f"{clock_name + ' time':30s} {'median step':>12s} {'ratio of medians':>17s} "
+                f"{'median paired ratio':>20s}"
+            )
             for k in times:
-                print(f"  {k:28s} {med[k] * 1e3:10.1f}ms {med[k] / med['recording, no tracing']:16.3f}x "
-                      f"{paired[k]:19.3f}x")
-            print(f"RATIO ({clock_name}) tracing/no tracing = {paired['recording + tracing']:.3f} "
-                  "(median paired ratio; target <= 1.03)")
+                print(
+                    f"  {k:28s} {med[k] * 1e3:10.1f}ms {med[k] / med['recording, no tracing']:16.3f}x "
+                    f"{paired[k]:19.3f}x"
+                )
+            print(
+                f"RATIO ({clock_name}) tracing/no tracing = {paired['recording + tracing']:.3f} "
+                "(median paired ratio; target <= 1.03)"
+            )
             print(f"RATIO ({clock_name}) detect_anomaly/no tracing = {paired['recording + detect_anomaly']:.2f}")
 
     print("\nwho names the origin (tests/nonfinite_cases.py):")

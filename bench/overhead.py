@@ -13,6 +13,7 @@ host sync each) and ``torch.histc`` per tensor.
 with and without ``GradwidgetCallback``, interleaved. ``--compiled``: the transformer above under
 ``torch.compile``, with and without a Recorder, with dynamo's graph and graph-break counts.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,10 @@ def make_model(d=256, layers=4, vocab=2000, seed=0):
             super().__init__()
             self.embed = nn.Embedding(vocab, d)
             self.encoder = nn.TransformerEncoder(
-                nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True), layers,
-                enable_nested_tensor=False)
+                nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True),
+                layers,
+                enable_nested_tensor=False,
+            )
             self.head = nn.Linear(d, vocab)
 
         def forward(self, x):
@@ -57,8 +60,14 @@ class NaiveRecorder:
             g = p.grad
             if g is None:
                 continue
-            row[name] = (g.norm().item(), g.abs().mean().item(), g.abs().max().item(), g.std().item(),
-                         (g == 0).float().mean().item(), p.norm().item())
+            row[name] = (
+                g.norm().item(),
+                g.abs().mean().item(),
+                g.abs().max().item(),
+                g.std().item(),
+                (g == 0).float().mean().item(),
+                p.norm().item(),
+            )
             if self.n % self.every == 0:
                 torch.histc(torch.log10(g.abs() + 1e-30), bins=64, min=-12, max=4).cpu()
         self.rows.append(row)
@@ -97,14 +106,25 @@ def hf_trainer_ratio(blocks: int, steps: int) -> float:
             timer = StepTimer()
             cbs = [timer] + ([GradwidgetCallback(histogram_every=10)] if "Gradwidget" in name else [])
             args = transformers.TrainingArguments(
-                output_dir="/tmp/gw_bench_trainer", max_steps=steps + 1, per_device_train_batch_size=8,
-                gradient_accumulation_steps=2, logging_steps=10 ** 6, max_grad_norm=1.0, report_to=[],
-                save_strategy="no", use_cpu=True, disable_tqdm=True, learning_rate=1e-4)
+                output_dir="/tmp/gw_bench_trainer",
+                max_steps=steps + 1,
+                per_device_train_batch_size=8,
+                gradient_accumulation_steps=2,
+                logging_steps=10**6,
+                max_grad_norm=1.0,
+                report_to=[],
+                save_strategy="no",
+                use_cpu=True,
+                disable_tqdm=True,
+                learning_rate=1e-4,
+            )
             transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=cbs).train()
             times[name] += timer.times[1:]  # the first step sets the recorder up: not timed
     n = sum(p.numel() for p in model.parameters())
-    ratio = _print_pair(f"HF Trainer: GPT-2 4 x d128 ({n / 1e6:.1f} M parameters), batch 8 x seq 64, "
-                        "accumulation 2, clipping at 1.0", times)
+    ratio = _print_pair(
+        f"HF Trainer: GPT-2 4 x d128 ({n / 1e6:.1f} M parameters), batch 8 x seq 64, accumulation 2, clipping at 1.0",
+        times,
+    )
     print(f"RATIO HF Trainer step with/without GradwidgetCallback = {ratio:.3f}")
     return ratio
 
@@ -158,9 +178,12 @@ def compiled_ratio(blocks: int, steps: int, batch: int, seq: int, backend: str) 
     graphs = counters["stats"]["unique_graphs"]
     rec = setups["compiled + Recorder"][2]
     rec.detach()
-    ratio = _print_pair(f"torch.compile (backend {backend}): transformer 2 x d128, batch {batch} x seq {seq}, "
-                        f"two models; graph breaks {breaks}, graphs compiled {graphs}, recorded layers "
-                        f"named like {rec.run.layer_names[0]!r}", times)
+    ratio = _print_pair(
+        f"torch.compile (backend {backend}): transformer 2 x d128, batch {batch} x seq {seq}, "
+        f"two models; graph breaks {breaks}, graphs compiled {graphs}, recorded layers "
+        f"named like {rec.run.layer_names[0]!r}",
+        times,
+    )
     print(f"RATIO compiled step with/without Recorder = {ratio:.3f}; graph breaks = {breaks}")
     return ratio
 
@@ -237,12 +260,15 @@ def main() -> None:
 
     work = {"ours: stats": [], "ours: stats + histogram": [], "naive: stats + histc": []}
     for _ in range(args.blocks * args.steps):
-        for name, fn in (("ours: stats", lambda: ours_work(ours)),
-                         ("ours: stats + histogram", lambda: ours_work(ours, hist=True)),
-                         ("naive: stats + histc", lambda: naive._step())):
+        for name, fn in (
+            ("ours: stats", lambda: ours_work(ours)),
+            ("ours: stats + histogram", lambda: ours_work(ours, hist=True)),
+            ("naive: stats + histc", lambda: naive._step()),
+        ):
             t = time.perf_counter()
             fn()
             work[name].append(time.perf_counter() - t)
+
     def wandb_like():  # what wandb.watch(log="gradients") does at every logged step, per tensor
         for _, p in model.named_parameters():
             g = p.grad.detach().reshape(-1)
@@ -262,7 +288,7 @@ def main() -> None:
         ours_work(ours)
         work["ours: stats, no update norms"].append(time.perf_counter() - t)
     ours.detach()
-    naive.every = 10 ** 9  # no histograms from here on
+    naive.every = 10**9  # no histograms from here on
     work["naive: stats only"] = []
     for _ in range(args.blocks * args.steps):
         t = time.perf_counter()
@@ -270,8 +296,10 @@ def main() -> None:
         work["naive: stats only"].append(time.perf_counter() - t)
 
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"model: transformer 4 x d256, {n_tensors} parameter tensors, {n_params / 1e6:.1f} M parameters; "
-          f"batch {args.batch} x seq {args.seq}; torch threads {torch.get_num_threads()}")
+    print(
+        f"model: transformer 4 x d256, {n_tensors} parameter tensors, {n_params / 1e6:.1f} M parameters; "
+        f"batch {args.batch} x seq {args.seq}; torch threads {torch.get_num_threads()}"
+    )
     print(f"{'variant':32s} {'median step':>12s} {'vs bare':>8s}  (n={args.blocks * args.steps} steps each)")
     for k, v in med.items():
         print(f"{k:32s} {v * 1e3:10.1f}ms {v / med['bare']:8.3f}x")
@@ -284,12 +312,16 @@ def main() -> None:
     ours10 = wm["ours: stats"] + (wm["ours: stats + histogram"] - wm["ours: stats"]) / 10
     naive10 = wm["naive: stats only"] + (wm["naive: stats + histc"] - wm["naive: stats only"]) / 10
     print(f"RATIO naive/ours, stats every step + histograms every 10 (amortised) = {naive10 / ours10:.1f}x")
-    print(f"RATIO wandb.watch-like every step / ours stats every step + histograms every 10 = "
-          f"{wm['wandb.watch-like: norm + histc'] / ours10:.1f}x")
-    print(f"RATIO naive/ours, same statistics (no update norms) = "
-          f"{wm['naive: stats only'] / wm['ours: stats, no update norms']:.1f}x; "
-          f"naive/ours incl. our update norms = {wm['naive: stats only'] / wm['ours: stats']:.1f}x; "
-          f"with histograms = {wm['naive: stats + histc'] / wm['ours: stats + histogram']:.1f}x (target >= 3)")
+    print(
+        f"RATIO wandb.watch-like every step / ours stats every step + histograms every 10 = "
+        f"{wm['wandb.watch-like: norm + histc'] / ours10:.1f}x"
+    )
+    print(
+        f"RATIO naive/ours, same statistics (no update norms) = "
+        f"{wm['naive: stats only'] / wm['ours: stats, no update norms']:.1f}x; "
+        f"naive/ours incl. our update norms = {wm['naive: stats only'] / wm['ours: stats']:.1f}x; "
+        f"with histograms = {wm['naive: stats + histc'] / wm['ours: stats + histogram']:.1f}x (target >= 3)"
+    )
 
 
 if __name__ == "__main__":

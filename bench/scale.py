@@ -7,6 +7,7 @@ payload build time and size (heatmap, bars, histograms, meta), and the health ta
 
     python bench/scale.py [--tensors 100 1000 10000] [--steps 40] [--record-steps 20]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,10 +32,17 @@ from gradwidget.run import METRICS, LayerInfo, Run  # noqa: E402
 def synthetic_run(n_tensors: int, n_steps: int, seed: int = 0) -> Run:
     """A run of ``n_tensors`` small tensors in modules of 2 (weight, bias), filled directly."""
     rng = np.random.default_rng(seed)
-    layers = [LayerInfo(f"blocks.{i // 8}.lin{(i // 2) % 4}.{'weight' if i % 2 == 0 else 'bias'}",
-                        module=f"blocks.{i // 8}.lin{(i // 2) % 4}", module_type="Linear",
-                        shape=(2, 2) if i % 2 == 0 else (2,), numel=4 if i % 2 == 0 else 2, backward_index=n_tensors - 1 - i)
-              for i in range(n_tensors)]
+    layers = [
+        LayerInfo(
+            f"blocks.{i // 8}.lin{(i // 2) % 4}.{'weight' if i % 2 == 0 else 'bias'}",
+            module=f"blocks.{i // 8}.lin{(i // 2) % 4}",
+            module_type="Linear",
+            shape=(2, 2) if i % 2 == 0 else (2,),
+            numel=4 if i % 2 == 0 else 2,
+            backward_index=n_tensors - 1 - i,
+        )
+        for i in range(n_tensors)
+    ]
     run = Run(layers, edges=[(i, i + 2) for i in range(0, n_tensors - 2, 2)])
     level = 0.1 * np.exp(0.3 * rng.standard_normal((n_steps, n_tensors)))
     for s in range(n_steps):
@@ -62,7 +70,7 @@ def timed(fn):
     fn()
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    return out, dt, peak / 2 ** 20
+    return out, dt, peak / 2**20
 
 
 def recording_ratio(n_tensors: int, steps: int, trace: bool = True) -> tuple[float, float, float]:
@@ -132,9 +140,11 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=40, help="recorded steps of the synthetic runs analysed")
     ap.add_argument("--record-steps", type=int, default=20, help="timed steps per block of the recording ratio")
     a = ap.parse_args(argv)
-    print(f"{'tensors':>8} {'bare ms':>8} {'rec ms':>8} {'ratio':>6} {'no-trace':>8} {'analyze s':>9} {'MiB':>6} "
-          f"{'report s':>8} {'MiB':>6} {'panel s':>7} {'+table s':>8} {'payload ms':>10} {'KiB':>6} {'table KiB':>9} "
-          f"{'rows':>5}")
+    print(
+        f"{'tensors':>8} {'bare ms':>8} {'rec ms':>8} {'ratio':>6} {'no-trace':>8} {'analyze s':>9} {'MiB':>6} "
+        f"{'report s':>8} {'MiB':>6} {'panel s':>7} {'+table s':>8} {'payload ms':>10} {'KiB':>6} {'table KiB':>9} "
+        f"{'rows':>5}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for n in a.tensors:
             b, r, ratio = recording_ratio(n, a.record_steps)
@@ -143,8 +153,11 @@ def main(argv=None) -> int:
             rep, t_an, m_an = timed(lambda: analyze(run))
             _, t_rep, m_rep = timed(lambda: write_report(rep, os.path.join(tmp, f"r{n}.html")))
             t_panel, t_table, t_pay, kib, table_kib, rows = panel_costs(run)
-            print(f"{n:>8} {b:>8.2f} {r:>8.2f} {ratio:>6.2f} {plain:>8.2f} {t_an:>9.2f} {m_an:>6.0f} {t_rep:>8.2f} {m_rep:>6.0f} "
-                  f"{t_panel:>7.2f} {t_table:>8.2f} {t_pay:>10.1f} {kib:>6.0f} {table_kib:>9.0f} {rows:>5}", flush=True)
+            print(
+                f"{n:>8} {b:>8.2f} {r:>8.2f} {ratio:>6.2f} {plain:>8.2f} {t_an:>9.2f} {m_an:>6.0f} {t_rep:>8.2f} {m_rep:>6.0f} "
+                f"{t_panel:>7.2f} {t_table:>8.2f} {t_pay:>10.1f} {kib:>6.0f} {table_kib:>9.0f} {rows:>5}",
+                flush=True,
+            )
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"process peak RSS {rss:.0f} MiB (MiB columns: tracemalloc peak of that call beyond what was held)")
     return 0

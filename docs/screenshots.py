@@ -7,6 +7,7 @@ HTML report and photographs it in headless Chromium with the network off (``repo
 starts JupyterLab, opens the run in a ``GradientPanel`` and photographs the live widget
 (``panel.png``). ``tests/test_screenshots.py`` runs this and checks what it drew.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,12 @@ def shoot_report(run_dir: Path, out: Path, work: Path) -> dict:
         page.wait_for_load_state("load")
         page.screenshot(path=str(out / "report.png"))
         n_images = page.evaluate("() => Array.from(document.images).filter(i => i.naturalWidth > 0).length")
-    return {"report_html": str(html), "report_png": str(out / "report.png"), "blocked": blocked,
-            "report_images": n_images}
+    return {
+        "report_html": str(html),
+        "report_png": str(out / "report.png"),
+        "blocked": blocked,
+        "report_images": n_images,
+    }
 
 
 def shoot_panel(run_dir: Path, out: Path, work: Path, timeout: float = 180) -> dict:
@@ -73,16 +78,19 @@ def shoot_panel(run_dir: Path, out: Path, work: Path, timeout: float = 180) -> d
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
             ctx = browser.new_context(viewport={"width": 1500, "height": 1100})
-            ctx.route("**/*", lambda r: r.continue_() if r.request.url.startswith((base, "data:", "blob:"))
-                      else r.abort())
+            ctx.route(
+                "**/*", lambda r: r.continue_() if r.request.url.startswith((base, "data:", "blob:")) else r.abort()
+            )
             page = ctx.new_page()
             page.goto(f"{base}/lab/tree/panel.ipynb", timeout=ms)
             page.wait_for_function(KERNEL_READY_JS, timeout=ms)
             page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
             page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-            page.wait_for_function("""() => Array.from(document.querySelectorAll('.jp-OutputArea-output canvas'))
+            page.wait_for_function(
+                """() => Array.from(document.querySelectorAll('.jp-OutputArea-output canvas'))
                                           .some(c => c.width > 0 && c.getBoundingClientRect().height > 0)""",
-                                   timeout=ms)
+                timeout=ms,
+            )
             page.wait_for_timeout(1500)  # let the first frames settle
             canvases = page.evaluate(CANVAS_JS)
             root = page.locator(".gw-root")

@@ -4,6 +4,7 @@ Public API: GradientPanel, Recorder, record (array recorder), Run, load_run, ana
 every warning gradwidget gives is a GradwidgetWarning.
 Names are imported lazily so that ``import gradwidget`` stays fast and does not import torch.
 """
+
 from __future__ import annotations
 
 from ._warnings import GradwidgetWarning
@@ -21,8 +22,22 @@ _LAZY = {
     "GradientPanel": ("gradwidget.panel.widget", "GradientPanel"),
 }
 
-__all__ = ["GradientPanel", "Recorder", "ArrayRecorder", "Run", "LayerInfo", "NonfiniteOrigin", "load_run",
-           "analyze", "compare", "Thresholds", "METRICS", "SCALARS", "GradwidgetWarning", "__version__"]
+__all__ = [
+    "GradientPanel",
+    "Recorder",
+    "ArrayRecorder",
+    "Run",
+    "LayerInfo",
+    "NonfiniteOrigin",
+    "load_run",
+    "analyze",
+    "compare",
+    "Thresholds",
+    "METRICS",
+    "SCALARS",
+    "GradwidgetWarning",
+    "__version__",
+]
 
 
 def __getattr__(name: str):

@@ -1,4 +1,5 @@
 """Command line: ``gradwidget demo | ascii RUN | export RUN | report RUN | compare RUN RUN ...``."""
+
 from __future__ import annotations
 
 import argparse
@@ -134,8 +135,10 @@ def main(argv=None) -> int:
         print(f"gradwidget {args.command}: error: {_describe(e)}", file=sys.stderr)
         return 2
     except MemoryError:
-        print(f"gradwidget {args.command}: error: not enough memory for this run; try a machine with "
-              "more memory", file=sys.stderr)
+        print(
+            f"gradwidget {args.command}: error: not enough memory for this run; try a machine with more memory",
+            file=sys.stderr,
+        )
         return 2
 
 

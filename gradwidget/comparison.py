@@ -7,6 +7,7 @@ and measures per layer and metric the log10 ratio of each later run to the first
 time, ``final`` over the last steps both runs have). The diagnoses of each run are set side by side:
 which causes appeared, disappeared or persisted. Pure: Runs in, DataFrames and text out.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -69,8 +70,12 @@ def match_layers(a: Run, b: Run) -> tuple[list[str], list[tuple[str, str]], list
             renamed.append((info.name, cands.pop(0).name))
     ra = {x for x, _ in renamed}
     rb = {y for _, y in renamed}
-    return (common, renamed, [info.name for info in only_a if info.name not in ra],
-            [info.name for info in only_b if info.name not in rb])
+    return (
+        common,
+        renamed,
+        [info.name for info in only_a if info.name not in ra],
+        [info.name for info in only_b if info.name not in rb],
+    )
 
 
 def _final_levels(run: Run, cols: list[int], metric: str, last_step: int | None) -> np.ndarray:
@@ -87,10 +92,10 @@ def _final_levels(run: Run, cols: list[int], metric: str, last_step: int | None)
 @dataclass
 class CauseChange:
     cause: str
-    status: str                    #: "appeared", "disappeared" or "persisted"
-    priority: dict                 #: label -> priority (absent where the run has no such diagnosis)
-    layers: dict                   #: label -> the layers it names in that run
-    first_step: dict               #: label -> the step it began
+    status: str  #: "appeared", "disappeared" or "persisted"
+    priority: dict  #: label -> priority (absent where the run has no such diagnosis)
+    layers: dict  #: label -> the layers it names in that run
+    first_step: dict  #: label -> the step it began
 
 
 @dataclass
@@ -98,13 +103,13 @@ class Comparison:
     labels: list[str]
     runs: list[Run] = field(repr=False)
     reports: list = field(repr=False)
-    layers: pd.DataFrame           #: one row per layer of the first run (and each layer only in a later one)
-    final: pd.DataFrame            #: per (label, layer, metric): log10 ratio to the first run at the end
-    causes: list[CauseChange]      #: per later run, the diagnoses that appeared / disappeared / persisted
-    renamed: dict                  #: label -> [(name in the first run, name in that run)]
-    added: dict                    #: label -> layers only in that run
-    removed: dict                  #: label -> layers of the first run missing from that run
-    verdict: list[str]             #: plain-language lines, most important first
+    layers: pd.DataFrame  #: one row per layer of the first run (and each layer only in a later one)
+    final: pd.DataFrame  #: per (label, layer, metric): log10 ratio to the first run at the end
+    causes: list[CauseChange]  #: per later run, the diagnoses that appeared / disappeared / persisted
+    renamed: dict  #: label -> [(name in the first run, name in that run)]
+    added: dict  #: label -> layers only in that run
+    removed: dict  #: label -> layers of the first run missing from that run
+    verdict: list[str]  #: plain-language lines, most important first
 
     def log_ratio(self, metric: str = "grad_norm", label: str | None = None) -> pd.DataFrame:
         """log10(later / first) of ``metric`` per common step (rows) and matched layer (columns, the
@@ -125,8 +130,10 @@ class Comparison:
         return pd.DataFrame(r, index=pd.Index(steps, name="step"), columns=[x for x, _ in pairs])
 
     def summary_text(self) -> str:
-        head = " vs ".join(f"{lab} ({r.n_layers} layers, {r.n_steps} steps, {rep.overall_health})"
-                           for lab, r, rep in zip(self.labels, self.runs, self.reports))
+        head = " vs ".join(
+            f"{lab} ({r.n_layers} layers, {r.n_steps} steps, {rep.overall_health})"
+            for lab, r, rep in zip(self.labels, self.runs, self.reports)
+        )
         return "\n".join([f"Comparison: {head}"] + [f"- {v}" for v in self.verdict])
 
     def __repr__(self) -> str:
@@ -182,32 +189,48 @@ def _verdict(labels, reports, changes, final, renamed, added, removed) -> list[s
         if c.status == "disappeared":
             lines.append(f"{lab}: the {c.cause} diagnosis of {labels[0]} is gone ({_span(c.layers[labels[0]])}).")
         elif c.status == "appeared":
-            lines.append(f"{lab}: new {c.priority[lab]} {c.cause} diagnosis since step {c.first_step[lab]}: "
-                         f"{_span(c.layers[lab])}.")
+            lines.append(
+                f"{lab}: new {c.priority[lab]} {c.cause} diagnosis since step {c.first_step[lab]}: "
+                f"{_span(c.layers[lab])}."
+            )
         elif rank(c) < 3:
-            lines.append(f"{lab}: the {c.cause} diagnosis persists ({c.priority[labels[0]]} -> {c.priority[lab]}; "
-                         f"{_span(c.layers[lab])}).")
+            lines.append(
+                f"{lab}: the {c.cause} diagnosis persists ({c.priority[labels[0]]} -> {c.priority[lab]}; "
+                f"{_span(c.layers[lab])})."
+            )
     if not final.empty:
         g = final[final.metric == "grad_norm"].dropna(subset=["log_ratio"])
         moved = g[g.log_ratio.abs() >= CHANGE_DECADES].sort_values("log_ratio", key=np.abs, ascending=False)
         for lab, grp in moved.groupby("label", sort=False):
             top = grp.head(3)
-            shown = ", ".join(f"{r.layer} x{10 ** r.log_ratio:.3g}" for r in top.itertuples())
-            lines.append(f"{lab}: the final gradient norm moved by more than x{10 ** CHANGE_DECADES:.2g} in "
-                         f"{len(grp)} layer{'s' * (len(grp) != 1)} ({shown}).")
+            shown = ", ".join(f"{r.layer} x{10**r.log_ratio:.3g}" for r in top.itertuples())
+            lines.append(
+                f"{lab}: the final gradient norm moved by more than x{10**CHANGE_DECADES:.2g} in "
+                f"{len(grp)} layer{'s' * (len(grp) != 1)} ({shown})."
+            )
     for lab in labels[1:]:
         if renamed.get(lab):
-            lines.append(f"{lab}: {len(renamed[lab])} layers matched by shape under new names "
-                         f"(e.g. {renamed[lab][0][0]} -> {renamed[lab][0][1]}).")
+            lines.append(
+                f"{lab}: {len(renamed[lab])} layers matched by shape under new names "
+                f"(e.g. {renamed[lab][0][0]} -> {renamed[lab][0][1]})."
+            )
         if removed.get(lab):
-            lines.append(f"{lab}: {len(removed[lab])} layers of {labels[0]} are missing: {', '.join(removed[lab][:6])}"
-                         + (" …" if len(removed[lab]) > 6 else "") + ".")
+            lines.append(
+                f"{lab}: {len(removed[lab])} layers of {labels[0]} are missing: {', '.join(removed[lab][:6])}"
+                + (" …" if len(removed[lab]) > 6 else "")
+                + "."
+            )
         if added.get(lab):
-            lines.append(f"{lab}: {len(added[lab])} layers are new: {', '.join(added[lab][:6])}"
-                         + (" …" if len(added[lab]) > 6 else "") + ".")
+            lines.append(
+                f"{lab}: {len(added[lab])} layers are new: {', '.join(added[lab][:6])}"
+                + (" …" if len(added[lab]) > 6 else "")
+                + "."
+            )
     if not lines:
-        lines.append("No change: the same diagnoses, and no layer's final gradient level moved by more than "
-                     f"x{10 ** CHANGE_DECADES:.2g}.")
+        lines.append(
+            "No change: the same diagnoses, and no layer's final gradient level moved by more than "
+            f"x{10**CHANGE_DECADES:.2g}."
+        )
     return lines
 
 
@@ -264,8 +287,18 @@ def compare(*runs, labels=None) -> Comparison:
             more[f"health ({lab})"] = [h.get(n, "missing") for n in more["layer"]]
         table = pd.concat([table, more], ignore_index=True)
     changes = _cause_changes(labs, reports)
-    return Comparison(labs, rs, reports, table, final, changes, renamed, added, removed,
-                      _verdict(labs, reports, changes, final, renamed, added, removed))
+    return Comparison(
+        labs,
+        rs,
+        reports,
+        table,
+        final,
+        changes,
+        renamed,
+        added,
+        removed,
+        _verdict(labs, reports, changes, final, renamed, added, removed),
+    )
 
 
 __all__ = ["compare", "Comparison", "CauseChange", "match_layers", "RATIO_METRICS", "METRICS"]

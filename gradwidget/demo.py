@@ -4,6 +4,7 @@ Sigmoid's derivative is at most 1/4, so every layer shrinks the backward signal;
 starve the first layers (mean |g| falls below the 1e-7 vanishing threshold) while the last layers
 learn. It trains on CPU in a few seconds and shows the pathology gradwidget is built to see.
 """
+
 from __future__ import annotations
 
 import sys
@@ -14,8 +15,14 @@ import torch
 from torch import nn
 
 
-def build_demo(depth: int = 12, width: int = 64, n_features: int = 16, seed: int = 0,
-               lr: float = 0.05, activation: type[nn.Module] = nn.Sigmoid):
+def build_demo(
+    depth: int = 12,
+    width: int = 64,
+    n_features: int = 16,
+    seed: int = 0,
+    lr: float = 0.05,
+    activation: type[nn.Module] = nn.Sigmoid,
+):
     """Model, optimizer and an endless iterator of (x, y) batches of a synthetic task."""
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
@@ -40,16 +47,25 @@ def _progress(i: int, n: int, t0: float, loss: float, stream=sys.stderr) -> None
     width = 30
     done = int(width * i / n)
     rate = i / max(time.perf_counter() - t0, 1e-9)
-    stream.write(f"\rtraining [{'#' * done}{'.' * (width - done)}] {i}/{n} steps  loss {loss:.4f}  "
-                 f"{rate:.0f} steps/s")
+    stream.write(f"\rtraining [{'#' * done}{'.' * (width - done)}] {i}/{n} steps  loss {loss:.4f}  {rate:.0f} steps/s")
     if i == n:
         stream.write("\n")
     stream.flush()
 
 
-def train_demo(steps: int = 300, *, recorder=None, log_dir=None, progress: bool = False,
-               callback: Callable[[int, float], None] | None = None, model=None, optimizer=None,
-               data=None, histogram_every: int = 10, overwrite: bool = False):
+def train_demo(
+    steps: int = 300,
+    *,
+    recorder=None,
+    log_dir=None,
+    progress: bool = False,
+    callback: Callable[[int, float], None] | None = None,
+    model=None,
+    optimizer=None,
+    data=None,
+    histogram_every: int = 10,
+    overwrite: bool = False,
+):
     """Train the demo model for ``steps`` optimizer steps under a Recorder; return the Recorder.
 
     Pass your own ``recorder`` (e.g. a GradientPanel's) or let one be created (with ``log_dir``;
@@ -63,8 +79,7 @@ def train_demo(steps: int = 300, *, recorder=None, log_dir=None, progress: bool 
         model, optimizer, data = build_demo()
     own = recorder is None
     if own:
-        recorder = Recorder(model, optimizer, log_dir=log_dir, histogram_every=histogram_every,
-                            overwrite=overwrite)
+        recorder = Recorder(model, optimizer, log_dir=log_dir, histogram_every=histogram_every, overwrite=overwrite)
     loss_fn = nn.MSELoss()
     t0 = time.perf_counter()
     try:

@@ -18,6 +18,7 @@ static copy. When the saved widget state holds the panel's newest rendition (``s
 training cell exports its final state. With ``--to html``, add ``--HTMLExporter.preprocessors=gradwidget.export.StaticOnly``
 to get the static rendition alone (the widget views are dropped).
 """
+
 from __future__ import annotations
 
 import base64
@@ -84,7 +85,7 @@ def state_static(data: dict, states: dict) -> tuple[str, str] | None:
     if not isinstance(url, str) or not url.startswith(PNG_URL):
         return None
     table = state.get("static_html", "")
-    return url[len(PNG_URL):], table if isinstance(table, str) else ""
+    return url[len(PNG_URL) :], table if isinstance(table, str) else ""
 
 
 class StaticFallbackPreprocessor(Preprocessor):

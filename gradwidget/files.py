@@ -5,6 +5,7 @@ did not make (``O_NOFOLLOW``, and a fresh private temporary name for what is rep
 every file it reads must be a plain file (a FIFO would block, a device never ends); an append
 either lands whole or is cut back, so a full disk never leaves half a record.
 """
+
 from __future__ import annotations
 
 import os

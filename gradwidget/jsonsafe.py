@@ -5,6 +5,7 @@ are kept where a reader can read them back (``inf="string"``: the page's ``numbe
 ``js/src/table.ts`` turns "Infinity"/"-Infinity" into numbers again) and become null in files
 written for any JSON reader (``inf="null"``, e.g. ``Report.to_json`` and ``export_json``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,8 +55,7 @@ def _plain(x: Any, inf: str) -> Any:
     if isinstance(x, np.ndarray):
         return [_plain(v, inf) for v in x.tolist()]
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {f.name: _plain(getattr(x, f.name), inf) for f in dataclasses.fields(x)
-                if f.metadata.get("json", True)}
+        return {f.name: _plain(getattr(x, f.name), inf) for f in dataclasses.fields(x) if f.metadata.get("json", True)}
     import pandas as pd
 
     if isinstance(x, pd.DataFrame):

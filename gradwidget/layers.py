@@ -1,4 +1,5 @@
 """A Run's layers: one ``LayerInfo`` per parameter tensor, and the check of a layer list."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass

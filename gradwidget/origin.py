@@ -1,5 +1,6 @@
 """Where a run's first NaN/Inf was made (``NonfiniteOrigin``): kept in the Run's metadata, saved
 with it, found by ``gradwidget.collect.nonfinite``."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -44,7 +45,8 @@ class NonfiniteOrigin:
         self.step = _as_step(self.step)
         if self.params_reached is not None:
             if not isinstance(self.params_reached, (list, tuple)) or not all(
-                    isinstance(n, str) for n in self.params_reached):
+                isinstance(n, str) for n in self.params_reached
+            ):
                 raise ValueError(f"params_reached must be a list of layer names, got {self.params_reached!r:.60}")
             self.params_reached = list(self.params_reached)
 
@@ -55,15 +57,20 @@ class NonfiniteOrigin:
 
     def describe(self) -> str:
         """One sentence: which module, in which pass, at which step."""
-        what = {"input": f"the inputs given to {self.where} were already non-finite",
-                "forward": f"{self.where} ({self.module_type}) made it in the forward pass: finite inputs, "
-                           "non-finite output",
-                "backward": f"{self.where} ({self.module_type}) made it in the backward pass: it received "
-                            "finite gradients and passed on non-finite ones",
-                "loss": "the loss made it: the model's outputs were finite, the loss (or its gradient) was not"}
+        what = {
+            "input": f"the inputs given to {self.where} were already non-finite",
+            "forward": f"{self.where} ({self.module_type}) made it in the forward pass: finite inputs, "
+            "non-finite output",
+            "backward": f"{self.where} ({self.module_type}) made it in the backward pass: it received "
+            "finite gradients and passed on non-finite ones",
+            "loss": "the loss made it: the model's outputs were finite, the loss (or its gradient) was not",
+        }
         call = f" (call {self.call + 1} of it in that step)" if self.call else ""
-        reached = (f"; {len(self.params_reached)} parameter gradient(s) were non-finite at that step"
-                   if self.params_reached else "")
+        reached = (
+            f"; {len(self.params_reached)} parameter gradient(s) were non-finite at that step"
+            if self.params_reached
+            else ""
+        )
         return f"The first non-finite value appeared at step {self.step}: {what[self.phase]}{call}{reached}."
 
     def to_dict(self) -> dict:

@@ -4,6 +4,7 @@ Two deliberate departures from the original crate (see DESIGN.md): layers keep t
 of being sorted by name, and the ASCII heatmap uses one log scale across all steps instead of
 normalising each step by its own maximum (which hid network-wide vanishing).
 """
+
 from __future__ import annotations
 
 import csv
@@ -20,6 +21,7 @@ from .run import Run
 def _json_number(x: float) -> float | None:
     """A value in the JSON frames: null where not finite, as the original crate's serde wrote it."""
     return number(x, inf="null")  # type: ignore[return-value]
+
 
 #: the original crate's CSV columns, first, as it wrote them ...
 CSV_COLUMNS = ("step", "layer", "mean_abs_grad", "max_abs_grad", "grad_norm", "is_vanishing", "is_exploding")
@@ -58,13 +60,17 @@ class GradientFlowSummary:
         return d
 
     def __str__(self) -> str:
-        lines = [f"Gradient flow summary: {self.overall_health.value}",
-                 f"  steps recorded: {self.total_steps}"
-                 + (f" (steps {self.first_step}..{self.last_step})" if self.total_steps else ""),
-                 f"  steps with an issue: {self.issue_step_ratio:.0%}"]
-        for label, names in (("vanishing", self.layers_with_vanishing_grads),
-                             ("exploding", self.layers_with_exploding_grads),
-                             ("non-finite", self.layers_with_nonfinite_grads)):
+        lines = [
+            f"Gradient flow summary: {self.overall_health.value}",
+            f"  steps recorded: {self.total_steps}"
+            + (f" (steps {self.first_step}..{self.last_step})" if self.total_steps else ""),
+            f"  steps with an issue: {self.issue_step_ratio:.0%}",
+        ]
+        for label, names in (
+            ("vanishing", self.layers_with_vanishing_grads),
+            ("exploding", self.layers_with_exploding_grads),
+            ("non-finite", self.layers_with_nonfinite_grads),
+        ):
             if names:
                 lines.append(f"  {label} layers ({len(names)}): {', '.join(names)}")
         lines.append("Recommendations:")
@@ -79,11 +85,23 @@ def frames(run: Run) -> list[dict]:
     names = run.layer_names
     out = []
     for i, step in enumerate(run.steps.tolist()):
-        out.append({"step": step, "layers": [
-            {"name": n, "mean_abs_grad": _json_number(mean[i, j]), "max_abs_grad": _json_number(mx[i, j]),
-             "grad_norm": _json_number(norm[i, j]), "is_vanishing": bool(van[i, j]),
-             "is_exploding": bool(exp[i, j]), "flow_intensity": float(inten[i, j])}
-            for j, n in enumerate(names)]})
+        out.append(
+            {
+                "step": step,
+                "layers": [
+                    {
+                        "name": n,
+                        "mean_abs_grad": _json_number(mean[i, j]),
+                        "max_abs_grad": _json_number(mx[i, j]),
+                        "grad_norm": _json_number(norm[i, j]),
+                        "is_vanishing": bool(van[i, j]),
+                        "is_exploding": bool(exp[i, j]),
+                        "flow_intensity": float(inten[i, j]),
+                    }
+                    for j, n in enumerate(names)
+                ],
+            }
+        )
     return out
 
 
@@ -127,8 +145,19 @@ def export_csv(run: Run, path) -> None:
         for i, step in enumerate(run.steps.tolist()):
             sc = [_cell(float(x[i])) for x in scal]
             for j, n in enumerate(names):
-                w.writerow([step, n, f"{mean[i, j]:.8e}", f"{mx[i, j]:.8e}", f"{norm[i, j]:.8e}",
-                            int(van[i, j]), int(exp[i, j])] + [_cell(float(m[i, j])) for m in more] + sc)
+                w.writerow(
+                    [
+                        step,
+                        n,
+                        f"{mean[i, j]:.8e}",
+                        f"{mx[i, j]:.8e}",
+                        f"{norm[i, j]:.8e}",
+                        int(van[i, j]),
+                        int(exp[i, j]),
+                    ]
+                    + [_cell(float(m[i, j])) for m in more]
+                    + sc
+                )
 
 
 def log_levels(values: np.ndarray) -> tuple[float, float]:
@@ -163,14 +192,18 @@ def to_ascii(run: Run, width: int = 80, metric: str = "grad_norm") -> str:
     grid[r.nonfinite()] = MARK_NONFINITE
     names = r.layer_names
     wname = max(5, max(len(n) for n in names))
-    out = [f"Gradient Flow Animation ({metric}, log scale 1e{lo:.1f}..1e{hi:.1f}; step → right, layer ↓;"
-           f" {MARK_EXPLODING} exploding, {MARK_NONFINITE} non-finite)",
-           f"{'layer':>{wname}}  " + "".join(str(i % 10) for i in range(r.n_steps)),
-           "─" * (wname + 2 + r.n_steps)]
+    out = [
+        f"Gradient Flow Animation ({metric}, log scale 1e{lo:.1f}..1e{hi:.1f}; step → right, layer ↓;"
+        f" {MARK_EXPLODING} exploding, {MARK_NONFINITE} non-finite)",
+        f"{'layer':>{wname}}  " + "".join(str(i % 10) for i in range(r.n_steps)),
+        "─" * (wname + 2 + r.n_steps),
+    ]
     for j, n in enumerate(names):
         out.append(f"{n:>{wname}}  " + "".join(grid[:, j]))
-    out.append(f"{'':>{wname}}  steps {int(r.steps[0])}..{int(run.steps[-1])}"
-               + (f" ({run.n_steps} steps, {r.n_steps} columns)" if r is not run else ""))
+    out.append(
+        f"{'':>{wname}}  steps {int(r.steps[0])}..{int(run.steps[-1])}"
+        + (f" ({run.n_steps} steps, {r.n_steps} columns)" if r is not run else "")
+    )
     return "\n".join(out) + "\n"
 
 
@@ -213,23 +246,33 @@ def summary(run: Run, report=None) -> GradientFlowSummary:
         return [n for n, m in zip(names, mask) if m]
 
     t = run.thresholds
-    vl = named((layers["vanishing_share"] >= t.minor_issue_ratio) & (layers["dead_share"] < t.minor_issue_ratio)) \
-        if layers is not None else []
+    vl = (
+        named((layers["vanishing_share"] >= t.minor_issue_ratio) & (layers["dead_share"] < t.minor_issue_ratio))
+        if layers is not None
+        else []
+    )
     el = named(layers["exploding_share"] > 0) if layers is not None else []
     nl = named(layers["nonfinite_total"] > 0) if layers is not None else []
-    recs.append({
-        GradientHealth.CRITICAL: "CRITICAL: Training stability is severely compromised — halt training "
-                                 "and diagnose before continuing.",
-        GradientHealth.PROBLEMS_DETECTED: "Significant gradient issues detected: act on the diagnoses above.",
-        GradientHealth.MINOR_ISSUES: "Minor gradient issues detected. Monitor closely; intervention may "
-                                     "not be required immediately.",
-        GradientHealth.HEALTHY: "Gradients appear healthy — no immediate action required.",
-        GradientHealth.UNKNOWN: "No steps were recorded yet, so there is nothing to judge: train for a few "
-                                "steps (with the Recorder attached, or record() called) and look again.",
-    }[health])
+    recs.append(
+        {
+            GradientHealth.CRITICAL: "CRITICAL: Training stability is severely compromised — halt training "
+            "and diagnose before continuing.",
+            GradientHealth.PROBLEMS_DETECTED: "Significant gradient issues detected: act on the diagnoses above.",
+            GradientHealth.MINOR_ISSUES: "Minor gradient issues detected. Monitor closely; intervention may "
+            "not be required immediately.",
+            GradientHealth.HEALTHY: "Gradients appear healthy — no immediate action required.",
+            GradientHealth.UNKNOWN: "No steps were recorded yet, so there is nothing to judge: train for a few "
+            "steps (with the Recorder attached, or record() called) and look again.",
+        }[health]
+    )
     return GradientFlowSummary(
         total_steps=run.n_steps,
         first_step=int(run.steps[0]) if run.n_steps else None,
         last_step=int(run.steps[-1]) if run.n_steps else None,
-        layers_with_vanishing_grads=vl, layers_with_exploding_grads=el, layers_with_nonfinite_grads=nl,
-        issue_step_ratio=issue_step_ratio(run), overall_health=health, recommendations=recs)
+        layers_with_vanishing_grads=vl,
+        layers_with_exploding_grads=el,
+        layers_with_nonfinite_grads=nl,
+        issue_step_ratio=issue_step_ratio(run),
+        overall_health=health,
+        recommendations=recs,
+    )

@@ -8,6 +8,7 @@ survives notebook sanitisers, nbconvert, and being pasted anywhere.
 ``write_report(report, path)`` writes one HTML file that opens with the network off: figures are
 PNGs embedded as ``data:`` URIs, styles are inline in the document, nothing is fetched.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -40,8 +41,7 @@ def _as_report(obj):
         from .analysis import analyze
 
         return analyze(run)
-    raise TypeError("expected an analysis Report (gradwidget.analyze(run)) or a Run, "
-                    f"got {type(obj).__name__}")
+    raise TypeError(f"expected an analysis Report (gradwidget.analyze(run)) or a Run, got {type(obj).__name__}")
 
 
 def health_table_html(report, max_rows: int = 200, suggestions: bool = True) -> str:
@@ -74,17 +74,23 @@ def health_table_html(report, max_rows: int = 200, suggestions: bool = True) -> 
         body.append(f'<tr data-layer="{layer}">{"".join(tds)}</tr>')
     more = ""
     if len(df) > max_rows:
-        more = (f'<caption style="caption-side:bottom;font-size:11px;color:#666;text-align:left">'
-                f"first {max_rows} of {len(df)} layers</caption>")
+        more = (
+            f'<caption style="caption-side:bottom;font-size:11px;color:#666;text-align:left">'
+            f"first {max_rows} of {len(df)} layers</caption>"
+        )
     overall = getattr(report, "overall_health", None)
     title = ""
     if overall is not None:
-        title = (f'<caption style="caption-side:top;text-align:left;font-weight:bold;padding:4px 0">'
-                 f"Layer health — overall: {_esc(_enum_text(overall))}</caption>")
-    return (f'<table class="gradwidget-health" style="border-collapse:collapse;font-size:12px;'
-            f'font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;color:#222;'
-            f'background:#fff">{title}{more}<thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(body)}</tbody></table>')
+        title = (
+            f'<caption style="caption-side:top;text-align:left;font-weight:bold;padding:4px 0">'
+            f"Layer health — overall: {_esc(_enum_text(overall))}</caption>"
+        )
+    return (
+        f'<table class="gradwidget-health" style="border-collapse:collapse;font-size:12px;'
+        f"font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;color:#222;"
+        f'background:#fff">{title}{more}<thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
 
 
 def _enum_text(x) -> str:
@@ -104,8 +110,7 @@ def static_fallback_html(png: bytes | None, table_html: str = "", alt: str = "gr
     return f'<div class="{FALLBACK_CLASS}">{img}{table_html}</div>'
 
 
-def static_mimebundle(run, step=None, layer=None, metric: str = "grad_norm", report=None,
-                      dpi: int = 80) -> dict:
+def static_mimebundle(run, step=None, layer=None, metric: str = "grad_norm", report=None, dpi: int = 80) -> dict:
     """``{'image/png': b64, 'text/html': img + health table, 'text/plain': ASCII heatmap}`` for a
     run's current view: what ``GradientPanel._repr_mimebundle_`` adds beside the widget view.
     ``text/html`` holds the image too, because an exporter without widget state shows only one of
@@ -121,9 +126,11 @@ def static_mimebundle(run, step=None, layer=None, metric: str = "grad_norm", rep
     table = ""
     if run.n_steps and run.n_layers:  # a run without layers has nothing to analyse: the image alone
         table = health_table_html(report if report is not None else run, suggestions=False)
-    return {"image/png": base64.b64encode(png).decode("ascii"),
-            "text/html": static_fallback_html(png, table),
-            "text/plain": run.to_ascii(width=60)}
+    return {
+        "image/png": base64.b64encode(png).decode("ascii"),
+        "text/html": static_fallback_html(png, table),
+        "text/plain": run.to_ascii(width=60),
+    }
 
 
 # --------------------------------------------------------------------------- the full report
@@ -154,8 +161,13 @@ def _rec_text(rec: Any) -> tuple[str, str]:
     """(priority label, text) of one recommendation, whatever its shape (dataclass, dict, str)."""
     if isinstance(rec, str):
         return "", rec
-    d = rec if isinstance(rec, dict) else (rec.to_dict() if hasattr(rec, "to_dict") else vars(rec)
-                                           if hasattr(rec, "__dict__") else {"text": str(rec)})
+    d = (
+        rec
+        if isinstance(rec, dict)
+        else (
+            rec.to_dict() if hasattr(rec, "to_dict") else vars(rec) if hasattr(rec, "__dict__") else {"text": str(rec)}
+        )
+    )
     prio = d.get("priority", d.get("severity", d.get("level", "")))
     parts = []
     for key in ("title", "issue", "problem", "message", "text", "description"):
@@ -191,7 +203,8 @@ def _recommendations_html(report) -> str:
         ev = getattr(r, "evidence", "") or ""
         folded = getattr(r, "explains", None) or []
         detail = (f'<div class="ev">Evidence: {_esc(ev)}</div>' if ev else "") + (
-            f'<div class="ev">Also explains: {_esc("; ".join(folded))}</div>' if folded else "")
+            f'<div class="ev">Also explains: {_esc("; ".join(folded))}</div>' if folded else ""
+        )
         items.append(f"<li>{tag}{_esc(text)}{detail}</li>")
     return f'<ol class="recs">{"".join(items)}</ol>'
 
@@ -208,8 +221,7 @@ def worst_layers(report, k: int = 4) -> list[str]:
 
 
 def _frame_html(frame) -> str:
-    return ('<div class="scroll">' + frame.to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}")
-            + "</div>")
+    return '<div class="scroll">' + frame.to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}") + "</div>"
 
 
 def _kv_html(obj, caption: str = "") -> str:
@@ -245,8 +257,12 @@ def _weights_html(report, run: Run) -> str:
             parts.append(_frame_html(w.layers))
     drift = getattr(report, "weight_drift", None)
     if drift is not None:  # an empty "affected layers" line says nothing on a healthy run
-        parts.append(_kv_html({k: v for k, v in vars(drift).items() if not (k == "affected_layers" and not v)},
-                              "Update / weight drift"))
+        parts.append(
+            _kv_html(
+                {k: v for k, v in vars(drift).items() if not (k == "affected_layers" and not v)},
+                "Update / weight drift",
+            )
+        )
     if run.n_steps and np.isfinite(run.metric("weight_norm")).any():
         idx = [run.layer_index(n) for n in worst_layers(report, 6)] or list(range(min(6, run.n_layers)))
         parts.append(_img(plots.weight_plot(run, layers=idx), "weight health"))
@@ -256,18 +272,25 @@ def _weights_html(report, run: Run) -> str:
 def _origin_html(origin) -> str:
     """The non-finite origin: its sentence, then module, step, pass and what was seen."""
     reached = origin.params_reached
-    rows = [("module", f"{origin.where} ({origin.module_type})"), ("step", origin.step), ("phase", origin.phase),
-            ("call of the module in that step", origin.call + 1),
-            ("inputs finite" if origin.phase != "backward" else "gradient received finite", origin.inputs_finite),
-            ("output finite" if origin.phase != "backward" else "gradient passed on finite", origin.output_finite),
-            ("non-finite parameter gradients at that step",
-             "not recorded" if reached is None else f"{len(reached)}" + (f": {', '.join(reached[:6])}"
-                                                                          + (" …" if len(reached) > 6 else "")
-                                                                          if reached else ""))]
+    rows = [
+        ("module", f"{origin.where} ({origin.module_type})"),
+        ("step", origin.step),
+        ("phase", origin.phase),
+        ("call of the module in that step", origin.call + 1),
+        ("inputs finite" if origin.phase != "backward" else "gradient received finite", origin.inputs_finite),
+        ("output finite" if origin.phase != "backward" else "gradient passed on finite", origin.output_finite),
+        (
+            "non-finite parameter gradients at that step",
+            "not recorded"
+            if reached is None
+            else f"{len(reached)}"
+            + (f": {', '.join(reached[:6])}" + (" …" if len(reached) > 6 else "") if reached else ""),
+        ),
+    ]
     if origin.rank is not None:
         rows.append(("rank", origin.rank))
     body = "".join(f"<tr><td>{_esc(k)}</td><td>{_esc(v)}</td></tr>" for k, v in rows)
-    return f"<p>{_esc(origin.describe())}</p><table class=\"kv\">{body}</table>"
+    return f'<p>{_esc(origin.describe())}</p><table class="kv">{body}</table>'
 
 
 def _short(v, n: int = 200) -> str:
@@ -280,8 +303,13 @@ def render_report(report, title: str | None = None) -> str:
     report = _as_report(report)
     run: Run = report.run
     overall = _enum_text(getattr(report, "overall_health", "Unknown"))
-    color = {"Healthy": "#2e7d32", "MinorIssues": "#ef8f00", "Warning": "#ef8f00",
-             "ProblemsDetected": "#d84315", "Critical": "#c62828"}.get(overall, "#8a8a8a")
+    color = {
+        "Healthy": "#2e7d32",
+        "MinorIssues": "#ef8f00",
+        "Warning": "#ef8f00",
+        "ProblemsDetected": "#d84315",
+        "Critical": "#c62828",
+    }.get(overall, "#8a8a8a")
     span = f"steps {int(run.steps[0])}–{int(run.steps[-1])}" if run.n_steps else "no steps"
     title = title or str(run.meta.get("name") or "gradwidget report")
     summary = report.summary_text() if hasattr(report, "summary_text") else ""
@@ -291,39 +319,51 @@ def render_report(report, title: str | None = None) -> str:
     sections.append(f'<h2 id="summary">Summary</h2><pre class="summary">{_esc(summary)}</pre>')
     origin = getattr(report, "nonfinite_origin", None)
     if origin is not None:
-        sections.append(f'<h2 id="nonfinite-origin">Where the NaN started</h2><div class="card">{_origin_html(origin)}</div>')
-    sections.append(f'<h2 id="recommendations">Recommendations</h2><div class="card">'
-                    f"{_recommendations_html(report)}</div>")
+        sections.append(
+            f'<h2 id="nonfinite-origin">Where the NaN started</h2><div class="card">{_origin_html(origin)}</div>'
+        )
+    sections.append(
+        f'<h2 id="recommendations">Recommendations</h2><div class="card">{_recommendations_html(report)}</div>'
+    )
     if run.n_steps:
-        sections.append('<h2 id="flow">Gradient flow</h2><div class="card">'
-                        + _img(plots.flow_heatmap(run, "grad_norm"), "gradient flow heatmap")
-                        + _img(plots.loss_plot(run), "loss") + "</div>")
+        sections.append(
+            '<h2 id="flow">Gradient flow</h2><div class="card">'
+            + _img(plots.flow_heatmap(run, "grad_norm"), "gradient flow heatmap")
+            + _img(plots.loss_plot(run), "loss")
+            + "</div>"
+        )
     sections.append(f'<h2 id="health">Layer health</h2><div class="card scroll">{health_table_html(report)}</div>')
     worst = worst_layers(report, 4)
     if run.n_steps and worst:
         figs = []
         for name in worst:
-            figs.append('<div class="card">' + f"<h3>{_esc(name)}</h3>"
-                        + _img(plots.histogram_plot(run, name), f"histogram of {name}", dpi=80)
-                        + _img(plots.histogram_over_time(run, name), f"distribution over steps of {name}", dpi=80)
-                        + _img(plots.metric_series(run, [name], "mean_abs"), f"mean |g| of {name}", dpi=80)
-                        + _img(plots.metric_series(run, [name], "max_abs"), f"max |g| of {name}", dpi=80)
-                        + "</div>")
-        sections.append('<h2 id="distributions">Distributions of the layers most in need of attention</h2>'
-                        f'<div class="grid">{"".join(figs)}</div>')
+            figs.append(
+                '<div class="card">'
+                + f"<h3>{_esc(name)}</h3>"
+                + _img(plots.histogram_plot(run, name), f"histogram of {name}", dpi=80)
+                + _img(plots.histogram_over_time(run, name), f"distribution over steps of {name}", dpi=80)
+                + _img(plots.metric_series(run, [name], "mean_abs"), f"mean |g| of {name}", dpi=80)
+                + _img(plots.metric_series(run, [name], "max_abs"), f"max |g| of {name}", dpi=80)
+                + "</div>"
+            )
+        sections.append(
+            '<h2 id="distributions">Distributions of the layers most in need of attention</h2>'
+            f'<div class="grid">{"".join(figs)}</div>'
+        )
     sections.append(f'<h2 id="weights">Weight health</h2><div class="card">{_weights_html(report, run)}</div>')
     t = run.thresholds.to_dict()
     rows = "".join(f"<tr><td>{_esc(k)}</td><td>{v:g}</td></tr>" for k, v in t.items())
     sections.append(f'<h2 id="thresholds">Thresholds</h2><div class="card"><table class="kv">{rows}</table></div>')
 
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body><main>"
-            f"<h1>{_esc(title)}</h1>"
-            f'<p class="meta"><span class="badge" style="background:{color}">{_esc(overall)}</span> '
-            f"&nbsp;{run.n_layers} layers · {run.n_steps} recorded steps ({span}) · generated {created} "
-            "by gradwidget</p>"
-            + "".join(sections) + "</main></body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body><main>"
+        f"<h1>{_esc(title)}</h1>"
+        f'<p class="meta"><span class="badge" style="background:{color}">{_esc(overall)}</span> '
+        f"&nbsp;{run.n_layers} layers · {run.n_steps} recorded steps ({span}) · generated {created} "
+        "by gradwidget</p>" + "".join(sections) + "</main></body></html>\n"
+    )
 
 
 def write_report(report, path) -> Path:
@@ -359,25 +399,44 @@ def render_comparison(cmp, metric: str = "grad_norm") -> str:
     verdict = "".join(f"<li>{_esc(v)}</li>" for v in cmp.verdict)
     rows = "".join(
         f"<tr><td>{_esc(c.cause)}</td><td>{_esc(c.status)}</td>"
-        + "".join(f"<td>{_esc(c.priority.get(lab, '—'))}"
-                  + (f" since step {c.first_step[lab]}" if lab in c.first_step else "") + "</td>"
-                  for lab in (cmp.labels[0], *[k for k in c.priority if k != cmp.labels[0]][:1]))
-        + "</tr>" for c in cmp.causes)
+        + "".join(
+            f"<td>{_esc(c.priority.get(lab, '—'))}"
+            + (f" since step {c.first_step[lab]}" if lab in c.first_step else "")
+            + "</td>"
+            for lab in (cmp.labels[0], *[k for k in c.priority if k != cmp.labels[0]][:1])
+        )
+        + "</tr>"
+        for c in cmp.causes
+    )
     heads = "".join(f"<th>{_esc(x)}</th>" for x in ("cause", "change", cmp.labels[0], "later run"))
-    figs = [_img(flow_heatmap(r, metric, scale=scale, title=f"{lab}: {metric} (log10, one scale for every run)"),
-                 f"gradient flow heatmap of {lab}") for lab, r in zip(cmp.labels, cmp.runs)]
-    diffs = [_img(difference_heatmap(cmp.log_ratio(metric, lab), f"{lab} vs {cmp.labels[0]}: log10 ratio of {metric}"),
-                  f"difference map of {lab}") for lab in cmp.labels[1:]]
-    sections = [f'<h2 id="verdict">Verdict</h2><div class="card"><ul>{verdict}</ul></div>',
-                f'<h2 id="diagnoses">Diagnoses</h2><div class="card"><table class="kv"><tr>{heads}</tr>{rows}</table></div>',
-                '<h2 id="heatmaps">Gradient flow</h2>' + "".join(f'<div class="card">{f}</div>' for f in figs),
-                '<h2 id="difference">Difference</h2>' + "".join(f'<div class="card">{f}</div>' for f in diffs),
-                f'<h2 id="layers">Layers</h2><div class="card">{_frame_html(cmp.layers)}</div>']
+    figs = [
+        _img(
+            flow_heatmap(r, metric, scale=scale, title=f"{lab}: {metric} (log10, one scale for every run)"),
+            f"gradient flow heatmap of {lab}",
+        )
+        for lab, r in zip(cmp.labels, cmp.runs)
+    ]
+    diffs = [
+        _img(
+            difference_heatmap(cmp.log_ratio(metric, lab), f"{lab} vs {cmp.labels[0]}: log10 ratio of {metric}"),
+            f"difference map of {lab}",
+        )
+        for lab in cmp.labels[1:]
+    ]
+    sections = [
+        f'<h2 id="verdict">Verdict</h2><div class="card"><ul>{verdict}</ul></div>',
+        f'<h2 id="diagnoses">Diagnoses</h2><div class="card"><table class="kv"><tr>{heads}</tr>{rows}</table></div>',
+        '<h2 id="heatmaps">Gradient flow</h2>' + "".join(f'<div class="card">{f}</div>' for f in figs),
+        '<h2 id="difference">Difference</h2>' + "".join(f'<div class="card">{f}</div>' for f in diffs),
+        f'<h2 id="layers">Layers</h2><div class="card">{_frame_html(cmp.layers)}</div>',
+    ]
     title = "gradwidget comparison: " + " vs ".join(cmp.labels)
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body><main>"
-            f"<h1>{_esc(title)}</h1>" + "".join(sections) + "</main></body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_esc(title)}</title><style>{_CSS}</style></head><body><main>"
+        f"<h1>{_esc(title)}</h1>" + "".join(sections) + "</main></body></html>\n"
+    )
 
 
 def write_comparison(cmp, path, force: bool = False) -> Path:

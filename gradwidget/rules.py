@@ -3,6 +3,7 @@
 (``Run.downsample_by``, the folded history, the panel's columns) and which recorded step is
 nearest a step the user names.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -90,8 +91,16 @@ def nearest_index(steps: np.ndarray, step: int) -> int:
 #: showing 10,000 tensors in groups), each group measured as if its tensors were one: L2 norms in
 #: quadrature, mean |g| and the zero fraction weighted by size, max |g| the largest, std from the
 #: members' variances weighted by size (their signed means are not recorded), non-finite counts summed.
-_MERGE = {"grad_norm": "l2", "weight_norm": "l2", "update_norm": "l2", "mean_abs": "weighted",
-          "zero_frac": "weighted", "max_abs": "max", "nonfinite": "sum", "std": "pooled"}
+_MERGE = {
+    "grad_norm": "l2",
+    "weight_norm": "l2",
+    "update_norm": "l2",
+    "mean_abs": "weighted",
+    "zero_frac": "weighted",
+    "max_abs": "max",
+    "nonfinite": "sum",
+    "std": "pooled",
+}
 
 
 def merge_of(metric: str) -> str:

@@ -6,6 +6,7 @@ Per recorded step and layer it holds ``len(METRICS)`` float32 values (32 bytes);
 With a rolling window (``max_steps``) the steps that fall out are folded into ``history``, a
 decimated copy whose length never exceeds ``history_capacity`` rows, so memory stays bounded.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Sequence
@@ -15,15 +16,40 @@ import numpy as np
 from .layers import LAYER_STATUSES, LayerInfo, as_layers
 from .origin import NONFINITE_PHASES, NonfiniteOrigin
 from .rules import nearest_index, nonfinite_mask, over_threshold_mask, vanishing_mask
-from .schema import (HIST_EDGES, HIST_HI, HIST_LO, HIST_LOG2_LO, METRICS, N_BINS, SCALARS, _as_step, scalar_row,
-                     metric_index, scalar_index)
+from .schema import (
+    HIST_EDGES,
+    HIST_HI,
+    HIST_LO,
+    HIST_LOG2_LO,
+    METRICS,
+    N_BINS,
+    SCALARS,
+    _as_step,
+    scalar_row,
+    metric_index,
+    scalar_index,
+)
 from .thresholds import Thresholds, as_thresholds
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["GROWTH_DIVISOR", "HIST_EDGES", "HIST_HI", "HIST_LO", "HIST_LOG2_LO", "LAYER_STATUSES", "METRICS",
-           "N_BINS", "NONFINITE_PHASES", "SCALARS", "LayerInfo", "NonfiniteOrigin", "Run", "check_max_steps"]
+__all__ = [
+    "GROWTH_DIVISOR",
+    "HIST_EDGES",
+    "HIST_HI",
+    "HIST_LO",
+    "HIST_LOG2_LO",
+    "LAYER_STATUSES",
+    "METRICS",
+    "N_BINS",
+    "NONFINITE_PHASES",
+    "SCALARS",
+    "LayerInfo",
+    "NonfiniteOrigin",
+    "Run",
+    "check_max_steps",
+]
 
 #: the store grows by 1/GROWTH_DIVISOR of what it holds when full: at most that much allocated and
 #: unused, and while it grows the old and new arrays coexist (2.25x the data for a moment; doubling
@@ -74,8 +100,8 @@ class Run:
         self.edges = np.asarray(list(edges), dtype=np.int32).reshape(-1, 2)
         self.meta: dict = dict(meta or {})
         L = len(self.layers)
-        self._n = 0       # rows in the window
-        self._s = 0       # physical row where the window starts (advances as old steps fall out)
+        self._n = 0  # rows in the window
+        self._s = 0  # physical row where the window starts (advances as old steps fall out)
         self._cap = 0
         self._steps = np.zeros(0, np.int64)
         self._metrics = np.zeros((0, len(METRICS), L), np.float32)
@@ -111,22 +137,23 @@ class Run:
         try:
             return self._index[layer]
         except KeyError:
-            raise KeyError(f"no layer named {layer!r}; layers are {self.layer_names[:8]}"
-                           + ("..." if self.n_layers > 8 else "")) from None
+            raise KeyError(
+                f"no layer named {layer!r}; layers are {self.layer_names[:8]}" + ("..." if self.n_layers > 8 else "")
+            ) from None
 
     @property
     def steps(self) -> np.ndarray:
         """The user's step numbers of the recorded steps, shape ``(steps,)``."""
-        return self._steps[self._s: self._s + self._n]
+        return self._steps[self._s : self._s + self._n]
 
     @property
     def _M3(self) -> np.ndarray:
         """``(steps, metrics, layers)`` view of the window."""
-        return self._metrics[self._s: self._s + self._n]
+        return self._metrics[self._s : self._s + self._n]
 
     @property
     def _S2(self) -> np.ndarray:
-        return self._scalars[self._s: self._s + self._n]
+        return self._scalars[self._s : self._s + self._n]
 
     def metric(self, name: str) -> np.ndarray:
         """A ``(steps, layers)`` float32 view of one metric."""
@@ -142,12 +169,12 @@ class Run:
 
     @property
     def hist_steps(self) -> np.ndarray:
-        return self._hist_steps[self._hs: self._hs + self._hn]
+        return self._hist_steps[self._hs : self._hs + self._hn]
 
     @property
     def hist(self) -> np.ndarray:
         """``(histogram steps, layers, N_BINS)`` counts of log10|g| (zeros and non-finite excluded)."""
-        return self._hist[self._hs: self._hs + self._hn]
+        return self._hist[self._hs : self._hs + self._hn]
 
     hist_edges = HIST_EDGES
 
@@ -214,9 +241,9 @@ class Run:
             return
         if self._s and need <= self._cap:
             n = self._n
-            self._steps[:n] = self._steps[self._s: self._s + n]
-            self._metrics[:n] = self._metrics[self._s: self._s + n]
-            self._scalars[:n] = self._scalars[self._s: self._s + n]
+            self._steps[:n] = self._steps[self._s : self._s + n]
+            self._metrics[:n] = self._metrics[self._s : self._s + n]
+            self._scalars[:n] = self._scalars[self._s : self._s + n]
             self._s = 0
             return
         cap = max(16, need + need // GROWTH_DIVISOR, need)
@@ -232,8 +259,9 @@ class Run:
         sc[: self._n] = self._S2
         self._steps, self._metrics, self._scalars, self._cap, self._s = steps, mets, sc, cap, 0
 
-    def append(self, step: int, values: np.ndarray, scalars: dict | None = None,
-               hist: np.ndarray | None = None) -> None:
+    def append(
+        self, step: int, values: np.ndarray, scalars: dict | None = None, hist: np.ndarray | None = None
+    ) -> None:
         """Add one step. ``values`` is ``(len(METRICS), layers)``; ``hist`` is ``(layers, N_BINS)``."""
         values = np.asarray(values, np.float32)
         if values.shape != (len(METRICS), self.n_layers):
@@ -369,8 +397,11 @@ class Run:
 
     def __repr__(self) -> str:
         span = f"steps {int(self.steps[0])}..{int(self.steps[-1])}" if self._n else "empty"
-        older = self.history.n_steps + (self._pending.n_steps if self._pending is not None else 0) \
-            if self.history is not None else 0
+        older = (
+            self.history.n_steps + (self._pending.n_steps if self._pending is not None else 0)
+            if self.history is not None
+            else 0
+        )
         more = f", {older} older rows in history" if older else ""
         return f"<Run {self.n_layers} layers, {self._n} steps ({span}), {self._hn} histograms{more}>"
 

@@ -1,6 +1,7 @@
 """Runs derived from a Run, each a new Run (the store is never changed): a slice of steps and
 layers, a downsampled copy, layers merged into groups, the rolling window with its history in
 front; and the long table of a run. ``Run``'s methods of the same names call these."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
@@ -26,8 +27,12 @@ def slice_run(run: Run, steps: slice | None = None, layers: Sequence[int | str] 
         return r
     idx = sorted({run.layer_index(x) for x in layers})
     remap = {old: new for new, old in enumerate(idx)}
-    out = Run([run.layers[i] for i in idx], thresholds=run.thresholds, meta=run.meta,
-              edges=[(remap[u], remap[v]) for u, v in run.edges if u in remap and v in remap])
+    out = Run(
+        [run.layers[i] for i in idx],
+        thresholds=run.thresholds,
+        meta=run.meta,
+        edges=[(remap[u], remap[v]) for u, v in run.edges if u in remap and v in remap],
+    )
     out._steps, out._n, out._cap = r._steps, r._n, r._n
     out._metrics = r._metrics[:, :, idx].copy()
     out._scalars = r._scalars
@@ -60,10 +65,16 @@ def merge_layers(run: Run, groups: Sequence[Sequence[int]], names: Sequence[str]
     if len(groups) != len(names):
         raise ValueError(f"{len(groups)} groups for {len(names)} names")
     numel = np.array([max(1, info.numel) for info in run.layers], np.float64)
-    layers = [LayerInfo(str(n), module=str(n), module_type=f"{len(g)} tensors" if len(g) > 1 else
-                        run.layers[g[0]].module_type, numel=int(numel[list(g)].sum()),
-                        status="trainable" if any(run.layers[i].status != "frozen" for i in g) else "frozen")
-              for g, n in zip(groups, names)]
+    layers = [
+        LayerInfo(
+            str(n),
+            module=str(n),
+            module_type=f"{len(g)} tensors" if len(g) > 1 else run.layers[g[0]].module_type,
+            numel=int(numel[list(g)].sum()),
+            status="trainable" if any(run.layers[i].status != "frozen" for i in g) else "frozen",
+        )
+        for g, n in zip(groups, names)
+    ]
     r = Run(layers, thresholds=run.thresholds, meta=run.meta)
     if run.history is not None:
         r.history = run.history.merge_layers(groups, names)
@@ -73,8 +84,9 @@ def merge_layers(run: Run, groups: Sequence[Sequence[int]], names: Sequence[str]
         order = np.concatenate([np.asarray(g, np.intp) for g in groups])
         starts = np.cumsum([0] + [len(g) for g in groups[:-1]])
         m = run._M3[:, :, order]
-        r._metrics = np.stack([merge_layers_at(m[:, k], name, starts, numel[order])
-                               for k, name in enumerate(METRICS)], axis=1)
+        r._metrics = np.stack(
+            [merge_layers_at(m[:, k], name, starts, numel[order]) for k, name in enumerate(METRICS)], axis=1
+        )
     else:
         r._metrics = np.zeros((run._n, len(METRICS), 0), np.float32)
     r._steps, r._scalars = run.steps.copy(), run._S2.copy()
@@ -108,8 +120,9 @@ def to_frame(run: Run) -> "pd.DataFrame":
     n, L = run._n, run.n_layers
     data = {
         "step": np.repeat(run.steps, L),
-        "layer": pd.Categorical(np.tile(np.array(run.layer_names, dtype=object), n),
-                                categories=run.layer_names, ordered=True),
+        "layer": pd.Categorical(
+            np.tile(np.array(run.layer_names, dtype=object), n), categories=run.layer_names, ordered=True
+        ),
     }
     for name in METRICS:
         data[name] = run.metric(name).reshape(-1)

@@ -1,6 +1,7 @@
 """What a Run records: the per-step, per-layer metrics, the per-step scalars, the fixed histogram
 bins, and the checks of a step's number and scalars (one definition, shared by the Run, the run
 directory's record layout and every collector)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,12 +9,12 @@ import numpy as np
 
 #: per step x layer metrics, in storage order.
 METRICS: tuple[str, ...] = (
-    "grad_norm",    # L2 norm of the gradient tensor
-    "mean_abs",     # mean |g|
-    "max_abs",      # max |g|
-    "std",          # standard deviation of g's entries
-    "zero_frac",    # fraction of entries exactly 0
-    "nonfinite",    # count of NaN/Inf entries
+    "grad_norm",  # L2 norm of the gradient tensor
+    "mean_abs",  # mean |g|
+    "max_abs",  # max |g|
+    "std",  # standard deviation of g's entries
+    "zero_frac",  # fraction of entries exactly 0
+    "nonfinite",  # count of NaN/Inf entries
     "weight_norm",  # L2 norm of the parameter itself
     "update_norm",  # L2 norm of the optimizer's change to the parameter (NaN without an optimizer)
 )

@@ -6,6 +6,7 @@ how it was calibrated); the diagnoses' own calibrated bounds live with their rul
 ``analysis/causes.py``. Documented here so a tiny model and a huge one can be tuned with one object. Scale-free
 signals (a layer vs. the median layer, the update/weight ratio) complement the absolute ones.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
@@ -87,7 +88,9 @@ class Thresholds:
         if bad:
             raise ValueError(f"thresholds must be numbers; got {bad}")
         ints = {f.name for f in fields(cls) if isinstance(f.default, int)}  # a count stays a count
-        kwargs: dict[str, Any] = {k: (int(v) if k in ints and v == int(v) else float(v)) for k, v in d.items() if k in known}
+        kwargs: dict[str, Any] = {
+            k: (int(v) if k in ints and v == int(v) else float(v)) for k, v in d.items() if k in known
+        }
         return cls(**kwargs)
 
 

@@ -10,6 +10,7 @@ MASTER_ADDR, MASTER_PORT), as torchrun sets them. Every mode trains the same mod
 global batches; rank r of W takes rows r::W... of each batch, so the averaged gradient equals the
 single-process full-batch gradient. Each rank writes OUT_DIR/rank{r}.json describing what it did.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,17 @@ def batches(steps: int):
         yield x, x[:, :1] * 2 - x[:, 1:2]
 
 
-def train(mode: str, log_dir: str | None, steps: int, delay: float, histogram_every: int,
-          update_every: int, no_optimizer: bool = False, model_kind: str = "mlp", nan_rank: int = -1) -> dict:
+def train(
+    mode: str,
+    log_dir: str | None,
+    steps: int,
+    delay: float,
+    histogram_every: int,
+    update_every: int,
+    no_optimizer: bool = False,
+    model_kind: str = "mlp",
+    nan_rank: int = -1,
+) -> dict:
     rank, world = 0, 1
     if mode != "single":
         import torch.distributed as dist
@@ -88,8 +98,13 @@ def train(mode: str, log_dir: str | None, steps: int, delay: float, histogram_ev
 
         model = FullyShardedDataParallel(model, use_orig_params=mode == "fsdp1", device_id=torch.device("cpu"))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    rec = Recorder(model, None if no_optimizer else opt, log_dir=log_dir, histogram_every=histogram_every,
-                   update_every=update_every)
+    rec = Recorder(
+        model,
+        None if no_optimizer else opt,
+        log_dir=log_dir,
+        histogram_every=histogram_every,
+        update_every=update_every,
+    )
     for i, (x, y) in enumerate(batches(steps)):
         xb, yb = (x, y) if mode == "plain" else (x[rank::world], y[rank::world])
         if rank == nan_rank and i == 2:  # this rank's data holds a NaN at step 2
@@ -115,9 +130,11 @@ def train(mode: str, log_dir: str | None, steps: int, delay: float, histogram_ev
         "has_run": rec.run is not None,
         "has_writer": rec._writer is not None,
         "grad_hooks": sum(len(p._post_accumulate_grad_hooks or {}) for p in rec.model.parameters()),
-        "tracer_hooks": sum(isinstance(getattr(getattr(h, "func", None), "__self__", None), NonfiniteTracer)
-                            for m in rec.model.modules() for h in (*m._forward_hooks.values(),
-                                                                   *m._forward_pre_hooks.values())),
+        "tracer_hooks": sum(
+            isinstance(getattr(getattr(h, "func", None), "__self__", None), NonfiniteTracer)
+            for m in rec.model.modules()
+            for h in (*m._forward_hooks.values(), *m._forward_pre_hooks.values())
+        ),
         "origin": rec.run.meta.get("nonfinite_origin") if rec.run is not None else None,
         "optimizer_hooks": len(opt._optimizer_step_pre_hooks) + len(opt._optimizer_step_post_hooks),
         "kind": rec._dist.kind if rec._dist is not None else None,
@@ -142,8 +159,17 @@ def main() -> None:
     ap.add_argument("--nan-rank", type=int, default=-1, help="this rank's data holds a NaN at step 2")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    info = train(args.mode, args.log_dir, args.steps, args.delay, args.histogram_every, args.update_every,
-                 args.no_optimizer, args.model, args.nan_rank)
+    info = train(
+        args.mode,
+        args.log_dir,
+        args.steps,
+        args.delay,
+        args.histogram_every,
+        args.update_every,
+        args.no_optimizer,
+        args.model,
+        args.nan_rank,
+    )
     if args.mode != "single":
         import gc
 

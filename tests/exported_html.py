@@ -1,5 +1,6 @@
 """Reading an exported notebook's HTML the way a person sees it: the panel's static images and the
 health table's layers (what nbconvert keeps when the widget state is not saved)."""
+
 import re
 
 

@@ -1,4 +1,5 @@
 """Headless Debian Chromium through Playwright, with the network cut off (shared by browser tests)."""
+
 from __future__ import annotations
 
 import os
@@ -9,8 +10,15 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = os.environ.get("GRADWIDGET_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def need_chromium():

@@ -4,6 +4,7 @@ and bench/nonfinite.py (which also asks torch.autograd.detect_anomaly where each
 Each case trains a few steps with SGD; at step ``BAD`` its data (or weights) make the named module
 produce the first NaN/Inf, and ``expected`` is (module path, step, phase).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -90,7 +91,7 @@ class TwiceNet(nn.Module):
                 m.bias.zero_()
 
     def forward(self, x):
-        h = self.norm(self.a(x).abs() + 1)   # always finite
+        h = self.norm(self.a(x).abs() + 1)  # always finite
         return self.head(self.norm(self.act(self.b(h) * x[:, :1])))  # zero when x[:, 0] == 0
 
 
@@ -113,7 +114,7 @@ class Case:
     expected: tuple
     data: Callable[[bool], torch.Tensor] = lambda bad: torch.rand(8, 4) + 0.1
     loss: Callable = lambda out, bad: out.float().pow(2).mean()
-    before_bad: Callable | None = None   # change the model just before the bad step
+    before_bad: Callable | None = None  # change the model just before the bad step
     autocast: bool = False
     lr: float = 1e-3
 
@@ -128,6 +129,7 @@ def _grow(path):
     def f(model):
         with torch.no_grad():
             model.get_submodule(path).weight.mul_(1e36)
+
     return f
 
 
@@ -135,8 +137,9 @@ def _hf_gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16, attn_pdrop=0.0,
-                     embd_pdrop=0.0, resid_pdrop=0.0)
+    cfg = GPT2Config(
+        n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16, attn_pdrop=0.0, embd_pdrop=0.0, resid_pdrop=0.0
+    )
     return GPT2LMHeadModel(cfg)
 
 
@@ -146,27 +149,50 @@ def _hf_data(bad):
 
 
 CASES: dict[str, Case] = {
-    "forward, parameter-free": Case(ForwardNet, ("block.1", BAD, "forward"),
-                                    data=lambda bad: -torch.ones(8, 4) if bad else torch.rand(8, 4) + 0.1),
-    "backward only, sqrt(0)": Case(BackwardNet, ("rms", BAD, "backward"),
-                                   data=lambda bad: torch.zeros(8, 4) if bad else torch.rand(8, 4) + 0.1),
-    "loss, log(0)": Case(lambda: nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)), ("", BAD, "loss"),
-                         data=lambda bad: torch.rand(8, 4) + 2.0, loss=_bce_saturated),
-    "bf16 autocast, Inf": Case(BF16Net, ("lin2", BAD, "forward"), autocast=True, before_bad=_grow("lin2"),
-                               data=lambda bad: torch.rand(8, 4) * (1e4 if bad else 1.0)),
+    "forward, parameter-free": Case(
+        ForwardNet, ("block.1", BAD, "forward"), data=lambda bad: -torch.ones(8, 4) if bad else torch.rand(8, 4) + 0.1
+    ),
+    "backward only, sqrt(0)": Case(
+        BackwardNet, ("rms", BAD, "backward"), data=lambda bad: torch.zeros(8, 4) if bad else torch.rand(8, 4) + 0.1
+    ),
+    "loss, log(0)": Case(
+        lambda: nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)),
+        ("", BAD, "loss"),
+        data=lambda bad: torch.rand(8, 4) + 2.0,
+        loss=_bce_saturated,
+    ),
+    "bf16 autocast, Inf": Case(
+        BF16Net,
+        ("lin2", BAD, "forward"),
+        autocast=True,
+        before_bad=_grow("lin2"),
+        data=lambda bad: torch.rand(8, 4) * (1e4 if bad else 1.0),
+    ),
     # c_fc's weights grew 1e36x: the residual stream holds ~1e33, finite, until the final LayerNorm
     # squares it (its variance overflows: inf / inf = NaN)
-    "Hugging Face GPT-2": Case(_hf_gpt2, ("transformer.ln_f", BAD, "forward"), data=_hf_data,
-                               before_bad=_grow("transformer.h.1.mlp.c_fc")),
-    "module called twice": Case(TwiceNet, ("norm", BAD, "forward"),
-                                data=lambda bad: torch.cat([torch.zeros(8, 1) if bad else torch.ones(8, 1),
-                                                            torch.rand(8, 3)], 1)),
-    "in-place ReLU": Case(lambda: ForwardNet(inplace=True), ("block.1", BAD, "forward"),
-                          data=lambda bad: -torch.ones(8, 4) if bad else torch.rand(8, 4) + 0.1),
-    "checkpoint, forward": Case(lambda: ForwardNet(checkpointed=True), ("block.1", BAD, "forward"),
-                                data=lambda bad: -torch.ones(8, 4) if bad else torch.rand(8, 4) + 0.1),
-    "checkpoint, backward": Case(lambda: BackwardNet(checkpointed=True), ("rms", BAD, "backward"),
-                                 data=lambda bad: torch.zeros(8, 4) if bad else torch.rand(8, 4) + 0.1),
+    "Hugging Face GPT-2": Case(
+        _hf_gpt2, ("transformer.ln_f", BAD, "forward"), data=_hf_data, before_bad=_grow("transformer.h.1.mlp.c_fc")
+    ),
+    "module called twice": Case(
+        TwiceNet,
+        ("norm", BAD, "forward"),
+        data=lambda bad: torch.cat([torch.zeros(8, 1) if bad else torch.ones(8, 1), torch.rand(8, 3)], 1),
+    ),
+    "in-place ReLU": Case(
+        lambda: ForwardNet(inplace=True),
+        ("block.1", BAD, "forward"),
+        data=lambda bad: -torch.ones(8, 4) if bad else torch.rand(8, 4) + 0.1,
+    ),
+    "checkpoint, forward": Case(
+        lambda: ForwardNet(checkpointed=True),
+        ("block.1", BAD, "forward"),
+        data=lambda bad: -torch.ones(8, 4) if bad else torch.rand(8, 4) + 0.1,
+    ),
+    "checkpoint, backward": Case(
+        lambda: BackwardNet(checkpointed=True),
+        ("rms", BAD, "backward"),
+        data=lambda bad: torch.zeros(8, 4) if bad else torch.rand(8, 4) + 0.1,
+    ),
 }
 
 

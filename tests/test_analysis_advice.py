@@ -1,4 +1,5 @@
 """Groups, suggestions, priorities and recommendations: computed from the run, each tied to evidence."""
+
 import numpy as np
 import pytest
 
@@ -29,7 +30,7 @@ def test_groups_by_level_and_module_are_characterised_from_members():
     hi = groups[("level", "High gradient")].characteristics
     med = np.median(1e-1 * wave), np.median(2e-1 * wave)
     assert hi.mean_gradient_norm == pytest.approx(np.sqrt(med[0] * med[1]), rel=1e-3)
-    assert hi.synchronization == pytest.approx(1.0, abs=1e-6)           # identical shapes
+    assert hi.synchronization == pytest.approx(1.0, abs=1e-6)  # identical shapes
     assert hi.internal_coherence == pytest.approx(1 / (1 + np.log10(2) / 2), rel=1e-3)
     dec = groups[("module", "dec")]
     assert dec.layers == ["dec.a.weight", "dec.b.weight", "dec.c.weight"]
@@ -41,24 +42,24 @@ def test_groups_by_level_and_module_are_characterised_from_members():
 
 def test_suggestions_cover_each_kind_with_evidence():
     g = np.full((T, 8), 0.1)
-    g[:, 0] = 1e-8                                            # vanishing -> initialisation
+    g[:, 0] = 1e-8  # vanishing -> initialisation
     g[:, 1] = 1e-8
     mx = 3 * g / 10
-    mx[-10:, 2] = 1e5                                         # exploding -> clipping, learning_rate
+    mx[-10:, 2] = 1e5  # exploding -> clipping, learning_rate
     z = np.zeros_like(g)
-    z[:, 3] = 1                                               # dead -> activation
-    g[:, 4] = 0.1 * np.where(np.arange(T) % 2, 1, 8)          # oscillating -> regularisation
-    g[:, 5] = 1e4                                             # hot -> normalisation
+    z[:, 3] = 1  # dead -> activation
+    g[:, 4] = 0.1 * np.where(np.arange(T) % 2, 1, 8)  # oscillating -> regularisation
+    g[:, 5] = 1e4  # hot -> normalisation
     upd = np.full_like(g, np.nan)
     upd[::10] = 1e-3
-    upd[::10, 6] = 0.5                                        # lr_high -> learning_rate
+    upd[::10, 6] = 0.5  # lr_high -> learning_rate
     s, fl, f, h, regs = parts(g, max_abs=mx, zero_frac=z, update=upd)
     sug = advice.suggestions(f, regs)
     by = {}
     for x in sug:
         by.setdefault(x.layer, set()).add(x.kind)
         assert x.evidence and 0 <= x.expected_impact <= 1
-    assert {"initialisation", "residual"} <= by["l0.weight"]   # two adjacent vanishing layers: a region
+    assert {"initialisation", "residual"} <= by["l0.weight"]  # two adjacent vanishing layers: a region
     assert {"clipping", "learning_rate"} <= by["l2.weight"]
     assert "activation" in by["l3.weight"] and "regularisation" in by["l4.weight"]
     assert "normalisation" in by["l5.weight"] and "learning_rate" in by["l6.weight"]
@@ -68,22 +69,24 @@ def test_suggestions_cover_each_kind_with_evidence():
     pri = advice.priorities(h, sug)
     bad = set(h.layer[h.health != "Healthy"])
     assert {p.layer for p in pri if p.target_type == "IndividualLayer"} == bad
-    (net,) = [p for p in pri if p.target_type == "NetworkLevel"]        # 7 of 8 layers have a problem
+    (net,) = [p for p in pri if p.target_type == "NetworkLevel"]  # 7 of 8 layers have a problem
     assert net.layer == "network" and set(net.layers) == bad and net.score == pytest.approx(7 / 8)
     assert all(x.side_effects == list(advice.ACTION_META[x.kind][3]) for x in sug)
-    l2 = [p for p in pri if p.layer == "l2.weight"][0]             # exploding: clipping and learning rate
+    l2 = [p for p in pri if p.layer == "l2.weight"][0]  # exploding: clipping and learning rate
     assert {a.action_type for a in l2.recommended_actions} == {"OptimizationTechnique", "LearningRateScheduling"}
     assert all(a.implementation_effort == "Minimal" for a in l2.recommended_actions)
     assert pri[0].urgency == "Critical" and all(0 <= p.score <= 1 for p in pri)
     assert [advice.PRIORITY_ORDER.index(p.urgency) for p in pri] == sorted(
-        advice.PRIORITY_ORDER.index(p.urgency) for p in pri)
+        advice.PRIORITY_ORDER.index(p.urgency) for p in pri
+    )
 
-    recs = analyze(s.run).recommendations           # causes, ranked, one action each
+    recs = analyze(s.run).recommendations  # causes, ranked, one action each
     causes = [r.cause for r in recs]
     assert {"exploding", "dead_units"} <= set(causes)
     assert all(r.text and r.action and r.evidence and r.cause == r.kind for r in recs)
     assert [advice.PRIORITY_ORDER.index(r.priority) for r in recs] == sorted(
-        advice.PRIORITY_ORDER.index(r.priority) for r in recs)
+        advice.PRIORITY_ORDER.index(r.priority) for r in recs
+    )
 
 
 def test_a_healthy_run_gets_no_recommendations():
@@ -105,10 +108,13 @@ def test_plateau_recommendation():
 def test_causes_rank_by_priority_then_precedence_and_give_one_verdict():
     from gradwidget.analysis import causes
 
-    c = [causes.Cause("frozen", "Low", ["f"], 0, "e", 1.0), causes.Cause("vanishing", "High", ["a"], 3, "e", 0.5),
-         causes.Cause("not_in_optimizer", "High", ["b"], 0, "e", 1.0)]
+    c = [
+        causes.Cause("frozen", "Low", ["f"], 0, "e", 1.0),
+        causes.Cause("vanishing", "High", ["a"], 3, "e", 0.5),
+        causes.Cause("not_in_optimizer", "High", ["b"], 0, "e", 1.0),
+    ]
     c.sort(key=lambda x: (causes.PRIORITY_ORDER.index(x.priority), causes.CAUSES.index(x.cause)))
-    assert [x.cause for x in c] == ["not_in_optimizer", "vanishing", "frozen"]   # root cause before symptom
+    assert [x.cause for x in c] == ["not_in_optimizer", "vanishing", "frozen"]  # root cause before symptom
     assert causes.verdict(c) == "Warning" and causes.verdict(c[2:]) == "Healthy" and causes.verdict([]) == "Healthy"
     assert causes.verdict([causes.Cause("nonfinite", "Critical", [], 0, "e", 1.0)]) == "Critical"
     run = synth(np.full((10, 3), 0.1))
@@ -119,7 +125,7 @@ def test_causes_rank_by_priority_then_precedence_and_give_one_verdict():
 def test_group_and_network_priorities():
     L = 10
     g = np.full((T, L), 0.1)
-    g[:, 0:3] = 1e-8                          # three adjacent vanishing layers: one region
+    g[:, 0:3] = 1e-8  # three adjacent vanishing layers: one region
     s, fl, f, h, regs = parts(g, names=[f"enc.{i}.weight" for i in range(L)], loss=np.exp(-0.02 * np.arange(T)))
     dyn = health.dynamics(s)
     pri = advice.priorities(h, advice.suggestions(f, regs), regs, advice.layer_groups(s, h), dyn, None)
@@ -128,25 +134,27 @@ def test_group_and_network_priorities():
     assert sorted(grp.layers) == ["enc.0.weight", "enc.1.weight", "enc.2.weight"]
     members = [p for p in pri if p.target_type == "IndividualLayer"]
     assert grp.score == max(p.score for p in members) and grp.urgency == "Critical"
-    assert grp.expected_impact == pytest.approx(1.0)       # flagged on every step
+    assert grp.expected_impact == pytest.approx(1.0)  # flagged on every step
     types = {a.action_type for a in grp.recommended_actions}
-    assert {"ArchitecturalChange", "ParameterAdjustment"} <= types   # residual connections, re-initialisation
+    assert {"ArchitecturalChange", "ParameterAdjustment"} <= types  # residual connections, re-initialisation
     res = [a for a in grp.recommended_actions if a.action_type == "ArchitecturalChange"][0]
     assert res.implementation_effort == "High" and "retraining" in res.prerequisites
-    assert not [p for p in pri if p.target_type == "NetworkLevel"]   # 3 of 10 layers: not network-wide
+    assert not [p for p in pri if p.target_type == "NetworkLevel"]  # 3 of 10 layers: not network-wide
     # a plateau and a deteriorating forecast are network-level
     plateau = health.Dynamics("Plateau", 0.0, health.Plateau(True, 300, "Severe", 0.0, ["use a schedule"]), "loss")
     fc = health.Forecast("Deteriorating", 1.0, 0.9, "")
     net = [p for p in advice.priorities(h, [], (), (), plateau, fc) if p.target_type == "NetworkLevel"]
-    assert [(p.layer, p.urgency, p.score) for p in net] == [("training progress", "High", 1.0),
-                                                              ("global gradient norm", "High", 0.9)]
+    assert [(p.layer, p.urgency, p.score) for p in net] == [
+        ("training progress", "High", 1.0),
+        ("global gradient norm", "High", 0.9),
+    ]
 
 
 def test_a_module_with_most_layers_in_trouble_is_one_priority():
     g = np.full((T, 5), 0.1)
-    g[:, 2] = 1e-8                                  # dec.a vanishing
+    g[:, 2] = 1e-8  # dec.a vanishing
     mx = 3 * g / 10
-    mx[-5:, 4] = 1e5                                # dec.c exploding; dec.b healthy
+    mx[-5:, 4] = 1e5  # dec.c exploding; dec.b healthy
     names = ["enc.a.weight", "enc.b.weight", "dec.a.weight", "dec.b.weight", "dec.c.weight"]
     s, fl, f, h, regs = parts(g, names=names, max_abs=mx, loss=np.exp(-0.02 * np.arange(T)))
     pri = advice.priorities(h, advice.suggestions(f, regs), regs, advice.layer_groups(s, h))
@@ -170,7 +178,9 @@ def test_a_nan_after_the_weights_grew_tenfold_says_lower_the_learning_rate(growt
     from gradwidget.run import METRICS, LayerInfo, NonfiniteOrigin, Run
 
     M = {m: i for i, m in enumerate(METRICS)}
-    run = Run([LayerInfo("a.weight", module="a", backward_index=1), LayerInfo("b.weight", module="b", backward_index=0)])
+    run = Run(
+        [LayerInfo("a.weight", module="a", backward_index=1), LayerInfo("b.weight", module="b", backward_index=0)]
+    )
     for s in range(8):
         v = np.full((len(METRICS), 2), 0.1, np.float32)
         v[M["zero_frac"]] = v[M["nonfinite"]] = 0

@@ -1,4 +1,5 @@
 """analyze() checks its arguments up front and says what to pass; a corrupt graph is guarded."""
+
 import numpy as np
 import pytest
 
@@ -11,19 +12,24 @@ def run3(**kw):
     return synth(np.ones((30, 3)), **kw)
 
 
-@pytest.mark.parametrize("weights, err, text", [
-    ("x", TypeError, "dict {layer name: array} or a torch module"),
-    ([np.ones(3)], TypeError, "not list"),
-    ({}, ValueError, "empty dict"),
-    ({1: np.ones(3)}, TypeError, "keys must be layer names"),
-])
+@pytest.mark.parametrize(
+    "weights, err, text",
+    [
+        ("x", TypeError, "dict {layer name: array} or a torch module"),
+        ([np.ones(3)], TypeError, "not list"),
+        ({}, ValueError, "empty dict"),
+        ({1: np.ones(3)}, TypeError, "keys must be layer names"),
+    ],
+)
 def test_bad_weights_are_rejected_with_what_to_pass(weights, err, text):
     with pytest.raises(err, match=text.replace("{", r"\{").replace("}", r"\}")):
         analyze(run3(), weights=weights)
 
 
-@pytest.mark.parametrize("max_rows, err", [(0, ValueError), (-5, ValueError), (15, ValueError),
-                                            (2.5, TypeError), (True, TypeError), ("100", TypeError)])
+@pytest.mark.parametrize(
+    "max_rows, err",
+    [(0, ValueError), (-5, ValueError), (15, ValueError), (2.5, TypeError), (True, TypeError), ("100", TypeError)],
+)
 def test_bad_max_rows_is_rejected(max_rows, err):
     with pytest.raises(err, match="max_rows"):
         analyze(run3(), max_rows=max_rows)
@@ -54,8 +60,16 @@ def test_edges_naming_missing_layers_are_dropped_with_a_note():
     assert any("2 recorded graph edges named a layer index outside 0..2" in n for n in rep.notes)
 
 
-@pytest.mark.parametrize("name, value", [("relative_vanishing", 0), ("bottleneck_gain", 0), ("unstable", 0),
-                                         ("relative_exploding", 0), ("convergence_window", 2)])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("relative_vanishing", 0),
+        ("bottleneck_gain", 0),
+        ("unstable", 0),
+        ("relative_exploding", 0),
+        ("convergence_window", 2),
+    ],
+)
 def test_thresholds_the_analysis_cannot_use_are_rejected(name, value):
     with pytest.raises(ValueError, match=f"Thresholds.{name} must be"):
         analyze(run3(), thresholds={name: value})

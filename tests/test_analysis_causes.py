@@ -1,4 +1,5 @@
 """Evidence and causes on small synthetic runs: each fact the causes reason from, alone."""
+
 import numpy as np
 
 from gradwidget import analyze
@@ -13,11 +14,11 @@ T = 120
 def test_skip_paths_are_read_from_the_module_graph():
     mods = ["a", "b", "c", "d"]
     layers = [LayerInfo(f"{m}.{p}", module=m) for m in mods for p in ("weight", "bias")]
-    w = {m: 2 * i for i, m in enumerate(mods)}     # edges between the weights (biases alongside)
+    w = {m: 2 * i for i, m in enumerate(mods)}  # edges between the weights (biases alongside)
     chain = Run(layers, edges=[(w["a"], w["b"]), (w["b"], w["c"]), (w["c"], w["d"]), (w["a"] + 1, w["b"])])
     assert not evidence.has_skip_path(chain)
     residual = Run(layers, edges=[(w["a"], w["b"]), (w["b"], w["c"]), (w["c"], w["d"]), (w["a"], w["d"])])
-    assert evidence.has_skip_path(residual)          # a feeds d directly and through b, c
+    assert evidence.has_skip_path(residual)  # a feeds d directly and through b, c
 
 
 def test_trailing_median_keeps_missing_steps_out_of_the_trend():
@@ -27,10 +28,10 @@ def test_trailing_median_keeps_missing_steps_out_of_the_trend():
 
 def test_a_loss_that_swings_is_a_rebound_and_batch_noise_is_not():
     rng = np.random.default_rng(0)
-    noisy = 2.0 * np.exp(0.4 * rng.standard_normal(T)) * np.linspace(1, 0.5, T)   # small-batch MSE noise
+    noisy = 2.0 * np.exp(0.4 * rng.standard_normal(T)) * np.linspace(1, 0.5, T)  # small-batch MSE noise
     L = evidence.loss_evidence(synth(np.full((T, 2), 0.1), loss=noisy))
     assert L.logged and L.rebound_step is None
-    swings = np.where(np.arange(T) % 2, 10.5, 0.01)                             # 0 <-> 10.5, start 2.3
+    swings = np.where(np.arange(T) % 2, 10.5, 0.01)  # 0 <-> 10.5, start 2.3
     swings[:10] = np.linspace(2.3, 1.0, 10)
     rep = analyze(synth(np.full((T, 2), 0.1), loss=swings))
     assert rep.recommendations[0].cause == "lr_too_high" and rep.recommendations[0].first_step <= 15
@@ -38,8 +39,8 @@ def test_a_loss_that_swings_is_a_rebound_and_batch_noise_is_not():
 
 def test_gradients_summed_over_steps_are_missing_zero_grad():
     rng = np.random.default_rng(1)
-    h = 0.1 * (1 + 0.3 * rng.standard_normal((T, 3)))            # one step's gradient norm per layer
-    acc = np.cumsum(h, axis=0)                                   # never zeroed: each step adds to the last
+    h = 0.1 * (1 + 0.3 * rng.standard_normal((T, 3)))  # one step's gradient norm per layer
+    acc = np.cumsum(h, axis=0)  # never zeroed: each step adds to the last
     rep = analyze(synth(acc, loss=np.linspace(2.3, 2.0, T)))
     top = rep.recommendations[0]
     assert top.cause == "missing_zero_grad" and top.first_step == 0 and "added to the last" in top.evidence
@@ -50,7 +51,7 @@ def test_gradients_summed_over_steps_are_missing_zero_grad():
 def test_a_layer_the_optimizer_never_moves_is_named():
     g = np.full((T, 3), 0.1)
     upd = np.full((T, 3), 1e-3)
-    upd[:, 1] = np.nan                                           # the optimizer does not hold l1
+    upd[:, 1] = np.nan  # the optimizer does not hold l1
     rep = analyze(synth(g, update=upd, loss=np.linspace(2.3, 0.5, T)))
     (r,) = rep.recommendations
     assert r.cause == "not_in_optimizer" and r.layers == ["l1.weight"] and r.priority == "High"
@@ -60,7 +61,7 @@ def test_a_layer_the_optimizer_never_moves_is_named():
 def test_a_summed_loss_is_named_and_its_symptom_folded():
     g = np.full((T, 2), 50.0)
     loss = np.full(T, 150.0)
-    loss[60:] = np.inf                                          # and it blew up
+    loss[60:] = np.inf  # and it blew up
     rep = analyze(synth(g, loss=loss))
     top = rep.recommendations[0]
     assert top.cause == "loss_scale" and top.priority == "Critical"
@@ -71,6 +72,6 @@ def test_a_trainer_that_already_clips_is_not_told_to_clip():
     swings = np.where(np.arange(T) % 2, 10.5, 0.01)
     run = synth(np.full((T, 2), 0.1), loss=swings)
     assert "clip_grad_norm_" in analyze(run).recommendations[0].action
-    run.meta["clipped_at"] = 1.0                        # written by the trainer callbacks
+    run.meta["clipped_at"] = 1.0  # written by the trainer callbacks
     action = analyze(run).recommendations[0].action
     assert "already clips at 1" in action and "clip_grad_norm_" not in action

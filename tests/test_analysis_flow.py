@@ -1,5 +1,6 @@
 """Flow characteristics, temporal direction, regions, flow network and critical paths on synthetic
 runs whose answers are known by construction."""
+
 import numpy as np
 import pytest
 
@@ -31,10 +32,10 @@ def test_alternating_series_oscillates():
     r = f.iloc[0]
     assert r.oscillation == pytest.approx(1.0) and r.oscillating and r.trend == "oscillating"
     assert r.direction == "Oscillating"
-    assert r.flow_rate == pytest.approx(2 / 2.0)       # |Δ| = 2 around a mean of 2
+    assert r.flow_rate == pytest.approx(2 / 2.0)  # |Δ| = 2 around a mean of 2
     # CV = 1/2 around its trend (the median of 1 and 3), less over the first steps' partial windows
     assert r.stability == pytest.approx(1 / (1 + 0.5), abs=0.02)
-    assert r.bottleneck_score == pytest.approx(0.5)     # min 1 vs mean 2
+    assert r.bottleneck_score == pytest.approx(0.5)  # min 1 vs mean 2
 
 
 def test_small_noise_is_not_oscillation():
@@ -51,7 +52,7 @@ def test_exponential_decay_and_growth_trends():
     assert dec.trend_slope == pytest.approx(-0.1, rel=1e-4) and dec.trend_r2 == pytest.approx(1)
     assert dec.trend_decades == pytest.approx(-0.1 * (T - 1), rel=1e-4) and dec.trend == "falling"
     assert dec.direction == "Backward" and grow.direction == "Forward" and grow.trend == "rising"
-    assert dec.consistency == pytest.approx(1 / (1 + (1 - 10 ** -0.1)), rel=1e-4)
+    assert dec.consistency == pytest.approx(1 / (1 + (1 - 10**-0.1)), rel=1e-4)
 
 
 def test_trend_uses_user_steps():
@@ -79,11 +80,12 @@ def test_vanishing_region_is_contiguous_in_backward_order_with_real_sizes():
     assert (r.start_layer, r.end_layer) == ("l3.weight", "l1.weight")
     assert r.parameters == 20 + 30 + 40 and r.duration_steps == T
     assert r.severity == "Critical" and r.active_now and (r.first_step, r.last_step) == (0, T - 1)
-    ma = 1e-9 / np.sqrt(30)   # synth: mean |g| = norm / sqrt(numel); the median of l3, l2, l1 is l2's
+    ma = 1e-9 / np.sqrt(30)  # synth: mean |g| = norm / sqrt(numel); the median of l3, l2, l1 is l2's
     assert r.mitigation_suggestions == [
         f"re-initialise l3.weight … l1.weight with a gain that matches the activation: median mean |g| {ma:.3g} "
         "is below 1e-07",
-        "add residual (skip) connections or normalisation across the 3 layers l3.weight … l1.weight"]
+        "add residual (skip) connections or normalisation across the 3 layers l3.weight … l1.weight",
+    ]
 
 
 def test_a_frozen_layer_splits_regions():
@@ -101,16 +103,17 @@ def test_exploding_tail_has_its_real_duration():
     (r,) = regs
     assert r.kind == "exploding" and r.layers == ["l2.weight"] and r.duration_steps == 5
     assert r.first_step == T - 5 and r.active_now and r.severity == "Moderate"
-    assert r.mitigation_suggestions[0] == ("clip gradients (torch.nn.utils.clip_grad_norm_): |g| reached 1e+05 in "
-                                           "l2.weight (> 1000)")
+    assert r.mitigation_suggestions[0] == (
+        "clip gradients (torch.nn.utils.clip_grad_norm_): |g| reached 1e+05 in l2.weight (> 1000)"
+    )
     assert f"flagged on 5 steps ({T - 5}–{T - 1})" in r.mitigation_suggestions[1]
 
 
 def test_dead_zone_and_its_recovery():
     g = np.full((T, 3), 1.0)
     z = np.zeros((T, 3))
-    z[:, 0] = 1.0            # dead all along: Low recovery
-    z[: T // 2, 2] = 1.0     # dead for the first half, then recovered: High
+    z[:, 0] = 1.0  # dead all along: Low recovery
+    z[: T // 2, 2] = 1.0  # dead for the first half, then recovered: High
     regs = {tuple(r.layers): r for r in _regions(g=g, zero_frac=z) if r.kind == "dead"}
     low, high = regs[("l0.weight",)], regs[("l2.weight",)]
     assert low.recovery == "Low" and low.intervention_required and low.duration_steps == T
@@ -118,7 +121,7 @@ def test_dead_zone_and_its_recovery():
     assert low.mitigation_suggestions[0].startswith("units in l0.weight are dead (100% of steps")
     assert "recovered" in high.mitigation_suggestions[1] and "lower the learning rate" in low.mitigation_suggestions[1]
     z2 = np.zeros((T, 1))
-    z2[T // 4:] = 1.0        # dead on 75% of steps and still dead: Medium
+    z2[T // 4 :] = 1.0  # dead on 75% of steps and still dead: Medium
     (mid,) = [r for r in _regions(g=np.ones((T, 1)), zero_frac=z2) if r.kind == "dead"]
     assert mid.recovery == "Medium" and mid.intervention_required
 
@@ -143,8 +146,7 @@ def test_node_and_edge_types_from_levels_on_the_recorded_graph():
     # 1000x going back into l1 (Bottleneck); l0 gets 100x more than l1 (Amplifier).
     s, net = chain([1e-2, 1e-4, 1e-1, 1e-1])
     types = {n.layer: n.node_type for n in net.nodes}
-    assert types == {"l0.weight": "Amplifier", "l1.weight": "Bottleneck", "l2.weight": "Normal",
-                     "l3.weight": "Source"}
+    assert types == {"l0.weight": "Amplifier", "l1.weight": "Bottleneck", "l2.weight": "Normal", "l3.weight": "Source"}
     edges = {(e.upstream, e.downstream): e for e in net.edges}
     assert edges[("l1.weight", "l2.weight")].edge_type == "Weak"
     assert edges[("l1.weight", "l2.weight")].gain == pytest.approx(1e-3, rel=1e-3)
@@ -158,8 +160,8 @@ def test_node_and_edge_types_from_levels_on_the_recorded_graph():
 
 def test_blocked_and_intermittent_edges():
     z = np.zeros((T, 3))
-    z[:, 0] = 1.0                # l0 starved on every step while l1 flows: Blocked
-    z[: T // 4, 1] = 1.0         # l1 starved on a quarter of steps while l2 flows: Intermittent
+    z[:, 0] = 1.0  # l0 starved on every step while l1 flows: Blocked
+    z[: T // 4, 1] = 1.0  # l1 starved on a quarter of steps while l2 flows: Intermittent
     _, net = chain([1.0, 1.0, 1.0], zero_frac=z)
     et = {(e.upstream, e.downstream): e.edge_type for e in net.edges}
     assert et[("l0.weight", "l1.weight")] == "Blocked"
@@ -182,7 +184,7 @@ def test_critical_path_follows_the_largest_attenuation_not_the_columns():
 
 def test_path_potential():
     assert network.path_potential([3.0], 1.0) == pytest.approx(2 / 3)
-    assert network.path_potential([0.5] * 8, 1.0) == 0            # spread thinly: no single hop to fix
+    assert network.path_potential([0.5] * 8, 1.0) == 0  # spread thinly: no single hop to fix
     assert network.path_potential([2.0, -1.0, 0.0], 1.0) == pytest.approx(0.5)  # recoveries do not count
     assert network.path_potential([], 1.0) == 0
 
@@ -272,6 +274,7 @@ def test_a_graph_without_any_gradient_warns_nothing(recwarn):
     net = network.flow_network(s, flow.flow_characteristics(s))
     assert net.available and np.isnan(net.metrics.flow_stability) and np.isnan(net.metrics.flow_efficiency)
     from gradwidget.analysis import analyze
+
     assert analyze(s.run).overall_health == "Unknown"
 
 
@@ -280,14 +283,26 @@ def test_per_step_direction_series():
     run = synth(np.column_stack([g, g]), steps=np.arange(10) * 5)
     d = flow.direction_series(run, "l0.weight")
     assert d.step.tolist() == list(range(0, 50, 5)) and d.magnitude.tolist() == g.tolist()
-    assert d.direction.tolist() == ["Stagnant", "Stagnant", "Forward", "Forward", "Oscillating", "Oscillating",
-                                    "Forward", "Stagnant", "Backward", "Backward"]
-    assert d.consistency.tolist() == pytest.approx([1, 1, 1 - 1 / 3, 1 - 2 / 6, 1 - 2 / 6, 1 - 2 / 6, 1, 1,
-                                                    1 - 2 / 6, 1 - 1 / 3])
+    assert d.direction.tolist() == [
+        "Stagnant",
+        "Stagnant",
+        "Forward",
+        "Forward",
+        "Oscillating",
+        "Oscillating",
+        "Forward",
+        "Stagnant",
+        "Backward",
+        "Backward",
+    ]
+    assert d.consistency.tolist() == pytest.approx(
+        [1, 1, 1 - 1 / 3, 1 - 2 / 6, 1 - 2 / 6, 1 - 2 / 6, 1, 1, 1 - 2 / 6, 1 - 1 / 3]
+    )
     # the last row agrees with the current direction of flow_characteristics
     assert d.direction.iloc[-1] == flow.flow_characteristics(Series(run)).direction.iloc[0]
     assert flow.direction_series(run, 1).direction.tolist() == d.direction.tolist()
     from gradwidget.analysis import analyze
+
     assert analyze(run).direction_series("l0.weight").equals(d)
 
 

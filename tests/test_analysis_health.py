@@ -1,4 +1,5 @@
 """Health: every risk factor and classification fires on a run built to trigger it."""
+
 import numpy as np
 import pytest
 
@@ -31,21 +32,22 @@ def test_each_risk_factor_fires_on_its_layer_only():
     nf = np.zeros_like(g)
     z = np.zeros_like(g)
     upd = np.full_like(g, np.nan)
-    upd[::10] = 1e-3                          # healthy update/weight ratio (weight norm 1)
-    nf[50, 0] = 2                             # l0: non-finite
-    mx[-30:, 1] = 1e4                         # l1: exploding tail
-    g[:, 2] = 1e-8                            # l2: vanishing (mean |g| = 1e-9)
-    z[:, 3] = 1.0                             # l3: dead
-    g[:, 4] = 0.1 * np.where(np.arange(T) % 2, 1.0, 4.0)   # l4: oscillating (and unstable)
-    g[:, 5] = 1e-6                            # l5: weak (relative), not vanishing (mean |g| 1e-7)
-    g[:, 6] = 1e3                             # l6: hot
-    upd[::10, 7] = 0.5                        # l7: lr too high
-    upd[::10, 8] = 1e-8                       # l8: lr too low
+    upd[::10] = 1e-3  # healthy update/weight ratio (weight norm 1)
+    nf[50, 0] = 2  # l0: non-finite
+    mx[-30:, 1] = 1e4  # l1: exploding tail
+    g[:, 2] = 1e-8  # l2: vanishing (mean |g| = 1e-9)
+    z[:, 3] = 1.0  # l3: dead
+    g[:, 4] = 0.1 * np.where(np.arange(T) % 2, 1.0, 4.0)  # l4: oscillating (and unstable)
+    g[:, 5] = 1e-6  # l5: weak (relative), not vanishing (mean |g| 1e-7)
+    g[:, 6] = 1e3  # l6: hot
+    upd[::10, 7] = 0.5  # l7: lr too high
+    upd[::10, 8] = 1e-8  # l8: lr too low
     # l9: unstable: x7 jumps between steps (log-normal, sigma 2) on a rising trend; its trend alone
     # (three decades) is not instability, the jumps are
     g[:, 9] = 1e-3 * 10 ** (3 * np.arange(T) / T) * np.exp(2.0 * np.random.default_rng(1).standard_normal(T))
-    s, fl, f, h = analyse(g, max_abs=np.where(np.arange(10) == 1, mx, 3 * g / 10), nonfinite=nf, zero_frac=z,
-                          update=upd)
+    s, fl, f, h = analyse(
+        g, max_abs=np.where(np.arange(10) == 1, mx, 3 * g / 10), nonfinite=nf, zero_frac=z, update=upd
+    )
     names = [f"l{i}.weight" for i in range(10)]
     assert "nonfinite" in kinds(f, names[0])
     assert "exploding" in kinds(f, names[1])
@@ -112,14 +114,17 @@ def test_comparative_analysis():
     assert h.potential[2] < h.potential[3] <= 1
 
 
-@pytest.mark.parametrize("levels,kind", [
-    ([1e-2, 1e-2, 1e-2, 1e-2], "Degenerate"),
-    ([1e-2, 1e-3], "Degenerate"),
-    (10 ** np.random.default_rng(0).normal(-2, 0.5, 400), "Normal"),
-    ([1e-2] * 30 + [1e2], "Skewed"),
-    ([1e-3] * 20 + [1e-2] * 20, "Multimodal"),
-    (10 ** np.concatenate([np.random.default_rng(1).normal(-2, 0.1, 400), [-5] * 10, [1] * 10]), "HeavyTailed"),
-])
+@pytest.mark.parametrize(
+    "levels,kind",
+    [
+        ([1e-2, 1e-2, 1e-2, 1e-2], "Degenerate"),
+        ([1e-2, 1e-3], "Degenerate"),
+        (10 ** np.random.default_rng(0).normal(-2, 0.5, 400), "Normal"),
+        ([1e-2] * 30 + [1e2], "Skewed"),
+        ([1e-3] * 20 + [1e-2] * 20, "Multimodal"),
+        (10 ** np.concatenate([np.random.default_rng(1).normal(-2, 0.1, 400), [-5] * 10, [1] * 10]), "HeavyTailed"),
+    ],
+)
 def test_distribution_types(levels, kind):
     g = np.tile(np.asarray(levels, float), (20, 1))
     s = Series(synth(g))
@@ -137,7 +142,7 @@ def test_interactions_are_correlations_and_stay_bounded():
     pairs = {(i.layer1, i.layer2): i for i in inter}
     assert pairs[("l0.weight", "l1.weight")].interaction_type == "Cooperative"
     assert pairs[("l0.weight", "l1.weight")].correlation == pytest.approx(1, abs=1e-6)
-    assert pairs[("l0.weight", "l2.weight")].interaction_type == "Disruptive"   # r = -1
+    assert pairs[("l0.weight", "l2.weight")].interaction_type == "Disruptive"  # r = -1
     assert len(inter) == 3 and abs(inter[0].correlation) >= abs(inter[-1].correlation)
     share = health.energy_share(s)
     m = np.median(g, axis=0) ** 2
@@ -149,11 +154,15 @@ def test_interactions_are_correlations_and_stay_bounded():
 def test_competitive_and_disruptive_are_told_apart():
     rng = np.random.default_rng(1)
     a = rng.standard_normal(T)
-    b = -0.7 * a + np.sqrt(1 - 0.7 ** 2) * rng.standard_normal(T)   # r about -0.7
+    b = -0.7 * a + np.sqrt(1 - 0.7**2) * rng.standard_normal(T)  # r about -0.7
     (i,) = health.interactions(Series(synth(np.exp(np.column_stack([a, b])))))
     assert -DIS < i.correlation <= -health.INTERACTION_CORR and i.interaction_type == "Competitive"
-    assert [health._interaction_type(r) for r in (0.9, 0.2, -0.6, -0.85)] == \
-        ["Cooperative", "Neutral", "Competitive", "Disruptive"]
+    assert [health._interaction_type(r) for r in (0.9, 0.2, -0.6, -0.85)] == [
+        "Cooperative",
+        "Neutral",
+        "Competitive",
+        "Disruptive",
+    ]
 
 
 DIS = health.DISRUPTIVE_CORR
@@ -195,8 +204,11 @@ def test_learning_phases():
 
 def test_convergence_trend_from_the_loss():
     n = 300
-    for loss, trend in ((np.exp(-0.01 * np.arange(n)), "Converging"), (np.full(n, 0.3), "Stable"),
-                        (np.exp(0.01 * np.arange(n)), "Diverging")):
+    for loss, trend in (
+        (np.exp(-0.01 * np.arange(n)), "Converging"),
+        (np.full(n, 0.3), "Stable"),
+        (np.exp(0.01 * np.arange(n)), "Diverging"),
+    ):
         s, d = _dyn(loss)
         fl = flow.flow_characteristics(s)
         h = health.layer_health(s, fl, health.risk_factors(s, fl))
@@ -214,7 +226,7 @@ def test_stability_trend_sources_and_forecast():
     rng = np.random.default_rng(0)
     calm = 0.1 * np.exp(0.01 * rng.standard_normal((n, 2)))
     noisy = calm.copy()
-    noisy[n // 2:] *= np.exp(1.5 * rng.standard_normal((n // 2, 2)))
+    noisy[n // 2 :] *= np.exp(1.5 * rng.standard_normal((n // 2, 2)))
     growing = calm * (10 ** (4 * np.arange(n) / n))[:, None]
     for g, trend, outlook in ((calm, "Stable", "Stable"), (noisy, "Degrading", None), (growing, None, "Deteriorating")):
         s = Series(synth(g))
@@ -289,10 +301,10 @@ def test_urgency_levels():
 
     rng = np.random.default_rng(4)
     g = 0.1 * np.exp(0.05 * rng.standard_normal((T, 6)))
-    g[:, 0] = 1e3 * np.exp(3 * rng.standard_normal(T))   # hot and very unstable: Warning, stability < 0.3
+    g[:, 0] = 1e3 * np.exp(3 * rng.standard_normal(T))  # hot and very unstable: Warning, stability < 0.3
     upd = np.full_like(g, np.nan)
     upd[::10] = 1e-3
-    upd[::10, 1] = 0.5                                  # lr too high only: Warning, stable
+    upd[::10, 1] = 0.5  # lr too high only: Warning, stable
     s, fl, f, h = analyse(g, update=upd, max_abs=np.full_like(g, 0.03))  # no explosion, only a hot layer
     assert list(h.health[:2]) == ["Warning", "Warning"], h[["layer", "health", "flags", "stability"]]
     pri = {p.layer: p for p in advice.priorities(h, advice.suggestions(f, []))}
@@ -364,8 +376,8 @@ def test_a_starved_majority_does_not_make_healthy_output_layers_hot():
 
 def test_a_hot_layer_is_still_found_against_the_typical_layer():
     g = base(8)
-    g[:, 7] = 1e3                                     # 4 decades above the others
-    g[:, :3] = 1e-5                                   # a weak region of three (mean |g| 1e-6: not vanishing)
+    g[:, 7] = 1e3  # 4 decades above the others
+    g[:, :3] = 1e-5  # a weak region of three (mean |g| 1e-6: not vanishing)
     _, _, f, _ = analyse(g)
     assert kinds(f, "l7.weight") == {"hot"}
     assert {x.layer for x in f if x.kind == "weak"} == {"l0.weight", "l1.weight", "l2.weight"}
@@ -378,8 +390,8 @@ def test_a_dead_layer_is_dead_not_vanishing(zero_frac):
     from gradwidget.analysis import analyze
 
     g = np.full((T, 6), 0.1)
-    g[:, 0] = 0.0                       # dead
-    g[:, 1:3] = 1e-8                    # vanishing (mean |g| 1e-9)
+    g[:, 0] = 0.0  # dead
+    g[:, 1:3] = 1e-8  # vanishing (mean |g| 1e-9)
     z = np.zeros_like(g)
     z[:, 0] = zero_frac
     rep = analyze(synth(g, zero_frac=z))
@@ -421,8 +433,9 @@ def test_a_flat_noisy_norm_is_confidently_stable_although_its_r2_is_near_zero():
     up = health.forecast(10 ** (np.arange(300) / 100), 100, band=0.1, steady=True)
     assert up.outlook == "Deteriorating" and up.confidence == 1 and up.projected_decades == pytest.approx(1)
     # a trend right at the edge of the band: as likely inside as outside -> Uncertain, ~50%
-    edge = health.forecast(10 ** (0.1 * np.arange(100) / 100 + 0.05 * rng.standard_normal(100)), 100,
-                           band=0.1, steady=True)
+    edge = health.forecast(
+        10 ** (0.1 * np.arange(100) / 100 + 0.05 * rng.standard_normal(100)), 100, band=0.1, steady=True
+    )
     assert edge.outlook == "Uncertain" and 0.3 < edge.confidence < 0.8
 
 
@@ -438,10 +451,10 @@ def test_steps_to_convergence_of_a_decay_onto_a_floor():
     eta10, _ = health.steps_to_convergence(y, 10 * t, w, r / 10)  # user steps 10 apart: rates per step / 10
     assert eta10 == pytest.approx(10 * eta, rel=0.01)
     assert health.steps_to_convergence(np.full(n, 0.3), t, w, r)[0] == 0
-    assert health.steps_to_convergence(np.exp(-0.01 * t), t, w, r)[0] is None      # constant rate: never
+    assert health.steps_to_convergence(np.exp(-0.01 * t), t, w, r)[0] is None  # constant rate: never
     assert "never flattens" in health.steps_to_convergence(np.exp(-0.01 * t), t, w, r)[1]
     assert "rising" in health.steps_to_convergence(np.exp(0.01 * t), t, w, r)[1]
-    assert health.steps_to_convergence(y[:150], t[:150], w, r)[0] is None           # too short for two windows
+    assert health.steps_to_convergence(y[:150], t[:150], w, r)[0] is None  # too short for two windows
     s, _ = _dyn(y)
     fl = flow.flow_characteristics(s)
     c = health.convergence(s, health.layer_health(s, fl, health.risk_factors(s, fl)))
@@ -462,13 +475,13 @@ def test_momentum_velocity_and_adaptation_are_measured():
     rng = np.random.default_rng(6)
     t = np.arange(2000)
     assert health.velocity(0.99 ** t[:50], t[:50]) == pytest.approx(0.01)
-    assert health.velocity(0.99 ** t[:50], 5 * t[:50]) == pytest.approx(0.002)   # per user step
+    assert health.velocity(0.99 ** t[:50], 5 * t[:50]) == pytest.approx(0.002)  # per user step
     assert health.momentum(np.exp(rng.standard_normal(2000))) == pytest.approx(-0.5, abs=0.05)  # noise
     assert health.momentum(np.exp(np.cumsum(rng.standard_normal(2000)))) == pytest.approx(0, abs=0.06)
-    assert health.momentum(np.exp(np.sin(t / 50))) > 0.99                          # persistent drift
+    assert health.momentum(np.exp(np.sin(t / 50))) > 0.99  # persistent drift
     assert health.momentum(np.where(t % 2, 1.0, 2.0)) == pytest.approx(-1, abs=1e-3)  # alternation
     # a loss shedding 2% per step, then 1%: velocity of the window ~1.5%, adaptation -1%
-    loss = np.concatenate([0.98 ** np.arange(51), 0.98 ** 50 * 0.99 ** np.arange(1, 51)])
+    loss = np.concatenate([0.98 ** np.arange(51), 0.98**50 * 0.99 ** np.arange(1, 51)])
     g = np.exp(np.cumsum(0.1 * rng.standard_normal((101, 2)), axis=0))
     s, d = _dyn(loss, g=g)
     assert d.learning_velocity == pytest.approx(0.015, abs=1e-3)
@@ -478,13 +491,13 @@ def test_momentum_velocity_and_adaptation_are_measured():
 
 def test_rates_are_per_user_step_when_steps_are_recorded_sparsely():
     n = 300
-    loss = np.exp(-0.005 * np.arange(n))          # 0.5% per recorded step
+    loss = np.exp(-0.005 * np.arange(n))  # 0.5% per recorded step
     for every, trend, phase in ((1, "Converging", "Refinement"), (10, "Stable", "Plateau")):
         s = Series(synth(np.full((n, 2), 0.1), loss=loss, steps=np.arange(n) * every))
         fl = flow.flow_characteristics(s)
         c = health.convergence(s, health.layer_health(s, fl, health.risk_factors(s, fl)))
         assert c.rel_change_per_step == pytest.approx(-0.005 / every, rel=1e-6)
-        assert c.trend == trend                   # 0.05% per user step is below plateau_rel_change
+        assert c.trend == trend  # 0.05% per user step is below plateau_rel_change
         assert (c.estimated_steps_to_convergence == 0) == (trend == "Stable")
         d = health.dynamics(s)
         assert d.rel_change_per_step == pytest.approx(-0.005 / every, rel=1e-6) and d.learning_phase == phase

@@ -1,5 +1,6 @@
 """The Report end to end: JSON, the health table, thresholds, edge cases, and real (tiny) torch runs
 whose report names the right layers first."""
+
 import json
 
 import numpy as np
@@ -10,8 +11,22 @@ from gradwidget.analysis import Report
 from test_analysis_stats import synth
 from test_plots import pathological_run
 
-LAYER_COLUMNS = ["layer", "module_type", "numel", "status", "health", "grad_norm_median", "mean_abs_median",
-                 "max_abs_max", "zero_frac_mean", "nonfinite_total", "trend", "flags", "suggestion", "risk"]
+LAYER_COLUMNS = [
+    "layer",
+    "module_type",
+    "numel",
+    "status",
+    "health",
+    "grad_norm_median",
+    "mean_abs_median",
+    "max_abs_max",
+    "zero_frac_mean",
+    "nonfinite_total",
+    "trend",
+    "flags",
+    "suggestion",
+    "risk",
+]
 
 
 def test_report_table_json_and_text():
@@ -24,7 +39,7 @@ def test_report_table_json_and_text():
     assert h.loc["vanish", "health"] == "Critical" and "vanishing" in h.loc["vanish", "flags"]
     assert h.loc["hot", "health"] == "Critical" and "exploding" in h.loc["hot", "flags"]
     assert h.loc["broken", "nonfinite_total"] == 1 and h.loc["broken", "max_abs_max"] == np.inf
-    assert h.loc["mid", "trend"] == "rising"           # grows 100x over the run
+    assert h.loc["mid", "trend"] == "rising"  # grows 100x over the run
     assert h.loc["vanish", "suggestion"].startswith("vanish:")
     assert rep.overall_health == "Critical"
     d = json.loads(rep.to_json())
@@ -63,7 +78,7 @@ def test_empty_and_single_step_runs():
     rep = analyze(Run(["a", "b"]))
     assert rep.overall_health == "Unknown" and list(rep.layers.health) == ["Unknown", "Unknown"]
     json.loads(rep.to_json())
-    rep1 = analyze(synth(np.array([[1e-9, 0.1]])))       # the input side starves: a vanishing gradient (High)
+    rep1 = analyze(synth(np.array([[1e-9, 0.1]])))  # the input side starves: a vanishing gradient (High)
     assert rep1.layers.health.tolist() == ["Warning", "Healthy"]
     json.loads(rep1.to_json())
 
@@ -129,12 +144,12 @@ def test_vanishing_deep_sigmoid_stack_names_the_input_layers_first():
     assert top.cause == "vanishing" and top.priority == "High" and top.first_step == 0
     assert top.layers[0] in ("0.weight", "0.bias") and "residual" in top.action  # a plain MLP: no skips yet
     (reg,) = [r for r in rep.regions if r.kind == "vanishing"]
-    assert reg.end_layer == "0.weight"                 # reaches the input layer
+    assert reg.end_layer == "0.weight"  # reaches the input layer
     names = rec_run.layer_names
     assert reg.parameters == sum(rec_run.layers[names.index(n)].numel for n in reg.layers)
     assert rep.network.available and rep.critical_paths
     att = [p for p in rep.critical_paths if p.kind == "attenuation"][0]
-    assert att.layers[-1].startswith("0.") and att.decades > 3   # the loss-side to input path loses > 1000x
+    assert att.layers[-1].startswith("0.") and att.decades > 3  # the loss-side to input path loses > 1000x
     d = json.loads(rep.to_json())
     assert d["network"]["available"] and len(d["network"]["edges"]) == len(rec_run.edges)
     assert d["critical_paths"][0]["layers"] == att.layers
@@ -149,7 +164,7 @@ def test_exploding_learning_rate_is_critical_and_named():
     run = _train(model, opt, 12)
     rep = analyze(run)
     assert rep.overall_health == "Critical"
-    top, nan = rep.recommendations                     # the cause, with its symptoms folded in ...
+    top, nan = rep.recommendations  # the cause, with its symptoms folded in ...
     assert top.cause == "lr_too_high" and top.priority == "Critical" and top.layers and top.first_step <= 1
     assert any(x.startswith("exploding:") for x in top.explains)
     assert "lower the learning rate" in top.action
@@ -165,7 +180,7 @@ def test_dead_relu_layer_from_a_large_negative_bias():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 1))
     with torch.no_grad():
-        model[2].bias.fill_(-100.0)   # every unit of the second layer is off: nothing flows back
+        model[2].bias.fill_(-100.0)  # every unit of the second layer is off: nothing flows back
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     run = _train(model, opt, 12)
     rep = analyze(run)
@@ -180,7 +195,7 @@ def test_dead_relu_layer_from_a_large_negative_bias():
     assert att.reaches_zero and "falls to exactly zero" in rep.summary_text()
     dead = rep.recommendations[0]
     assert dead.cause == "dead_units" and dead.layers[:2] == ["2.bias", "2.weight"]
-    assert dead.layers[-1] == "4.weight"      # starved of input by the dead units: affected, named last
+    assert dead.layers[-1] == "4.weight"  # starved of input by the dead units: affected, named last
     assert "re-initialise 2.bias" in dead.action and dead.first_step == 0
     # every recorded edge into the dead block is blocked; the loss-side layers are the sources
     et = {(e.upstream, e.downstream): e.edge_type for e in rep.network.edges}

@@ -1,4 +1,5 @@
 """Per-layer statistics and the shared views: checked against numpy on series with known answers."""
+
 import numpy as np
 import pytest
 
@@ -6,8 +7,23 @@ from gradwidget.analysis import stats
 from gradwidget.run import METRICS, LayerInfo, Run
 
 
-def synth(g, names=None, *, numel=100, edges=(), loss=None, zero_frac=None, nonfinite=None, max_abs=None,
-          mean_abs=None, update=None, weight=None, status=None, steps=None, thresholds=None):
+def synth(
+    g,
+    names=None,
+    *,
+    numel=100,
+    edges=(),
+    loss=None,
+    zero_frac=None,
+    nonfinite=None,
+    max_abs=None,
+    mean_abs=None,
+    update=None,
+    weight=None,
+    status=None,
+    steps=None,
+    thresholds=None,
+):
     """A Run built from a ``(steps, layers)`` gradient-norm array; the other metrics follow from it
     (mean |g| = norm / sqrt(numel), max |g| = 3 x mean |g|) unless given."""
     g = np.asarray(g, np.float64)
@@ -17,12 +33,21 @@ def synth(g, names=None, *, numel=100, edges=(), loss=None, zero_frac=None, nonf
     names = names or [f"l{i}.weight" for i in range(L)]
     numel = np.broadcast_to(np.asarray(numel), (L,))
     status = status or ["trainable"] * L
-    run = Run([LayerInfo(n, module=n.rsplit(".", 1)[0], module_type="Linear", shape=(int(k),), numel=int(k),
-                         status=st) for n, k, st in zip(names, numel, status)], edges=edges, thresholds=thresholds)
+    run = Run(
+        [
+            LayerInfo(n, module=n.rsplit(".", 1)[0], module_type="Linear", shape=(int(k),), numel=int(k), status=st)
+            for n, k, st in zip(names, numel, status)
+        ],
+        edges=edges,
+        thresholds=thresholds,
+    )
     ma = g / np.sqrt(numel) if mean_abs is None else np.asarray(mean_abs, np.float64).reshape(T, L)
     cols = {
-        "grad_norm": g, "mean_abs": ma, "max_abs": 3 * ma if max_abs is None else np.asarray(max_abs).reshape(T, L),
-        "std": ma, "zero_frac": np.zeros((T, L)) if zero_frac is None else np.asarray(zero_frac).reshape(T, L),
+        "grad_norm": g,
+        "mean_abs": ma,
+        "max_abs": 3 * ma if max_abs is None else np.asarray(max_abs).reshape(T, L),
+        "std": ma,
+        "zero_frac": np.zeros((T, L)) if zero_frac is None else np.asarray(zero_frac).reshape(T, L),
         "nonfinite": np.zeros((T, L)) if nonfinite is None else np.asarray(nonfinite).reshape(T, L),
         "weight_norm": np.ones((T, L)) if weight is None else np.asarray(weight).reshape(T, L),
         "update_norm": np.full((T, L), np.nan) if update is None else np.asarray(update).reshape(T, L),
@@ -34,8 +59,11 @@ def synth(g, names=None, *, numel=100, edges=(), loss=None, zero_frac=None, nonf
     steps = np.arange(T) if steps is None else steps
     for r in range(T):
         v = np.stack([cols[m][r] for m in METRICS]).astype(np.float32)
-        run.append(int(steps[r]), v, {"loss": None if loss is None else float(loss[r]),
-                                      "global_norm": float(np.sqrt(np.nansum(g[r] ** 2)))})
+        run.append(
+            int(steps[r]),
+            v,
+            {"loss": None if loss is None else float(loss[r]), "global_norm": float(np.sqrt(np.nansum(g[r] ** 2)))},
+        )
     return run
 
 
@@ -48,7 +76,7 @@ def test_moments_and_quantiles_match_numpy():
         c = x[:, j][np.isfinite(x[:, j])]
         m, sd = c.mean(), c.std()
         assert st["mean"][j] == pytest.approx(m)
-        assert st["std"][j] == pytest.approx(sd) and st["variance"][j] == pytest.approx(sd ** 2)
+        assert st["std"][j] == pytest.approx(sd) and st["variance"][j] == pytest.approx(sd**2)
         assert st["median"][j] == pytest.approx(np.median(c))
         assert st["p5"][j] == pytest.approx(np.percentile(c, 5))
         assert st["p95"][j] == pytest.approx(np.percentile(c, 95))
@@ -140,7 +168,15 @@ def test_flow_characteristics_are_scale_free(seed, scale):
     g = np.exp(np.random.default_rng(seed).standard_normal((40, 2)))
     a = flow_characteristics(stats.Series(synth(g)))
     b = flow_characteristics(stats.Series(synth(g * scale)))
-    for c in ("consistency", "smoothness", "oscillation", "stability", "bottleneck_score", "flow_rate",
-              "trend_slope", "direction_stability"):
+    for c in (
+        "consistency",
+        "smoothness",
+        "oscillation",
+        "stability",
+        "bottleneck_score",
+        "flow_rate",
+        "trend_slope",
+        "direction_stability",
+    ):
         np.testing.assert_allclose(a[c], b[c], rtol=2e-4, atol=1e-6, err_msg=c)
     assert list(a.trend) == list(b.trend) and list(a.direction) == list(b.direction)

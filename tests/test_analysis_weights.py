@@ -1,4 +1,5 @@
 """Weights (the original crate's weight analysis): statistics, entropy, issues and their recommendations, outliers, explosion, drift."""
+
 import numpy as np
 import pytest
 
@@ -19,7 +20,7 @@ def test_statistics_match_numpy_and_entropy_is_from_a_histogram():
     p = counts[counts > 0] / a.size
     assert st["entropy_bits"] == pytest.approx(-(p * np.log2(p)).sum())
     uniform = W.weight_statistics(np.linspace(-1, 1, 10000))
-    assert uniform["entropy"] == pytest.approx(1.0, abs=1e-3)       # all 100 bins equally full
+    assert uniform["entropy"] == pytest.approx(1.0, abs=1e-3)  # all 100 bins equally full
     assert W.weight_statistics(np.full(50, 0.3))["entropy"] == 0.0  # one value: no uncertainty
 
 
@@ -30,8 +31,9 @@ def test_every_issue_fires_with_its_own_recommendation():
     heavy = rng.standard_t(1.5, 5000) * 0.01
     extreme = rng.normal(0, 0.1, 1000)
     extreme[0] = 50.0
-    rep = W.analyze_weights({"zero": mostly_zero, "skew": skewed, "heavy": heavy, "extreme": extreme,
-                             "ok": rng.normal(0, 0.1, 1000)})
+    rep = W.analyze_weights(
+        {"zero": mostly_zero, "skew": skewed, "heavy": heavy, "extreme": extreme, "ok": rng.normal(0, 0.1, 1000)}
+    )
     df = rep.layers.set_index("layer")
     assert "mostly_zero" in df.loc["zero", "issue_codes"] and "dead neurons" not in df.loc["zero", "issues"]
     assert "skewed" in df.loc["skew", "issue_codes"]
@@ -75,9 +77,9 @@ def test_gradient_explosion_analysis():
     e = W.gradient_explosion([f"l{i}" for i in range(20)], norms, 1e3)
     assert [x.layer for x in e.exploding_layers] == ["l18", "l19"]
     assert e.explosion_ratio == pytest.approx(0.1) and e.max_abs == 2e4
-    assert e.severity == "Critical"                       # max > 10 x threshold
+    assert e.severity == "Critical"  # max > 10 x threshold
     assert e.exploding_layers[1].ratio_to_mean == pytest.approx(2e4 / np.mean(norms))
-    assert e.exploding_layers[1].severity == "Medium"    # ~16x the mean
+    assert e.exploding_layers[1].severity == "Medium"  # ~16x the mean
     assert any("clip" in m for m in e.mitigation)
     calm = W.gradient_explosion(["a", "b"], [1.0, 2.0], 1e3)
     assert calm.severity == "Low" and calm.exploding_layers == []
@@ -97,7 +99,7 @@ def test_drift_between_snapshots_and_from_the_run():
     assert r.affected_layers == ["l1.weight"]
     assert W.drift_from_run(synth(np.ones((5, 2)))) is None
     upd[::10] = [1e-3, 1e-3]
-    assert W.drift_from_run(synth(np.ones((50, 2)), update=upd)).severity == "Normal"   # inside the healthy band
+    assert W.drift_from_run(synth(np.ones((50, 2)), update=upd)).severity == "Normal"  # inside the healthy band
 
 
 def test_weights_from_a_torch_module_and_in_analyze():
@@ -121,7 +123,7 @@ def test_remaining_severities():
     assert W.gradient_explosion(range(20), norms + [2.5e3], 1e3).severity == "Medium"
     assert W.gradient_explosion(range(20), norms + [6e3], 1e3).severity == "High"
     w0 = {"a": np.ones(100)}
-    assert W.drift_between({"a": np.ones(100) * (1 + 1e-4)}, w0).severity == "Normal"   # inside the healthy band
+    assert W.drift_between({"a": np.ones(100) * (1 + 1e-4)}, w0).severity == "Normal"  # inside the healthy band
 
 
 def test_nonfinite_weights_are_critical_not_excellent():
@@ -163,9 +165,9 @@ def test_report_explosion_uses_the_flags_metric_and_threshold():
     from gradwidget.analysis import analyze
 
     T = 20
-    g = np.full((T, 3), 0.5 * np.sqrt(5e6))   # L2 norm 1118 from |g| = 0.5 everywhere: healthy
+    g = np.full((T, 3), 0.5 * np.sqrt(5e6))  # L2 norm 1118 from |g| = 0.5 everywhere: healthy
     mx = np.full((T, 3), 0.5)
-    mx[7, 2] = 5e3                             # one step with a huge entry in l2 (not the last step)
+    mx[7, 2] = 5e3  # one step with a huge entry in l2 (not the last step)
     rep = analyze(synth(g, numel=[5_000_000, 5_000_000, 10], max_abs=mx, mean_abs=np.full((T, 3), 0.5)))
     flagged = sorted(f.layer for f in rep.risk_factors if f.kind in ("exploding", "nonfinite"))
     e = rep.explosion

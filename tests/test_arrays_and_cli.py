@@ -36,14 +36,17 @@ def test_accepts_torch_tensors_and_lists():
     torch = pytest.importorskip("torch")
     rec = ArrayRecorder()
     rec.record(0, {"t": torch.ones(3), "l": [1.0, 2.0]})
-    assert rec.run.metric("grad_norm")[0].tolist() == pytest.approx([3 ** 0.5, 5 ** 0.5])
+    assert rec.run.metric("grad_norm")[0].tolist() == pytest.approx([3**0.5, 5**0.5])
 
 
-@pytest.mark.parametrize("second,match", [
-    ({"a": np.ones(3)}, "missing \\['b'\\]"),
-    ({"a": np.ones(3), "b": np.ones(2), "c": np.ones(1)}, "unexpected \\['c'\\]"),
-    ({"a": np.ones(4), "b": np.ones(2)}, "has shape \\(4,\\), expected \\(3,\\)"),
-])
+@pytest.mark.parametrize(
+    "second,match",
+    [
+        ({"a": np.ones(3)}, "missing \\['b'\\]"),
+        ({"a": np.ones(3), "b": np.ones(2), "c": np.ones(1)}, "unexpected \\['c'\\]"),
+        ({"a": np.ones(4), "b": np.ones(2)}, "has shape \\(4,\\), expected \\(3,\\)"),
+    ],
+)
 def test_mismatched_names_or_shapes_are_clear_errors(second, match):
     rec = ArrayRecorder()
     rec.record(0, {"a": np.ones(3), "b": np.ones(2)})
@@ -84,8 +87,12 @@ def test_cli_export_ascii_and_errors(tmp_path, capsys):
 def test_cli_demo_end_to_end(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "demo"
-    p = subprocess.run([sys.executable, "-m", "gradwidget.cli", "demo", "--steps", "40", "--out", str(out),
-                        "--quiet"], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "gradwidget.cli", "demo", "--steps", "40", "--out", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr
     assert "Gradient Flow Animation" in p.stdout and "vanishing layers" in p.stdout
     assert "0.weight" in p.stdout.split("vanishing layers")[1].splitlines()[0]
@@ -97,8 +104,12 @@ def test_cli_demo_end_to_end(tmp_path):
     # one verdict: the summary's vanishing layers are the ones the analysis flags (it said 15 vs 13)
     listed = p.stdout.split("vanishing layers (")[1].split(")")[0]
     flagged = analyze(run).layers
-    assert int(listed) == int(((flagged.vanishing_share >= run.thresholds.minor_issue_ratio)
-                               & (flagged.dead_share < run.thresholds.minor_issue_ratio)).sum())
+    assert int(listed) == int(
+        (
+            (flagged.vanishing_share >= run.thresholds.minor_issue_ratio)
+            & (flagged.dead_share < run.thresholds.minor_issue_ratio)
+        ).sum()
+    )
 
 
 def _small_run_dir(path):
@@ -147,12 +158,15 @@ def test_cli_reports_os_errors_in_one_line(tmp_path, capsys):
     assert str(tmp_path / "f") in err
 
 
-@pytest.mark.parametrize("kwargs,error,match", [
-    (dict(max_steps=0), ValueError, "max_steps must be a positive int or None, got 0"),
-    (dict(max_steps="x"), ValueError, "max_steps must be a positive int"),
-    (dict(histogram_every=True), ValueError, "histogram_every must be a non-negative int"),
-    (dict(log_dir=5), TypeError, "log_dir must be a folder path"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        (dict(max_steps=0), ValueError, "max_steps must be a positive int or None, got 0"),
+        (dict(max_steps="x"), ValueError, "max_steps must be a positive int"),
+        (dict(histogram_every=True), ValueError, "histogram_every must be a non-negative int"),
+        (dict(log_dir=5), TypeError, "log_dir must be a folder path"),
+    ],
+)
 def test_bad_recorder_options_fail_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):
         ArrayRecorder(**kwargs)

@@ -1,5 +1,6 @@
 """The torch Recorder's numbers for every floating dtype, against float64 references, and the
 parameters it cannot record (complex, integer, meta device, all frozen) and bad ``log`` values."""
+
 import warnings
 
 import numpy as np
@@ -52,7 +53,7 @@ def test_statistics_match_a_float64_reference(dtype, case, foreach_all):
         assert model.w.grad.dtype == dtype and torch.equal(model.w.grad, target)
         opt.step()
     run = rec.run
-    ref = target.double().numpy()          # the gradient's exact values
+    ref = target.double().numpy()  # the gradient's exact values
     a = np.abs(ref)
     w = model.w.detach().double().numpy()
 
@@ -133,10 +134,17 @@ def test_an_all_frozen_model_is_refused_up_front():
         Recorder(model)
 
 
-@pytest.mark.parametrize("kw,err", [({"loss": "abc"}, TypeError), ({"loss": [1.0]}, TypeError),
-                                    ({"loss": torch.ones(2, dtype=torch.complex64)}, TypeError),
-                                    ({"lr": "0.1"}, TypeError), ({"step": "x"}, ValueError),
-                                    ({"step": 2.5}, ValueError)])
+@pytest.mark.parametrize(
+    "kw,err",
+    [
+        ({"loss": "abc"}, TypeError),
+        ({"loss": [1.0]}, TypeError),
+        ({"loss": torch.ones(2, dtype=torch.complex64)}, TypeError),
+        ({"lr": "0.1"}, TypeError),
+        ({"step": "x"}, ValueError),
+        ({"step": 2.5}, ValueError),
+    ],
+)
 def test_log_refuses_values_that_are_not_numbers(kw, err):
     model = nn.Linear(3, 1)
     rec = Recorder(model)

@@ -1,5 +1,6 @@
 """Many small tensors are stacked by shape and reduced together (collect/_groups.py, issue 17):
 every statistic stays the per-tensor one, and the plan follows gradients that come and go."""
+
 import math
 
 import numpy as np
@@ -37,8 +38,11 @@ class Mixed(nn.Module):
 
 
 def reference(model):
-    return {n: (p.grad.to_dense() if p.grad.is_sparse else p.grad).detach().clone()
-            for n, p in model.named_parameters() if p.grad is not None}
+    return {
+        n: (p.grad.to_dense() if p.grad.is_sparse else p.grad).detach().clone()
+        for n, p in model.named_parameters()
+        if p.grad is not None
+    }
 
 
 def test_every_statistic_equals_the_per_tensor_one_across_stacks_and_the_rest():
@@ -132,14 +136,16 @@ def test_the_plan_follows_gradients_set_to_none_or_moved_between_steps():
             opt.step()
             for n, v in expect.items():
                 got = rec.run.metric("grad_norm")[s, rec.run.layer_index(n)]
-                assert (np.isnan(got) if v is None else got == pytest.approx(v, rel=1e-6)), (s, n)
+                assert np.isnan(got) if v is None else got == pytest.approx(v, rel=1e-6), (s, n)
 
 
 def test_a_plan_groups_by_device_dtype_and_shape_and_watches_missing_tensors():
-    ps = [nn.Parameter(torch.zeros(2, 2)) for _ in range(3)] + [nn.Parameter(torch.zeros(2)),
-                                                                 nn.Parameter(torch.zeros(2, 2, dtype=torch.float64)),
-                                                                 nn.Parameter(torch.zeros(STACK_NUMEL + 1)),
-                                                                 nn.Parameter(torch.zeros(3))]
+    ps = [nn.Parameter(torch.zeros(2, 2)) for _ in range(3)] + [
+        nn.Parameter(torch.zeros(2)),
+        nn.Parameter(torch.zeros(2, 2, dtype=torch.float64)),
+        nn.Parameter(torch.zeros(STACK_NUMEL + 1)),
+        nn.Parameter(torch.zeros(3)),
+    ]
     for p in ps[:-1]:
         p.grad = torch.ones_like(p)
     plan = Plan(ps, grad_of)

@@ -1,4 +1,5 @@
 """The torch Recorder on real models: exact norms, pathologies, frozen/unused layers, accumulation."""
+
 import math
 
 import numpy as np
@@ -64,8 +65,8 @@ def test_layer_order_follows_the_backward_graph_not_names():
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
-            self.layer10 = nn.Linear(4, 1)   # used last
-            self.layer2 = nn.Linear(4, 4)    # used first
+            self.layer10 = nn.Linear(4, 1)  # used last
+            self.layer2 = nn.Linear(4, 4)  # used first
             self.layer3 = nn.Linear(4, 4)
 
         def forward(self, x):
@@ -135,8 +136,14 @@ def test_frozen_and_unused_parameters_are_listed_and_marked():
             opt.step()
     run = rec.run
     status = {info.name: info.status for info in run.layers}
-    assert status == {"a.weight": "frozen", "a.bias": "trainable", "b.weight": "trainable",
-                      "b.bias": "trainable", "spare.weight": "unused", "spare.bias": "unused"}
+    assert status == {
+        "a.weight": "frozen",
+        "a.bias": "trainable",
+        "b.weight": "trainable",
+        "b.bias": "trainable",
+        "spare.weight": "unused",
+        "spare.bias": "unused",
+    }
     j = run.layer_index("a.weight")
     assert np.isnan(run.metric("grad_norm")[:, j]).all()
     assert np.isfinite(run.metric("weight_norm")[:, j]).all()
@@ -259,8 +266,9 @@ def test_log_dir_is_written_while_training(tmp_path):
 
 def test_transformer_layers_are_recorded_in_graph_order():
     torch.manual_seed(0)
-    enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, dropout=0.0), 2,
-                                enable_nested_tensor=False)
+    enc = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, dropout=0.0), 2, enable_nested_tensor=False
+    )
     model = nn.Sequential(enc, nn.Linear(16, 1))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     with Recorder(model, opt) as rec:
@@ -274,13 +282,16 @@ def test_transformer_layers_are_recorded_in_graph_order():
     assert np.isfinite(rec.run.metric("grad_norm")).all()
 
 
-@pytest.mark.parametrize("bad,err,match", [
-    ("notmodule", TypeError, "torch.nn.Module"),
-    ("foreign_opt", ValueError, "not parameters of this"),
-    ("not_opt", TypeError, "torch.optim.Optimizer"),
-    ("every", ValueError, "every"),
-    ("no_params", ValueError, "no parameters"),
-])
+@pytest.mark.parametrize(
+    "bad,err,match",
+    [
+        ("notmodule", TypeError, "torch.nn.Module"),
+        ("foreign_opt", ValueError, "not parameters of this"),
+        ("not_opt", TypeError, "torch.optim.Optimizer"),
+        ("every", ValueError, "every"),
+        ("no_params", ValueError, "no parameters"),
+    ],
+)
 def test_bad_arguments_give_clear_errors(bad, err, match):
     model = mlp(3)
     with pytest.raises(err, match=match):

@@ -1,5 +1,6 @@
 """The torch Recorder in edge cases: partial optimizers, models whose root forward never runs,
 skipped AMP steps, layers first used late, re-created recorders, bad arguments, host copies."""
+
 import numpy as np
 import pytest
 import torch
@@ -153,8 +154,9 @@ def test_a_new_recorder_on_the_same_model_detaches_the_old_one():
     old = Recorder(model, opt)
     for _ in range(2):
         step(model, opt)
-    with pytest.warns(UserWarning, match="previous Recorder on this Sequential was detached; "
-                                         "its run keeps the 2 steps it recorded"):
+    with pytest.warns(
+        UserWarning, match="previous Recorder on this Sequential was detached; its run keeps the 2 steps it recorded"
+    ):
         new = Recorder(model, opt)
     assert not old.attached and new.attached
     for _ in range(3):
@@ -168,18 +170,21 @@ def test_a_new_recorder_on_the_same_model_detaches_the_old_one():
     Recorder(model, opt).detach()  # after detach, no warning: nothing was attached
 
 
-@pytest.mark.parametrize("kwargs,err,match", [
-    ({"log_dir": 123}, TypeError, "log_dir must be a folder path .* not int"),
-    ({"memory_budget": "x"}, TypeError, "memory_budget must be a number of bytes .* got str 'x'"),
-    ({"memory_budget": 0}, ValueError, "memory_budget must be a positive number of bytes"),
-    ({"every": 2.0}, TypeError, "every must be a positive int, got float 2.0"),
-    ({"every": True}, TypeError, "every must be a positive int, got bool True"),
-    ({"histogram_every": -1}, ValueError, "histogram_every must be a non-negative int, got -1"),
-    ({"histogram_every": "10"}, TypeError, "histogram_every must be a non-negative int, got str"),
-    ({"update_every": 0}, ValueError, "update_every must be a positive int"),
-    ({"max_steps": "all"}, TypeError, "max_steps must be 'auto', None or a positive int, got str 'all'"),
-    ({"max_steps": -5}, ValueError, "max_steps must be 'auto', None or a positive int, got -5"),
-])
+@pytest.mark.parametrize(
+    "kwargs,err,match",
+    [
+        ({"log_dir": 123}, TypeError, "log_dir must be a folder path .* not int"),
+        ({"memory_budget": "x"}, TypeError, "memory_budget must be a number of bytes .* got str 'x'"),
+        ({"memory_budget": 0}, ValueError, "memory_budget must be a positive number of bytes"),
+        ({"every": 2.0}, TypeError, "every must be a positive int, got float 2.0"),
+        ({"every": True}, TypeError, "every must be a positive int, got bool True"),
+        ({"histogram_every": -1}, ValueError, "histogram_every must be a non-negative int, got -1"),
+        ({"histogram_every": "10"}, TypeError, "histogram_every must be a non-negative int, got str"),
+        ({"update_every": 0}, ValueError, "update_every must be a positive int"),
+        ({"max_steps": "all"}, TypeError, "max_steps must be 'auto', None or a positive int, got str 'all'"),
+        ({"max_steps": -5}, ValueError, "max_steps must be 'auto', None or a positive int, got -5"),
+    ],
+)
 def test_bad_options_fail_at_construction_naming_the_argument(kwargs, err, match):
     model, opt = head_only_setup()
     with pytest.raises(err, match=match):
@@ -221,6 +226,7 @@ def test_one_host_copy_per_recorded_step_plus_one_for_update_norms(monkeypatch):
             if sys._getframe(1).f_code.co_filename in recorder_files:  # the recorder's reads only
                 copies.append(name)
             return original(self, *args, **kwargs)
+
         return f
 
     model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
@@ -237,8 +243,9 @@ def test_one_host_copy_per_recorded_step_plus_one_for_update_norms(monkeypatch):
             rec.log(loss=loss)
             copies.clear()
             opt.step()
-            per_step.append(copies.count("cpu") + copies.count("item") + copies.count("tolist")
-                            + copies.count("__float__"))
+            per_step.append(
+                copies.count("cpu") + copies.count("item") + copies.count("tolist") + copies.count("__float__")
+            )
         monkeypatch.undo()
     # steps 0 and 2: statistics + histograms + loss in one copy, update norms in a second
     assert per_step == [2, 1, 2, 1]
@@ -326,8 +333,9 @@ def test_sharded_statistics_leave_the_update_norm_nan_where_no_rank_had_a_gradie
     stacked[:, 0, _P["has_grad"]] = 1.0
     stacked[:, 0, _P["sumsq"]] = stacked[:, 0, _P["update_sumsq"]] = 2.0
     # what the reduces deliver to rank 0: the partials summed over ranks and the largest |g|
-    out, _ = ctx.statistics(stacked.sum(axis=0), stacked[:, :, _P["max"]].max(axis=0), np.array([0, 1]),
-                            measured_update=True)
+    out, _ = ctx.statistics(
+        stacked.sum(axis=0), stacked[:, :, _P["max"]].max(axis=0), np.array([0, 1]), measured_update=True
+    )
     upd = out[METRICS.index("update_norm")]
     assert upd[0] == pytest.approx(2.0) and np.isnan(upd[1])
 
@@ -366,8 +374,9 @@ def test_sparse_embedding_gradients_equal_the_dense_ones():
     assert sparse_run.layer_names == dense_run.layer_names
     assert sparse_run.layers[sparse_run.layer_names.index("emb.weight")].status == "trainable"
     for metric in METRICS:
-        np.testing.assert_allclose(sparse_run.metric(metric), dense_run.metric(metric), rtol=1e-5, atol=1e-9,
-                                   err_msg=metric)
+        np.testing.assert_allclose(
+            sparse_run.metric(metric), dense_run.metric(metric), rtol=1e-5, atol=1e-9, err_msg=metric
+        )
     assert np.isfinite(sparse_run.metric("grad_norm")).all()
     assert (sparse_run.metric("zero_frac")[:, 0] > 0.5).all()  # most embedding rows get no gradient
     assert sparse_run.hist.shape[0] == 4 and sparse_run.hist.sum() > 0
@@ -396,5 +405,6 @@ def test_tied_weights_are_recorded_once_and_marked():
     loaded = [info for info in load_run(tmp).layers if info.name == "transformer.wte.weight"]
     assert loaded[0].tied == ("lm_head.weight",)
     from gradwidget import analyze
+
     t = analyze(run).layers.set_index("layer")
     assert t.loc["transformer.wte.weight", "tied"] == "lm_head.weight"

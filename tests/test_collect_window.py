@@ -1,4 +1,5 @@
 """The steps max_steps="auto" keeps in memory are shown to the user, and folding them is said once."""
+
 import warnings
 
 import pytest
@@ -32,8 +33,9 @@ def _train(rec, model, opt, steps):
 def test_one_warning_when_auto_starts_folding_steps_naming_how_to_keep_more(tmp_path):
     model = nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    with Recorder(model, opt, memory_budget=1 << 10, histogram_every=0, trace_nonfinite=False,
-                  log_dir=tmp_path / "run") as rec:
+    with Recorder(
+        model, opt, memory_budget=1 << 10, histogram_every=0, trace_nonfinite=False, log_dir=tmp_path / "run"
+    ) as rec:
         assert "keeping the last 1,000 steps" in repr(rec)  # the floor
         with warnings.catch_warnings():
             warnings.simplefilter("error", GradwidgetWarning)

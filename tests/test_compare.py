@@ -1,5 +1,6 @@
 """Before and after the fix: compare() matches layers and steps, says which diagnoses went or came,
 and writes an offline HTML comparison; the CLI does the same from run directories."""
+
 import re
 
 import numpy as np
@@ -16,8 +17,11 @@ def _arrays(names, n_steps, value=0.1, max_steps=None, histogram_every=10, shape
     rec = ArrayRecorder(max_steps=max_steps, histogram_every=histogram_every)
     rng = np.random.default_rng(0)
     for s in range(n_steps):
-        rec.record(s, {n: np.full(shapes.get(n, 4) if shapes else 4, value) * (1 + 0.1 * rng.standard_normal())
-                       for n in names}, loss=None if loss is None else float(loss[s]))
+        rec.record(
+            s,
+            {n: np.full(shapes.get(n, 4) if shapes else 4, value) * (1 + 0.1 * rng.standard_normal()) for n in names},
+            loss=None if loss is None else float(loss[s]),
+        )
     return rec.run
 
 
@@ -33,13 +37,13 @@ def _demo(activation, steps=60):
 def test_the_fix_makes_the_vanishing_diagnosis_disappear(tmp_path):
     torch = pytest.importorskip("torch")
     before, _ = _demo(torch.nn.Sigmoid)
-    after, _ = _demo(torch.nn.ReLU)                      # the fix: ReLU (Kaiming-style default init)
+    after, _ = _demo(torch.nn.ReLU)  # the fix: ReLU (Kaiming-style default init)
     cmp = compare(before, after, labels=["sigmoid", "relu"])
     van = [c for c in cmp.causes if c.cause == "vanishing"]
     assert van and van[0].status == "disappeared" and "0.weight" in van[0].layers["sigmoid"]
     assert any("the vanishing diagnosis of sigmoid is gone" in v for v in cmp.verdict), cmp.verdict
     g = cmp.final[(cmp.final.metric == "grad_norm")].set_index("layer")["log_ratio"]
-    assert g["0.weight"] > 2                            # the input layer's gradient is back, by decades
+    assert g["0.weight"] > 2  # the input layer's gradient is back, by decades
     assert cmp.layers.loc[cmp.layers.layer == "0.weight", "health (sigmoid)"].item() != "Healthy"
     assert "vanishing" not in {r.cause for r in cmp.reports[1].recommendations}
     out = cmp.to_html(tmp_path / "cmp.html")
@@ -64,23 +68,23 @@ def test_mismatched_layer_sets_are_reported_never_dropped():
     common, renamed, only_a, only_b = match_layers(a, b)
     assert common == ["enc.0.weight"] and ("enc.1.weight", "model.enc.1.weight") in renamed
     cmp = compare(a, b, labels=["a", "b"])
-    assert cmp.removed["b"] == [] and cmp.added["b"] == []      # head/new share a shape: paired as renamed
+    assert cmp.removed["b"] == [] and cmp.added["b"] == []  # head/new share a shape: paired as renamed
     text = "\n".join(cmp.verdict)
     assert "matched by shape under new names" in text
     c = _arrays(["enc.0.weight", "extra.weight"], 20, shapes={"extra.weight": 3})
     cmp = compare(a, c, labels=["a", "c"])
     assert set(cmp.removed["c"]) == {"enc.1.weight", "head.weight"} and cmp.added["c"] == ["extra.weight"]
-    assert "extra.weight" in list(cmp.layers.layer)          # listed, with its health in c
+    assert "extra.weight" in list(cmp.layers.layer)  # listed, with its health in c
     assert "layers of a are missing" in "\n".join(cmp.verdict)
 
 
 def test_different_lengths_windows_and_histogram_schedules_compare():
-    long = _arrays(["a", "b"], 200, max_steps=50, histogram_every=7)     # a rolling window with history
+    long = _arrays(["a", "b"], 200, max_steps=50, histogram_every=7)  # a rolling window with history
     short = _arrays(["a", "b"], 40, value=1.0, histogram_every=0)
     cmp = compare(long, short)
     assert cmp.labels == ["run 1", "run 2"]
     r = cmp.log_ratio("mean_abs")
-    assert len(r) > 0 and np.nanmedian(r.to_numpy()) == pytest.approx(1.0, abs=0.1)   # x10 -> +1 decade
+    assert len(r) > 0 and np.nanmedian(r.to_numpy()) == pytest.approx(1.0, abs=0.1)  # x10 -> +1 decade
     assert "moved by more than" in "\n".join(cmp.verdict)
 
 
@@ -108,7 +112,7 @@ def test_cli_compare_prints_and_writes_html(tmp_path, capsys):
     assert main(["compare", str(a), str(b), "--labels", "before,after", "-o", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "Comparison: before" in printed and "new" in printed and out.exists()
-    assert main(["compare", str(a), str(b), "-o", str(out)]) == 2          # no --force: refused
+    assert main(["compare", str(a), str(b), "-o", str(out)]) == 2  # no --force: refused
     assert "exists" in capsys.readouterr().err
     assert main(["compare", str(a)]) == 2
 

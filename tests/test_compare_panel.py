@@ -1,6 +1,7 @@
 """The comparison panel (GradientPanel.compare): two runs on shared rows (layers matched by name) and
 columns (steps aligned by step number), one colour scale, the difference map, the health table with
 both runs' health, the static fallback; a live recorder against a saved baseline."""
+
 import base64
 
 import numpy as np
@@ -34,21 +35,21 @@ def test_both_heatmaps_share_one_colour_scale_and_the_difference_is_the_log_rati
     lo, hi = meta["scale"]
     assert lo <= -3 + 1e-6 and hi >= -1 - 1e-6  # one range spans both runs' values
     assert np.allclose(arr["heat"], 1e-3) and np.allclose(arr["heat_b"], 1e-1)
-    assert np.allclose(arr["diff"], 2.0)        # log10(1e-1 / 1e-3)
+    assert np.allclose(arr["diff"], 2.0)  # log10(1e-1 / 1e-3)
     assert meta["diff_max"] == pytest.approx(2.0)
 
 
 def test_steps_are_aligned_by_step_number_across_runs_of_different_length_and_schedule():
-    a = _run(["l0"], range(0, 40), 1e-2)         # every step, 0..39
-    b = _run(["l0"], range(0, 60, 2), 1e-2)      # every other step, 0..58
+    a = _run(["l0"], range(0, 40), 1e-2)  # every step, 0..39
+    b = _run(["l0"], range(0, 60, 2), 1e-2)  # every other step, 0..58
     meta, arr = compare_view(a, b, "mean_abs", 1024, ["a", "b"])
     steps = arr["col_steps"]
     assert steps.tolist() == sorted(set(range(40)) | set(range(0, 60, 2)))
     ha, hb = arr["heat"][0], arr["heat_b"][0]
     col = {int(s): i for i, s in enumerate(steps)}
-    assert np.isfinite(ha[col[2]]) and np.isfinite(hb[col[2]])   # both recorded step 2
-    assert np.isfinite(ha[col[3]]) and np.isnan(hb[col[3]])      # only the first recorded step 3
-    assert np.isnan(ha[col[50]]) and np.isfinite(hb[col[50]])    # the first run had ended
+    assert np.isfinite(ha[col[2]]) and np.isfinite(hb[col[2]])  # both recorded step 2
+    assert np.isfinite(ha[col[3]]) and np.isnan(hb[col[3]])  # only the first recorded step 3
+    assert np.isnan(ha[col[50]]) and np.isfinite(hb[col[50]])  # the first run had ended
     assert np.isnan(arr["diff"][0, col[3]]) and arr["diff"][0, col[2]] == pytest.approx(0, abs=1e-6)
     # folded to fewer columns: the same column edges for both runs
     meta2, arr2 = compare_view(a, b, "mean_abs", 16, ["a", "b"])
@@ -154,7 +155,7 @@ def test_a_panel_training_a_torch_model_is_the_later_run_and_updates_the_compari
     with Recorder(model, opt, log_dir=tmp_path / "baseline") as rec:
         train(model, opt, 12, rec)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    live = GradientPanel(model, opt)              # the training now
+    live = GradientPanel(model, opt)  # the training now
     q = GradientPanel.compare(tmp_path / "baseline", live)
     try:
         assert q.recorder is live.recorder and q.labels == [str(tmp_path / "baseline"), "run 2"]
@@ -195,11 +196,16 @@ def test_an_executed_notebook_exports_the_comparison_offline(monkeypatch):
     from gradwidget.export import export_html
 
     root = Path(__file__).resolve().parents[1]
-    nb = new_notebook(cells=[new_code_cell(
-        "import numpy as np\nfrom gradwidget import GradientPanel\nfrom gradwidget.collect.arrays import ArrayRecorder\n"
-        "def run(v):\n    rec = ArrayRecorder()\n    for s in range(20):\n"
-        "        rec.record(s, {'a': np.full(4, v), 'b': np.full(4, v)})\n    return rec.run\n"
-        "GradientPanel.compare(run(1e-9), run(1e-2), labels=['before', 'after'])")])
+    nb = new_notebook(
+        cells=[
+            new_code_cell(
+                "import numpy as np\nfrom gradwidget import GradientPanel\nfrom gradwidget.collect.arrays import ArrayRecorder\n"
+                "def run(v):\n    rec = ArrayRecorder()\n    for s in range(20):\n"
+                "        rec.record(s, {'a': np.full(4, v), 'b': np.full(4, v)})\n    return rec.run\n"
+                "GradientPanel.compare(run(1e-9), run(1e-2), labels=['before', 'after'])"
+            )
+        ]
+    )
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
     NotebookClient(nb, timeout=180, kernel_name="python3").execute()

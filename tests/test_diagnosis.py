@@ -1,6 +1,7 @@
 """The diagnoses on real models with real mistakes (the zoo's FAST subset: each mistake once, each
 healthy architecture once): the right cause ranked first, naming the layers at fault, from the
 step it began, and no alarm on a healthy run. bench/diagnosis.py scores the whole zoo."""
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -39,12 +40,18 @@ def test_a_healthy_real_model_gets_no_alarm(case, zoo_cache, reports):
     alarms = [r for r in rep.recommendations if r.priority in ("Critical", "High", "Medium")]
     assert not alarms, [(r.cause, r.evidence) for r in alarms]
     assert rep.overall_health == "Healthy" and set(rep.layers["health"]) <= {"Healthy", "Unknown"}
-    assert health_of(rep).value == "Healthy" == run.summary().overall_health.value   # one verdict
+    assert health_of(rep).value == "Healthy" == run.summary().overall_health.value  # one verdict
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="known miss"))
-                                  if c.id in KNOWN_MISSES else c for c in MISTAKES], ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="known miss")) if c.id in KNOWN_MISSES else c
+        for c in MISTAKES
+    ],
+    ids=lambda c: c.id,
+)
 def test_the_right_cause_is_ranked_first(case, zoo_cache, reports):
     run, rep = _report(case, zoo_cache, reports)
     assert rep.recommendations, "nothing reported"
@@ -54,11 +61,11 @@ def test_the_right_cause_is_ranked_first(case, zoo_cache, reports):
     assert rep.overall_health != "Healthy" or top.priority == "Low"
     if not case.slow_onset:
         assert top.first_step is not None and top.first_step <= score.DETECTION_STEPS
-    if case.fault_layers:                                  # it names the layers at fault
+    if case.fault_layers:  # it names the layers at fault
         recall, precision = score.layer_match(case.fault_layers, top.layers)
         assert recall >= 0.5 and precision >= 0.5, (recall, precision, top.layers[:8], case.fault_layers)
-        assert top.layers[0] in case.fault_layers          # most affected first
-    assert health_of(rep) == run.summary().overall_health   # one verdict
+        assert top.layers[0] in case.fault_layers  # most affected first
+    assert health_of(rep) == run.summary().overall_health  # one verdict
 
 
 @pytest.mark.slow

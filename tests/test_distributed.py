@@ -3,6 +3,7 @@
 Every distributed run trains the same model on the same global batches as a single process (each
 rank takes half of each batch), so the per-layer statistics must equal the single-process ones.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -53,13 +54,27 @@ class Launch:
         self.out_dir = out_dir
         self.procs = []
         for r in range(world):
-            env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world),
-                       LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+            env = dict(
+                os.environ,
+                RANK=str(r),
+                LOCAL_RANK=str(r),
+                WORLD_SIZE=str(world),
+                LOCAL_WORLD_SIZE=str(world),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                OMP_NUM_THREADS="1",
+                PYTHONPATH=str(ROOT),
+            )
             log = open(out_dir / f"rank{r}.log", "wb")
-            self.procs.append(subprocess.Popen(
-                [sys.executable, str(WORKER), mode, str(log_dir), str(out_dir), *extra],
-                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT)))
+            self.procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(WORKER), mode, str(log_dir), str(out_dir), *extra],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=str(ROOT),
+                )
+            )
             log.close()
 
     def running(self) -> bool:
@@ -85,8 +100,10 @@ class Launch:
             p.wait(timeout=30)
 
     def logs(self) -> str:
-        return "\n".join(f"--- rank {r}\n" + (self.out_dir / f"rank{r}.log").read_text(errors="replace")[-3000:]
-                         for r in range(len(self.procs)))
+        return "\n".join(
+            f"--- rank {r}\n" + (self.out_dir / f"rank{r}.log").read_text(errors="replace")[-3000:]
+            for r in range(len(self.procs))
+        )
 
 
 @pytest.fixture
@@ -211,8 +228,12 @@ def test_sharded_transformer_equals_single_process(mode, launch, single_runs, tm
     np.testing.assert_array_equal(run.edges, ref.edges)
     assert all(info.status == "trainable" for info in run.layers)
     moved = [(a.name, b.name) for a, b in zip(run.layers, ref.layers) if a.name != b.name]
-    assert moved == [("layer.norm1.weight", "layer.norm1.bias"), ("layer.norm1.bias", "layer.norm1.weight"),
-                     ("layer.norm2.weight", "layer.norm2.bias"), ("layer.norm2.bias", "layer.norm2.weight")]
+    assert moved == [
+        ("layer.norm1.weight", "layer.norm1.bias"),
+        ("layer.norm1.bias", "layer.norm1.weight"),
+        ("layer.norm2.weight", "layer.norm2.bias"),
+        ("layer.norm2.bias", "layer.norm2.weight"),
+    ]
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
@@ -225,10 +246,13 @@ def test_without_optimizer_each_backward_is_a_step(mode, launch, single_runs, tm
     assert_same_statistics(run, single_runs["noopt"])
 
 
-@pytest.mark.parametrize("mode,extra,message", [
-    ("fsdp1", ["--no-optimizer"], "pass the optimizer"),
-    ("fsdp1-flat", [], "use_orig_params=True"),
-])
+@pytest.mark.parametrize(
+    "mode,extra,message",
+    [
+        ("fsdp1", ["--no-optimizer"], "pass the optimizer"),
+        ("fsdp1-flat", [], "use_orig_params=True"),
+    ],
+)
 def test_fsdp1_cases_it_cannot_record_are_refused_with_a_clear_message(mode, extra, message, launch, tmp_path):
     if _fsdp1_usable():
         pytest.skip(f"FSDP1 unavailable: {_fsdp1_usable()}")
@@ -241,8 +265,9 @@ def test_fsdp1_cases_it_cannot_record_are_refused_with_a_clear_message(mode, ext
 
 
 def test_sparse_histograms_and_updates_still_one_collective_per_step(launch, single_runs, tmp_path):
-    infos = launch("fsdp2", tmp_path / "run", tmp_path / "out", "--steps", "5",
-                   "--histogram-every", "2", "--update-every", "3").wait()
+    infos = launch(
+        "fsdp2", tmp_path / "run", tmp_path / "out", "--steps", "5", "--histogram-every", "2", "--update-every", "3"
+    ).wait()
     run = load_run(tmp_path / "run")
     assert run.n_steps == 5
     assert run.hist_steps.tolist() == [0, 2, 4]
@@ -312,11 +337,27 @@ def test_example_script_under_torchrun_and_the_documented_reader(tmp_path):
 
     for flag in ([], ["--fsdp"]):
         log_dir = tmp_path / ("fsdp" if flag else "ddp")
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-               "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
-               str(ROOT / "examples" / "distributed_train.py"), "--log-dir", str(log_dir), "--steps", "12", *flag]
-        p = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1"),
-                           capture_output=True, text=True, timeout=300)
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--master_addr=127.0.0.1",
+            f"--master_port={_free_port()}",
+            str(ROOT / "examples" / "distributed_train.py"),
+            "--log-dir",
+            str(log_dir),
+            "--steps",
+            "12",
+            *flag,
+        ]
+        p = subprocess.run(
+            cmd,
+            env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1"),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         assert "recorded 12 steps of 8 layers" in p.stdout
         run = load_run(log_dir)
@@ -349,6 +390,11 @@ def test_a_single_process_never_loads_the_distributed_code(tmp_path):
         "assert 'gradwidget.collect.distributed' not in sys.modules\n"
         "print('ok')\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]

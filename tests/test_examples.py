@@ -1,5 +1,6 @@
 """The integration examples run: each notebook in examples/ top to bottom in a real kernel (its
 panel is a widget view, its numbers printed), and each script from the command line."""
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
 
 
 def _env() -> dict:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MPLBACKEND="Agg")
+    return dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        MPLBACKEND="Agg",
+    )
 
 
 def _texts(nb) -> str:
@@ -50,13 +56,15 @@ def test_integration_notebook_runs_and_shows_a_panel(tmp_path, name):
     old = dict(os.environ)
     os.environ.update(_env())  # the kernel inherits it
     try:
-        NotebookClient(nb, timeout=240, kernel_name="python3",
-                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+        NotebookClient(
+            nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        ).execute()
     finally:
         os.environ.clear()
         os.environ.update(old)
-    assert any(WIDGET_VIEW in o.get("data", {}) for c in nb.cells for o in c.get("outputs", [])), \
+    assert any(WIDGET_VIEW in o.get("data", {}) for c in nb.cells for o in c.get("outputs", [])), (
         "no GradientPanel view in the outputs"
+    )
     text = _texts(nb)
     assert expected in text, text[-2000:]
     assert "recommend" in text.lower()  # the run's summary, printed by the last cell
@@ -74,9 +82,15 @@ def test_example_script_writes_a_run_directory(tmp_path, script):
     pytest.importorskip(SCRIPTS[script])
     from gradwidget import load_run
 
-    out = subprocess.run([sys.executable, str(EXAMPLES / script), "--log-dir", str(tmp_path / "run"),
-                          "--steps", "4"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                         timeout=300, check=False)
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), "--log-dir", str(tmp_path / "run"), "--steps", "4"],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     run = load_run(tmp_path / "run")
     assert run.n_steps == 4 and run.n_layers > 0
@@ -89,8 +103,17 @@ def test_accelerate_example_under_ddp_records_on_rank_0(tmp_path):
     pytest.importorskip("accelerate")
     from gradwidget import load_run
 
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(EXAMPLES / "accelerate_train.py"),
-           "--log-dir", str(tmp_path / "run"), "--steps", "3"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        str(EXAMPLES / "accelerate_train.py"),
+        "--log-dir",
+        str(tmp_path / "run"),
+        "--steps",
+        "3",
+    ]
     out = subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     run = load_run(tmp_path / "run")

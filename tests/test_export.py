@@ -1,5 +1,6 @@
 """The nbconvert exporter: a widget output's static rendition survives HTML export, offline, with
 and without saved widget state; and the live widget replaces it where the widget manager loads."""
+
 import base64
 import os
 import subprocess
@@ -34,23 +35,40 @@ class TableOnly:
 
 def panel_output(run):
     png = plots.figure_to_png(plots.panel_figure(run), dpi=50)
-    return new_output("display_data", data={
-        "text/plain": "GradientPanel(5 layers)",
-        "image/png": base64.b64encode(png).decode(),
-        "text/html": static_fallback_html(png, health_table_html(TableOnly(run))),
-        WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": MODEL_ID},
-    })
+    return new_output(
+        "display_data",
+        data={
+            "text/plain": "GradientPanel(5 layers)",
+            "image/png": base64.b64encode(png).decode(),
+            "text/html": static_fallback_html(png, health_table_html(TableOnly(run))),
+            WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": MODEL_ID},
+        },
+    )
 
 
 def notebook(with_state: bool):
     run = pathological_run(20)
-    nb = new_notebook(cells=[new_code_cell("panel = GradientPanel(model)\npanel", outputs=[panel_output(run)]),
-                             new_code_cell("1 + 1", outputs=[new_output("execute_result", data={"text/plain": "2"},
-                                                                        execution_count=2)])])
+    nb = new_notebook(
+        cells=[
+            new_code_cell("panel = GradientPanel(model)\npanel", outputs=[panel_output(run)]),
+            new_code_cell("1 + 1", outputs=[new_output("execute_result", data={"text/plain": "2"}, execution_count=2)]),
+        ]
+    )
     if with_state:
-        nb.metadata["widgets"] = {STATE: {"version_major": 2, "version_minor": 0, "state": {MODEL_ID: {
-            "model_name": "AnyModel", "model_module": "anywidget", "model_module_version": "~0.9.*",
-            "state": {"_anywidget_id": "gradwidget.widget.GradientPanel"}}}}}
+        nb.metadata["widgets"] = {
+            STATE: {
+                "version_major": 2,
+                "version_minor": 0,
+                "state": {
+                    MODEL_ID: {
+                        "model_name": "AnyModel",
+                        "model_module": "anywidget",
+                        "model_module_version": "~0.9.*",
+                        "state": {"_anywidget_id": "gradwidget.widget.GradientPanel"},
+                    }
+                },
+            }
+        }
     return nb
 
 
@@ -75,8 +93,15 @@ def test_gradwidget_exporter_keeps_the_static_rendition(with_state):
 
 def test_widget_outputs_without_a_static_rendition_are_left_alone():
     nb = notebook(True)
-    nb.cells[0].outputs = [new_output("display_data", data={
-        "text/plain": "IntSlider(value=3)", WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": MODEL_ID}})]
+    nb.cells[0].outputs = [
+        new_output(
+            "display_data",
+            data={
+                "text/plain": "IntSlider(value=3)",
+                WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": MODEL_ID},
+            },
+        )
+    ]
     nb2, _ = StaticFallbackPreprocessor().preprocess(nb, {})
     assert set(nb2.cells[0].outputs[0].data) == {"text/plain", WIDGET_VIEW}
     assert "gradwidget-export" not in export_html(nb)
@@ -96,10 +121,16 @@ def stale_notebook():
     run = pathological_run(20)
     png = plots.figure_to_png(plots.panel_figure(run), dpi=50)
     nb = notebook(True)
-    nb.cells[0].outputs = [new_output("display_data", data={
-        "text/plain": "GradientPanel(no step recorded yet)",
-        "text/html": '<div class="gradwidget-static"><p>GradientPanel: no step recorded yet</p></div>',
-        WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": MODEL_ID}})]
+    nb.cells[0].outputs = [
+        new_output(
+            "display_data",
+            data={
+                "text/plain": "GradientPanel(no step recorded yet)",
+                "text/html": '<div class="gradwidget-static"><p>GradientPanel: no step recorded yet</p></div>',
+                WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": MODEL_ID},
+            },
+        )
+    ]
     state = nb.metadata["widgets"][STATE]["state"][MODEL_ID]["state"]
     state["static_png"] = "data:image/png;base64," + base64.b64encode(png).decode()
     state["static_html"] = health_table_html(TableOnly(run))
@@ -121,13 +152,16 @@ def test_static_only_uses_the_saved_widget_states_rendition_too():
     assert f'<script type="{WIDGET_VIEW}">' not in html
 
 
-README_CELLS = ["""import torch
+README_CELLS = [
+    """import torch
 from gradwidget import GradientPanel
 m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Sigmoid(), torch.nn.Linear(8, 1))
 opt = torch.optim.SGD(m.parameters(), 0.1)
 panel = GradientPanel(m, opt)
-panel""", """for i in range(30):
-    opt.zero_grad(); m(torch.randn(8, 4)).sum().backward(); opt.step()"""]
+panel""",
+    """for i in range(30):
+    opt.zero_grad(); m(torch.randn(8, 4)).sum().backward(); opt.step()""",
+]
 
 
 def test_readme_workflow_executed_by_nbclient_exports_the_trained_panel(monkeypatch):
@@ -161,8 +195,7 @@ def _fake_install(tmp_path) -> dict:
     dist = tmp_path / "site" / "gradwidget_nbconvert-0.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: gradwidget-nbconvert\nVersion: 0\n")
-    (dist / "entry_points.txt").write_text("[nbconvert.exporters]\n"
-                                           + "".join(f"{k} = {v}\n" for k, v in eps.items()))
+    (dist / "entry_points.txt").write_text("[nbconvert.exporters]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()))
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "site"), str(ROOT), env.get("PYTHONPATH", "")])
     return env
 
@@ -179,8 +212,16 @@ def test_jupyter_nbconvert_to_gradwidget_command(tmp_path, with_state):
 
 def test_static_only_preprocessor_with_plain_html(tmp_path):
     nbformat.write(notebook(True), tmp_path / "nb.ipynb")
-    cmd = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html",
-           "--HTMLExporter.preprocessors=gradwidget.export.StaticOnly", "nb.ipynb"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "nbconvert",
+        "--to",
+        "html",
+        "--HTMLExporter.preprocessors=gradwidget.export.StaticOnly",
+        "nb.ipynb",
+    ]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr

@@ -2,6 +2,7 @@
 Lightning callbacks record one step per optimizer update (after accumulation, AMP and, for the
 Trainer, clipping) with the trainer's loss, learning rate and pre-clip norm; accelerate works with
 the plain Recorder; a compiled model records without graph breaks; GradientPanel follows a callback."""
+
 from __future__ import annotations
 
 import subprocess
@@ -15,8 +16,7 @@ from torch import nn
 
 from gradwidget import Recorder, load_run
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning",
-                                        "ignore::FutureWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning", "ignore::FutureWarning")
 
 
 def layer_global_norm(run) -> np.ndarray:
@@ -63,8 +63,9 @@ def test_optimizer_step_alone_records_nothing_without_step_hooks():
 
 
 # ---------------------------------------------------------------------- Hugging Face Trainer
-def hf_train(tmp_path, max_steps=4, max_grad_norm=1e9, bf16=False, cb=None, training_args=None, record=True,
-             **cb_options):
+def hf_train(
+    tmp_path, max_steps=4, max_grad_norm=1e9, bf16=False, cb=None, training_args=None, record=True, **cb_options
+):
     transformers = pytest.importorskip("transformers")
     from gradwidget.integrations.transformers import GradwidgetCallback
 
@@ -72,12 +73,25 @@ def hf_train(tmp_path, max_steps=4, max_grad_norm=1e9, bf16=False, cb=None, trai
     cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=16)
     model = transformers.GPT2LMHeadModel(cfg)
     g = torch.Generator().manual_seed(1)
-    data = [{"input_ids": torch.randint(0, 64, (16,), generator=g),
-             "labels": torch.randint(0, 64, (16,), generator=g)} for _ in range(64)]
+    data = [
+        {"input_ids": torch.randint(0, 64, (16,), generator=g), "labels": torch.randint(0, 64, (16,), generator=g)}
+        for _ in range(64)
+    ]
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "out"), max_steps=max_steps, per_device_train_batch_size=4,
-        gradient_accumulation_steps=2, logging_steps=1, max_grad_norm=max_grad_norm, report_to=[],
-        save_strategy="no", use_cpu=True, learning_rate=5e-2, disable_tqdm=True, bf16=bf16, **(training_args or {}))
+        output_dir=str(tmp_path / "out"),
+        max_steps=max_steps,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        logging_steps=1,
+        max_grad_norm=max_grad_norm,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        learning_rate=5e-2,
+        disable_tqdm=True,
+        bf16=bf16,
+        **(training_args or {}),
+    )
     cb = (cb or GradwidgetCallback(**cb_options)) if record else None
     trainer = transformers.Trainer(model=model, args=args, train_dataset=data, callbacks=[cb] if cb else [])
     trainer.train()
@@ -148,11 +162,20 @@ def test_hf_trainer_under_ddp_records_on_rank_0_with_the_averaged_pre_clip_norm(
     import os
 
     (tmp_path / "worker.py").write_text(HF_DDP_WORKER)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
-        [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "worker.py",
-                          str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-                         check=False)
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]),
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "worker.py", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     (held0, logged), (held1, _) = (ast.literal_eval((tmp_path / f"rank{r}.txt").read_text()) for r in (0, 1))
     assert held0 and not held1  # only rank 0 holds a run
@@ -172,8 +195,7 @@ def test_hf_trainer_torch_compile_adds_no_graph_break(tmp_path):
     for with_cb in (False, True):
         torch._dynamo.reset()
         counters.clear()
-        cb, logged = hf_train(tmp_path, max_steps=2, max_grad_norm=0.5, training_args=compile_args,
-                              record=with_cb)
+        cb, logged = hf_train(tmp_path, max_steps=2, max_grad_norm=0.5, training_args=compile_args, record=with_cb)
         breaks.append(dict(counters["graph_break"]))
     assert breaks[1] == breaks[0], breaks
     assert cb.run.n_steps == 2 and not any("_orig_mod" in n for n in cb.run.layer_names)
@@ -225,9 +247,18 @@ def lit_fit(precision="32-true", clip=None, max_steps=3, package="lightning.pyto
 
     x, y = torch.randn(64, 8), torch.randn(64, 1)
     cb, spy = cb or GradwidgetCallback(**cb_options), Spy()
-    trainer = L.Trainer(max_steps=max_steps, accumulate_grad_batches=2, callbacks=[spy, cb], logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        accelerator="cpu", precision=precision, gradient_clip_val=clip)
+    trainer = L.Trainer(
+        max_steps=max_steps,
+        accumulate_grad_batches=2,
+        callbacks=[spy, cb],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        precision=precision,
+        gradient_clip_val=clip,
+    )
     trainer.fit(Module(), DataLoader(TensorDataset(x, y), batch_size=8))
     return cb, spy
 
@@ -289,8 +320,7 @@ def test_accelerate_prepare_backward_and_accumulation_with_the_plain_recorder():
             loss = model(torch.randn(16, 4)).pow(2).mean()
             acc.backward(loss)
             if acc.sync_gradients:
-                seen.append(float(torch.linalg.vector_norm(
-                    torch.stack([p.grad.norm() for p in model.parameters()]))))
+                seen.append(float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))))
             opt.step()
             opt.zero_grad()
     rec.detach()
@@ -392,8 +422,10 @@ def test_gradient_panel_follows_a_hf_trainer_training_in_a_thread(tmp_path):
 
 
 def test_importing_gradwidget_imports_no_trainer_library():
-    code = ("import sys, gradwidget, gradwidget.integrations; import gradwidget.widget; "
-            "bad = [m for m in ('transformers', 'lightning', 'pytorch_lightning', 'accelerate') if m in sys.modules]; "
-            "print(bad); assert not bad")
+    code = (
+        "import sys, gradwidget, gradwidget.integrations; import gradwidget.widget; "
+        "bad = [m for m in ('transformers', 'lightning', 'pytorch_lightning', 'accelerate') if m in sys.modules]; "
+        "print(bad); assert not bad"
+    )
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -1,6 +1,7 @@
 """The front end's own tests (vitest) and type check, run from pytest so that the README's one test
 command (and CI) covers the TypeScript too. ``pip install .`` has already run ``npm install`` in js/
 through hatch-jupyter-builder; without npm on the machine these skip, saying so."""
+
 import re
 import shutil
 import subprocess
@@ -17,8 +18,13 @@ def _npm(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     if npm is None:
         pytest.skip("npm is not installed: the front-end tests need Node.js")
     if not (JS / "node_modules").is_dir():
-        subprocess.run([npm, "ci" if (JS / "package-lock.json").exists() else "install", "--no-audit", "--no-fund"],
-                       cwd=JS, check=True, capture_output=True, timeout=timeout)
+        subprocess.run(
+            [npm, "ci" if (JS / "package-lock.json").exists() else "install", "--no-audit", "--no-fund"],
+            cwd=JS,
+            check=True,
+            capture_output=True,
+            timeout=timeout,
+        )
     return subprocess.run([npm, *args], cwd=JS, capture_output=True, text=True, timeout=timeout)
 
 

@@ -1,4 +1,5 @@
 """The one JSON sanitiser: the page's infinities, a file's nulls, and what each caller sends."""
+
 import dataclasses
 import enum
 import json
@@ -31,10 +32,26 @@ def test_infinities_are_strings_for_the_page_and_null_in_files():
 
 def test_numpy_enums_dataclasses_and_frames_become_plain_json():
     df = pd.DataFrame({"a": [1.0, np.nan], "b": ["x", None]})
-    out = jsonable({"i": np.int64(3), "b": np.bool_(True), "e": Colour.RED, "arr": np.array([[1, 2]]),
-                    "dc": Holder(np.float32(0.5), hidden=object()), "df": df, 7: (1, "s")})
-    assert out == {"i": 3, "b": True, "e": "red", "arr": [[1, 2]], "dc": {"kept": 0.5},
-                   "df": [{"a": 1.0, "b": "x"}, {"a": None, "b": None}], "7": [1, "s"]}
+    out = jsonable(
+        {
+            "i": np.int64(3),
+            "b": np.bool_(True),
+            "e": Colour.RED,
+            "arr": np.array([[1, 2]]),
+            "dc": Holder(np.float32(0.5), hidden=object()),
+            "df": df,
+            7: (1, "s"),
+        }
+    )
+    assert out == {
+        "i": 3,
+        "b": True,
+        "e": "red",
+        "arr": [[1, 2]],
+        "dc": {"kept": 0.5},
+        "df": [{"a": 1.0, "b": "x"}, {"a": None, "b": None}],
+        "7": [1, "s"],
+    }
     assert type(out["i"]) is int and type(out["b"]) is bool
     json.dumps(out, allow_nan=False)
 
@@ -51,7 +68,7 @@ def test_report_json_and_frames_have_no_infinities(tmp_path):
             v[METRICS.index("nonfinite"), 0] = 2
         run.append(s, v, {"loss": 1.0})
     text = analyze(run).to_json()
-    assert "\"Infinity\"" not in text and json.loads(text)["run"]["n_steps"] == 6  # allow_nan=False wrote it
+    assert '"Infinity"' not in text and json.loads(text)["run"]["n_steps"] == 6  # allow_nan=False wrote it
     run.export_json(tmp_path / "f.json")
     frames = json.loads((tmp_path / "f.json").read_text())
     assert frames[3]["layers"][0]["max_abs_grad"] is None and frames[3]["layers"][0]["is_exploding"] is True

@@ -1,6 +1,7 @@
 """The loss's autograd graph (gradwidget.collect.loss_graph): real torch models whose loss is fed
 softmax probabilities (or sigmoid outputs) instead of logits are diagnosed ``saturated_output``
 from the structure, the same models fed logits are not, and the finding survives a run directory."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -52,7 +53,7 @@ def test_probabilities_into_cross_entropy_is_named_with_the_output_layer():
     rep = analyze(rec.run)
     top = rep.recommendations[0]
     assert top.cause == "saturated_output" and top.priority == "High"
-    assert top.layers == ["2.weight", "2.bias"]        # the output layer, whose logits are squashed
+    assert top.layers == ["2.weight", "2.bias"]  # the output layer, whose logits are squashed
     assert "softmax applied to the logits before cross_entropy" in top.evidence
     assert "log_softmax itself" in top.evidence and top.first_step == 0
     assert "pass the logits" in top.action and rep.overall_health == "Warning"
@@ -64,7 +65,9 @@ def test_a_softmax_module_as_the_models_last_module_counts_too():
     assert len(m) == 1 and m[0].in_model and m[0].module == "3"
     top = analyze(rec.run).recommendations[0]
     assert top.cause == "saturated_output" and top.layers == ["2.weight", "2.bias"]
-    assert "the model's last module 3" in top.evidence and "remove the softmax (the model's last module, 3)" in top.action
+    assert (
+        "the model's last module 3" in top.evidence and "remove the softmax (the model's last module, 3)" in top.action
+    )
 
 
 def test_sigmoid_into_bce_with_logits_and_softmax_into_nll():
@@ -74,19 +77,26 @@ def test_sigmoid_into_bce_with_logits_and_softmax_into_nll():
     def nll(out, y):
         return F.nll_loss(torch.softmax(out, dim=-1), y)
 
-    for crit, kind, action in [(bce, "sigmoid_bce_with_logits", "remove the sigmoid"),
-                               (nll, "softmax_nll", "use log_softmax instead of the softmax")]:
+    for crit, kind, action in [
+        (bce, "sigmoid_bce_with_logits", "remove the sigmoid"),
+        (nll, "softmax_nll", "use log_softmax instead of the softmax"),
+    ]:
         rec = train(classifier(), crit, steps=5)
         assert [m.kind for m in LossGraph.of_run(rec.run).mistakes] == [kind]
         top = saturated(analyze(rec.run))
         assert top and action in top[0].action
 
 
-@pytest.mark.parametrize("criterion", [F.cross_entropy,
-                                       lambda out, y: F.nll_loss(F.log_softmax(out, -1), y),
-                                       lambda out, y: F.cross_entropy(out, y, label_smoothing=0.1),
-                                       lambda out, y: F.binary_cross_entropy(torch.sigmoid(out), F.one_hot(y, 4).float())],
-                         ids=["cross_entropy", "log_softmax-nll", "label_smoothing", "sigmoid-bce"])
+@pytest.mark.parametrize(
+    "criterion",
+    [
+        F.cross_entropy,
+        lambda out, y: F.nll_loss(F.log_softmax(out, -1), y),
+        lambda out, y: F.cross_entropy(out, y, label_smoothing=0.1),
+        lambda out, y: F.binary_cross_entropy(torch.sigmoid(out), F.one_hot(y, 4).float()),
+    ],
+    ids=["cross_entropy", "log_softmax-nll", "label_smoothing", "sigmoid-bce"],
+)
 def test_logits_into_the_loss_is_no_alarm(criterion):
     rec = train(classifier(), criterion)
     g = LossGraph.of_run(rec.run)
@@ -126,8 +136,15 @@ def test_a_model_that_returns_its_own_loss():
     """A Hugging Face model given labels computes the loss inside its forward: the walk goes on from
     that loss (itself a model output) to the logits."""
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.BertConfig(vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                  intermediate_size=32, max_position_embeddings=16, num_labels=3)
+    cfg = transformers.BertConfig(
+        vocab_size=32,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+        num_labels=3,
+    )
     torch.manual_seed(0)
     model = transformers.BertForSequenceClassification(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -148,7 +165,7 @@ def test_walk_is_bounded_and_reads_nothing_but_the_nodes():
     for _ in range(50):
         y = y * 1.01
     loss = F.cross_entropy(torch.softmax(y, -1), torch.zeros(4, dtype=torch.long))
-    g = walk(loss.grad_fn, {}, max_nodes=10)       # no model output known: the mistake is found near the loss
+    g = walk(loss.grad_fn, {}, max_nodes=10)  # no model output known: the mistake is found near the loss
     assert not g.reached_output and g.ops == [] and g.mistakes[0].ops == ["LogSoftmax", "Softmax"]
     assert LossGraph.from_dict({"mistakes": [{"kind": 1}]}) is None  # an edited meta.json: ignored
     assert LossGraph.from_dict(g.to_dict()) == g
@@ -199,7 +216,7 @@ def test_the_graph_says_whether_the_loss_is_summed_over_the_batch(reduction):
             opt.step()
     graph = LossGraph.of_run(rec.run)
     assert (graph.reducer, graph.reduction, graph.summed) == ("MseLoss", reduction, reduction == "sum")
-    assert rec.run.scalar("loss")[0] > 40                 # both start far above a per-sample loss
+    assert rec.run.scalar("loss")[0] > 40  # both start far above a per-sample loss
     found = {r.cause: r for r in analyze(rec.run).recommendations}
     assert ("loss_scale" in found) == (reduction == "sum")
     if reduction == "sum":
@@ -210,6 +227,6 @@ def test_a_division_above_a_summed_loss_is_a_mean_again():
     x = torch.randn(8, 3, requires_grad=True)
     y = torch.zeros(8, dtype=torch.long)
     assert walk(F.cross_entropy(x, y, reduction="sum").grad_fn).summed is True
-    assert walk((F.cross_entropy(x, y, reduction="sum") / 8).grad_fn).summed is None   # divided: not a sum
+    assert walk((F.cross_entropy(x, y, reduction="sum") / 8).grad_fn).summed is None  # divided: not a sum
     assert walk(F.cross_entropy(x, y).grad_fn).summed is False
-    assert walk((F.cross_entropy(x, y) * 8).grad_fn).summed is None                  # scaled: not told either
+    assert walk((F.cross_entropy(x, y) * 8).grad_fn).summed is None  # scaled: not told either

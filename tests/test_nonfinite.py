@@ -1,5 +1,6 @@
 """Where the NaN started: the torch Recorder names the first module, step and pass that made a
 non-finite value (gradwidget.collect.nonfinite), keeps it through save/load and the report."""
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,11 @@ def test_module_called_twice_names_the_call():
 
 
 def test_nonfinite_data_is_phase_input():
-    case = nc.Case(nc.ForwardNet, ("", nc.BAD, "input"),
-                   data=lambda bad: torch.full((8, 4), float("nan")) if bad else torch.rand(8, 4))
+    case = nc.Case(
+        nc.ForwardNet,
+        ("", nc.BAD, "input"),
+        data=lambda bad: torch.full((8, 4), float("nan")) if bad else torch.rand(8, 4),
+    )
     origin = nc.train(case)
     assert (origin.module, origin.step, origin.phase) == ("", nc.BAD, "input")
     assert origin.inputs_finite is False
@@ -104,8 +108,9 @@ def test_a_step_between_recorded_ones_is_found_at_the_next_host_copy():
 
 def test_healthy_training_has_no_origin_and_keeps_tracing_until_detached():
     torch.manual_seed(0)
-    model = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), 2,
-                                  enable_nested_tensor=False)
+    model = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), 2, enable_nested_tensor=False
+    )
     mask = nn.Transformer.generate_square_subsequent_mask(6)  # float mask holding -inf: not a NaN
     assert torch.isinf(mask).any()
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
@@ -130,10 +135,14 @@ def test_trace_nonfinite_false_installs_nothing_and_finds_nothing():
 def test_tracing_does_not_change_the_models_numbers():
     """Inputs reach modules as views of themselves: results must be bit for bit the same,
     including nn.MultiheadAttention, which takes its self-attention path when query is key."""
+
     def grads(trace):
         torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(inplace=True),
-                              nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True))
+        model = nn.Sequential(
+            nn.Linear(8, 16),
+            nn.ReLU(inplace=True),
+            nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True),
+        )
         opt = torch.optim.SGD(model.parameters(), lr=1e-2)
         rec = Recorder(model, opt, trace_nonfinite=trace)
         x = torch.randn(4, 5, 8, generator=torch.Generator().manual_seed(1))
@@ -223,7 +232,7 @@ def test_a_gradient_overflow_amps_grad_scaler_skips_is_no_origin():
     torch.manual_seed(0)
     model = nc.ForwardNet()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 100)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**100)
     rec = Recorder(model, opt)
     for i in range(6):
         opt.zero_grad()
@@ -233,7 +242,7 @@ def test_a_gradient_overflow_amps_grad_scaler_skips_is_no_origin():
         scaler.step(opt)
         scaler.update()
         if i == 0:
-            assert scaler.get_scale() < 2.0 ** 100  # the first step overflowed and was skipped
+            assert scaler.get_scale() < 2.0**100  # the first step overflowed and was skipped
             assert rec.run is None or rec.run.nonfinite_origin is None
     opt.zero_grad()
     o = rec.run.nonfinite_origin
@@ -243,6 +252,7 @@ def test_a_gradient_overflow_amps_grad_scaler_skips_is_no_origin():
 def test_a_module_that_returns_its_input_is_not_blamed_for_the_gradient_it_received():
     """nn.Identity hands back the very view it was given, so what it receives and what it passes
     on is one tensor: the NaN made by the model's own sqrt after it must not be put on it."""
+
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
@@ -254,8 +264,7 @@ def test_a_module_that_returns_its_input_is_not_blamed_for_the_gradient_it_recei
             h = self.skip(self.stem(x))
             return self.head(torch.sqrt((h * h).mean(-1, keepdim=True)))  # NaN gradient at h = 0
 
-    case = nc.Case(Net, ("", nc.BAD, "backward"),
-                   data=lambda bad: torch.zeros(8, 4) if bad else torch.rand(8, 4) + 0.1)
+    case = nc.Case(Net, ("", nc.BAD, "backward"), data=lambda bad: torch.zeros(8, 4) if bad else torch.rand(8, 4) + 0.1)
     origin = nc.train(case)
     assert (origin.module, origin.step, origin.phase) == case.expected
     assert origin.module_type == "Net"
@@ -340,24 +349,35 @@ def _trace(events, calls, loss=None, skipped=False):
     """A StepTrace from (call, kind, value) events and (module index, parent call) calls."""
     from gradwidget.collect.nonfinite import StepTrace
 
-    return StepTrace(7, None, np.array([k for _, k, _ in events], np.int8), np.array([c for c, _, _ in events]),
-                     np.array([m for m, _ in calls]), np.array([p for _, p in calls]), loss,
-                     host=np.array([v for _, _, v in events], float), skipped=skipped)
+    return StepTrace(
+        7,
+        None,
+        np.array([k for _, k, _ in events], np.int8),
+        np.array([c for c, _, _ in events]),
+        np.array([m for m, _ in calls]),
+        np.array([p for _, p in calls]),
+        loss,
+        host=np.array([v for _, _, v in events], float),
+        skipped=skipped,
+    )
 
 
 NAMES, TYPES = ["", "a", "b"], ["Net", "Linear", "Sqrt"]
 
 
-@pytest.mark.parametrize("events,expected", [
-    # the first non-finite event decides; later ones (the same NaN spreading) do not matter
-    ([(0, 0, 1.0), (1, 0, 1.0), (1, 1, np.inf), (2, 0, np.inf)], ("a", "forward")),
-    ([(0, 0, 1.0), (1, 0, 1.0), (1, 1, 1.0), (2, 0, np.nan)], ("", "forward")),   # made between children
-    ([(0, 0, np.nan), (1, 0, np.nan)], ("", "input")),                             # given to the model
-    ([(0, 1, 1.0), (0, 2, 1.0), (2, 2, 1.0), (2, 3, np.nan), (1, 2, np.nan)], ("b", "backward")),
-    ([(0, 1, 1.0), (0, 2, 1.0), (2, 2, np.inf)], ("", "backward")),              # the parent's own code
-    ([(0, 1, 1.0), (2, 2, np.nan), (0, 2, np.nan)], ("", "loss")),               # arrived from the loss
-    ([(0, 1, 1.0), (-1, 4, np.inf)], ("", "loss")),                                # the logged loss
-])
+@pytest.mark.parametrize(
+    "events,expected",
+    [
+        # the first non-finite event decides; later ones (the same NaN spreading) do not matter
+        ([(0, 0, 1.0), (1, 0, 1.0), (1, 1, np.inf), (2, 0, np.inf)], ("a", "forward")),
+        ([(0, 0, 1.0), (1, 0, 1.0), (1, 1, 1.0), (2, 0, np.nan)], ("", "forward")),  # made between children
+        ([(0, 0, np.nan), (1, 0, np.nan)], ("", "input")),  # given to the model
+        ([(0, 1, 1.0), (0, 2, 1.0), (2, 2, 1.0), (2, 3, np.nan), (1, 2, np.nan)], ("b", "backward")),
+        ([(0, 1, 1.0), (0, 2, 1.0), (2, 2, np.inf)], ("", "backward")),  # the parent's own code
+        ([(0, 1, 1.0), (2, 2, np.nan), (0, 2, np.nan)], ("", "loss")),  # arrived from the loss
+        ([(0, 1, 1.0), (-1, 4, np.inf)], ("", "loss")),  # the logged loss
+    ],
+)
 def test_find_origin_reads_the_first_nonfinite_event(events, expected):
     from gradwidget.collect.nonfinite import find_origin
 
@@ -388,13 +408,14 @@ def test_earliest_of_several_ranks():
     from gradwidget.collect.nonfinite import earliest
 
     def o(step, phase, rank, inferred=False):
-        return NonfiniteOrigin(module="m", step=step, phase=phase, rank=rank, inputs_finite=True,
-                               output_finite=inferred)
+        return NonfiniteOrigin(
+            module="m", step=step, phase=phase, rank=rank, inputs_finite=True, output_finite=inferred
+        )
 
     seen, inferred = o(4, "backward", 1), o(4, "backward", 0, inferred=True)
-    assert earliest([inferred, seen]) is seen                   # seen in a module beats inferred
-    assert earliest([o(4, "forward", 2), seen]).rank == 2       # the forward runs first
-    assert earliest([o(3, "backward", 3), seen]).step == 3      # the earlier step first
+    assert earliest([inferred, seen]) is seen  # seen in a module beats inferred
+    assert earliest([o(4, "forward", 2), seen]).rank == 2  # the forward runs first
+    assert earliest([o(3, "backward", 3), seen]).step == 3  # the earlier step first
     assert earliest([]) is None
 
 
@@ -416,6 +437,7 @@ def test_weight_growth_tells_a_learning_rate_nan_from_a_module_nan():
 def test_an_in_place_module_that_makes_a_backward_nan_is_named_by_its_enclosing_module():
     """The documented limit: x.sqrt_() hands back the view it was given, whose hook autograd
     drops, so the NaN it makes in the backward is put on the Sequential around it."""
+
     class SqrtInPlace(nn.Module):
         def forward(self, x):
             return x.sqrt_()
@@ -430,8 +452,9 @@ def test_an_in_place_module_that_makes_a_backward_nan_is_named_by_its_enclosing_
         def forward(self, x):
             return self.head(self.block(self.stem(x)))
 
-    case = nc.Case(Net, ("block", nc.BAD, "backward"),
-                   data=lambda bad: torch.zeros(8, 4) if bad else torch.rand(8, 4) + 0.1)
+    case = nc.Case(
+        Net, ("block", nc.BAD, "backward"), data=lambda bad: torch.zeros(8, 4) if bad else torch.rand(8, 4) + 0.1
+    )
     origin = nc.train(case)
     assert (origin.module, origin.step, origin.phase) == case.expected
 
@@ -443,12 +466,17 @@ def test_the_origin_is_marked_on_the_panel_heatmap_at_its_module_and_step():
     from gradwidget.panel.payload import heat_view, origin_mark
     from gradwidget.run import METRICS, LayerInfo, Run
 
-    run = Run([LayerInfo("block.0.weight", module="block.0"), LayerInfo("block.2.weight", module="block.2"),
-               LayerInfo("head.weight", module="head")])
-    assert origin_layer(run, NonfiniteOrigin("block.2", 3, "forward")) == 1          # its own parameter
-    assert origin_layer(run, NonfiniteOrigin("block.1", 3, "forward")) == 0          # parameter-free: nearest path
+    run = Run(
+        [
+            LayerInfo("block.0.weight", module="block.0"),
+            LayerInfo("block.2.weight", module="block.2"),
+            LayerInfo("head.weight", module="head"),
+        ]
+    )
+    assert origin_layer(run, NonfiniteOrigin("block.2", 3, "forward")) == 1  # its own parameter
+    assert origin_layer(run, NonfiniteOrigin("block.1", 3, "forward")) == 0  # parameter-free: nearest path
     assert origin_layer(run, NonfiniteOrigin("head.act", 3, "backward")) == 2
-    assert origin_layer(run, NonfiniteOrigin("", 3, "loss")) is None                 # the loss: no row
+    assert origin_layer(run, NonfiniteOrigin("", 3, "loss")) is None  # the loss: no row
     assert origin_mark(run) is None
     rng = np.random.default_rng(0)
     for s in range(6):
@@ -456,6 +484,6 @@ def test_the_origin_is_marked_on_the_panel_heatmap_at_its_module_and_step():
     run.nonfinite_origin = NonfiniteOrigin("block.1", 4, "forward")
     meta, _ = heat_view(run, "mean_abs", 64)
     assert meta["origin"] == {"step": 4, "row": 0, "module": "block.1", "phase": "forward"}
-    table = analyze(run).layers                           # and in the health table, on the same row
+    table = analyze(run).layers  # and in the health table, on the same row
     assert table["origin"].tolist()[0].startswith("first NaN/Inf made here: block.1 (forward, step 4)")
     assert table["origin"].tolist()[1:] == ["", ""]

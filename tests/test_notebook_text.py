@@ -1,4 +1,5 @@
 """The notebooks' prose describes the panel as it is drawn (its defaults live in widget.py)."""
+
 from pathlib import Path
 
 import nbformat

@@ -1,6 +1,7 @@
 """The notebooks run top to bottom (nbclient, a real kernel), and their HTML exports show the panel
 (heatmap image + health table with the model's layer names) with and without saved widget state;
 the binder environment matches the package."""
+
 import copy
 import os
 import re
@@ -43,16 +44,21 @@ def executed(tmp_path_factory):
 
     work = tmp_path_factory.mktemp("notebooks")
     shutil.copytree(NOTEBOOKS, work, dirs_exist_ok=True, ignore=shutil.ignore_patterns("runs", ".ipynb_checkpoints"))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+    )
     old = dict(os.environ)
     os.environ.update(env)  # the kernel inherits it
     out = {}
     try:
         for name in EXPECTED:
             nb = nbformat.read(work / f"{name}.ipynb", as_version=4)
-            client = NotebookClient(nb, timeout=BUDGET, kernel_name="python3",
-                                    resources={"metadata": {"path": str(work)}})
+            client = NotebookClient(
+                nb, timeout=BUDGET, kernel_name="python3", resources={"metadata": {"path": str(work)}}
+            )
             t0 = time.perf_counter()
             client.execute()
             out[name] = (nb, time.perf_counter() - t0)
@@ -118,8 +124,9 @@ def test_nbconvert_execute_to_gradwidget_command(tmp_path):
     import sys
 
     shutil.copy(NOTEBOOKS / "quickstart.ipynb", tmp_path)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               OMP_NUM_THREADS="1")
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), OMP_NUM_THREADS="1"
+    )
     try:
         from importlib.metadata import entry_points
 
@@ -127,9 +134,24 @@ def test_nbconvert_execute_to_gradwidget_command(tmp_path):
     except Exception:  # pragma: no cover
         to = None
     to = to or "gradwidget.export.GradwidgetHTMLExporter"  # same class, by import path, if not installed
-    p = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", to, "--execute",
-                        "--ExecutePreprocessor.timeout=240", "quickstart.ipynb"],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "nbconvert",
+            "--to",
+            to,
+            "--execute",
+            "--ExecutePreprocessor.timeout=240",
+            "quickstart.ipynb",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     html = (tmp_path / "quickstart.html").read_text()
     assert f'<script type="{WIDGET_VIEW}">' in html and STATE in html  # widget state was saved

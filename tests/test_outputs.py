@@ -1,4 +1,5 @@
 """The original crate's GradientFlowAnimator tests, in spirit, against ArrayRecorder + Run views."""
+
 import csv
 import json
 
@@ -65,8 +66,15 @@ def test_export_json_round_trip(tmp_path):
     assert [f["step"] for f in frames] == [0, 1]
     assert [info["name"] for info in frames[1]["layers"]] == ["a", "b"]
     assert abs(frames[1]["layers"][0]["mean_abs_grad"] - 0.05) < 1e-7
-    assert set(frames[0]["layers"][0]) == {"name", "mean_abs_grad", "max_abs_grad", "grad_norm",
-                                           "is_vanishing", "is_exploding", "flow_intensity"}
+    assert set(frames[0]["layers"][0]) == {
+        "name",
+        "mean_abs_grad",
+        "max_abs_grad",
+        "grad_norm",
+        "is_vanishing",
+        "is_exploding",
+        "flow_intensity",
+    }
 
 
 def test_export_csv_round_trip(tmp_path):
@@ -76,10 +84,25 @@ def test_export_csv_round_trip(tmp_path):
     p = tmp_path / "t.csv"
     rec.run.export_csv(p)
     rows = list(csv.DictReader(p.open()))
-    assert list(rows[0])[:7] == ["step", "layer", "mean_abs_grad", "max_abs_grad", "grad_norm",
-                                 "is_vanishing", "is_exploding"]                  # the original's columns first
-    assert list(rows[0])[7:] == ["std", "zero_frac", "nonfinite", "weight_norm", "update_norm", "loss", "lr",
-                                 "global_norm"]                                   # then everything recorded
+    assert list(rows[0])[:7] == [
+        "step",
+        "layer",
+        "mean_abs_grad",
+        "max_abs_grad",
+        "grad_norm",
+        "is_vanishing",
+        "is_exploding",
+    ]  # the original's columns first
+    assert list(rows[0])[7:] == [
+        "std",
+        "zero_frac",
+        "nonfinite",
+        "weight_norm",
+        "update_norm",
+        "loss",
+        "lr",
+        "global_norm",
+    ]  # then everything recorded
     assert len(rows) == 2
     assert float(rows[1]["mean_abs_grad"]) == np.float32(0.18)
     assert rows[0]["is_vanishing"] == "0"
@@ -126,7 +149,7 @@ def test_summary_levels_follow_the_analysis_verdict():
     def run_with(bad_steps, kind):
         rec = ArrayRecorder()
         for i in range(10):
-            g = {"x": np.full(4, 0.1), "ok": np.full(4, 0.1)}   # x is the input-side layer
+            g = {"x": np.full(4, 0.1), "ok": np.full(4, 0.1)}  # x is the input-side layer
             if i < bad_steps:
                 g["x"] = np.full(4, {"van": 1e-9, "exp": 1e4, "nan": np.nan}[kind])
             rec.record(i, g)
@@ -135,7 +158,7 @@ def test_summary_levels_follow_the_analysis_verdict():
         return s.overall_health
 
     assert run_with(0, "van") == GradientHealth.HEALTHY
-    assert run_with(4, "van") == GradientHealth.MINOR_ISSUES      # one layer, 40% of steps: Medium
+    assert run_with(4, "van") == GradientHealth.MINOR_ISSUES  # one layer, 40% of steps: Medium
     assert run_with(6, "van") == GradientHealth.PROBLEMS_DETECTED  # most steps: High
     assert run_with(2, "exp") == GradientHealth.PROBLEMS_DETECTED
     assert run_with(1, "nan") == GradientHealth.CRITICAL

@@ -1,6 +1,7 @@
 """Past plots.MAX_DRAWN_ROWS layers the panel draws groups (issue 17): each group row's numbers are
 the documented merge of its members' (rules.merge_of), the same rows as the static figures, and
 expanding a group puts its members in its place; below the cap nothing changes."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,9 +19,16 @@ M = {m: i for i, m in enumerate(METRICS)}
 def many_layers(n: int = 450, steps: int = 6, seed: int = 0, hist: bool = True) -> Run:
     """``n`` tensors in blocks of 3 modules x (weight, bias): 6 layers a block, sizes 4 and 2."""
     rng = np.random.default_rng(seed)
-    layers = [LayerInfo(f"blocks.{i // 6}.lin{(i // 2) % 3}.{'weight' if i % 2 == 0 else 'bias'}",
-                        module=f"blocks.{i // 6}.lin{(i // 2) % 3}", module_type="Linear",
-                        shape=(2, 2) if i % 2 == 0 else (2,), numel=4 if i % 2 == 0 else 2) for i in range(n)]
+    layers = [
+        LayerInfo(
+            f"blocks.{i // 6}.lin{(i // 2) % 3}.{'weight' if i % 2 == 0 else 'bias'}",
+            module=f"blocks.{i // 6}.lin{(i // 2) % 3}",
+            module_type="Linear",
+            shape=(2, 2) if i % 2 == 0 else (2,),
+            numel=4 if i % 2 == 0 else 2,
+        )
+        for i in range(n)
+    ]
     run = Run(layers)
     for s in range(steps):
         v = np.exp(rng.standard_normal((len(METRICS), n))).astype(np.float32) * 0.1
@@ -42,11 +50,16 @@ def by_hand(values: np.ndarray, metric: str, groups, numel: np.ndarray) -> np.nd
             if not ok.any():
                 continue
             xs, ws = x[s, ok], w[ok]
-            out[s, j] = {"grad_norm": lambda: np.sqrt(np.sum(xs ** 2)), "weight_norm": lambda: np.sqrt(np.sum(xs ** 2)),
-                         "update_norm": lambda: np.sqrt(np.sum(xs ** 2)), "max_abs": lambda: xs.max(),
-                         "nonfinite": lambda: xs.sum(), "mean_abs": lambda: np.sum(xs * ws) / ws.sum(),
-                         "zero_frac": lambda: np.sum(xs * ws) / ws.sum(),
-                         "std": lambda: np.sqrt(np.sum(xs ** 2 * ws) / ws.sum())}[metric]()
+            out[s, j] = {
+                "grad_norm": lambda: np.sqrt(np.sum(xs**2)),
+                "weight_norm": lambda: np.sqrt(np.sum(xs**2)),
+                "update_norm": lambda: np.sqrt(np.sum(xs**2)),
+                "max_abs": lambda: xs.max(),
+                "nonfinite": lambda: xs.sum(),
+                "mean_abs": lambda: np.sum(xs * ws) / ws.sum(),
+                "zero_frac": lambda: np.sum(xs * ws) / ws.sum(),
+                "std": lambda: np.sqrt(np.sum(xs**2 * ws) / ws.sum()),
+            }[metric]()
     return out
 
 
@@ -73,8 +86,8 @@ def test_small_runs_have_one_row_per_layer_and_nothing_new():
 @pytest.mark.parametrize("metric", METRICS)
 def test_a_group_rows_value_is_the_documented_merge_of_its_members(metric):
     run = many_layers()
-    run._metrics[2, M[metric], 7] = np.nan                 # one member without a value that step
-    run._metrics[3, M[metric], 12:18] = np.nan             # a whole group without one
+    run._metrics[2, M[metric], 7] = np.nan  # one member without a value that step
+    run._metrics[3, M[metric], 12:18] = np.nan  # a whole group without one
     groups, labels = plots.layer_row_groups(run)
     rows = row_layout(run)
     assert rows is not None and rows.n == len(groups) == 75 and 1 < rows.n <= plots.MAX_DRAWN_ROWS
@@ -87,16 +100,24 @@ def test_a_group_rows_value_is_the_documented_merge_of_its_members(metric):
     # the static figures' merged run has the very same rows and values
     np.testing.assert_allclose(plots.drawn_rows(run).metric(metric), want, rtol=2e-6, equal_nan=True)
     assert meta["n_layers"] == 450 and meta["rows"] == 75 and meta["grouped"] is True
-    assert meta["layers"][1] == {"name": "blocks.1 (6 tensors)", "module_type": "6 tensors", "status": "trainable",
-                                 "numel": 18, "start": 6, "count": 6, "depth": 0, "parent": None}
+    assert meta["layers"][1] == {
+        "name": "blocks.1 (6 tensors)",
+        "module_type": "6 tensors",
+        "status": "trainable",
+        "numel": 18,
+        "start": 6,
+        "count": 6,
+        "depth": 0,
+        "parent": None,
+    }
 
 
 def test_group_flags_detail_and_histograms_are_the_members_merged():
     run = many_layers()
     th = run.thresholds
-    run._metrics[1, M["max_abs"], 20] = 10 * th.exploding      # one member explodes: its group does
-    run._metrics[1, M["nonfinite"], 40] = 3                    # one member has a NaN: its group does
-    run._metrics[1, M["mean_abs"], 60] = 0.0                   # one member vanishes: its group does not
+    run._metrics[1, M["max_abs"], 20] = 10 * th.exploding  # one member explodes: its group does
+    run._metrics[1, M["nonfinite"], 40] = 3  # one member has a NaN: its group does
+    run._metrics[1, M["mean_abs"], 60] = 0.0  # one member vanishes: its group does not
     run._metrics[1, M["mean_abs"], 66:72] = th.vanishing / 10  # every member vanishes: the group does
     rows = row_layout(run)
     _, arrays = P.heat_view(run, "mean_abs", 1024, rows)
@@ -107,8 +128,11 @@ def test_group_flags_detail_and_histograms_are_the_members_merged():
     np.testing.assert_array_equal(arrays["hist_all"][4], run.hist[-1][24:30].sum(axis=0))
     scalars, detail = P.detail_view(run, 1, 25, rows)
     np.testing.assert_allclose(detail["detail"][M["max_abs"], 3], 10 * th.exploding)
-    np.testing.assert_allclose(detail["detail"][M["grad_norm"], 4],
-                               np.sqrt(np.sum(run.metric("grad_norm")[1, 24:30].astype(np.float64) ** 2)), rtol=1e-6)
+    np.testing.assert_allclose(
+        detail["detail"][M["grad_norm"], 4],
+        np.sqrt(np.sum(run.metric("grad_norm")[1, 24:30].astype(np.float64) ** 2)),
+        rtol=1e-6,
+    )
     # a layer inside a collapsed group: its group's histograms (members added); hist_layer names the layer
     assert scalars["hist_layer"] == 25
     np.testing.assert_array_equal(detail["hists"], run.hist[:, 24:30].sum(axis=1))
@@ -121,7 +145,7 @@ def test_expanding_a_group_puts_its_members_in_its_place_and_collapsing_restores
         meta0, heat0, table0 = panel.meta, panel.heat, panel.table
         R, C = meta0["rows"], meta0["cols"]
         assert R == 75 and len(table0) == 75
-        panel.expanded = [[30, 36]]                          # the sixth group: blocks.5
+        panel.expanded = [[30, 36]]  # the sixth group: blocks.5
         meta = panel.meta
         names = [x["name"] for x in meta["layers"]]
         assert meta["rows"] == 75 - 1 + 6
@@ -129,7 +153,7 @@ def test_expanding_a_group_puts_its_members_in_its_place_and_collapsing_restores
         assert all(x["parent"] == [30, 36] and x["depth"] == 1 for x in meta["layers"][5:11])
         heat = np.frombuffer(panel.heat, np.float32).reshape(meta["rows"], C)
         old = np.frombuffer(heat0, np.float32).reshape(R, C)
-        np.testing.assert_array_equal(heat[5:11], run.metric("mean_abs")[:, 30:36].T)   # members: their own values
+        np.testing.assert_array_equal(heat[5:11], run.metric("mean_abs")[:, 30:36].T)  # members: their own values
         np.testing.assert_array_equal(heat[:5], old[:5])
         np.testing.assert_array_equal(heat[11:], old[6:])
         members = [r for r in panel.table if r.get("parent") == [30, 36]]
@@ -144,12 +168,12 @@ def test_expanding_a_group_puts_its_members_in_its_place_and_collapsing_restores
 
 def test_a_group_of_more_than_the_cap_opens_into_groups_and_a_layer_is_revealed_through_them():
     run = many_layers(n=600, steps=2, hist=False)
-    rows = row_layout(run, max_rows=10)                    # 100 blocks: cut into 10 blocks of 60
+    rows = row_layout(run, max_rows=10)  # 100 blocks: cut into 10 blocks of 60
     assert rows is not None and rows.n == 10 and set(rows.counts.tolist()) == {60}
-    deep = row_layout(run, [[125, 126]], max_rows=10)      # reveal layer 125: its groups all open
+    deep = row_layout(run, [[125, 126]], max_rows=10)  # reveal layer 125: its groups all open
     r = deep.row_of(125)
     assert deep.counts[r] == 1 and deep.labels[r] == run.layer_names[125] and deep.depth[r] == 2
-    assert deep.parents[r] == (120, 126)                   # blocks.20, inside layers 120..179
+    assert deep.parents[r] == (120, 126)  # blocks.20, inside layers 120..179
     # the rows always tile the layers in order, whatever is expanded
     for ex in ([], [[125, 126]], [[120, 180]], [[0, 60], [125, 126], [599, 600]]):
         lay = row_layout(run, ex, max_rows=10)
@@ -162,8 +186,11 @@ def test_a_group_of_more_than_the_cap_opens_into_groups_and_a_layer_is_revealed_
 def test_a_coarse_module_grouping_is_cut_in_blocks():
     """10,000 tensors as embed / layers (9,997) / norm / head would be four rows: the big group is cut
     in blocks of consecutive layers, the small ones keep their module's name."""
-    names = (["model.embed.weight"] + [f"model.layers.{i}.{m}.weight" for i in range(2500) for m in "qkvo"][:9997]
-             + ["model.norm.weight", "lm_head.weight"])
+    names = (
+        ["model.embed.weight"]
+        + [f"model.layers.{i}.{m}.weight" for i in range(2500) for m in "qkvo"][:9997]
+        + ["model.norm.weight", "lm_head.weight"]
+    )
     run = Run(names)
     groups, labels = plots.layer_row_groups(run)
     assert plots.MAX_DRAWN_ROWS // 2 < len(groups) <= plots.MAX_DRAWN_ROWS
@@ -195,8 +222,9 @@ def test_expand_and_collapse_by_name_and_bad_ranges_are_refused():
 
 def test_a_change_of_rows_is_never_sent_as_a_patch_of_columns():
     run = many_layers(steps=4)
-    a = P.view_shape(run, {"metric": "mean_abs", "block": 1, "n_layers": 450, "first_step": 0, "n_steps": 4},
-                     row_layout(run))
+    a = P.view_shape(
+        run, {"metric": "mean_abs", "block": 1, "n_layers": 450, "first_step": 0, "n_steps": 4}, row_layout(run)
+    )
     b = dict(a, n_steps=5)
     assert P.patch_start(a, b) == 4
     b["rows"] = row_layout(run, [[0, 6]]).key()
@@ -205,7 +233,7 @@ def test_a_change_of_rows_is_never_sent_as_a_patch_of_columns():
 
 def test_grouped_group_table_row_is_the_members_merged():
     run = many_layers()
-    run._metrics[:, M["nonfinite"], 8] = 2                 # blocks.1.lin1.weight: NaN every step
+    run._metrics[:, M["nonfinite"], 8] = 2  # blocks.1.lin1.weight: NaN every step
     panel = GradientPanel(run)
     try:
         row = next(r for r in panel.table if r["index"] == 6)
@@ -215,10 +243,11 @@ def test_grouped_group_table_row_is_the_members_merged():
         n_bad = sum(r["health"] == "Critical" for r in own)
         assert row["suggestion"].startswith(f"{n_bad} of 6 tensors Critical; ")
         assert float(row["max_abs_max"]) == pytest.approx(max(float(r["max_abs_max"]) for r in own), rel=1e-3)
-        np.testing.assert_allclose(row["grad_norm_median"],
-                                   np.sqrt(sum(r["grad_norm_median"] ** 2 for r in own)), rtol=1e-3)
+        np.testing.assert_allclose(
+            row["grad_norm_median"], np.sqrt(sum(r["grad_norm_median"] ** 2 for r in own)), rtol=1e-3
+        )
         ranks = [{"Critical": 3, "Warning": 2, "Unknown": 1, "Healthy": 0}[r["health"]] for r in panel.table]
-        assert ranks == sorted(ranks, reverse=True)          # worst first
+        assert ranks == sorted(ranks, reverse=True)  # worst first
     finally:
         panel.close()
 
@@ -301,7 +330,7 @@ def test_the_page_draws_groups_and_expands_and_collapses_one_in_chromium():
             page.wait_for_function("() => window.gwView.image.rows > 0")
             v = page.evaluate(VIEW_ROWS_JS)
             assert v["rows"] == 75 and v["names"][0] == "blocks.0 (6 tensors)" and v["image"] == 75
-            assert v["layer"] == 20                          # layer 120 is shown by its group's row
+            assert v["layer"] == 20  # layer 120 is shown by its group's row
             assert all(m == "▸" and e == "false" for _, m, e in v["toggles"]) and len(v["toggles"]) >= 20
             assert "blocks.3 (6 tensors)" in v["table"] and "blocks.3.lin1.bias" not in v["table"]
             legend = page.locator(".gw-legend").inner_text()
@@ -320,10 +349,12 @@ def test_the_page_draws_groups_and_expands_and_collapses_one_in_chromium():
             saved = _sync(page, panel)
             assert {"layer": 21} in saved and saved[-1] == {"expanded": []}
             page.wait_for_function("() => window.gwView.meta.rows === 75")
-            assert page.evaluate("() => window.gwView.layer") == 3       # layer 21's group row
+            assert page.evaluate("() => window.gwView.layer") == 3  # layer 21's group row
             # a click on a group's name in the canvas gutter expands it
-            box = page.evaluate("() => { const L = window.gwView.layout, r = window.gwView.canvas.getBoundingClientRect();"
-                                " return {x: r.left + L.gutter.x + L.gutter.w / 2, y: r.top + L.gutter.y, h: L.gutter.h}; }")
+            box = page.evaluate(
+                "() => { const L = window.gwView.layout, r = window.gwView.canvas.getBoundingClientRect();"
+                " return {x: r.left + L.gutter.x + L.gutter.w / 2, y: r.top + L.gutter.y, h: L.gutter.h}; }"
+            )
             page.mouse.click(box["x"], box["y"] + box["h"] * (10.5 / 75))
             assert _sync(page, panel)[-1] == {"expanded": [[60, 66]]}
             page.wait_for_function("() => window.gwView.meta.rows === 80")
@@ -336,16 +367,31 @@ def test_the_page_draws_groups_and_expands_and_collapses_one_in_chromium():
             # a diagnosis' click selects its first layer and opens the group holding it
             # (one of the analysis' own, pointed at layer 100, inside the collapsed group blocks.16)
             li = 100
-            panel.diagnoses = [{**panel.diagnoses[0], "layers": [run.layer_names[li]], "n_layers": 1,
-                                "layer_index": li}] if panel.diagnoses else [
-                {"cause": "vanishing", "priority": "High", "text": "t", "action": "a", "layers": [run.layer_names[li]],
-                 "n_layers": 1, "layer_index": li, "first_step": 2}]
+            panel.diagnoses = (
+                [{**panel.diagnoses[0], "layers": [run.layer_names[li]], "n_layers": 1, "layer_index": li}]
+                if panel.diagnoses
+                else [
+                    {
+                        "cause": "vanishing",
+                        "priority": "High",
+                        "text": "t",
+                        "action": "a",
+                        "layers": [run.layer_names[li]],
+                        "n_layers": 1,
+                        "layer_index": li,
+                        "first_step": 2,
+                    }
+                ]
+            )
             _sync(page, panel)
             page.locator(".gw-diagnosis[data-i='0']").click()
             saved = _sync(page, panel)
             assert saved[0]["layer"] == li and [li, li + 1] in saved[0]["expanded"]
-            page.wait_for_function("(li) => { const v = window.gwView; const r = v.meta.layers[v.layer];"
-                                   " return r && r.start === li && r.count === 1; }", arg=li)
+            page.wait_for_function(
+                "(li) => { const v = window.gwView; const r = v.meta.layers[v.layer];"
+                " return r && r.start === li && r.count === 1; }",
+                arg=li,
+            )
             assert page.evaluate("() => window.gwView.meta.layers[window.gwView.layer].name") == run.layer_names[li]
         assert blocked == []
     finally:
@@ -357,7 +403,7 @@ def test_a_hooked_model_of_many_tensors_trains_with_grouped_rows_kept_expanded()
     from torch import nn
 
     torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(150)])   # 300 tensors: 150 groups of 2
+    model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(150)])  # 300 tensors: 150 groups of 2
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(8, 2)
     panel = GradientPanel(model, opt, histogram_every=2)
@@ -427,12 +473,12 @@ def test_while_training_a_grouped_panel_sends_new_columns_of_its_rows_and_a_new_
         assert msg["start"] == 6 and msg["values"]["meta"]["rows"] == 75
         heat = dict(zip(msg["buffers"], bufs))["heat"]
         np.testing.assert_allclose(np.frombuffer(heat, np.float32), [0.01] * 75, rtol=1e-6)  # one new column, 75 rows
-        panel.expanded = [[0, 6]]                          # new rows: a whole update, not a patch
+        panel.expanded = [[0, 6]]  # new rows: a whole update, not a patch
         assert panel.meta["rows"] == 80 and len(patches(1)) == 1
         rec.step(11)
         got = patches(2)
         msg = got[-1][0]
         assert len(got) == 2 and msg["values"]["meta"]["rows"] == 80 and msg["start"] == 7
-        assert "layers" not in msg["values"]["meta"]            # the page keeps the rows it has
+        assert "layers" not in msg["values"]["meta"]  # the page keeps the rows it has
     finally:
         panel.close()

@@ -1,6 +1,7 @@
 """The health table grades layers by the analysis engine's one definition (``analysis.causes.
 layer_verdicts``), whichever path builds it, on real training runs; without the analysis it grades
 nothing rather than by cut-offs of its own."""
+
 from __future__ import annotations
 
 import warnings

@@ -1,4 +1,5 @@
 """The matplotlib figures: the colour scale and marks, and that each view draws the run's numbers."""
+
 import numpy as np
 import pytest
 from matplotlib import colormaps
@@ -54,7 +55,7 @@ def test_marks_take_precedence_over_the_scale(run):
 
 def test_color_range_is_robust_percentiles_of_log10_over_finite_nonzero_cells(run):
     """The one colour-scale definition (the live panel's kernel sends the same range)."""
-    v = np.array([[0.0, np.nan], [np.inf, -np.inf]] + [[10.0 ** k, 10.0 ** (k / 2)] for k in range(-8, 9)])
+    v = np.array([[0.0, np.nan], [np.inf, -np.inf]] + [[10.0**k, 10.0 ** (k / 2)] for k in range(-8, 9)])
     lv = np.log10(v[np.isfinite(v) & (v > 0)])
     assert plots.color_range(v) == pytest.approx(tuple(np.percentile(lv, [1, 99])))
     assert plots.color_range(np.array([np.nan, 0.0])) == (0.0, 1.0)
@@ -184,9 +185,15 @@ def test_health_table_figure_colours_and_spells_health():
     import pandas as pd
 
     class R:
-        layers = pd.DataFrame({"layer": ["a.weight", "b.weight"], "module_type": ["Linear", "Linear"],
-                               "health": ["Healthy", "Critical"], "grad_norm_median": [0.1, 1e-9],
-                               "flags": [[], ["vanishing"]]})
+        layers = pd.DataFrame(
+            {
+                "layer": ["a.weight", "b.weight"],
+                "module_type": ["Linear", "Linear"],
+                "health": ["Healthy", "Critical"],
+                "grad_norm_median": [0.1, 1e-9],
+                "flags": [[], ["vanishing"]],
+            }
+        )
 
     fig = plots.health_table_figure(R())
     table = fig.axes[0].tables[0]
@@ -260,8 +267,9 @@ def layerless_run(n_steps=5) -> Run:
     return run
 
 
-@pytest.mark.parametrize("draw", [plots.flow_heatmap, plots.layer_bars, plots.metric_series, plots.weight_plot,
-                                  plots.panel_figure])
+@pytest.mark.parametrize(
+    "draw", [plots.flow_heatmap, plots.layer_bars, plots.metric_series, plots.weight_plot, plots.panel_figure]
+)
 def test_a_run_without_layers_draws_an_empty_run_note(draw):
     import warnings
 
@@ -315,10 +323,13 @@ def test_ten_thousand_tensors_draw_as_bounded_rows_that_tell_the_truth():
     assert all(text.endswith("tensors)") for text in labels)
     merged = plots.drawn_rows(run)
     j = next(k for k, g in enumerate(groups) if run.layer_index("blocks.7.lin2.weight") in g)
-    assert merged.metric("nonfinite")[3, j] >= 1                     # one member's NaN shows in its row
+    assert merged.metric("nonfinite")[3, j] >= 1  # one member's NaN shows in its row
     g0 = groups[0]
-    np.testing.assert_allclose(merged.metric("grad_norm")[0, 0],
-                               np.sqrt(np.sum(run.metric("grad_norm")[0, g0].astype(np.float64) ** 2)), rtol=1e-5)
+    np.testing.assert_allclose(
+        merged.metric("grad_norm")[0, 0],
+        np.sqrt(np.sum(run.metric("grad_norm")[0, g0].astype(np.float64) ** 2)),
+        rtol=1e-5,
+    )
     fig = plots.flow_heatmap(run)
     assert fig.get_size_inches()[1] < 0.6 + 0.22 * (plots.MAX_DRAWN_ROWS + 1)
     assert fig.axes[0].images[0].get_array().shape[0] == len(groups)

@@ -1,5 +1,6 @@
 """The kernel <-> page contract: Python's constants are the ones js/src/protocol.ts holds, every
 trait of the widget is in the trait table, and binary traits are checked when encoded."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,8 @@ def ts_constants() -> dict:
 def test_python_and_typescript_constants_agree():
     assert ts_constants() == constants_json(), (
         "js/src/protocol.ts CONSTANTS differ from gradwidget.panel.protocol.constants_json(): paste "
-        "json.dumps(constants_json(), indent=2) between its BEGIN/END CONSTANTS markers")
+        "json.dumps(constants_json(), indent=2) between its BEGIN/END CONSTANTS markers"
+    )
 
 
 def test_every_synced_trait_is_in_the_table_and_every_ts_trait_is_declared():

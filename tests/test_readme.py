@@ -1,4 +1,5 @@
 """The README's quick start must stay true: CI runs exactly its test command."""
+
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

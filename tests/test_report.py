@@ -1,4 +1,5 @@
 """The health table HTML and the self-contained report (file, CLI, and offline in Chromium)."""
+
 import html as htmllib
 import re
 
@@ -70,7 +71,8 @@ def test_static_mimebundle_holds_image_and_table(run, rep):
     assert b["text/plain"].startswith("Gradient Flow Animation") and "vanish" in b["text/plain"]
     assert gwreport.static_mimebundle(None) == {
         "text/html": '<div class="gradwidget-static"><p style="font-family:sans-serif;color:#666">'
-                     "GradientPanel: no step recorded yet</p></div>"}
+        "GradientPanel: no step recorded yet</p></div>"
+    }
 
 
 def test_write_report_sections_and_self_containment(tmp_path, run, rep):
@@ -143,11 +145,11 @@ def test_weight_section_with_and_without_weight_arrays(run):
     analyze = need_analysis()
     rng = np.random.default_rng(3)
     plain = gwreport.render_report(analyze(run))
-    section = plain[plain.index('id="weights"'):plain.index('id="thresholds"')]
+    section = plain[plain.index('id="weights"') : plain.index('id="thresholds"')]
     assert "Update / weight drift" in section and 'alt="weight health"' in section
     weights = {n: rng.normal(0, 1, 64) for n in run.layer_names}
     weights["hot"][:3] = 1e4  # outliers
     full = gwreport.render_report(analyze(run, weights=weights))
-    section = full[full.index('id="weights"'):full.index('id="thresholds"')]
+    section = full[full.index('id="weights"') : full.index('id="thresholds"')]
     assert "Weights: 5 layers" in htmllib.unescape(section)
     assert section.count("<tr>") > 5 and "hot" in section

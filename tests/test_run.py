@@ -96,14 +96,17 @@ def test_to_frame_long_table():
     assert {"step", "grad_norm", "is_vanishing", "is_exploding", "flow_intensity"} <= set(df.columns)
 
 
-@pytest.mark.parametrize("step,scalars,match", [
-    ("x", {}, "step must be a whole number.*'x'"),
-    (2.5, {}, "step must be a whole number.*2.5"),
-    (float("nan"), {}, "step must be a whole number"),
-    (30, {"loss": "x"}, "loss must be a number \\(or None\\), got 'x'"),
-    (30, {"lr": [1, 2]}, "lr must be a number"),
-    (30, {"accuracy": 0.9}, "unknown scalar 'accuracy'"),
-])
+@pytest.mark.parametrize(
+    "step,scalars,match",
+    [
+        ("x", {}, "step must be a whole number.*'x'"),
+        (2.5, {}, "step must be a whole number.*2.5"),
+        (float("nan"), {}, "step must be a whole number"),
+        (30, {"loss": "x"}, "loss must be a number \\(or None\\), got 'x'"),
+        (30, {"lr": [1, 2]}, "lr must be a number"),
+        (30, {"accuracy": 0.9}, "unknown scalar 'accuracy'"),
+    ],
+)
 def test_bad_step_or_scalar_is_a_clear_error_that_changes_nothing(step, scalars, match):
     r = filled(n=10, max_steps=10)  # a full window: a step that is accepted evicts the oldest
     steps, version = r.steps.tolist(), r.version

@@ -1,6 +1,7 @@
 """The README's screenshots come from the demo, made by docs/screenshots.py: the static report (in
 Chromium, offline) and the live panel (in JupyterLab). Set GRADWIDGET_UPDATE_DOCS=1 to write them
 into docs/ (what the README shows); otherwise they go to a temporary folder and are only checked."""
+
 import json
 import os
 import shutil
@@ -23,8 +24,13 @@ def _out(tmp_path) -> Path:
 def _run(args, tmp_path) -> dict:
     need_chromium()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    p = subprocess.run([sys.executable, str(ROOT / "docs" / "screenshots.py"), "--out", str(_out(tmp_path)),
-                        *args], env=env, capture_output=True, text=True, timeout=500)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "screenshots.py"), "--out", str(_out(tmp_path)), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=500,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 

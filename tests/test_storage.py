@@ -15,8 +15,12 @@ def sample_run(n=25):
     rec = ArrayRecorder(histogram_every=5)
     rng = np.random.default_rng(0)
     for s in range(n):
-        rec.record(s * 3, {"enc.w": rng.normal(size=(4, 5)) * 1e-3, "dec.w": rng.normal(size=7)},
-                   weights={"enc.w": rng.normal(size=(4, 5)), "dec.w": rng.normal(size=7)}, loss=1.0 / (s + 1))
+        rec.record(
+            s * 3,
+            {"enc.w": rng.normal(size=(4, 5)) * 1e-3, "dec.w": rng.normal(size=7)},
+            weights={"enc.w": rng.normal(size=(4, 5)), "dec.w": rng.normal(size=7)},
+            loss=1.0 / (s + 1),
+        )
     return rec.run
 
 
@@ -71,13 +75,16 @@ def test_truncated_last_record_is_ignored(tmp_path):
     assert back.n_steps == 6
 
 
-@pytest.mark.parametrize("damage,match", [
-    ("missing", "does not exist"),
-    ("nometa", "meta.json is missing"),
-    ("garbage", "corrupt"),
-    ("notrun", "not a gradwidget run"),
-    ("file", "not a run directory"),
-])
+@pytest.mark.parametrize(
+    "damage,match",
+    [
+        ("missing", "does not exist"),
+        ("nometa", "meta.json is missing"),
+        ("garbage", "corrupt"),
+        ("notrun", "not a gradwidget run"),
+        ("file", "not a run directory"),
+    ],
+)
 def test_bad_run_directories_give_clear_errors(tmp_path, damage, match):
     p = tmp_path / "r"
     if damage != "missing":
@@ -138,8 +145,9 @@ def test_killed_writer_leaves_a_readable_run(tmp_path):
     import signal
 
     d = tmp_path / "killed"
-    proc = start_writer(WRITER, d, 1000, ready=lambda d: (d / "steps.bin").exists()
-                        and (d / "steps.bin").stat().st_size >= 2000)
+    proc = start_writer(
+        WRITER, d, 1000, ready=lambda d: (d / "steps.bin").exists() and (d / "steps.bin").stat().st_size >= 2000
+    )
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     run = load_run(d)
@@ -240,23 +248,27 @@ def _edit_meta(p, **changes):
 def _set_layer(key, value):
     def f(meta):
         meta["layers"][0][key] = value
+
     return f
 
 
-@pytest.mark.parametrize("change,match", [
-    (dict(thresholds=[1, 2]), "\"thresholds\" must be an object"),
-    (dict(thresholds="x"), "\"thresholds\" must be an object"),
-    (dict(thresholds={"vanishing": "x"}), "thresholds must be numbers"),
-    (dict(version="2"), "\"version\" must be a positive integer"),
-    (dict(edges=[[0, 9]]), "edge \\[0, 9\\] is not a pair of layer indices in 0..1"),
-    (dict(edges="x"), "\"edges\" must be a list"),
-    (dict(layers=5), "\"layers\" must be a list"),
-    (dict(layers=["a"]), "layers\\[0\\] must be an object"),
-    (dict(meta=[1]), "\"meta\" must be an object"),
-    (dict(x=_set_layer("numel", "x")), "layers\\[0\\] \\(enc.w\\) has numel='x', expected int"),
-    (dict(x=_set_layer("shape", 5)), "has shape=5, expected a list of sizes"),
-    (dict(x=_set_layer("status", "gone")), "has status 'gone'"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (dict(thresholds=[1, 2]), '"thresholds" must be an object'),
+        (dict(thresholds="x"), '"thresholds" must be an object'),
+        (dict(thresholds={"vanishing": "x"}), "thresholds must be numbers"),
+        (dict(version="2"), '"version" must be a positive integer'),
+        (dict(edges=[[0, 9]]), "edge \\[0, 9\\] is not a pair of layer indices in 0..1"),
+        (dict(edges="x"), '"edges" must be a list'),
+        (dict(layers=5), '"layers" must be a list'),
+        (dict(layers=["a"]), "layers\\[0\\] must be an object"),
+        (dict(meta=[1]), '"meta" must be an object'),
+        (dict(x=_set_layer("numel", "x")), "layers\\[0\\] \\(enc.w\\) has numel='x', expected int"),
+        (dict(x=_set_layer("shape", 5)), "has shape=5, expected a list of sizes"),
+        (dict(x=_set_layer("status", "gone")), "has status 'gone'"),
+    ],
+)
 def test_damaged_meta_json_is_one_clear_error(tmp_path, change, match):
     p = tmp_path / "r"
     save_run(sample_run(3), p)
@@ -276,10 +288,13 @@ def test_a_record_file_that_is_a_directory_is_a_clear_error(tmp_path, name):
         load_run(p)
 
 
-@pytest.mark.parametrize("name,match", [
-    ("steps.bin", "steps.bin is damaged: record 0 is not a valid step"),
-    ("hist.bin", "hist.bin is damaged: record 0 is not a valid histogram"),
-])
+@pytest.mark.parametrize(
+    "name,match",
+    [
+        ("steps.bin", "steps.bin is damaged: record 0 is not a valid step"),
+        ("hist.bin", "hist.bin is damaged: record 0 is not a valid histogram"),
+    ],
+)
 def test_random_record_files_are_refused(tmp_path, name, match):
     p = tmp_path / "r"
     save_run(sample_run(10), p)
@@ -293,7 +308,9 @@ def test_meta_json_with_an_extra_layer_is_refused(tmp_path):
     p = tmp_path / "r"
     save_run(sample_run(10), p)
     _edit_meta(p, x=lambda m: m["layers"].append(dict(m["layers"][0], name="extra")))
-    with pytest.raises(RunFormatError, match="meta.json lists 3 layers, but steps.bin holds 10 whole records of 2 layers"):
+    with pytest.raises(
+        RunFormatError, match="meta.json lists 3 layers, but steps.bin holds 10 whole records of 2 layers"
+    ):
         load_run(p)
 
 
@@ -324,8 +341,12 @@ def windowed_run(n=1000, max_steps=100, history_capacity=2048):
     run = Run(["a", "b"], max_steps=max_steps, history_capacity=history_capacity)
     rng = np.random.default_rng(2)
     for s in range(n):
-        run.append(s, rng.random((len(METRICS), 2)), {"loss": 1.0 / (s + 1)},
-                   hist=np.ones((2, 64), np.uint32) if s % 10 == 0 else None)
+        run.append(
+            s,
+            rng.random((len(METRICS), 2)),
+            {"loss": 1.0 / (s + 1)},
+            hist=np.ones((2, 64), np.uint32) if s % 10 == 0 else None,
+        )
     return run
 
 
@@ -340,8 +361,9 @@ def test_saving_a_rolling_window_run_keeps_its_history(tmp_path, capacity):
     kept = np.concatenate([r.steps for r in older])
     assert back.history.steps.tolist() == kept.tolist()
     assert back.history.steps[0] == 0 and back.history.steps[-1] < back.steps[0]
-    np.testing.assert_array_equal(back.history.metric("grad_norm"),
-                                  np.concatenate([r.metric("grad_norm") for r in older]))
+    np.testing.assert_array_equal(
+        back.history.metric("grad_norm"), np.concatenate([r.metric("grad_norm") for r in older])
+    )
     np.testing.assert_array_equal(back.history.scalar("loss"), np.concatenate([r.scalar("loss") for r in older]))
 
 
@@ -354,7 +376,9 @@ def test_overwriting_a_saved_run_drops_its_old_history(tmp_path):
 def test_a_history_overlapping_the_window_is_refused(tmp_path):
     p = tmp_path / "r"
     save_run(windowed_run(), p)
-    (p / "history.bin").write_bytes((p / "history.bin").read_bytes() + (p / "steps.bin").read_bytes()[:step_dtype(2).itemsize])
+    (p / "history.bin").write_bytes(
+        (p / "history.bin").read_bytes() + (p / "steps.bin").read_bytes()[: step_dtype(2).itemsize]
+    )
     with pytest.raises(RunFormatError, match="history.bin is damaged: record .* not before the first step"):
         load_run(p)
 

@@ -1,5 +1,6 @@
 """Reading a damaged or hostile run directory: every failure is a RunFormatError (or a TypeError
 for a wrong argument) with a plain message, never a hang, a MemoryError or a wrong empty run."""
+
 import json
 import os
 import subprocess
@@ -71,7 +72,9 @@ def test_meta_listing_more_layers_than_the_records_is_an_error_naming_both(tmp_p
     save_run(small_run(1, layers=tuple(f"l{i}" for i in range(100))), other)
     (p / "meta.json").write_bytes((other / "meta.json").read_bytes())
     assert (p / "steps.bin").stat().st_size < step_dtype(100).itemsize  # no whole 100-layer record
-    with pytest.raises(RunFormatError, match="meta.json lists 100 layers, but steps.bin holds 3 whole records of 3 layers"):
+    with pytest.raises(
+        RunFormatError, match="meta.json lists 100 layers, but steps.bin holds 3 whole records of 3 layers"
+    ):
         load_run(p)
 
 
@@ -86,7 +89,9 @@ def test_a_step_cut_short_by_a_crash_is_still_only_a_warning(run_dir):
 def test_more_histograms_than_steps_is_refused_before_reading(run_dir):
     with open(run_dir / "hist.bin", "r+b") as f:
         f.truncate(20 * GB)
-    with pytest.raises(RunFormatError, match=r"hist.bin is damaged: it holds \d+ histogram records but steps.bin only 6"):
+    with pytest.raises(
+        RunFormatError, match=r"hist.bin is damaged: it holds \d+ histogram records but steps.bin only 6"
+    ):
         load_run(run_dir)
 
 
@@ -112,10 +117,16 @@ def test_sparse_multi_gigabyte_files_fail_cleanly_under_a_memory_limit(run_dir, 
         f.truncate(size)
     script = LIMITED.format(limit=1 * GB)
     # one BLAS thread: per-thread buffers on a many-core machine would eat the address space
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
-               MKL_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-c", script, str(run_dir)], capture_output=True, text=True,
-                         timeout=120, env=env)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(sys.path),
+        OPENBLAS_NUM_THREADS="1",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(run_dir)], capture_output=True, text=True, timeout=120, env=env
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "RunFormatError:" in out.stdout and f"{name} is damaged" in out.stdout, out.stdout
 
@@ -168,13 +179,18 @@ def test_a_reader_polling_a_live_writer_in_small_chunks_never_tears_or_errs(tmp_
     np.testing.assert_array_equal(reader.run.metric("mean_abs"), final.metric("mean_abs"))
 
 
-@pytest.mark.parametrize("true_layers,meta_layers,n_steps", [(1, 3, 2), (2, 7, 3), (3, 1, 10), (5, 4, 3),
-                                                             (8, 1, 3), (20, 100, 2), (3, 50, 10)])
+@pytest.mark.parametrize(
+    "true_layers,meta_layers,n_steps",
+    [(1, 3, 2), (2, 7, 3), (3, 1, 10), (5, 4, 3), (8, 1, 3), (20, 100, 2), (3, 50, 10)],
+)
 def test_a_layer_count_mismatch_names_both_numbers(tmp_path, true_layers, meta_layers, n_steps):
     p, other = tmp_path / "r", tmp_path / "other"
     save_run(small_run(n_steps, layers=tuple(f"t{i}" for i in range(true_layers))), p)
     save_run(small_run(1, layers=tuple(f"m{i}" for i in range(meta_layers))), other)
     (p / "meta.json").write_bytes((other / "meta.json").read_bytes())
-    with pytest.raises(RunFormatError, match=f"meta.json lists {meta_layers} layers, but steps.bin holds "
-                                             f"{n_steps} whole records of {true_layers} layers"):
+    with pytest.raises(
+        RunFormatError,
+        match=f"meta.json lists {meta_layers} layers, but steps.bin holds "
+        f"{n_steps} whole records of {true_layers} layers",
+    ):
         load_run(p)

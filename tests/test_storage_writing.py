@@ -1,5 +1,6 @@
 """Writing a run directory never loses a user's file and never fails silently: folders that are not
 runs, planted symlinks, an unwritable folder, a disk that fills up while training."""
+
 import errno
 import os
 import warnings
@@ -33,8 +34,9 @@ def train(model, opt, steps):
 
 
 def snapshot(folder):
-    return {p.name: (p.read_bytes() if p.is_file() and not p.is_symlink() else os.readlink(p))
-            for p in folder.iterdir()}
+    return {
+        p.name: (p.read_bytes() if p.is_file() and not p.is_symlink() else os.readlink(p)) for p in folder.iterdir()
+    }
 
 
 USER_FILES = {"steps.bin": b"my steps", "hist.bin": b"my histogram", "history.bin": b"my history"}
@@ -76,8 +78,8 @@ def test_a_symlink_planted_in_a_run_folder_is_never_written_through(tmp_path):
     model, opt = setup()
     with Recorder(model, opt, log_dir=d) as rec:
         train(model, opt, 1)
-        (d / "meta.json.tmp").symlink_to(outside)   # planted while the run is being written
-        rec._writer.write_meta()                     # meta.json is rewritten (as for late layers)
+        (d / "meta.json.tmp").symlink_to(outside)  # planted while the run is being written
+        rec._writer.write_meta()  # meta.json is rewritten (as for late layers)
         train(model, opt, 2)
     assert outside.read_text() == "not yours"
     assert load_run(d).n_steps == 3
@@ -135,7 +137,7 @@ def test_a_full_disk_mid_training_warns_once_and_loses_no_record(tmp_path, monke
         train(model, opt, 3)
         disk.full = True
         w0 = model[0].weight.detach().clone()
-        train(model, opt, 4)   # the updates still happen: no exception inside optimizer.step
+        train(model, opt, 4)  # the updates still happen: no exception inside optimizer.step
         assert not torch.equal(w0, model[0].weight)
         assert rec._writer.pending_steps == 4
         on_disk = load_run(d)  # meanwhile the folder is a consistent run of the first 3 steps

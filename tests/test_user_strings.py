@@ -1,5 +1,6 @@
 """Users' strings (layer names) are drawn and exported as written: never parsed as matplotlib math,
 never read as a spreadsheet formula."""
+
 import csv
 
 import numpy as np
@@ -13,7 +14,7 @@ from gradwidget.collect.arrays import ArrayRecorder
 from gradwidget.outputs import spreadsheet_safe
 from gradwidget.report import render_report
 
-HOSTILE = ("$\\foo$", "$$", "$x^2$", "a$b", "=HYPERLINK(\"http://x\")", "+1", "-cmd", "@SUM(A1)", "plain.weight")
+HOSTILE = ("$\\foo$", "$$", "$x^2$", "a$b", '=HYPERLINK("http://x")', "+1", "-cmd", "@SUM(A1)", "plain.weight")
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +22,12 @@ def run():
     rng = np.random.default_rng(0)
     rec = ArrayRecorder(histogram_every=2)
     for s in range(6):
-        rec.record(s, {n: rng.normal(0, 10.0 ** -k, 32) for k, n in enumerate(HOSTILE)},
-                   weights={n: rng.normal(0, 1, 32) for n in HOSTILE}, loss=1.0 / (s + 1))
+        rec.record(
+            s,
+            {n: rng.normal(0, 10.0**-k, 32) for k, n in enumerate(HOSTILE)},
+            weights={n: rng.normal(0, 1, 32) for n in HOSTILE},
+            loss=1.0 / (s + 1),
+        )
     return rec.run
 
 
@@ -31,16 +36,20 @@ def _texts(fig):
     return [t for t in fig.findobj(Text) + cells if t.get_text()]
 
 
-@pytest.mark.parametrize("draw", [
-    lambda r: plots.panel_figure(r, layer="$x^2$"),
-    lambda r: plots.flow_heatmap(r),
-    lambda r: plots.layer_bars(r),
-    lambda r: plots.metric_series(r, list(HOSTILE)),
-    lambda r: plots.weight_plot(r, layers=list(HOSTILE[:4])),
-    lambda r: plots.histogram_plot(r, "$\\foo$"),
-    lambda r: plots.histogram_over_time(r, "$$"),
-    lambda r: plots.health_table_figure(analyze(r)),
-], ids=["panel", "heatmap", "bars", "series", "weights", "histogram", "hist_over_time", "health_table"])
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda r: plots.panel_figure(r, layer="$x^2$"),
+        lambda r: plots.flow_heatmap(r),
+        lambda r: plots.layer_bars(r),
+        lambda r: plots.metric_series(r, list(HOSTILE)),
+        lambda r: plots.weight_plot(r, layers=list(HOSTILE[:4])),
+        lambda r: plots.histogram_plot(r, "$\\foo$"),
+        lambda r: plots.histogram_over_time(r, "$$"),
+        lambda r: plots.health_table_figure(analyze(r)),
+    ],
+    ids=["panel", "heatmap", "bars", "series", "weights", "histogram", "hist_over_time", "health_table"],
+)
 def test_figures_draw_dollar_names_as_plain_text(run, draw):
     fig = draw(run)
     png = plots.figure_to_png(fig)  # mathtext of "$\\foo$" or "$$" used to raise here
@@ -72,6 +81,6 @@ def test_csv_cells_that_would_be_formulas_are_escaped(run, tmp_path):
     with open(out, newline="") as f:
         names = {row["layer"] for row in csv.DictReader(f)}
     assert names == {spreadsheet_safe(n) for n in HOSTILE}
-    assert "'=HYPERLINK(\"http://x\")" in names and "'+1" in names and "'-cmd" in names and "'@SUM(A1)" in names
+    assert '\'=HYPERLINK("http://x")' in names and "'+1" in names and "'-cmd" in names and "'@SUM(A1)" in names
     assert "plain.weight" in names and "$x^2$" in names
     assert all(not n.startswith(("=", "+", "-", "@")) for n in names)

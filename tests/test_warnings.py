@@ -1,5 +1,6 @@
 """Every warning gradwidget gives is a GradwidgetWarning, so the tests' filterwarnings (pyproject)
 turns each one a test did not expect into a failure, and a user can silence them all at once."""
+
 import ast
 import warnings
 from pathlib import Path
@@ -17,8 +18,13 @@ CATEGORIES = {"GradwidgetWarning", "GradwidgetDeprecationWarning", "RunWriteWarn
 
 def _warn_calls(tree):
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "warn"
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "warnings"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "warn"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "warnings"
+        ):
             yield node
 
 
@@ -27,8 +33,11 @@ def test_every_warning_in_the_package_names_a_gradwidget_category():
     for path in sorted(PACKAGE.rglob("*.py")):
         for call in _warn_calls(ast.parse(path.read_text(encoding="utf-8"))):
             found += 1
-            cat = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords
-                                                                 if k.arg == "category"), None)
+            cat = (
+                call.args[1]
+                if len(call.args) > 1
+                else next((k.value for k in call.keywords if k.arg == "category"), None)
+            )
             if not (isinstance(cat, ast.Name) and cat.id in CATEGORIES):
                 bare.append(f"{path.relative_to(PACKAGE)}:{call.lineno}")
     assert found >= 15 and bare == []

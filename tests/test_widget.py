@@ -1,4 +1,5 @@
 """GradientPanel, Python side: traits, throttling, decimation bounds, two-way sync, bad input."""
+
 from __future__ import annotations
 
 import base64
@@ -144,7 +145,9 @@ def test_payload_is_bounded_for_100k_steps(long_run):
     m = p.meta
     assert m["n_steps"] == 100_000
     assert m["cols"] <= 2048 and m["block"] == 49
-    data_bytes = sum(len(getattr(p, k)) for k in ("heat", "flags", "col_steps", "loss", "detail", "hists", "hist_steps"))
+    data_bytes = sum(
+        len(getattr(p, k)) for k in ("heat", "flags", "col_steps", "loss", "detail", "hists", "hist_steps")
+    )
     assert data_bytes < 8 * 2048 * 5 + 2048 * 12 + 40_000
     # the single non-finite step is still marked in its column, and the run's message says so
     flags = np.frombuffer(p.flags, np.uint8).reshape(8, m["cols"])
@@ -154,7 +157,7 @@ def test_payload_is_bounded_for_100k_steps(long_run):
     # the browser asks for the columns its screen shows: the payload follows
     p.columns = 300
     assert p.meta["cols"] <= 300 and len(p.heat) == 8 * p.meta["cols"] * 4
-    p.columns = 10 ** 6
+    p.columns = 10**6
     assert p.columns == MAX_COLUMNS
 
 
@@ -176,7 +179,7 @@ def test_step_snaps_to_recorded_steps_and_sends_detail():
     assert p.step in (36, 38) and not p.follow
     assert p.detail_step == p.step
     np.testing.assert_allclose(f32(p.detail).reshape(len(METRICS), 4), run._M3[p.step // 2])
-    p.step = 10 ** 9
+    p.step = 10**9
     assert p.step == 98 and p.follow
 
 
@@ -267,16 +270,19 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
         GradientPanel(synthetic_run(3)).log(loss=1.0)
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"metric": "foo"}, ValueError, r"unknown metric 'foo'; choose one of \['grad_norm'"),
-    ({"columns": 0}, ValueError, "columns must be a positive int"),
-    ({"columns": "wide"}, ValueError, "columns must be a positive int"),
-    ({"layer": "zzz"}, ValueError, "no layer named 'zzz'; layers are '0.weight', '0.bias'"),
-    ({"layer": 3.5}, TypeError, "layer must be a layer name .* got float 3.5"),
-    ({"layer": 4}, ValueError, "layer 4 is out of range: -1 .* below 4"),
-    ({"max_rate": -1}, ValueError, "max_rate must be a positive number"),
-    ({"step": 10}, TypeError, "takes no step argument: set panel.step"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"metric": "foo"}, ValueError, r"unknown metric 'foo'; choose one of \['grad_norm'"),
+        ({"columns": 0}, ValueError, "columns must be a positive int"),
+        ({"columns": "wide"}, ValueError, "columns must be a positive int"),
+        ({"layer": "zzz"}, ValueError, "no layer named 'zzz'; layers are '0.weight', '0.bias'"),
+        ({"layer": 3.5}, TypeError, "layer must be a layer name .* got float 3.5"),
+        ({"layer": 4}, ValueError, "layer 4 is out of range: -1 .* below 4"),
+        ({"max_rate": -1}, ValueError, "max_rate must be a positive number"),
+        ({"step": 10}, TypeError, "takes no step argument: set panel.step"),
+    ],
+)
 def test_bad_options_are_refused_before_anything_is_attached(kwargs, error, match):
     """A failed constructor must not leave its callback on the recorder (every later step would
     warn "on_step callback failed")."""
@@ -358,8 +364,9 @@ def view_png(p, step) -> bytes:
 
     rows, cols = p.meta["rows"], p.meta["cols"]
     col = int(np.searchsorted(np.frombuffer(p.col_steps, np.float64), step, side="right")) - 1
-    return heat_png(f32(p.heat).reshape(rows, cols), np.frombuffer(p.flags, np.uint8).reshape(rows, cols),
-                    p.meta["scale"], col)
+    return heat_png(
+        f32(p.heat).reshape(rows, cols), np.frombuffer(p.flags, np.uint8).reshape(rows, cols), p.meta["scale"], col
+    )
 
 
 def test_static_image_is_made_at_the_last_step_when_following():
@@ -385,7 +392,6 @@ def test_after_a_cell_the_panel_sends_the_last_step_and_its_static_image():
     """IPython's post_run_cell: when a cell that trained finishes, the panel sends its final view
     and re-renders ``static_png`` (saved in the notebook's widget state) at the newest step."""
     from IPython.core.interactiveshell import InteractiveShell
-
 
     shell = InteractiveShell.instance()
     try:
@@ -539,8 +545,14 @@ def test_panel_on_a_model_updates_while_training():
     assert p.run is None and "No step recorded yet" in p.meta["message"]
     assert repr(p) == "GradientPanel(no step recorded yet)"
     seen = []
-    train_demo(40, recorder=p, model=model, optimizer=opt, data=data,
-               callback=lambda i, loss: (time.sleep(0.01), seen.append(p.meta["n_steps"])))
+    train_demo(
+        40,
+        recorder=p,
+        model=model,
+        optimizer=opt,
+        data=data,
+        callback=lambda i, loss: (time.sleep(0.01), seen.append(p.meta["n_steps"])),
+    )
     assert p.live and p.push_count >= 3
     assert len(set(seen)) >= 3  # the browser saw the run grow during training
     time.sleep(0.3)

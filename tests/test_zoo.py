@@ -1,5 +1,6 @@
 """The diagnosis zoo trains what it says: every FAST case's labels hold on its recorded Run (fault
 layers exist, healthy losses fall, no-gradient/frozen layers got none, NaN cases recorded NaN)."""
+
 import numpy as np
 import pytest
 

@@ -1,5 +1,6 @@
 """The zoo's scoring (bench/zoo/score.py) on hand-made findings: what counts as a false alarm, a hit
 at rank 1 or 2, layer recall/precision, a slow detection, and the confusion table."""
+
 from types import SimpleNamespace
 
 import pytest
@@ -33,8 +34,9 @@ def test_false_alarms_count_critical_high_medium_only():
 def test_cause_accuracy_first_and_first_two():
     first = Result(_case("frozen", cid="c1"), [Finding("High", "frozen")])
     second = Result(_case("dead_units", cid="c2"), [Finding("High", "vanishing"), Finding("High", "dead_units")])
-    third = Result(_case("lr_too_low", cid="c3"), [Finding("High", "plateau"), Finding("Low", "x"),
-                                                    Finding("Low", "lr_too_low")])
+    third = Result(
+        _case("lr_too_low", cid="c3"), [Finding("High", "plateau"), Finding("Low", "x"), Finding("Low", "lr_too_low")]
+    )
     missed = Result(_case("nonfinite", cid="c4"), [])
     acc = score.cause_accuracy([first, second, third, missed, Result(_case(), [])])
     assert acc["n"] == 4
@@ -42,15 +44,24 @@ def test_cause_accuracy_first_and_first_two():
     assert acc["misses"] == ["c2", "c3", "c4"]
     assert (third.rank, missed.rank, missed.first_cause) == (2, None, score.NONE)
     assert score.by_cause([first, second, third, missed]) == {
-        "dead_units": (0, 1, 1), "frozen": (1, 1, 1), "lr_too_low": (0, 0, 1), "nonfinite": (0, 0, 1)}
+        "dead_units": (0, 1, 1),
+        "frozen": (1, 1, 1),
+        "lr_too_low": (0, 0, 1),
+        "nonfinite": (0, 0, 1),
+    }
 
 
 def test_layer_scores_use_the_first_matching_finding():
     assert score.layer_match(("a", "b"), ("a", "c", "d", "e")) == (0.5, 0.25)
     assert score.layer_match(("a",), ()) == (0.0, 0.0)
-    hit = Result(_case("frozen", ("l1", "l2"), cid="h"),
-                 [Finding("High", "vanishing", layers=("l1",)), Finding("High", "frozen", layers=("l1", "l2")),
-                  Finding("Low", "frozen", layers=("x",))])
+    hit = Result(
+        _case("frozen", ("l1", "l2"), cid="h"),
+        [
+            Finding("High", "vanishing", layers=("l1",)),
+            Finding("High", "frozen", layers=("l1", "l2")),
+            Finding("Low", "frozen", layers=("x",)),
+        ],
+    )
     miss = Result(_case("no_gradient", ("l0",), cid="m"), [Finding("High", "vanishing", layers=("l0",))])
     glob = Result(_case("lr_too_high"), [Finding("High", "lr_too_high")])
     s = score.layer_scores([hit, miss, glob])
@@ -60,8 +71,9 @@ def test_layer_scores_use_the_first_matching_finding():
 
 def test_detection_lists_late_and_stepless_matches():
     early = Result(_case("exploding", cid="e"), [Finding("High", "exploding", 3)])
-    late = Result(Case("l", "mlp", "sgd", 0, "lr_too_low", "lr_too_low", slow_onset=True),
-                  [Finding("High", "lr_too_low", 80)])
+    late = Result(
+        Case("l", "mlp", "sgd", 0, "lr_too_low", "lr_too_low", slow_onset=True), [Finding("High", "lr_too_low", 80)]
+    )
     stepless = Result(_case("frozen", cid="s"), [Finding("High", "frozen", None)])
     unfound = Result(_case("frozen", cid="u"), [])
     d = score.detection([early, late, stepless, unfound], limit=50)
@@ -70,9 +82,11 @@ def test_detection_lists_late_and_stepless_matches():
 
 
 def test_confusion_table_rows_are_true_causes():
-    rs = [Result(_case("frozen", cid="a"), [Finding("High", "frozen")]),
-          Result(_case("frozen", cid="b"), []),
-          Result(_case(cid="c"), [Finding("Medium", "exploding")])]
+    rs = [
+        Result(_case("frozen", cid="a"), [Finding("High", "frozen")]),
+        Result(_case("frozen", cid="b"), []),
+        Result(_case(cid="c"), [Finding("Medium", "exploding")]),
+    ]
     c = score.confusion(rs)
     assert c == {("frozen", "frozen"): 1, ("frozen", "none"): 1, ("healthy", "exploding"): 1}
     lines = score.format_confusion(c).splitlines()

@@ -1,4 +1,5 @@
 """A run directory written by another process, as a training script writes it while a notebook reads."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,9 @@ def has_meta(folder: Path) -> bool:
     return (folder / "meta.json").exists()
 
 
-def start_writer(script: str, folder: Path, *args, ready: Callable[[Path], bool] = has_meta,
-                 timeout: float = 60.0) -> subprocess.Popen:
+def start_writer(
+    script: str, folder: Path, *args, ready: Callable[[Path], bool] = has_meta, timeout: float = 60.0
+) -> subprocess.Popen:
     """Run ``python -c script folder *args`` (this test's gradwidget importable) and return it once
     ``ready(folder)``; a writer that dies or stalls first fails the test with what it said."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))

@@ -7,6 +7,7 @@ fault, to score gradwidget's diagnoses on (bench/diagnosis.py).
 CASES is what diagnoses are calibrated and scored on; HELDOUT repeats every mistake on other seeds,
 architectures and magnitudes, to check that the calibration generalises (never tune on it).
 """
+
 from .case import CAUSES, HEALTHY, Case
 from .cases import CASES, FAST_IDS
 from .heldout import HELDOUT
@@ -22,5 +23,17 @@ from .runner import (
 #: each mistake once and each healthy architecture once, on the cheapest cases that show them
 FAST: list[Case] = [c for c in CASES if c.id in FAST_IDS]
 
-__all__ = ["CASES", "CAUSES", "DEFAULT_CACHE", "FAST", "HEALTHY", "HELDOUT", "ZOO_VERSION", "Case",
-           "check_case", "load_or_run", "loss_ratio", "run_case"]
+__all__ = [
+    "CASES",
+    "CAUSES",
+    "DEFAULT_CACHE",
+    "FAST",
+    "HEALTHY",
+    "HELDOUT",
+    "ZOO_VERSION",
+    "Case",
+    "check_case",
+    "load_or_run",
+    "loss_ratio",
+    "run_case",
+]

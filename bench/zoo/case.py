@@ -1,12 +1,24 @@
 """A zoo case: one training run, healthy or with one injected mistake, and its labels."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 #: the causes a diagnosis can name (DESIGN.md's vocabulary, less ``plateau`` which the zoo does not inject)
 CAUSES: tuple[str, ...] = (
-    "lr_too_high", "lr_too_low", "missing_zero_grad", "not_in_optimizer", "no_gradient", "frozen",
-    "vanishing", "exploding", "dead_units", "nonfinite", "saturated_output", "input_scale", "loss_scale",
+    "lr_too_high",
+    "lr_too_low",
+    "missing_zero_grad",
+    "not_in_optimizer",
+    "no_gradient",
+    "frozen",
+    "vanishing",
+    "exploding",
+    "dead_units",
+    "nonfinite",
+    "saturated_output",
+    "input_scale",
+    "loss_scale",
 )
 HEALTHY = "healthy"
 
@@ -21,8 +33,8 @@ class Case:
     arch: str
     optimizer: str
     seed: int
-    mistake: str                      #: the injection; "healthy" for healthy runs
-    cause: str | None                 #: the label (one of CAUSES); None for healthy runs
+    mistake: str  #: the injection; "healthy" for healthy runs
+    cause: str | None  #: the label (one of CAUSES); None for healthy runs
     fault_layers: tuple[str, ...] = ()
     origin_module: str | None = None  #: nonfinite cases: the dotted module path where it starts
     slow_onset: bool = False

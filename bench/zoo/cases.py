@@ -5,6 +5,7 @@ Labels come from module paths: ``faults`` lists the modules whose parameters are
 ``params_under`` turns them into the parameter names the Run uses, from the real model, so a label
 can never name a layer that does not exist (``check.check_case`` verifies it again on the Run).
 """
+
 from __future__ import annotations
 
 import functools
@@ -25,8 +26,8 @@ SEEDS = (0, 1)
 class Recipe:
     """How to train a case: the arch's build options and the mistakes applied to the setup."""
 
-    variant: tuple = ()          #: build kwargs, as sorted (key, value) pairs
-    mistakes: tuple = ()         #: functions apply(setup)
+    variant: tuple = ()  #: build kwargs, as sorted (key, value) pairs
+    mistakes: tuple = ()  #: functions apply(setup)
 
 
 CASES: list[Case] = []
@@ -47,14 +48,35 @@ def _first_module(arch: str, type_name: str) -> str:
     return path
 
 
-def _add(arch: str, optimizer: str, mistake: str, cause: str | None = None, *, seed: int = 0,
-         apply: Sequence[mk.Mistake] = (), variant: dict | None = None, faults: tuple[str, ...] = (),
-         origin: str | None = None, slow: bool = False, steps: int = 120, into: list | None = None) -> Case:
+def _add(
+    arch: str,
+    optimizer: str,
+    mistake: str,
+    cause: str | None = None,
+    *,
+    seed: int = 0,
+    apply: Sequence[mk.Mistake] = (),
+    variant: dict | None = None,
+    faults: tuple[str, ...] = (),
+    origin: str | None = None,
+    slow: bool = False,
+    steps: int = 120,
+    into: list | None = None,
+) -> Case:
     """Define a case (appended to ``into``, CASES by default) and its recipe."""
     v = tuple(sorted((variant or {}).items()))
-    case = Case(f"{arch}-{optimizer}-s{seed}-{mistake}", arch, optimizer, seed, mistake, cause,
-                fault_layers=mk.params_under(_model(arch, v), faults), origin_module=origin,
-                slow_onset=slow, steps=steps)
+    case = Case(
+        f"{arch}-{optimizer}-s{seed}-{mistake}",
+        arch,
+        optimizer,
+        seed,
+        mistake,
+        cause,
+        fault_layers=mk.params_under(_model(arch, v), faults),
+        origin_module=origin,
+        slow_onset=slow,
+        steps=steps,
+    )
     if case.id in RECIPES:
         raise ValueError(f"two zoo cases are called {case.id}")
     (CASES if into is None else into).append(case)
@@ -93,26 +115,34 @@ for _arch, _opt in [("mlp", "sgd"), ("gpt2", "adamw"), ("lstm", "sgd"), ("cnn", 
     _add(_arch, _opt, "missing_zero_grad", "missing_zero_grad", apply=[mk.no_zero_grad])
 
 # One module left out of the optimizer (a new head, a block): gradients but never an update.
-for _arch, _opt, _mod in [("mlp", "adamw", "net.4"), ("gpt2", "adamw", "transformer.h.1.mlp"),
-                          ("lstm", "sgd", "head"), ("bert", "adamw", "classifier"),
-                          ("vit", "adamw", "classifier"), ("resnet", "adamw", "classifier")]:
-    _add(_arch, _opt, "not_in_optimizer", "not_in_optimizer", apply=[mk.leave_out_of_optimizer(_mod)],
-         faults=(_mod,))
+for _arch, _opt, _mod in [
+    ("mlp", "adamw", "net.4"),
+    ("gpt2", "adamw", "transformer.h.1.mlp"),
+    ("lstm", "sgd", "head"),
+    ("bert", "adamw", "classifier"),
+    ("vit", "adamw", "classifier"),
+    ("resnet", "adamw", "classifier"),
+]:
+    _add(_arch, _opt, "not_in_optimizer", "not_in_optimizer", apply=[mk.leave_out_of_optimizer(_mod)], faults=(_mod,))
 
 # A .detach() in forward: everything before it gets no gradient. GPT-2's wte still gets one through
 # the tied lm_head, so only wpe and block 0 are labelled.
 for _arch, _opt, _at, _faults in [
-        ("mlp", "sgd", "net.3", ("net.0", "net.2")),
-        ("gpt2", "adamw", "transformer.h.0", ("transformer.wpe", "transformer.h.0")),
-        ("lstm", "adamw", "emb", ("emb",)),
-        ("bert", "adamw", "bert.encoder.layer.0", ("bert.embeddings", "bert.encoder.layer.0"))]:
+    ("mlp", "sgd", "net.3", ("net.0", "net.2")),
+    ("gpt2", "adamw", "transformer.h.0", ("transformer.wpe", "transformer.h.0")),
+    ("lstm", "adamw", "emb", ("emb",)),
+    ("bert", "adamw", "bert.encoder.layer.0", ("bert.embeddings", "bert.encoder.layer.0")),
+]:
     _add(_arch, _opt, "no_gradient", "no_gradient", apply=[mk.detach_output(_at)], faults=_faults)
 
 # A middle layer frozen by mistake (requires_grad_(False)).
-for _arch, _opt, _mod in [("mlp", "adamw", "net.4"), ("gpt2", "sgd", "transformer.h.1.attn"),
-                          ("cnn", "adamw", "features.3"),
-                          ("resnet", "sgd", "resnet.encoder.stages.0.layers.0.layer.1.convolution"),
-                          ("bert", "adamw", "bert.encoder.layer.0.intermediate.dense")]:
+for _arch, _opt, _mod in [
+    ("mlp", "adamw", "net.4"),
+    ("gpt2", "sgd", "transformer.h.1.attn"),
+    ("cnn", "adamw", "features.3"),
+    ("resnet", "sgd", "resnet.encoder.stages.0.layers.0.layer.1.convolution"),
+    ("bert", "adamw", "bert.encoder.layer.0.intermediate.dense"),
+]:
     _add(_arch, _opt, "frozen", "frozen", apply=[mk.freeze(_mod)], faults=(_mod,))
 
 # Vanishing: saturating activations (a 10-layer sigmoid MLP), a deep tanh MLP or a CNN with init
@@ -120,54 +150,120 @@ for _arch, _opt, _mod in [("mlp", "adamw", "net.4"), ("gpt2", "sgd", "transforme
 # the largest layer's over the first 10 steps (measured on these runs; biases go with their weight).
 _SIGMOID10 = {"act": "sigmoid", "depth": 10}
 for _opt in OPTIMIZERS:
-    _add("mlp", _opt, "vanishing_sigmoid", "vanishing", variant=_SIGMOID10,
-         faults=tuple(f"net.{2 * i}" for i in range(8)))
-_add("mlp", "adamw", "vanishing_small_init", "vanishing", variant={"act": "tanh", "depth": 8},
-     apply=[mk.scale_weights(0.3)], faults=tuple(f"net.{2 * i}" for i in range(6)))
-_add("cnn", "sgd", "vanishing_small_init", "vanishing", apply=[mk.scale_weights(0.1)],
-     faults=("features.0", "features.3"))
+    _add(
+        "mlp",
+        _opt,
+        "vanishing_sigmoid",
+        "vanishing",
+        variant=_SIGMOID10,
+        faults=tuple(f"net.{2 * i}" for i in range(8)),
+    )
+_add(
+    "mlp",
+    "adamw",
+    "vanishing_small_init",
+    "vanishing",
+    variant={"act": "tanh", "depth": 8},
+    apply=[mk.scale_weights(0.3)],
+    faults=tuple(f"net.{2 * i}" for i in range(6)),
+)
+_add(
+    "cnn",
+    "sgd",
+    "vanishing_small_init",
+    "vanishing",
+    apply=[mk.scale_weights(0.1)],
+    faults=("features.0", "features.3"),
+)
 
 # Exploding: every weight x4 (MLP) / x6 (CNN) without normalisation. Labelled: the parameters whose
 # gradient norm over the first 10 steps is over 100x that of the same healthy run (measured).
-_add("mlp", "sgd", "exploding", "exploding", apply=[mk.scale_weights(4.0)],
-     faults=("net.0", "net.2", "net.4", "net.6", "net.8", "net.10.weight", "net.12.weight"))
-_add("mlp", "adamw", "exploding", "exploding", apply=[mk.scale_weights(4.0)],
-     faults=("net.0", "net.2", "net.4", "net.6.weight", "net.8.weight", "net.10.weight", "net.12.weight"))
-_add("cnn", "sgd", "exploding", "exploding", apply=[mk.scale_weights(6.0)],
-     faults=("features.0", "features.3.weight", "features.6.weight", "head.weight"))
-_add("cnn", "adamw", "exploding", "exploding", apply=[mk.scale_weights(6.0)],
-     faults=("features.0", "features.3.weight", "features.6.weight", "head.weight"))
+_add(
+    "mlp",
+    "sgd",
+    "exploding",
+    "exploding",
+    apply=[mk.scale_weights(4.0)],
+    faults=("net.0", "net.2", "net.4", "net.6", "net.8", "net.10.weight", "net.12.weight"),
+)
+_add(
+    "mlp",
+    "adamw",
+    "exploding",
+    "exploding",
+    apply=[mk.scale_weights(4.0)],
+    faults=("net.0", "net.2", "net.4", "net.6.weight", "net.8.weight", "net.10.weight", "net.12.weight"),
+)
+_add(
+    "cnn",
+    "sgd",
+    "exploding",
+    "exploding",
+    apply=[mk.scale_weights(6.0)],
+    faults=("features.0", "features.3.weight", "features.6.weight", "head.weight"),
+)
+_add(
+    "cnn",
+    "adamw",
+    "exploding",
+    "exploding",
+    apply=[mk.scale_weights(6.0)],
+    faults=("features.0", "features.3.weight", "features.6.weight", "head.weight"),
+)
 
 # Dead ReLUs: a -10 bias before a ReLU (a GELU for GPT-2: its output and slope are exactly 0 there in
 # float32). Labelled: the dead layer, then the layers upstream whose only path to the loss runs
 # through it (every gradient exactly 0), then the next layer's weight, whose input is now all zeros.
 # GPT-2's residual stream keeps feeding the other blocks, so upstream there is only ln_2 (it only
 # feeds the MLP).
-_add("mlp", "sgd", "dead_units", "dead_units", apply=[mk.set_bias("net.2", -10.0)],
-     faults=("net.2", "net.0", "net.4.weight"))
-_add("cnn", "adamw", "dead_units", "dead_units", apply=[mk.set_bias("features.3", -10.0)],
-     faults=("features.3", "features.0", "features.6.weight"))
-_add("gpt2", "adamw", "dead_units", "dead_units", apply=[mk.set_bias("transformer.h.0.mlp.c_fc", -10.0)],
-     faults=("transformer.h.0.mlp.c_fc", "transformer.h.0.ln_2", "transformer.h.0.mlp.c_proj.weight"))
+_add(
+    "mlp",
+    "sgd",
+    "dead_units",
+    "dead_units",
+    apply=[mk.set_bias("net.2", -10.0)],
+    faults=("net.2", "net.0", "net.4.weight"),
+)
+_add(
+    "cnn",
+    "adamw",
+    "dead_units",
+    "dead_units",
+    apply=[mk.set_bias("features.3", -10.0)],
+    faults=("features.3", "features.0", "features.6.weight"),
+)
+_add(
+    "gpt2",
+    "adamw",
+    "dead_units",
+    "dead_units",
+    apply=[mk.set_bias("transformer.h.0.mlp.c_fc", -10.0)],
+    faults=("transformer.h.0.mlp.c_fc", "transformer.h.0.ln_2", "transformer.h.0.mlp.c_proj.weight"),
+)
 
 # NaN from the loss: a hand-written NLL whose probabilities underflow to 0 from step 30.
 for _arch, _opt in [("mlp", "sgd"), ("gpt2", "adamw"), ("lstm", "adamw")]:
     _add(_arch, _opt, "nonfinite_loss", "nonfinite", apply=[mk.nan_from_loss(30)])
 # NaN made inside a parameter-free module (a scale schedule reaching exactly 0) from step 30.
-for _arch, _opt, _mod in [("mlp", "adamw", "net.5"), ("gpt2", "sgd", "transformer.h.1.mlp.act"),
-                          ("vit", "adamw", _first_module("vit", "GELUActivation"))]:
+for _arch, _opt, _mod in [
+    ("mlp", "adamw", "net.5"),
+    ("gpt2", "sgd", "transformer.h.1.mlp.act"),
+    ("vit", "adamw", _first_module("vit", "GELUActivation")),
+]:
     _add(_arch, _opt, "nonfinite_module", "nonfinite", apply=[mk.nan_in_module(_mod, 30)], origin=_mod)
 
 # Softmax applied before nn.CrossEntropyLoss: the output saturates.
 for _arch, _opt, _out in [("mlp", "adamw", "net.12"), ("cnn", "sgd", "head"), ("bert", "adamw", "classifier")]:
-    _add(_arch, _opt, "saturated_output", "saturated_output", apply=[mk.softmax_before_cross_entropy],
-         faults=(_out,))
+    _add(_arch, _opt, "saturated_output", "saturated_output", apply=[mk.softmax_before_cross_entropy], faults=(_out,))
 
 # Unnormalised inputs (x1000): the first layer's gradients and updates are out of scale. Not on the
 # ResNet: a BatchNorm right after its first convolution makes both its output and its weight gradient
 # independent of the input's scale (measured: the same gradients as the healthy run), so no mistake.
-for _arch, _opt, _first in [("mlp", "sgd", "net.0"), ("cnn", "adamw", "features.0"),
-                            ("vit", "sgd", "vit.embeddings.patch_embeddings.projection")]:
+for _arch, _opt, _first in [
+    ("mlp", "sgd", "net.0"),
+    ("cnn", "adamw", "features.0"),
+    ("vit", "sgd", "vit.embeddings.patch_embeddings.projection"),
+]:
     _add(_arch, _opt, "input_scale", "input_scale", apply=[mk.scale_inputs(1000.0)], faults=(_first,))
 
 # reduction="sum" over a big batch with SGD (AdamW is invariant to the loss's scale, so the bug is
@@ -177,13 +273,27 @@ for _arch, _batch in [("mlp", 512), ("gpt2", 64), ("cnn", 256)]:
 
 #: each healthy architecture once and each mistake once, on the cheapest case that shows it
 FAST_IDS: tuple[str, ...] = (
-    "mlp-sgd-s0-healthy", "cnn-sgd-s0-healthy", "lstm-sgd-s0-healthy", "gpt2-adamw-s0-healthy",
-    "bert-adamw-s0-healthy", "resnet-sgd-s0-healthy", "vit-adamw-s0-healthy",
-    "mlp-sgd-s0-lr_too_high", "mlp-adamw-s0-lr_too_low", "lstm-sgd-s0-missing_zero_grad",
-    "mlp-adamw-s0-not_in_optimizer", "gpt2-adamw-s0-no_gradient", "mlp-adamw-s0-frozen",
-    "mlp-sgd-s0-dead_units", "mlp-sgd-s0-vanishing_sigmoid", "mlp-sgd-s0-exploding",
-    "mlp-sgd-s0-nonfinite_loss", "mlp-adamw-s0-nonfinite_module",
-    "mlp-adamw-s0-saturated_output", "mlp-sgd-s0-input_scale", "mlp-sgd-s0-loss_scale",
+    "mlp-sgd-s0-healthy",
+    "cnn-sgd-s0-healthy",
+    "lstm-sgd-s0-healthy",
+    "gpt2-adamw-s0-healthy",
+    "bert-adamw-s0-healthy",
+    "resnet-sgd-s0-healthy",
+    "vit-adamw-s0-healthy",
+    "mlp-sgd-s0-lr_too_high",
+    "mlp-adamw-s0-lr_too_low",
+    "lstm-sgd-s0-missing_zero_grad",
+    "mlp-adamw-s0-not_in_optimizer",
+    "gpt2-adamw-s0-no_gradient",
+    "mlp-adamw-s0-frozen",
+    "mlp-sgd-s0-dead_units",
+    "mlp-sgd-s0-vanishing_sigmoid",
+    "mlp-sgd-s0-exploding",
+    "mlp-sgd-s0-nonfinite_loss",
+    "mlp-adamw-s0-nonfinite_module",
+    "mlp-adamw-s0-saturated_output",
+    "mlp-sgd-s0-input_scale",
+    "mlp-sgd-s0-loss_scale",
 )
 _unknown = set(FAST_IDS) - set(RECIPES)
 assert not _unknown, f"FAST_IDS names no case: {sorted(_unknown)}"

@@ -5,6 +5,7 @@ Every task is a fixed training set drawn once from its seed; ``batch(step)`` cyc
 seeded order, so a case is reproducible step for step. Real-valued inputs are standardised (mean 0,
 std 1 per feature) so that an unnormalised input is a mistake the zoo injects, not an accident.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ class Task:
         if self._pos + self.batch_size > len(self.x):
             self._order = torch.randperm(len(self.x), generator=self._gen)
             self._pos = 0
-        i = self._order[self._pos: self._pos + self.batch_size]
+        i = self._order[self._pos : self._pos + self.batch_size]
         self._pos += self.batch_size
         return self.x[i], self.y[i]
 
@@ -59,8 +60,9 @@ def images(seed: int, n: int = 1024, size: int = 32, classes: int = 4, batch_siz
     return Task(_standardise(x), y, batch_size, seed)
 
 
-def markov_tokens(seed: int, n: int = 512, length: int = 32, vocab: int = 64, batch_size: int = 16,
-                  p_follow: float = 0.9) -> Task:
+def markov_tokens(
+    seed: int, n: int = 512, length: int = 32, vocab: int = 64, batch_size: int = 16, p_follow: float = 0.9
+) -> Task:
     """Token sequences from a sparse Markov chain: each token is followed by its fixed successor with
     probability ``p_follow``, else by a uniform random token. ``y`` is ``x`` shifted by one."""
     g = torch.Generator().manual_seed(seed)
@@ -73,8 +75,9 @@ def markov_tokens(seed: int, n: int = 512, length: int = 32, vocab: int = 64, ba
     return Task(seq[:, :-1].contiguous(), seq[:, 1:].contiguous(), batch_size, seed)
 
 
-def marker_tokens(seed: int, n: int = 1024, length: int = 16, vocab: int = 64, classes: int = 4,
-                  batch_size: int = 32) -> Task:
+def marker_tokens(
+    seed: int, n: int = 1024, length: int = 16, vocab: int = 64, classes: int = 4, batch_size: int = 32
+) -> Task:
     """Token-presence classification: each sequence holds exactly one of ``classes`` marker tokens
     (ids 1..classes) at a random position among ordinary tokens; the label is which marker. Position
     0 is a [CLS]-like token, the last id; id 0 (BERT's padding id, which never trains) is not used."""

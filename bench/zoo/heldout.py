@@ -4,6 +4,7 @@ magnitudes or places, to check that what is calibrated on CASES generalises. Nev
 Labels follow the same rules as in cases.py; the vanishing and exploding ones were measured the
 same way (below 1% of the largest weight gradient; over 100x the same healthy run, first 10 steps).
 """
+
 from __future__ import annotations
 
 from . import mistakes as mk
@@ -31,46 +32,95 @@ _h("mlp", "adamw", "missing_zero_grad", "missing_zero_grad", apply=[mk.no_zero_g
 _h("vit", "sgd", "missing_zero_grad", "missing_zero_grad", apply=[mk.no_zero_grad])
 
 # a middle conv block, and a whole recurrent module, left out of the optimizer
-_h("cnn", "sgd", "not_in_optimizer", "not_in_optimizer", apply=[mk.leave_out_of_optimizer("features.3")],
-   faults=("features.3",))
-_h("lstm", "adamw", "not_in_optimizer", "not_in_optimizer", apply=[mk.leave_out_of_optimizer("rnn")],
-   faults=("rnn",))
+_h(
+    "cnn",
+    "sgd",
+    "not_in_optimizer",
+    "not_in_optimizer",
+    apply=[mk.leave_out_of_optimizer("features.3")],
+    faults=("features.3",),
+)
+_h("lstm", "adamw", "not_in_optimizer", "not_in_optimizer", apply=[mk.leave_out_of_optimizer("rnn")], faults=("rnn",))
 
 # detached after the first conv block; ViT's whole embedding detached (patches, cls, positions)
-_h("cnn", "adamw", "no_gradient", "no_gradient", apply=[mk.detach_output("features.2")],
-   faults=("features.0",))
-_h("vit", "adamw", "no_gradient", "no_gradient", apply=[mk.detach_output("vit.embeddings")],
-   faults=("vit.embeddings",))
+_h("cnn", "adamw", "no_gradient", "no_gradient", apply=[mk.detach_output("features.2")], faults=("features.0",))
+_h("vit", "adamw", "no_gradient", "no_gradient", apply=[mk.detach_output("vit.embeddings")], faults=("vit.embeddings",))
 
-_h("gpt2", "adamw", "frozen", "frozen", apply=[mk.freeze("transformer.h.0.attn")],
-   faults=("transformer.h.0.attn",))
+_h("gpt2", "adamw", "frozen", "frozen", apply=[mk.freeze("transformer.h.0.attn")], faults=("transformer.h.0.attn",))
 _h("lstm", "sgd", "frozen", "frozen", apply=[mk.freeze("emb")], faults=("emb",))
 
-_h("mlp", "sgd", "vanishing_sigmoid", "vanishing", variant={"act": "sigmoid", "depth": 8},
-   faults=tuple(f"net.{2 * i}" for i in range(6)))
-_h("cnn", "adamw", "vanishing_small_init", "vanishing", apply=[mk.scale_weights(0.1)],
-   faults=("features.0", "features.3"))
+_h(
+    "mlp",
+    "sgd",
+    "vanishing_sigmoid",
+    "vanishing",
+    variant={"act": "sigmoid", "depth": 8},
+    faults=tuple(f"net.{2 * i}" for i in range(6)),
+)
+_h(
+    "cnn",
+    "adamw",
+    "vanishing_small_init",
+    "vanishing",
+    apply=[mk.scale_weights(0.1)],
+    faults=("features.0", "features.3"),
+)
 
-_h("mlp", "sgd", "exploding", "exploding", apply=[mk.scale_weights(3.0)],
-   faults=("net.0", "net.2.weight", "net.4.weight", "net.6.weight", "net.8.weight"))
-_h("cnn", "adamw", "exploding", "exploding", apply=[mk.scale_weights(4.0)],
-   faults=("features.0", "features.3.weight", "features.6.weight", "head.weight"))
+_h(
+    "mlp",
+    "sgd",
+    "exploding",
+    "exploding",
+    apply=[mk.scale_weights(3.0)],
+    faults=("net.0", "net.2.weight", "net.4.weight", "net.6.weight", "net.8.weight"),
+)
+_h(
+    "cnn",
+    "adamw",
+    "exploding",
+    "exploding",
+    apply=[mk.scale_weights(4.0)],
+    faults=("features.0", "features.3.weight", "features.6.weight", "head.weight"),
+)
 
 # dead deeper in the MLP (three layers upstream) and at the CNN's first conv
-_h("mlp", "adamw", "dead_units", "dead_units", apply=[mk.set_bias("net.4", -10.0)],
-   faults=("net.4", "net.2", "net.0", "net.6.weight"))
-_h("cnn", "sgd", "dead_units", "dead_units", apply=[mk.set_bias("features.0", -10.0)],
-   faults=("features.0", "features.3.weight"))
+_h(
+    "mlp",
+    "adamw",
+    "dead_units",
+    "dead_units",
+    apply=[mk.set_bias("net.4", -10.0)],
+    faults=("net.4", "net.2", "net.0", "net.6.weight"),
+)
+_h(
+    "cnn",
+    "sgd",
+    "dead_units",
+    "dead_units",
+    apply=[mk.set_bias("features.0", -10.0)],
+    faults=("features.0", "features.3.weight"),
+)
 
 # slow: the NaN is injected at step 60, past the 50 steps a detection is expected within
 _h("cnn", "sgd", "nonfinite_loss", "nonfinite", apply=[mk.nan_from_loss(60)], slow=True)
-_h("bert", "adamw", "nonfinite_module", "nonfinite",
-   apply=[mk.nan_in_module(_bert_act := _first_module("bert", "GELUActivation"), 45)], origin=_bert_act)
+_h(
+    "bert",
+    "adamw",
+    "nonfinite_module",
+    "nonfinite",
+    apply=[mk.nan_in_module(_bert_act := _first_module("bert", "GELUActivation"), 45)],
+    origin=_bert_act,
+)
 
-_h("lstm", "adamw", "saturated_output", "saturated_output", apply=[mk.softmax_before_cross_entropy],
-   faults=("head",))
-_h("vit", "adamw", "saturated_output", "saturated_output", apply=[mk.softmax_before_cross_entropy],
-   faults=("classifier",))
+_h("lstm", "adamw", "saturated_output", "saturated_output", apply=[mk.softmax_before_cross_entropy], faults=("head",))
+_h(
+    "vit",
+    "adamw",
+    "saturated_output",
+    "saturated_output",
+    apply=[mk.softmax_before_cross_entropy],
+    faults=("classifier",),
+)
 
 # raw pixel-like scale x255, and x100
 _h("cnn", "sgd", "input_scale", "input_scale", apply=[mk.scale_inputs(255.0)], faults=("features.0",))

@@ -4,6 +4,7 @@ healthy training setup (``train.Setup``) the way the bug people post about does.
 Module paths are dotted names as in ``model.named_modules()``; ``params_under`` gives the parameter
 names a mistake at a path touches, which is how the cases get their ``fault_layers`` labels.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -36,6 +37,7 @@ def params_under(model: nn.Module, prefixes: Iterable[str]) -> tuple[str, ...]:
 def scale_lr(factor: float) -> Mistake:
     def apply(s: Setup) -> None:
         s.lr *= factor
+
     return apply
 
 
@@ -46,9 +48,11 @@ def no_zero_grad(s: Setup) -> None:
 
 def leave_out_of_optimizer(*prefixes: str) -> Mistake:
     """The optimizer is built without these modules' parameters (they still get gradients)."""
+
     def apply(s: Setup) -> None:
         params_under(s.model, prefixes)
         s.params = [p for n, p in s.model.named_parameters() if not any(under(n, q) for q in prefixes)]
+
     return apply
 
 
@@ -63,38 +67,46 @@ def _detached(output):
 def detach_output(prefix: str) -> Mistake:
     """The output of the module at ``prefix`` is ``.detach()``ed in forward (a forward hook): nothing
     before it gets a gradient through that path."""
+
     def apply(s: Setup) -> None:
         s.model.get_submodule(prefix).register_forward_hook(lambda m, args, out: _detached(out))
+
     return apply
 
 
 def freeze(*prefixes: str) -> Mistake:
     """``requires_grad_(False)`` on modules that were meant to train (still in the optimizer)."""
+
     def apply(s: Setup) -> None:
         for p in prefixes:
             s.model.get_submodule(p).requires_grad_(False)
+
     return apply
 
 
 def scale_weights(factor: float, *prefixes: str, names: tuple[str, ...] = ("weight",)) -> Mistake:
     """Multiply the initial values of the named parameters of these modules (all modules when no
     prefix is given) by ``factor``: too-small or too-large initialisation."""
+
     def apply(s: Setup) -> None:
         with torch.no_grad():
             for n, p in s.model.named_parameters():
                 if n.rsplit(".", 1)[-1].startswith(names) and (not prefixes or any(under(n, q) for q in prefixes)):
                     p.mul_(factor)
+
     return apply
 
 
 def set_bias(prefix: str, value: float) -> Mistake:
     """Initialise one layer's bias to ``value`` (a large negative bias kills the ReLUs after it)."""
+
     def apply(s: Setup) -> None:
         bias = s.model.get_submodule(prefix).bias
         if not isinstance(bias, torch.Tensor):
             raise TypeError(f"{prefix} has no bias to set")
         with torch.no_grad():
             bias.fill_(value)
+
     return apply
 
 
@@ -114,6 +126,7 @@ class DividingSchedule(nn.Module):
 
 def nan_in_module(prefix: str, at: int) -> Mistake:
     """Wrap the parameter-free module at ``prefix`` so that it produces Inf/NaN from step ``at``."""
+
     def apply(s: Setup) -> None:
         parent, _, child = prefix.rpartition(".")
         owner = s.model.get_submodule(parent) if parent else s.model
@@ -121,6 +134,7 @@ def nan_in_module(prefix: str, at: int) -> Mistake:
         if any(True for _ in inner.parameters()):
             raise ValueError(f"{prefix} has parameters; nan_in_module wraps a parameter-free module")
         setattr(owner, child, DividingSchedule(inner, at))
+
     return apply
 
 
@@ -128,6 +142,7 @@ def nan_from_loss(at: int) -> Mistake:
     """A hand-written NLL on probabilities, ``-log(softmax(logits / T)[y])``, with a temperature T
     annealed so that from step ``at`` the probabilities of wrong classes underflow to exact 0 in
     float32 and the log of them is -Inf: the NaN starts in the loss, no module makes it."""
+
     def apply(s: Setup) -> None:
         state = {"step": 0}
         s.on_step.append(lambda step: state.update(step=step))
@@ -136,7 +151,9 @@ def nan_from_loss(at: int) -> Mistake:
             t = 1.0 if state["step"] < at else 1e-6
             probs = torch.softmax(logits / t, dim=-1)
             return -probs.gather(1, y[:, None]).log().mean()
+
         s.criterion = criterion
+
     return apply
 
 
@@ -148,14 +165,18 @@ def softmax_before_cross_entropy(s: Setup) -> None:
 
 def scale_inputs(factor: float) -> Mistake:
     """Unnormalised inputs: raw values ``factor`` times the standardised ones."""
+
     def apply(s: Setup) -> None:
         s.inputs = lambda x: x * factor
+
     return apply
 
 
 def summed_loss(batch_size: int) -> Mistake:
     """``reduction="sum"`` instead of the mean over a big batch: the gradient grows with the batch."""
+
     def apply(s: Setup) -> None:
         s.criterion = lambda logits, y: nn.functional.cross_entropy(logits, y, reduction="sum")
         s.batch_size = batch_size
+
     return apply

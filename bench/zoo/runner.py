@@ -1,4 +1,5 @@
 """Running cases, with a cache of their Runs on disk, and the self-check of a case's labels."""
+
 from __future__ import annotations
 
 import os
@@ -34,10 +35,15 @@ def run_case(case: Case):
     except KeyError:
         raise KeyError(f"no zoo recipe for case {case.id!r}; cases come from zoo.CASES and zoo.HELDOUT") from None
     t = time.perf_counter()
-    run = train(case.arch, case.optimizer, case.seed, case.steps, variant=dict(recipe.variant),
-                mistakes=recipe.mistakes)
-    run.meta.update(zoo_case=case.id, zoo_version=ZOO_VERSION, zoo_steps=case.steps,
-                    zoo_train_seconds=round(time.perf_counter() - t, 3))
+    run = train(
+        case.arch, case.optimizer, case.seed, case.steps, variant=dict(recipe.variant), mistakes=recipe.mistakes
+    )
+    run.meta.update(
+        zoo_case=case.id,
+        zoo_version=ZOO_VERSION,
+        zoo_steps=case.steps,
+        zoo_train_seconds=round(time.perf_counter() - t, 3),
+    )
     return run
 
 

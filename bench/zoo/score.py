@@ -4,6 +4,7 @@ can assert on them without training anything.
 A *finding* is one recommendation of ``gradwidget.analyze(run)``, reduced to what is scored: its
 priority, its cause, the first step it applies from, and its layers (most affected first).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -34,8 +35,12 @@ class Finding:
 def finding_of(rec) -> Finding:
     """Read one recommendation defensively: ``cause`` when it has one, else its ``kind``."""
     step = getattr(rec, "first_step", None)
-    return Finding(str(getattr(rec, "priority", "")), str(getattr(rec, "cause", None) or rec.kind),
-                   None if step is None else int(step), tuple(getattr(rec, "layers", None) or ()))
+    return Finding(
+        str(getattr(rec, "priority", "")),
+        str(getattr(rec, "cause", None) or rec.kind),
+        None if step is None else int(step),
+        tuple(getattr(rec, "layers", None) or ()),
+    )
 
 
 def findings_of(report) -> list[Finding]:
@@ -82,8 +87,12 @@ def cause_accuracy(results: list[Result]) -> dict:
     n = len(ms)
     top1 = [r for r in ms if r.rank == 0]
     top2 = [r for r in ms if r.rank is not None and r.rank < 2]
-    return {"n": n, "top1": len(top1) / n if n else float("nan"), "top2": len(top2) / n if n else float("nan"),
-            "misses": [r.case.id for r in ms if r.rank != 0]}
+    return {
+        "n": n,
+        "top1": len(top1) / n if n else float("nan"),
+        "top2": len(top2) / n if n else float("nan"),
+        "misses": [r.case.id for r in ms if r.rank != 0],
+    }
 
 
 def by_cause(results: list[Result]) -> dict[str, tuple[int, int, int]]:
@@ -115,9 +124,12 @@ def layer_scores(results: list[Result]) -> dict:
         m = r.match
         per[r.case.id] = layer_match(r.case.fault_layers, m.layers) if m else (0.0, 0.0)
     n = len(per)
-    return {"n": n, "per_case": per,
-            "recall": sum(v[0] for v in per.values()) / n if n else float("nan"),
-            "precision": sum(v[1] for v in per.values()) / n if n else float("nan")}
+    return {
+        "n": n,
+        "per_case": per,
+        "recall": sum(v[0] for v in per.values()) / n if n else float("nan"),
+        "precision": sum(v[1] for v in per.values()) / n if n else float("nan"),
+    }
 
 
 def detection(results: list[Result], limit: int = DETECTION_STEPS) -> dict:
@@ -144,6 +156,7 @@ def format_confusion(counts: Counter) -> str:
     w = max([len(r) for r in rows] + [5]) + 1
     cw = [max(len(c), 3) + 1 for c in cols]
     head = " " * w + "".join(c.rjust(k) for c, k in zip(cols, cw))
-    lines = [head] + [r.ljust(w) + "".join(str(counts.get((r, c), "") or ".").rjust(k) for c, k in zip(cols, cw))
-                      for r in rows]
+    lines = [head] + [
+        r.ljust(w) + "".join(str(counts.get((r, c), "") or ".").rjust(k) for c, k in zip(cols, cw)) for r in rows
+    ]
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """Training one zoo case: build the arch, let the case's mistake change the setup, train with a
 ``gradwidget.Recorder`` attached, return the Run."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -22,11 +23,11 @@ class Setup:
     model: nn.Module
     optimizer_name: str
     lr: float
-    params: list                     #: what the optimizer is given
-    zero_grad: bool = True           #: call optimizer.zero_grad() every step
+    params: list  #: what the optimizer is given
+    zero_grad: bool = True  #: call optimizer.zero_grad() every step
     criterion: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = mean_cross_entropy
     inputs: Callable[[torch.Tensor], torch.Tensor] = lambda x: x
-    batch_size: int | None = None    #: override the task's batch size
+    batch_size: int | None = None  #: override the task's batch size
     on_step: list = field(default_factory=list)  #: callables (step) run before each forward
 
     def make_optimizer(self) -> torch.optim.Optimizer:
@@ -37,8 +38,17 @@ class Setup:
         raise ValueError(f"unknown optimizer {self.optimizer_name!r}; the zoo uses 'sgd' and 'adamw'")
 
 
-def train(arch_name: str, optimizer: str, seed: int, steps: int, *, variant: dict | None = None,
-          lr_factor: float = 1.0, mistakes: tuple = (), histogram_every: int = 10):
+def train(
+    arch_name: str,
+    optimizer: str,
+    seed: int,
+    steps: int,
+    *,
+    variant: dict | None = None,
+    lr_factor: float = 1.0,
+    mistakes: tuple = (),
+    histogram_every: int = 10,
+):
     """Train ``arch_name`` for ``steps`` optimizer steps with each of ``mistakes`` (``fn(setup)``)
     applied, and return the recorded ``gradwidget.Run``."""
     from gradwidget import Recorder

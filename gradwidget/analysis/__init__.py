@@ -5,6 +5,7 @@ statistics (stats), flow characteristics and regions (flow), flow network and cr
 (network), health (health), groups / suggestions / priorities / recommendations (advice), and
 weights (weights) when weight arrays are given.
 """
+
 from __future__ import annotations
 
 import copy
@@ -21,8 +22,7 @@ from .weights import analyze_weights, drift_from_run, gradient_explosion, weight
 __all__ = ["analyze", "Report", "analyze_weights", "weights_from_module"]
 
 
-def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
-            max_rows: int = stats.MAX_ROWS) -> Report:
+def analyze(run: Run, thresholds=None, weights=None, previous_weights=None, max_rows: int = stats.MAX_ROWS) -> Report:
     """Analyse ``run`` and return a Report.
 
     ``thresholds`` overrides ``run.thresholds`` (a Thresholds or a dict of overrides). ``weights``
@@ -32,8 +32,7 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
     """
     weights, previous_weights = _check_args(run, weights, previous_weights, max_rows)
     if thresholds is not None:  # a Thresholds replaces the run's; a dict overrides some of them
-        t = as_thresholds(dict(run.thresholds.to_dict(), **thresholds) if isinstance(thresholds, dict)
-                          else thresholds)
+        t = as_thresholds(dict(run.thresholds.to_dict(), **thresholds) if isinstance(thresholds, dict) else thresholds)
         run = copy.copy(run)  # shares the arrays; only this view sees the new thresholds
         run.thresholds = t
     t = run.thresholds
@@ -42,13 +41,17 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
     if run.n_steps == 0:
         notes.append("the run has no recorded steps: every layer is Unknown")
     if run.history is not None and run.history.n_steps:
-        notes.append(f"the analysis covers the rolling window (steps {int(run.steps[0])}–{int(run.steps[-1])}); "
-                     f"{run.history.n_steps} older, decimated rows are in run.history")
+        notes.append(
+            f"the analysis covers the rolling window (steps {int(run.steps[0])}–{int(run.steps[-1])}); "
+            f"{run.history.n_steps} older, decimated rows are in run.history"
+        )
     notes.extend(n for n in (network.dropped_edges_note(run), network.cycle_note(run)) if n)
     s = stats.Series(run, max_rows)
     if run.n_steps > max_rows:
-        notes.append(f"{run.n_steps} steps: distribution statistics use {max_rows} evenly spaced steps, "
-                     f"trends a {s.block}-step block average; extremes and flag counts use every step")
+        notes.append(
+            f"{run.n_steps} steps: distribution statistics use {max_rows} evenly spaced steps, "
+            f"trends a {s.block}-step block average; extremes and flag counts use every step"
+        )
     fl = flow.flow_characteristics(s)
     factors = health.risk_factors(s, fl)
     hl = health.layer_health(s, fl, factors)
@@ -76,12 +79,33 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None,
     if weights is not None:
         wrep = analyze_weights(weights, previous_weights, t)
         wrep.explosion = explosion
-    return Report(run=run, thresholds=t, overall_health=overall, layers=layers, statistics=s.stats, flow=fl,
-                  health=hl, risk_factors=factors, regions=regs, network=net, critical_paths=paths,
-                  distribution=dist, interactions=inter, convergence=conv, dynamics=dyn, stability=stab,
-                  groups=groups, suggestions=sugg, priorities=prio, recommendations=recs,
-                  weights=wrep, weight_drift=drift_from_run(run, s.update_rows),
-                  explosion=explosion, nonfinite_origin=nonfinite.nonfinite_origin(run), notes=notes)
+    return Report(
+        run=run,
+        thresholds=t,
+        overall_health=overall,
+        layers=layers,
+        statistics=s.stats,
+        flow=fl,
+        health=hl,
+        risk_factors=factors,
+        regions=regs,
+        network=net,
+        critical_paths=paths,
+        distribution=dist,
+        interactions=inter,
+        convergence=conv,
+        dynamics=dyn,
+        stability=stab,
+        groups=groups,
+        suggestions=sugg,
+        priorities=prio,
+        recommendations=recs,
+        weights=wrep,
+        weight_drift=drift_from_run(run, s.update_rows),
+        explosion=explosion,
+        nonfinite_origin=nonfinite.nonfinite_origin(run),
+        notes=notes,
+    )
 
 
 #: fewest rows ``max_rows`` may keep: trends, plateaus and correlations need a handful of points.
@@ -94,8 +118,10 @@ def _check_args(run, weights, previous_weights, max_rows):
     if not isinstance(run, Run):
         raise TypeError(f"analyze() needs a gradwidget Run (e.g. recorder.run), not {type(run).__name__}")
     if run.n_layers == 0:
-        raise ValueError("the run has no layers, so there is nothing to analyse: record a model with trainable "
-                         "parameters (or pass named arrays to ArrayRecorder.record)")
+        raise ValueError(
+            "the run has no layers, so there is nothing to analyse: record a model with trainable "
+            "parameters (or pass named arrays to ArrayRecorder.record)"
+        )
     if isinstance(max_rows, bool) or not isinstance(max_rows, (int, np.integer)):
         raise TypeError(f"max_rows must be an int (rows analysed at full resolution), not {type(max_rows).__name__}")
     if max_rows < MIN_ROWS:
@@ -112,8 +138,10 @@ def _check_thresholds(t) -> None:
         if not getattr(t, name) > 0:
             raise ValueError(f"Thresholds.{name} must be above 0 (it is a ratio), got {getattr(t, name)!r}")
     if t.convergence_window < 3:
-        raise ValueError(f"Thresholds.convergence_window must be at least 3 steps (a trend needs 3 points), "
-                         f"got {t.convergence_window!r}")
+        raise ValueError(
+            f"Thresholds.convergence_window must be at least 3 steps (a trend needs 3 points), "
+            f"got {t.convergence_window!r}"
+        )
 
 
 def _as_weights(w, what: str):
@@ -129,8 +157,9 @@ def _as_weights(w, what: str):
         return w
     if callable(getattr(w, "named_parameters", None)):
         return weights_from_module(w)
-    raise TypeError(f"{what} must be a dict {{layer name: array}} or a torch module (nn.Module), "
-                    f"not {type(w).__name__}")
+    raise TypeError(
+        f"{what} must be a dict {{layer name: array}} or a torch module (nn.Module), not {type(w).__name__}"
+    )
 
 
 def _layers_table(run: Run, s: stats.Series, fl: pd.DataFrame, hl: pd.DataFrame, recs) -> pd.DataFrame:
@@ -148,27 +177,29 @@ def _layers_table(run: Run, s: stats.Series, fl: pd.DataFrame, hl: pd.DataFrame,
         for n in r.layers:
             top.setdefault(n, (r.cause, f"{n}: {r.action}"))
     ex = s.exact
-    return pd.DataFrame({
-        "layer": run.layer_names,
-        "module_type": [info.module_type for info in run.layers],
-        "numel": [int(info.numel) for info in run.layers],
-        "status": [info.status for info in run.layers],
-        "tied": [", ".join(info.tied) for info in run.layers],  # its other names (tied weights)
-        "health": hl["health"].to_numpy(),
-        "risk": hl["risk"].to_numpy(),
-        "grad_norm_median": s.stat("grad_norm", "median"),
-        "mean_abs_median": s.stat("mean_abs", "median"),
-        "max_abs_max": ex["max_abs_max"],
-        "zero_frac_mean": s.stat("zero_frac", "mean"),
-        "nonfinite_total": ex["nonfinite_total"],
-        "vanishing_share": ex["vanishing_share"],
-        "exploding_share": ex["exploding_share"],
-        "dead_share": ex["dead_share"],
-        "stability": fl["stability"].to_numpy(),
-        "trend": fl["trend"].to_numpy(),
-        "direction": fl["direction"].to_numpy(),
-        "flags": hl["flags"].to_numpy(),
-        "cause": [top.get(n, ("", ""))[0] for n in run.layer_names],
-        "origin": origin,  # the row standing for where the first NaN/Inf was made
-        "suggestion": [top.get(n, ("", ""))[1] for n in run.layer_names],
-    })
+    return pd.DataFrame(
+        {
+            "layer": run.layer_names,
+            "module_type": [info.module_type for info in run.layers],
+            "numel": [int(info.numel) for info in run.layers],
+            "status": [info.status for info in run.layers],
+            "tied": [", ".join(info.tied) for info in run.layers],  # its other names (tied weights)
+            "health": hl["health"].to_numpy(),
+            "risk": hl["risk"].to_numpy(),
+            "grad_norm_median": s.stat("grad_norm", "median"),
+            "mean_abs_median": s.stat("mean_abs", "median"),
+            "max_abs_max": ex["max_abs_max"],
+            "zero_frac_mean": s.stat("zero_frac", "mean"),
+            "nonfinite_total": ex["nonfinite_total"],
+            "vanishing_share": ex["vanishing_share"],
+            "exploding_share": ex["exploding_share"],
+            "dead_share": ex["dead_share"],
+            "stability": fl["stability"].to_numpy(),
+            "trend": fl["trend"].to_numpy(),
+            "direction": fl["direction"].to_numpy(),
+            "flags": hl["flags"].to_numpy(),
+            "cause": [top.get(n, ("", ""))[0] for n in run.layer_names],
+            "origin": origin,  # the row standing for where the first NaN/Inf was made
+            "suggestion": [top.get(n, ("", ""))[1] for n in run.layer_names],
+        }
+    )

@@ -12,6 +12,7 @@ Fields of the original crate not carried over, and why:
   impact, and its cross-level interactions were never filled in.
 - ``OptimizationDifficulty.VeryDifficult``: never assigned by the original crate.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -36,17 +37,17 @@ _HEALTH_WEIGHT = {"Critical": 1.0, "Warning": 0.7, "Unknown": 0.5, "Healthy": 0.
 
 @dataclass
 class GroupCharacteristics:
-    mean_gradient_norm: float     #: geometric mean of the members' median gradient norms
-    synchronization: float        #: mean pairwise correlation of the members' log-norm series
-    lr_sensitivity: float         #: median update/weight ratio of the members (NaN without optimizer)
-    internal_coherence: float     #: 1/(1 + std of the members' log10 levels)
-    difficulty: str               #: Difficult (a Critical member) / Moderate (a Warning) / Easy
+    mean_gradient_norm: float  #: geometric mean of the members' median gradient norms
+    synchronization: float  #: mean pairwise correlation of the members' log-norm series
+    lr_sensitivity: float  #: median update/weight ratio of the members (NaN without optimizer)
+    internal_coherence: float  #: 1/(1 + std of the members' log10 levels)
+    difficulty: str  #: Difficult (a Critical member) / Moderate (a Warning) / Easy
 
 
 @dataclass
 class LayerGroup:
     name: str
-    by: str                       #: "level" or "module"
+    by: str  #: "level" or "module"
     layers: list[str]
     characteristics: GroupCharacteristics
     health_counts: dict
@@ -73,8 +74,11 @@ def layer_groups(s: Series, health: pd.DataFrame) -> list[LayerGroup]:
         lg = np.log10(np.where(g > 0, g, np.nan))
         rel = lg - nanmedian(lg[known]) if known.any() else lg * np.nan
     band = -np.log10(t.bottleneck_gain)
-    level = np.where(~known | ~np.isfinite(rel), "", np.where(rel > band, "High gradient",
-                                                              np.where(rel < -band, "Low gradient", "Medium gradient")))
+    level = np.where(
+        ~known | ~np.isfinite(rel),
+        "",
+        np.where(rel > band, "High gradient", np.where(rel < -band, "Low gradient", "Medium gradient")),
+    )
     z, varies = standardized(block_mean(s.coarse, CORR_ROWS)[0])
     ur = health["update_ratio"].to_numpy()
     hv = health["health"].to_numpy()
@@ -92,9 +96,15 @@ def layer_groups(s: Series, health: pd.DataFrame) -> list[LayerGroup]:
                     mean_gradient_norm=float(10 ** np.nanmean(lg[idx])) if np.isfinite(lg[idx]).any() else float("nan"),
                     synchronization=sync,
                     lr_sensitivity=float(nanmedian(ur[idx])) if np.isfinite(ur[idx]).any() else float("nan"),
-                    internal_coherence=float(1 / (1 + np.nanstd(lg[idx]))) if np.isfinite(lg[idx]).any() else float("nan"),
-                    difficulty="Difficult" if (hv[idx] == "Critical").any() else
-                    "Moderate" if (hv[idx] == "Warning").any() else "Easy")
+                    internal_coherence=float(1 / (1 + np.nanstd(lg[idx])))
+                    if np.isfinite(lg[idx]).any()
+                    else float("nan"),
+                    difficulty="Difficult"
+                    if (hv[idx] == "Critical").any()
+                    else "Moderate"
+                    if (hv[idx] == "Warning").any()
+                    else "Easy",
+                )
             counts = {h: int((hv[idx] == h).sum()) for h in ("Healthy", "Warning", "Critical")}
             out.append(LayerGroup(str(key), by, [names[i] for i in idx], ch, counts))
     return out
@@ -104,11 +114,11 @@ def layer_groups(s: Series, health: pd.DataFrame) -> list[LayerGroup]:
 @dataclass
 class Suggestion:
     layer: str
-    kind: str            #: initialisation, learning_rate, clipping, normalisation, regularisation, residual, activation
+    kind: str  #: initialisation, learning_rate, clipping, normalisation, regularisation, residual, activation
     text: str
     evidence: str
-    expected_impact: float   #: severity of the risk factor it addresses (0..1)
-    complexity: str          #: Simple / Moderate / Complex
+    expected_impact: float  #: severity of the risk factor it addresses (0..1)
+    complexity: str  #: Simple / Moderate / Complex
     side_effects: list[str] = field(default_factory=list)  #: what the fix can cost (``ACTION_META``)
 
 
@@ -116,38 +126,97 @@ class Suggestion:
 #: ImplementationEffort, prerequisites, side effects).
 #: What each remedy involves and can cost is a property of the remedy, so it is a table.
 ACTION_META = {
-    "clipping": ("OptimizationTechnique", "Minimal", ["the typical global gradient norm, to set max_norm"],
-                 ["a max_norm far below the typical norm shrinks every step and slows learning"]),
-    "learning_rate": ("LearningRateScheduling", "Minimal", [],
-                      ["a lower rate slows convergence; a higher one risks instability"]),
-    "initialisation": ("ParameterAdjustment", "Moderate", ["restarting training from the new initialisation"],
-                       ["the progress made so far is lost (retraining from scratch)"]),
-    "normalisation": ("ArchitecturalChange", "Moderate", ["access to the model definition"],
-                      ["changes the model: existing checkpoints no longer load as-is"]),
-    "regularisation": ("RegularizationMethod", "Low", [],
-                       ["weight decay or less momentum can reduce capacity or slow convergence"]),
-    "activation": ("ArchitecturalChange", "Moderate", ["access to the model definition"],
-                   ["a different activation changes what the layer computes: retraining needed"]),
-    "residual": ("ArchitecturalChange", "High", ["access to the model definition", "retraining"],
-                 ["changes the architecture: checkpoints and tuned hyper-parameters may not carry over"]),
+    "clipping": (
+        "OptimizationTechnique",
+        "Minimal",
+        ["the typical global gradient norm, to set max_norm"],
+        ["a max_norm far below the typical norm shrinks every step and slows learning"],
+    ),
+    "learning_rate": (
+        "LearningRateScheduling",
+        "Minimal",
+        [],
+        ["a lower rate slows convergence; a higher one risks instability"],
+    ),
+    "initialisation": (
+        "ParameterAdjustment",
+        "Moderate",
+        ["restarting training from the new initialisation"],
+        ["the progress made so far is lost (retraining from scratch)"],
+    ),
+    "normalisation": (
+        "ArchitecturalChange",
+        "Moderate",
+        ["access to the model definition"],
+        ["changes the model: existing checkpoints no longer load as-is"],
+    ),
+    "regularisation": (
+        "RegularizationMethod",
+        "Low",
+        [],
+        ["weight decay or less momentum can reduce capacity or slow convergence"],
+    ),
+    "activation": (
+        "ArchitecturalChange",
+        "Moderate",
+        ["access to the model definition"],
+        ["a different activation changes what the layer computes: retraining needed"],
+    ),
+    "residual": (
+        "ArchitecturalChange",
+        "High",
+        ["access to the model definition", "retraining"],
+        ["changes the architecture: checkpoints and tuned hyper-parameters may not carry over"],
+    ),
 }
 
 
 _ACTIONS = {
-    "nonfinite": [("clipping", "Simple", "clip gradients (torch.nn.utils.clip_grad_norm_) and lower the learning rate; "
-                                         "check the loss for log(0) or division by zero, and use a GradScaler under AMP")],
-    "exploding": [("clipping", "Simple", "clip gradients (torch.nn.utils.clip_grad_norm_)"),
-                  ("learning_rate", "Simple", "lower the learning rate")],
-    "vanishing": [("initialisation", "Simple", "re-initialise with a gain that matches the activation "
-                                               "(Kaiming for ReLU, Xavier for tanh/sigmoid)")],
-    "weak": [("initialisation", "Simple", "check the initialisation scale; the gradient is far below the other layers'")],
-    "dead": [("activation", "Moderate", "the gradient entries are zero: units are dead (e.g. ReLU stuck off); use "
-                                        "LeakyReLU/GELU, re-initialise the biases feeding it, or lower the learning rate")],
-    "hot": [("normalisation", "Moderate", "add normalisation (LayerNorm/BatchNorm) before it, or a per-layer learning rate")],
+    "nonfinite": [
+        (
+            "clipping",
+            "Simple",
+            "clip gradients (torch.nn.utils.clip_grad_norm_) and lower the learning rate; "
+            "check the loss for log(0) or division by zero, and use a GradScaler under AMP",
+        )
+    ],
+    "exploding": [
+        ("clipping", "Simple", "clip gradients (torch.nn.utils.clip_grad_norm_)"),
+        ("learning_rate", "Simple", "lower the learning rate"),
+    ],
+    "vanishing": [
+        (
+            "initialisation",
+            "Simple",
+            "re-initialise with a gain that matches the activation (Kaiming for ReLU, Xavier for tanh/sigmoid)",
+        )
+    ],
+    "weak": [
+        ("initialisation", "Simple", "check the initialisation scale; the gradient is far below the other layers'")
+    ],
+    "dead": [
+        (
+            "activation",
+            "Moderate",
+            "the gradient entries are zero: units are dead (e.g. ReLU stuck off); use "
+            "LeakyReLU/GELU, re-initialise the biases feeding it, or lower the learning rate",
+        )
+    ],
+    "hot": [
+        ("normalisation", "Moderate", "add normalisation (LayerNorm/BatchNorm) before it, or a per-layer learning rate")
+    ],
     "unstable": [("normalisation", "Moderate", "add normalisation to steady the gradient scale")],
     "oscillating": [("regularisation", "Simple", "add weight decay, lower the momentum or the learning rate")],
-    "lr_high": [("learning_rate", "Simple", "lower the learning rate for these parameters (updates are large relative to the weights)")],
-    "lr_low": [("learning_rate", "Simple", "raise the learning rate for these parameters (updates barely move the weights)")],
+    "lr_high": [
+        (
+            "learning_rate",
+            "Simple",
+            "lower the learning rate for these parameters (updates are large relative to the weights)",
+        )
+    ],
+    "lr_low": [
+        ("learning_rate", "Simple", "raise the learning rate for these parameters (updates barely move the weights)")
+    ],
 }
 
 
@@ -157,16 +226,24 @@ def suggestions(factors: list[RiskFactor], regions: list[Region]) -> list[Sugges
     out = []
     for f in factors:
         for kind, cx, text in _ACTIONS[f.kind]:
-            out.append(Suggestion(f.layer, kind, f"{f.layer}: {text}", f.evidence, f.severity, cx,
-                                  list(ACTION_META[kind][3])))
+            out.append(
+                Suggestion(f.layer, kind, f"{f.layer}: {text}", f.evidence, f.severity, cx, list(ACTION_META[kind][3]))
+            )
     for r in regions:
         if r.kind in ("vanishing", "dead") and len(r.layers) >= 2:
             for name in r.layers:
-                out.append(Suggestion(name, "residual", f"{name}: add residual (skip) connections across "
-                                                        f"{r.start_layer} … {r.end_layer}",
-                                      f"{r.kind} region of {len(r.layers)} adjacent layers "
-                                      f"({r.parameters} parameters) for {r.duration_steps} steps", r.share, "Complex",
-                                      list(ACTION_META["residual"][3])))
+                out.append(
+                    Suggestion(
+                        name,
+                        "residual",
+                        f"{name}: add residual (skip) connections across {r.start_layer} … {r.end_layer}",
+                        f"{r.kind} region of {len(r.layers)} adjacent layers "
+                        f"({r.parameters} parameters) for {r.duration_steps} steps",
+                        r.share,
+                        "Complex",
+                        list(ACTION_META["residual"][3]),
+                    )
+                )
     out.sort(key=lambda x: -x.expected_impact)
     return out
 
@@ -174,9 +251,9 @@ def suggestions(factors: list[RiskFactor], regions: list[Region]) -> list[Sugges
 @dataclass
 class PrioritizedAction:
     name: str
-    action_type: str          #: ParameterAdjustment / ArchitecturalChange / OptimizationTechnique /
-                              #: RegularizationMethod / LearningRateScheduling (as the original crate)
-    expected_impact: float    #: severity of the problem it addresses (0..1)
+    action_type: str  #: ParameterAdjustment / ArchitecturalChange / OptimizationTechnique /
+    #: RegularizationMethod / LearningRateScheduling (as the original crate)
+    expected_impact: float  #: severity of the problem it addresses (0..1)
     implementation_effort: str  #: Minimal / Low / Moderate / High (the original crate's ImplementationEffort)
     prerequisites: list[str]
 
@@ -195,7 +272,7 @@ def prioritized(sugg: list[Suggestion]) -> list[PrioritizedAction]:
 
 @dataclass
 class Priority:
-    layer: str                #: the target: a layer, a group ("vanishing region a … b", "module enc") or "network"
+    layer: str  #: the target: a layer, a group ("vanishing region a … b", "module enc") or "network"
     score: float
     urgency: str
     potential: float
@@ -218,9 +295,19 @@ def _layer_priorities(health: pd.DataFrame, by_layer: dict[str, list[Suggestion]
         score = min(1.0, 0.4 * _HEALTH_WEIGHT[r["health"]] + 0.3 * (1 - st) + 0.2 * pot + 0.1 * risk)
         urg = "Critical" if r["health"] == "Critical" else "High" if st < 0.3 else "Medium"
         ss = by_layer.get(r["layer"], [])
-        out.append(Priority(r["layer"], float(score), urg, float(pot), [x.text for x in ss],
-                            float(max((x.expected_impact for x in ss), default=0.0)), "IndividualLayer",
-                            [r["layer"]], prioritized(ss)))
+        out.append(
+            Priority(
+                r["layer"],
+                float(score),
+                urg,
+                float(pot),
+                [x.text for x in ss],
+                float(max((x.expected_impact for x in ss), default=0.0)),
+                "IndividualLayer",
+                [r["layer"]],
+                prioritized(ss),
+            )
+        )
     return out
 
 
@@ -230,12 +317,22 @@ def _group_priority(name: str, members: list[Priority], sugg: list[Suggestion], 
     acts = prioritized(sugg)
     names = [p.layer for p in members]
     urg = min((p.urgency for p in members), key=PRIORITY_ORDER.index)
-    return Priority(name, max(p.score for p in members), urg, float(np.mean([p.potential for p in members])),
-                    [a.name for a in acts], float(impact), "LayerGroup", names, acts)
+    return Priority(
+        name,
+        max(p.score for p in members),
+        urg,
+        float(np.mean([p.potential for p in members])),
+        [a.name for a in acts],
+        float(impact),
+        "LayerGroup",
+        names,
+        acts,
+    )
 
 
-def _network_priorities(health: pd.DataFrame, layer_prio: list[Priority], dyn: Dynamics | None,
-                        forecast) -> list[Priority]:
+def _network_priorities(
+    health: pd.DataFrame, layer_prio: list[Priority], dyn: Dynamics | None, forecast
+) -> list[Priority]:
     """NetworkLevel priorities: problems on more than ``BROAD_SHARE`` of the known layers (one fix for
     the whole network, e.g. the learning rate or normalisation throughout), a plateau, and a
     forecast that the global norm will keep growing."""
@@ -245,24 +342,57 @@ def _network_priorities(health: pd.DataFrame, layer_prio: list[Priority], dyn: D
     share = float(bad.sum()) / max(1, int(known.sum()))
     if share > BROAD_SHARE and layer_prio:
         names = list(health.loc[bad, "layer"])
-        acts = [PrioritizedAction("review the global learning rate and schedule", "LearningRateScheduling", share,
-                                  "Minimal", []),
-                PrioritizedAction("add normalisation (LayerNorm/BatchNorm) throughout", "ArchitecturalChange", share,
-                                  "Moderate", ["access to the model definition"])]
+        acts = [
+            PrioritizedAction(
+                "review the global learning rate and schedule", "LearningRateScheduling", share, "Minimal", []
+            ),
+            PrioritizedAction(
+                "add normalisation (LayerNorm/BatchNorm) throughout",
+                "ArchitecturalChange",
+                share,
+                "Moderate",
+                ["access to the model definition"],
+            ),
+        ]
         urg = "Critical" if (health.loc[bad, "health"] == "Critical").any() else "High"
-        out.append(Priority("network", share, urg, float(np.mean([p.potential for p in layer_prio])),
-                            [a.name for a in acts], share, "NetworkLevel", names, acts))
+        out.append(
+            Priority(
+                "network",
+                share,
+                urg,
+                float(np.mean([p.potential for p in layer_prio])),
+                [a.name for a in acts],
+                share,
+                "NetworkLevel",
+                names,
+                acts,
+            )
+        )
     if dyn is not None and dyn.plateau.is_plateau:
         p = dyn.plateau
         sev = {"Severe": 1.0, "Moderate": 0.6, "Mild": 0.3}.get(p.severity, 0.0)
         acts = [PrioritizedAction(p.suggested_actions[0], "LearningRateScheduling", sev, "Low", [])]
-        out.append(Priority("training progress", sev, "High" if p.severity == "Severe" else "Medium", sev,
-                            [a.name for a in acts], sev, "NetworkLevel", [], acts))
+        out.append(
+            Priority(
+                "training progress",
+                sev,
+                "High" if p.severity == "Severe" else "Medium",
+                sev,
+                [a.name for a in acts],
+                sev,
+                "NetworkLevel",
+                [],
+                acts,
+            )
+        )
     if forecast is not None and forecast.outlook == "Deteriorating":
         c = float(forecast.confidence)
-        acts = [PrioritizedAction("clip the global gradient norm", "OptimizationTechnique", c, "Minimal",
-                                  list(ACTION_META["clipping"][2])),
-                PrioritizedAction("lower the learning rate", "LearningRateScheduling", c, "Minimal", [])]
+        acts = [
+            PrioritizedAction(
+                "clip the global gradient norm", "OptimizationTechnique", c, "Minimal", list(ACTION_META["clipping"][2])
+            ),
+            PrioritizedAction("lower the learning rate", "LearningRateScheduling", c, "Minimal", []),
+        ]
         out.append(Priority("global gradient norm", c, "High", c, [a.name for a in acts], c, "NetworkLevel", [], acts))
     return out
 
@@ -273,8 +403,14 @@ def _network_priorities(health: pd.DataFrame, layer_prio: list[Priority], dyn: D
 BROAD_SHARE = 0.3
 
 
-def priorities(health: pd.DataFrame, sugg: list[Suggestion], regions: Sequence[Region] = (),
-               groups: Sequence[LayerGroup] = (), dyn: Dynamics | None = None, forecast=None) -> list[Priority]:
+def priorities(
+    health: pd.DataFrame,
+    sugg: list[Suggestion],
+    regions: Sequence[Region] = (),
+    groups: Sequence[LayerGroup] = (),
+    dyn: Dynamics | None = None,
+    forecast=None,
+) -> list[Priority]:
     """Optimisation priorities at the original crate's three scopes: each layer that is not Healthy
     (``_layer_priorities``); each vanishing / dead / exploding region of 2+ layers and each module
     group whose problem layers span 2+ modules and make at least half of it, unless a region already
@@ -297,12 +433,17 @@ def priorities(health: pd.DataFrame, sugg: list[Suggestion], regions: Sequence[R
         members = [lp[n] for n in g.layers if n in lp]
         names = {p.layer for p in members}
         modules = {n.rsplit(".", 1)[0] for n in names}  # a weight and its bias are one module, not a group
-        if (g.by == "module" and len(modules) >= 2 and 2 * len(members) >= len(g.layers)
-                and not any(names <= c for c in covered)):
+        if (
+            g.by == "module"
+            and len(modules) >= 2
+            and 2 * len(members) >= len(g.layers)
+            and not any(names <= c for c in covered)
+        ):
             covered.append(names)
             ss = [x for n in g.layers for x in by_layer.get(n, [])]
-            out.append(_group_priority(f"module {g.name}", members, ss,
-                                       max((x.expected_impact for x in ss), default=0.0)))
+            out.append(
+                _group_priority(f"module {g.name}", members, ss, max((x.expected_impact for x in ss), default=0.0))
+            )
     out.extend(_network_priorities(health, layer_prio, dyn, forecast))
     out.sort(key=lambda p: (PRIORITY_ORDER.index(p.urgency), -p.score))
     return out
@@ -314,15 +455,15 @@ class Recommendation:
     """One diagnosis a user can act on: the cause, the layers at fault, when it began, the numbers
     that show it, and the one change to make."""
 
-    priority: str        #: Critical / High / Medium / Low
-    text: str            #: what is wrong, in plain language
-    action: str          #: the one change to make
-    layers: list[str]    #: layers at fault, most affected first ([] for the whole run)
-    kind: str            #: the cause (kept under its old name for existing code)
-    evidence: str = ""   #: the numbers behind it
-    score: float = 0.0   #: confidence, 0..1
-    cause: str = ""      #: one of ``causes.CAUSES``
-    first_step: int | None = None   #: the recorded step it began
+    priority: str  #: Critical / High / Medium / Low
+    text: str  #: what is wrong, in plain language
+    action: str  #: the one change to make
+    layers: list[str]  #: layers at fault, most affected first ([] for the whole run)
+    kind: str  #: the cause (kept under its old name for existing code)
+    evidence: str = ""  #: the numbers behind it
+    score: float = 0.0  #: confidence, 0..1
+    cause: str = ""  #: one of ``causes.CAUSES``
+    first_step: int | None = None  #: the recorded step it began
     explains: list[str] = field(default_factory=list)  #: symptoms folded into this cause
 
     def to_dict(self) -> dict:
@@ -348,8 +489,10 @@ def _clip_text(run) -> str:
     at = run.meta.get("clipped_at") if isinstance(run.meta, dict) else None
     if at is not None:
         return f"the trainer already clips at {at:g}: that hides the explosion, it does not fix it"
-    return (f"clip the global gradient norm (torch.nn.utils.clip_grad_norm_(model.parameters(), "
-            f"max_norm≈{_typical_norm(run)}))")
+    return (
+        f"clip the global gradient norm (torch.nn.utils.clip_grad_norm_(model.parameters(), "
+        f"max_norm≈{_typical_norm(run)}))"
+    )
 
 
 def _saturated_action(graph: LossGraph | None) -> str:
@@ -357,13 +500,19 @@ def _saturated_action(graph: LossGraph | None) -> str:
     m = graph.mistakes[0] if graph is not None and graph.mistakes else None
     where = f" (the model's last module, {m.module or 'the model itself'})" if m is not None and m.in_model else ""
     if m is not None and m.kind == "softmax_nll":
-        return (f"pass log-probabilities to nll_loss: use log_softmax instead of the softmax{where}, or pass the "
-                "logits to cross_entropy")
+        return (
+            f"pass log-probabilities to nll_loss: use log_softmax instead of the softmax{where}, or pass the "
+            "logits to cross_entropy"
+        )
     if m is not None and m.kind == "sigmoid_bce_with_logits":
-        return (f"pass the logits: remove the sigmoid{where}; binary_cross_entropy_with_logits applies it itself, "
-                "more stably")
-    return (f"pass the logits to the loss: remove the softmax{where}; CrossEntropyLoss applies log-softmax itself, "
-            "so a softmax before it squashes the gradient (apply softmax only to read probabilities)")
+        return (
+            f"pass the logits: remove the sigmoid{where}; binary_cross_entropy_with_logits applies it itself, "
+            "more stably"
+        )
+    return (
+        f"pass the logits to the loss: remove the softmax{where}; CrossEntropyLoss applies log-softmax itself, "
+        "so a softmax before it squashes the gradient (apply softmax only to read probabilities)"
+    )
 
 
 def action_for(c: Cause, run, arch: Architecture) -> str:
@@ -373,71 +522,107 @@ def action_for(c: Cause, run, arch: Architecture) -> str:
     if k == "nonfinite":
         o = c.origin
         grew = o is not None and origin_weight_growth(run, o) >= WEIGHT_BLOWUP
-        grown = " — and lower the learning rate: the weights had grown before it" if c.after == "lr_too_high" or grew else ""
+        grown = (
+            " — and lower the learning rate: the weights had grown before it"
+            if c.after == "lr_too_high" or grew
+            else ""
+        )
         if o is not None and o.phase == "input":
-            return ("check the data: the batch given to the model already holds NaN/Inf "
-                    "(assert torch.isfinite(x).all() in the data pipeline)")
+            return (
+                "check the data: the batch given to the model already holds NaN/Inf "
+                "(assert torch.isfinite(x).all() in the data pipeline)"
+            )
         if o is not None and o.phase == "loss":
-            return ("make the loss safe: pass logits to a log-softmax loss (CrossEntropyLoss) instead of taking "
-                    "log() of probabilities, or clamp them (p.clamp_min(1e-8)) before the log" + grown)
+            return (
+                "make the loss safe: pass logits to a log-softmax loss (CrossEntropyLoss) instead of taking "
+                "log() of probabilities, or clamp them (p.clamp_min(1e-8)) before the log" + grown
+            )
         if o is not None and o.module:
             where = "its backward" if o.phase == "backward" else "its forward"
-            return (f"fix {o.module}: {where} makes the first NaN/Inf from finite values — add an eps to "
-                    "divisions, sqrt and log there, or clamp its input; under fp16/bf16 autocast keep that op "
-                    "in float32" + grown)
-        return ("find where it starts (gradwidget records the origin with the torch Recorder): check the loss "
-                "for log(0) or division by zero, add an eps to divisions and sqrt, and use a GradScaler under "
-                "fp16 autocast")
+            return (
+                f"fix {o.module}: {where} makes the first NaN/Inf from finite values — add an eps to "
+                "divisions, sqrt and log there, or clamp its input; under fp16/bf16 autocast keep that op "
+                "in float32" + grown
+            )
+        return (
+            "find where it starts (gradwidget records the origin with the torch Recorder): check the loss "
+            "for log(0) or division by zero, add an eps to divisions and sqrt, and use a GradScaler under "
+            "fp16 autocast"
+        )
     if k == "missing_zero_grad":
-        return ("call optimizer.zero_grad() once per optimizer step, before loss.backward() (to accumulate on "
-                "purpose, zero every N micro-batches and divide the loss by N)")
+        return (
+            "call optimizer.zero_grad() once per optimizer step, before loss.backward() (to accumulate on "
+            "purpose, zero every N micro-batches and divide the loss by N)"
+        )
     if k == "loss_scale":
-        return ("average the loss over the batch (reduction='mean', the default) or divide the summed loss by "
-                "the batch size, so the step size does not depend on the batch size")
+        return (
+            "average the loss over the batch (reduction='mean', the default) or divide the summed loss by "
+            "the batch size, so the step size does not depend on the batch size"
+        )
     if k == "input_scale":
-        return ("normalise the inputs: subtract the training data's mean and divide by its std per feature or "
-                "channel (e.g. torchvision's Normalize, or x = (x - mean) / std)")
+        return (
+            "normalise the inputs: subtract the training data's mean and divide by its std per feature or "
+            "channel (e.g. torchvision's Normalize, or x = (x - mean) / std)"
+        )
     if k == "lr_too_high":
         warm = " with a warmup of a few hundred steps" if arch.has_attention else ""
         return f"lower the learning rate about 10x{_lr_text(run)}{warm}; {_clip_text(run)}"
     if k == "not_in_optimizer":
-        return ("add these parameters to the optimizer: create it from model.parameters() after every module "
-                "exists (or add them with optimizer.add_param_group)")
+        return (
+            "add these parameters to the optimizer: create it from model.parameters() after every module "
+            "exists (or add them with optimizer.add_param_group)"
+        )
     if k == "no_gradient":
-        return ("find where they are cut off from the loss (a .detach(), .item()/.numpy() round trip, a "
-                "torch.no_grad() block or an output that is not used); if that is on purpose, freeze them "
-                "with requires_grad_(False) so the optimizer and DDP skip them")
+        return (
+            "find where they are cut off from the loss (a .detach(), .item()/.numpy() round trip, a "
+            "torch.no_grad() block or an output that is not used); if that is on purpose, freeze them "
+            "with requires_grad_(False) so the optimizer and DDP skip them"
+        )
     if k == "dead_units":
         first = c.layers[0] if c.layers else "the first dead layer"
         started = c.first_step is not None and run.n_steps and c.first_step == int(run.steps[0])
         if started:
-            return (f"re-initialise {first}: its units are off from the first step (a large negative bias or "
-                    "a bad init); reset its bias to 0, or use LeakyReLU/GELU so units cannot die")
-        return (f"lower the learning rate: the units of {first} died during training (large updates pushed them "
-                "off); LeakyReLU/GELU keeps a gradient flowing")
+            return (
+                f"re-initialise {first}: its units are off from the first step (a large negative bias or "
+                "a bad init); reset its bias to 0, or use LeakyReLU/GELU so units cannot die"
+            )
+        return (
+            f"lower the learning rate: the units of {first} died during training (large updates pushed them "
+            "off); LeakyReLU/GELU keeps a gradient flowing"
+        )
     if k == "exploding":
         if arch.has_recurrent:
-            return ("clip the gradient norm (clip_grad_norm_) and initialise the recurrent weights smaller "
-                    "(orthogonal, the default init)")
+            return (
+                "clip the gradient norm (clip_grad_norm_) and initialise the recurrent weights smaller "
+                "(orthogonal, the default init)"
+            )
         if not arch.has_norm:
-            return ("re-initialise with the default (Kaiming/Xavier) scale, and add normalisation "
-                    "(BatchNorm/LayerNorm) between the layers; clip the gradient norm meanwhile")
+            return (
+                "re-initialise with the default (Kaiming/Xavier) scale, and add normalisation "
+                "(BatchNorm/LayerNorm) between the layers; clip the gradient norm meanwhile"
+            )
         return f"check the initialisation scale of these layers; {_clip_text(run)}"
     if k == "vanishing":
         if not arch.has_residual:
-            return ("add residual (skip) connections across the starved layers, and use ReLU/GELU with Kaiming "
-                    "initialisation instead of saturating activations (sigmoid/tanh)")
+            return (
+                "add residual (skip) connections across the starved layers, and use ReLU/GELU with Kaiming "
+                "initialisation instead of saturating activations (sigmoid/tanh)"
+            )
         if not arch.has_norm:
             return "add normalisation (LayerNorm/BatchNorm) inside the blocks and check the initialisation scale"
-        return ("check the initialisation scale of these layers (a gain matched to the activation) and that "
-                "no saturating activation sits in front of them")
+        return (
+            "check the initialisation scale of these layers (a gain matched to the activation) and that "
+            "no saturating activation sits in front of them"
+        )
     if k == "saturated_output":
         return _saturated_action(LossGraph.of_run(run))
     if k == "lr_too_low":
         return f"raise the learning rate 10-100x{_lr_text(run)}"
     if k == "plateau":
-        return ("lower the learning rate on the plateau (a scheduler such as ReduceLROnPlateau) or, if the loss "
-                "is still high, raise it or check the data and labels")
+        return (
+            "lower the learning rate on the plateau (a scheduler such as ReduceLROnPlateau) or, if the loss "
+            "is still high, raise it or check the data and labels"
+        )
     if k == "frozen":
         return "if they should train, call requires_grad_(True) on them and add them to the optimizer"
     raise ValueError(f"no action for cause {k!r}")
@@ -459,6 +644,18 @@ def _text(c: Cause, max_layers: int) -> str:
 
 def recommendations(causes: list[Cause], run, arch: Architecture, max_layers: int = 6) -> list[Recommendation]:
     """One recommendation per cause, in the causes' rank order, each with its one action."""
-    return [Recommendation(c.priority, _text(c, max_layers), action_for(c, run, arch), list(c.layers), c.cause,
-                           c.evidence, float(c.confidence), c.cause, c.first_step, list(c.explains))
-            for c in causes]
+    return [
+        Recommendation(
+            c.priority,
+            _text(c, max_layers),
+            action_for(c, run, arch),
+            list(c.layers),
+            c.cause,
+            c.evidence,
+            float(c.confidence),
+            c.cause,
+            c.first_step,
+            list(c.explains),
+        )
+        for c in causes
+    ]

@@ -6,6 +6,7 @@ that is too high explains the exploding gradients and the NaN that follow, so th
 it instead of being listed as problems of their own (``EXPLAINS``). Ranking: priority first, then
 ``CAUSES`` order, which puts a root cause above the symptoms it can produce.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,8 +18,19 @@ from .health import Dynamics, RiskFactor
 from .stats import Series
 from .vocabulary import CAUSE_TITLES, CAUSES, EXPLAINS, PRIORITY_ORDER, WEIGHT_BLOWUP, Cause, Context, start_step
 
-__all__ = ["CAUSES", "CAUSE_TITLES", "EXPLAINS", "PRIORITY_ORDER", "RULES", "WEIGHT_BLOWUP", "Cause", "Context",
-           "find_causes", "layer_verdicts", "verdict"]
+__all__ = [
+    "CAUSES",
+    "CAUSE_TITLES",
+    "EXPLAINS",
+    "PRIORITY_ORDER",
+    "RULES",
+    "WEIGHT_BLOWUP",
+    "Cause",
+    "Context",
+    "find_causes",
+    "layer_verdicts",
+    "verdict",
+]
 
 RULES = {name: {**rules_setup.RULES, **rules_layers.RULES}[name] for name in CAUSES}  # in precedence order
 
@@ -52,8 +64,13 @@ def _fold(found: dict[str, Cause], loss: LossEvidence, start: int | None) -> Non
             elif name == "loss_scale":  # a summed loss that blew the steps up is no longer harmless
                 cause.priority = min(cause.priority, "High", key=PRIORITY_ORDER.index)
     nf, hi = found.get("nonfinite"), found.get("lr_too_high")
-    if nf is not None and hi is not None and hi.first_step is not None \
-            and nf.first_step is not None and hi.first_step < nf.first_step:
+    if (
+        nf is not None
+        and hi is not None
+        and hi.first_step is not None
+        and nf.first_step is not None
+        and hi.first_step < nf.first_step
+    ):
         hi.priority = "Critical"
         if nf.origin is None:
             found.pop("nonfinite")
@@ -62,8 +79,9 @@ def _fold(found: dict[str, Cause], loss: LossEvidence, start: int | None) -> Non
             nf.after = "lr_too_high"
 
 
-def find_causes(s: Series, factors: list[RiskFactor], regions: list[Region], dyn: Dynamics,
-                arch: Architecture | None = None) -> list[Cause]:
+def find_causes(
+    s: Series, factors: list[RiskFactor], regions: list[Region], dyn: Dynamics, arch: Architecture | None = None
+) -> list[Cause]:
     """Every cause the evidence supports, symptoms folded into their causes, ranked: priority first,
     then ``CAUSES`` order."""
     ctx = Context(s, factors, regions, dyn, loss_evidence(s.run), arch or architecture(s.run))
@@ -88,8 +106,12 @@ def find_causes(s: Series, factors: list[RiskFactor], regions: list[Region], dyn
     for c in out:  # a consequence ranks with its cause
         if c.after is not None and c.after in found:
             c.priority = found[c.after].priority
-    out.sort(key=lambda c: (PRIORITY_ORDER.index(c.priority),
-                            CAUSES.index(c.after) + 0.5 if c.after in found else CAUSES.index(c.cause)))
+    out.sort(
+        key=lambda c: (
+            PRIORITY_ORDER.index(c.priority),
+            CAUSES.index(c.after) + 0.5 if c.after in found else CAUSES.index(c.cause),
+        )
+    )
     return out
 
 

@@ -2,6 +2,7 @@
 last window, and the steps still to go) and training dynamics (phase, velocity, momentum, plateau
 detection), as the original crate's enhanced analysis had them (see ``health`` for what was not
 carried over and why)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,14 +23,14 @@ def _progress_series(run) -> tuple[np.ndarray, np.ndarray, str]:
 
 @dataclass
 class Convergence:
-    gradient: float         #: median layer convergence indicator
-    loss: float             #: decades the loss fell over the window, clipped 0..1
-    parameters: float       #: decades the median update/weight ratio fell over the window, clipped 0..1
+    gradient: float  #: median layer convergence indicator
+    loss: float  #: decades the loss fell over the window, clipped 0..1
+    parameters: float  #: decades the median update/weight ratio fell over the window, clipped 0..1
     rel_change_per_step: float
-    trend: str              #: Converging / Stable / Diverging / Unknown
-    series: str             #: which series the trend is read from
+    trend: str  #: Converging / Stable / Diverging / Unknown
+    series: str  #: which series the trend is read from
     estimated_steps_to_convergence: int | None = None  #: user steps until the rate falls below
-                                                        #: plateau_rel_change (see ``steps_to_convergence``)
+    #: plateau_rel_change (see ``steps_to_convergence``)
     estimate_basis: str = ""  #: how the estimate was made, or why there is none
 
 
@@ -50,8 +51,15 @@ def convergence(s: Series, health: pd.DataFrame) -> Convergence:
     ratio = nanmedian(r, axis=1) if r.size else np.zeros(0)
     par, _ = _rel_slope(ratio, w)
     ln10 = np.log(10)
-    trend = ("Unknown" if not np.isfinite(rel) else "Converging" if rel < -t.plateau_rel_change
-             else "Diverging" if rel > t.plateau_rel_change else "Stable")
+    trend = (
+        "Unknown"
+        if not np.isfinite(rel)
+        else "Converging"
+        if rel < -t.plateau_rel_change
+        else "Diverging"
+        if rel > t.plateau_rel_change
+        else "Stable"
+    )
 
     def clip(v: float) -> float:
         return float(np.clip(-v * (w - 1) / ln10, 0, 1)) if np.isfinite(v) else float("nan")
@@ -117,19 +125,21 @@ def steps_to_convergence(y: np.ndarray, steps: np.ndarray, w: int, r: float) -> 
         return 0, f"the fitted decay rate {k:.2g} per step is already below {r:g}"
     t_end = np.log(a * (k - r) / (r * c)) / k  # since the fit's first step
     left = t_end - (steps[-1] - steps[-m])
-    return int(max(0, np.ceil(left))), (f"fit {c:.3g} + {a:.3g} e^(-{k:.3g} t) (R² {r2:.2f}) to the last {m} "
-                                        f"points; its rate falls below {r:g} {max(0.0, left):.0f} steps after the last")
+    return int(max(0, np.ceil(left))), (
+        f"fit {c:.3g} + {a:.3g} e^(-{k:.3g} t) (R² {r2:.2f}) to the last {m} "
+        f"points; its rate falls below {r:g} {max(0.0, left):.0f} steps after the last"
+    )
 
 
 @dataclass
 class Plateau:
     is_plateau: bool
-    duration_steps: int      #: user steps from start_step to end_step (0 without a plateau)
-    severity: str            #: None / Mild / Moderate / Severe (share of the run on the plateau)
+    duration_steps: int  #: user steps from start_step to end_step (0 without a plateau)
+    severity: str  #: None / Mild / Moderate / Severe (share of the run on the plateau)
     rel_change_per_step: float  #: the flat stretch's least-squares slope / its mean level, per user step
     suggested_actions: list[str] = field(default_factory=list)
     start_step: int | None = None  #: first step of the trailing flat stretch (None when there is none)
-    end_step: int | None = None    #: its last step: the last recorded step
+    end_step: int | None = None  #: its last step: the last recorded step
 
 
 #: a point departs from a flat stretch when it is more than this many noise standard deviations
@@ -157,8 +167,9 @@ def _noise_sigma(y: np.ndarray) -> float:
     return float(1.4826 * np.median(np.abs(d - np.median(d))) / np.sqrt(2))
 
 
-def _flat_from(y: np.ndarray, x: np.ndarray, j: int, sigma: float, ys: np.ndarray, r: float,
-               total: float) -> tuple[bool, float]:
+def _flat_from(
+    y: np.ndarray, x: np.ndarray, j: int, sigma: float, ys: np.ndarray, r: float, total: float
+) -> tuple[bool, float]:
     """Whether ``y[j:]`` is flat, and its relative slope per unit of ``x``: its least-squares slope is
     not significantly (2 standard errors under the noise ``sigma``) above ``r`` of its mean level per
     unit of ``x``, nor its line's rise or fall over the stretch above ``total`` of that level; and no
@@ -190,7 +201,7 @@ def _trailing_plateau(y: np.ndarray, x: np.ndarray, r: float, total: float) -> t
         return n - 1, float("nan")
     ys = _running_median(y)
     j, rel = n - 1, float("nan")
-    sigma = _noise_sigma(y[-max(3, n // 4):])
+    sigma = _noise_sigma(y[-max(3, n // 4) :])
     for _ in range(2):
         c = max(1, n // _PLATEAU_GRID)
         grid = list(range(n - 3, -1, -c))
@@ -216,13 +227,13 @@ def _trailing_plateau(y: np.ndarray, x: np.ndarray, r: float, total: float) -> t
 
 @dataclass
 class Dynamics:
-    learning_phase: str      #: InitialLearning / RapidLearning / Refinement / Plateau / Diverging / Unknown
+    learning_phase: str  #: InitialLearning / RapidLearning / Refinement / Plateau / Diverging / Unknown
     rel_change_per_step: float
     plateau: Plateau
     series: str
     gradient_momentum: float = float("nan")  #: lag-1 autocorrelation of the global norm's log changes
     learning_velocity: float = float("nan")  #: mean share of the progress series shed per user step
-    adaptation_rate: float = float("nan")    #: learning_velocity of the window's second half minus its first
+    adaptation_rate: float = float("nan")  #: learning_velocity of the window's second half minus its first
 
 
 def velocity(y: np.ndarray, steps: np.ndarray) -> float:
@@ -254,7 +265,7 @@ def _rates(y: np.ndarray, steps: np.ndarray, g: np.ndarray, w: int) -> tuple[flo
     ``velocity``)."""
     y, steps = y[-w:], steps[-w:]
     h = y.size // 2
-    adapt = velocity(y[h:], steps[h:]) - velocity(y[:h + 1], steps[:h + 1]) if y.size >= 4 else float("nan")
+    adapt = velocity(y[h:], steps[h:]) - velocity(y[: h + 1], steps[: h + 1]) if y.size >= 4 else float("nan")
     return momentum(g[-w:]), velocity(y, steps), adapt
 
 
@@ -283,19 +294,28 @@ def dynamics(s: Series) -> Dynamics:
         return Dynamics(phase, float("nan"), Plateau(False, 0, "None", float("nan")), what)
     yb, k = block_mean(y[:, None], 4096)
     yb = yb[:, 0]
-    sb = steps[len(steps) - (len(steps) // k) * k:][::k].astype(np.float64)
+    sb = steps[len(steps) - (len(steps) // k) * k :][::k].astype(np.float64)
     j, rel = _trailing_plateau(yb, sb, t.plateau_rel_change, t.plateau_total_change)
     start = int(steps[0]) if j == 0 else int(sb[j])  # a whole-run plateau starts at the first step
     duration = int(steps[-1]) - start
     span = int(steps[-1] - steps[0])
     is_plateau = j < len(yb) - 1 and duration >= min(W, span // 2) and duration > 0
     share = duration / max(1, span)
-    sev = ("None" if not is_plateau else "Severe" if share >= t.critical_issue_ratio
-           else "Moderate" if share >= t.problem_issue_ratio else "Mild")
+    sev = (
+        "None"
+        if not is_plateau
+        else "Severe"
+        if share >= t.critical_issue_ratio
+        else "Moderate"
+        if share >= t.problem_issue_ratio
+        else "Mild"
+    )
     acts = []
     if is_plateau:
-        acts = ["try a learning-rate schedule (warm restart or decay), or check that the model can still learn "
-                "(vanishing or dead layers)"]
+        acts = [
+            "try a learning-rate schedule (warm restart or decay), or check that the model can still learn "
+            "(vanishing or dead layers)"
+        ]
     rel_now, _ = _rel_slope(y, W, steps)  # per user step, as the thresholds
     if is_plateau:
         phase = "Plateau"
@@ -307,7 +327,14 @@ def dynamics(s: Series) -> Dynamics:
         phase = "RapidLearning"
     else:
         phase = "Refinement"
-    plateau = Plateau(is_plateau, duration if is_plateau else 0, sev, float(rel), acts,
-                      start if is_plateau else None, int(steps[-1]) if is_plateau else None)
+    plateau = Plateau(
+        is_plateau,
+        duration if is_plateau else 0,
+        sev,
+        float(rel),
+        acts,
+        start if is_plateau else None,
+        int(steps[-1]) if is_plateau else None,
+    )
     g = run.scalar("global_norm")
     return Dynamics(phase, float(rel_now), plateau, what, *_rates(y, steps, g[np.isfinite(g)], W))

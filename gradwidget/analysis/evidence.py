@@ -6,6 +6,7 @@ paths, recurrence), whether the optimizer holds and moves each parameter, how th
 over the first steps (accumulation without ``zero_grad`` makes it grow like the step count), and the
 scale of the data entering the first layer. Nothing here decides what is wrong.
 """
+
 from __future__ import annotations
 
 import re
@@ -41,18 +42,18 @@ class LossEvidence:
     """What the logged loss did. All None/False without a logged loss."""
 
     logged: bool
-    start: float = float("nan")          #: median of the first finite values
-    end: float = float("nan")            #: median of the last finite values
+    start: float = float("nan")  #: median of the first finite values
+    end: float = float("nan")  #: median of the last finite values
     lowest: float = float("nan")
-    fell: bool = False                   #: end < LOSS_FELL x start
-    flat: bool = False                   #: |end - start| < LOSS_FLAT x start
-    rebound: float = 0.0                 #: largest rise above the running minimum, in units of start
-    rebound_step: int | None = None      #: first step whose rise exceeded LOSS_REBOUND
-    rebound_to: float = float("nan")     #: the loss at that step
-    rebound_from: float = float("nan")   #: its lowest value before that step
-    nonfinite_step: int | None = None    #: first step with a NaN/Inf loss
-    spike_share: float = 0.0             #: share of steps after the first few above LOSS_SPIKE x start
-    spike_step: int | None = None        #: the first of them
+    fell: bool = False  #: end < LOSS_FELL x start
+    flat: bool = False  #: |end - start| < LOSS_FLAT x start
+    rebound: float = 0.0  #: largest rise above the running minimum, in units of start
+    rebound_step: int | None = None  #: first step whose rise exceeded LOSS_REBOUND
+    rebound_to: float = float("nan")  #: the loss at that step
+    rebound_from: float = float("nan")  #: its lowest value before that step
+    nonfinite_step: int | None = None  #: first step with a NaN/Inf loss
+    spike_share: float = 0.0  #: share of steps after the first few above LOSS_SPIKE x start
+    spike_step: int | None = None  #: the first of them
     plateau_level: float = float("nan")  #: end / start (how far the loss came down, 1 = not at all)
 
 
@@ -112,13 +113,19 @@ def loss_evidence(run: Run) -> LossEvidence:
     return LossEvidence(
         spike_share=float(spikes.sum() / n_late) if n_late else 0.0,
         spike_step=int(steps[fin][np.argmax(spikes)]) if spikes.any() else None,
-        logged=True, start=start, end=end, lowest=float(y.min()),
+        logged=True,
+        start=start,
+        end=end,
+        lowest=float(y.min()),
         fell=bool(end < LOSS_FELL * start) if start > 0 else bool(end < start),
         flat=bool(abs(end - start) < LOSS_FLAT * scale),
-        rebound=float(rise.max()), rebound_step=int(steps[fin][j]) if j is not None else None,
+        rebound=float(rise.max()),
+        rebound_step=int(steps[fin][j]) if j is not None else None,
         rebound_to=float(ys[j]) if j is not None else float("nan"),
         rebound_from=float(runmin[j]) if j is not None else float("nan"),
-        nonfinite_step=nonfinite_step, plateau_level=float(end / start) if start > 0 else float("nan"))
+        nonfinite_step=nonfinite_step,
+        plateau_level=float(end / start) if start > 0 else float("nan"),
+    )
 
 
 # --------------------------------------------------------------------------- the architecture
@@ -148,12 +155,12 @@ def is_embedding(module_type: str) -> bool:
 class Architecture:
     """What the model already has, so an action never asks for what is there."""
 
-    has_norm: bool          #: a normalisation layer (LayerNorm, BatchNorm, GroupNorm, RMSNorm, ...)
-    has_residual: bool      #: a skip path in the recorded data-flow graph (or attention blocks, which have one)
-    has_recurrent: bool     #: LSTM / GRU / RNN
+    has_norm: bool  #: a normalisation layer (LayerNorm, BatchNorm, GroupNorm, RMSNorm, ...)
+    has_residual: bool  #: a skip path in the recorded data-flow graph (or attention blocks, which have one)
+    has_recurrent: bool  #: LSTM / GRU / RNN
     has_attention: bool
     input_layers: list[int]  #: the layers that see the input data (deepest in the backward order)
-    token_input: bool       #: the input side is an embedding (token ids, no input scale to fix)
+    token_input: bool  #: the input side is an embedding (token ids, no input scale to fix)
     norm_types: list[str]
 
 
@@ -215,9 +222,14 @@ def architecture(run: Run) -> Architecture:
         inputs = [i for i in range(run.n_layers) if run.layers[i].module == first_mod] or inputs
     token = any(is_embedding(run.layers[i].module_type) for i in inputs)
     return Architecture(
-        has_norm=bool(norm_types), has_residual=attention or has_skip_path(run),
-        has_recurrent=any(_RECURRENT.search(t) for t in types), has_attention=attention,
-        input_layers=inputs, token_input=token, norm_types=norm_types)
+        has_norm=bool(norm_types),
+        has_residual=attention or has_skip_path(run),
+        has_recurrent=any(_RECURRENT.search(t) for t in types),
+        has_attention=attention,
+        input_layers=inputs,
+        token_input=token,
+        norm_types=norm_types,
+    )
 
 
 # --------------------------------------------------------------------------- the optimizer
@@ -275,11 +287,11 @@ GROWTH_STEPS = 8
 class Growth:
     """How the global gradient norm grew over the first ``GROWTH_STEPS`` recorded steps."""
 
-    exponent: float      #: p of a least-squares fit g ~ (k + 1)^p over recorded steps k
-    rising: float        #: share of those steps on which it rose
+    exponent: float  #: p of a least-squares fit g ~ (k + 1)^p over recorded steps k
+    rising: float  #: share of those steps on which it rose
     max_step_ratio: float  #: largest g_k / g_(k-1): one fresh gradient at most doubles it when it accumulates
-    first_ratio: float   #: g_1 / g_0: about 2 when the second step's gradient was added to the first's
-    power_law: bool      #: log g is fitted better by log(k + 1) (a sum of steps) than by k (geometric growth)
+    first_ratio: float  #: g_1 / g_0: about 2 when the second step's gradient was added to the first's
+    power_law: bool  #: log g is fitted better by log(k + 1) (a sum of steps) than by k (geometric growth)
 
 
 def early_growth(run: Run) -> Growth | None:
@@ -298,8 +310,13 @@ def early_growth(run: Run) -> Growth | None:
     res_exp_all = np.polyfit(k, lg, 1, full=True)[1]
     pow_residual = float(res_pow[0]) if len(res_pow) else 0.0
     exp_residual = float(res_exp_all[0]) if len(res_exp_all) else 0.0
-    return Growth(float(p), float(np.mean(np.diff(g) > 0)), float(np.max(g[1:] / g[:-1])), float(g[1] / g[0]),
-                  pow_residual < exp_residual)
+    return Growth(
+        float(p),
+        float(np.mean(np.diff(g) > 0)),
+        float(np.max(g[1:] / g[:-1])),
+        float(g[1] / g[0]),
+        pow_residual < exp_residual,
+    )
 
 
 #: recorded steps over which accumulation's smoothing is measured, and where its late part starts.
@@ -310,10 +327,10 @@ SMOOTH_STEPS, SMOOTH_LATE = 40, 10
 class Smoothing:
     """Per-layer step-to-step change of the gradient norm over the first ``SMOOTH_STEPS`` steps."""
 
-    late: float     #: median over layers of the median |change in log norm| from step SMOOTH_LATE on
-    early: float    #: ... over the steps before
-    growth: float   #: largest global norm in the late part over the first one
-    rising: float   #: share of layer-steps on which the norm rose
+    late: float  #: median over layers of the median |change in log norm| from step SMOOTH_LATE on
+    early: float  #: ... over the steps before
+    growth: float  #: largest global norm in the late part over the first one
+    rising: float  #: share of layer-steps on which the norm rose
 
 
 def accumulation_smoothing(run: Run) -> Smoothing | None:
@@ -330,7 +347,7 @@ def accumulation_smoothing(run: Run) -> Smoothing | None:
     g, gl = g[:n], gl[:n]
     with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
         d = np.abs(np.diff(np.log(np.where(g > 0, g, np.nan)), axis=0))
-        late = float(np.nanmedian(np.nanmedian(d[SMOOTH_LATE - 1:], axis=0)))
+        late = float(np.nanmedian(np.nanmedian(d[SMOOTH_LATE - 1 :], axis=0)))
         early = float(np.nanmedian(np.nanmedian(d[: SMOOTH_LATE - 1], axis=0)))
         rising = float(np.nanmean(np.diff(g, axis=0) > 0))
     return Smoothing(late, early, float(np.max(gl[SMOOTH_LATE:]) / gl[0]), rising)
@@ -339,8 +356,11 @@ def accumulation_smoothing(run: Run) -> Smoothing | None:
 # --------------------------------------------------------------------------- depth
 def output_weight(run: Run) -> int | None:
     """Index of the output layer's weight: the 2-d weight nearest the loss in the backward order."""
-    ws = [i for i, info in enumerate(run.layers) if info.name.endswith("weight") and len(info.shape) >= 2
-          and info.backward_index >= 0]
+    ws = [
+        i
+        for i, info in enumerate(run.layers)
+        if info.name.endswith("weight") and len(info.shape) >= 2 and info.backward_index >= 0
+    ]
     return min(ws, key=lambda i: run.layers[i].backward_index) if ws else None
 
 

@@ -5,6 +5,7 @@ Fixed from the original crate: characteristics are scale-free (relative changes,
 and regions are contiguous runs of layers in backward order with their real parameter counts and
 durations (the original crate made one region per layer with 1000 parameters).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -58,8 +59,11 @@ def flow_characteristics(s: Series) -> pd.DataFrame:
         consistency = 1.0 / (1.0 + np.nanmean(rel, axis=0)) if n >= 2 else np.ones(L)
         consistency = np.where(np.isfinite(consistency), consistency, np.where(mean == 0, 1.0, np.nan))
         d2 = np.abs(np.diff(x, n=2, axis=0)) if n >= 3 else np.zeros((0, L))
-        smooth = np.where(mean > 0, 1.0 / (1.0 + np.nanmean(d2, axis=0) / mean), np.where(mean == 0, 1.0, np.nan)) \
-            if n >= 3 else np.ones(L)
+        smooth = (
+            np.where(mean > 0, 1.0 / (1.0 + np.nanmean(d2, axis=0) / mean), np.where(mean == 0, 1.0, np.nan))
+            if n >= 3
+            else np.ones(L)
+        )
         sg = np.sign(d)
         prod = sg[1:] * sg[:-1]
         valid = np.sum(np.isfinite(prod), axis=0)
@@ -68,8 +72,11 @@ def flow_characteristics(s: Series) -> pd.DataFrame:
         around = x / trailing_median(x, STABILITY_TREND_STEPS)
         cv = np.nanstd(around, axis=0) / np.nanmean(around, axis=0)
         stability = np.where(mean > 0, 1.0 / (1.0 + cv), np.nan)
-        bottleneck = np.where(mean > 0, 1.0 - np.minimum(np.nanmin(x, axis=0) / mean, 1.0),
-                              np.where(mean == 0, 1.0, np.nan)) if n else np.full(L, np.nan)
+        bottleneck = (
+            np.where(mean > 0, 1.0 - np.minimum(np.nanmin(x, axis=0) / mean, 1.0), np.where(mean == 0, 1.0, np.nan))
+            if n
+            else np.full(L, np.nan)
+        )
     slope, r2 = lstsq_slope(s.coarse, s.coarse_steps)
     span = float(run.steps[-1] - run.steps[0]) if run.n_steps > 1 else 0.0
     decades = slope * span
@@ -77,19 +84,36 @@ def flow_characteristics(s: Series) -> pd.DataFrame:
     with np.errstate(invalid="ignore", divide="ignore"):
         alternates = r1 < -np.maximum(ALTERNATION, 4 / np.sqrt(np.maximum(pairs, 1)))
     oscillating = (osc > t.oscillation) & alternates & (flow_rate > t.oscillation_amplitude) & (valid > 0)
-    trend = np.where(~np.isfinite(decades), "n/a",
-                     np.where(oscillating, "oscillating",
-                              np.where(decades > t.trend_decades, "rising",
-                                       np.where(decades < -t.trend_decades, "falling", "flat"))))
+    trend = np.where(
+        ~np.isfinite(decades),
+        "n/a",
+        np.where(
+            oscillating,
+            "oscillating",
+            np.where(decades > t.trend_decades, "rising", np.where(decades < -t.trend_decades, "falling", "flat")),
+        ),
+    )
     direction, dstab = temporal_direction(x, t.plateau_rel_change)
-    return pd.DataFrame({
-        "layer": run.layer_names, "consistency": consistency, "smoothness": smooth,
-        "oscillation": osc, "autocorr_lag1": r1, "oscillating": oscillating, "stability": stability,
-        "bottleneck_score": bottleneck, "flow_rate": flow_rate, "trend_slope": slope,
-        "trend_decades": decades, "trend_r2": r2, "trend": trend,
-        "direction": direction, "direction_stability": dstab,
-        "magnitude": x[-1] if n else np.full(L, np.nan),
-    })
+    return pd.DataFrame(
+        {
+            "layer": run.layer_names,
+            "consistency": consistency,
+            "smoothness": smooth,
+            "oscillation": osc,
+            "autocorr_lag1": r1,
+            "oscillating": oscillating,
+            "stability": stability,
+            "bottleneck_score": bottleneck,
+            "flow_rate": flow_rate,
+            "trend_slope": slope,
+            "trend_decades": decades,
+            "trend_r2": r2,
+            "trend": trend,
+            "direction": direction,
+            "direction_stability": dstab,
+            "magnitude": x[-1] if n else np.full(L, np.nan),
+        }
+    )
 
 
 def lag1_autocorrelation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -156,27 +180,34 @@ def direction_series(run: Run, layer: str | int) -> pd.DataFrame:
     with np.errstate(invalid="ignore", divide="ignore"):
         d = np.abs(np.diff(x))
         tot = x[1:] + x[:-1]
-        cons = np.concatenate([[1.0], np.where(tot > 0, 1 - d / np.where(tot > 0, tot, 1), np.where(d == 0, 1.0, np.nan))])
-    return pd.DataFrame({"step": run.steps, "magnitude": x,
-                         "direction": directions(x[:, None], run.thresholds.plateau_rel_change)[:, 0],
-                         "consistency": cons[: x.size]})
+        cons = np.concatenate(
+            [[1.0], np.where(tot > 0, 1 - d / np.where(tot > 0, tot, 1), np.where(d == 0, 1.0, np.nan))]
+        )
+    return pd.DataFrame(
+        {
+            "step": run.steps,
+            "magnitude": x,
+            "direction": directions(x[:, None], run.thresholds.plateau_rel_change)[:, 0],
+            "consistency": cons[: x.size],
+        }
+    )
 
 
 # --------------------------------------------------------------------------- regions
 @dataclass
 class Region:
-    kind: str                 #: "vanishing", "exploding" or "dead"
-    layers: list[str]         #: in backward order (loss side first)
-    start_layer: str          #: first layer in backward order
-    end_layer: str            #: last layer in backward order
-    parameters: int           #: sum of the layers' numel
-    duration_steps: int       #: recorded steps in which at least one of its layers was flagged
+    kind: str  #: "vanishing", "exploding" or "dead"
+    layers: list[str]  #: in backward order (loss side first)
+    start_layer: str  #: first layer in backward order
+    end_layer: str  #: last layer in backward order
+    parameters: int  #: sum of the layers' numel
+    duration_steps: int  #: recorded steps in which at least one of its layers was flagged
     first_step: int
     last_step: int
-    active_now: bool          #: flagged at the last recorded step
-    share: float              #: mean share of steps its layers were flagged
-    severity: str             #: "Critical" or "Moderate"
-    recovery: str = ""        #: dead zones: "Low" / "Medium" / "High" (the original crate's RecoveryPotential)
+    active_now: bool  #: flagged at the last recorded step
+    share: float  #: mean share of steps its layers were flagged
+    severity: str  #: "Critical" or "Moderate"
+    recovery: str = ""  #: dead zones: "Low" / "Medium" / "High" (the original crate's RecoveryPotential)
     intervention_required: bool = False
     mitigation_suggestions: list[str] = field(default_factory=list)  #: what to do, with its numbers
 
@@ -188,23 +219,34 @@ def mitigation(r: Region, s: Series, cols: np.ndarray) -> list[str]:
     if r.kind == "vanishing":
         with _quiet():
             m = float(np.nanmedian(s.stat("mean_abs", "median")[cols]))
-        out = [f"re-initialise {span} with a gain that matches the activation: median mean |g| {m:.3g} "
-               f"is below {t.vanishing:g}"]
+        out = [
+            f"re-initialise {span} with a gain that matches the activation: median mean |g| {m:.3g} "
+            f"is below {t.vanishing:g}"
+        ]
         if len(r.layers) > 1:
             out.append(f"add residual (skip) connections or normalisation across the {len(r.layers)} layers {span}")
         return out
     if r.kind == "exploding":
         ex = s.exact
-        mx = float(np.nanmax(ex["max_abs_finite"][cols])) if np.isfinite(ex["max_abs_finite"][cols]).any() else float("nan")
+        mx = (
+            float(np.nanmax(ex["max_abs_finite"][cols]))
+            if np.isfinite(ex["max_abs_finite"][cols]).any()
+            else float("nan")
+        )
         nf = int(ex["nonfinite_total"][cols].sum())
-        return [f"clip gradients (torch.nn.utils.clip_grad_norm_): |g| reached {mx:.3g} in {span} (> {t.exploding:g})"
-                + (f", and {nf} entries were NaN/Inf" if nf else ""),
-                f"lower the learning rate: the region was flagged on {r.duration_steps} steps "
-                f"({r.first_step}–{r.last_step})"]
-    return [f"units in {span} are dead ({r.share:.0%} of steps with at least {t.dead_zero_fraction:.0%} exact "
-            "zeros): use LeakyReLU/GELU or re-initialise the biases feeding them",
-            "lower the learning rate: large updates can push units permanently off" if r.active_now else
-            "the zone has recovered: watch it, no change needed yet"]
+        return [
+            f"clip gradients (torch.nn.utils.clip_grad_norm_): |g| reached {mx:.3g} in {span} (> {t.exploding:g})"
+            + (f", and {nf} entries were NaN/Inf" if nf else ""),
+            f"lower the learning rate: the region was flagged on {r.duration_steps} steps "
+            f"({r.first_step}–{r.last_step})",
+        ]
+    return [
+        f"units in {span} are dead ({r.share:.0%} of steps with at least {t.dead_zero_fraction:.0%} exact "
+        "zeros): use LeakyReLU/GELU or re-initialise the biases feeding them",
+        "lower the learning rate: large updates can push units permanently off"
+        if r.active_now
+        else "the zone has recovered: watch it, no change needed yet",
+    ]
 
 
 def _step_flags(run: Run, kind: str, cols) -> np.ndarray:
@@ -241,9 +283,19 @@ def regions(s: Series) -> list[Region]:
             names = [run.layer_names[i] for i in cols[::-1]]
             sh = float(share[cols].mean())
             critical = sh >= t.critical_issue_ratio or (kind == "exploding" and ex["nonfinite_share"][cols].max() > 0)
-            r = Region(kind, names, names[0], names[-1], int(sum(run.layers[i].numel for i in cols)),
-                       int(hit.size), int(run.steps[hit[0]]), int(run.steps[hit[-1]]), bool(f[-1]), sh,
-                       "Critical" if critical else "Moderate")
+            r = Region(
+                kind,
+                names,
+                names[0],
+                names[-1],
+                int(sum(run.layers[i].numel for i in cols)),
+                int(hit.size),
+                int(run.steps[hit[0]]),
+                int(run.steps[hit[-1]]),
+                bool(f[-1]),
+                sh,
+                "Critical" if critical else "Moderate",
+            )
             if kind == "dead":
                 r.recovery = "High" if not f[-1] else ("Low" if sh > t.dead_recovery_share else "Medium")
                 r.intervention_required = bool(f[-1] and sh >= t.critical_issue_ratio)

@@ -18,6 +18,7 @@ Fields of the original crate not carried over, and why:
 - ``InstabilityType.Chaos`` / ``Stagnation``: no definition in the original crate; stagnation is the plateau.
 - ``GradientDistribution.layer_gradient_ratios``: per layer in ``layer_health`` (``relative_level``).
 """
+
 from __future__ import annotations
 from __future__ import annotations
 
@@ -26,20 +27,70 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .dynamics import (Convergence, Dynamics, Plateau, convergence, dynamics, fit_decay, momentum,
-                       steps_to_convergence, velocity)
+from .dynamics import (
+    Convergence,
+    Dynamics,
+    Plateau,
+    convergence,
+    dynamics,
+    fit_decay,
+    momentum,
+    steps_to_convergence,
+    velocity,
+)
 from .evidence import zero_by_design
-from .interplay import (CORR_ROWS, DISRUPTIVE_CORR, INTERACTION_CORR, TOP_PAIRS, Distribution, Interaction,
-                        _interaction_type, distribution, energy_share, interactions)
+from .interplay import (
+    CORR_ROWS,
+    DISRUPTIVE_CORR,
+    INTERACTION_CORR,
+    TOP_PAIRS,
+    Distribution,
+    Interaction,
+    _interaction_type,
+    distribution,
+    energy_share,
+    interactions,
+)
 from .stability import FORECAST_CONFIDENCE, Forecast, InstabilitySource, Stability, forecast, stability
 from .stats import Series, _quiet, fmt_num as _fmt, log10_pos, lstsq_slope, nanmedian, quantiles, trend_fit
 
-__all__ = ["CORR_ROWS", "DISRUPTIVE_CORR", "FORECAST_CONFIDENCE", "HEALTH", "INTERACTION_CORR", "MAX_WARNING_FACTORS",
-           "TOP_PAIRS", "Convergence", "Distribution", "Dynamics", "Forecast", "InstabilitySource", "Interaction",
-           "Plateau", "RiskFactor", "Stability", "_interaction_type", "convergence", "convergence_indicator",
-           "distribution", "dynamics", "energy_share", "fit_decay", "forecast", "interactions", "layer_health",
-           "momentum", "overall_health", "reference_level", "risk_factors", "stability", "steps_to_convergence",
-           "trend_fit", "update_ratio", "velocity"]
+__all__ = [
+    "CORR_ROWS",
+    "DISRUPTIVE_CORR",
+    "FORECAST_CONFIDENCE",
+    "HEALTH",
+    "INTERACTION_CORR",
+    "MAX_WARNING_FACTORS",
+    "TOP_PAIRS",
+    "Convergence",
+    "Distribution",
+    "Dynamics",
+    "Forecast",
+    "InstabilitySource",
+    "Interaction",
+    "Plateau",
+    "RiskFactor",
+    "Stability",
+    "_interaction_type",
+    "convergence",
+    "convergence_indicator",
+    "distribution",
+    "dynamics",
+    "energy_share",
+    "fit_decay",
+    "forecast",
+    "interactions",
+    "layer_health",
+    "momentum",
+    "overall_health",
+    "reference_level",
+    "risk_factors",
+    "stability",
+    "steps_to_convergence",
+    "trend_fit",
+    "update_ratio",
+    "velocity",
+]
 
 HEALTH = ("Healthy", "Warning", "Critical", "Unknown")
 #: a layer with more than this many risk factors is Critical even if none alone is (the original crate: > 2).
@@ -49,12 +100,10 @@ MAX_WARNING_FACTORS = 2
 @dataclass
 class RiskFactor:
     layer: str
-    kind: str          #: nonfinite, exploding, vanishing, dead, weak, hot, unstable, oscillating, lr_high, lr_low
-    severity: float    #: 0..1
+    kind: str  #: nonfinite, exploding, vanishing, dead, weak, hot, unstable, oscillating, lr_high, lr_low
+    severity: float  #: 0..1
     critical: bool
     evidence: str
-
-
 
 
 #: the "typical layer" that weak / hot layers are measured against: this quantile of the log levels
@@ -94,46 +143,101 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
     ok = s.trainable & (ex["known_steps"] > 0)
     by_design = np.array([zero_by_design(n) for n in names])  # a zero gradient there is no symptom
     nfs = ex["nonfinite_share"]
-    add(ok & (nfs > 0), "nonfinite", np.ones(L), np.ones(L, bool),
-        lambda i: f"non-finite (NaN/Inf) gradient entries on {nfs[i]:.0%} of steps "
-                  f"({int(ex['nonfinite_total'][i])} entries in total)")
+    add(
+        ok & (nfs > 0),
+        "nonfinite",
+        np.ones(L),
+        np.ones(L, bool),
+        lambda i: (
+            f"non-finite (NaN/Inf) gradient entries on {nfs[i]:.0%} of steps "
+            f"({int(ex['nonfinite_total'][i])} entries in total)"
+        ),
+    )
     es = ex["exploding_share"]
     finite_max = ex["max_abs_finite"]
-    add(ok & (es > 0) & (nfs == 0), "exploding", 0.5 + 0.5 * es, np.ones(L, bool),
-        lambda i: f"max |g| reached {_fmt(float(finite_max[i]))} (> {t.exploding:g}) on {es[i]:.0%} of steps")
+    add(
+        ok & (es > 0) & (nfs == 0),
+        "exploding",
+        0.5 + 0.5 * es,
+        np.ones(L, bool),
+        lambda i: f"max |g| reached {_fmt(float(finite_max[i]))} (> {t.exploding:g}) on {es[i]:.0%} of steps",
+    )
     vs = ex["vanishing_share"]
     ds = ex["dead_share"]
     dead = ds >= t.minor_issue_ratio  # exact zeros: "dead" is the sharper diagnosis than "vanishing"
-    add(ok & (vs >= t.minor_issue_ratio) & ~dead & ~by_design, "vanishing", vs, vs >= t.critical_issue_ratio,
-        lambda i: f"mean |g| below {t.vanishing:g} on {vs[i]:.0%} of steps "
-                  f"(median {_fmt(float(s.stat('mean_abs', 'median')[i]))})")
-    add(ok & dead & ~by_design, "dead", ds, ds >= t.critical_issue_ratio,
-        lambda i: f"at least {t.dead_zero_fraction:.0%} of gradient entries exactly zero on {ds[i]:.0%} of steps")
+    add(
+        ok & (vs >= t.minor_issue_ratio) & ~dead & ~by_design,
+        "vanishing",
+        vs,
+        vs >= t.critical_issue_ratio,
+        lambda i: (
+            f"mean |g| below {t.vanishing:g} on {vs[i]:.0%} of steps "
+            f"(median {_fmt(float(s.stat('mean_abs', 'median')[i]))})"
+        ),
+    )
+    add(
+        ok & dead & ~by_design,
+        "dead",
+        ds,
+        ds >= t.critical_issue_ratio,
+        lambda i: f"at least {t.dead_zero_fraction:.0%} of gradient entries exactly zero on {ds[i]:.0%} of steps",
+    )
     gm = s.stat("grad_norm", "median")
     with np.errstate(invalid="ignore", divide="ignore"):
         lvl = np.log10(np.where(gm > 0, gm, np.nan))
     rel = lvl - reference_level(lvl, ok & ~dead & ~(vs >= t.minor_issue_ratio), ok)
     lo, hi = np.log10(t.relative_vanishing), np.log10(t.relative_exploding)
     with np.errstate(invalid="ignore"):
-        add(ok & (rel < lo) & ~(vs >= t.minor_issue_ratio) & ~dead & ~by_design, "weak", (lo - rel) / max(-lo, 1e-12), np.zeros(L, bool),
-            lambda i: f"median gradient norm {10 ** -rel[i]:.3g}x below the typical layer ({REF_TEXT})")
-        add(ok & (rel > hi), "hot", (rel - hi) / max(hi, 1e-12), np.zeros(L, bool),
-            lambda i: f"median gradient norm {10 ** rel[i]:.3g}x above the typical layer ({REF_TEXT})")
+        add(
+            ok & (rel < lo) & ~(vs >= t.minor_issue_ratio) & ~dead & ~by_design,
+            "weak",
+            (lo - rel) / max(-lo, 1e-12),
+            np.zeros(L, bool),
+            lambda i: f"median gradient norm {10 ** -rel[i]:.3g}x below the typical layer ({REF_TEXT})",
+        )
+        add(
+            ok & (rel > hi),
+            "hot",
+            (rel - hi) / max(hi, 1e-12),
+            np.zeros(L, bool),
+            lambda i: f"median gradient norm {10 ** rel[i]:.3g}x above the typical layer ({REF_TEXT})",
+        )
     st = flow["stability"].to_numpy()
     with np.errstate(invalid="ignore"):
-        add(ok & (st < t.unstable), "unstable", 1 - st / t.unstable, np.zeros(L, bool),
-            lambda i: f"gradient-norm stability 1/(1+CV) = {st[i]:.2f} (< {t.unstable:g})")
+        add(
+            ok & (st < t.unstable),
+            "unstable",
+            1 - st / t.unstable,
+            np.zeros(L, bool),
+            lambda i: f"gradient-norm stability 1/(1+CV) = {st[i]:.2f} (< {t.unstable:g})",
+        )
     osc, fr, r1 = flow["oscillation"].to_numpy(), flow["flow_rate"].to_numpy(), flow["autocorr_lag1"].to_numpy()
-    add(ok & flow["oscillating"].to_numpy(bool), "oscillating", osc, np.zeros(L, bool),
-        lambda i: f"norm alternates up and down (lag-1 autocorrelation {r1[i]:.2f}; direction changes on "
-                  f"{osc[i]:.0%} of steps), moving {fr[i]:.0%} of its level per step")
+    add(
+        ok & flow["oscillating"].to_numpy(bool),
+        "oscillating",
+        osc,
+        np.zeros(L, bool),
+        lambda i: (
+            f"norm alternates up and down (lag-1 autocorrelation {r1[i]:.2f}; direction changes on "
+            f"{osc[i]:.0%} of steps), moving {fr[i]:.0%} of its level per step"
+        ),
+    )
     ur = update_ratio(s)
     with np.errstate(invalid="ignore", divide="ignore"):
-        add(ok & (ur > t.update_ratio_high), "lr_high", np.log10(ur / t.update_ratio_high), np.zeros(L, bool),
-            lambda i: f"median update/weight ratio {ur[i]:.3g} above {t.update_ratio_high:g}")
-        add(ok & (ur < t.update_ratio_low) & (ds < t.minor_issue_ratio) & (vs < t.minor_issue_ratio), "lr_low",
-            np.log10(t.update_ratio_low / ur), np.zeros(L, bool),
-            lambda i: f"median update/weight ratio {ur[i]:.3g} below {t.update_ratio_low:g}")
+        add(
+            ok & (ur > t.update_ratio_high),
+            "lr_high",
+            np.log10(ur / t.update_ratio_high),
+            np.zeros(L, bool),
+            lambda i: f"median update/weight ratio {ur[i]:.3g} above {t.update_ratio_high:g}",
+        )
+        add(
+            ok & (ur < t.update_ratio_low) & (ds < t.minor_issue_ratio) & (vs < t.minor_issue_ratio),
+            "lr_low",
+            np.log10(t.update_ratio_low / ur),
+            np.zeros(L, bool),
+            lambda i: f"median update/weight ratio {ur[i]:.3g} below {t.update_ratio_low:g}",
+        )
     return out
 
 
@@ -178,8 +282,11 @@ def layer_health(s: Series, flow: pd.DataFrame, factors: list[RiskFactor]) -> pd
         flags[i].append(f.kind)
     risk = 1 - keep
     known = s.trainable & (ex["known_steps"] > 0)
-    health = np.where(~known, "Unknown", np.where(crit | (count > MAX_WARNING_FACTORS), "Critical",
-                                                   np.where(count > 0, "Warning", "Healthy")))
+    health = np.where(
+        ~known,
+        "Unknown",
+        np.where(crit | (count > MAX_WARNING_FACTORS), "Critical", np.where(count > 0, "Warning", "Healthy")),
+    )
     lvl = s.stat("mean_abs", "median")
     with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
         llog = np.log10(np.where(lvl > 0, lvl, np.nan))
@@ -189,13 +296,24 @@ def layer_health(s: Series, flow: pd.DataFrame, factors: list[RiskFactor]) -> pd
         potential = np.clip(gap / -np.log10(t.relative_vanishing), 0, 1)
     rank = pd.Series(np.where(known, lvl, np.nan)).rank(ascending=False, method="min").to_numpy()
     similar = _similar(llog, names, np.log10(1.2))
-    return pd.DataFrame({
-        "layer": names, "health": health, "risk": np.where(known, risk, np.nan), "flags": [", ".join(f) for f in flags],
-        "n_factors": count, "stability": flow["stability"].to_numpy(),
-        "neuron_activity": 1 - s.stat("zero_frac", "mean"), "convergence": convergence_indicator(s),
-        "update_ratio": update_ratio(s), "relative_level": 10 ** rel, "rank": rank,
-        "similar_layers": similar, "gap_decades": gap, "potential": potential,
-    })
+    return pd.DataFrame(
+        {
+            "layer": names,
+            "health": health,
+            "risk": np.where(known, risk, np.nan),
+            "flags": [", ".join(f) for f in flags],
+            "n_factors": count,
+            "stability": flow["stability"].to_numpy(),
+            "neuron_activity": 1 - s.stat("zero_frac", "mean"),
+            "convergence": convergence_indicator(s),
+            "update_ratio": update_ratio(s),
+            "relative_level": 10**rel,
+            "rank": rank,
+            "similar_layers": similar,
+            "gap_decades": gap,
+            "potential": potential,
+        }
+    )
 
 
 def _similar(llog: np.ndarray, names: list[str], tol: float, k: int = 5) -> list[list[str]]:

@@ -1,6 +1,7 @@
 """The network's layers side by side: the distribution of their gradient levels and the pairs
 whose gradient-norm series move together or against each other (the original crate's enhanced
 analysis: ``GradientDistribution``, ``LayerInteraction``)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,11 +24,12 @@ CORR_ROWS = 512
 class Distribution:
     """Distribution across layers of their median gradient norm, in log10 (raw norms across layers
     span decades, so their raw skewness is always large)."""
+
     mean_log10: float
     std_log10: float
     skewness: float
     kurtosis: float
-    kind: str           #: Normal / Skewed / HeavyTailed / Multimodal / Degenerate
+    kind: str  #: Normal / Skewed / HeavyTailed / Multimodal / Degenerate
     n_layers: int
 
 
@@ -56,7 +58,7 @@ class Interaction:
     layer1: str
     layer2: str
     correlation: float
-    interaction_type: str   #: Cooperative / Competitive / Disruptive / Neutral
+    interaction_type: str  #: Cooperative / Competitive / Disruptive / Neutral
     impact_score: float = float("nan")  #: |r| x the pair's share of the network's gradient energy
 
 
@@ -71,8 +73,15 @@ def energy_share(s: Series) -> np.ndarray:
 
 def _interaction_type(r: float) -> str:
     """The original crate's (enhanced analysis) interaction type from the correlation alone (it used a convergence difference)."""
-    return ("Cooperative" if r >= INTERACTION_CORR else "Disruptive" if r <= -DISRUPTIVE_CORR
-            else "Competitive" if r <= -INTERACTION_CORR else "Neutral")
+    return (
+        "Cooperative"
+        if r >= INTERACTION_CORR
+        else "Disruptive"
+        if r <= -DISRUPTIVE_CORR
+        else "Competitive"
+        if r <= -INTERACTION_CORR
+        else "Neutral"
+    )
 
 
 def interactions(s: Series, top_k: int = TOP_PAIRS, block: int = 256) -> list[Interaction]:

@@ -16,6 +16,7 @@ Fields of the original crate not carried over, and why:
   ``GradientDirection.direction_vector`` (the original crate: ``[norm]``, a placeholder: only norms are recorded,
   not gradient vectors).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -32,29 +33,29 @@ from .stats import _TINY, STAT_ROWS, Series, _quiet, nanmedian, sample_rows
 class FlowNode:
     layer: str
     node_type: str
-    level: float            #: median RMS gradient entry (grad_norm / sqrt(numel))
-    gain: float             #: level / largest downstream neighbour's level (backward gain into it)
-    in_degree: int          #: upstream neighbours (forward)
-    out_degree: int         #: downstream neighbours (forward)
-    influence: float        #: level x flow consistency (the original crate's flow visualisation)
+    level: float  #: median RMS gradient entry (grad_norm / sqrt(numel))
+    gain: float  #: level / largest downstream neighbour's level (backward gain into it)
+    in_degree: int  #: upstream neighbours (forward)
+    out_degree: int  #: downstream neighbours (forward)
+    influence: float  #: level x flow consistency (the original crate's flow visualisation)
 
 
 @dataclass
 class FlowEdge:
     upstream: str
     downstream: str
-    gain: float             #: median ratio upstream/downstream RMS level: what survives the backward hop
-    consistency: float      #: 1/(1 + std of log10 gain over steps)
-    blocked_share: float    #: share of sampled steps no gradient reached the upstream layer (vanishing or dead)
+    gain: float  #: median ratio upstream/downstream RMS level: what survives the backward hop
+    consistency: float  #: 1/(1 + std of log10 gain over steps)
+    blocked_share: float  #: share of sampled steps no gradient reached the upstream layer (vanishing or dead)
     edge_type: str
 
 
 @dataclass
 class NetworkMetrics:
-    flow_efficiency: float      #: geometric mean edge gain
-    connectivity: float         #: edges / (L (L - 1))
-    bottleneck_density: float   #: share of nodes typed Bottleneck
-    flow_stability: float       #: mean edge consistency
+    flow_efficiency: float  #: geometric mean edge gain
+    connectivity: float  #: edges / (L (L - 1))
+    bottleneck_density: float  #: share of nodes typed Bottleneck
+    flow_stability: float  #: mean edge consistency
     blocked_edges: int
 
 
@@ -69,16 +70,16 @@ class FlowNetwork:
 
 @dataclass
 class CriticalPath:
-    kind: str                  #: "attenuation" (gradient lost) or "amplification" (gradient grown)
-    layers: list[str]          #: in backward order, loss side first: one layer per module (its largest parameter)
-    decades: float             #: net decades lost (or gained) between the path's two ends
+    kind: str  #: "attenuation" (gradient lost) or "amplification" (gradient grown)
+    layers: list[str]  #: in backward order, loss side first: one layer per module (its largest parameter)
+    decades: float  #: net decades lost (or gained) between the path's two ends
     bottleneck_layers: list[str]
     worst_hop: tuple[str, str] | None
-    criticality: float         #: 1 - 10**(-decades): share of gradient magnitude lost (or added)
+    criticality: float  #: 1 - 10**(-decades): share of gradient magnitude lost (or added)
     reaches_zero: bool = False  #: a layer on it had exactly zero gradient (decades then only say "all")
     graph_had_cycles: bool = False  #: back edges of a reused module were left out (see ``break_cycles``)
     optimization_potential: float = 0.0  #: share of ``decades`` beyond the tolerated loss per hop (see
-                                         #: ``path_potential``): what fixing its bottleneck hops could recover
+    #: ``path_potential``): what fixing its bottleneck hops could recover
 
 
 def _rms_log(s: Series) -> tuple[np.ndarray, np.ndarray]:
@@ -103,8 +104,12 @@ def graph_edges(run: Run) -> tuple[np.ndarray, int]:
 def dropped_edges_note(run: Run) -> str:
     """A report note when the run's graph names layers it does not have ('' otherwise)."""
     _, bad = graph_edges(run)
-    return (f"{bad} recorded graph edge{'s' * (bad != 1)} named a layer index outside 0..{run.n_layers - 1} "
-            f"and {'were' if bad != 1 else 'was'} left out of the flow network" if bad else "")
+    return (
+        f"{bad} recorded graph edge{'s' * (bad != 1)} named a layer index outside 0..{run.n_layers - 1} "
+        f"and {'were' if bad != 1 else 'was'} left out of the flow network"
+        if bad
+        else ""
+    )
 
 
 def no_flow_flags(run: Run, rows=None) -> np.ndarray:
@@ -112,7 +117,9 @@ def no_flow_flags(run: Run, rows=None) -> np.ndarray:
     t = run.thresholds
     c = run._M3[slice(None) if rows is None else rows]  # one gather for both metrics
     with np.errstate(invalid="ignore"):
-        return (c[:, METRICS.index("mean_abs")] < t.vanishing) | (c[:, METRICS.index("zero_frac")] >= t.dead_zero_fraction)
+        return (c[:, METRICS.index("mean_abs")] < t.vanishing) | (
+            c[:, METRICS.index("zero_frac")] >= t.dead_zero_fraction
+        )
 
 
 def flow_network(s: Series, flow: pd.DataFrame) -> FlowNetwork:
@@ -126,8 +133,10 @@ def flow_network(s: Series, flow: pd.DataFrame) -> FlowNetwork:
     run, t = s.run, s.run.thresholds
     E, _ = graph_edges(run)
     if len(E) == 0:
-        return FlowNetwork(False, "the run has no recorded backward graph (record with the torch Recorder "
-                                  "to get which layers feed which)")
+        return FlowNetwork(
+            False,
+            "the run has no recorded backward graph (record with the torch Recorder to get which layers feed which)",
+        )
     names = run.layer_names
     L = run.n_layers
     rms, level = _rms_log(s)
@@ -141,12 +150,15 @@ def flow_network(s: Series, flow: pd.DataFrame) -> FlowNetwork:
     nf = no_flow_flags(run, rows)
     blocked = nf[:, u].mean(axis=0) if nf.shape[0] else np.zeros(len(E))
     bg = np.log10(t.bottleneck_gain)
-    etype = np.where(blocked >= t.critical_issue_ratio, "Blocked",
-                     np.where(blocked >= t.minor_issue_ratio, "Intermittent",
-                              np.where(gain_log < bg, "Weak", "Strong")))
-    edges = [FlowEdge(names[a], names[b], float(10 ** g) if np.isfinite(g) else float("nan"),
-                      float(c), float(bl), str(et))
-             for a, b, g, c, bl, et in zip(u, v, gain_log, consistency, blocked, etype)]
+    etype = np.where(
+        blocked >= t.critical_issue_ratio,
+        "Blocked",
+        np.where(blocked >= t.minor_issue_ratio, "Intermittent", np.where(gain_log < bg, "Weak", "Strong")),
+    )
+    edges = [
+        FlowEdge(names[a], names[b], float(10**g) if np.isfinite(g) else float("nan"), float(c), float(bl), str(et))
+        for a, b, g, c, bl, et in zip(u, v, gain_log, consistency, blocked, etype)
+    ]
     indeg = np.bincount(v, minlength=L)
     outdeg = np.bincount(u, minlength=L)
     # backward gain into a node: its level relative to its strongest downstream neighbour
@@ -154,20 +166,36 @@ def flow_network(s: Series, flow: pd.DataFrame) -> FlowNetwork:
     np.maximum.at(down_max, u, np.where(np.isfinite(level[v]), level[v], -np.inf))
     with np.errstate(invalid="ignore"):
         node_gain = np.where(np.isfinite(down_max), level - down_max, np.nan)
-    ntype = np.where(node_gain < bg, "Bottleneck",
-                     np.where(node_gain > -bg, "Amplifier",
-                              np.where((outdeg == 0) & (indeg > 0), "Source",
-                                       np.where((indeg == 0) & (outdeg > 0), "Sink", "Normal"))))
+    ntype = np.where(
+        node_gain < bg,
+        "Bottleneck",
+        np.where(
+            node_gain > -bg,
+            "Amplifier",
+            np.where((outdeg == 0) & (indeg > 0), "Source", np.where((indeg == 0) & (outdeg > 0), "Sink", "Normal")),
+        ),
+    )
     cons = flow["consistency"].to_numpy()
-    nodes = [FlowNode(names[i], str(ntype[i]), _f(10 ** level[i]), _f(10 ** node_gain[i]),
-                      int(indeg[i]), int(outdeg[i]), _f(10 ** level[i] * cons[i])) for i in range(L)]
+    nodes = [
+        FlowNode(
+            names[i],
+            str(ntype[i]),
+            _f(10 ** level[i]),
+            _f(10 ** node_gain[i]),
+            int(indeg[i]),
+            int(outdeg[i]),
+            _f(10 ** level[i] * cons[i]),
+        )
+        for i in range(L)
+    ]
     fin = np.isfinite(gain_log)
     metrics = NetworkMetrics(
         flow_efficiency=float(10 ** np.mean(gain_log[fin])) if fin.any() else float("nan"),
         connectivity=len(E) / max(1, L * (L - 1)),
         bottleneck_density=float(np.mean(ntype == "Bottleneck")),
         flow_stability=_finite_mean(consistency),
-        blocked_edges=int(np.sum(etype == "Blocked")))
+        blocked_edges=int(np.sum(etype == "Blocked")),
+    )
     return FlowNetwork(True, "", nodes, edges, metrics)
 
 
@@ -192,8 +220,9 @@ def module_nodes(run: Run, level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if np.isfinite(level[i]) and (m not in rep or run.layers[i].numel > run.layers[rep[m]].numel):
             rep[m] = i
     E, _ = graph_edges(run)
-    pairs = {(rep[mods[a]], rep[mods[b]]) for a, b in E.tolist() if mods[a] in rep and mods[b] in rep
-             and mods[a] != mods[b]}
+    pairs = {
+        (rep[mods[a]], rep[mods[b]]) for a, b in E.tolist() if mods[a] in rep and mods[b] in rep and mods[a] != mods[b]
+    }
     return np.array(sorted(rep.values()), np.int64), np.array(sorted(pairs), np.int64).reshape(-1, 2)
 
 
@@ -244,10 +273,19 @@ def critical_paths(s: Series) -> list[CriticalPath]:
         change = [sign * (lvl[a] - lvl[b]) for a, b in hops]
         bott = [names[b] for (a, b), x in zip(hops, change) if x > tol]
         worst = hops[int(np.argmax(change))] if hops else None
-        out.append(CriticalPath(kind, [names[i] for i in path], dec, bott,
-                                (names[worst[0]], names[worst[1]]) if worst else None,
-                                float(1 - 10 ** (-dec)), bool(np.any(lvl[path] <= zero[path] + 1e-6)),
-                                len(back) > 0, path_potential(change, tol)))
+        out.append(
+            CriticalPath(
+                kind,
+                [names[i] for i in path],
+                dec,
+                bott,
+                (names[worst[0]], names[worst[1]]) if worst else None,
+                float(1 - 10 ** (-dec)),
+                bool(np.any(lvl[path] <= zero[path] + 1e-6)),
+                len(back) > 0,
+                path_potential(change, tol),
+            )
+        )
     return out
 
 
@@ -347,6 +385,8 @@ def cycle_note(run: Run) -> str:
         return ""
     names = run.layer_names
     hops = ", ".join(f"{names[a]} → {names[b]}" for a, b in back[:4].tolist()) + (" …" if len(back) > 4 else "")
-    return (f"the recorded graph has cycles (a module used more than once, e.g. weight tying or a recurrent "
-            f"block): {len(back)} back edge{'s' * (len(back) != 1)} ({hops}) left out of the critical paths, "
-            "so each reuse is counted once")
+    return (
+        f"the recorded graph has cycles (a module used more than once, e.g. weight tying or a recurrent "
+        f"block): {len(back)} back edge{'s' * (len(back) != 1)} ({hops}) left out of the critical paths, "
+        "so each reuse is counted once"
+    )

@@ -3,6 +3,7 @@
 The torch Recorder traces it while training (``gradwidget.collect.nonfinite``) and keeps it in
 the run (``run.nonfinite_origin``, saved in meta.json); the analysis reads it here, without I/O.
 """
+
 from __future__ import annotations
 
 import numpy as np

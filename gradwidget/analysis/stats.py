@@ -9,6 +9,7 @@ one step can change (``max_abs`` max, non-finite totals, flag shares) are always
 ``exact_reductions``). These are statistics *of a metric's history* (e.g. the skewness of a layer's
 gradient-norm series), not of the gradient's entries: the entries' distribution is ``run.hist``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -55,7 +56,7 @@ def block_mean(a: np.ndarray, max_rows: int = MAX_ROWS) -> tuple[np.ndarray, int
     with np.errstate(invalid="ignore"), _quiet():
         for i in range(0, m // k, per):  # chunks bound the temporary copies
             j = min(m // k, i + per)
-            b = np.asarray(a[n - m + i * k: n - m + j * k]).reshape((j - i, k) + a.shape[1:])
+            b = np.asarray(a[n - m + i * k : n - m + j * k]).reshape((j - i, k) + a.shape[1:])
             b = np.where(np.isfinite(b), b, np.float32(np.nan))
             out[i:j] = np.nanmean(b, axis=1, dtype=np.float64)
     return out, k
@@ -86,15 +87,14 @@ def moments(x: np.ndarray) -> dict[str, np.ndarray]:
         d = x - mean
         d2 = d * d
         var = np.nanmean(d2, axis=0)
-        skew = np.nanmean(d2 * d, axis=0) / var ** 1.5
+        skew = np.nanmean(d2 * d, axis=0) / var**1.5
         kurt = np.nanmean(d2 * d2, axis=0) / (var * var) - 3.0
     # a constant column (numerically: variance below float64 rounding of its mean) has no shape
     flat = ~(var > (np.abs(mean) * 1e-12) ** 2)
     var = np.where(flat & (n > 0), 0.0, var)
     skew = np.where(flat & (n > 0), 0.0, skew)
     kurt = np.where(flat & (n > 0), 0.0, kurt)
-    return {"mean": mean, "std": np.sqrt(var), "variance": var, "skewness": skew, "kurtosis": kurt,
-            "samples": n}
+    return {"mean": mean, "std": np.sqrt(var), "variance": var, "skewness": skew, "kurtosis": kurt, "samples": n}
 
 
 def quantiles(x: np.ndarray, qs=(0.05, 0.5, 0.95)) -> np.ndarray:
@@ -209,14 +209,21 @@ def exact_reductions(run: Run, chunk: int = 8192, block: int = 0, threads: int =
     for p in parts:
         np.fmax(mx_max, p[0], out=mx_max)
     nf_total, nf_steps, van, expl, dead, known = (
-        sum((p[i] for p in parts), np.zeros(L, np.float64 if i == 1 else np.int64)) for i in range(1, 7))
+        sum((p[i] for p in parts), np.zeros(L, np.float64 if i == 1 else np.int64)) for i in range(1, 7)
+    )
     trainable = run.trainable_mask()
     d = max(n, 1)
     finite_max = np.where(mx_max > -np.inf, mx_max, np.nan)
-    out = {"max_abs_max": np.where(nf_steps > 0, np.inf, finite_max), "max_abs_finite": finite_max,
-           "nonfinite_total": nf_total, "nonfinite_share": nf_steps / d,
-           "vanishing_share": van / d * trainable, "exploding_share": expl / d,
-           "dead_share": dead / d * trainable, "known_steps": known}
+    out = {
+        "max_abs_max": np.where(nf_steps > 0, np.inf, finite_max),
+        "max_abs_finite": finite_max,
+        "nonfinite_total": nf_total,
+        "nonfinite_share": nf_steps / d,
+        "vanishing_share": van / d * trainable,
+        "exploding_share": expl / d,
+        "dead_share": dead / d * trainable,
+        "known_steps": known,
+    }
     if block:
         cs = [p[7] for p in parts if p[7] is not None]
         out["coarse_grad_norm"] = np.concatenate(cs) if cs else np.empty((0, L))
@@ -239,7 +246,7 @@ def trailing_median(y: np.ndarray, w: int) -> np.ndarray:
     for k in range(head):  # the first rows: the median of what came so far
         out[k] = np.median(y[: k + 1], axis=0)
     if y.shape[0] >= w:
-        out[w - 1:] = np.median(np.lib.stride_tricks.sliding_window_view(y, w, axis=0), axis=-1)
+        out[w - 1 :] = np.median(np.lib.stride_tricks.sliding_window_view(y, w, axis=0), axis=-1)
     return out
 
 
@@ -258,7 +265,7 @@ def update_ratio_rows(run: Run, max_rows: int = MAX_ROWS) -> np.ndarray:
     """``update_norm / weight_norm`` per step and layer over the most recent ``2 * max_rows`` steps,
     keeping only steps where an update was measured (update_norm is measured every few steps); inf
     where the update or the weight norm overflowed."""
-    c = run._M3[max(0, run.n_steps - 2 * max_rows):]
+    c = run._M3[max(0, run.n_steps - 2 * max_rows) :]
     u = c[:, METRICS.index("update_norm")].astype(np.float64)
     w = c[:, METRICS.index("weight_norm")].astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -340,15 +347,15 @@ class Series:
         self.run, self.max_rows = run, max_rows
         n = run.n_steps
         g = run.metric("grad_norm")
-        rec = np.asarray(g[max(0, n - max_rows):], np.float64)
+        rec = np.asarray(g[max(0, n - max_rows) :], np.float64)
         self.recent = np.where(np.isfinite(rec), rec, np.nan)  # non-finite steps are counted apart
-        self.recent_steps = run.steps[max(0, n - max_rows):]
+        self.recent_steps = run.steps[max(0, n - max_rows) :]
         self.block = max(1, -(-n // max_rows))
         self.exact = exact_reductions(run, block=self.block)
         self.stats = layer_statistics(run, max_rows=min(max_rows, STAT_ROWS))
         self.coarse = log10_pos(self.exact.pop("coarse_grad_norm"))
         m = (n // self.block) * self.block
-        self.coarse_steps = run.steps[n - m:][:: self.block] if n else run.steps
+        self.coarse_steps = run.steps[n - m :][:: self.block] if n else run.steps
         self.trainable = run.trainable_mask()
         self._update_ratio: np.ndarray | None = None
         self._update_rows: np.ndarray | None = None

@@ -2,6 +2,7 @@
 calibrated bounds its rule uses, the ``Cause`` record a rule returns, the ``Context`` rules read
 from, and the small lookups several rules share (``rules_setup`` and ``rules_layers`` hold the
 rules, ``causes`` runs, folds and ranks them)."""
+
 from __future__ import annotations
 
 import functools
@@ -16,9 +17,22 @@ from .health import Dynamics, RiskFactor
 from .stats import Series, _quiet
 
 #: every cause, in precedence order: a root cause before the symptoms it can produce.
-CAUSES = ("nonfinite", "missing_zero_grad", "loss_scale", "input_scale", "saturated_output", "lr_too_high",
-          "not_in_optimizer", "no_gradient", "dead_units", "exploding", "vanishing", "lr_too_low", "plateau",
-          "frozen")
+CAUSES = (
+    "nonfinite",
+    "missing_zero_grad",
+    "loss_scale",
+    "input_scale",
+    "saturated_output",
+    "lr_too_high",
+    "not_in_optimizer",
+    "no_gradient",
+    "dead_units",
+    "exploding",
+    "vanishing",
+    "lr_too_low",
+    "plateau",
+    "frozen",
+)
 
 #: what each cause is, in a few words (the list above the heatmap and the report use it).
 CAUSE_TITLES = {
@@ -131,16 +145,16 @@ VANISHING_STUCK_SHARE = 0.5
 
 @dataclass
 class Cause:
-    cause: str                      #: one of ``CAUSES``
-    priority: str                   #: Critical / High / Medium / Low
-    layers: list[str]               #: at fault, most affected first ([] for a cause of the whole run)
-    first_step: int | None          #: when it began (a recorded step number)
-    evidence: str                   #: the numbers that show it
-    confidence: float               #: 0..1: how clearly the evidence separates it from a healthy run
+    cause: str  #: one of ``CAUSES``
+    priority: str  #: Critical / High / Medium / Low
+    layers: list[str]  #: at fault, most affected first ([] for a cause of the whole run)
+    first_step: int | None  #: when it began (a recorded step number)
+    evidence: str  #: the numbers that show it
+    confidence: float  #: 0..1: how clearly the evidence separates it from a healthy run
     explains: list[str] = field(default_factory=list)  #: folded symptoms, each "cause: evidence"
     origin: NonfiniteOrigin | None = None  #: the NaN origin, for ``nonfinite``
-    at_init: bool = False           #: present before the first update: the root, above any step-size cause
-    after: str | None = None        #: the cause it followed from: ranked right after it, kept for its own evidence
+    at_init: bool = False  #: present before the first update: the root, above any step-size cause
+    after: str | None = None  #: the cause it followed from: ranked right after it, kept for its own evidence
 
     @property
     def title(self) -> str:
@@ -225,7 +239,11 @@ def output_bias_grad(run) -> float:
 
 def output_layer(run):
     """The output layer's weight: the 2-d weight nearest the loss in the backward order."""
-    ws = [info for info in run.layers if info.name.endswith("weight") and len(info.shape) == 2 and info.backward_index >= 0]
+    ws = [
+        info
+        for info in run.layers
+        if info.name.endswith("weight") and len(info.shape) == 2 and info.backward_index >= 0
+    ]
     return min(ws, key=lambda info: info.backward_index) if ws else None
 
 

@@ -11,6 +11,7 @@ Two kinds of drift: ``drift_between(weights, previous)`` compares two snapshots 
 (||w - w_prev|| / ||w_prev||); ``drift_from_run(run)`` reads the recorded per-step update/weight
 norm ratio (update_norm / weight_norm) of every step it was measured.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,17 +32,27 @@ DIST_ZERO, DIST_SKEW, DIST_KURT, DIST_EXTREME = 0.3, 1.0, 5.0, 5.0
 OUTLIER_Z, OUTLIER_HIGH_Z, MAX_OUTLIERS = 3.0, 5.0, 5
 
 ISSUES = {
-    "nonfinite": ("NaN/Inf weights: training has diverged",
-                  "restore the last good checkpoint, then lower the learning rate, clip gradients "
-                  "(clip_grad_norm_) and check the loss for log(0) or division by zero"),
-    "mostly_zero": ("more than half of the weights are exactly zero (pruned, masked or never updated)",
-                    "check masking/pruning; if unintended, re-initialise the layer or lower weight decay"),
-    "skewed": ("highly skewed weight distribution (|skewness| > 2)",
-               "consider weight normalisation or a different initialisation"),
-    "heavy_tailed": ("heavy-tailed weight distribution (excess kurtosis > 10)",
-                     "monitor for gradient instability; a few weights dominate the layer"),
-    "extreme": ("extreme weight values (|w| > 10)",
-                "add weight decay / regularisation or clip weights; check the learning rate"),
+    "nonfinite": (
+        "NaN/Inf weights: training has diverged",
+        "restore the last good checkpoint, then lower the learning rate, clip gradients "
+        "(clip_grad_norm_) and check the loss for log(0) or division by zero",
+    ),
+    "mostly_zero": (
+        "more than half of the weights are exactly zero (pruned, masked or never updated)",
+        "check masking/pruning; if unintended, re-initialise the layer or lower weight decay",
+    ),
+    "skewed": (
+        "highly skewed weight distribution (|skewness| > 2)",
+        "consider weight normalisation or a different initialisation",
+    ),
+    "heavy_tailed": (
+        "heavy-tailed weight distribution (excess kurtosis > 10)",
+        "monitor for gradient instability; a few weights dominate the layer",
+    ),
+    "extreme": (
+        "extreme weight values (|w| > 10)",
+        "add weight decay / regularisation or clip weights; check the learning rate",
+    ),
 }
 
 
@@ -51,14 +62,14 @@ class Outlier:
     index: tuple
     value: float
     z_score: float
-    severity: str   #: Medium (3 < |z| <= 5) or High
+    severity: str  #: Medium (3 < |z| <= 5) or High
 
 
 @dataclass
 class ExplodingLayer:
     layer: str
-    max_abs: float           #: largest |g| entry over the recorded steps (inf after a non-finite one)
-    ratio_to_mean: float     #: max_abs / the mean over layers of their finite max |g|
+    max_abs: float  #: largest |g| entry over the recorded steps (inf after a non-finite one)
+    ratio_to_mean: float  #: max_abs / the mean over layers of their finite max |g|
     severity: str
     action: str
 
@@ -68,22 +79,23 @@ class ExplosionAnalysis:
     """The original crate's (weight analysis) explosion check on the same metric and threshold as the exploding flags: a
     layer's largest |g| entry against ``Thresholds.exploding`` (the original crate compared L2 norms, which
     grow with sqrt(numel): a healthy 5M-entry layer with |g| = 0.5 everywhere has norm 1118)."""
+
     exploding_layers: list[ExplodingLayer]
-    max_abs: float           #: largest max |g| of any layer
-    mean_max_abs: float      #: mean over layers of their finite max |g|
+    max_abs: float  #: largest max |g| of any layer
+    mean_max_abs: float  #: mean over layers of their finite max |g|
     std_max_abs: float
-    explosion_ratio: float   #: share of layers above the threshold
-    severity: str            #: Low / Medium / High / Critical
+    explosion_ratio: float  #: share of layers above the threshold
+    severity: str  #: Low / Medium / High / Critical
     threshold: float
     mitigation: list[str]
 
 
 @dataclass
 class Drift:
-    source: str              #: "snapshots" (weights vs previous) or "recorded updates" (update/weight per step)
+    source: str  #: "snapshots" (weights vs previous) or "recorded updates" (update/weight per step)
     mean_drift: float
     max_drift: float
-    severity: str            #: Minimal / Normal / High; NonFinite when a layer's drift is NaN/Inf
+    severity: str  #: Minimal / Normal / High; NonFinite when a layer's drift is NaN/Inf
     affected_layers: list[str]
 
 
@@ -99,23 +111,31 @@ class WeightReport:
 
     def summary_text(self) -> str:
         df = self.layers
-        lines = [f"Weights: {len(df)} layers, distribution health {self.distribution_status} "
-                 f"({self.distribution_score:.0f}/100)."]
+        lines = [
+            f"Weights: {len(df)} layers, distribution health {self.distribution_status} "
+            f"({self.distribution_score:.0f}/100)."
+        ]
         bad = df[df["issues"].str.len() > 0]
         for _, r in bad.head(8).iterrows():
             lines.append(f"  {r['layer']}: {r['issues']} -> {r['recommendations']}")
         n_out = int(df["n_outliers"].sum())
         if n_out:
             worst = max(self.outliers, key=lambda o: abs(o.z_score))
-            lines.append(f"  {n_out} outlier weights (|z| > {OUTLIER_Z:g}); worst {worst.layer}{list(worst.index)} "
-                         f"= {worst.value:.3g} (z = {worst.z_score:.1f}).")
+            lines.append(
+                f"  {n_out} outlier weights (|z| > {OUTLIER_Z:g}); worst {worst.layer}{list(worst.index)} "
+                f"= {worst.value:.3g} (z = {worst.z_score:.1f})."
+            )
         for d in (self.drift, self.run_drift):
             if d is not None:
-                lines.append(f"  Drift ({d.source}): mean {d.mean_drift:.3g}, max {d.max_drift:.3g} -> {d.severity}"
-                             + (f"; layers: {', '.join(d.affected_layers[:5])}" if d.affected_layers else ""))
+                lines.append(
+                    f"  Drift ({d.source}): mean {d.mean_drift:.3g}, max {d.max_drift:.3g} -> {d.severity}"
+                    + (f"; layers: {', '.join(d.affected_layers[:5])}" if d.affected_layers else "")
+                )
         if self.explosion is not None and self.explosion.exploding_layers:
             e = self.explosion
-            lines.append(f"  Gradient explosion {e.severity}: {len(e.exploding_layers)} layers with |g| above {e.threshold:g}.")
+            lines.append(
+                f"  Gradient explosion {e.severity}: {len(e.exploding_layers)} layers with |g| above {e.threshold:g}."
+            )
         return "\n".join(lines)
 
 
@@ -133,14 +153,25 @@ def weight_statistics(w: np.ndarray) -> dict:
     a = a[np.isfinite(a)]
     n = a.size
     if n == 0:
-        return dict(mean=np.nan, std=np.nan, skewness=np.nan, kurtosis=np.nan, entropy_bits=np.nan,
-                    entropy=np.nan, min=np.nan, max=np.nan, zero_frac=np.nan, numel=0, nonfinite=int(total))
+        return dict(
+            mean=np.nan,
+            std=np.nan,
+            skewness=np.nan,
+            kurtosis=np.nan,
+            entropy_bits=np.nan,
+            entropy=np.nan,
+            min=np.nan,
+            max=np.nan,
+            zero_frac=np.nan,
+            numel=0,
+            nonfinite=int(total),
+        )
     m = a.mean()
     d = a - m
     var = np.mean(d * d)
     sd = np.sqrt(var)
-    skew = float(np.mean(d ** 3) / sd ** 3) if sd > 0 and n >= 3 else 0.0
-    kurt = float(np.mean(d ** 4) / var ** 2 - 3) if sd > 0 and n >= 4 else 0.0
+    skew = float(np.mean(d**3) / sd**3) if sd > 0 and n >= 3 else 0.0
+    kurt = float(np.mean(d**4) / var**2 - 3) if sd > 0 and n >= 4 else 0.0
     bins = int(min(256, max(2, round(np.sqrt(n)))))
     if a.max() > a.min():
         counts, _ = np.histogram(a, bins=bins)
@@ -149,9 +180,19 @@ def weight_statistics(w: np.ndarray) -> dict:
         hn = h / np.log2(bins)
     else:
         h, hn = 0.0, 0.0
-    return dict(mean=float(m), std=float(sd), skewness=skew, kurtosis=kurt, entropy_bits=h, entropy=float(hn),
-                min=float(a.min()), max=float(a.max()), zero_frac=float(np.mean(a == 0)), numel=int(n),
-                nonfinite=int(total - n))
+    return dict(
+        mean=float(m),
+        std=float(sd),
+        skewness=skew,
+        kurtosis=kurt,
+        entropy_bits=h,
+        entropy=float(hn),
+        min=float(a.min()),
+        max=float(a.max()),
+        zero_frac=float(np.mean(a == 0)),
+        numel=int(n),
+        nonfinite=int(total - n),
+    )
 
 
 def health_score(st: dict) -> tuple[float, list[str]]:
@@ -189,8 +230,17 @@ def distribution_health(st: dict) -> tuple[float, str]:
         score -= 15
     if max(abs(st["max"]), abs(st["min"])) > DIST_EXTREME:
         score -= 20
-    status = ("Excellent" if score >= 90 else "Good" if score >= 75 else "Fair" if score >= 60
-              else "Poor" if score >= 40 else "Critical")
+    status = (
+        "Excellent"
+        if score >= 90
+        else "Good"
+        if score >= 75
+        else "Fair"
+        if score >= 60
+        else "Poor"
+        if score >= 40
+        else "Critical"
+    )
     return score, status
 
 
@@ -206,8 +256,16 @@ def outliers(name: str, w: np.ndarray, st: dict, k: int = MAX_OUTLIERS) -> tuple
     if hit.size > k:
         hit = hit[np.argpartition(-flat[hit], k)[:k]]
     hit = hit[np.argsort(-flat[hit])]
-    out = [Outlier(name, tuple(int(i) for i in np.unravel_index(h, a.shape)), float(a.ravel()[h]), float(flat[h]),
-                   "High" if flat[h] > OUTLIER_HIGH_Z else "Medium") for h in hit]
+    out = [
+        Outlier(
+            name,
+            tuple(int(i) for i in np.unravel_index(h, a.shape)),
+            float(a.ravel()[h]),
+            float(flat[h]),
+            "High" if flat[h] > OUTLIER_HIGH_Z else "Medium",
+        )
+        for h in hit
+    ]
     return int(np.sum(flat > OUTLIER_Z)), out
 
 
@@ -227,19 +285,34 @@ def gradient_explosion(names, max_abs, threshold: float) -> ExplosionAnalysis:
             continue
         ratio = v / mean if mean > 0 else float("inf")
         sev = "Critical" if ratio > 100 else "High" if ratio > 50 else "Medium" if ratio > 10 else "Low"
-        act = ("reduce the learning rate 10x and clip gradients" if v > 100 * threshold else
-               "reduce the learning rate and clip gradients" if v > 10 * threshold else
-               "clip gradients or reduce the learning rate")
+        act = (
+            "reduce the learning rate 10x and clip gradients"
+            if v > 100 * threshold
+            else "reduce the learning rate and clip gradients"
+            if v > 10 * threshold
+            else "clip gradients or reduce the learning rate"
+        )
         layers.append(ExplodingLayer(str(n), float(v), float(ratio), sev, act))
     ratio = len(layers) / max(1, g.size)
-    sev = ("Critical" if ratio > 0.5 or mx > threshold * 10 else "High" if ratio > 0.3 or mx > threshold * 5
-           else "Medium" if ratio > 0.1 or mx > threshold * 2 else "Low")
+    sev = (
+        "Critical"
+        if ratio > 0.5 or mx > threshold * 10
+        else "High"
+        if ratio > 0.3 or mx > threshold * 5
+        else "Medium"
+        if ratio > 0.1 or mx > threshold * 2
+        else "Low"
+    )
     mit = []
     if ratio > 0.3:
-        mit.append(f"{ratio:.0%} of layers have |g| entries above {threshold:g}: reduce the learning rate substantially")
+        mit.append(
+            f"{ratio:.0%} of layers have |g| entries above {threshold:g}: reduce the learning rate substantially"
+        )
     if layers:
-        mit.append("clip gradients (torch.nn.utils.clip_grad_norm_); the typical layer's largest |g| is "
-                   f"{_g(np.median(g[fin])) if fin.any() else 'n/a'}")
+        mit.append(
+            "clip gradients (torch.nn.utils.clip_grad_norm_); the typical layer's largest |g| is "
+            f"{_g(np.median(g[fin])) if fin.any() else 'n/a'}"
+        )
         mit.append("consider batch or layer normalisation in front of the exploding layers")
     return ExplosionAnalysis(layers, mx, mean, std, ratio, sev, threshold, mit)
 
@@ -282,8 +355,9 @@ def _drift(source: str, names: list[str], v: np.ndarray, t: Thresholds) -> Drift
     bad = ~np.isfinite(v)
     mx = float("inf") if bad.any() else float(v.max())
     mean = float(v[~bad].mean()) if (~bad).any() else float("nan")
-    return Drift(source, mean, mx, _drift_severity(mx, t),
-                 [n for n, x, b in zip(names, v, bad) if b or x > t.update_ratio_high])
+    return Drift(
+        source, mean, mx, _drift_severity(mx, t), [n for n, x, b in zip(names, v, bad) if b or x > t.update_ratio_high]
+    )
 
 
 def drift_from_run(run, rows: np.ndarray | None = None) -> Drift | None:
@@ -294,7 +368,7 @@ def drift_from_run(run, rows: np.ndarray | None = None) -> Drift | None:
     from .stats import nanmedian, update_ratio_rows
 
     r = update_ratio_rows(run) if rows is None else rows
-    measured = ~np.isnan(r)            # inf counts as measured: an update or weight that blew up
+    measured = ~np.isnan(r)  # inf counts as measured: an update or weight that blew up
     ok = measured.any(axis=0)
     if not ok.any():
         return None
@@ -305,8 +379,9 @@ def drift_from_run(run, rows: np.ndarray | None = None) -> Drift | None:
     return _drift("recorded updates", names, np.asarray(med, np.float64), run.thresholds)
 
 
-def analyze_weights(weights: dict, previous: dict | None = None, thresholds=None,
-                    gradient_max_abs: dict | None = None) -> WeightReport:
+def analyze_weights(
+    weights: dict, previous: dict | None = None, thresholds=None, gradient_max_abs: dict | None = None
+) -> WeightReport:
     """Weight statistics, health score, issues, recommendations and outliers per layer; the overall
     distribution health (numel-weighted mean of the layers' statistics); drift against
     ``previous``; gradient-explosion analysis when ``gradient_max_abs`` ({name: largest |g|}) is given."""
@@ -322,14 +397,24 @@ def analyze_weights(weights: dict, previous: dict | None = None, thresholds=None
         dscore, dstatus = distribution_health(st) if known else (float("nan"), "Unknown")
         n_out, top = outliers(name, a, st)
         outs.extend(top)
-        rows.append(dict(layer=name, **st, health_score=score, distribution=dstatus,
-                         issues=", ".join(ISSUES[i][0] for i in issues),
-                         recommendations="; ".join(ISSUES[i][1] for i in issues),
-                         issue_codes=",".join(issues), n_outliers=n_out))
+        rows.append(
+            dict(
+                layer=name,
+                **st,
+                health_score=score,
+                distribution=dstatus,
+                issues=", ".join(ISSUES[i][0] for i in issues),
+                recommendations="; ".join(ISSUES[i][1] for i in issues),
+                issue_codes=",".join(issues),
+                n_outliers=n_out,
+            )
+        )
     df = pd.DataFrame(rows)
     wts = df["numel"].to_numpy(np.float64)
-    agg = {k: float(np.average(df[k].fillna(0), weights=wts)) if wts.sum() else float("nan")
-           for k in ("zero_frac", "skewness", "kurtosis")}
+    agg = {
+        k: float(np.average(df[k].fillna(0), weights=wts)) if wts.sum() else float("nan")
+        for k in ("zero_frac", "skewness", "kurtosis")
+    }
     agg["max"], agg["min"] = float(df["max"].max()), float(df["min"].min())
     agg["nonfinite"] = int(df["nonfinite"].sum())
     dscore, dstatus = distribution_health(agg)

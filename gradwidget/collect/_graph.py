@@ -2,6 +2,7 @@
 note which module output each parameter-owning module consumes on the first forward (again for a
 layer first used later), and the graph between them is walked once.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -24,8 +25,7 @@ class _GraphEdges(_RecorderState):
     def _install_graph_capture(self) -> None:
         """Forward hooks that, on the first forward with autograd on, note which module output
         each parameter-owning module consumes. Removed once captured."""
-        owners = {name: m for name, m in self.model.named_modules()
-                  if any(True for _ in m.parameters(recurse=False))}
+        owners = {name: m for name, m in self.model.named_modules() if any(True for _ in m.parameters(recurse=False))}
         self._mod_in: dict[str, list] = {}
         self._mod_out: dict = {}
         self._capturing = True
@@ -42,6 +42,7 @@ class _GraphEdges(_RecorderState):
                         if isinstance(a, torch.Tensor) and a.grad_fn is not None:
                             fns.append(a.grad_fn)
                     self._mod_in.setdefault(name, []).extend(fns)
+
             return f
 
         def post(name):
@@ -53,6 +54,7 @@ class _GraphEdges(_RecorderState):
                     for o in outs:
                         if isinstance(o, torch.Tensor) and o.grad_fn is not None:
                             self._mod_out.setdefault(o.grad_fn, name)
+
             return f
 
         def root_done(mod, args, output):
@@ -135,5 +137,6 @@ class _GraphEdges(_RecorderState):
         by_mod: dict[str, list[int]] = defaultdict(list)
         for c, pi in enumerate(self._order):
             by_mod[_module_of(self.model, self._names[pi])[0]].append(c)
-        return sorted({(a, b) for src, dst in self._edges_mod for a in by_mod.get(src, ())
-                       for b in by_mod.get(dst, ())})
+        return sorted(
+            {(a, b) for src, dst in self._edges_mod for a in by_mod.get(src, ()) for b in by_mod.get(dst, ())}
+        )

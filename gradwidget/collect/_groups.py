@@ -8,6 +8,7 @@ together; the rest (large tensors, sparse gradients, shapes of their own) keep o
 disappears, changes layout or moves makes the step's grouping fail or the watch list fire, and
 the caller plans again from the tensors as they are.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -72,8 +73,10 @@ class UpdateSnapshot:
     def __init__(self, params: list[torch.Tensor]) -> None:
         self.params = params
         self.plan = Plan(params, detached)
-        self._bufs = {k: [torch.empty_like(p, memory_format=torch.preserve_format).detach() for p in owners]
-                      for k, (_, owners) in self.plan.rest.items()}
+        self._bufs = {
+            k: [torch.empty_like(p, memory_format=torch.preserve_format).detach() for p in owners]
+            for k, (_, owners) in self.plan.rest.items()
+        }
         self._copies: list[torch.Tensor] = []
         self._rest_keep: dict = {}
         self.has_grad = np.zeros(len(params), bool)

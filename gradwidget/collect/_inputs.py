@@ -2,6 +2,7 @@
 optimizer behind their wrappers (``torch.compile``, accelerate, Lightning), parameter names and
 ties, which parameters can be recorded, and the one Recorder attached to each model.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,7 +18,6 @@ from .._warnings import GradwidgetWarning
 
 if TYPE_CHECKING:
     from .torch import Recorder
-
 
 
 def _compiling() -> bool:
@@ -85,11 +85,17 @@ def _count_arg(name: str, value, minimum: int, also: str = "") -> int:
 
 def _bytes_arg(name: str, value) -> int:
     """A positive size in bytes (an int, or a whole float such as 1e9)."""
-    ok = (isinstance(value, (int, np.integer, float)) and not isinstance(value, bool)
-          and math.isfinite(value) and value == int(value))
+    ok = (
+        isinstance(value, (int, np.integer, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value == int(value)
+    )
     if not ok:
-        raise TypeError(f"{name} must be a number of bytes (an int, e.g. 512 << 20 for 512 MiB), "
-                        f"got {type(value).__name__} {value!r}")
+        raise TypeError(
+            f"{name} must be a number of bytes (an int, e.g. 512 << 20 for 512 MiB), "
+            f"got {type(value).__name__} {value!r}"
+        )
     if value <= 0:
         raise ValueError(f"{name} must be a positive number of bytes, got {value!r}")
     return int(value)
@@ -122,8 +128,11 @@ def _recordable(named: list) -> tuple[list, dict[str, str]]:
         else:
             skipped[n] = why
     if skipped and keep:
-        warnings.warn(f"gradwidget: {len(skipped)} parameter(s) cannot be recorded and are left out: "
-                      f"{_skipped_text(skipped)}", GradwidgetWarning, stacklevel=3)
+        warnings.warn(
+            f"gradwidget: {len(skipped)} parameter(s) cannot be recorded and are left out: {_skipped_text(skipped)}",
+            GradwidgetWarning,
+            stacklevel=3,
+        )
     return keep, skipped
 
 
@@ -151,6 +160,10 @@ def _replace_attached(model: nn.Module, new: "Recorder") -> None:
     if old is not None and old is not new and old.attached:
         old.detach()
         n = old.run.n_steps if old.run is not None else 0
-        warnings.warn(f"gradwidget: a previous Recorder on this {type(model).__name__} was detached; "
-                      f"its run keeps the {n} steps it recorded", GradwidgetWarning, stacklevel=3)
+        warnings.warn(
+            f"gradwidget: a previous Recorder on this {type(model).__name__} was detached; "
+            f"its run keeps the {n} steps it recorded",
+            GradwidgetWarning,
+            stacklevel=3,
+        )
     _ATTACHED[model] = weakref.ref(new)

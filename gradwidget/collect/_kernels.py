@@ -2,6 +2,7 @@
 tensors, ``collect/distributed.py`` on each rank's shards): fused norms, the exponent counts of the
 histogram, and the one packed device-to-host copy. Private to ``gradwidget.collect``.
 """
+
 from __future__ import annotations
 
 import math
@@ -63,8 +64,13 @@ def stacked_rows(x: torch.Tensor) -> torch.Tensor:
     overhead, not their arithmetic)."""
     acc = acc_dtype([x])
     a = x.abs()
-    rows = (torch.linalg.vector_norm(x, 2, dim=1, dtype=acc), a.sum(1, dtype=acc), a.amax(1).to(acc),
-            torch.count_nonzero(x, dim=1).to(acc), x.sum(1, dtype=acc))  # counts <= STACK_NUMEL: exact
+    rows = (
+        torch.linalg.vector_norm(x, 2, dim=1, dtype=acc),
+        a.sum(1, dtype=acc),
+        a.amax(1).to(acc),
+        torch.count_nonzero(x, dim=1).to(acc),
+        x.sum(1, dtype=acc),
+    )  # counts <= STACK_NUMEL: exact
     return torch.stack(rows).to(torch.float64)
 
 

@@ -1,6 +1,7 @@
 """The state the Recorder's parts share (``torch``, ``_steps``, ``_stats``, ``_graph``), declared
 once with its types: each part is a mixin of ``Recorder`` reading and writing these attributes,
 which ``Recorder.__init__`` and the first step (``_start``) set. Nothing here runs."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
@@ -79,6 +80,7 @@ class _RecorderState:
     _late_captures: int
 
     if TYPE_CHECKING:  # methods one part calls on another
+
         def _start(self) -> None: ...
         def _window(self, n_layers: int) -> int | None: ...
         def _warn_window(self) -> None: ...

@@ -2,6 +2,7 @@
 statistics and histogram exponent counts of every column, queued by the plans of ``_groups`` and
 brought to the host in one packed copy per device.
 """
+
 from __future__ import annotations
 
 import math
@@ -11,8 +12,18 @@ import torch
 
 from ..run import METRICS, N_BINS
 from ._groups import Plan, detached, grad_of
-from ._kernels import (HostCopy, exponent_counts, grad_rows, norms, octave_bins, stacked, stacked_exponent_counts,
-                       stacked_norms, stacked_rows, stored_values)
+from ._kernels import (
+    HostCopy,
+    exponent_counts,
+    grad_rows,
+    norms,
+    octave_bins,
+    stacked,
+    stacked_exponent_counts,
+    stacked_norms,
+    stacked_rows,
+    stored_values,
+)
 from ._state import _RecorderState
 
 #: row of each metric in a step's ``(METRICS, L)`` values
@@ -42,8 +53,9 @@ class _Statistics(_RecorderState):
             cols = np.concatenate([part[0] for part in gparts]).astype(np.int64)
             grads = [g for part in gparts for g in part[1]]
             numels = np.concatenate([part[2] for part in gparts])
-            self._fill_grad_stats(out, cols, grads, numels,
-                                  np.concatenate([pack.get(part[3]) for part in gparts], axis=1))
+            self._fill_grad_stats(
+                out, cols, grads, numels, np.concatenate([pack.get(part[3]) for part in gparts], axis=1)
+            )
             if hist is not None:
                 nonzero = numels * (1.0 - out[_M["zero_frac"], cols])
                 hist[cols] = octave_bins(np.concatenate([pack.get(part[4]) for part in gparts]), nonzero)
@@ -87,8 +99,9 @@ class _Statistics(_RecorderState):
         return pack, wparts, gparts
 
     @staticmethod
-    def _fill_grad_stats(out: np.ndarray, cols: np.ndarray, grads: list[torch.Tensor], n: np.ndarray,
-                         host: np.ndarray) -> None:
+    def _fill_grad_stats(
+        out: np.ndarray, cols: np.ndarray, grads: list[torch.Tensor], n: np.ndarray, host: np.ndarray
+    ) -> None:
         """Per-layer metrics of gradient columns ``cols`` from their host rows (``grad_rows``); ``grads``
         are the stored values (a sparse gradient's non-zero entries), ``n`` the layers' sizes."""
         l2, l1, linf, nnz, s = host[:5]

@@ -1,6 +1,7 @@
 """When the Recorder records: gradient-arrival and optimizer hooks, steps an optimizer skipped
 (AMP), one step's record into the Run, its NaN origin, and sharded (FSDP) steps.
 """
+
 from __future__ import annotations
 
 import functools
@@ -44,6 +45,7 @@ class _Steps(_RecorderState):
             if self.optimizer is None and not self._in_backward:
                 self._in_backward = True
                 torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+
         return hook
 
     def _end_of_backward(self) -> None:
@@ -82,7 +84,7 @@ class _Steps(_RecorderState):
         @functools.wraps(original)
         def zero_grad(*args, **kwargs):
             if self._in_step or not self._attached:  # a closure's backwards belong to the step under
-                return original(*args, **kwargs)   # way; a detached recorder still wrapped records nothing
+                return original(*args, **kwargs)  # way; a detached recorder still wrapped records nothing
             self._record_unstepped()
             out = original(*args, **kwargs)
             self._stepped, self._zero_mark = False, self._grad_mark()
@@ -149,22 +151,26 @@ class _Steps(_RecorderState):
     # ------------------------------------------------------------------ the step
     def _on_step(self, before_update: bool = False) -> None:
         if self._capturing and (self._mod_in or self._mod_out):  # else (LBFGS's first step() runs
-            self._finish_capture()                               # before its closure) keep watching
+            self._finish_capture()  # before its closure) keep watching
         self._capture_late_edges()
         step_no = self._count
         self._count += 1
         if self._tracer is not None:
             # with an optimizer, a step not read at its step pre-hook is one it skipped (AMP)
-            self._tracer.end_step(self._pending.get("step", step_no), self._pending.get("loss"),
-                                  skipped=self.optimizer is not None and not before_update)
+            self._tracer.end_step(
+                self._pending.get("step", step_no),
+                self._pending.get("loss"),
+                skipped=self.optimizer is not None and not before_update,
+            )
         if step_no % self.every:
             return
         if self._order is None:
             if self._dist is not None and self._dist.sharded and self._fwd_modules:
                 # sharded gradients arrive per FSDP group (FSDP1: without per-parameter hooks at all),
                 # not in autograd order: derive the order from the first forward instead
-                self._arrival = self._dist.fallback_arrival(self._names, self._params, self._fwd_modules,
-                                                            set(self._arrival) if self._arrival else None)
+                self._arrival = self._dist.fallback_arrival(
+                    self._names, self._params, self._fwd_modules, set(self._arrival) if self._arrival else None
+                )
             if not self._arrival:
                 return  # no gradient has arrived yet: nothing to record
             self._start()
@@ -209,9 +215,11 @@ class _Steps(_RecorderState):
         run = self.run
         assert run is not None  # called on the recording rank only
         if run.n_steps and user_step <= run.steps[-1]:
-            warnings.warn(f"gradwidget: step {user_step} does not increase (last was "
-                          f"{int(run.steps[-1])}); recording it as {int(run.steps[-1]) + 1}",
-                          GradwidgetWarning)
+            warnings.warn(
+                f"gradwidget: step {user_step} does not increase (last was "
+                f"{int(run.steps[-1])}); recording it as {int(run.steps[-1]) + 1}",
+                GradwidgetWarning,
+            )
             user_step = int(run.steps[-1]) + 1
         run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist)
         self._warn_window()
@@ -276,14 +284,14 @@ class _Steps(_RecorderState):
     def _begin_sharded_step(self, step_no: int, with_hist: bool, before_update: bool) -> None:
         """Every rank computes partial sums over its shards; with an update to measure, the one
         collective waits for the optimizer step post-hook so the update's partials ride along."""
-        measure = (before_update and self._update_bufs is not None
-                   and self._recorded % self.update_every == 0)
+        measure = before_update and self._update_bufs is not None and self._recorded % self.update_every == 0
         pend, self._pending = self._pending, {}
         self._recorded += 1
         dist = self._dist
         assert dist is not None
-        partials = dist.local_partials(self._params, with_hist, self.foreach_all,
-                                       self._tracer.queue if self._tracer is not None else None)
+        partials = dist.local_partials(
+            self._params, with_hist, self.foreach_all, self._tracer.queue if self._tracer is not None else None
+        )
         self._dist_step = ShardedStep(step_no, pend, partials, measure)
         if measure:
             dist.snapshot(self._update_bufs)

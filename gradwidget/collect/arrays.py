@@ -4,6 +4,7 @@ The original crate's ``record_step``: per layer mean |g|, max |g|, L2 norm, flag
 ``flow_intensity`` (see Run), plus the rest of the Run's metrics, a rolling window (``max_steps``)
 and, optionally, a run directory written as it goes (``log_dir``).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
@@ -66,18 +67,22 @@ def _to_numpy(x, what: str) -> np.ndarray:
     if not np.issubdtype(a.dtype, np.number):
         raise TypeError(f"{what} must be numeric, got dtype {a.dtype}")
     if np.iscomplexobj(a):  # its norms and histogram would silently drop the imaginary part
-        raise TypeError(f"{what} is complex ({a.dtype}); gradwidget records real arrays: pass np.abs() "
-                        "of it, or its real and imaginary parts as two layers")
+        raise TypeError(
+            f"{what} is complex ({a.dtype}); gradwidget records real arrays: pass np.abs() "
+            "of it, or its real and imaginary parts as two layers"
+        )
     return a
 
 
 def _check_options(max_steps, histogram_every) -> None:
     """Refuse bad recorder options at construction, not at the first record() call."""
     check_max_steps(max_steps)
-    if histogram_every is not None and (isinstance(histogram_every, bool) or not isinstance(histogram_every, int)
-                                        or histogram_every < 0):
-        raise ValueError("histogram_every must be a non-negative int (0 turns histograms off), "
-                         f"got {histogram_every!r}")
+    if histogram_every is not None and (
+        isinstance(histogram_every, bool) or not isinstance(histogram_every, int) or histogram_every < 0
+    ):
+        raise ValueError(
+            f"histogram_every must be a non-negative int (0 turns histograms off), got {histogram_every!r}"
+        )
 
 
 class ArrayRecorder:
@@ -87,8 +92,15 @@ class ArrayRecorder:
     (in the order given); later calls must give the same names with the same shapes.
     """
 
-    def __init__(self, *, max_steps: int | None = None, histogram_every: int = 10, thresholds=None,
-                 log_dir=None, overwrite: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        max_steps: int | None = None,
+        histogram_every: int = 10,
+        thresholds=None,
+        log_dir=None,
+        overwrite: bool = False,
+    ) -> None:
         _check_options(max_steps, histogram_every)
         if log_dir is not None:
             from ..storage import check_log_dir
@@ -109,8 +121,16 @@ class ArrayRecorder:
         for name, g in gradients.items():
             a = _to_numpy(g, f"gradient {name!r}")
             shapes[name] = a.shape
-            layers.append(LayerInfo(name=str(name), shape=tuple(a.shape), numel=int(a.size),
-                                    dtype=str(a.dtype), backward_index=-1, status="trainable"))
+            layers.append(
+                LayerInfo(
+                    name=str(name),
+                    shape=tuple(a.shape),
+                    numel=int(a.size),
+                    dtype=str(a.dtype),
+                    backward_index=-1,
+                    status="trainable",
+                )
+            )
         run = Run(layers, thresholds=self.thresholds, max_steps=self.max_steps)
         if self.log_dir is not None:  # before taking the run: a refused folder must fail every call
             from ..storage import RunWriter
@@ -118,8 +138,7 @@ class ArrayRecorder:
             self._writer = RunWriter(self.log_dir, run, overwrite=self._overwrite)
         self.run, self._shapes = run, shapes
 
-    def record(self, step: int, gradients: Mapping, weights: Mapping | None = None, loss=None,
-               lr=None) -> None:
+    def record(self, step: int, gradients: Mapping, weights: Mapping | None = None, loss=None, lr=None) -> None:
         if not isinstance(gradients, Mapping) or not gradients:
             raise TypeError("gradients must be a non-empty dict {layer name: array}")
         if weights is not None and not isinstance(weights, Mapping):
@@ -130,8 +149,9 @@ class ArrayRecorder:
         missing = [n for n in names if n not in gradients]
         extra = [n for n in gradients if n not in self._shapes]
         if missing or extra:
-            raise ValueError(f"record() got different layers than the first step: missing {missing}, "
-                             f"unexpected {extra}")
+            raise ValueError(
+                f"record() got different layers than the first step: missing {missing}, unexpected {extra}"
+            )
         cols = np.empty((len(METRICS), len(names)))
         hist_now = self.histogram_every and self._count % self.histogram_every == 0
         hist = np.zeros((len(names), N_BINS), np.uint32) if hist_now else None
@@ -139,8 +159,9 @@ class ArrayRecorder:
         for j, n in enumerate(names):
             g = _to_numpy(gradients[n], f"gradient {n!r}")
             if g.shape != self._shapes[n]:
-                raise ValueError(f"gradient {n!r} has shape {g.shape}, expected {self._shapes[n]} "
-                                 "(as in the first recorded step)")
+                raise ValueError(
+                    f"gradient {n!r} has shape {g.shape}, expected {self._shapes[n]} (as in the first recorded step)"
+                )
             w = None
             if weights is not None and n in weights:
                 w = _to_numpy(weights[n], f"weight {n!r}").astype(np.float64).ravel()

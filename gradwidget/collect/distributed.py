@@ -39,6 +39,7 @@ Layer names: DDP's wrapper is unwrapped (no ``module.`` prefix); FSDP1's ``_fsdp
 activation checkpointing's ``_checkpoint_wrapped_module`` and ``torch.compile``'s ``_orig_mod`` path
 components are dropped, so names match the single-process model. FSDP2 keeps the original names.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -113,8 +114,8 @@ class DistContext:
     """What the Recorder needs to know about the process group and how the model is distributed."""
 
     def __init__(self, model: nn.Module, kind: str, group=None) -> None:
-        self.model = model            # the module whose parameters are recorded (DDP unwrapped)
-        self.kind = kind              # "ddp", "replicated", "fsdp2" or "fsdp1"
+        self.model = model  # the module whose parameters are recorded (DDP unwrapped)
+        self.kind = kind  # "ddp", "replicated", "fsdp2" or "fsdp1"
         self.group = group
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
@@ -122,14 +123,15 @@ class DistContext:
         self.sharded = kind in ("fsdp2", "fsdp1")
         #: True on ranks that record nothing at all (replicated mode, rank != 0)
         self.inert = not self.sharded and not self.is_writer
-        self.bytes_sent = 0           # bytes this rank sent in collectives issued by the recorder
-        self.collectives = 0          # collectives issued by the recorder
+        self.bytes_sent = 0  # bytes this rank sent in collectives issued by the recorder
+        self.collectives = 0  # collectives issued by the recorder
         self._fsdp1_shapes: dict[str, tuple] = {}
         if kind == "fsdp1":
             self._fsdp1_shapes = _fsdp1_full_shapes(model)
         backend = dist.get_backend(group)
-        self._comm_device = (torch.device("cuda", torch.cuda.current_device())
-                             if backend == "nccl" else torch.device("cpu"))
+        self._comm_device = (
+            torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        )
         self._pending: Any = None
 
     def __repr__(self) -> str:
@@ -153,14 +155,18 @@ class DistContext:
             from torch.distributed.tensor import Replicate
 
             coord = p.device_mesh.get_coordinate() or []  # type: ignore[attr-defined]  # a DTensor
-            return all(c == 0 for c, pl in zip(coord, p.placements)  # type: ignore[attr-defined]
-                       if isinstance(pl, Replicate))
+            return all(
+                c == 0
+                for c, pl in zip(coord, p.placements)  # type: ignore[attr-defined]
+                if isinstance(pl, Replicate)
+            )
         if self.kind == "fsdp1" and clean_name(name) in self._fsdp1_shapes:
             return True
         return self.is_writer  # a parameter FSDP does not manage is replicated
 
-    def fallback_arrival(self, names: list[str], params: list[torch.Tensor], fwd_modules: list[str],
-                         got_grad: set[int] | None = None) -> list[int]:
+    def fallback_arrival(
+        self, names: list[str], params: list[torch.Tensor], fwd_modules: list[str], got_grad: set[int] | None = None
+    ) -> list[int]:
         """Gradient arrival order for sharded models, where per-parameter gradient hooks fire per
         FSDP group (FSDP2) or not at all (FSDP1), so their order is not autograd's.
 
@@ -193,8 +199,9 @@ class DistContext:
     def prepare(self, names: list[str], params: list[torch.Tensor], order: list[int]) -> None:
         """Fix, for the recorder's column order, the unsharded element counts and ownership."""
         self._order = list(order)
-        self._numel = np.array([float(np.prod(self.full_shape(names[i], params[i]), dtype=np.float64))
-                                for i in order], np.float64)
+        self._numel = np.array(
+            [float(np.prod(self.full_shape(names[i], params[i]), dtype=np.float64)) for i in order], np.float64
+        )
         self._owned = np.array([self.owns(names[i], params[i]) for i in order], bool)
 
     def update_buffers(self, params: list[torch.Tensor]):
@@ -206,8 +213,7 @@ class DistContext:
         params, bufs = update_bufs
         torch._foreach_copy_(bufs, [_local(p.detach()) for p in params])
 
-    def local_partials(self, params: list[torch.Tensor], with_hist: bool, foreach_all: bool,
-                       also=None) -> np.ndarray:
+    def local_partials(self, params: list[torch.Tensor], with_hist: bool, foreach_all: bool, also=None) -> np.ndarray:
         """``(L, len(PARTIALS) [+ N_BINS])`` float64 partial sums of this rank's pieces, columns in
         the recorder's order. ``also(pack)``: queue more tensors into the same host copy (the
         NaN tracer's steps)."""
@@ -260,7 +266,7 @@ class DistContext:
             P[cols, _P["nonfinite"]] = nonfinite
             if with_hist:
                 assert counts is not None  # queued with the rows on histogram steps
-                P[cols, len(PARTIALS):] = octave_bins(pack.get(counts), n - zeros)
+                P[cols, len(PARTIALS) :] = octave_bins(pack.get(counts), n - zeros)
         return P
 
     def local_update_sumsq(self, update_bufs, update_cols: np.ndarray, P: np.ndarray) -> None:
@@ -286,8 +292,9 @@ class DistContext:
             return None
         return t.cpu().numpy(), m.cpu().numpy()
 
-    def statistics(self, S: np.ndarray, mx: np.ndarray, update_cols: np.ndarray | None,
-                   measured_update: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    def statistics(
+        self, S: np.ndarray, mx: np.ndarray, update_cols: np.ndarray | None, measured_update: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """The recorder's ``(METRICS, L)`` values and ``(L, N_BINS)`` histogram from the partials
         summed over ranks (``S``) and the largest |g| over ranks (``mx``), with the unsharded
         element counts."""
@@ -315,7 +322,7 @@ class DistContext:
             out[_M["update_norm"], stepped] = np.sqrt(S[stepped, _P["update_sumsq"]])
         hist = None
         if S.shape[1] > len(PARTIALS):
-            hist = np.rint(S[:, len(PARTIALS):]).astype(np.uint32)
+            hist = np.rint(S[:, len(PARTIALS) :]).astype(np.uint32)
         return out, hist
 
 
@@ -348,12 +355,14 @@ def attach(model: nn.Module, optimizer=None, group=None) -> DistContext:
             raise ValueError(
                 "gradwidget records FSDP1 models wrapped with use_orig_params=True (it needs the "
                 f"original parameters, not flat ones such as {flat[0]!r}); wrap with "
-                "FullyShardedDataParallel(..., use_orig_params=True) or use FSDP2's fully_shard")
+                "FullyShardedDataParallel(..., use_orig_params=True) or use FSDP2's fully_shard"
+            )
         if optimizer is None:
             raise ValueError(
                 "gradwidget records an FSDP1 model at optimizer.step() (FSDP1 sets the sharded "
                 "gradients without per-parameter hooks, so the end of backward cannot be seen): "
-                "pass the optimizer, Recorder(model, optimizer), or use FSDP2's fully_shard")
+                "pass the optimizer, Recorder(model, optimizer), or use FSDP2's fully_shard"
+            )
         return DistContext(model, "fsdp1", group)
     if any(_is_dtensor(p) for p in model.parameters()):
         return DistContext(model, "fsdp2", group)
@@ -380,7 +389,7 @@ class OriginExchange:
             self.store = dist.distributed_c10d._get_default_store()
         except (AttributeError, RuntimeError, ValueError):  # pragma: no cover - no store to use
             self.store = None  # type: ignore[assignment]
-        self.posted: dict[int, dict] = {}   # rank -> origin (rank 0: those read so far)
+        self.posted: dict[int, dict] = {}  # rank -> origin (rank 0: those read so far)
 
     def post(self, origin: dict) -> None:
         """This rank's origin, for rank 0 (rank 0 posts its own to itself)."""

@@ -24,6 +24,7 @@ any softmax/sigmoid module), removed once a logged loss has been walked. The wal
 Recorder and stops at the model's output: 0.02 ms on a 12-layer GPT-2's loss, 5.7 ms when no output
 node is known and it goes on into the model (bounded by ``MAX_NODES``).
 """
+
 from __future__ import annotations
 
 import re
@@ -34,19 +35,43 @@ from dataclasses import asdict, dataclass, field
 #: walk that finds no model output and goes on into the model)
 MAX_NODES = 4096
 #: ops looked through when asking what a loss op's input really is
-_TRANSPARENT = frozenset({
-    "View", "UnsafeView", "Reshape", "ReshapeAlias", "Transpose", "Permute", "T", "Squeeze", "Unsqueeze",
-    "Expand", "Clone", "ToCopy", "Alias", "Contiguous", "Flatten", "Unflatten", "Slice", "Select",
-})
+_TRANSPARENT = frozenset(
+    {
+        "View",
+        "UnsafeView",
+        "Reshape",
+        "ReshapeAlias",
+        "Transpose",
+        "Permute",
+        "T",
+        "Squeeze",
+        "Unsqueeze",
+        "Expand",
+        "Clone",
+        "ToCopy",
+        "Alias",
+        "Contiguous",
+        "Flatten",
+        "Unflatten",
+        "Slice",
+        "Select",
+    }
+)
 #: (loss op, squashing op right below it) -> (kind, what it means); advice.py says what to change
 PATTERNS: dict[tuple[str, str], tuple[str, str]] = {
-    ("LogSoftmax", "Softmax"): ("softmax_cross_entropy",
-                                "softmax applied to the logits before cross_entropy, which applies log_softmax itself"),
+    ("LogSoftmax", "Softmax"): (
+        "softmax_cross_entropy",
+        "softmax applied to the logits before cross_entropy, which applies log_softmax itself",
+    ),
     ("NllLoss", "Softmax"): ("softmax_nll", "softmax probabilities given to nll_loss, which expects log-probabilities"),
-    ("NllLoss2d", "Softmax"): ("softmax_nll", "softmax probabilities given to nll_loss, which expects log-probabilities"),
+    ("NllLoss2d", "Softmax"): (
+        "softmax_nll",
+        "softmax probabilities given to nll_loss, which expects log-probabilities",
+    ),
     ("BinaryCrossEntropyWithLogits", "Sigmoid"): (
         "sigmoid_bce_with_logits",
-        "sigmoid applied to the logits before binary_cross_entropy_with_logits, which applies it itself"),
+        "sigmoid applied to the logits before binary_cross_entropy_with_logits, which applies it itself",
+    ),
 }
 #: autograd's ``_saved_reduction`` codes (torch's Reduction enum)
 _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
@@ -66,9 +91,9 @@ def op_name(node) -> str:
 class OutputMistake:
     """A loss op fed the output of a squashing op that it applies itself (or must not get)."""
 
-    kind: str                 #: a key of the ``PATTERNS`` values: softmax_cross_entropy, ...
-    what: str                 #: what it means, in words
-    ops: list[str]            #: the ops from the loss op down to the squashing op
+    kind: str  #: a key of the ``PATTERNS`` values: softmax_cross_entropy, ...
+    what: str  #: what it means, in words
+    ops: list[str]  #: the ops from the loss op down to the squashing op
     module: str | None = None  #: the module whose output the squashing op made ("" the model), or None
 
     @property
@@ -82,8 +107,8 @@ class LossGraph:
     """The ops between the model's output and the loss, and the mistakes among them.
     Saved in ``run.meta["loss_graph"]``."""
 
-    ops: list[str] = field(default_factory=list)   #: loss first, down to the model's output op
-    reached_output: bool = False                   #: ``ops`` ends at a node the model's forward made
+    ops: list[str] = field(default_factory=list)  #: loss first, down to the model's output op
+    reached_output: bool = False  #: ``ops`` ends at a node the model's forward made
     mistakes: list[OutputMistake] = field(default_factory=list)
     #: the loss op nearest the loss that reduces over the batch (``NllLoss``, ``MseLoss``...), its
     #: ``reduction`` ("none", "mean", "sum") and the ops between the loss and it (a division, a sum)
@@ -115,13 +140,24 @@ class LossGraph:
         """The LossGraph a ``to_dict`` made, or None when ``d`` is not one (a run from an older
         gradwidget, or a meta.json someone edited)."""
         try:
-            ms = [OutputMistake(str(m["kind"]), str(m["what"]), [str(o) for o in m["ops"]],
-                                None if m.get("module") is None else str(m["module"]))
-                  for m in d.get("mistakes", [])]
+            ms = [
+                OutputMistake(
+                    str(m["kind"]),
+                    str(m["what"]),
+                    [str(o) for o in m["ops"]],
+                    None if m.get("module") is None else str(m["module"]),
+                )
+                for m in d.get("mistakes", [])
+            ]
             red = d.get("reduction")
-            return cls([str(o) for o in d.get("ops", [])], bool(d.get("reached_output", False)), ms,
-                       None if d.get("reducer") is None else str(d["reducer"]), None if red is None else str(red),
-                       [str(o) for o in d.get("above", [])])
+            return cls(
+                [str(o) for o in d.get("ops", [])],
+                bool(d.get("reached_output", False)),
+                ms,
+                None if d.get("reducer") is None else str(d["reducer"]),
+                None if red is None else str(red),
+                [str(o) for o in d.get("above", [])],
+            )
         except (AttributeError, KeyError, TypeError):
             return None
 
@@ -171,18 +207,21 @@ def walk(loss_fn, outputs: dict | None = None, max_nodes: int = MAX_NODES) -> Lo
         below = _squashed_input(node, outputs) if any(k[0] == name for k in PATTERNS) else []
         if below and (name, op_name(below[-1])) in PATTERNS:
             kind, what = PATTERNS[(name, op_name(below[-1]))]
-            mistakes.append(OutputMistake(kind, what, [name] + [op_name(n) for n in below],
-                                          outputs.get(below[-1])))
+            mistakes.append(OutputMistake(kind, what, [name] + [op_name(n) for n in below], outputs.get(below[-1])))
         for nxt, _ in getattr(node, "next_functions", ()):
             if nxt is not None and nxt not in parent:
                 parent[nxt] = node
                 queue.append(nxt)
         if reducer is None and isinstance(getattr(node, "_saved_reduction", None), int):
             reducer = node
-    return LossGraph(_path(parent, found_out), found_out is not None, mistakes,
-                     None if reducer is None else op_name(reducer),
-                     None if reducer is None else _REDUCTIONS.get(reducer._saved_reduction),
-                     _path(parent, reducer)[:-1])
+    return LossGraph(
+        _path(parent, found_out),
+        found_out is not None,
+        mistakes,
+        None if reducer is None else op_name(reducer),
+        None if reducer is None else _REDUCTIONS.get(reducer._saved_reduction),
+        _path(parent, reducer)[:-1],
+    )
 
 
 def _path(parent: dict, node) -> list[str]:
@@ -205,7 +244,7 @@ class LossGraphProbe:
         self.result: LossGraph | None = None
         self._outputs: dict = {}
         self._compiled = False  # a forward ran inside torch.compile: removing hooks would recompile it
-        self.settled = False    # its one step went by: it looks no more
+        self.settled = False  # its one step went by: it looks no more
         self._handles = [model.register_forward_pre_hook(self._clear)]
         for path, m in model.named_modules():
             if path == "" or type(m).__name__ in SQUASH_MODULES:
@@ -225,10 +264,17 @@ class LossGraphProbe:
 
             if torch.compiler.is_compiling() or not torch.is_grad_enabled():
                 return  # reading grad_fn inside a compiled region breaks its graph
-            outs = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else (output,)
+            outs = (
+                output.values()
+                if isinstance(output, dict)
+                else output
+                if isinstance(output, (tuple, list))
+                else (output,)
+            )
             for o in outs:
                 if isinstance(o, torch.Tensor) and o.grad_fn is not None:
                     self._outputs.setdefault(o.grad_fn, path)  # a submodule's hook runs before the model's
+
         return hook
 
     def see(self, loss) -> None:

@@ -29,6 +29,7 @@ module that encloses it). A forward run under ``torch.no_grad`` outside any trac
 (evaluation) is not traced. Modules run inside a ``torch.compile``'d graph are not traced (the
 hooks compile to nothing, so the graph is not broken at every module): no origin is named then.
 """
+
 from __future__ import annotations
 
 import functools
@@ -137,8 +138,8 @@ class NonfiniteTracer:
             self._handles.append(m.register_forward_pre_hook(functools.partial(self._pre, i), with_kwargs=True))
             self._handles.append(m.register_forward_hook(functools.partial(self._post, i)))
         self._reset()
-        self.pending: list[StepTrace] = []   # ended steps not yet brought to the host
-        self._queued: list = []              # (trace, host copy, handle) queued in a recorder's copy
+        self.pending: list[StepTrace] = []  # ended steps not yet brought to the host
+        self._queued: list = []  # (trace, host copy, handle) queued in a recorder's copy
 
     def _reset(self) -> None:
         self._vals: list[torch.Tensor] = []
@@ -147,9 +148,9 @@ class NonfiniteTracer:
         self._calls: list[int] = []
         self._call_module: list[int] = []
         self._call_parent: list[int] = []
-        self._stack: list[int] = []          # open calls (-1: one not traced)
-        self._pass_hooks: dict = {}          # open call -> {id(input view): its hook's handle}
-        self._seen: dict = {}                # id(tensor) -> (tensor, version, value): no re-reduce
+        self._stack: list[int] = []  # open calls (-1: one not traced)
+        self._pass_hooks: dict = {}  # open call -> {id(input view): its hook's handle}
+        self._seen: dict = {}  # id(tensor) -> (tensor, version, value): no re-reduce
         self._last_grad: tuple | None = None  # (key, value, gradient) of the last gradient reduced
 
     @property
@@ -213,7 +214,8 @@ class NonfiniteTracer:
                 v = a.view_as(a)
                 views[id(a)] = v
                 self._pass_hooks.setdefault(call, {})[id(v)] = v.register_hook(
-                    functools.partial(self._grad, call, PASS))
+                    functools.partial(self._grad, call, PASS)
+                )
                 hit = self._seen.get(id(a))
                 if hit is not None:
                     self._seen[id(v)] = (v, v._version, hit[2])
@@ -235,7 +237,7 @@ class NonfiniteTracer:
                 if t.requires_grad:
                     again = passing.pop(id(t), None)
                     if again is not None:  # it returns its input (identity, in place): the
-                        again.remove()     # gradient it receives must be seen before the one it passes
+                        again.remove()  # gradient it receives must be seen before the one it passes
                     t.register_hook(functools.partial(self._grad, call, RECV))
                     if again is not None:
                         t.register_hook(functools.partial(self._grad, call, PASS))
@@ -272,13 +274,31 @@ class NonfiniteTracer:
         if self._vals or self._chunks:
             parts = self._chunks + ([_stack(self._vals)] if self._vals else [])
             values = _stack(parts, torch.cat)
-            self.pending.append(StepTrace(step, values, np.array(self._kinds, np.int8),
-                                          np.array(self._calls, np.int64), np.array(self._call_module, np.int64),
-                                          np.array(self._call_parent, np.int64), host_loss, skipped=skipped))
+            self.pending.append(
+                StepTrace(
+                    step,
+                    values,
+                    np.array(self._kinds, np.int8),
+                    np.array(self._calls, np.int64),
+                    np.array(self._call_module, np.int64),
+                    np.array(self._call_parent, np.int64),
+                    host_loss,
+                    skipped=skipped,
+                )
+            )
         elif host_loss is not None:
-            self.pending.append(StepTrace(step, None, np.zeros(0, np.int8), np.zeros(0, np.int64),
-                                          np.zeros(0, np.int64), np.zeros(0, np.int64), host_loss,
-                                          skipped=skipped))
+            self.pending.append(
+                StepTrace(
+                    step,
+                    None,
+                    np.zeros(0, np.int8),
+                    np.zeros(0, np.int64),
+                    np.zeros(0, np.int64),
+                    np.zeros(0, np.int64),
+                    host_loss,
+                    skipped=skipped,
+                )
+            )
         self._reset()  # (calls left open by a forward that raised are dropped with the rest)
 
     def queue(self, pack) -> None:
@@ -304,15 +324,15 @@ class NonfiniteTracer:
         names) with non-finite gradients at that step, nearest the loss first, or None if unknown;
         ``module_of(layer)``: a layer's module path."""
         for tr in traces:
-            o = find_origin(tr, self.module_names, self.module_types, reached(tr.step) if reached else None,
-                            module_of)
+            o = find_origin(tr, self.module_names, self.module_types, reached(tr.step) if reached else None, module_of)
             if o is not None:
                 return o
         return None
 
 
-def find_origin(tr: StepTrace, names: list[str], types: list[str], reached: list[str] | None = None,
-                module_of=None) -> NonfiniteOrigin | None:
+def find_origin(
+    tr: StepTrace, names: list[str], types: list[str], reached: list[str] | None = None, module_of=None
+) -> NonfiniteOrigin | None:
     """Where step ``tr``'s first non-finite value was made, or None if the step stayed finite.
 
     The first non-finite event in time order decides:
@@ -335,8 +355,9 @@ def find_origin(tr: StepTrace, names: list[str], types: list[str], reached: list
     return origin
 
 
-def _find_origin(tr: StepTrace, names: list[str], types: list[str], reached: list[str] | None,
-                 module_of) -> NonfiniteOrigin | None:
+def _find_origin(
+    tr: StepTrace, names: list[str], types: list[str], reached: list[str] | None, module_of
+) -> NonfiniteOrigin | None:
     if not np.any(tr.kinds != LOSS):
         return None  # nothing of the model was traced (torch.compile, evaluation): no place to name
     vals = tr.host if tr.host is not None else np.zeros(0)
@@ -354,8 +375,16 @@ def _find_origin(tr: StepTrace, names: list[str], types: list[str], reached: lis
         else:
             i_f, o_f = True, False
         n_call = int(np.sum(tr.call_module[:call] == mod)) if call >= 0 else 0
-        return NonfiniteOrigin(module=names[mod], module_type=types[mod], step=tr.step, phase=phase,
-                               call=n_call, inputs_finite=i_f, output_finite=o_f, params_reached=reached)
+        return NonfiniteOrigin(
+            module=names[mod],
+            module_type=types[mod],
+            step=tr.step,
+            phase=phase,
+            call=n_call,
+            inputs_finite=i_f,
+            output_finite=o_f,
+            params_reached=reached,
+        )
 
     hits = np.flatnonzero(bad)
     if len(hits):
@@ -379,8 +408,15 @@ def _find_origin(tr: StepTrace, names: list[str], types: list[str], reached: lis
     if reached and module_of is not None:
         path = module_of(reached[0])
         idx = names.index(path) if path in names else 0
-        return NonfiniteOrigin(module=names[idx], module_type=types[idx], step=tr.step, phase="backward",
-                               inputs_finite=True, output_finite=True, params_reached=reached)
+        return NonfiniteOrigin(
+            module=names[idx],
+            module_type=types[idx],
+            step=tr.step,
+            phase="backward",
+            inputs_finite=True,
+            output_finite=True,
+            params_reached=reached,
+        )
     return None
 
 
@@ -389,5 +425,4 @@ def earliest(origins: list[NonfiniteOrigin]) -> NonfiniteOrigin | None:
     at the same step one seen in a module's events before one inferred from parameter gradients
     alone (``output_finite`` True), then the pass that runs first, then the lowest rank."""
     order = {p: i for i, p in enumerate(NONFINITE_PHASES)}
-    return min(origins, key=lambda o: (o.step, o.output_finite is True, order[o.phase], o.rank or 0),
-               default=None)
+    return min(origins, key=lambda o: (o.step, o.output_finite is True, order[o.phase], o.rank or 0), default=None)

@@ -23,6 +23,7 @@ beside it: ``_inputs`` (argument checks, wrappers, names), ``_steps`` (hooks and
 ``_stats`` (a step's statistics), ``_graph`` (backward-graph edges), ``_groups`` and ``_kernels``
 (grouping and the reductions).
 """
+
 from __future__ import annotations
 
 import math
@@ -39,8 +40,19 @@ from ..storage import check_log_dir
 from ..thresholds import as_thresholds
 from ._graph import _GraphEdges
 from ._groups import UpdateSnapshot
-from ._inputs import (_bytes_arg, _check_number, _clean_compiled, _count_arg, _module_of, _recordable,
-                      _replace_attached, _skipped_text, _tied_names, _unwrapped, _unwrapped_optimizer)
+from ._inputs import (
+    _bytes_arg,
+    _check_number,
+    _clean_compiled,
+    _count_arg,
+    _module_of,
+    _recordable,
+    _replace_attached,
+    _skipped_text,
+    _tied_names,
+    _unwrapped,
+    _unwrapped_optimizer,
+)
 from ._kernels import norms
 from ._stats import _Statistics
 from ._steps import _Steps
@@ -92,15 +104,30 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
     no hook runs inside the compiled graph, so the backward-graph edges are not captured).
     """
 
-    def __init__(self, model, optimizer=None, *, every: int = 1, histogram_every: int = 10,
-                 max_steps: int | str | None = "auto", memory_budget: int = 256 << 20, thresholds=None,
-                 log_dir=None, overwrite: bool = False,
-                 track_updates: bool = True, update_every: int = 10, foreach_all: bool = False,
-                 trace_nonfinite: bool = True, step_hooks: bool = True) -> None:
+    def __init__(
+        self,
+        model,
+        optimizer=None,
+        *,
+        every: int = 1,
+        histogram_every: int = 10,
+        max_steps: int | str | None = "auto",
+        memory_budget: int = 256 << 20,
+        thresholds=None,
+        log_dir=None,
+        overwrite: bool = False,
+        track_updates: bool = True,
+        update_every: int = 10,
+        foreach_all: bool = False,
+        trace_nonfinite: bool = True,
+        step_hooks: bool = True,
+    ) -> None:
         model, optimizer = _unwrapped(model), _unwrapped_optimizer(optimizer)
         if not isinstance(model, nn.Module):
-            raise TypeError(f"Recorder needs a torch.nn.Module, got {type(model).__name__}; "
-                            "for other frameworks use gradwidget.ArrayRecorder")
+            raise TypeError(
+                f"Recorder needs a torch.nn.Module, got {type(model).__name__}; "
+                "for other frameworks use gradwidget.ArrayRecorder"
+            )
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
         every, update_every = _count_arg("every", every, 1), _count_arg("update_every", update_every, 1)
@@ -109,8 +136,9 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
             max_steps = _count_arg("max_steps", max_steps, 1, "'auto', None or ")
         memory_budget = _bytes_arg("memory_budget", memory_budget)
         if not isinstance(trace_nonfinite, bool):
-            raise TypeError(f"trace_nonfinite must be True or False, got {type(trace_nonfinite).__name__} "
-                            f"{trace_nonfinite!r}")
+            raise TypeError(
+                f"trace_nonfinite must be True or False, got {type(trace_nonfinite).__name__} {trace_nonfinite!r}"
+            )
         #: how the model is distributed (None in a single process: no distributed code runs)
         self._dist = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -134,12 +162,13 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
             raise ValueError(f"{type(model).__name__} has no parameters to record")
         named, self.skipped = _recordable(all_named)
         if not named:
-            raise ValueError(f"no parameter of {type(model).__name__} can be recorded: "
-                             f"{_skipped_text(self.skipped)}")
+            raise ValueError(f"no parameter of {type(model).__name__} can be recorded: {_skipped_text(self.skipped)}")
         if not any(p.requires_grad for _, p in named):
-            raise ValueError(f"every parameter of {type(model).__name__} is frozen (requires_grad=False), "
-                             "so there is no gradient to record: unfreeze the layers you train before "
-                             "building the Recorder")
+            raise ValueError(
+                f"every parameter of {type(model).__name__} is frozen (requires_grad=False), "
+                "so there is no gradient to record: unfreeze the layers you train before "
+                "building the Recorder"
+            )
         self._names = [_clean_compiled(n) for n, _ in named]
         self._params = [p for _, p in named]
         self._tied = _tied_names(model, self._params)
@@ -152,17 +181,18 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
                 raise ValueError(
                     f"the optimizer holds {len(foreign)} parameter tensor(s) (of {len(opt_params)}) that "
                     f"are not parameters of this {type(model).__name__}: pass the optimizer built from "
-                    "model.parameters()")
+                    "model.parameters()"
+                )
 
         _replace_attached(model, self)
         self.run: Run | None = None
         self.on_step: list[Callable[[Run], None]] = []
         self._handles: list = []
-        self._arrival: list[int] = []        # parameter indices in gradient arrival order
+        self._arrival: list[int] = []  # parameter indices in gradient arrival order
         self._arrival_set: set[int] = set()
         self._grad_handles: list = []
         self._in_backward = False
-        self._count = 0                      # steps seen (recorded or not)
+        self._count = 0  # steps seen (recorded or not)
         self._recorded = 0
         self._pending: dict = {}
         self._order: list[int] | None = None  # column -> parameter index
@@ -170,10 +200,10 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
         self._edges_mod: set[tuple[str, str]] | None = None
         self._update_bufs = None
         self._attached = True
-        self._fwd_modules: list[str] = []     # parameter-owning modules in first-forward order
+        self._fwd_modules: list[str] = []  # parameter-owning modules in first-forward order
         self._graph_handles: list = []
         self._capturing = False
-        self._edge_wanted: set[str] = set()   # modules of late layers whose edges are still unknown
+        self._edge_wanted: set[str] = set()  # modules of late layers whose edges are still unknown
         self._late_captures = 0
         self._unused_cols: list[int] = []
         self._tracer: NonfiniteTracer | None = None
@@ -289,8 +319,11 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
         if self.max_steps is None:
             return "keeping every step in memory (max_steps=None)"
         n = self._window(len(self._names))
-        why = (f"max_steps='auto': a {self.memory_budget / 2 ** 20:,.0f} MiB memory_budget"
-               if self.max_steps == "auto" else f"max_steps={self.max_steps}")
+        why = (
+            f"max_steps='auto': a {self.memory_budget / 2**20:,.0f} MiB memory_budget"
+            if self.max_steps == "auto"
+            else f"max_steps={self.max_steps}"
+        )
         return f"keeping the last {n:,} steps in memory ({why})"
 
     def _warn_window(self) -> None:
@@ -300,9 +333,13 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
             return
         self._window_told = True
         disk = f"; every step is still written to {self.log_dir}" if self._writer is not None else ""
-        warnings.warn(f"gradwidget: {self.window_text()}; older steps are now folded into run.history at a "
-                      f"coarser resolution{disk}. Keep more with Recorder(..., memory_budget=<bytes>) or "
-                      "max_steps=None (every step; memory grows with the run)", GradwidgetWarning, stacklevel=2)
+        warnings.warn(
+            f"gradwidget: {self.window_text()}; older steps are now folded into run.history at a "
+            f"coarser resolution{disk}. Keep more with Recorder(..., memory_budget=<bytes>) or "
+            "max_steps=None (every step; memory grows with the run)",
+            GradwidgetWarning,
+            stacklevel=2,
+        )
 
     _window_told = False
 
@@ -339,18 +376,33 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
             if sharded:
                 mtype = type_name(self.model.get_submodule(mod)) if mtype else mtype
                 name, mod = clean_name(name), clean_name(mod)
-            layers.append(LayerInfo(name=name, module=mod, module_type=mtype, shape=shape,
-                                    numel=math.prod(shape), dtype=str(p.dtype).replace("torch.", ""),
-                                    backward_index=arrived.index(i) if i in rank else -1, status=status,
-                                    tied=self._tied.get(id(p), ())))
+            layers.append(
+                LayerInfo(
+                    name=name,
+                    module=mod,
+                    module_type=mtype,
+                    shape=shape,
+                    numel=math.prod(shape),
+                    dtype=str(p.dtype).replace("torch.", ""),
+                    backward_index=arrived.index(i) if i in rank else -1,
+                    status=status,
+                    tied=self._tied.get(id(p), ()),
+                )
+            )
         if self._dist is not None and not self._dist.is_writer:
             self.run = None  # sharded, not rank 0: partial sums go to rank 0, which records
         else:
-            self.run = Run(layers, thresholds=self.thresholds, max_steps=self._window(len(layers)),
-                           edges=self._layer_edges(), meta={"model": type(self.model).__name__,
-                                                            "optimizer": type(self.optimizer).__name__
-                                                            if self.optimizer is not None else None,
-                                                            "every": self.every})
+            self.run = Run(
+                layers,
+                thresholds=self.thresholds,
+                max_steps=self._window(len(layers)),
+                edges=self._layer_edges(),
+                meta={
+                    "model": type(self.model).__name__,
+                    "optimizer": type(self.optimizer).__name__ if self.optimizer is not None else None,
+                    "every": self.every,
+                },
+            )
             if self.skipped:
                 self.run.meta["skipped"] = dict(self.skipped)
             if self._dist is not None:
@@ -365,8 +417,11 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
         if self.track_updates:
             assert self.optimizer is not None  # track_updates needs one
             stepped = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
-            cols = [c for c, pi in enumerate(self._order)
-                    if self._params[pi].requires_grad and id(self._params[pi]) in stepped]
+            cols = [
+                c
+                for c, pi in enumerate(self._order)
+                if self._params[pi].requires_grad and id(self._params[pi]) in stepped
+            ]
             params = [self._params[self._order[c]] for c in cols]
             self._update_cols = np.array(cols, dtype=np.int64)
             if dist is not None:
@@ -391,9 +446,12 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
             assert self.run is not None  # only the process that holds the run writes
             self._writer = RunWriter(self.log_dir, self.run, overwrite=self._overwrite, live=True)
         except OSError as e:
-            warnings.warn(f"gradwidget: not recording to {self.log_dir}: {e}. The run is kept in memory "
-                          "only (recorder.run); save it with recorder.run.save(folder)", RunWriteWarning,
-                          stacklevel=2)
+            warnings.warn(
+                f"gradwidget: not recording to {self.log_dir}: {e}. The run is kept in memory "
+                "only (recorder.run); save it with recorder.run.save(folder)",
+                RunWriteWarning,
+                stacklevel=2,
+            )
 
     def _window(self, n_layers: int) -> int | None:
         """Steps kept in memory: with "auto", as many as fit the memory budget (the Run allocates up

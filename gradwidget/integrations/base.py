@@ -2,6 +2,7 @@
 model and optimizer), marked step by step by the callback, behind the surface ``GradientPanel``
 follows (``on_step``, ``run``, ``log``, ``attached``), so ``GradientPanel(callback)`` works before,
 during and after training."""
+
 from __future__ import annotations
 
 import inspect
@@ -45,8 +46,9 @@ class TrainerRecording:
     def __init__(self, log_dir=None, **recorder_options) -> None:
         unknown = sorted(set(recorder_options) - set(RECORDER_OPTIONS))
         if unknown:
-            raise TypeError(f"unknown Recorder option(s) {', '.join(unknown)}; options are "
-                            f"{', '.join(o for o in RECORDER_OPTIONS)}")
+            raise TypeError(
+                f"unknown Recorder option(s) {', '.join(unknown)}; options are {', '.join(o for o in RECORDER_OPTIONS)}"
+            )
         self._options = dict(recorder_options, log_dir=log_dir)
         #: callbacks called with the Run after each recorded step (shared with the Recorder)
         self.on_step: list = []
@@ -72,8 +74,7 @@ class TrainerRecording:
     def log(self, loss=None, lr=None, step: int | None = None) -> None:
         """Attach a loss, learning rate or step number of your own to the next recorded step."""
         if self.recorder is None:
-            self._pending.update({k: v for k, v in (("loss", loss), ("lr", lr), ("step", step))
-                                  if v is not None})
+            self._pending.update({k: v for k, v in (("loss", loss), ("lr", lr), ("step", step)) if v is not None})
         else:
             self.recorder.log(loss=loss, lr=lr, step=step)
 

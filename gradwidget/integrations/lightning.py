@@ -13,6 +13,7 @@ The step's loss is the sum over its micro-batches of the loss Lightning backprop
 ``training_step`` loss divided by ``accumulate_grad_batches``): the mean training loss of the step.
 Automatic optimization with one optimizer; the first optimizer otherwise.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -14,6 +14,7 @@ the learning rate the one the optimizer steps with. When the Trainer clips
 clipping (its logged ``grad_norm``), measured at the end of the step's last backward: per-layer
 norms show the clipped gradients, ``global_norm`` the explosion clipping hid.
 """
+
 from __future__ import annotations
 
 import torch

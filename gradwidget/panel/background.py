@@ -1,6 +1,7 @@
 """The work done off the training thread: the analysis (health table, diagnoses) of a copy of the
 run, and the static image kept in saved notebooks. A mixin of GradientPanel, run by its analysis
 thread (``schedule.Worker``)."""
+
 from __future__ import annotations
 
 import base64

@@ -1,5 +1,6 @@
 """What the mixins of GradientPanel (``sync.PanelSync``, ``background.PanelBackground``) read and
 call of the panel, declared for the type checker only: nothing here exists at run time."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

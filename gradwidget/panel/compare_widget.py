@@ -5,6 +5,7 @@ Recorder or another panel's), so live updates, the throttle and the analysis thr
 run; the first run is a fixed reference (last night's run). Every update carries both runs on the
 same rows and columns (``comparison.compare_view``): whole updates only, no column patches.
 """
+
 from __future__ import annotations
 
 import base64
@@ -20,8 +21,19 @@ from .widget import GradientPanel
 
 #: lines of the comparison's verdict shown as the panel's message.
 VERDICT_LINES = 3
-_EMPTY = ("heat", "flags", "heat_b", "flags_b", "diff", "col_steps", "loss", "hist_all", "detail", "hists",
-          "hist_steps")
+_EMPTY = (
+    "heat",
+    "flags",
+    "heat_b",
+    "flags_b",
+    "diff",
+    "col_steps",
+    "loss",
+    "hist_all",
+    "detail",
+    "hists",
+    "hist_steps",
+)
 
 
 def _later_source(x):
@@ -136,7 +148,7 @@ class ComparisonPanel(GradientPanel):
             d["layer_index"] = names.index(name) if name in names else -1
         from ..report import _frame_html, _esc
 
-        html = ("<ul>" + "".join(f"<li>{_esc(v)}</li>" for v in cmp.verdict) + "</ul>" + _frame_html(cmp.layers))
+        html = "<ul>" + "".join(f"<li>{_esc(v)}</li>" for v in cmp.verdict) + "</ul>" + _frame_html(cmp.layers)
         with self._lock:
             if snap.version < self._analysed_version:
                 return

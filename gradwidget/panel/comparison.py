@@ -6,6 +6,7 @@ run recorded, aligned by step number and folded to the page's width like a singl
 leaves NaN (drawn as "no data") where it has no such step or layer. One colour scale covers both
 runs; the difference map is log10(later / first) per cell. Pure functions: no traitlets, no I/O.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,10 @@ def row_layout(a: Run, b: Run) -> tuple[list[str], np.ndarray, np.ndarray]:
     in_b = {n: n for n in common} | dict(renamed)
     names = list(a.layer_names) + list(only_b)
     ia = np.array([a.layer_index(n) for n in a.layer_names] + [-1] * len(only_b), np.intp)
-    ib = np.array([b.layer_index(in_b[n]) if n in in_b else -1 for n in a.layer_names]
-                  + [b.layer_index(n) for n in only_b], np.intp)
+    ib = np.array(
+        [b.layer_index(in_b[n]) if n in in_b else -1 for n in a.layer_names] + [b.layer_index(n) for n in only_b],
+        np.intp,
+    )
     return names, ia, ib
 
 
@@ -76,20 +79,46 @@ def compare_view(a: Run, b: Run, metric: str, columns: int, labels: list[str]) -
     R, C = len(names), len(col_starts)
     missing = [n for n, i, j in zip(names, ia, ib) if i < 0 or j < 0]
     meta = {
-        "n_layers": R, "n_steps": int(len(steps)), "rows": R if C else 0, "cols": int(C),
-        "scale": [float(lo), float(hi)], "diff_max": diff_limit(diff), "hist_all_step": -1,
-        "layers": layers, "metric": metric, "metrics": list(METRICS), "hist_lo": HIST_LO, "hist_hi": HIST_HI,
+        "n_layers": R,
+        "n_steps": int(len(steps)),
+        "rows": R if C else 0,
+        "cols": int(C),
+        "scale": [float(lo), float(hi)],
+        "diff_max": diff_limit(diff),
+        "hist_all_step": -1,
+        "layers": layers,
+        "metric": metric,
+        "metrics": list(METRICS),
+        "hist_lo": HIST_LO,
+        "hist_hi": HIST_HI,
         "n_bins": N_BINS,
-        "thresholds": thresholds_of(b), "first_step": int(steps[0]) if C else 0,
-        "last_step": int(steps[-1]) if C else 0, "block": int(k), "version": int(b.version),
-        "message": (f"{len(missing)} layer(s) are in one run only (no data in the other): "
-                    + ", ".join(missing[:4]) + (" …" if len(missing) > 4 else "")) if missing else "",
-        "level": "info" if missing else "", "origin": origin_mark(a), "missing": missing,
+        "thresholds": thresholds_of(b),
+        "first_step": int(steps[0]) if C else 0,
+        "last_step": int(steps[-1]) if C else 0,
+        "block": int(k),
+        "version": int(b.version),
+        "message": (
+            f"{len(missing)} layer(s) are in one run only (no data in the other): "
+            + ", ".join(missing[:4])
+            + (" …" if len(missing) > 4 else "")
+        )
+        if missing
+        else "",
+        "level": "info" if missing else "",
+        "origin": origin_mark(a),
+        "missing": missing,
         "compare_steps": [[int(s[0]), int(s[-1])] if len(s) else [] for s in (all_steps(a), all_steps(b))],
     }
     loss = _fold(b, b.with_history().scalar("loss").astype(np.float32)[:, None], col_starts, "mean", np.nan)[:, 0]
-    arrays = {"heat": heats[0], "flags": flags[0], "heat_b": heats[1], "flags_b": flags[1], "diff": diff,
-              "col_steps": col_starts.astype(np.float64), "loss": loss}
+    arrays = {
+        "heat": heats[0],
+        "flags": flags[0],
+        "heat_b": heats[1],
+        "flags_b": flags[1],
+        "diff": diff,
+        "col_steps": col_starts.astype(np.float64),
+        "loss": loss,
+    }
     return meta, arrays
 
 
@@ -117,7 +146,13 @@ def table_rows(cmp, names: list[str]) -> list[dict]:
         if n not in frame.index:
             continue
         r = frame.loc[n]
-        rows.append({"index": i, "layer": n, "health": str(r[f"health ({lb})"]),
-                     "health_a": str(r[f"health ({la})"]),
-                     "change": _shown(jsonable(r.get(f"log10 grad_norm ratio ({lb})", np.nan)))})
+        rows.append(
+            {
+                "index": i,
+                "layer": n,
+                "health": str(r[f"health ({lb})"]),
+                "health_a": str(r[f"health ({la})"]),
+                "change": _shown(jsonable(r.get(f"log10 grad_norm ratio ({lb})", np.nan))),
+            }
+        )
     return rows

@@ -1,5 +1,6 @@
 """The constructor's options checked before anything is attached: a failed constructor must not
 leave hooks (and an on_step callback) on the user's model."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,10 @@ def check_options(metric, columns, max_rate, poll_interval, recorder_kwargs: dic
     if isinstance(poll_interval, bool) or not (isinstance(poll_interval, (int, float)) and poll_interval > 0):
         raise ValueError(f"poll_interval must be a positive number of seconds, got {poll_interval!r}")
     if "step" in recorder_kwargs:
-        raise TypeError("GradientPanel takes no step argument: set panel.step (a recorded step) once "
-                        "the panel exists, which also stops it following the newest step")
+        raise TypeError(
+            "GradientPanel takes no step argument: set panel.step (a recorded step) once "
+            "the panel exists, which also stops it following the newest step"
+        )
 
 
 def source_layer_names(source) -> list[str] | None:
@@ -47,11 +50,14 @@ def check_layer_option(layer, names: list[str]) -> None:
             raise ValueError(f"no layer named {layer!r}; layers are {shown or 'none'}")
         return
     if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
-        raise TypeError(f"layer must be a layer name (str) or a column index (int), "
-                        f"got {type(layer).__name__} {layer!r}")
+        raise TypeError(
+            f"layer must be a layer name (str) or a column index (int), got {type(layer).__name__} {layer!r}"
+        )
     if not -1 <= int(layer) < len(names):
-        raise ValueError(f"layer {int(layer)} is out of range: -1 (none) or a column index below "
-                         f"{len(names)}; layers are {shown or 'none'}")
+        raise ValueError(
+            f"layer {int(layer)} is out of range: -1 (none) or a column index below "
+            f"{len(names)}; layers are {shown or 'none'}"
+        )
 
 
 def is_module(obj) -> bool:

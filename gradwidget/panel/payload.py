@@ -7,12 +7,20 @@ the groups of ``rows.row_layout`` (each measured as one tensor: ``rules.merge_la
 update of 10,000 tensors is about as big as one of 200. Exact values at one step (``detail``) and
 a row's histograms over time come on demand, when the step or the layer changes.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-from ..rules import (fold_of, merge_layers_at, nearest_index, nonfinite_mask, over_threshold_mask, reduce_blocks,
-                     vanishing_mask)
+from ..rules import (
+    fold_of,
+    merge_layers_at,
+    nearest_index,
+    nonfinite_mask,
+    over_threshold_mask,
+    reduce_blocks,
+    vanishing_mask,
+)
 from ..run import HIST_HI, HIST_LO, METRICS, N_BINS, Run
 from .protocol import FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING
 from .rows import Rows
@@ -31,8 +39,9 @@ def column_block(n_steps: int, columns: int) -> int:
     return max(1, -(-int(n_steps) // max(1, int(columns))))
 
 
-def cell_flags(run: Run, mean_abs: np.ndarray, max_abs: np.ndarray, nonfinite: np.ndarray,
-               trainable: np.ndarray | None = None) -> np.ndarray:
+def cell_flags(
+    run: Run, mean_abs: np.ndarray, max_abs: np.ndarray, nonfinite: np.ndarray, trainable: np.ndarray | None = None
+) -> np.ndarray:
     """uint8 ``(steps, layers)`` flag bits by the Run's flag rules (``gradwidget.run``), on the
     given metric arrays (the window and the folded history together). No data: NaN mean |g|
     without a non-finite count (the layer got no gradient that step). ``trainable``: per column
@@ -69,11 +78,25 @@ def thresholds_of(run: Run | None) -> dict:
 
 def empty_view(metric: str, n_layers: int) -> tuple[dict, dict]:
     """meta and arrays before the first recorded step."""
-    meta = {"n_layers": n_layers, "n_steps": 0, "rows": 0, "cols": 0, "layers": [],
-            "metric": metric, "metrics": list(METRICS), "thresholds": thresholds_of(None),
-            "first_step": 0, "last_step": 0, "hist_lo": HIST_LO, "hist_hi": HIST_HI,
-            "n_bins": N_BINS, "block": 1, "version": 0, "level": "info",
-            "message": "No step recorded yet: train the model and the panel fills in as it goes."}
+    meta = {
+        "n_layers": n_layers,
+        "n_steps": 0,
+        "rows": 0,
+        "cols": 0,
+        "layers": [],
+        "metric": metric,
+        "metrics": list(METRICS),
+        "thresholds": thresholds_of(None),
+        "first_step": 0,
+        "last_step": 0,
+        "hist_lo": HIST_LO,
+        "hist_hi": HIST_HI,
+        "n_bins": N_BINS,
+        "block": 1,
+        "version": 0,
+        "level": "info",
+        "message": "No step recorded yet: train the model and the panel fills in as it goes.",
+    }
     return meta, {}
 
 
@@ -88,11 +111,16 @@ def _message(run: Run, mets: dict, values: np.ndarray, metric: str, n: int) -> t
     if n_nf:
         bad = np.flatnonzero(nf.any(axis=0))
         names = ", ".join(run.layers[j].name for j in bad[:3]) + (" ..." if len(bad) > 3 else "")
-        return (f"Non-finite gradients (NaN/Inf) in {n_nf} layer-steps, {len(bad)} layer(s): {names}. "
-                "They are marked magenta; values there are not plotted."), "error"
+        return (
+            f"Non-finite gradients (NaN/Inf) in {n_nf} layer-steps, {len(bad)} layer(s): {names}. "
+            "They are marked magenta; values there are not plotted."
+        ), "error"
     if not np.isfinite(values).any():
-        return (f"No finite values of {metric} in this run"
-                + (" (update norms need an optimizer)" if metric == "update_norm" else "") + "."), "warning"
+        return (
+            f"No finite values of {metric} in this run"
+            + (" (update norms need an optimizer)" if metric == "update_norm" else "")
+            + "."
+        ), "warning"
     return "", ""
 
 
@@ -126,19 +154,44 @@ def heat_view(run: Run, metric: str, columns: int, rows: Rows | None = None) -> 
     hist_all = run.hist[-1] if len(hs) and R <= MAX_HIST_ALL_LAYERS else np.zeros((0, N_BINS), np.uint32)
     if rows is not None and len(hist_all):
         hist_all = np.add.reduceat(hist_all, rows.starts, axis=0)
-    layers = ([{"name": li.name, "module_type": li.module_type, "status": li.status, "numel": int(li.numel)}
-               for li in run.layers] if rows is None else rows.entries)
+    layers = (
+        [
+            {"name": li.name, "module_type": li.module_type, "status": li.status, "numel": int(li.numel)}
+            for li in run.layers
+        ]
+        if rows is None
+        else rows.entries
+    )
     meta = {
-        "n_layers": L, "n_steps": int(N), "rows": R if cols else 0, "cols": int(cols),
-        "scale": [float(lo), float(hi)], "hist_all_step": int(hs[-1]) if len(hist_all) else -1,
-        "layers": layers, "grouped": rows is not None,
-        "metric": metric, "metrics": list(METRICS), "thresholds": thresholds_of(run),
-        "first_step": int(steps[0]) if N else 0, "last_step": int(steps[-1]) if N else 0,
-        "hist_lo": HIST_LO, "hist_hi": HIST_HI, "n_bins": N_BINS, "block": int(k),
-        "version": int(run.version), "message": message, "level": level, "origin": origin_mark(run, rows),
+        "n_layers": L,
+        "n_steps": int(N),
+        "rows": R if cols else 0,
+        "cols": int(cols),
+        "scale": [float(lo), float(hi)],
+        "hist_all_step": int(hs[-1]) if len(hist_all) else -1,
+        "layers": layers,
+        "grouped": rows is not None,
+        "metric": metric,
+        "metrics": list(METRICS),
+        "thresholds": thresholds_of(run),
+        "first_step": int(steps[0]) if N else 0,
+        "last_step": int(steps[-1]) if N else 0,
+        "hist_lo": HIST_LO,
+        "hist_hi": HIST_HI,
+        "n_bins": N_BINS,
+        "block": int(k),
+        "version": int(run.version),
+        "message": message,
+        "level": level,
+        "origin": origin_mark(run, rows),
     }
-    arrays = {"heat": heat, "flags": flags, "col_steps": steps[::k].astype(np.float64),
-              "loss": reduce_blocks(full.scalar("loss").astype(np.float32), k, "mean"), "hist_all": hist_all}
+    arrays = {
+        "heat": heat,
+        "flags": flags,
+        "col_steps": steps[::k].astype(np.float64),
+        "loss": reduce_blocks(full.scalar("loss").astype(np.float32), k, "mean"),
+        "hist_all": hist_all,
+    }
     return meta, arrays
 
 

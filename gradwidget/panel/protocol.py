@@ -7,6 +7,7 @@ way, ``in``: page -> kernel). Binary traits are made by ``encode`` only, which c
 shape, so a buffer the page cannot decode is a kernel error, not a blank panel. Flag bits, health
 ranks, metric labels and the colours of marked cells are defined here and nowhere else in Python.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,57 +21,106 @@ from ..run import METRICS
 @dataclass(frozen=True)
 class Trait:
     name: str
-    kind: str          #: json | bytes | int | bool | str
-    direction: str     #: out (kernel -> page) | both | in (page -> kernel)
+    kind: str  #: json | bytes | int | bool | str
+    direction: str  #: out (kernel -> page) | both | in (page -> kernel)
     doc: str
-    dtype: str = ""    #: numpy dtype of a bytes trait
-    shape: str = ""    #: its shape, in words of ``meta``
+    dtype: str = ""  #: numpy dtype of a bytes trait
+    shape: str = ""  #: its shape, in words of ``meta``
 
 
-TRAITS: dict[str, Trait] = {t.name: t for t in [
-    Trait("meta", "json", "out", "shape (rows, cols, n_steps, n_layers), layers (one per row: a layer, or past "
-          "plots.MAX_DRAWN_ROWS layers a group with start, count, depth, parent; grouped), heat metric, metrics, "
-          "thresholds, first/last step, steps per column (block), histogram range, message + level, scale [lo, hi] "
-          "(log10 colour range), hist_all_step"),
-    Trait("heat", "bytes", "out", "the heat metric folded to columns, depth order (a group row: its members "
-          "merged as one tensor, rules.merge_layers_at)", "float32", "(rows, cols)"),
-    Trait("flags", "bytes", "out", "flag bits (FLAGS) OR-ed over each column's steps", "uint8", "(rows, cols)"),
-    Trait("col_steps", "bytes", "out", "first user step of each column", "float64", "(cols,)"),
-    Trait("loss", "bytes", "out", "mean loss per column (NaN: not logged)", "float32", "(cols,)"),
-    Trait("detail", "bytes", "out", "every metric of every row at detail_step", "float32", "(metrics, rows)"),
-    Trait("detail_step", "int", "out", "the recorded step of detail (-1: none)"),
-    Trait("hists", "bytes", "out", "histograms of log10|g| of hist_layer's row (a group's: added)", "uint32",
-          "(H, n_bins)"),
-    Trait("hist_steps", "bytes", "out", "their steps", "float64", "(H,)"),
-    Trait("hist_layer", "int", "out", "the layer hists belong to (-1: none; its row when grouped)"),
-    Trait("hist_all", "bytes", "out", "every row's histogram at meta.hist_all_step", "uint32", "(rows, n_bins)"),
-    Trait("table", "json", "out", "health rows, one per heatmap row (NaN null, +-Inf the strings "
-          "'Infinity'/'-Infinity'); a group's: table.group_rows"),
-    Trait("diagnoses", "json", "out", "the top diagnoses: cause, text, action, layers, layer_index, first_step"),
-    Trait("static_png", "str", "out", "data URL of the static image (shown when the saved state lost the buffers)"),
-    Trait("static_html", "str", "out", "the health table (HTML) that goes with static_png"),
-    Trait("live", "bool", "out", "updates are flowing (a recorder attached or a directory followed)"),
-    Trait("step", "int", "both", "scrubbed step (a recorded user step)"),
-    Trait("layer", "int", "both", "selected layer (depth-order index; -1 none); inside a collapsed group, the "
-          "group's row shows it (selecting a group row selects its first layer)"),
-    Trait("metric", "str", "both", "metric of the heatmap, bars and series (one of METRICS)"),
-    Trait("follow", "bool", "both", "the cursor follows the newest step"),
-    Trait("columns", "int", "in", "step columns the heatmap can show (its width in device pixels)"),
-    Trait("expanded", "json", "both", "layer ranges [start, stop] whose groups show their members (rows.row_layout)"),
-    # a comparison of two runs (GradientPanel.compare): heat/flags are the first run's, on the same
-    # rows (layers matched by name) and columns (steps aligned by step number) as these
-    Trait("labels", "json", "out", "the compared runs' labels, first (reference) then later ([]: one run)"),
-    Trait("heat_b", "bytes", "out", "the later run's heat metric on heat's rows and columns", "float32", "(rows, cols)"),
-    Trait("flags_b", "bytes", "out", "the later run's flag bits on heat's rows and columns", "uint8", "(rows, cols)"),
-    Trait("diff", "bytes", "out", "log10(heat_b / heat) (NaN: no value in one run); meta.diff_max: its colour "
-          "range", "float32", "(rows, cols)"),
-    Trait("mode", "str", "both", "a comparison's view: side (both heatmaps, one scale) or diff (difference map)"),
-]}
+TRAITS: dict[str, Trait] = {
+    t.name: t
+    for t in [
+        Trait(
+            "meta",
+            "json",
+            "out",
+            "shape (rows, cols, n_steps, n_layers), layers (one per row: a layer, or past "
+            "plots.MAX_DRAWN_ROWS layers a group with start, count, depth, parent; grouped), heat metric, metrics, "
+            "thresholds, first/last step, steps per column (block), histogram range, message + level, scale [lo, hi] "
+            "(log10 colour range), hist_all_step",
+        ),
+        Trait(
+            "heat",
+            "bytes",
+            "out",
+            "the heat metric folded to columns, depth order (a group row: its members "
+            "merged as one tensor, rules.merge_layers_at)",
+            "float32",
+            "(rows, cols)",
+        ),
+        Trait("flags", "bytes", "out", "flag bits (FLAGS) OR-ed over each column's steps", "uint8", "(rows, cols)"),
+        Trait("col_steps", "bytes", "out", "first user step of each column", "float64", "(cols,)"),
+        Trait("loss", "bytes", "out", "mean loss per column (NaN: not logged)", "float32", "(cols,)"),
+        Trait("detail", "bytes", "out", "every metric of every row at detail_step", "float32", "(metrics, rows)"),
+        Trait("detail_step", "int", "out", "the recorded step of detail (-1: none)"),
+        Trait(
+            "hists",
+            "bytes",
+            "out",
+            "histograms of log10|g| of hist_layer's row (a group's: added)",
+            "uint32",
+            "(H, n_bins)",
+        ),
+        Trait("hist_steps", "bytes", "out", "their steps", "float64", "(H,)"),
+        Trait("hist_layer", "int", "out", "the layer hists belong to (-1: none; its row when grouped)"),
+        Trait("hist_all", "bytes", "out", "every row's histogram at meta.hist_all_step", "uint32", "(rows, n_bins)"),
+        Trait(
+            "table",
+            "json",
+            "out",
+            "health rows, one per heatmap row (NaN null, +-Inf the strings "
+            "'Infinity'/'-Infinity'); a group's: table.group_rows",
+        ),
+        Trait("diagnoses", "json", "out", "the top diagnoses: cause, text, action, layers, layer_index, first_step"),
+        Trait("static_png", "str", "out", "data URL of the static image (shown when the saved state lost the buffers)"),
+        Trait("static_html", "str", "out", "the health table (HTML) that goes with static_png"),
+        Trait("live", "bool", "out", "updates are flowing (a recorder attached or a directory followed)"),
+        Trait("step", "int", "both", "scrubbed step (a recorded user step)"),
+        Trait(
+            "layer",
+            "int",
+            "both",
+            "selected layer (depth-order index; -1 none); inside a collapsed group, the "
+            "group's row shows it (selecting a group row selects its first layer)",
+        ),
+        Trait("metric", "str", "both", "metric of the heatmap, bars and series (one of METRICS)"),
+        Trait("follow", "bool", "both", "the cursor follows the newest step"),
+        Trait("columns", "int", "in", "step columns the heatmap can show (its width in device pixels)"),
+        Trait(
+            "expanded", "json", "both", "layer ranges [start, stop] whose groups show their members (rows.row_layout)"
+        ),
+        # a comparison of two runs (GradientPanel.compare): heat/flags are the first run's, on the same
+        # rows (layers matched by name) and columns (steps aligned by step number) as these
+        Trait("labels", "json", "out", "the compared runs' labels, first (reference) then later ([]: one run)"),
+        Trait(
+            "heat_b",
+            "bytes",
+            "out",
+            "the later run's heat metric on heat's rows and columns",
+            "float32",
+            "(rows, cols)",
+        ),
+        Trait(
+            "flags_b", "bytes", "out", "the later run's flag bits on heat's rows and columns", "uint8", "(rows, cols)"
+        ),
+        Trait(
+            "diff",
+            "bytes",
+            "out",
+            "log10(heat_b / heat) (NaN: no value in one run); meta.diff_max: its colour range",
+            "float32",
+            "(rows, cols)",
+        ),
+        Trait("mode", "str", "both", "a comparison's view: side (both heatmaps, one scale) or diff (difference map)"),
+    ]
+}
 
 #: flag bits of the ``flags`` trait (a cell can carry several).
 FLAGS = {"vanishing": 1, "exploding": 2, "nonfinite": 4, "nodata": 8}
-FLAG_VANISHING, FLAG_EXPLODING, FLAG_NONFINITE, FLAG_NODATA = (FLAGS[k] for k in ("vanishing", "exploding",
-                                                                                   "nonfinite", "nodata"))
+FLAG_VANISHING, FLAG_EXPLODING, FLAG_NONFINITE, FLAG_NODATA = (
+    FLAGS[k] for k in ("vanishing", "exploding", "nonfinite", "nodata")
+)
 #: sort order of the health grades (worst first when sorted descending).
 HEALTH_RANK = {"Critical": 3, "Warning": 2, "Unknown": 1, "Healthy": 0}
 HEALTH_COLORS = {"Healthy": "#2e7d32", "Warning": "#ef8f00", "Critical": "#c62828", "Unknown": "#8a8a8a"}
@@ -88,16 +138,39 @@ METRIC_LABELS = {
 }
 #: how a group row's value is made from its members' (``rules.merge_of``), per metric: the legend and
 #: the tooltip of a group row say it.
-MERGE_LABELS = {m: {"l2": "the members' norms in quadrature (one L2 norm over all their entries)",
-                    "weighted": "the members' values weighted by size",
-                    "max": "the largest member's", "sum": "the members' counts summed",
-                    "pooled": "the members' variances pooled by size"}[merge_of(m)] for m in METRICS}
+MERGE_LABELS = {
+    m: {
+        "l2": "the members' norms in quadrature (one L2 norm over all their entries)",
+        "weighted": "the members' values weighted by size",
+        "max": "the largest member's",
+        "sum": "the members' counts summed",
+        "pooled": "the members' variances pooled by size",
+    }[merge_of(m)]
+    for m in METRICS
+}
 #: the fields of a health-table row the page reads (columns, filter, selection); the rest stays in the Report.
 #: (``health_a`` and ``change``: a comparison's first-run health and log10 change of the final gradient norm)
 #: (``count``: the tensors of a group row; ``parent``: the expanded group [start, stop] a row is shown in)
-TABLE_KEYS = ("index", "layer", "module_type", "numel", "status", "health", "health_a", "change", "flags",
-              "grad_norm_median", "mean_abs_median", "max_abs_max", "zero_frac_mean", "nonfinite_total", "trend", "suggestion",
-              "count", "parent")
+TABLE_KEYS = (
+    "index",
+    "layer",
+    "module_type",
+    "numel",
+    "status",
+    "health",
+    "health_a",
+    "change",
+    "flags",
+    "grad_norm_median",
+    "mean_abs_median",
+    "max_abs_max",
+    "zero_frac_mean",
+    "nonfinite_total",
+    "trend",
+    "suggestion",
+    "count",
+    "parent",
+)
 #: views of a comparison (the ``mode`` trait).
 COMPARE_MODES = ("side", "diff")
 #: colour stops of the difference map (``plots.DIFF_CMAP``, diverging, centred on no change), evenly
@@ -131,8 +204,9 @@ def encode(name: str, array) -> bytes:
         return b""  # nothing to show
     a = np.asarray(array)
     want = np.dtype(t.dtype)
-    if a.dtype != want and not (a.size == 0 or np.can_cast(a.dtype, want, "same_kind")
-                                or (want.kind == "u" and a.dtype.kind in "ui")):
+    if a.dtype != want and not (
+        a.size == 0 or np.can_cast(a.dtype, want, "same_kind") or (want.kind == "u" and a.dtype.kind in "ui")
+    ):
         raise TypeError(f"trait {name!r} carries {t.dtype}, got {a.dtype}")
     ndim = t.shape.count(",") + (0 if t.shape.endswith(",)") else 1)
     if a.size and a.ndim != ndim:

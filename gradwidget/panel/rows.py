@@ -10,6 +10,7 @@ group is named by its layer range ``[start, stop)``. ``expanded`` (the panel's t
 ranges: a group shows its members when it holds one of them, so ``[i, i + 1]`` reveals layer ``i``
 through every group around it, and a group's own range expands that group alone.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,14 +23,15 @@ from ..run import Run
 @dataclass(frozen=True)
 class Rows:
     """The panel's rows over a run's layers (depth order)."""
-    starts: np.ndarray          #: (R,) first layer of each row
-    counts: np.ndarray          #: (R,) layers in each row (> 1: a group)
-    labels: list[str]           #: a layer's name, or the group's label with its size
-    depth: np.ndarray           #: (R,) how many expanded groups hold the row
+
+    starts: np.ndarray  #: (R,) first layer of each row
+    counts: np.ndarray  #: (R,) layers in each row (> 1: a group)
+    labels: list[str]  #: a layer's name, or the group's label with its size
+    depth: np.ndarray  #: (R,) how many expanded groups hold the row
     parents: list[tuple[int, int] | None]  #: the innermost expanded group holding the row
-    numel: np.ndarray           #: (layers,) each layer's size, at least 1 (the merge's weights)
-    trainable: np.ndarray       #: (R,) any of the row's layers trainable (a frozen group never vanishes)
-    entries: list[dict]         #: ``meta.layers``: one per row, a group's with its range, nesting and parent
+    numel: np.ndarray  #: (layers,) each layer's size, at least 1 (the merge's weights)
+    trainable: np.ndarray  #: (R,) any of the row's layers trainable (a frozen group never vanishes)
+    entries: list[dict]  #: ``meta.layers``: one per row, a group's with its range, nesting and parent
 
     @property
     def n(self) -> int:
@@ -44,7 +46,6 @@ class Rows:
         return tuple(self.starts.tolist())
 
 
-
 def _entries(run: Run, starts, counts, labels, depth, parents) -> list[dict]:
     out = []
     for a, n, label, d, p in zip(starts, counts, labels, depth, parents):
@@ -52,10 +53,13 @@ def _entries(run: Run, starts, counts, labels, depth, parents) -> list[dict]:
             li = run.layers[a]
             entry = {"name": li.name, "module_type": li.module_type, "status": li.status, "numel": int(li.numel)}
         else:
-            members = run.layers[a:a + n]
-            entry = {"name": label, "module_type": f"{n} tensors",
-                     "status": "trainable" if any(x.status != "frozen" for x in members) else "frozen",
-                     "numel": int(sum(x.numel for x in members))}
+            members = run.layers[a : a + n]
+            entry = {
+                "name": label,
+                "module_type": f"{n} tensors",
+                "status": "trainable" if any(x.status != "frozen" for x in members) else "frozen",
+                "numel": int(sum(x.numel for x in members)),
+            }
         entry.update(start=a, count=n, depth=d, parent=list(p) if p else None)
         out.append(entry)
     return out
@@ -86,7 +90,7 @@ def row_layout(run: Run, expanded=(), max_rows: int | None = None) -> Rows | Non
         for g, label in zip(groups, names):
             a, n = int(g[0]), len(g)
             if n > 1 and _holds((a, a + n), ranges):
-                sub = layer_row_groups(Run(run.layers[a:a + n]), cap)
+                sub = layer_row_groups(Run(run.layers[a : a + n]), cap)
                 if sub is None:
                     add([[i] for i in range(a, a + n)], [""] * n, level + 1, (a, a + n))
                 else:
@@ -100,10 +104,16 @@ def row_layout(run: Run, expanded=(), max_rows: int | None = None) -> Rows | Non
 
     add(*top, 0, None)
     first = np.asarray(starts, np.intp)
-    return Rows(first, np.asarray(counts, np.intp), labels, np.asarray(depth, np.intp), parents,
-                numel=np.array([max(1, li.numel) for li in run.layers], np.float64),
-                trainable=np.logical_or.reduceat(run.trainable_mask(), first),
-                entries=_entries(run, starts, counts, labels, depth, parents))
+    return Rows(
+        first,
+        np.asarray(counts, np.intp),
+        labels,
+        np.asarray(depth, np.intp),
+        parents,
+        numel=np.array([max(1, li.numel) for li in run.layers], np.float64),
+        trainable=np.logical_or.reduceat(run.trainable_mask(), first),
+        entries=_entries(run, starts, counts, labels, depth, parents),
+    )
 
 
 def toggled(expanded, group: tuple[int, int], expand: bool) -> list[list[int]]:

@@ -1,5 +1,6 @@
 """When the panel works: the update throttle, the off-thread analysis, directory polling, and the
 hook that runs after each notebook cell. Timing only; what is computed lives in payload/table."""
+
 from __future__ import annotations
 
 import threading
@@ -60,8 +61,14 @@ class Worker:
     ``min_gap`` 5 s: each analysis holds the GIL for part of its run, which delays a training step
     (bench/live.py: the panel/Recorder cell ratio went from 1.05 to 1.03-1.04 by median going from 2 s)."""
 
-    def __init__(self, work: Callable[[Any], None], share: float = 0.02, min_gap: float = 5.0,
-                 name: str = "gradwidget-analysis", warm: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        work: Callable[[Any], None],
+        share: float = 0.02,
+        min_gap: float = 5.0,
+        name: str = "gradwidget-analysis",
+        warm: Callable[[], None] | None = None,
+    ) -> None:
         self._work, self.share, self.min_gap, self._name, self._warm = work, share, min_gap, name, warm
         self._cv = threading.Condition()
         self._job: Any = None
@@ -84,8 +91,9 @@ class Worker:
                 return
             self._job, self._has_job = job, True
             if force:
-                self._forced_at = time.monotonic() + delay if not self._forced else min(self._forced_at,
-                                                                                        time.monotonic() + delay)
+                self._forced_at = (
+                    time.monotonic() + delay if not self._forced else min(self._forced_at, time.monotonic() + delay)
+                )
             self._forced = self._forced or force
             self._start()
             self._cv.notify_all()
@@ -147,8 +155,9 @@ class Worker:
             self._cv.notify_all()
 
 
-def poll_directory(reader, every: float, stop: threading.Event, changed: Callable[[], None],
-                   done: Callable[[], None]) -> threading.Thread:
+def poll_directory(
+    reader, every: float, stop: threading.Event, changed: Callable[[], None], done: Callable[[], None]
+) -> threading.Thread:
     """Poll a ``RunReader`` every ``every`` seconds on a daemon thread until ``stop`` is set."""
 
     def loop():

@@ -2,6 +2,7 @@
 log scale, the same marks, the cursor column; encoded as a PNG with zlib. No matplotlib layout:
 it costs milliseconds, so it can be remade after every cell without the user waiting for it
 (``plots.panel_figure`` is the annotated figure for reports)."""
+
 from __future__ import annotations
 
 import struct
@@ -26,7 +27,7 @@ def _viridis() -> np.ndarray:
 
 
 def _rgb(hex_colour: str) -> np.ndarray:
-    return np.array([int(hex_colour[i: i + 2], 16) for i in (1, 3, 5)], np.uint8)
+    return np.array([int(hex_colour[i : i + 2], 16) for i in (1, 3, 5)], np.uint8)
 
 
 def colorize(heat: np.ndarray, flags: np.ndarray, scale: tuple[float, float]) -> np.ndarray:
@@ -38,8 +39,12 @@ def colorize(heat: np.ndarray, flags: np.ndarray, scale: tuple[float, float]) ->
     idx = np.clip(np.nan_to_num(pos, nan=0.0, posinf=1.0, neginf=0.0) * 255, 0, 255).astype(np.uint8)
     rgb = _viridis()[idx]
     rgb[~np.isfinite(heat) | (heat <= 0)] = _rgb(MARKS["nodata"])
-    for bit, name in ((FLAG_NODATA, "nodata"), (FLAG_VANISHING, "vanishing"), (FLAG_EXPLODING, "exploding"),
-                      (FLAG_NONFINITE, "nonfinite")):
+    for bit, name in (
+        (FLAG_NODATA, "nodata"),
+        (FLAG_VANISHING, "vanishing"),
+        (FLAG_EXPLODING, "exploding"),
+        (FLAG_NONFINITE, "nonfinite"),
+    ):
         rgb[(flags & bit) != 0] = _rgb(MARKS[name])
     return rgb
 
@@ -54,8 +59,12 @@ def png_bytes(rgb: np.ndarray) -> bytes:
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw.tobytes(), 6)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw.tobytes(), 6))
+        + chunk(b"IEND", b"")
+    )
 
 
 def heat_png(heat: np.ndarray, flags: np.ndarray, scale: tuple[float, float], cursor: int | None = None) -> bytes:

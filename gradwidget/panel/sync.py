@@ -1,6 +1,7 @@
 """Sending the panel's state to the page: full updates (traits), patches while training (only the
 new heatmap columns, a custom message that js/src/sync.ts applies), exact values on demand.
 A mixin of GradientPanel: it reads the panel's run, view traits, throttle and lock."""
+
 from __future__ import annotations
 
 import time
@@ -48,18 +49,32 @@ class PanelSync(PanelBase):
         else:
             self._hist_all_sent = now
         values = {**values, **held}
-        tails = {"heat": values["heat"][:, start:], "flags": values["flags"][:, start:],
-                 "col_steps": values["col_steps"][start:], "loss": values["loss"][start:]}
+        tails = {
+            "heat": values["heat"][:, start:],
+            "flags": values["flags"][:, start:],
+            "col_steps": values["col_steps"][start:],
+            "loss": values["loss"][start:],
+        }
         small = {k: v for k, v in values.items() if TRAITS[k].kind != "bytes"}
         if small["meta"].get("layers") == self.meta.get("layers"):  # the page keeps the layers it has
             small["meta"] = {k: v for k, v in small["meta"].items() if k != "layers"}
-        other = {k: encode(k, v) for k, v in values.items()
-                 if TRAITS[k].kind == "bytes" and k not in tails and k not in held}
+        other = {
+            k: encode(k, v) for k, v in values.items() if TRAITS[k].kind == "bytes" and k not in tails and k not in held
+        }
         other = {k: b for k, b in other.items() if b != getattr(self, k)}
         names = list(tails) + list(other)
         buffers = [encode(k, v) for k, v in tails.items()] + list(other.values())
-        self.send({"kind": "patch", "model_id": self.model_id, "base": base, "start": int(start), "values": small,
-                   "buffers": names}, buffers)
+        self.send(
+            {
+                "kind": "patch",
+                "model_id": self.model_id,
+                "base": base,
+                "start": int(start),
+                "values": small,
+                "buffers": names,
+            },
+            buffers,
+        )
         self._hold(values)
         self._patched = True
 
@@ -87,8 +102,7 @@ class PanelSync(PanelBase):
 
     def _payload(self, run: Run | None, version: int) -> dict:
         """The traits of a full update of ``run`` (and ``self._view``, what the static image shows)."""
-        empty = {k: b"" for k in ("heat", "flags", "col_steps", "loss", "hist_all", "detail", "hists",
-                                  "hist_steps")}
+        empty = {k: b"" for k in ("heat", "flags", "col_steps", "loss", "hist_all", "detail", "hists", "hist_steps")}
         if run is None:
             meta, arrays = P.empty_view(self.metric, len(getattr(self.recorder, "_names", []) or []))
             return {**empty, "meta": meta}
@@ -171,5 +185,5 @@ class PanelSync(PanelBase):
             try:
                 scalars, arrays = P.detail_view(self.run, self.step, self.layer, self._rows_of(self.run))
             except Exception:  # a torn read while a training thread appends: its next update
-                return         # carries the detail of this step and layer
+                return  # carries the detail of this step and layer
             self._set({"detail": b"", "hists": b"", "hist_steps": b"", **scalars, **arrays})

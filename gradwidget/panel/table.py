@@ -4,6 +4,7 @@ Grades come from the analysis engine alone (``report.layers["health"]``, made by
 ``analysis.causes.layer_verdicts``); when the analysis fails, ``table_from_run`` shows the run's
 statistics ungraded.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -50,8 +51,10 @@ def table_from_report(report, run: Run) -> list[dict]:
 
 def _num(rows: list[dict], key: str) -> np.ndarray:
     """A numeric column of table rows (``jsonable``'s 'Infinity' strings back to numbers; NaN: none)."""
+
     def one(v):
         return float(v) if isinstance(v, (int, float)) or v in ("Infinity", "-Infinity") else np.nan
+
     return np.array([one(r.get(key)) for r in rows], np.float64)
 
 
@@ -75,18 +78,34 @@ def group_row(members: list[dict], label: str, start: int, numel: np.ndarray) ->
     flags = ", ".join(sorted({f for r in members for f in _flags(r.get("flags"))}))
     n_bad = sum(r.get("health") == health for r in members)
     stats = {}
-    for key, metric in (("grad_norm_median", "grad_norm"), ("mean_abs_median", "mean_abs"),
-                        ("max_abs_max", "max_abs"), ("zero_frac_mean", "zero_frac"), ("nonfinite_total", "nonfinite")):
-        stats[key] = _shown(jsonable(merge_layers_at(_num(members, key)[None, :], metric, np.zeros(1, np.intp), numel)[0, 0]))
+    for key, metric in (
+        ("grad_norm_median", "grad_norm"),
+        ("mean_abs_median", "mean_abs"),
+        ("max_abs_max", "max_abs"),
+        ("zero_frac_mean", "zero_frac"),
+        ("nonfinite_total", "nonfinite"),
+    ):
+        stats[key] = _shown(
+            jsonable(merge_layers_at(_num(members, key)[None, :], metric, np.zeros(1, np.intp), numel)[0, 0])
+        )
     suggestion = ""
     if HEALTH_RANK.get(health, 1) > HEALTH_RANK["Unknown"]:  # a member needs attention
         name, said = str(worst.get("layer")), str(worst.get("suggestion") or "")
         said = said if name in said else f"{name}: {said}".rstrip(": ")
         suggestion = f"{n_bad} of {len(members)} tensors {health}; {said}"
-    return {"index": int(start), "layer": label, "module_type": f"{len(members)} tensors",
-            "numel": int(numel.sum()), "status": "trainable" if any(r.get("status") != "frozen" for r in members)
-            else "frozen", "health": health, "flags": flags, **stats, "trend": worst.get("trend", ""),
-            "suggestion": suggestion, "count": len(members)}
+    return {
+        "index": int(start),
+        "layer": label,
+        "module_type": f"{len(members)} tensors",
+        "numel": int(numel.sum()),
+        "status": "trainable" if any(r.get("status") != "frozen" for r in members) else "frozen",
+        "health": health,
+        "flags": flags,
+        **stats,
+        "trend": worst.get("trend", ""),
+        "suggestion": suggestion,
+        "count": len(members),
+    }
 
 
 def group_rows(layer_rows: list[dict], rows: Rows | None, run: Run) -> list[dict]:
@@ -104,7 +123,7 @@ def group_rows(layer_rows: list[dict], rows: Rows | None, run: Run) -> list[dict
             members = [by_index[i] for i in range(a, a + n) if i in by_index]
             if not members:
                 continue
-            row = group_row(members, label, a, numel[a:a + n])
+            row = group_row(members, label, a, numel[a : a + n])
         row["parent"] = list(parent) if parent else None
         out.append(row)
     out.sort(key=lambda r: -HEALTH_RANK.get(str(r.get("health")), 1))  # worst first, then depth order
@@ -125,10 +144,18 @@ def diagnoses_from_report(report, run: Run) -> list[dict]:
             except KeyError:
                 continue
         first = getattr(rec, "first_step", None)
-        out.append({"cause": str(getattr(rec, "cause", None) or rec.kind), "priority": str(rec.priority),
-                    "text": str(rec.text), "action": str(rec.action), "layers": layers[:20],
-                    "n_layers": len(layers), "layer_index": int(index),
-                    "first_step": None if first is None else int(first)})
+        out.append(
+            {
+                "cause": str(getattr(rec, "cause", None) or rec.kind),
+                "priority": str(rec.priority),
+                "text": str(rec.text),
+                "action": str(rec.action),
+                "layers": layers[:20],
+                "n_layers": len(layers),
+                "layer_index": int(index),
+                "first_step": None if first is None else int(first),
+            }
+        )
     return out
 
 
@@ -152,15 +179,33 @@ def table_from_run(run: Run) -> list[dict]:
         zf = np.nanmean(run.metric("zero_frac"), axis=0) if n else np.full(run.n_layers, np.nan)
         nf = np.nansum(run.metric("nonfinite"), axis=0) if n else np.zeros(run.n_layers)
     # the steps the Run's flag rules mark, per layer (names as the page's filter reads them)
-    marked: dict[str, np.ndarray] = {k: np.asarray(m.any(axis=0)) for k, m in (
-        ("nonfinite", run.nonfinite()), ("exploding", run.exploding()), ("vanishing", run.vanishing()))} if n else {}
+    marked: dict[str, np.ndarray] = (
+        {
+            k: np.asarray(m.any(axis=0))
+            for k, m in (("nonfinite", run.nonfinite()), ("exploding", run.exploding()), ("vanishing", run.vanishing()))
+        }
+        if n
+        else {}
+    )
     rows = []
     for j, info in enumerate(run.layers):
-        rows.append({"index": j, "layer": info.name, "module_type": info.module_type, "numel": int(info.numel),
-                     "status": info.status, "health": UNGRADED, "grad_norm_median": jsonable(gn[j]),
-                     "mean_abs_median": jsonable(ma[j]), "max_abs_max": jsonable(mx[j]),
-                     "zero_frac_mean": jsonable(zf[j]), "nonfinite_total": jsonable(nf[j]),
-                     "flags": ", ".join(k for k, m in marked.items() if m[j]), "suggestion": UNGRADED_NOTE})
+        rows.append(
+            {
+                "index": j,
+                "layer": info.name,
+                "module_type": info.module_type,
+                "numel": int(info.numel),
+                "status": info.status,
+                "health": UNGRADED,
+                "grad_norm_median": jsonable(gn[j]),
+                "mean_abs_median": jsonable(ma[j]),
+                "max_abs_max": jsonable(mx[j]),
+                "zero_frac_mean": jsonable(zf[j]),
+                "nonfinite_total": jsonable(nf[j]),
+                "flags": ", ".join(k for k, m in marked.items() if m[j]),
+                "suggestion": UNGRADED_NOTE,
+            }
+        )
     return rows
 
 

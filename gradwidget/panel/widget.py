@@ -28,6 +28,7 @@ two-way sync live during training, run the loop in a background thread and leave
     import threading
     threading.Thread(target=train, daemon=True).start()   # train() as usual; the cell returns
 """
+
 from __future__ import annotations
 
 import base64
@@ -49,10 +50,13 @@ from .background import PanelBackground, import_analysis
 from .sync import PanelSync
 
 _BUNDLE = pathlib.Path(__file__).parent.parent / "static" / "widget.js"
-BUNDLE_MISSING = (f"gradwidget's front end is not built ({_BUNDLE} is missing): run `pip install .` "
-                  "(or `pip install -e .`) in the gradwidget source tree to build it (needs Node.js/npm).")
+BUNDLE_MISSING = (
+    f"gradwidget's front end is not built ({_BUNDLE} is missing): run `pip install .` "
+    "(or `pip install -e .`) in the gradwidget source tree to build it (needs Node.js/npm)."
+)
 
-_MISSING_ESM = """
+_MISSING_ESM = (
+    """
 function render({ el }) {
   const d = document.createElement("div");
   d.style.cssText = "padding:8px 12px;border-left:4px solid #c62828;font-family:sans-serif";
@@ -60,7 +64,10 @@ function render({ el }) {
   el.append(d);
 }
 export default { render };
-""" % BUNDLE_MISSING
+"""
+    % BUNDLE_MISSING
+)
+
 
 class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
     """A live panel of how gradients flow through a network: the top diagnoses, a scrubbable
@@ -112,9 +119,19 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
     diff = t.Bytes(b"").tag(sync=True)
     mode = t.Unicode("side").tag(sync=True)
 
-    def __init__(self, source=None, optimizer=None, *, metric: str = "mean_abs", layer=None,
-                 max_rate: float = 4.0, columns: int = 1024, live: bool = False,
-                 poll_interval: float = 0.5, **recorder_kwargs) -> None:
+    def __init__(
+        self,
+        source=None,
+        optimizer=None,
+        *,
+        metric: str = "mean_abs",
+        layer=None,
+        max_rate: float = 4.0,
+        columns: int = 1024,
+        live: bool = False,
+        poll_interval: float = 0.5,
+        **recorder_kwargs,
+    ) -> None:
         if not _BUNDLE.is_file():
             warnings.warn(BUNDLE_MISSING, GradwidgetWarning, stacklevel=2)
         # every argument is checked before anything is attached: a failed constructor must not
@@ -179,11 +196,15 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
             self._reader = RunReader(source)
             return
         if live:
-            raise ValueError("live=True follows a run directory: pass its path (GradientPanel.from_run(path, live=True))")
+            raise ValueError(
+                "live=True follows a run directory: pass its path (GradientPanel.from_run(path, live=True))"
+            )
         if isinstance(source, Run):
             if optimizer is not None or recorder_kwargs:
-                raise TypeError("a Run takes no optimizer or recorder options, got "
-                                + ", ".join(["optimizer"] * (optimizer is not None) + sorted(recorder_kwargs)))
+                raise TypeError(
+                    "a Run takes no optimizer or recorder options, got "
+                    + ", ".join(["optimizer"] * (optimizer is not None) + sorted(recorder_kwargs))
+                )
             self._static_run = source
             return
         if source is not None and hasattr(source, "on_step") and hasattr(source, "run") and hasattr(source, "log"):
@@ -201,7 +222,8 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
         else:
             raise TypeError(
                 "GradientPanel needs a torch.nn.Module (with its optimizer), a Recorder, a Run or the path "
-                f"of a run directory, got {type(source).__name__}")
+                f"of a run directory, got {type(source).__name__}"
+            )
         self.recorder.on_step.append(self._on_step)
 
     @classmethod
@@ -211,8 +233,9 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
         return cls(str(path), live=live, **kwargs)
 
     @classmethod
-    def compare(cls, run_a, run_b, *, labels=None, mode: str = "side", metric: str = "mean_abs",
-                columns: int = 1024, **kwargs) -> GradientPanel:
+    def compare(
+        cls, run_a, run_b, *, labels=None, mode: str = "side", metric: str = "mean_abs", columns: int = 1024, **kwargs
+    ) -> GradientPanel:
         """Before and after the fix: ``run_a`` (the reference: a Run or a run directory) and ``run_b``
         (a Run, a run directory, or the current training: a GradientPanel or a Recorder) on one
         colour scale side by side (``mode="side"``) or as a difference map (``mode="diff"``: log10
@@ -391,8 +414,10 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
         run = self.run
         n = run.n_layers if run is not None else None
         if v < -1 or (n is not None and v >= n):
-            raise t.TraitError(f"layer must be -1 (none) or a column index below {n}, got {v}; "
-                               "use panel.select(name) to select by name")
+            raise t.TraitError(
+                f"layer must be -1 (none) or a column index below {n}, got {v}; "
+                "use panel.select(name) to select by name"
+            )
         return v
 
     @t.validate("step")
@@ -468,9 +493,11 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
 
             self._refresh_static()
             png = base64.b64decode(self.static_png.split(",", 1)[1])
-            static = {"image/png": self.static_png.split(",", 1)[1],
-                      "text/html": static_fallback_html(png, self.static_html),
-                      "text/plain": run.to_ascii(width=60)}
+            static = {
+                "image/png": self.static_png.split(",", 1)[1],
+                "text/html": static_fallback_html(png, self.static_html),
+                "text/plain": run.to_ascii(width=60),
+            }
         for k, v in static.items():
             if k == "text/plain" or k not in data:
                 data[k] = v

@@ -26,11 +26,24 @@ rows a layers figure draws), ``scale`` (the colour scale), ``heatmaps``, ``distr
 ``series``, ``table``, ``overview`` (``panel_figure``). Every name is importable from
 ``gradwidget.plots``.
 """
+
 from __future__ import annotations
 
 from ..panel.protocol import HEALTH_COLORS
-from .common import (CMAP_NAME, EXPLODING_COLOR, MAX_COLUMNS, NODATA_COLOR, NONFINITE_COLOR, VANISHING_COLOR,
-                     check_run, figure_to_data_uri, figure_to_png, literal, metric_label, short_name)
+from .common import (
+    CMAP_NAME,
+    EXPLODING_COLOR,
+    MAX_COLUMNS,
+    NODATA_COLOR,
+    NONFINITE_COLOR,
+    VANISHING_COLOR,
+    check_run,
+    figure_to_data_uri,
+    figure_to_png,
+    literal,
+    metric_label,
+    short_name,
+)
 from .distributions import histogram_over_time, histogram_plot
 from .heatmaps import DIFF_CMAP, comparison_figure, diff_limit, difference_heatmap, flow_heatmap, layer_bars
 from .overview import default_layer, panel_figure
@@ -39,10 +52,42 @@ from .scale import SCALE_MAX_CELLS, cell_colors, color_range, color_scale, share
 from .series import loss_plot, metric_series, weight_plot
 from .table import HEALTH_COLUMNS, format_cell, health_table_figure
 
-__all__ = ["CMAP_NAME", "DIFF_CMAP", "EXPLODING_COLOR", "HEALTH_COLORS", "HEALTH_COLUMNS", "MAX_COLUMNS",
-           "MAX_DRAWN_ROWS", "NODATA_COLOR", "NONFINITE_COLOR", "SCALE_MAX_CELLS", "VANISHING_COLOR", "check_run",
-           "cell_colors", "color_range", "color_scale", "comparison_figure", "default_layer", "diff_limit",
-           "difference_heatmap", "drawn_rows", "figure_to_data_uri", "figure_to_png", "flow_heatmap", "format_cell",
-           "health_table_figure", "histogram_over_time", "histogram_plot", "layer_bars", "layer_row_groups",
-           "literal", "loss_plot", "metric_label", "metric_series", "panel_figure", "shared_scale", "short_name",
-           "weight_plot"]
+__all__ = [
+    "CMAP_NAME",
+    "DIFF_CMAP",
+    "EXPLODING_COLOR",
+    "HEALTH_COLORS",
+    "HEALTH_COLUMNS",
+    "MAX_COLUMNS",
+    "MAX_DRAWN_ROWS",
+    "NODATA_COLOR",
+    "NONFINITE_COLOR",
+    "SCALE_MAX_CELLS",
+    "VANISHING_COLOR",
+    "check_run",
+    "cell_colors",
+    "color_range",
+    "color_scale",
+    "comparison_figure",
+    "default_layer",
+    "diff_limit",
+    "difference_heatmap",
+    "drawn_rows",
+    "figure_to_data_uri",
+    "figure_to_png",
+    "flow_heatmap",
+    "format_cell",
+    "health_table_figure",
+    "histogram_over_time",
+    "histogram_plot",
+    "layer_bars",
+    "layer_row_groups",
+    "literal",
+    "loss_plot",
+    "metric_label",
+    "metric_series",
+    "panel_figure",
+    "shared_scale",
+    "short_name",
+    "weight_plot",
+]

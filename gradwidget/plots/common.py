@@ -1,5 +1,6 @@
 """What every figure shares: the colours and labels (from the panel protocol), argument checks,
 axes, empty-figure notes, layer names and ticks, and PNG output."""
+
 from __future__ import annotations
 
 import base64
@@ -15,10 +16,12 @@ from .rows import drawn_rows
 
 CMAP_NAME = "viridis"
 VANISHING_COLOR, EXPLODING_COLOR, NONFINITE_COLOR, NODATA_COLOR = (
-    MARKS[k] for k in ("vanishing", "exploding", "nonfinite", "nodata"))
+    MARKS[k] for k in ("vanishing", "exploding", "nonfinite", "nodata")
+)
 
 #: heatmaps wider than this many steps are downsampled (max |g| and non-finite keep their maxima).
 MAX_COLUMNS = 600
+
 
 def metric_label(metric: str) -> str:
     """A metric's name as the figures and the page label it (one table: the panel protocol's)."""

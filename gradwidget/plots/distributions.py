@@ -1,5 +1,6 @@
 """One layer's gradient distribution: its log10|g| histogram at a step, and every histogram over
 steps."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,8 +42,7 @@ def histogram_plot(run: Run, layer: int | str, step: int | None = None, ax=None)
     zf = float(run.metric("zero_frac")[i, j]) if run.n_steps else float("nan")
     ax.set_xlabel("log10 |g|")
     ax.set_ylabel("entries")
-    ax.set_title(f"{short_name(name, 30)} at step {hstep}" + (f"\nzeros: {zf:.0%}" if zf == zf else ""),
-                 fontsize=9)
+    ax.set_title(f"{short_name(name, 30)} at step {hstep}" + (f"\nzeros: {zf:.0%}" if zf == zf else ""), fontsize=9)
     ax.legend(fontsize=7)
     return fig
 
@@ -73,8 +73,10 @@ def histogram_over_time(run: Run, layer: int | str, ax=None, step: int | None = 
     ax.axhline(np.log10(t.exploding), color=EXPLODING_COLOR, ls="--", lw=0.8, label=f"exploding {t.exploding:g}")
     nz = np.flatnonzero(counts.sum(axis=0))
     if nz.size:
-        ax.set_ylim(min(run.hist_edges[nz[0]], np.log10(t.vanishing)) - 1,
-                    max(run.hist_edges[nz[-1] + 1], np.log10(t.exploding)) + 1)
+        ax.set_ylim(
+            min(run.hist_edges[nz[0]], np.log10(t.vanishing)) - 1,
+            max(run.hist_edges[nz[-1] + 1], np.log10(t.exploding)) + 1,
+        )
     if step is not None:
         ax.axvline(float(step), color="black", lw=0.8)
     ax.set_xlabel("step")

@@ -1,5 +1,6 @@
 """Layers x steps heatmaps (one run's flow, a comparison's difference map) and the per-layer bars
 at one step, all on the one colour scale."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,14 +9,33 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 from ..run import Run
-from .common import (CMAP_NAME, EXPLODING_COLOR, MAX_COLUMNS, NONFINITE_COLOR, depth_axis, empty_axes, empty_note,
-                     layer_ticks, layers_axes, new_ax, metric_label)
+from .common import (
+    CMAP_NAME,
+    EXPLODING_COLOR,
+    MAX_COLUMNS,
+    NONFINITE_COLOR,
+    depth_axis,
+    empty_axes,
+    empty_note,
+    layer_ticks,
+    layers_axes,
+    new_ax,
+    metric_label,
+)
 from .scale import mark_legend, cell_colors, color_scale, shared_scale
 
 
-def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, ax=None,
-                 max_columns: int = MAX_COLUMNS, colorbar: bool = True, legend: bool = True,
-                 scale: tuple[float, float] | None = None, title: str | None = None) -> Figure:
+def flow_heatmap(
+    run: Run,
+    metric: str = "grad_norm",
+    step: int | None = None,
+    ax=None,
+    max_columns: int = MAX_COLUMNS,
+    colorbar: bool = True,
+    legend: bool = True,
+    scale: tuple[float, float] | None = None,
+    title: str | None = None,
+) -> Figure:
     """Layers x steps heatmap of a metric: where along the depth gradients fade or blow up, and when.
 
     Why: it is the panel's main view; one log scale across steps shows a network-wide fade that a
@@ -31,8 +51,13 @@ def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, a
     steps = r.steps
     x0 = float(steps[0])
     x1 = float(run.steps[-1]) + (float(steps[-1] - steps[-2]) if len(steps) > 1 else 1.0)
-    ax.imshow(rgba.transpose(1, 0, 2), aspect="auto", interpolation="nearest", origin="upper",
-              extent=(x0 - 0.5, x1 - 0.5, r.n_layers - 0.5, -0.5))  # row 0 (input side) at the top
+    ax.imshow(
+        rgba.transpose(1, 0, 2),
+        aspect="auto",
+        interpolation="nearest",
+        origin="upper",
+        extent=(x0 - 0.5, x1 - 0.5, r.n_layers - 0.5, -0.5),
+    )  # row 0 (input side) at the top
     layer_ticks(ax, r.layer_names, "y")
     ax.set_xlabel("step")
     ax.set_title(title or f"Gradient flow: {metric_label(metric)} (log10, one scale across steps)", fontsize=10)
@@ -42,8 +67,17 @@ def flow_heatmap(run: Run, metric: str = "grad_norm", step: int | None = None, a
     values = run.metric(metric)
     if colorbar and not (np.isfinite(values) & (values > 0)).any():
         # all NaN/Inf/zero: any colour range would be made up, so none is drawn
-        ax.text(1.01, 0.5, "no finite value:\nno colour scale", transform=ax.transAxes, rotation=90,
-                ha="left", va="center", fontsize=7, color="0.4")
+        ax.text(
+            1.01,
+            0.5,
+            "no finite value:\nno colour scale",
+            transform=ax.transAxes,
+            rotation=90,
+            ha="left",
+            va="center",
+            fontsize=7,
+            color="0.4",
+        )
     elif colorbar:
         from matplotlib.cm import ScalarMappable
 
@@ -83,8 +117,9 @@ def comparison_figure(cmp, metric: str = "grad_norm", label: str | None = None) 
     for ax, lab, r in zip(axes, (cmp.labels[0], label), runs):
         flow_heatmap(r, metric, ax=ax, scale=scale, legend=False, title=f"{lab}: {metric_label(metric)} (one scale)")
     dm = metric if metric in RATIO_METRICS else "grad_norm"
-    difference_heatmap(cmp.log_ratio(dm, label), f"{label} vs {cmp.labels[0]}: log10 ratio of {metric_label(dm)}",
-                       ax=axes[2])
+    difference_heatmap(
+        cmp.log_ratio(dm, label), f"{label} vs {cmp.labels[0]}: log10 ratio of {metric_label(dm)}", ax=axes[2]
+    )
     return fig
 
 
@@ -103,8 +138,16 @@ def difference_heatmap(ratio, title: str = "", ax=None, max_decades: float | Non
     cmap = colormaps[DIFF_CMAP].with_extremes(bad=DIFF_NODATA)
     steps = ratio.index.to_numpy()
     x1 = float(steps[-1]) + (float(steps[-1] - steps[-2]) if len(steps) > 1 else 1.0)
-    im = ax.imshow(np.ma.masked_invalid(v.T), aspect="auto", interpolation="nearest", origin="upper",
-                   cmap=cmap, vmin=-lim, vmax=lim, extent=(float(steps[0]) - 0.5, x1 - 0.5, v.shape[1] - 0.5, -0.5))
+    im = ax.imshow(
+        np.ma.masked_invalid(v.T),
+        aspect="auto",
+        interpolation="nearest",
+        origin="upper",
+        cmap=cmap,
+        vmin=-lim,
+        vmax=lim,
+        extent=(float(steps[0]) - 0.5, x1 - 0.5, v.shape[1] - 0.5, -0.5),
+    )
     layer_ticks(ax, list(ratio.columns), "y")
     ax.set_xlabel("step")
     ax.set_title(title or "log10 ratio of the gradient (later / first)", fontsize=10)

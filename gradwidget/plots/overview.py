@@ -1,5 +1,6 @@
 """The panel's static rendition: one figure with the heatmap, bars, histogram, series and loss, and
 the layer it focuses on when none is chosen."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,13 +22,11 @@ def default_layer(run: Run) -> int:
         return -1
     if run.n_steps == 0:
         return 0
-    score = (1e6 * run.nonfinite().sum(axis=0) + 1e3 * run.exploding().sum(axis=0)
-             + run.vanishing().sum(axis=0))
+    score = 1e6 * run.nonfinite().sum(axis=0) + 1e3 * run.exploding().sum(axis=0) + run.vanishing().sum(axis=0)
     return int(np.argmax(score)) if score.max() > 0 else 0
 
 
-def panel_figure(run, step: int | None = None, layer: int | str | None = None,
-                 metric: str = "grad_norm") -> Figure:
+def panel_figure(run, step: int | None = None, layer: int | str | None = None, metric: str = "grad_norm") -> Figure:
     """One figure with what the live panel shows: heatmap with the step cursor, per-layer bars at
     the step, and the selected layer's histogram and metric over time.
 
@@ -49,8 +48,14 @@ def panel_figure(run, step: int | None = None, layer: int | str | None = None,
     if note:
         for ax in (ax_heat, ax_bars, ax_hist, ax_series, ax_loss):
             ax.set_axis_off()
-        ax_heat.text(0.5, 0.5, f"GradientPanel ({run.n_layers} layers, {run.n_steps} steps): {note}",
-                     ha="center", va="center", transform=ax_heat.transAxes)
+        ax_heat.text(
+            0.5,
+            0.5,
+            f"GradientPanel ({run.n_layers} layers, {run.n_steps} steps): {note}",
+            ha="center",
+            va="center",
+            transform=ax_heat.transAxes,
+        )
         return fig
     s = int(run.steps[-1]) if step is None else int(run.steps[run.step_position(step)])
     j = default_layer(run) if layer is None else run.layer_index(layer)
@@ -66,6 +71,9 @@ def panel_figure(run, step: int | None = None, layer: int | str | None = None,
     ax_series.set_title(f"{short_name(run.layer_names[j], 30)}\n{metric_label(series_metric)}", fontsize=9)
     loss_plot(run, ax=ax_loss)
     ax_loss.axvline(s, color="black", lw=0.8)
-    fig.suptitle(f"gradwidget · {run.n_layers} layers · steps {int(run.steps[0])}..{int(run.steps[-1])} "
-                 f"· step {s} · layer {literal(run.layer_names[j])}", fontsize=11)
+    fig.suptitle(
+        f"gradwidget · {run.n_layers} layers · steps {int(run.steps[0])}..{int(run.steps[-1])} "
+        f"· step {s} · layer {literal(run.layer_names[j])}",
+        fontsize=11,
+    )
     return fig

@@ -1,5 +1,6 @@
 """Which rows a layers figure draws: every layer, or past ``MAX_DRAWN_ROWS`` consecutive layers
 merged by module path (each merged row measured as one tensor, ``Run.merge_layers``)."""
+
 from __future__ import annotations
 
 from ..run import Run
@@ -52,7 +53,7 @@ def layer_row_groups(run: Run, max_rows: int = MAX_DRAWN_ROWS) -> tuple[list[lis
                 cut_labels.append(label)
                 continue
             for a in range(0, len(g), size):
-                b = g[a:a + size]
+                b = g[a : a + size]
                 cut.append(b)
                 cut_labels.append(f"{names[b[0]]} … {names[b[-1]]} ({len(b)} tensors)" if len(b) > 1 else names[b[0]])
         groups, labels = cut, cut_labels

@@ -1,5 +1,6 @@
 """THE colour scale (log10, one range over every step and layer, shared with the live panel) and
 the cell colours it gives, marks included."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -66,11 +67,22 @@ def cell_colors(run: Run, metric: str = "grad_norm", scale: tuple[float, float] 
 
 def mark_legend(ax, run: Run) -> None:
     t = run.thresholds
-    handles = [Patch(facecolor=VANISHING_COLOR, edgecolor="0.5", label=f"vanishing (mean|g| < {t.vanishing:g})"),
-               Patch(facecolor=EXPLODING_COLOR, edgecolor="0.5", label=f"exploding (max|g| > {t.exploding:g})"),
-               Patch(facecolor=NONFINITE_COLOR, edgecolor="0.5", label="NaN / Inf"),
-               Patch(facecolor=NODATA_COLOR, edgecolor="0.5", label="no gradient")]
+    handles = [
+        Patch(facecolor=VANISHING_COLOR, edgecolor="0.5", label=f"vanishing (mean|g| < {t.vanishing:g})"),
+        Patch(facecolor=EXPLODING_COLOR, edgecolor="0.5", label=f"exploding (max|g| > {t.exploding:g})"),
+        Patch(facecolor=NONFINITE_COLOR, edgecolor="0.5", label="NaN / Inf"),
+        Patch(facecolor=NODATA_COLOR, edgecolor="0.5", label="no gradient"),
+    ]
     # a fixed distance below the axes (under the tick labels and the x label), whatever its height
     below = offset_copy(ax.transAxes, fig=ax.figure, y=-30, units="points")
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, 0), bbox_transform=below, ncol=4,
-              fontsize=7, frameon=False, handlelength=1.2, columnspacing=1.0)
+    ax.legend(
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(0, 0),
+        bbox_transform=below,
+        ncol=4,
+        fontsize=7,
+        frameon=False,
+        handlelength=1.2,
+        columnspacing=1.0,
+    )

@@ -1,4 +1,5 @@
 """Quantities over steps: a metric for a few layers, the loss and global norm, update/weight ratios."""
+
 from __future__ import annotations
 
 from typing import Iterable, Sequence
@@ -11,8 +12,13 @@ from ..run import Run
 from .common import EXPLODING_COLOR, check_metric, check_run, empty_axes, empty_note, new_ax, metric_label, short_name
 
 
-def metric_series(run: Run, layers: Iterable[int | str] | int | str | None = None, metric: str = "mean_abs",
-                  ax=None, step: int | None = None) -> Figure:
+def metric_series(
+    run: Run,
+    layers: Iterable[int | str] | int | str | None = None,
+    metric: str = "mean_abs",
+    ax=None,
+    step: int | None = None,
+) -> Figure:
     """A metric over steps for a few layers (log y), with the threshold that applies to it.
 
     Why: shows whether a problem is permanent, growing, or a transient spike, and when it began.
@@ -68,8 +74,7 @@ def loss_plot(run: Run, ax=None) -> Figure:
         if (gn[np.isfinite(gn)] > 0).all():
             ax2.set_yscale("log")
     if not np.isfinite(loss).any() and not np.isfinite(gn).any():
-        ax.text(0.5, 0.5, "no loss logged (recorder.log(loss=...))", ha="center", va="center",
-                transform=ax.transAxes)
+        ax.text(0.5, 0.5, "no loss logged (recorder.log(loss=...))", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("step")
     ax.set_title("loss and global gradient norm", fontsize=10)
     return fig
@@ -98,15 +103,26 @@ def weight_plot(run: Run, ax=None, layers: Sequence[int | str] | None = None) ->
     for k, j in enumerate(idx):
         ok = np.isfinite(data[:, j])
         if ok.any():
-            ax.plot(run.steps[ok], data[ok, j], lw=1.0, marker="." if ok.sum() < 30 else None,
-                    color=cmap(0.1 + 0.75 * k / max(1, len(idx) - 1)), label=short_name(run.layer_names[j], 32))
+            ax.plot(
+                run.steps[ok],
+                data[ok, j],
+                lw=1.0,
+                marker="." if ok.sum() < 30 else None,
+                color=cmap(0.1 + 0.75 * k / max(1, len(idx) - 1)),
+                label=short_name(run.layer_names[j], 32),
+            )
     pos = data[:, idx][np.isfinite(data[:, idx]) & (data[:, idx] > 0)]
     if pos.size:
         ax.set_yscale("log")
     if use_ratio:
         t = run.thresholds
-        ax.axhspan(t.update_ratio_low, t.update_ratio_high, color="#2e7d32", alpha=0.07,
-                   label=f"healthy band {t.update_ratio_low:g}..{t.update_ratio_high:g}")
+        ax.axhspan(
+            t.update_ratio_low,
+            t.update_ratio_high,
+            color="#2e7d32",
+            alpha=0.07,
+            label=f"healthy band {t.update_ratio_low:g}..{t.update_ratio_high:g}",
+        )
     ax.set_xlabel("step")
     ax.set_ylabel(label)
     ax.set_title(f"weights: {label} per layer", fontsize=10)

@@ -1,4 +1,5 @@
 """The per-layer health table as a figure (PNG/PDF exports), its health cells coloured and spelled out."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +12,10 @@ from .common import new_ax, literal, short_name
 def _health_frame(report):
     layers = getattr(report, "layers", None)
     if layers is None or not hasattr(layers, "columns"):
-        raise TypeError("expected an analysis Report (gradwidget.analyze(run)) with a .layers DataFrame, "
-                        f"got {type(report).__name__}")
+        raise TypeError(
+            "expected an analysis Report (gradwidget.analyze(run)) with a .layers DataFrame, "
+            f"got {type(report).__name__}"
+        )
     return layers
 
 
@@ -54,8 +57,10 @@ def health_table_figure(report, ax=None, max_rows: int = 40) -> Figure:
     rows = df.head(max_rows)
     fig, ax = new_ax(ax, (10, 0.5 + 0.24 * (len(rows) + 1)))
     ax.set_axis_off()
-    cells = [[literal(format_cell(r[c], f)) if c != "layer" else short_name(str(r[c]), 34) for c, _, f in cols]
-             for _, r in rows.iterrows()]
+    cells = [
+        [literal(format_cell(r[c], f)) if c != "layer" else short_name(str(r[c]), 34) for c, _, f in cols]
+        for _, r in rows.iterrows()
+    ]
     if not cells:
         ax.text(0.5, 0.5, "no layers", ha="center", va="center", transform=ax.transAxes)
         return fig

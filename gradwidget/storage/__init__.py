@@ -20,6 +20,7 @@ The package, one job per module: ``layout`` (format marker, record dtypes, file 
 access), ``meta`` (meta.json), ``records`` (the binary records), ``folders`` (where gradwidget may
 write), ``writer`` and ``reader``. Every name is importable from ``gradwidget.storage``.
 """
+
 from __future__ import annotations
 
 from .folders import atomic_output, check_log_dir, check_output_file, is_run_dir
@@ -29,6 +30,24 @@ from .reader import RunReader, load_run
 from .records import READ_CHUNK_BYTES
 from .writer import BACKLOG_MAX_BYTES, RunWriter, RunWriteWarning, save_run
 
-__all__ = ["BACKLOG_MAX_BYTES", "FORMAT", "FORMAT_VERSION", "META_MAX_BYTES", "READ_CHUNK_BYTES", "RUN_FILES",
-           "RunFormatError", "RunReader", "RunWriteWarning", "RunWriter", "as_path", "atomic_output",
-           "check_log_dir", "check_output_file", "hist_dtype", "is_run_dir", "load_run", "save_run", "step_dtype"]
+__all__ = [
+    "BACKLOG_MAX_BYTES",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "META_MAX_BYTES",
+    "READ_CHUNK_BYTES",
+    "RUN_FILES",
+    "RunFormatError",
+    "RunReader",
+    "RunWriteWarning",
+    "RunWriter",
+    "as_path",
+    "atomic_output",
+    "check_log_dir",
+    "check_output_file",
+    "hist_dtype",
+    "is_run_dir",
+    "load_run",
+    "save_run",
+    "step_dtype",
+]

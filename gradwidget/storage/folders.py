@@ -1,5 +1,6 @@
 """Where gradwidget may write: a log_dir that is new, empty or its own run, and output files that
 are never one of a run's own files (files are the user's)."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,9 @@ def check_output_file(path) -> Path:
     if p.is_dir():
         raise IsADirectoryError(f"{p} is a directory; give the file to write, e.g. {p / 'report.html'}")
     if p.name in RUN_FILES and (p.parent / "meta.json").is_file():
-        raise ValueError(f"refusing to write {p}: it is one of the files of the run in {p.parent}; "
-                         "choose another output file")
+        raise ValueError(
+            f"refusing to write {p}: it is one of the files of the run in {p.parent}; choose another output file"
+        )
     return p
 
 
@@ -55,18 +57,22 @@ def check_log_dir(path, overwrite: bool = False, overwrite_hint: str = "pass ove
     if path.is_dir() and any(path.iterdir()):
         if is_run_dir(path):
             if not overwrite:
-                raise FileExistsError(f"{path} already holds a run; pick a new log_dir or {overwrite_hint} to replace it")
+                raise FileExistsError(
+                    f"{path} already holds a run; pick a new log_dir or {overwrite_hint} to replace it"
+                )
         else:
             taken = [n for n in RUN_FILES if os.path.lexists(path / n)]
             if taken:
                 raise FileExistsError(
                     f"{path} is not a gradwidget run but holds {', '.join(taken)}: gradwidget never writes "
-                    f"over files it did not create; pick a new or empty log_dir (e.g. {path / 'run1'})")
+                    f"over files it did not create; pick a new or empty log_dir (e.g. {path / 'run1'})"
+                )
             if not overwrite:
                 raise FileExistsError(
                     f"{path} holds other files and is not a gradwidget run; pick a new or empty log_dir "
                     f"(e.g. {path / 'run1'}), or {overwrite_hint} to write the run beside them "
-                    "(none of them is touched)")
+                    "(none of them is touched)"
+                )
     problem = writable_folder(path)
     if problem:
         raise PermissionError(f"cannot record to log_dir {path}: {problem}; pick a log_dir you can write to")

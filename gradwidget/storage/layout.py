@@ -1,5 +1,6 @@
 """What a run directory is made of: its format marker, the record dtypes, its file names, and
 safe access to its files (every failure a RunFormatError, never a hang on a FIFO)."""
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,9 @@ def open_regular(p: Path):
     try:
         return open_plain(p)
     except NotPlainFile:
-        raise RunFormatError(f"{p} is not a plain file (a FIFO, device or socket): a run keeps "
-                             f"{p.name} in a plain file") from None
+        raise RunFormatError(
+            f"{p} is not a plain file (a FIFO, device or socket): a run keeps {p.name} in a plain file"
+        ) from None
     except OSError as e:
         raise RunFormatError(f"{p} cannot be read: {e.strerror or e}") from None
 

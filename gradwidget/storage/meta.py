@@ -1,5 +1,6 @@
 """meta.json: written atomically by the writer, read bounded and checked field by field by the
 reader, so a damaged description fails at load with one message instead of deep in the analysis."""
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,10 @@ def parse_meta(mp: Path):
         except OSError as e:
             raise RunFormatError(f"{mp} cannot be read: {e.strerror or e}") from None
     if len(raw) > META_MAX_BYTES:
-        raise RunFormatError(f"{mp} is larger than {META_MAX_BYTES >> 20} MiB, more than any run "
-                             "description: it is not a gradwidget meta.json")
+        raise RunFormatError(
+            f"{mp} is larger than {META_MAX_BYTES >> 20} MiB, more than any run "
+            "description: it is not a gradwidget meta.json"
+        )
     try:
         return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -64,17 +67,19 @@ def read_meta(path: Path) -> dict:
         raise RunFormatError(f"{path} is not a run directory (expected a folder with meta.json)")
     mp = path / "meta.json"
     if not mp.exists():
-        raise RunFormatError(f"{path} is not a gradwidget run: meta.json is missing "
-                             "(was the Recorder given this log_dir?)")
+        raise RunFormatError(
+            f"{path} is not a gradwidget run: meta.json is missing (was the Recorder given this log_dir?)"
+        )
     meta = parse_meta(mp)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise RunFormatError(f"{mp} is not a gradwidget run description")
     version = meta.get("version", FORMAT_VERSION)
     if not _is_int(version) or version < 1:
-        raise RunFormatError(f"{mp} is corrupt: \"version\" must be a positive integer, got {version!r}")
+        raise RunFormatError(f'{mp} is corrupt: "version" must be a positive integer, got {version!r}')
     if version > FORMAT_VERSION:
-        raise RunFormatError(f"{path} was written by a newer gradwidget (format {version}); "
-                             "upgrade gradwidget to read it")
+        raise RunFormatError(
+            f"{path} was written by a newer gradwidget (format {version}); upgrade gradwidget to read it"
+        )
     if meta.get("metrics") != list(METRICS) or meta.get("scalars") != list(SCALARS):
         raise RunFormatError(f"{mp} lists metrics this gradwidget does not know: {meta.get('metrics')}")
     problem = _meta_problem(meta)
@@ -88,14 +93,13 @@ def _is_int(x) -> bool:
 
 
 #: the type each optional layer field must have in meta.json (name is required)
-_LAYER_FIELDS = {"module": str, "module_type": str, "dtype": str, "numel": int, "backward_index": int,
-                 "status": str}
+_LAYER_FIELDS = {"module": str, "module_type": str, "dtype": str, "numel": int, "backward_index": int, "status": str}
 
 
 def _layer_problem(j: int, d) -> str | None:
     """What is wrong with layer ``j``'s entry in meta.json, or None."""
     if not isinstance(d, dict) or not isinstance(d.get("name"), str):
-        return f"layers[{j}] must be an object with a string \"name\", got {d!r:.80}"
+        return f'layers[{j}] must be an object with a string "name", got {d!r:.80}'
     for key, typ in _LAYER_FIELDS.items():
         if key in d and not (_is_int(d[key]) if typ is int else isinstance(d[key], typ)):
             return f"layers[{j}] ({d['name']}) has {key}={d[key]!r:.40}, expected {typ.__name__}"
@@ -117,20 +121,20 @@ def _meta_problem(meta: dict) -> str | None:
     here so a damaged run fails at load with one message instead of deep inside the analysis."""
     layers = meta.get("layers")
     if not isinstance(layers, list):
-        return f"\"layers\" must be a list of layer objects, got {layers!r:.60}"
+        return f'"layers" must be a list of layer objects, got {layers!r:.60}'
     for j, d in enumerate(layers):
         problem = _layer_problem(j, d)
         if problem:
             return problem
     edges = meta.get("edges", [])
     if not isinstance(edges, list):
-        return f"\"edges\" must be a list of [from, to] layer indices, got {edges!r:.60}"
+        return f'"edges" must be a list of [from, to] layer indices, got {edges!r:.60}'
     for e in edges:
         if not (isinstance(e, list) and len(e) == 2 and all(_is_int(i) and 0 <= i < len(layers) for i in e)):
             return f"edge {e!r:.40} is not a pair of layer indices in 0..{len(layers) - 1}"
     for key in ("thresholds", "meta"):
         if meta.get(key) is not None and not isinstance(meta[key], dict):
-            return f"\"{key}\" must be an object, got {meta[key]!r:.60}"
+            return f'"{key}" must be an object, got {meta[key]!r:.60}'
     origin = (meta.get("meta") or {}).get("nonfinite_origin")
     if origin is not None:
         try:
@@ -139,15 +143,19 @@ def _meta_problem(meta: dict) -> str | None:
             return f"meta.nonfinite_origin is malformed: {e}"
     edges_h = meta.get("hist_edges", list(HIST_EDGES))
     if not isinstance(edges_h, list) or len(edges_h) != N_BINS + 1:
-        return f"\"hist_edges\" must be a list of {N_BINS + 1} bin edges"
+        return f'"hist_edges" must be a list of {N_BINS + 1} bin edges'
     return None
 
 
 def run_from_meta(meta: dict, mp: Path) -> Run:
     try:
         layers = [LayerInfo.from_dict(d) for d in meta["layers"]]
-        return Run(layers, thresholds=Thresholds.from_dict(meta.get("thresholds")),
-                   edges=meta.get("edges", []), meta=meta.get("meta") or {})
+        return Run(
+            layers,
+            thresholds=Thresholds.from_dict(meta.get("thresholds")),
+            edges=meta.get("edges", []),
+            meta=meta.get("meta") or {},
+        )
     except (KeyError, TypeError, ValueError) as e:
         raise RunFormatError(f"{mp} is corrupt: {e}") from None
 

@@ -1,5 +1,6 @@
 """Reading a run directory: ``load_run`` at once, ``RunReader`` following a writer as it appends
 (and noticing when a restarted script replaces the run in the same folder)."""
+
 from __future__ import annotations
 
 import warnings
@@ -10,7 +11,7 @@ from .._warnings import GradwidgetWarning
 from ..run import LayerInfo, NonfiniteOrigin, Run
 from .layout import RunFormatError, file_size, as_path, hist_dtype, step_dtype
 from .meta import meta_signature, read_meta, run_from_meta
-from .records import (append_records, bad_hist_record, bad_step_record, layer_mismatch, read_records)
+from .records import append_records, bad_hist_record, bad_step_record, layer_mismatch, read_records
 
 
 class RunReader:
@@ -48,8 +49,9 @@ class RunReader:
         if not size:
             return None
         if size % self._sdt.itemsize:
-            raise RunFormatError(f"{p} is damaged: {size} bytes is not a whole number of "
-                                 f"{self._sdt.itemsize}-byte step records")
+            raise RunFormatError(
+                f"{p} is damaged: {size} bytes is not a whole number of {self._sdt.itemsize}-byte step records"
+            )
         h = Run(run.layers, thresholds=run.thresholds)
         off = 0
         while off < size:
@@ -59,8 +61,9 @@ class RunReader:
             if bad is None and end >= size and run.n_steps and recs["step"][-1] >= run.steps[0]:
                 bad = len(recs) - 1, f"its step {int(recs['step'][-1])} is not before the first step in steps.bin"
             if bad:
-                raise RunFormatError(f"{p} is damaged: record {off // self._sdt.itemsize + bad[0]} is not "
-                                     f"a valid step ({bad[1]})")
+                raise RunFormatError(
+                    f"{p} is damaged: record {off // self._sdt.itemsize + bad[0]} is not a valid step ({bad[1]})"
+                )
             append_records(h, recs)
             off = end
         return h
@@ -85,8 +88,10 @@ class RunReader:
         n_hist, n_steps = hsize // self._hdt.itemsize, ssize // self._sdt.itemsize
         if n_hist > n_steps + 1:  # checked before reading either: one histogram at most per step
             why = layer_mismatch(self.path / "steps.bin", run.n_layers) if ssize % self._sdt.itemsize else None
-            raise RunFormatError(f"{self.path / 'hist.bin'} is damaged: it holds {n_hist} histogram records "
-                                 f"but steps.bin only {n_steps} steps" + (f" ({why})" if why else ""))
+            raise RunFormatError(
+                f"{self.path / 'hist.bin'} is damaged: it holds {n_hist} histogram records "
+                f"but steps.bin only {n_steps} steps" + (f" ({why})" if why else "")
+            )
         hists, hoff = self._read_new("hist.bin", self._hoff, self._hdt)
         recs, soff = self._read_new("steps.bin", self._soff, self._sdt)
         last = int(run.steps[-1]) if run.n_steps else None
@@ -95,9 +100,12 @@ class RunReader:
             rec_no = self._soff // self._sdt.itemsize + bad[0]
             raise RunFormatError(
                 f"{self.path / 'steps.bin'} is damaged: record {rec_no} is not a valid step ({bad[1]}). "
-                + (layer_mismatch(self.path / "steps.bin", run.n_layers) or
-                   f"The file is corrupt, or meta.json lists a different number of layers ({run.n_layers}) "
-                   "than it was written with."))
+                + (
+                    layer_mismatch(self.path / "steps.bin", run.n_layers)
+                    or f"The file is corrupt, or meta.json lists a different number of layers ({run.n_layers}) "
+                    "than it was written with."
+                )
+            )
         steps = np.concatenate([run.steps, recs["step"]])
         if len(steps) and file_size(self.path / "steps.bin") > soff:
             # steps.bin goes on past this chunk (more whole records, or a crash cut the last record
@@ -110,7 +118,8 @@ class RunReader:
         if bad:
             raise RunFormatError(
                 f"{self.path / 'hist.bin'} is damaged: record {self._hoff // self._hdt.itemsize + bad[0]} "
-                f"is not a valid histogram ({bad[1]}).")
+                f"is not a valid histogram ({bad[1]})."
+            )
         append_records(run, recs)
         for h in hists:
             run.append_hist(int(h["step"]), h["counts"])
@@ -129,8 +138,7 @@ class RunReader:
                 return True
             self._meta_sig = sig
             self._refresh_meta(meta)
-        return (file_size(self.path / "steps.bin") < self._soff
-                or file_size(self.path / "hist.bin") < self._hoff)
+        return file_size(self.path / "steps.bin") < self._soff or file_size(self.path / "hist.bin") < self._hoff
 
     def _refresh_meta(self, meta: dict) -> None:
         """Take what a writer may change in meta.json during a run: the data-flow edges (captured
@@ -189,6 +197,8 @@ def load_run(path) -> Run:
             raise RunFormatError(f"{reader.path / 'steps.bin'} does not match meta.json: {mismatch}")
         warnings.warn(f"{path}: ignored {reader.truncated_bytes} bytes of an unfinished last step", GradwidgetWarning)
     if reader.unread_histograms:
-        warnings.warn(f"{path}: ignored {reader.unread_histograms} histogram(s) of steps after the last "
-                      "whole step record", GradwidgetWarning)
+        warnings.warn(
+            f"{path}: ignored {reader.unread_histograms} histogram(s) of steps after the last whole step record",
+            GradwidgetWarning,
+        )
     return reader.run

@@ -1,5 +1,6 @@
 """The binary step and histogram records: built from a Run, read in bounded chunks, checked
 (no writer could have produced a bad one) and appended to a Run."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,13 +36,15 @@ def _not_after(steps: np.ndarray, prev_step) -> np.ndarray:
 
 def bad_step_record(recs: np.ndarray, prev_step) -> tuple[int, str] | None:
     """The first record that no writer could have produced (index, why), or None. Records carry
-    their step number, which only increases, and norms, fractions and counts are never negative
-(``Run.append`` enforces the first; no recorder produces the second):
-    random bytes, or a meta.json listing a different number of layers, break these at once."""
+        their step number, which only increases, and norms, fractions and counts are never negative
+    (``Run.append`` enforces the first; no recorder produces the second):
+        random bytes, or a meta.json listing a different number of layers, break these at once."""
     if not len(recs):
         return None
     steps = recs["step"]
-    checks: list[tuple[Any, str]] = [(_not_after(steps, prev_step), "its step number {step} does not follow the previous step")]
+    checks: list[tuple[Any, str]] = [
+        (_not_after(steps, prev_step), "its step number {step} does not follow the previous step")
+    ]
     with np.errstate(invalid="ignore"):
         checks.append((recs["global_norm"] < 0, "its global norm is negative"))
         for m in METRICS:
@@ -128,8 +131,10 @@ def layer_mismatch(p: Path, n_layers: int) -> str | None:
     if not plausible:
         return None
     n = min(plausible)[1]
-    return (f"meta.json lists {n_layers} layers, but steps.bin holds {size // step_dtype(n).itemsize} whole "
-            f"records of {n} layers: meta.json belongs to another run (or was edited)")
+    return (
+        f"meta.json lists {n_layers} layers, but steps.bin holds {size // step_dtype(n).itemsize} whole "
+        f"records of {n} layers: meta.json belongs to another run (or was edited)"
+    )
 
 
 def _norms_agree(recs: np.ndarray) -> bool:

@@ -1,5 +1,6 @@
 """Writing a run directory: ``RunWriter`` appends steps while training (a full disk queues them,
 loudly, instead of failing ``optimizer.step()``), ``save_run`` writes a whole Run at once."""
+
 from __future__ import annotations
 
 import os
@@ -52,7 +53,7 @@ class RunWriter:
         self._sdt, self._hdt = step_dtype(run.n_layers), hist_dtype(run.n_layers)
         self._fds: dict[str, int] = {}
         self._sizes = {"steps.bin": 0, "hist.bin": 0}
-        self._queue: deque = deque()   # (file name, record bytes) not yet on disk, in order
+        self._queue: deque = deque()  # (file name, record bytes) not yet on disk, in order
         self._meta_due = True
         #: the error that is holding records back (None while everything is on disk)
         self.error: OSError | None = None
@@ -112,8 +113,12 @@ class RunWriter:
             return
         if self.error is not None:
             if self.live:
-                warnings.warn(f"gradwidget: writing {self.path} works again: the steps from step "
-                              f"{self._failed_at} on are now on disk", RunWriteWarning, stacklevel=4)
+                warnings.warn(
+                    f"gradwidget: writing {self.path} works again: the steps from step "
+                    f"{self._failed_at} on are now on disk",
+                    RunWriteWarning,
+                    stacklevel=4,
+                )
             self.error = self._failed_at = None
 
     def _failed(self, e: OSError) -> None:
@@ -123,16 +128,22 @@ class RunWriter:
         self.error = e
         if first:
             self._failed_at = int(self.run.steps[-1]) if self.run.n_steps else None
-            warnings.warn(f"gradwidget: cannot write {self.path} ({_oserror_text(e)}): training goes on and "
-                          "the steps are kept in memory and written once the folder accepts writes again",
-                          RunWriteWarning, stacklevel=5)
+            warnings.warn(
+                f"gradwidget: cannot write {self.path} ({_oserror_text(e)}): training goes on and "
+                "the steps are kept in memory and written once the folder accepts writes again",
+                RunWriteWarning,
+                stacklevel=5,
+            )
         if sum(len(d) for _, d in self._queue) > BACKLOG_MAX_BYTES:
             n = self.pending_steps
             self._stop()
-            warnings.warn(f"gradwidget: stopped recording to {self.path}: writes have failed from step "
-                          f"{self._failed_at} on ({_oserror_text(e)}) and {n} steps are waiting. The run goes on in "
-                          "memory only (recorder.run); save it with recorder.run.save(another_folder)",
-                          RunWriteWarning, stacklevel=5)
+            warnings.warn(
+                f"gradwidget: stopped recording to {self.path}: writes have failed from step "
+                f"{self._failed_at} on ({_oserror_text(e)}) and {n} steps are waiting. The run goes on in "
+                "memory only (recorder.run); save it with recorder.run.save(another_folder)",
+                RunWriteWarning,
+                stacklevel=5,
+            )
 
     def _stop(self) -> None:
         self.stopped = True
@@ -152,9 +163,13 @@ class RunWriter:
             return
         self._flush()
         if self._queue and self.live:
-            warnings.warn(f"gradwidget: {self.pending_steps} steps, from step {self._failed_at} on, were "
-                          f"never written to {self.path} ({_oserror_text(self.error)}); the run in memory has "
-                          "them: save it with recorder.run.save(another_folder)", RunWriteWarning, stacklevel=3)
+            warnings.warn(
+                f"gradwidget: {self.pending_steps} steps, from step {self._failed_at} on, were "
+                f"never written to {self.path} ({_oserror_text(self.error)}); the run in memory has "
+                "them: save it with recorder.run.save(another_folder)",
+                RunWriteWarning,
+                stacklevel=3,
+            )
         self._close_files()
         self.stopped = True
 

@@ -7,6 +7,7 @@ started on a free port with no token; the kernel imports gradwidget from this so
 ``pip install -e .``). Both front ends expose ``window.jupyterapp`` (a JupyterLab application whose
 ``shell.currentWidget`` is the open notebook), so the same helpers drive either.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,6 +35,7 @@ KERNEL_EXEC_JS = """async (code) => {
   await future.done;
   return out;
 }"""
+
 
 def kernel(page, code: str) -> str:
     """Run ``code`` in the open notebook's kernel (not in a cell); its stdout."""
@@ -85,12 +87,29 @@ def jupyter_lab(root_dir: Path, timeout: float = 180, app: str = "lab"):
     settings = root_dir / ".lab-settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True, exist_ok=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", JUPYTER_PLATFORM_DIRS="1")
-    cmd = [sys.executable, "-m", "jupyter", app, "--no-browser", "--ip=127.0.0.1", "--port={port}",
-           "--allow-root", "--ServerApp.token=", "--ServerApp.password=", f"--{cls}.expose_app_in_browser=True",
-           f"--ServerApp.root_dir={root_dir}", "--ServerApp.open_browser=False",
-           f"--{cls}.user_settings_dir={root_dir / '.lab-settings'}"]
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        JUPYTER_PLATFORM_DIRS="1",
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        app,
+        "--no-browser",
+        "--ip=127.0.0.1",
+        "--port={port}",
+        "--allow-root",
+        "--ServerApp.token=",
+        "--ServerApp.password=",
+        f"--{cls}.expose_app_in_browser=True",
+        f"--ServerApp.root_dir={root_dir}",
+        "--ServerApp.open_browser=False",
+        f"--{cls}.user_settings_dir={root_dir / '.lab-settings'}",
+    ]
     if app == "lab":
         cmd += ["--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
     with serve(cmd, root_dir, env, "{base}/api/status", root_dir / "jupyter.log", timeout, f"jupyter {app}") as base:
@@ -105,8 +124,9 @@ def serve(cmd: list[str], cwd: Path, env: dict, probe: str, log_path: Path, time
     base = f"http://127.0.0.1:{port}"
     probe = probe.format(base=base)
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([c.format(port=port) for c in cmd], cwd=cwd, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [c.format(port=port) for c in cmd], cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         try:
             t0 = time.time()
             while True:
@@ -130,8 +150,15 @@ def serve(cmd: list[str], cwd: Path, env: dict, probe: str, log_path: Path, time
 
 
 @contextmanager
-def notebook_page(work: Path, cells: list[str], app: str = "lab", name: str = "panel.ipynb",
-                  viewport: dict | None = None, timeout_ms: int = 180_000, on_page=None):
+def notebook_page(
+    work: Path,
+    cells: list[str],
+    app: str = "lab",
+    name: str = "panel.ipynb",
+    viewport: dict | None = None,
+    timeout_ms: int = 180_000,
+    on_page=None,
+):
     """Write a notebook of ``cells`` into ``work``, serve it with ``app`` (``lab`` or ``notebook``),
     open it in headless Chromium (requests outside the server refused) and yield the page once its
     kernel is idle. ``on_page(page)`` runs before the notebook is opened (e.g. to watch its websockets)."""
@@ -152,8 +179,9 @@ def notebook_page(work: Path, cells: list[str], app: str = "lab", name: str = "p
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
             ctx = browser.new_context(viewport=viewport or {"width": 1400, "height": 1000})
-            ctx.route("**/*", lambda r: r.continue_() if r.request.url.startswith((base, "data:", "blob:"))
-                      else r.abort())
+            ctx.route(
+                "**/*", lambda r: r.continue_() if r.request.url.startswith((base, "data:", "blob:")) else r.abort()
+            )
             page = ctx.new_page()
             page.set_default_timeout(timeout_ms)
             if on_page is not None:

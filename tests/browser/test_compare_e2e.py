@@ -3,6 +3,7 @@ sigmoid MLP before and after the fix (ReLU), GradientPanel.compare in Debian's C
 moves the cursor of both heatmaps (canvas pixels), the difference map is drawn (its pixels are the
 diverging map's), and the mode switches from the page and from Python.
 """
+
 from __future__ import annotations
 
 import os
@@ -63,11 +64,14 @@ RECTS_JS = f"""(col) => {{
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with notebook_page(tmp_path_factory.mktemp("lab"), CELLS, app="lab", name="compare.ipynb",
-                       timeout_ms=TIMEOUT_MS) as pg:
+    with notebook_page(
+        tmp_path_factory.mktemp("lab"), CELLS, app="lab", name="compare.ipynb", timeout_ms=TIMEOUT_MS
+    ) as pg:
         pg.evaluate(RUN_CELL_JS, 0)
-        pg.wait_for_function("() => { const r = document.querySelector('.gw-root'); "
-                             "return r && r.parentElement.gradwidget && r.parentElement.gradwidget.comparing; }")
+        pg.wait_for_function(
+            "() => { const r = document.querySelector('.gw-root'); "
+            "return r && r.parentElement.gradwidget && r.parentElement.gradwidget.comparing; }"
+        )
         pg.wait_for_function(KERNEL_IDLE_JS)
         pg.wait_for_function(f"() => {VIEW}.image.canvas !== null && {VIEW}.imageB.canvas !== null")
         pg.wait_for_timeout(300)
@@ -78,15 +82,25 @@ def test_both_runs_are_drawn_side_by_side_on_one_scale(page):
     a, b = page.evaluate(RECTS_JS, 0)
     for r in (a, b):
         assert r["opaque"] == r["total"] and r["colours"] >= 10, r
-    assert page.evaluate(f"() => [{VIEW}.labels, {VIEW}.mode, {VIEW}.dom.modeSel.style.display]") == \
-        [["sigmoid", "relu"], "side", ""]
+    assert page.evaluate(f"() => [{VIEW}.labels, {VIEW}.mode, {VIEW}.dom.modeSel.style.display]") == [
+        ["sigmoid", "relu"],
+        "side",
+        "",
+    ]
     # the kernel's one scale spans both runs
     lo, hi = page.evaluate(f"() => [{VIEW}.scale.lo, {VIEW}.scale.hi]")
-    assert kernel(page, "import numpy as np; from gradwidget.plots import shared_scale; "
-                        "print(np.allclose(shared_scale([before, after], cmp.metric), cmp.meta['scale']))").strip() == "True"
+    assert (
+        kernel(
+            page,
+            "import numpy as np; from gradwidget.plots import shared_scale; "
+            "print(np.allclose(shared_scale([before, after], cmp.metric), cmp.meta['scale']))",
+        ).strip()
+        == "True"
+    )
     assert hi - lo > 1
     page.locator(".jp-OutputArea-output").filter(has=page.locator(".gw-root")).first.screenshot(
-        path=str(ARTIFACTS / "compare_side.png"))
+        path=str(ARTIFACTS / "compare_side.png")
+    )
 
 
 def test_scrubbing_moves_the_cursor_of_both_heatmaps(page):
@@ -127,7 +141,8 @@ def test_the_difference_map_is_drawn_and_the_mode_switches_both_ways(page):
     page.wait_for_timeout(300)
     assert kernel(page, "print(cmp.mode)").strip() == "diff"
     page.locator(".jp-OutputArea-output").filter(has=page.locator(".gw-root")).first.screenshot(
-        path=str(ARTIFACTS / "compare_diff.png"))
+        path=str(ARTIFACTS / "compare_diff.png")
+    )
     kernel(page, "cmp.mode = 'side'")
     page.wait_for_function(f"() => {VIEW}.mode === 'side' && {VIEW}.dom.modeSel.value === 'side'")
     page.wait_for_timeout(300)

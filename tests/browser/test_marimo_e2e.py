@@ -2,6 +2,7 @@
 Chromium driven by Playwright, nothing fetched from outside the server. marimo renders anywidgets
 in a shadow root through ``mo.ui.anywidget``; the panel must draw its canvas there, scrub with the
 keyboard, and the step it scrubs to must reach the kernel (a cell reading ``widget.value``)."""
+
 from __future__ import annotations
 
 import os
@@ -16,7 +17,7 @@ from lab import HEAT_PIXELS_JS, ROOT, VIEW, serve
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-APP = '''import marimo
+APP = """import marimo
 
 app = marimo.App()
 
@@ -46,7 +47,7 @@ def _(mo, widget):
 
 if __name__ == "__main__":
     app.run()
-'''
+"""
 
 #: the panel's view object, reached from its root element (inside marimo's shadow root)
 EL_VIEW = "e.parentElement.gradwidget"
@@ -56,8 +57,12 @@ EL_VIEW = "e.parentElement.gradwidget"
 def marimo_app(work: Path, timeout: float = 120):
     """``marimo run`` serving the app above; yield its base URL."""
     (work / "app.py").write_text(APP)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+    )
     cmd = [sys.executable, "-m", "marimo", "run", "app.py", "--headless", "--host", "127.0.0.1", "--port", "{port}"]
     with serve(cmd, work, env, "{base}", work / "marimo.log", timeout, "marimo run") as base:
         yield base
@@ -108,7 +113,8 @@ def view_eval(page, body: str):
 def test_panel_draws_in_marimo(page):
     page.locator(".gw-root").evaluate(
         f"e => new Promise(r => {{ const t = () => {{ const v = {EL_VIEW};"
-        " if (v && v.meta.n_steps === 40 && v.image.canvas !== null) r(true); else setTimeout(t, 100); }; t(); })")
+        " if (v && v.meta.n_steps === 40 && v.image.canvas !== null) r(true); else setTimeout(t, 100); }; t(); })"
+    )
     px = page.locator(".gw-root").evaluate(f"e => ({HEAT_PIXELS_JS.replace(VIEW, EL_VIEW)})()")
     assert px["opaque"] == px["total"] > 1000 and px["colours"] >= 20, px
     assert page.locator("table.gw-health tbody tr").count() == view_eval(page, "v.meta.n_layers")
@@ -129,4 +135,5 @@ def test_keyboard_scrub_reaches_the_marimo_kernel(page):
 def test_panel_stylesheet_reaches_the_shadow_root(page):
     """marimo renders widgets in a shadow root: the stylesheet goes there, not to document.head."""
     assert page.locator(".gw-root").evaluate(
-        "e => getComputedStyle(e).getPropertyValue('--gw-bg') !== ''")  # a variable the stylesheet defines
+        "e => getComputedStyle(e).getPropertyValue('--gw-bg') !== ''"
+    )  # a variable the stylesheet defines

@@ -1,5 +1,6 @@
 """GradientPanel in Jupyter Notebook 7 (``jupyter notebook``, the notebook package): a real server,
 a real kernel, Debian's Chromium driven by Playwright; the panel must draw its canvas there too."""
+
 from __future__ import annotations
 
 import sys
@@ -12,14 +13,16 @@ from lab import HEAT_PIXELS_JS, KERNEL_IDLE_JS, RUN_CELL_JS, VIEW, notebook_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-CELLS = ["""import torch
+CELLS = [
+    """import torch
 torch.set_num_threads(1)
 from gradwidget import GradientPanel
 from gradwidget.demo import build_demo, train_demo
 model, opt, data = build_demo()
 panel = GradientPanel(model, opt, max_rate=4)
 train_demo(40, recorder=panel, model=model, optimizer=opt, data=data)
-panel"""]
+panel"""
+]
 
 
 def test_panel_draws_in_notebook_7(tmp_path):
@@ -27,7 +30,9 @@ def test_panel_draws_in_notebook_7(tmp_path):
     with notebook_page(tmp_path, CELLS, app="notebook") as page:
         assert page.evaluate("() => window.jupyterapp.name") == "Jupyter Notebook"
         page.evaluate(RUN_CELL_JS, 0)
-        page.wait_for_function("() => { const r = document.querySelector('.gw-root'); return r && r.parentElement.gradwidget; }")
+        page.wait_for_function(
+            "() => { const r = document.querySelector('.gw-root'); return r && r.parentElement.gradwidget; }"
+        )
         page.wait_for_function(KERNEL_IDLE_JS)
         page.wait_for_function(f"() => {VIEW}.meta.n_steps === 40 && {VIEW}.image.canvas !== null")
         page.wait_for_timeout(300)

@@ -4,6 +4,7 @@ Chromium driven by Playwright, and assertions on the canvas pixels and on the ke
 One server and one page for the whole module (2 shared cores): the tests run in file order on the
 same notebook. Screenshots go to ``test-artifacts/browser/`` (or ``$GRADWIDGET_ARTIFACTS``).
 """
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,16 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/browser: lab
-from lab import (HEAT_PIXELS_JS, KERNEL_EXEC_JS, KERNEL_IDLE_JS, ROOT, RUN_CELL_JS, VIEW,  # noqa: E402
-                 kernel, notebook_page)
+from lab import (
+    HEAT_PIXELS_JS,
+    KERNEL_EXEC_JS,
+    KERNEL_IDLE_JS,
+    ROOT,
+    RUN_CELL_JS,
+    VIEW,  # noqa: E402
+    kernel,
+    notebook_page,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -88,7 +97,9 @@ def page(tmp_path_factory):
 
 def test_panel_draws_and_keeps_updating_while_training(page):
     page.evaluate(RUN_CELL_JS, 0)
-    page.wait_for_function("() => { const r = document.querySelector('.gw-root'); return r && r.parentElement.gradwidget; }")
+    page.wait_for_function(
+        "() => { const r = document.querySelector('.gw-root'); return r && r.parentElement.gradwidget; }"
+    )
     page.wait_for_function(KERNEL_IDLE_JS)
     # before any step: a clear message, no heatmap
     msg = page.locator(".gw-message").inner_text()
@@ -113,7 +124,10 @@ def test_panel_draws_and_keeps_updating_while_training(page):
     assert len([n for n in grown if n < TRAIN_STEPS]) >= 3, seen
     page.wait_for_function(KERNEL_IDLE_JS)
     page.wait_for_function(f"() => {VIEW}.meta.n_steps === {TRAIN_STEPS}")
-    assert kernel(page, "print(panel.run.n_steps, panel.step == int(panel.run.steps[-1]))").split() == [str(TRAIN_STEPS), "True"]
+    assert kernel(page, "print(panel.run.n_steps, panel.step == int(panel.run.steps[-1]))").split() == [
+        str(TRAIN_STEPS),
+        "True",
+    ]
 
 
 def test_canvas_has_pixels_in_light_and_dark_themes(page):
@@ -128,18 +142,23 @@ def test_canvas_has_pixels_in_light_and_dark_themes(page):
     try:
         page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
         page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'")
-        page.wait_for_function("() => { const c = getComputedStyle(document.querySelector('.gw-root')).backgroundColor;"
-                               " const m = c.match(/[\\d.]+/g).map(Number); return 0.299*m[0] + 0.587*m[1] + 0.114*m[2] < 128; }")
+        page.wait_for_function(
+            "() => { const c = getComputedStyle(document.querySelector('.gw-root')).backgroundColor;"
+            " const m = c.match(/[\\d.]+/g).map(Number); return 0.299*m[0] + 0.587*m[1] + 0.114*m[2] < 128; }"
+        )
         page.wait_for_timeout(500)
         dark = page.evaluate(HEAT_PIXELS_JS)
         assert dark["opaque"] == dark["total"] and dark["colours"] >= 20, dark
         assert page.evaluate(f"() => {VIEW}.theme.dark") is True
         # the layer names are drawn in the dark theme's light text colour
-        page.wait_for_function(f"""() => {{ const v = {VIEW}; const c = v.canvas; const dpr = c.width / v.layout.width;
+        page.wait_for_function(
+            f"""() => {{ const v = {VIEW}; const c = v.canvas; const dpr = c.width / v.layout.width;
             const g = v.layout.gutter; const d = c.getContext('2d').getImageData(0, Math.round(g.y * dpr),
               Math.round(g.w * dpr), Math.round(g.h * dpr)).data;
             let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 40 && d[i] + d[i + 1] + d[i + 2] > 450) n++;
-            return n > 50; }}""", timeout=10_000)
+            return n > 50; }}""",
+            timeout=10_000,
+        )
         out.screenshot(path=str(ARTIFACTS / "panel_dark.png"))
     finally:
         page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
@@ -160,19 +179,30 @@ def test_dragging_the_slider_sets_step_in_the_kernel(page):
     page.mouse.up()
     expected = page.evaluate(f"() => {{ const v = {VIEW}; return v.colSteps[v.cursor]; }}")
     assert expected < last
-    page.wait_for_function(f"""async () => (await ({KERNEL_EXEC_JS})("print(panel.step)")).trim() === "{int(expected)}" """)
-    assert kernel(page, "print(panel.step, panel.follow, panel.detail_step)").split() == [str(int(expected)), "False", str(int(expected))]
+    page.wait_for_function(
+        f"""async () => (await ({KERNEL_EXEC_JS})("print(panel.step)")).trim() === "{int(expected)}" """
+    )
+    assert kernel(page, "print(panel.step, panel.follow, panel.detail_step)").split() == [
+        str(int(expected)),
+        "False",
+        str(int(expected)),
+    ]
     # the kernel's exact values for that step reached the bars
     page.wait_for_function(f"() => {VIEW}.barValues().exact")
     # keyboard: one column left
     page.locator(".gw-root").focus()
     page.keyboard.press("ArrowLeft")
-    page.wait_for_function(f"""async () => (await ({KERNEL_EXEC_JS})("print(panel.step)")).trim() === "{int(expected) - 1}" """)
+    page.wait_for_function(
+        f"""async () => (await ({KERNEL_EXEC_JS})("print(panel.step)")).trim() === "{int(expected) - 1}" """
+    )
     # and the other way: setting panel.step in Python moves the cursor in the browser
     kernel(page, "panel.step = 20")
-    page.wait_for_function(f"() => {{ const v = {VIEW}; return v.colSteps[v.cursor] === 20 && v.slider.value === String(v.cursor); }}")
+    page.wait_for_function(
+        f"() => {{ const v = {VIEW}; return v.colSteps[v.cursor] === 20 && v.slider.value === String(v.cursor); }}"
+    )
     page.locator(".jp-OutputArea-output").filter(has=page.locator(".gw-root")).first.screenshot(
-        path=str(ARTIFACTS / "panel_scrubbed.png"))
+        path=str(ARTIFACTS / "panel_scrubbed.png")
+    )
 
 
 def test_clicking_a_table_row_selects_the_layer_and_redraws_the_histogram(page):
@@ -193,11 +223,14 @@ def test_clicking_a_table_row_selects_the_layer_and_redraws_the_histogram(page):
     assert page.locator("table.gw-health tr.gw-selected").get_attribute("data-layer") == target["layer"]
     # the table filters and sorts in place
     page.locator(".gw-filter").fill("bias")
-    names = page.evaluate("() => Array.from(document.querySelectorAll('table.gw-health tbody tr')).map(t => t.dataset.layer)")
+    names = page.evaluate(
+        "() => Array.from(document.querySelectorAll('table.gw-health tbody tr')).map(t => t.dataset.layer)"
+    )
     assert names and all(n.endswith("bias") for n in names)
     page.locator(".gw-filter").fill("")
     page.locator(".jp-OutputArea-output").filter(has=page.locator(".gw-root")).first.screenshot(
-        path=str(ARTIFACTS / "panel_selected_layer.png"))
+        path=str(ARTIFACTS / "panel_selected_layer.png")
+    )
 
 
 def test_the_top_diagnoses_are_listed_and_a_click_goes_to_their_layer_and_step(page):
@@ -221,7 +254,9 @@ def test_the_top_diagnoses_are_listed_and_a_click_goes_to_their_layer_and_step(p
     if first["first_step"] is not None:
         step = page.evaluate(f"() => {{ const v = {VIEW}; return v.colSteps[v.cursor]; }}")
         assert step <= first["first_step"]
-        assert page.evaluate(f"() => {{ const v = {VIEW}; return v.cursor + 1 >= v.meta.cols || v.colSteps[v.cursor + 1] > {first['first_step']}; }}")
+        assert page.evaluate(
+            f"() => {{ const v = {VIEW}; return v.cursor + 1 >= v.meta.cols || v.colSteps[v.cursor + 1] > {first['first_step']}; }}"
+        )
     page.wait_for_timeout(300)
     assert int(kernel(page, "print(panel.layer)")) == first["layer_index"]
 
@@ -244,7 +279,9 @@ def test_resizing_the_cell_redraws_at_the_new_width(page):
                                                                      && !e.closest('.gw-table-scroll'));
             return [r.scrollWidth, r.clientWidth, out.slice(0, 5).map(e => e.tagName + '.' + e.className)]; }}""")
         assert fit[0] <= fit[1] + 1, fit  # [scrollWidth, clientWidth, what sticks out]
-        page.wait_for_function(f"""async () => Number((await ({KERNEL_EXEC_JS})("print(panel.columns)")).trim()) < {cols}""")
+        page.wait_for_function(
+            f"""async () => Number((await ({KERNEL_EXEC_JS})("print(panel.columns)")).trim()) < {cols}"""
+        )
         out.screenshot(path=str(ARTIFACTS / "panel_narrow.png"))
     finally:
         page.set_viewport_size({"width": 1400, "height": 1000})
@@ -258,7 +295,12 @@ def test_colour_range_is_the_kernels(page):
     """The heatmap's colour range is the one the kernel sent (the static figures' range)."""
     sent, used = page.evaluate(f"() => [{VIEW}.meta.scale, [{VIEW}.scale.lo, {VIEW}.scale.hi]]")
     assert sent == pytest.approx(used)
-    lo, hi = (float(x) for x in kernel(page, "from gradwidget import plots; print(*plots.color_scale(panel.run, panel.metric))").split())
+    lo, hi = (
+        float(x)
+        for x in kernel(
+            page, "from gradwidget import plots; print(*plots.color_scale(panel.run, panel.metric))"
+        ).split()
+    )
     assert sent == pytest.approx([lo, hi], rel=1e-6)
 
 
@@ -294,12 +336,13 @@ def test_clicks_and_scrubs_apply_at_once_while_the_cell_trains(page):
     state = page.evaluate(f"() => [{VIEW}.cursor, {VIEW}.layer, ({KERNEL_IDLE_JS})()]")
     assert state == [0, target["index"], False], state  # neither was pulled back
     page.locator(".jp-OutputArea-output").filter(has=page.locator(".gw-root")).first.screenshot(
-        path=str(ARTIFACTS / "panel_clicked_while_training.png"))
+        path=str(ARTIFACTS / "panel_clicked_while_training.png")
+    )
     # the cell ends: the kernel takes both, and sends the layer's histograms over time
     page.wait_for_function(KERNEL_IDLE_JS)
     first = page.evaluate(f"() => {VIEW}.colSteps[0]")
     page.wait_for_function(f"""async () => (await ({KERNEL_EXEC_JS})("print(panel.layer, panel.step, panel.follow)")).trim()
-                               === "{target['index']} {int(first)} False" """)
+                               === "{target["index"]} {int(first)} False" """)
     page.wait_for_function(f"() => {VIEW}.histShown.source === 'layer' && {VIEW}.cursor === 0")
 
 
@@ -310,8 +353,10 @@ def test_empty_and_all_non_finite_runs_say_so(page):
     roots = page.locator(".gw-root")
     n = roots.count()
     empty, bad = roots.nth(n - 2), roots.nth(n - 1)
-    page.wait_for_function("() => { const r = document.querySelectorAll('.gw-root'); "
-                           "return r[r.length - 1].querySelector('.gw-message').textContent.length > 0; }")
+    page.wait_for_function(
+        "() => { const r = document.querySelectorAll('.gw-root'); "
+        "return r[r.length - 1].querySelector('.gw-message').textContent.length > 0; }"
+    )
     assert "empty" in empty.locator(".gw-message").inner_text()
     msg = bad.locator(".gw-message")
     assert "Non-finite gradients" in msg.inner_text() and "a, b" in msg.inner_text()
