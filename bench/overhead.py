@@ -7,11 +7,14 @@ machine load hits all of them alike; we report the median step time and its rati
 The naive recorder does what wandb.watch-style loggers do: per parameter ``.norm().item()`` (one
 host sync each) and ``torch.histc`` per tensor.
 
-    python bench/overhead.py [--blocks 6] [--steps 10] [--trainer] [--compiled]
+    python bench/overhead.py [--blocks 6] [--steps 10] [--trainer] [--compiled] [--large [--device cuda]]
 
 ``--trainer``: a Hugging Face ``Trainer`` step (tiny GPT-2, gradient accumulation 2, clipping on)
 with and without ``GradwidgetCallback``, interleaved. ``--compiled``: the transformer above under
 ``torch.compile``, with and without a Recorder, with dynamo's graph and graph-break counts.
+``--large``: a ~100M-parameter transformer (12 x d768) on ``--device`` (``cuda`` on a GPU machine),
+bare against the Recorder (histograms off, NaN tracing as by default and off, histograms every 10),
+with the host syncs of one recorded step counted by ``torch.cuda.set_sync_debug_mode`` (CUDA only).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import warnings
 
 import torch
 from torch import nn
@@ -188,6 +192,78 @@ def compiled_ratio(blocks: int, steps: int, batch: int, seq: int, backend: str) 
     return ratio
 
 
+def host_syncs(fn) -> int:
+    """How many times ``fn()`` made the host wait for the GPU (each synchronizing CUDA call warns
+    once under ``set_sync_debug_mode("warn")``)."""
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def large_ratio(blocks: int, steps: int, device: str, batch: int = 8, seq: int = 256) -> None:
+    """Issue 17's GPU check: a ~100M-parameter transformer, bare vs recorded, interleaved; each
+    timed step ends with a device synchronize (in every variant alike) so its time is the GPU's."""
+    dev = torch.device(device)
+    model = make_model(d=768, layers=12, vocab=16000).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(0)
+    data = [torch.randint(0, 16000, (batch, seq + 1), generator=g).to(dev) for _ in range(4)]
+    loss_fn = nn.CrossEntropyLoss()
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+
+    def step(i, rec=None):
+        b = data[i % len(data)]
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten())
+        loss.backward()
+        if rec is not None:
+            rec.log(loss=loss)
+        opt.step()
+
+    variants = {
+        "bare": lambda: None,
+        "Recorder, histograms off": lambda: Recorder(model, opt, histogram_every=0),
+        "  same, trace_nonfinite=False": lambda: Recorder(model, opt, histogram_every=0, trace_nonfinite=False),
+        "Recorder, histograms every 10": lambda: Recorder(model, opt, histogram_every=10),
+    }
+    for i in range(3):  # warm-up (kernels, allocator)
+        step(i)
+    sync()
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    syncs: dict[str, str] = {}
+    for blk in range(blocks):
+        order = list(variants) if blk % 2 == 0 else list(reversed(variants))
+        for name in order:
+            rec = variants[name]()
+            step(0, rec)  # the first step under a new recorder sets it up: not timed
+            sync()
+            if blk == 0:
+                syncs[name] = str(host_syncs(lambda: step(1, rec))) if dev.type == "cuda" else "n/a (CPU)"
+            for i in range(steps):
+                t = time.perf_counter()
+                step(i + 1, rec)
+                sync()
+                times[name].append(time.perf_counter() - t)
+            if rec is not None:
+                rec.detach()
+    n = sum(p.numel() for p in model.parameters())
+    med = {k: statistics.median(v) for k, v in times.items()}
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU"
+    print(f"large: transformer 12 x d768, {n / 1e6:.0f} M parameters, batch {batch} x seq {seq}, on {name}")
+    print(f"{'variant':32s} {'median step':>12s} {'vs bare':>8s} {'host syncs/step':>16s}")
+    for k, v in med.items():
+        print(f"{k:32s} {v * 1e3:10.1f}ms {v / med['bare']:8.3f}x {syncs[k]:>16s}")
+    print(
+        f"RATIO large, histograms off / bare = {med['Recorder, histograms off'] / med['bare']:.3f} (target <= 1.01 on a GPU)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--blocks", type=int, default=6)
@@ -197,8 +273,14 @@ def main() -> None:
     ap.add_argument("--trainer", action="store_true", help="also: the HF Trainer step with/without the callback")
     ap.add_argument("--compiled", action="store_true", help="also: a torch.compile'd model with/without a Recorder")
     ap.add_argument("--compile-backend", default="inductor")
-    ap.add_argument("--only", action="store_true", help="run only the sections asked for with --trainer/--compiled")
+    ap.add_argument("--large", action="store_true", help="also: a ~100M-parameter model on --device")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument(
+        "--only", action="store_true", help="run only the sections asked for with --trainer/--compiled/--large"
+    )
     args = ap.parse_args()
+    if args.large:
+        large_ratio(args.blocks, args.steps, args.device)
     if args.trainer:
         hf_trainer_ratio(args.blocks, args.steps)
     if args.compiled:
