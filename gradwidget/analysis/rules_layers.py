@@ -69,6 +69,10 @@ def _nonfinite(c: Context) -> Cause | None:
         grown = origin_weight_growth(run, origin)
         if grown >= WEIGHT_BLOWUP:  # the steps had blown the weights up: the module only overflowed first
             parts.append(f"a layer's weight norm had grown {grown:.3g}x by then")
+    elif (off := run.meta.get("nonfinite_tracing")) is not None:  # "auto" stopped the tracer before
+        parts.append(
+            f"origin not traced: tracing was turned off at step {off['stopped_at_step']} because {off['reason']}"
+        )
     return Cause("nonfinite", "Critical", layers, first, "; ".join(parts), 1.0, origin=origin)
 
 

@@ -162,6 +162,7 @@ class _Steps(_RecorderState):
                 self._pending.get("loss"),
                 skipped=self.optimizer is not None and not before_update,
             )
+            self._weigh_tracing(self._pending.get("step", step_no))
         if step_no % self.every:
             return
         if self._order is None:
@@ -257,6 +258,7 @@ class _Steps(_RecorderState):
                     self._exchange.post(origin.to_dict())
         if self.run is None:
             return
+        self._note_tracing()
         if self._exchange is not None:
             from .nonfinite import earliest
 
@@ -265,6 +267,53 @@ class _Steps(_RecorderState):
             self.run.nonfinite_origin = origin
             if self._writer is not None:
                 self._writer.write_meta()
+
+    # ------------------------------------------------------------------ what tracing costs ("auto")
+    def _weigh_tracing(self, step: int) -> None:
+        """With ``trace_nonfinite="auto"``: once the tracer's cost is measured, remove its hooks if
+        it costs more than it is worth (``_trace_cost``), say so once and note it in the run."""
+        meter, tracer = self._trace_meter, self._tracer
+        if meter is None or tracer is None:
+            return
+        cost = meter.end_step(step, tracer.step_hook_s, tracer.step_calls)
+        if cost is None:
+            return
+        self._trace_meter = None  # measured: decided once
+        if not cost.too_dear:
+            return
+        self._trace_origin(None)  # the steps traced so far still name an origin if they hold one
+        if self._tracer is None:
+            return  # they did: the hooks are gone already
+        self._tracer.remove()
+        self._tracer = None
+        why = cost.text()
+        self._trace_off = {"stopped_at_step": int(step), "reason": why}
+        warnings.warn(
+            f"gradwidget: NaN-origin tracing turned off at step {step} (trace_nonfinite='auto'): {why}, "
+            "more than it is worth; Recorder(..., trace_nonfinite=True) keeps it on.",
+            GradwidgetWarning,
+            stacklevel=2,
+        )
+        self._note_tracing()
+
+    def _note_tracing(self) -> None:
+        """Put why tracing stopped into the run's meta (and its directory), once the run exists."""
+        if self._trace_off is None or self.run is None or "nonfinite_tracing" in self.run.meta:
+            return
+        self.run.meta["nonfinite_tracing"] = dict(self._trace_off)
+        if self._writer is not None:
+            self._writer.write_meta()
+
+    def tracing_text(self) -> str:
+        """Whether NaN-origin tracing is on, and why, in words (``repr(recorder)``)."""
+        mode = f"trace_nonfinite={self.trace_nonfinite!r}"
+        if self._tracer is not None:
+            return f"NaN tracing on ({mode}{', measuring its cost' if self._trace_meter is not None else ''})"
+        if self._trace_off is not None:
+            return f"NaN tracing off since step {self._trace_off['stopped_at_step']} ({mode}: too costly)"
+        if self.trace_nonfinite and self.run is not None and self.run.nonfinite_origin is not None:
+            return "NaN tracing done (origin found)"
+        return f"NaN tracing off ({mode})"
 
     def _inert_step(self, optimizer, args, kwargs) -> None:
         """A DDP rank other than 0 (which records nothing): end the traced step; on the steps

@@ -57,6 +57,7 @@ from ._kernels import norms
 from ._stats import _Statistics
 from ._steps import _Steps
 from .loss_graph import LossGraphProbe
+from ._trace_cost import CostMeter, check_mode
 from .nonfinite import NonfiniteTracer
 
 __all__ = ["Recorder", "norms"]  # norms: the fused kernel, for the trainer callbacks
@@ -83,10 +84,13 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
         it costs a copy of the parameters, ~2.5% of a step for a small transformer on CPU.
     trace_nonfinite: find where the first NaN/Inf was made (module, step, forward/backward/loss)
         into ``run.nonfinite_origin``; hooks on every module, removed once it is found
-        (``gradwidget.collect.nonfinite``; its cost is measured in bench/nonfinite.py). That cost
-        is per module call (tens of microseconds on CPU): with thousands of tiny modules it is
-        more than the modules' own work, and ``trace_nonfinite=False`` is the cheap choice
-        (docs/costs.md).
+        (``gradwidget.collect.nonfinite``). Its cost is per module call (tens of microseconds on
+        CPU): with thousands of tiny modules it is more than the modules' own work. ``"auto"``
+        (default) measures it over the steps after the first and turns it off, with a warning and
+        a note in ``run.meta["nonfinite_tracing"]``, when it costs more than 10% of a step and more
+        than 5 ms per step (5,000 x Linear(2,2): 3x a bare step -> ~1.05x; a toy MLP and the bench
+        transformer stay traced; docs/costs.md). True always traces, False never. Under
+        ``torch.distributed`` "auto" keeps tracing on (every rank then decides alike).
 
     One Recorder per model: building another on the same model detaches this one (with a warning),
     as re-running a notebook cell does. With an optimizer, ``optimizer.zero_grad`` is wrapped on the
@@ -119,7 +123,7 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
         track_updates: bool = True,
         update_every: int = 10,
         foreach_all: bool = False,
-        trace_nonfinite: bool = True,
+        trace_nonfinite: bool | str = "auto",
         step_hooks: bool = True,
     ) -> None:
         model, optimizer = _unwrapped(model), _unwrapped_optimizer(optimizer)
@@ -135,10 +139,7 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
         if not (max_steps is None or max_steps == "auto"):
             max_steps = _count_arg("max_steps", max_steps, 1, "'auto', None or ")
         memory_budget = _bytes_arg("memory_budget", memory_budget)
-        if not isinstance(trace_nonfinite, bool):
-            raise TypeError(
-                f"trace_nonfinite must be True or False, got {type(trace_nonfinite).__name__} {trace_nonfinite!r}"
-            )
+        self.trace_nonfinite = check_mode(trace_nonfinite)
         #: how the model is distributed (None in a single process: no distributed code runs)
         self._dist = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -207,6 +208,9 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
         self._late_captures = 0
         self._unused_cols: list[int] = []
         self._tracer: NonfiniteTracer | None = None
+        # "auto": the tracer's cost is measured (not under torch.distributed: the ranks would decide apart)
+        self._trace_meter = CostMeter() if trace_nonfinite == "auto" and self._dist is None else None
+        self._trace_off: dict | None = None  # why "auto" turned tracing off, for run.meta
         self._exchange = None  # distributed: where the ranks' non-finite origins meet
         self._loss_probe = None
         if self._dist is not None and trace_nonfinite:
@@ -312,7 +316,9 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
 
     def __repr__(self) -> str:
         state = "attached" if self._attached else "detached"
-        return f"<Recorder {type(self.model).__name__} {state}, {self.window_text()}, {self.run!r}>"
+        return (
+            f"<Recorder {type(self.model).__name__} {state}, {self.window_text()}, {self.tracing_text()}, {self.run!r}>"
+        )
 
     def window_text(self) -> str:
         """How many steps the in-memory run keeps, and what decided it, in words."""
