@@ -52,9 +52,8 @@ def test_many_tiny_modules_turn_tracing_off_once_with_the_measured_cost(monkeypa
     assert len(off) == 1, msgs  # said once
     stop = _trace_cost.WARMUP_STEPS + _trace_cost.MEASURED_STEPS - 1  # steps count from 0
     assert f"at step {stop}" in off[0] and "trace_nonfinite=True" in off[0]
-    assert (
-        "ms per step" in off[0] and "of the step" in off[0] and "201 module calls per step"
-    )  # the Sequential and its 200 Linears in off[0]
+    assert "ms per step" in off[0] and "of the step" in off[0]
+    assert "201 module calls per step" in off[0]  # the Sequential and its 200 Linears
     assert rec._tracer is None
     assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())  # hooks removed
     assert rec.run.meta["nonfinite_tracing"]["stopped_at_step"] == stop
@@ -83,6 +82,18 @@ def test_a_toy_mlp_keeps_tracing_under_auto_and_names_the_origin():
     o = rec.run.nonfinite_origin
     assert (o.module, o.step, o.phase) == ("block.1", nc.BAD, "forward")
     assert rec._trace_off is None and "nonfinite_tracing" not in rec.run.meta
+    assert rec._trace_measured is not None and not rec._trace_measured.too_dear  # measured, and kept
+
+
+def test_repr_says_tracing_was_measured_and_kept(monkeypatch):
+    monkeypatch.setattr(_trace_cost, "AUTO_SHARE", 1.0)  # nothing is too dear
+    model = _tiny_modules(10)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    rec = Recorder(model, opt)
+    assert "measuring its cost" in repr(rec)
+    _train(model, rec, opt, 5)
+    assert "NaN tracing on (trace_nonfinite='auto': its hooks took" in repr(rec) and "kept" in repr(rec)
+    rec.detach()
 
 
 def test_a_nan_after_tracing_stopped_says_why_its_origin_is_unknown(monkeypatch, tmp_path):

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ._steps import ShardedStep
     from .distributed import DistContext, OriginExchange
     from .loss_graph import LossGraphProbe
-    from ._trace_cost import CostMeter
+    from ._trace_cost import CostMeter, TraceCost
     from .nonfinite import NonfiniteTracer
 
 
@@ -47,6 +47,7 @@ class _RecorderState:
     trace_nonfinite: bool | str
     _trace_meter: CostMeter | None
     _trace_off: dict | None
+    _trace_measured: TraceCost | None
     _loss_probe: LossGraphProbe | None
     # the parameters, and the columns they become at the first step
     _names: list[str]

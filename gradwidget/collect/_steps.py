@@ -278,7 +278,7 @@ class _Steps(_RecorderState):
         cost = meter.end_step(step, tracer.step_hook_s, tracer.step_calls)
         if cost is None:
             return
-        self._trace_meter = None  # measured: decided once
+        self._trace_meter, self._trace_measured = None, cost  # measured: decided once
         if not cost.too_dear:
             return
         self._trace_origin(None)  # the steps traced so far still name an origin if they hold one
@@ -308,7 +308,10 @@ class _Steps(_RecorderState):
         """Whether NaN-origin tracing is on, and why, in words (``repr(recorder)``)."""
         mode = f"trace_nonfinite={self.trace_nonfinite!r}"
         if self._tracer is not None:
-            return f"NaN tracing on ({mode}{', measuring its cost' if self._trace_meter is not None else ''})"
+            if self._trace_meter is not None:
+                return f"NaN tracing on ({mode}, measuring its cost)"
+            kept = f": {self._trace_measured.text()}, kept" if self._trace_measured is not None else ""
+            return f"NaN tracing on ({mode}{kept})"
         if self._trace_off is not None:
             return f"NaN tracing off since step {self._trace_off['stopped_at_step']} ({mode}: too costly)"
         if self.trace_nonfinite and self.run is not None and self.run.nonfinite_origin is not None:

@@ -211,6 +211,7 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
         # "auto": the tracer's cost is measured (not under torch.distributed: the ranks would decide apart)
         self._trace_meter = CostMeter() if trace_nonfinite == "auto" and self._dist is None else None
         self._trace_off: dict | None = None  # why "auto" turned tracing off, for run.meta
+        self._trace_measured = None  # the TraceCost "auto" decided on
         self._exchange = None  # distributed: where the ranks' non-finite origins meet
         self._loss_probe = None
         if self._dist is not None and trace_nonfinite:
