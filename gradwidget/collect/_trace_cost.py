@@ -18,12 +18,14 @@ from dataclasses import dataclass
 #: the accepted values of ``Recorder(trace_nonfinite=...)``
 TRACE_MODES = (True, False, "auto")
 #: "auto" stops tracing above this share of the step's wall time. Measured on CPU (docs/costs.md):
-#: the bench transformer's hooks take ~3-6% of its step, a toy MLP's ~5-20% (tiny steps),
-#: 5,000 x Linear(2,2) ~60-70%: 10% keeps the first and stops the last
+#: the bench transformer's hooks take ~1.6% of its step (2.4 ms), a toy MLP's ~15% of its tiny
+#: step (0.1 ms), 5,000 x Linear(2,2) ~30% (150 ms; 60-70% of a bare step): 10% keeps the first
+#: and stops the last (the toy MLP is kept by the floor below)
 AUTO_SHARE = 0.10
-#: ... and above this many seconds per step: a toy MLP's hooks take ~0.1-0.5 ms a step, the bench
-#: transformer's ~1-3 ms, 5,000 tiny Linears' ~250 ms; under 5 ms a step tracing is kept whatever
-#: its share (a user of a small model notices neither, and it is where NaNs are learnt about)
+#: ... and above this many seconds per step: a toy MLP's hooks take ~0.1 ms a step, 50 x
+#: Linear(2,2) ~0.8 ms, the bench transformer's ~2.5 ms, 500 tiny Linears' ~8 ms and 5,000's ~150 ms:
+#: under 5 ms a step tracing is kept whatever its share (nobody notices it, and a small model is
+#: where users learn where their NaN began)
 AUTO_FLOOR_S = 0.005
 #: steps not measured first (the first forward builds caches, the first backward plans)
 WARMUP_STEPS = 1
@@ -33,7 +35,7 @@ MEASURED_STEPS = 3
 
 def check_mode(value) -> bool | str:
     """``value`` if it is True, False or "auto", else a clear TypeError."""
-    if isinstance(value, bool) or (isinstance(value, str) and value == "auto"):
+    if isinstance(value, (bool, str)) and value in TRACE_MODES:
         return value
     raise TypeError(f"trace_nonfinite must be True, False or 'auto', got {type(value).__name__} {value!r}")
 
@@ -58,7 +60,7 @@ class TraceCost:
 
     def text(self) -> str:
         return (
-            f"its hooks took {self.hook_s * 1e3:,.1f} ms per step ({self.share:.0%} of the step, "
+            f"its hooks took {self.hook_s * 1e3:,.1f} ms per step ({self.share:.1%} of the step, "
             f"{self.calls:,.0f} module calls per step)"
         )
 
