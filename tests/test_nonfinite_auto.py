@@ -154,3 +154,26 @@ def test_both_the_share_and_the_floor_must_be_passed(hook_s, step_s, dear):
 def test_false_traces_and_measures_nothing():
     rec = Recorder(nn.Linear(2, 2), trace_nonfinite=False)
     assert rec._trace_meter is None and "NaN tracing off (trace_nonfinite=False)" in repr(rec)
+
+
+def test_auto_keeps_tracing_on_under_torch_distributed(monkeypatch):
+    """Ranks timing their own steps could decide apart: under a process group "auto" measures
+    nothing and keeps tracing on (a one-process gloo group here)."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or dist.is_initialized():
+        pytest.skip("needs torch.distributed and no process group already open")
+    monkeypatch.setattr(_trace_cost, "AUTO_FLOOR_S", 0.0)
+    monkeypatch.setattr(_trace_cost, "AUTO_SHARE", 0.0)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = _tiny_modules(20)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        rec = Recorder(model, opt)
+        msgs = _warnings_of(lambda: _train(model, rec, opt, 6))
+        assert rec._trace_meter is None and rec._tracer is not None
+        assert not [m for m in msgs if "tracing turned off" in m]
+        assert "kept on under torch.distributed" in repr(rec)
+        rec.detach()
+    finally:
+        dist.destroy_process_group()

@@ -311,6 +311,8 @@ class _Steps(_RecorderState):
             if self._trace_meter is not None:
                 return f"NaN tracing on ({mode}, measuring its cost)"
             kept = f": {self._trace_measured.text()}, kept" if self._trace_measured is not None else ""
+            if self.trace_nonfinite == "auto" and self._dist is not None:
+                kept = ", kept on under torch.distributed: the ranks decide alike"
             return f"NaN tracing on ({mode}{kept})"
         if self._trace_off is not None:
             return f"NaN tracing off since step {self._trace_off['stopped_at_step']} ({mode}: too costly)"
