@@ -112,15 +112,17 @@ def test_a_nan_after_tracing_stopped_says_why_its_origin_is_unknown(monkeypatch,
         assert f"origin not traced: tracing was turned off at step {stop} because its hooks took" in text
 
 
-def test_a_nan_before_the_decision_is_still_traced(monkeypatch):
+@pytest.mark.parametrize("nan_at", [2, 3])  # 3: the step whose end decides
+def test_a_nan_before_the_decision_is_still_traced(monkeypatch, nan_at):
     """The steps traced before tracing stops are searched first: a NaN among them keeps its origin."""
     monkeypatch.setattr(_trace_cost, "AUTO_FLOOR_S", 0.0)
     monkeypatch.setattr(_trace_cost, "AUTO_SHARE", 0.0)
     model = _tiny_modules(20)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     rec = Recorder(model, opt, every=100)  # records step 0 only: the NaN's step is traced, not recorded
-    _warnings_of(lambda: _train(model, rec, opt, 6, nan_at=2))
-    assert rec.run.nonfinite_origin is not None and rec.run.nonfinite_origin.step == 2
+    _warnings_of(lambda: _train(model, rec, opt, 6, nan_at=nan_at))
+    o = rec.run.nonfinite_origin
+    assert o is not None and (o.module, o.step, o.phase) == ("", nan_at, "input")  # the model was given it
     assert "nonfinite_tracing" not in rec.run.meta
     rec.detach()
 

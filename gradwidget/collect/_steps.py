@@ -227,7 +227,7 @@ class _Steps(_RecorderState):
         if self._unused_cols:
             self._adopt_late_layers(values)
 
-    def _trace_origin(self, values: np.ndarray | None) -> None:
+    def _trace_origin(self, values: np.ndarray | None, recorded: bool = True) -> None:
         """Look in the steps traced since the last recorded one for the first NaN/Inf's origin;
         once found, remove the tracer's hooks and keep the origin in the run (and its directory).
         Distributed: every rank posts its own and rank 0 keeps the earliest (``OriginExchange``).
@@ -247,7 +247,7 @@ class _Steps(_RecorderState):
             if origin is not None:
                 self._tracer.remove()
                 self._tracer = None
-                if self.run is not None and origin.step == current:
+                if recorded and self.run is not None and origin.step == current:
                     origin.step = int(self.run.steps[-1])  # the step as recorded
                 if self._exchange is not None:
                     from .distributed import clean_name, type_name
@@ -281,7 +281,8 @@ class _Steps(_RecorderState):
         self._trace_meter, self._trace_measured = None, cost  # measured: decided once
         if not cost.too_dear:
             return
-        self._trace_origin(None)  # the steps traced so far still name an origin if they hold one
+        # the steps traced so far still name an origin if they hold one (the last not recorded yet)
+        self._trace_origin(None, recorded=False)
         if self._tracer is None:
             return  # they did: the hooks are gone already
         self._tracer.remove()

@@ -83,7 +83,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         CPU): with thousands of tiny modules it is more than the modules' own work. ``"auto"``
         (default) measures it over the steps after the first and turns it off, with a warning and
         a note in ``run.meta["nonfinite_tracing"]``, when it costs more than 10% of a step and more
-        than 5 ms per step (5,000 x Linear(2,2): 3x a bare step -> ~1.05x; a toy MLP and the bench
+        than 5 ms per step (5,000 x Linear(2,2): 3.0x a bare step -> 1.06x; a toy MLP and the bench
         transformer stay traced; docs/costs.md). True always traces, False never. Under
         ``torch.distributed`` "auto" keeps tracing on (every rank then decides alike).
 
