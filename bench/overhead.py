@@ -323,6 +323,8 @@ def main() -> None:
                 t = time.perf_counter()
                 step(i + 1, rec)
                 times[name].append(time.perf_counter() - t)
+            if isinstance(rec, Recorder) and blk == 0:  # trace_nonfinite="auto" keeps tracing on here
+                print(f"{name}: {rec.tracing_text()}")
             if rec is not None:
                 rec.detach()
 

@@ -1,11 +1,13 @@
 """What many tensors cost (issue 17): for 100 / 1,000 / 10,000 parameter tensors, in one table,
-the recording ratio to a bare training step, with and without NaN-origin tracing (a stack of tiny
-Linear layers, the worst case: Python and launch overhead per tensor), ``analyze`` time, the HTML report's time, and peak memory of each;
+the recording ratio to a bare training step with the defaults (``trace_nonfinite="auto"``: NaN-origin
+tracing, turned off after its cost is measured where it costs more than it is worth), with tracing
+forced on (``True``) and without it (``False``) (a stack of tiny Linear layers, the worst case:
+Python and launch overhead per tensor and per module call), ``analyze`` time, the HTML report's time, and peak memory of each;
 then the live panel: ``GradientPanel(run)``'s build time (its first update; a run of more than
 ``SYNC_ANALYSIS_CELLS`` cells gets its table from the analysis thread after), one full update's
 payload build time and size (heatmap, bars, histograms, meta), and the health table's size.
 
-    python bench/scale.py [--tensors 100 1000 10000] [--steps 40] [--record-steps 20]
+    python bench/scale.py [--tensors 100 1000 10000] [--steps 40] [--record-steps 20] [--record-only]
 """
 
 from __future__ import annotations
@@ -73,9 +75,10 @@ def timed(fn):
     return out, dt, peak / 2**20
 
 
-def recording_ratio(n_tensors: int, steps: int, trace: bool = True) -> tuple[float, float, float]:
+def recording_ratio(n_tensors: int, steps: int, trace: bool | str = "auto") -> tuple[float, float, float]:
     """Median step time bare and with the Recorder (interleaved blocks) on n_tensors/2 x Linear(2,2);
-    ``trace``: with NaN-origin tracing (the default, hooks on every module call) or without."""
+    ``trace``: the Recorder's ``trace_nonfinite`` ("auto", the default: traced for the few steps its
+    cost is measured over, then not where it is dear; True: hooks on every module call; False)."""
     import torch
     from torch import nn
 
@@ -139,22 +142,27 @@ def main(argv=None) -> int:
     ap.add_argument("--tensors", type=int, nargs="+", default=[100, 1000, 10000])
     ap.add_argument("--steps", type=int, default=40, help="recorded steps of the synthetic runs analysed")
     ap.add_argument("--record-steps", type=int, default=20, help="timed steps per block of the recording ratio")
+    ap.add_argument("--record-only", action="store_true", help="only the recording ratios (no analysis, report, panel)")
     a = ap.parse_args(argv)
     print(
-        f"{'tensors':>8} {'bare ms':>8} {'rec ms':>8} {'ratio':>6} {'no-trace':>8} {'analyze s':>9} {'MiB':>6} "
+        f"{'tensors':>8} {'bare ms':>8} {'rec ms':>8} {'ratio':>6} {'traced':>6} {'no-trace':>8} {'analyze s':>9} {'MiB':>6} "
         f"{'report s':>8} {'MiB':>6} {'panel s':>7} {'+table s':>8} {'payload ms':>10} {'KiB':>6} {'table KiB':>9} "
         f"{'rows':>5}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         for n in a.tensors:
             b, r, ratio = recording_ratio(n, a.record_steps)
+            traced = recording_ratio(n, a.record_steps, trace=True)[2]
             plain = recording_ratio(n, a.record_steps, trace=False)[2]
+            if a.record_only:
+                print(f"{n:>8} {b:>8.2f} {r:>8.2f} {ratio:>6.2f} {traced:>6.2f} {plain:>8.2f}", flush=True)
+                continue
             run = synthetic_run(n, a.steps)
             rep, t_an, m_an = timed(lambda: analyze(run))
             _, t_rep, m_rep = timed(lambda: write_report(rep, os.path.join(tmp, f"r{n}.html")))
             t_panel, t_table, t_pay, kib, table_kib, rows = panel_costs(run)
             print(
-                f"{n:>8} {b:>8.2f} {r:>8.2f} {ratio:>6.2f} {plain:>8.2f} {t_an:>9.2f} {m_an:>6.0f} {t_rep:>8.2f} {m_rep:>6.0f} "
+                f"{n:>8} {b:>8.2f} {r:>8.2f} {ratio:>6.2f} {traced:>6.2f} {plain:>8.2f} {t_an:>9.2f} {m_an:>6.0f} {t_rep:>8.2f} {m_rep:>6.0f} "
                 f"{t_panel:>7.2f} {t_table:>8.2f} {t_pay:>10.1f} {kib:>6.0f} {table_kib:>9.0f} {rows:>5}",
                 flush=True,
             )

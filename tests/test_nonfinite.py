@@ -312,9 +312,10 @@ def test_under_torch_compile_the_hooks_step_aside_and_nothing_is_misnamed():
     assert rec.run.nonfinite_origin is None
 
 
-def test_trace_nonfinite_must_be_a_bool():
-    with pytest.raises(TypeError, match="trace_nonfinite must be True or False"):
-        Recorder(nn.Linear(2, 2), trace_nonfinite="yes")
+@pytest.mark.parametrize("bad", ["yes", "AUTO", 1, None])
+def test_trace_nonfinite_must_be_true_false_or_auto(bad):
+    with pytest.raises(TypeError, match="trace_nonfinite must be True, False or 'auto'"):
+        Recorder(nn.Linear(2, 2), trace_nonfinite=bad)
 
 
 def test_gpt2_at_a_too_high_learning_rate_one_origin_instead_of_52_critical_layers():

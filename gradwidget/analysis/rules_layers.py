@@ -69,6 +69,9 @@ def _nonfinite(c: Context) -> Cause | None:
         grown = origin_weight_growth(run, origin)
         if grown >= WEIGHT_BLOWUP:  # the steps had blown the weights up: the module only overflowed first
             parts.append(f"a layer's weight norm had grown {grown:.3g}x by then")
+    elif isinstance(off := run.meta.get("nonfinite_tracing"), dict):  # "auto" stopped the tracer before
+        at, why = off.get("stopped_at_step", "?"), off.get("reason", "it cost more than it was worth")
+        parts.append(f"origin not traced: tracing was turned off at step {at} because {why}")
     return Cause("nonfinite", "Critical", layers, first, "; ".join(parts), 1.0, origin=origin)
 
 

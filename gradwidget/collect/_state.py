@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ._steps import ShardedStep
     from .distributed import DistContext, OriginExchange
     from .loss_graph import LossGraphProbe
+    from ._trace_cost import CostMeter, TraceCost
     from .nonfinite import NonfiniteTracer
 
 
@@ -43,6 +44,10 @@ class _RecorderState:
     _dist: DistContext | None
     _exchange: OriginExchange | None
     _tracer: NonfiniteTracer | None
+    trace_nonfinite: bool | str
+    _trace_meter: CostMeter | None
+    _trace_off: dict | None
+    _trace_measured: TraceCost | None
     _loss_probe: LossGraphProbe | None
     # the parameters, and the columns they become at the first step
     _names: list[str]
@@ -98,4 +103,4 @@ class _RecorderState:
         def _unwrap_zero_grad(self) -> None: ...
         def _record_unstepped(self) -> None: ...
         def _finish_step(self) -> None: ...
-        def _trace_origin(self, values: np.ndarray | None) -> None: ...
+        def _trace_origin(self, values: np.ndarray | None, recorded: bool = True) -> None: ...

@@ -162,6 +162,7 @@ class _Steps(_RecorderState):
                 self._pending.get("loss"),
                 skipped=self.optimizer is not None and not before_update,
             )
+            self._weigh_tracing(self._pending.get("step", step_no))
         if step_no % self.every:
             return
         if self._order is None:
@@ -226,7 +227,7 @@ class _Steps(_RecorderState):
         if self._unused_cols:
             self._adopt_late_layers(values)
 
-    def _trace_origin(self, values: np.ndarray | None) -> None:
+    def _trace_origin(self, values: np.ndarray | None, recorded: bool = True) -> None:
         """Look in the steps traced since the last recorded one for the first NaN/Inf's origin;
         once found, remove the tracer's hooks and keep the origin in the run (and its directory).
         Distributed: every rank posts its own and rank 0 keeps the earliest (``OriginExchange``).
@@ -246,7 +247,7 @@ class _Steps(_RecorderState):
             if origin is not None:
                 self._tracer.remove()
                 self._tracer = None
-                if self.run is not None and origin.step == current:
+                if recorded and self.run is not None and origin.step == current:
                     origin.step = int(self.run.steps[-1])  # the step as recorded
                 if self._exchange is not None:
                     from .distributed import clean_name, type_name
@@ -257,6 +258,7 @@ class _Steps(_RecorderState):
                     self._exchange.post(origin.to_dict())
         if self.run is None:
             return
+        self._note_tracing()
         if self._exchange is not None:
             from .nonfinite import earliest
 
@@ -265,6 +267,59 @@ class _Steps(_RecorderState):
             self.run.nonfinite_origin = origin
             if self._writer is not None:
                 self._writer.write_meta()
+
+    # ------------------------------------------------------------------ what tracing costs ("auto")
+    def _weigh_tracing(self, step: int) -> None:
+        """With ``trace_nonfinite="auto"``: once the tracer's cost is measured, remove its hooks if
+        it costs more than it is worth (``_trace_cost``), say so once and note it in the run."""
+        meter, tracer = self._trace_meter, self._tracer
+        if meter is None or tracer is None:
+            return
+        cost = meter.end_step(step, tracer.step_hook_s, tracer.step_calls)
+        if cost is None:
+            return
+        self._trace_meter, self._trace_measured = None, cost  # measured: decided once
+        if not cost.too_dear:
+            return
+        # the steps traced so far still name an origin if they hold one (the last not recorded yet)
+        self._trace_origin(None, recorded=False)
+        if self._tracer is None:
+            return  # they did: the hooks are gone already
+        self._tracer.remove()
+        self._tracer = None
+        why = cost.text()
+        self._trace_off = {"stopped_at_step": int(step), "reason": why}
+        warnings.warn(
+            f"gradwidget: NaN-origin tracing turned off at step {step} (trace_nonfinite='auto'): {why}, "
+            "more than it is worth; Recorder(..., trace_nonfinite=True) keeps it on.",
+            GradwidgetWarning,
+            stacklevel=2,
+        )
+        self._note_tracing()
+
+    def _note_tracing(self) -> None:
+        """Put why tracing stopped into the run's meta (and its directory), once the run exists."""
+        if self._trace_off is None or self.run is None or "nonfinite_tracing" in self.run.meta:
+            return
+        self.run.meta["nonfinite_tracing"] = dict(self._trace_off)
+        if self._writer is not None:
+            self._writer.write_meta()
+
+    def tracing_text(self) -> str:
+        """Whether NaN-origin tracing is on, and why, in words (``repr(recorder)``)."""
+        mode = f"trace_nonfinite={self.trace_nonfinite!r}"
+        if self._tracer is not None:
+            if self._trace_meter is not None:
+                return f"NaN tracing on ({mode}, measuring its cost)"
+            kept = f": {self._trace_measured.text()}, kept" if self._trace_measured is not None else ""
+            if self.trace_nonfinite == "auto" and self._dist is not None:
+                kept = ", kept on under torch.distributed: the ranks decide alike"
+            return f"NaN tracing on ({mode}{kept})"
+        if self._trace_off is not None:
+            return f"NaN tracing off since step {self._trace_off['stopped_at_step']} ({mode}: too costly)"
+        if self.trace_nonfinite and self.run is not None and self.run.nonfinite_origin is not None:
+            return "NaN tracing done (origin found)"
+        return f"NaN tracing off ({mode})"
 
     def _inert_step(self, optimizer, args, kwargs) -> None:
         """A DDP rank other than 0 (which records nothing): end the traced step; on the steps

@@ -13,7 +13,9 @@ At each step the numbers are stacked into one tensor that rides in the Recorder'
 copy of a recorded step (steps in between are kept on the device until then). On the host,
 :func:`find_origin` walks the step's events in the order they happened: the first non-finite
 one names the module call that made it (see its docstring). Once an origin is found the hooks
-are removed, so a run that has gone NaN costs nothing more.
+are removed, so a run that has gone NaN costs nothing more. The hooks time themselves: with
+``trace_nonfinite="auto"`` the recorder removes them when they cost more than they are worth
+(``_trace_cost``).
 
 What counts as non-finite: a NaN or +/-Inf in a floating tensor; an input or output that does not
 require grad and whose only non-finite values are -Inf is taken for an attention mask (``-inf``
@@ -34,15 +36,17 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from time import perf_counter
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..run import NONFINITE_PHASES, NonfiniteOrigin
+from ..run import NonfiniteOrigin
+from ._origin import IN, LOSS, OUT, PASS, RECV, earliest, find_origin
 
-#: event kinds: a module's input / output in the forward, the gradient it received / passed on
-IN, OUT, RECV, PASS, LOSS = range(5)
+__all__ = ["NonfiniteTracer", "StepTrace", "earliest", "find_origin"]
+
 #: nested outputs (tuples, dicts, Hugging Face ModelOutput) are searched this deep for tensors
 _MAX_DEPTH = 4
 #: stack the pending 0-d results into one tensor every this many events (bounds Python objects)
@@ -138,6 +142,8 @@ class NonfiniteTracer:
             self._handles.append(m.register_forward_pre_hook(functools.partial(self._pre, i), with_kwargs=True))
             self._handles.append(m.register_forward_hook(functools.partial(self._post, i)))
         self._reset()
+        self.hook_s = 0.0  # seconds inside the hooks since the last ended step
+        self.step_hook_s, self.step_calls = 0.0, 0  # the last ended step's hook time and module calls
         self.pending: list[StepTrace] = []  # ended steps not yet brought to the host
         self._queued: list = []  # (trace, host copy, handle) queued in a recorder's copy
 
@@ -185,9 +191,33 @@ class NonfiniteTracer:
         self._seen[id(t)] = (t, t._version, v)
         return v
 
+    # the hooks time their bodies: what tracing costs a step (``_trace_cost``, trace_nonfinite="auto")
     def _pre(self, idx: int, module, args, kwargs):
         if torch.compiler.is_compiling():
             return None  # torch.compile traces the hook as nothing: the compiled graph stays whole
+        t0 = perf_counter()  # (after that test: dynamo would break its graph at a clock read)
+        try:
+            return self._pre_body(idx, module, args, kwargs)
+        finally:
+            self.hook_s += perf_counter() - t0
+
+    def _post(self, idx: int, module, args, output) -> None:
+        if torch.compiler.is_compiling():
+            return
+        t0 = perf_counter()
+        try:
+            self._post_body(idx, module, args, output)
+        finally:
+            self.hook_s += perf_counter() - t0
+
+    def _grad(self, call: int, kind: int, g) -> None:
+        t0 = perf_counter()
+        try:
+            self._grad_body(call, kind, g)
+        finally:
+            self.hook_s += perf_counter() - t0
+
+    def _pre_body(self, idx: int, module, args, kwargs):
         if not (torch.is_grad_enabled() or any(c >= 0 for c in self._stack)):
             self._stack.append(-1)  # evaluation: not a training step's forward
             return None
@@ -225,9 +255,7 @@ class NonfiniteTracer:
         new_kwargs = {k: wrap(a) for k, a in kwargs.items()}
         return (new_args, new_kwargs) if views else None
 
-    def _post(self, idx: int, module, args, output) -> None:
-        if torch.compiler.is_compiling():
-            return
+    def _post_body(self, idx: int, module, args, output) -> None:
         call = self._stack.pop() if self._stack else -1
         if call >= 0:
             passing = self._pass_hooks.pop(call, {})
@@ -244,7 +272,7 @@ class NonfiniteTracer:
         if not self._stack:
             self._seen.clear()  # the outermost call returned: hold no activation past the forward
 
-    def _grad(self, call: int, kind: int, g) -> None:
+    def _grad_body(self, call: int, kind: int, g) -> None:
         if not (isinstance(g, torch.Tensor) and g.is_floating_point() and g.numel()):
             return
         # the gradient a module passed on is, along a chain, the very buffer the module before it
@@ -266,6 +294,7 @@ class NonfiniteTracer:
         """Close the events of step ``step`` (kept on the device until a host copy takes them).
         ``loss``: the loss logged for this step, a tensor (read with the rest) or a number;
         ``skipped``: the optimizer did not take the step."""
+        self.step_hook_s, self.step_calls, self.hook_s = self.hook_s, len(self._call_module), 0.0
         host_loss = None
         if isinstance(loss, torch.Tensor):
             self._event(-1, LOSS, _sum(loss.detach()))
@@ -328,101 +357,3 @@ class NonfiniteTracer:
             if o is not None:
                 return o
         return None
-
-
-def find_origin(
-    tr: StepTrace, names: list[str], types: list[str], reached: list[str] | None = None, module_of=None
-) -> NonfiniteOrigin | None:
-    """Where step ``tr``'s first non-finite value was made, or None if the step stayed finite.
-
-    The first non-finite event in time order decides:
-      - a call's output (forward): that call made it (its inputs, earlier, were finite);
-      - a call's input: code of the enclosing call made it between its children; with no
-        enclosing call, the model was given it (phase ``input``);
-      - the gradient a call received: code of the innermost enclosing call that received a
-        finite one made it in the backward; with none, it came back from the loss (``loss``);
-      - the gradient a call passed on: that call made it (what it received, earlier, was finite);
-      - the logged loss: phase ``loss``.
-    With every event finite, a non-finite logged loss is phase ``loss``, and non-finite parameter
-    gradients (``reached``) are blamed on the module of the first one in backward order.
-
-    A step the optimizer skipped (``tr.skipped``) gives no backward or loss origin: that is how AMP's
-    GradScaler handles a scaled gradient that overflowed, by design. Its forward still counts.
-    """
-    origin = _find_origin(tr, names, types, reached, module_of)
-    if origin is not None and tr.skipped and origin.phase in ("backward", "loss"):
-        return None
-    return origin
-
-
-def _find_origin(
-    tr: StepTrace, names: list[str], types: list[str], reached: list[str] | None, module_of
-) -> NonfiniteOrigin | None:
-    if not np.any(tr.kinds != LOSS):
-        return None  # nothing of the model was traced (torch.compile, evaluation): no place to name
-    vals = tr.host if tr.host is not None else np.zeros(0)
-    bad = ~np.isfinite(vals)
-    reached = list(reached) if reached else reached
-
-    def make(call: int, phase: str) -> NonfiniteOrigin:
-        mod = tr.call_module[call] if call >= 0 else 0
-        ev = tr.calls == call
-        fin = {k: bool(np.all(~bad[ev & (tr.kinds == k)])) for k in (IN, OUT, RECV, PASS)}
-        if phase in ("input", "forward"):
-            i_f, o_f = fin[IN], fin[OUT]
-        elif phase == "backward":
-            i_f, o_f = fin[RECV], fin[PASS]
-        else:
-            i_f, o_f = True, False
-        n_call = int(np.sum(tr.call_module[:call] == mod)) if call >= 0 else 0
-        return NonfiniteOrigin(
-            module=names[mod],
-            module_type=types[mod],
-            step=tr.step,
-            phase=phase,
-            call=n_call,
-            inputs_finite=i_f,
-            output_finite=o_f,
-            params_reached=reached,
-        )
-
-    hits = np.flatnonzero(bad)
-    if len(hits):
-        e = int(hits[0])
-        kind, call = int(tr.kinds[e]), int(tr.calls[e])
-        if kind == LOSS:
-            return make(-1, "loss")
-        parent = int(tr.call_parent[call])
-        if kind in (OUT, PASS):
-            return make(call, "forward" if kind == OUT else "backward")
-        if kind == IN:
-            return make(parent, "forward") if parent >= 0 else make(call, "input")
-        # a received gradient: made by the innermost enclosing call that received a finite one
-        # (an enclosing call returning the same tensor received it at the same moment, hook after hook)
-        recv_bad = set(tr.calls[bad & (tr.kinds == RECV)].tolist())
-        while parent >= 0 and parent in recv_bad:
-            parent = int(tr.call_parent[parent])
-        return make(parent, "backward") if parent >= 0 else make(-1, "loss")
-    if tr.loss is not None and not np.isfinite(tr.loss):
-        return make(-1, "loss")
-    if reached and module_of is not None:
-        path = module_of(reached[0])
-        idx = names.index(path) if path in names else 0
-        return NonfiniteOrigin(
-            module=names[idx],
-            module_type=types[idx],
-            step=tr.step,
-            phase="backward",
-            inputs_finite=True,
-            output_finite=True,
-            params_reached=reached,
-        )
-    return None
-
-
-def earliest(origins: list[NonfiniteOrigin]) -> NonfiniteOrigin | None:
-    """The origin that came first among several ranks' (each found its own): the earliest step;
-    at the same step one seen in a module's events before one inferred from parameter gradients
-    alone (``output_finite`` True), then the pass that runs first, then the lowest rank."""
-    order = {p: i for i, p in enumerate(NONFINITE_PHASES)}
-    return min(origins, key=lambda o: (o.step, o.output_finite is True, order[o.phase], o.rank or 0), default=None)

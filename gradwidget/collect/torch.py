@@ -26,26 +26,20 @@ beside it: ``_inputs`` (argument checks, wrappers, names), ``_steps`` (hooks and
 
 from __future__ import annotations
 
-import math
-import warnings
 from typing import Callable
 
-import numpy as np
 import torch
 from torch import nn
 
-from .._warnings import GradwidgetWarning
-from ..run import METRICS, N_BINS, LayerInfo, Run, _as_step
+from ..run import Run, _as_step
 from ..storage import check_log_dir
 from ..thresholds import as_thresholds
 from ._graph import _GraphEdges
-from ._groups import UpdateSnapshot
 from ._inputs import (
     _bytes_arg,
     _check_number,
     _clean_compiled,
     _count_arg,
-    _module_of,
     _recordable,
     _replace_attached,
     _skipped_text,
@@ -55,14 +49,16 @@ from ._inputs import (
 )
 from ._kernels import norms
 from ._stats import _Statistics
+from ._setup import _Setup
 from ._steps import _Steps
 from .loss_graph import LossGraphProbe
+from ._trace_cost import CostMeter, check_mode
 from .nonfinite import NonfiniteTracer
 
 __all__ = ["Recorder", "norms"]  # norms: the fused kernel, for the trainer callbacks
 
 
-class Recorder(_Steps, _Statistics, _GraphEdges):
+class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
     """Hooks a model (and optionally its optimizer) and records per-layer gradient statistics.
 
     Parameters
@@ -83,10 +79,13 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
         it costs a copy of the parameters, ~2.5% of a step for a small transformer on CPU.
     trace_nonfinite: find where the first NaN/Inf was made (module, step, forward/backward/loss)
         into ``run.nonfinite_origin``; hooks on every module, removed once it is found
-        (``gradwidget.collect.nonfinite``; its cost is measured in bench/nonfinite.py). That cost
-        is per module call (tens of microseconds on CPU): with thousands of tiny modules it is
-        more than the modules' own work, and ``trace_nonfinite=False`` is the cheap choice
-        (docs/costs.md).
+        (``gradwidget.collect.nonfinite``). Its cost is per module call (tens of microseconds on
+        CPU): with thousands of tiny modules it is more than the modules' own work. ``"auto"``
+        (default) measures it over the steps after the first and turns it off, with a warning and
+        a note in ``run.meta["nonfinite_tracing"]``, when it costs more than 10% of a step and more
+        than 5 ms per step (5,000 x Linear(2,2): 3.0x a bare step -> 1.06x; a toy MLP and the bench
+        transformer stay traced; docs/costs.md). True always traces, False never. Under
+        ``torch.distributed`` "auto" keeps tracing on (every rank then decides alike).
 
     One Recorder per model: building another on the same model detaches this one (with a warning),
     as re-running a notebook cell does. With an optimizer, ``optimizer.zero_grad`` is wrapped on the
@@ -119,7 +118,7 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
         track_updates: bool = True,
         update_every: int = 10,
         foreach_all: bool = False,
-        trace_nonfinite: bool = True,
+        trace_nonfinite: bool | str = "auto",
         step_hooks: bool = True,
     ) -> None:
         model, optimizer = _unwrapped(model), _unwrapped_optimizer(optimizer)
@@ -135,10 +134,7 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
         if not (max_steps is None or max_steps == "auto"):
             max_steps = _count_arg("max_steps", max_steps, 1, "'auto', None or ")
         memory_budget = _bytes_arg("memory_budget", memory_budget)
-        if not isinstance(trace_nonfinite, bool):
-            raise TypeError(
-                f"trace_nonfinite must be True or False, got {type(trace_nonfinite).__name__} {trace_nonfinite!r}"
-            )
+        self.trace_nonfinite = check_mode(trace_nonfinite)
         #: how the model is distributed (None in a single process: no distributed code runs)
         self._dist = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -207,6 +203,10 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
         self._late_captures = 0
         self._unused_cols: list[int] = []
         self._tracer: NonfiniteTracer | None = None
+        # "auto": the tracer's cost is measured (not under torch.distributed: the ranks would decide apart)
+        self._trace_meter = CostMeter() if trace_nonfinite == "auto" and self._dist is None else None
+        self._trace_off: dict | None = None  # why "auto" turned tracing off, for run.meta
+        self._trace_measured = None  # the TraceCost "auto" decided on
         self._exchange = None  # distributed: where the ranks' non-finite origins meet
         self._loss_probe = None
         if self._dist is not None and trace_nonfinite:
@@ -312,153 +312,6 @@ class Recorder(_Steps, _Statistics, _GraphEdges):
 
     def __repr__(self) -> str:
         state = "attached" if self._attached else "detached"
-        return f"<Recorder {type(self.model).__name__} {state}, {self.window_text()}, {self.run!r}>"
-
-    def window_text(self) -> str:
-        """How many steps the in-memory run keeps, and what decided it, in words."""
-        if self.max_steps is None:
-            return "keeping every step in memory (max_steps=None)"
-        n = self._window(len(self._names))
-        why = (
-            f"max_steps='auto': a {self.memory_budget / 2**20:,.0f} MiB memory_budget"
-            if self.max_steps == "auto"
-            else f"max_steps={self.max_steps}"
+        return (
+            f"<Recorder {type(self.model).__name__} {state}, {self.window_text()}, {self.tracing_text()}, {self.run!r}>"
         )
-        return f"keeping the last {n:,} steps in memory ({why})"
-
-    def _warn_window(self) -> None:
-        """Say once, when the window of ``max_steps="auto"`` (which the user never chose) starts to
-        fold steps into the coarser ``run.history``, how to keep more."""
-        if self._window_told or self.max_steps != "auto" or self.run is None or self.run.history is None:
-            return
-        self._window_told = True
-        disk = f"; every step is still written to {self.log_dir}" if self._writer is not None else ""
-        warnings.warn(
-            f"gradwidget: {self.window_text()}; older steps are now folded into run.history at a "
-            f"coarser resolution{disk}. Keep more with Recorder(..., memory_budget=<bytes>) or "
-            "max_steps=None (every step; memory grows with the run)",
-            GradwidgetWarning,
-            stacklevel=2,
-        )
-
-    _window_told = False
-
-    # ------------------------------------------------------------------ setup at the first step
-    def _start(self) -> None:
-        """Fix the columns (depth order = reverse of gradient arrival) and create the Run."""
-        arrived = self._arrival
-        if self._capturing and not (self._mod_in or self._mod_out):
-            # no forward hook ran outside a compiled graph (torch.compile): gradients arrived in the
-            # compiled backward's output order, not the graph's; the model's own order is closer
-            arrived = sorted(arrived, reverse=True)
-        rank = {p: len(arrived) - 1 - k for k, p in enumerate(arrived)}  # depth rank
-        keys: list[tuple[float, int, int]] = []
-        last: float = -0.5
-        for i in range(len(self._params)):
-            if i in rank:
-                last = rank[i]
-                keys.append((last, 0, i))
-            else:
-                keys.append((last, 1, i))
-        self._order = [i for _, _, i in sorted(keys)]
-        layers = []
-        dist = self._dist if self._dist is not None and self._dist.sharded else None
-        sharded = dist is not None
-        if dist is not None:
-            from .distributed import clean_name, type_name
-
-            dist.prepare(self._names, self._params, self._order)
-        for i in self._order:
-            p, name = self._params[i], self._names[i]
-            mod, mtype = _module_of(self.model, name)
-            status = "frozen" if not p.requires_grad else ("trainable" if i in rank else "unused")
-            shape = dist.full_shape(name, p) if dist is not None else tuple(p.shape)
-            if sharded:
-                mtype = type_name(self.model.get_submodule(mod)) if mtype else mtype
-                name, mod = clean_name(name), clean_name(mod)
-            layers.append(
-                LayerInfo(
-                    name=name,
-                    module=mod,
-                    module_type=mtype,
-                    shape=shape,
-                    numel=math.prod(shape),
-                    dtype=str(p.dtype).replace("torch.", ""),
-                    backward_index=arrived.index(i) if i in rank else -1,
-                    status=status,
-                    tied=self._tied.get(id(p), ()),
-                )
-            )
-        if self._dist is not None and not self._dist.is_writer:
-            self.run = None  # sharded, not rank 0: partial sums go to rank 0, which records
-        else:
-            self.run = Run(
-                layers,
-                thresholds=self.thresholds,
-                max_steps=self._window(len(layers)),
-                edges=self._layer_edges(),
-                meta={
-                    "model": type(self.model).__name__,
-                    "optimizer": type(self.optimizer).__name__ if self.optimizer is not None else None,
-                    "every": self.every,
-                },
-            )
-            if self.skipped:
-                self.run.meta["skipped"] = dict(self.skipped)
-            if self._dist is not None:
-                from .distributed import type_name
-
-                self.run.meta["model"] = type_name(self.model)
-                self.run.meta["distributed"] = {"kind": self._dist.kind, "world_size": self._dist.world_size}
-        self._col_of = {pi: c for c, pi in enumerate(self._order)}
-        self._ordered = [self._params[i] for i in self._order]  # the parameter of each column
-        self._wplan = self._gplan = None
-        self._unused_cols = [c for c, layer in enumerate(layers) if layer.status == "unused"]
-        if self.track_updates:
-            assert self.optimizer is not None  # track_updates needs one
-            stepped = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
-            cols = [
-                c
-                for c, pi in enumerate(self._order)
-                if self._params[pi].requires_grad and id(self._params[pi]) in stepped
-            ]
-            params = [self._params[self._order[c]] for c in cols]
-            self._update_cols = np.array(cols, dtype=np.int64)
-            if dist is not None:
-                self._update_bufs = dist.update_buffers(params)
-            else:
-                self._update_bufs = UpdateSnapshot(params)
-        if self.log_dir is not None and self.run is not None:
-            self._open_writer()
-        # with an optimizer, arrival hooks are only needed once: drop them to keep steps cheap
-        if self.optimizer is not None:
-            for h in self._grad_handles:
-                h.remove()
-            self._grad_handles = []
-
-    def _open_writer(self) -> None:
-        """Start the run directory (inside the first optimizer step, so a failure here, say the
-        folder removed since construction, is a loud warning and an explicit stop, not an
-        exception that skips the update); later write failures are the writer's (``live``)."""
-        from ..storage import RunWriter, RunWriteWarning
-
-        try:
-            assert self.run is not None  # only the process that holds the run writes
-            self._writer = RunWriter(self.log_dir, self.run, overwrite=self._overwrite, live=True)
-        except OSError as e:
-            warnings.warn(
-                f"gradwidget: not recording to {self.log_dir}: {e}. The run is kept in memory "
-                "only (recorder.run); save it with recorder.run.save(folder)",
-                RunWriteWarning,
-                stacklevel=2,
-            )
-
-    def _window(self, n_layers: int) -> int | None:
-        """Steps kept in memory: with "auto", as many as fit the memory budget (the Run allocates up
-        to twice the window while it slides), at least 1,000."""
-        if self.max_steps is None or isinstance(self.max_steps, int):
-            return self.max_steps
-        per_step: float = 4 * len(METRICS) * n_layers + 32
-        if self.histogram_every:
-            per_step += 4 * N_BINS * n_layers / self.histogram_every
-        return max(1000, int(self.memory_budget / (2 * per_step)))
