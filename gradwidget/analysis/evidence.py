@@ -4,7 +4,8 @@ Each function answers one question a practitioner would ask before blaming a lay
 did (falling, flat, diverging, spiking), what the architecture already has (normalisation, residual
 paths, recurrence), whether the optimizer holds and moves each parameter, how the gradient norm grew
 over the first steps (accumulation without ``zero_grad`` makes it grow like the step count), and the
-scale of the data entering the first layer. Nothing here decides what is wrong.
+scale of the data entering the first layer. Nothing here decides what is wrong. The loss's evidence
+is in ``loss.py`` (re-exported here).
 """
 
 from __future__ import annotations
@@ -15,117 +16,52 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..run import Run
-from .stats import _quiet, trailing_median
+from .loss import (
+    LOSS_EDGE_STEPS,
+    LOSS_FELL,
+    LOSS_FLAT,
+    LOSS_REBOUND,
+    LOSS_REBOUND_FACTOR,
+    LOSS_REBOUND_SIGMA,
+    LOSS_SMOOTH_STEPS,
+    LOSS_SPIKE,
+    LOSS_SPIKE_AFTER,
+    LossEvidence,
+    loss_evidence,
+)
+from .stats import _quiet
 
-
-def _first(mask: np.ndarray, steps: np.ndarray) -> int | None:
-    """The step number of the first True in ``mask`` (None when there is none)."""
-    i = np.flatnonzero(mask)
-    return int(steps[i[0]]) if i.size else None
-
-
-# --------------------------------------------------------------------------- the loss
-#: recorded steps whose median is the loss "at the start" and "at the end" (batch noise; a median,
-#: so one spike in the first steps does not move the start).
-LOSS_EDGE_STEPS = 3
-#: the loss "fell" when its end is below this share of its start.
-LOSS_FELL = 0.8
-#: the loss is "flat" when its end is within this share of its start.
-LOSS_FLAT = 0.05
-#: the loss "rebounds" when it climbs above its lowest value so far by this share of where it
-#: started (a spike or a divergence; batch noise on a falling loss stays well under it).
-LOSS_REBOUND = 0.5
-
-
-@dataclass
-class LossEvidence:
-    """What the logged loss did. All None/False without a logged loss."""
-
-    logged: bool
-    start: float = float("nan")  #: median of the first finite values
-    end: float = float("nan")  #: median of the last finite values
-    lowest: float = float("nan")
-    fell: bool = False  #: end < LOSS_FELL x start
-    flat: bool = False  #: |end - start| < LOSS_FLAT x start
-    rebound: float = 0.0  #: largest rise above the running minimum, in units of start
-    rebound_step: int | None = None  #: first step whose rise exceeded LOSS_REBOUND
-    rebound_to: float = float("nan")  #: the loss at that step
-    rebound_from: float = float("nan")  #: its lowest value before that step
-    nonfinite_step: int | None = None  #: first step with a NaN/Inf loss
-    spike_share: float = 0.0  #: share of steps after the first few above LOSS_SPIKE x start
-    spike_step: int | None = None  #: the first of them
-    plateau_level: float = float("nan")  #: end / start (how far the loss came down, 1 = not at all)
-
-
-#: ... by at least this factor, and by this many times the loss's own batch-to-batch noise (robust
-#: standard deviation of one step's change in log loss): the smoothed level of a noisy small-batch
-#: loss wanders about 1.6 of those between its lowest and highest point, a divergence far more.
-LOSS_REBOUND_FACTOR = 2.0
-LOSS_REBOUND_SIGMA = 3.0
-#: a loss above this many times its start, after the first LOSS_SPIKE_AFTER recorded steps, is a
-#: spike (a healthy loss, however noisy, does not climb back over its starting value like that; a
-#: small-batch MSE of a model that learns nothing reaches about 1.8x).
-LOSS_SPIKE = 3.0
-LOSS_SPIKE_AFTER = 5
-#: the rebound is measured on the trailing median of this many recorded steps: one noisy batch is
-#: no rebound, a climb that lasts (or spikes that keep coming) is.
-LOSS_SMOOTH_STEPS = 5
-
-
-def _log_noise(y: np.ndarray) -> float:
-    """Robust standard deviation of one step's change in log loss (0 for a loss that is not positive)."""
-    if y.size < 3 or not np.all(y > 0):
-        return 0.0
-    d = np.diff(np.log(y))
-    return float(1.4826 * np.median(np.abs(d - np.median(d))) / np.sqrt(2))
-
-
-def loss_evidence(run: Run) -> LossEvidence:
-    """The loss trajectory: where it started and ended, whether it fell, stayed flat, rebounded
-    (spikes and divergence: a rise above its running minimum by ``LOSS_REBOUND`` of its start, by a
-    factor of ``LOSS_REBOUND_FACTOR`` and beyond ``LOSS_REBOUND_SIGMA`` times its noise) or went
-    non-finite."""
-    loss = run.scalar("loss").astype(np.float64) if run.n_steps else np.zeros(0)
-    steps = run.steps
-    logged = ~np.isnan(loss)
-    if not logged.any():
-        return LossEvidence(logged=False)
-    nonfinite_step = _first(logged & ~np.isfinite(loss), steps)
-    fin = np.isfinite(loss)
-    y = loss[fin]
-    if not y.size:
-        return LossEvidence(logged=True, nonfinite_step=nonfinite_step)
-    k = max(1, min(LOSS_EDGE_STEPS, y.size // 4 or 1))
-    start, end = float(np.median(y[:k])), float(np.median(y[-k:]))
-    scale = abs(start) if start != 0 else 1.0
-    ys = trailing_median(y, LOSS_SMOOTH_STEPS)
-    runmin = np.minimum.accumulate(ys)
-    rise = (ys - runmin) / scale
-    over = rise > LOSS_REBOUND
-    if np.all(y > 0):
-        with np.errstate(divide="ignore"):
-            lrise = np.log(ys / runmin)
-        over &= lrise > max(np.log(LOSS_REBOUND_FACTOR), LOSS_REBOUND_SIGMA * _log_noise(y))
-    j = int(np.argmax(over)) if over.any() else None
-    late = np.arange(y.size) >= LOSS_SPIKE_AFTER
-    spikes = late & (y > LOSS_SPIKE * start) if start > 0 else np.zeros(y.size, bool)
-    n_late = int(late.sum())
-    return LossEvidence(
-        spike_share=float(spikes.sum() / n_late) if n_late else 0.0,
-        spike_step=int(steps[fin][np.argmax(spikes)]) if spikes.any() else None,
-        logged=True,
-        start=start,
-        end=end,
-        lowest=float(y.min()),
-        fell=bool(end < LOSS_FELL * start) if start > 0 else bool(end < start),
-        flat=bool(abs(end - start) < LOSS_FLAT * scale),
-        rebound=float(rise.max()),
-        rebound_step=int(steps[fin][j]) if j is not None else None,
-        rebound_to=float(ys[j]) if j is not None else float("nan"),
-        rebound_from=float(runmin[j]) if j is not None else float("nan"),
-        nonfinite_step=nonfinite_step,
-        plateau_level=float(end / start) if start > 0 else float("nan"),
-    )
+#: the loss's evidence lives in ``loss.py``; it is re-exported here with the rest of the evidence.
+__all__ = [
+    "GROWTH_STEPS",
+    "LOSS_EDGE_STEPS",
+    "LOSS_FELL",
+    "LOSS_FLAT",
+    "LOSS_REBOUND",
+    "LOSS_REBOUND_FACTOR",
+    "LOSS_REBOUND_SIGMA",
+    "LOSS_SMOOTH_STEPS",
+    "LOSS_SPIKE",
+    "LOSS_SPIKE_AFTER",
+    "Architecture",
+    "Growth",
+    "LossEvidence",
+    "Smoothing",
+    "accumulation_smoothing",
+    "architecture",
+    "depth_attenuation",
+    "early_growth",
+    "has_skip_path",
+    "input_rms",
+    "is_embedding",
+    "layer_levels",
+    "loss_evidence",
+    "never_updated",
+    "output_weight",
+    "update_ratio_series",
+    "weight_growth",
+    "zero_by_design",
+]
 
 
 # --------------------------------------------------------------------------- the architecture

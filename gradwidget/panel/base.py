@@ -1,5 +1,5 @@
-"""What the mixins of GradientPanel (``sync.PanelSync``, ``background.PanelBackground``) read and
-call of the panel, declared for the type checker only: nothing here exists at run time."""
+"""What the mixins of GradientPanel (``sync.PanelSync``, ``background.PanelBackground``,
+``selection.PanelSelection``, ``validation.PanelValidation``) read and call of the panel, declared for the type checker only: nothing here exists at run time."""
 
 from __future__ import annotations
 
@@ -61,6 +61,7 @@ class PanelBase:
         static_step: int | None
         _layer_rows: list
         _rows_cache: tuple
+        _ready: bool
 
         @property
         def run(self) -> Run | None: ...
@@ -70,3 +71,5 @@ class PanelBase:
         def _hold(self, values: dict) -> None: ...
         def _push(self, force: bool = False, check_version: bool = False, patch: bool = False) -> bool: ...
         def _rows_of(self, run: Run | None) -> Any: ...
+        def _send_detail(self) -> None: ...
+        def _regroup_table(self) -> None: ...

@@ -41,13 +41,14 @@ import numpy as np
 import traitlets as t
 
 from .._warnings import GradwidgetWarning
-from ..run import METRICS, Run
+from ..run import Run
 from . import payload as P
 from .options import check_layer_option, check_options, is_module, source_layer_names
-from .rows import toggled
 from .schedule import Throttle, Worker, poll_directory, unwatch_cells, watch_cells
 from .background import PanelBackground, import_analysis
+from .selection import PanelSelection
 from .sync import PanelSync
+from .validation import PanelValidation
 
 _BUNDLE = pathlib.Path(__file__).parent.parent / "static" / "widget.js"
 BUNDLE_MISSING = (
@@ -69,7 +70,7 @@ export default { render };
 )
 
 
-class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
+class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelBackground, anywidget.AnyWidget):
     """A live panel of how gradients flow through a network: the top diagnoses, a scrubbable
     layers x steps heatmap, per-layer bars at the scrubbed step, the layer health table, the
     selected layer's histogram and metric over time.
@@ -317,42 +318,6 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
         unwatch_cells(self)
         super().close()
 
-    def select(self, layer) -> None:
-        """Select a layer by name or column index."""
-        self.layer = self._need_run().layer_index(layer)
-
-    def expand(self, layer) -> None:
-        """Show ``layer`` (a name or column index) in its own row: every group holding it (past
-        ``plots.MAX_DRAWN_ROWS`` layers the panel groups them) shows its members."""
-        run = self._need_run()
-        i = run.layer_index(layer)
-        if [i, i + 1] not in self.expanded:
-            self.expanded = [*self.expanded, [i, i + 1]]
-
-    def collapse(self, layer=None) -> None:
-        """Fold back every group holding ``layer`` (a name or column index); all groups when None."""
-        if layer is None:
-            self.expanded = []
-            return
-        run = self._need_run()
-        i = run.layer_index(layer)
-        for g in _top_groups(run):
-            if g[0] <= i <= g[-1]:
-                self.expanded = toggled(self.expanded, (g[0], g[-1] + 1), expand=False)
-
-    def _need_run(self) -> Run:
-        run = self.run
-        if run is None:
-            raise ValueError("no step has been recorded yet: layers are known after the first step")
-        return run
-
-    @property
-    def layer_name(self) -> str | None:
-        run = self.run
-        if run is None or self.layer < 0 or self.layer >= run.n_layers:
-            return None
-        return run.layers[self.layer].name
-
     def __repr__(self) -> str:
         run = self.run
         if run is None:
@@ -403,78 +368,6 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
     def _snap(self, step: int) -> int:
         return P.nearest_step(self.run, step)
 
-    # ----------------------------------------------------------------- validation and two-way sync
-    @t.validate("metric")
-    def _check_metric(self, proposal):
-        return _one_of("metric", proposal["value"], METRICS)
-
-    @t.validate("layer")
-    def _check_layer(self, proposal):
-        v = int(proposal["value"])
-        run = self.run
-        n = run.n_layers if run is not None else None
-        if v < -1 or (n is not None and v >= n):
-            raise t.TraitError(
-                f"layer must be -1 (none) or a column index below {n}, got {v}; "
-                "use panel.select(name) to select by name"
-            )
-        return v
-
-    @t.validate("step")
-    def _check_step(self, proposal):
-        return self._snap(int(proposal["value"]))
-
-    @t.validate("mode")
-    def _check_mode(self, proposal):
-        from .protocol import COMPARE_MODES
-
-        return _one_of("mode", proposal["value"], COMPARE_MODES)
-
-    @t.validate("expanded")
-    def _check_expanded(self, proposal):
-        out = []
-        for r in proposal["value"]:
-            if len(r) != 2 or not 0 <= int(r[0]) < int(r[1]):
-                raise t.TraitError(f"expanded holds layer ranges [start, stop] with 0 <= start < stop, got {r!r}")
-            if [int(r[0]), int(r[1])] not in out:
-                out.append([int(r[0]), int(r[1])])
-        return out
-
-    @t.validate("columns")
-    def _check_columns(self, proposal):
-        return int(min(P.MAX_COLUMNS, max(P.MIN_COLUMNS, int(proposal["value"]))))
-
-    @t.observe("step")
-    def _step_changed(self, change):
-        if self._internal or not self._ready:
-            return
-        run = self.run
-        if run is not None and run.n_steps:
-            self._internal += 1
-            try:
-                self.follow = change["new"] >= int(run.steps[-1])
-            finally:
-                self._internal -= 1
-        self._send_detail()
-
-    @t.observe("layer")
-    def _layer_changed(self, change):
-        if not self._internal and self._ready:
-            self._send_detail()
-
-    @t.observe("metric", "columns")
-    def _view_changed(self, change):
-        if not self._internal and self._ready:
-            self._push(force=True)
-
-    @t.observe("expanded")
-    def _rows_changed(self, change):
-        """Expanding or collapsing a group changes the rows: the heatmap and the table are sent again."""
-        if not self._internal and self._ready:
-            with self._lock:
-                self._push(force=True)
-                self._regroup_table()
-
     # ----------------------------------------------------------------- notebook output
     def _repr_mimebundle_(self, **kwargs):
         """The widget view plus a static rendition (``image/png``, ``text/html`` with the image and
@@ -502,18 +395,3 @@ class GradientPanel(PanelSync, PanelBackground, anywidget.AnyWidget):
             if k == "text/plain" or k not in data:
                 data[k] = v
         return data, md
-
-
-def _top_groups(run: Run) -> list:
-    """The panel's top-level groups of layers (the static figures'); none below the row cap."""
-    from ..plots import layer_row_groups
-
-    g = layer_row_groups(run)
-    return g[0] if g is not None else []
-
-
-def _one_of(what: str, value, allowed) -> str:
-    """A trait value from a fixed set, or a TraitError that lists the set."""
-    if value not in allowed:
-        raise t.TraitError(f"unknown {what} {value!r}; choose one of {list(allowed)}")
-    return value

@@ -1,0 +1,128 @@
+"""Appending to a Run's store: one step's row (and histogram) at a time into arrays that grow in place
+(amortised O(1) per step), and the rolling window that drops its oldest steps into ``history``.
+A mixin of ``Run``; what it reads of the Run is declared below for the type checker only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .schema import METRICS, N_BINS, SCALARS, _as_step, scalar_row
+
+if TYPE_CHECKING:
+    from .run import Run
+
+#: the store grows by 1/GROWTH_DIVISOR of what it holds when full: at most that much allocated and
+#: unused, and while it grows the old and new arrays coexist (2.25x the data for a moment; doubling
+#: held 1.6x at rest and 3x while copying). Still amortised O(1) per step.
+GROWTH_DIVISOR = 4
+
+
+class RunAppend:
+    if TYPE_CHECKING:
+        max_steps: int | None
+        version: int
+        _n: int
+        _s: int
+        _cap: int
+        _steps: np.ndarray
+        _metrics: np.ndarray
+        _scalars: np.ndarray
+        _hn: int
+        _hs: int
+        _hist_steps: np.ndarray
+        _hist: np.ndarray
+
+        @property
+        def n_layers(self) -> int: ...
+        @property
+        def steps(self) -> np.ndarray: ...
+        @property
+        def _M3(self) -> np.ndarray: ...
+        @property
+        def _S2(self) -> np.ndarray: ...
+        @property
+        def hist_steps(self) -> np.ndarray: ...
+        @property
+        def hist(self) -> np.ndarray: ...
+        def _slice_rows(self, a: int, b: int) -> Run: ...
+        def _fold_into_history(self, old: Run) -> None: ...
+
+    def _grow(self, need: int) -> None:
+        """Make room for ``need`` rows after the window start: slide the window back to row 0 when
+        it reaches the end (amortised O(1) per step), reallocate when that is not enough."""
+        if self._s + need <= self._cap:
+            return
+        if self._s and need <= self._cap:
+            n = self._n
+            self._steps[:n] = self._steps[self._s : self._s + n]
+            self._metrics[:n] = self._metrics[self._s : self._s + n]
+            self._scalars[:n] = self._scalars[self._s : self._s + n]
+            self._s = 0
+            return
+        cap = max(16, need + need // GROWTH_DIVISOR, need)
+        if self.max_steps is not None:
+            cap = min(cap, 2 * self.max_steps)
+            cap = max(cap, need)
+        L = self.n_layers
+        steps = np.zeros(cap, np.int64)
+        mets = np.full((cap, len(METRICS), L), np.nan, np.float32)
+        sc = np.full((cap, len(SCALARS)), np.nan, np.float64)
+        steps[: self._n] = self.steps
+        mets[: self._n] = self._M3
+        sc[: self._n] = self._S2
+        self._steps, self._metrics, self._scalars, self._cap, self._s = steps, mets, sc, cap, 0
+
+    def append(
+        self, step: int, values: np.ndarray, scalars: dict | None = None, hist: np.ndarray | None = None
+    ) -> None:
+        """Add one step. ``values`` is ``(len(METRICS), layers)``; ``hist`` is ``(layers, N_BINS)``."""
+        values = np.asarray(values, np.float32)
+        if values.shape != (len(METRICS), self.n_layers):
+            raise ValueError(f"values must have shape {(len(METRICS), self.n_layers)}, got {values.shape}")
+        step = _as_step(step)
+        if self._n and step <= self.steps[-1]:
+            raise ValueError(f"steps must increase: got step {step} after step {int(self.steps[-1])}")
+        row = scalar_row(scalars)  # checked before anything changes: a rejected step leaves no trace
+        if self.max_steps is not None and self._n >= self.max_steps:
+            self._evict(self._n - self.max_steps + 1)
+        self._grow(self._n + 1)
+        i = self._s + self._n
+        self._steps[i] = step
+        self._metrics[i] = values
+        self._scalars[i] = row
+        self._n += 1
+        if hist is not None:
+            self.append_hist(step, hist)
+        self.version += 1
+
+    def append_hist(self, step: int, hist: np.ndarray) -> None:
+        hist = np.asarray(hist)
+        if hist.shape != (self.n_layers, N_BINS):
+            raise ValueError(f"hist must have shape {(self.n_layers, N_BINS)}, got {hist.shape}")
+        if self._hs + self._hn == self._hist.shape[0]:
+            # slide back to row 0 if at least half the buffer is free, else grow (amortised O(1))
+            if self._hs >= self._hist.shape[0] // 2 and self._hs:
+                h, hs = self._hist, self._hist_steps
+            else:
+                cap = max(8, self._hn + 1 + self._hn // GROWTH_DIVISOR)
+                h = np.zeros((cap, self.n_layers, N_BINS), np.uint32)
+                hs = np.zeros(cap, np.int64)
+            h[: self._hn], hs[: self._hn] = self.hist.copy(), self.hist_steps.copy()
+            self._hist, self._hist_steps, self._hs = h, hs, 0
+        self._hist[self._hs + self._hn] = hist
+        self._hist_steps[self._hs + self._hn] = int(step)
+        self._hn += 1
+        self.version += 1
+
+    def _evict(self, k: int) -> None:
+        """Drop the ``k`` oldest steps, folding them into ``history``; drop their histograms."""
+        old = self._slice_rows(0, k)
+        self._fold_into_history(old)
+        self._s += k
+        self._n -= k
+        if self._hn:
+            drop = int(np.searchsorted(self.hist_steps, self.steps[0]))  # histogram steps are sorted
+            self._hs += drop
+            self._hn -= drop
