@@ -2,7 +2,8 @@
 
 The tracer's hooks run Python at every module call (~10-40 us on CPU): nothing next to a
 transformer block's matmuls, more than the whole work of a tiny module. The tracer times its own
-hook bodies (two ``perf_counter`` reads per hook, well under a microsecond) and, after a warm-up
+hook bodies in their thread's CPU time (two ``thread_time`` reads per hook, ~0.3 us; a wait for the GIL
+or a core is not the tracer's cost) and, after a warm-up
 step, this meter sets that time over a few steps against the steps' wall time (end of one step to
 end of the next). With ``"auto"`` the recorder then removes the hooks when they cost more than
 ``AUTO_SHARE`` of a step AND more than ``AUTO_FLOOR_S`` per step: both must hold, so a fast step of

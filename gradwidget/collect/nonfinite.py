@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from time import perf_counter
+from time import thread_time
 
 import numpy as np
 import torch
@@ -191,31 +191,33 @@ class NonfiniteTracer:
         self._seen[id(t)] = (t, t._version, v)
         return v
 
-    # the hooks time their bodies: what tracing costs a step (``_trace_cost``, trace_nonfinite="auto")
+    # the hooks time their bodies: what tracing costs a step (``_trace_cost``, trace_nonfinite="auto"),
+    # in the CPU time of the hook's own thread: a hook waiting for the GIL (the panel's analysis
+    # thread) or for a core (a busy machine) is not charged for the wait
     def _pre(self, idx: int, module, args, kwargs):
         if torch.compiler.is_compiling():
             return None  # torch.compile traces the hook as nothing: the compiled graph stays whole
-        t0 = perf_counter()  # (after that test: dynamo would break its graph at a clock read)
+        t0 = thread_time()  # (after that test: dynamo would break its graph at a clock read)
         try:
             return self._pre_body(idx, module, args, kwargs)
         finally:
-            self.hook_s += perf_counter() - t0
+            self.hook_s += thread_time() - t0
 
     def _post(self, idx: int, module, args, output) -> None:
         if torch.compiler.is_compiling():
             return
-        t0 = perf_counter()
+        t0 = thread_time()
         try:
             self._post_body(idx, module, args, output)
         finally:
-            self.hook_s += perf_counter() - t0
+            self.hook_s += thread_time() - t0
 
     def _grad(self, call: int, kind: int, g) -> None:
-        t0 = perf_counter()
+        t0 = thread_time()
         try:
             self._grad_body(call, kind, g)
         finally:
-            self.hook_s += perf_counter() - t0
+            self.hook_s += thread_time() - t0
 
     def _pre_body(self, idx: int, module, args, kwargs):
         if not (torch.is_grad_enabled() or any(c >= 0 for c in self._stack)):
