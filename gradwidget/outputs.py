@@ -66,13 +66,15 @@ class GradientFlowSummary:
             + (f" (steps {self.first_step}..{self.last_step})" if self.total_steps else ""),
             f"  steps with an issue: {self.issue_step_ratio:.0%}",
         ]
-        for label, names in (
-            ("vanishing", self.layers_with_vanishing_grads),
-            ("exploding", self.layers_with_exploding_grads),
-            ("non-finite", self.layers_with_nonfinite_grads),
+        # what each list measures is said with it: the diagnoses below may name more layers (a
+        # vanishing cause also names layers far below the output layer but above the threshold)
+        for label, criterion, names in (
+            ("vanishing", ", mean |g| under the vanishing threshold", self.layers_with_vanishing_grads),
+            ("exploding", ", over the exploding threshold", self.layers_with_exploding_grads),
+            ("non-finite", ", with NaN/Inf gradients", self.layers_with_nonfinite_grads),
         ):
             if names:
-                lines.append(f"  {label} layers ({len(names)}): {', '.join(names)}")
+                lines.append(f"  {label} layers ({len(names)}){criterion}: {', '.join(names)}")
         lines.append("Recommendations:")
         lines += [f"  - {r}" for r in self.recommendations]
         return "\n".join(lines)
