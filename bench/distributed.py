@@ -34,7 +34,7 @@ def worker(args) -> None:
     from torch import nn
 
     sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-    from overhead import make_model  # the single-process benchmark's transformer LM
+    from overhead import lm_training, make_model  # the single-process benchmark's transformer LM and step
 
     from gradwidget.collect.torch import Recorder
 
@@ -53,19 +53,7 @@ def worker(args) -> None:
             fully_shard(model)
         else:
             model = nn.parallel.DistributedDataParallel(model)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        g = torch.Generator().manual_seed(rank)
-        data = [torch.randint(0, 1000, (args.batch, args.seq + 1), generator=g) for _ in range(8)]
-        loss_fn = nn.CrossEntropyLoss()
-
-        def step(i, rec=None):
-            b = data[i % len(data)]
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten())
-            loss.backward()
-            if rec is not None:
-                rec.log(loss=loss)
-            opt.step()
+        opt, step = lm_training(model, 1000, args.batch, args.seq, seed=rank)
 
         tmp = tempfile.mkdtemp(prefix="gw-bench-")
         variants = {

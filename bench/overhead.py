@@ -50,6 +50,27 @@ def make_model(d=256, layers=4, vocab=2000, seed=0):
     return LM()
 
 
+def lm_training(model, vocab: int, batch: int, seq: int, seed: int = 0, n_batches: int = 8, device=None):
+    """``(optimizer, step)`` for next-token training of ``model``: AdamW and ``step(i, rec=None)``,
+    one step on fixed batch ``i % n_batches``, logging the loss to ``rec`` when it has ``log``
+    (the naive recorder does not). Shared by every benchmark that times an LM step."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(seed)
+    data = [torch.randint(0, vocab, (batch, seq + 1), generator=g).to(device) for _ in range(n_batches)]
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step(i, rec=None):
+        b = data[i % len(data)]
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten())
+        loss.backward()
+        if rec is not None and hasattr(rec, "log"):
+            rec.log(loss=loss)
+        opt.step()
+
+    return opt, step
+
+
 class NaiveRecorder:
     """Per-parameter statistics with a host sync each, and torch.histc per tensor."""
 
@@ -211,20 +232,8 @@ def large_ratio(blocks: int, steps: int, device: str, batch: int = 8, seq: int =
     timed step ends with a device synchronize (in every variant alike) so its time is the GPU's."""
     dev = torch.device(device)
     model = make_model(d=768, layers=12, vocab=16000).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    g = torch.Generator().manual_seed(0)
-    data = [torch.randint(0, 16000, (batch, seq + 1), generator=g).to(dev) for _ in range(4)]
-    loss_fn = nn.CrossEntropyLoss()
+    opt, step = lm_training(model, 16000, batch, seq, n_batches=4, device=dev)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-
-    def step(i, rec=None):
-        b = data[i % len(data)]
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten())
-        loss.backward()
-        if rec is not None:
-            rec.log(loss=loss)
-        opt.step()
 
     variants = {
         "bare": lambda: None,
@@ -289,21 +298,9 @@ def main() -> None:
         return
 
     model = make_model()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    g = torch.Generator().manual_seed(0)
-    data = [torch.randint(0, 2000, (args.batch, args.seq + 1), generator=g) for _ in range(8)]
-    loss_fn = nn.CrossEntropyLoss()
+    opt, step = lm_training(model, 2000, args.batch, args.seq)
     n_params = sum(p.numel() for p in model.parameters())
     n_tensors = sum(1 for _ in model.parameters())
-
-    def step(i, rec=None):
-        b = data[i % len(data)]
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten())
-        loss.backward()
-        if rec is not None and hasattr(rec, "log"):
-            rec.log(loss=loss)
-        opt.step()
 
     variants = {
         "bare": lambda: None,
