@@ -42,3 +42,33 @@ assert not _unknown, f"FAST_IDS names no case: {sorted(_unknown)}"
 
 #: the FAST cases themselves, in CASES order
 FAST = [c for c in CASES if c.id in FAST_IDS]
+
+#: architectures by training cost, cheapest first (measured: tabular ~0.5 s, T5 ~6 s per 120 steps)
+_COST_ORDER = (
+    "tabular",
+    "mlp",
+    "rnn",
+    "cnn",
+    "lstm",
+    "llama",
+    "moe",
+    "resnet",
+    "convnext",
+    "gpt2",
+    "gru",
+    "bert",
+    "distilbert",
+    "vit",
+    "t5",
+)
+
+
+def first_per_cause(cases) -> list:
+    """One case per cause (and one healthy), the cheapest architecture's, in ``cases`` order."""
+    best: dict = {}
+    for c in cases:
+        key = c.cause or "healthy"
+        if key not in best or _COST_ORDER.index(c.arch) < _COST_ORDER.index(best[key].arch):
+            best[key] = c
+    chosen = set(id(c) for c in best.values())
+    return [c for c in cases if id(c) in chosen]
