@@ -82,13 +82,18 @@ def main(argv=None) -> int:
             print(case_row(c, zoo.run_case(c) if a.no_cache else zoo.load_or_run(c, a.cache_dir)))
         print(f"{len(cases)} cases in {time.perf_counter() - t0:.1f} s")
         return 0
+    print(
+        f"{len(cases)} held-out cases: no bound is set from these"
+        if a.heldout
+        else f"{len(cases)} calibration cases (zoo.CASES: bounds are set and checked on these)"
+    )
     work = [(c, a.cache_dir, a.no_cache) for c in cases]
     with ProcessPoolExecutor(a.jobs) if a.jobs > 1 else _Serial() as ex:
         results, problems, pending = _report_each(ex.map(_diagnose, work), {c.id: c for c in cases})
     wall = time.perf_counter() - t0
     print()
     print(summary(results))
-    print(f"\n{len(results)} cases in {wall:.1f} s")
+    print(f"\n{len(results)} cases in {wall:.1f} s; {len(results) - len(problems)} labels hold their checks")
     if pending:
         print(f"{len(pending)} cases pending (not scored):\n  " + "\n  ".join(pending))
     if problems:
@@ -158,6 +163,11 @@ def summary(results: list) -> str:
     healthy = [r for r in results if r.case.healthy]
     fa = score.false_alarms(results)
     out.append(f"== healthy runs: {len(fa)} of {len(healthy)} with a Critical/High/Medium finding (false alarms)")
+    worst = [min(score.ALARM_PRIORITIES.index(f.priority) for f in r.alarms) for r in fa]
+    out.append(
+        "   by their highest priority: "
+        + ", ".join(f"{p} {worst.count(i)}" for i, p in enumerate(score.ALARM_PRIORITIES))
+    )
     out += [f"   {r.case.id}: " + "; ".join(str(f) for f in r.alarms) for r in fa]
     acc = score.cause_accuracy(results)
     if acc["n"]:
