@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ..storage import RunWriter
     from ..thresholds import Thresholds
     from ._groups import Plan
+    from ._inputs import OptimizerExtra
     from ._steps import ShardedStep
     from .distributed import DistContext, OriginExchange
     from .loss_graph import LossGraphProbe
@@ -37,6 +38,7 @@ class _RecorderState:
     track_updates: bool
     foreach_all: bool
     skipped: dict[str, str]
+    optimizer_extra: OptimizerExtra | None
     # what is recorded into
     run: Run | None
     on_step: list[Callable[[Run], None]]

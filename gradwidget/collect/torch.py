@@ -40,6 +40,7 @@ from ._inputs import (
     _check_number,
     _clean_compiled,
     _count_arg,
+    _optimizer_extra,
     _recordable,
     _replace_attached,
     _skipped_text,
@@ -169,16 +170,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self._params = [p for _, p in named]
         self._tied = _tied_names(model, self._params)
         self._pindex = {id(p): i for i, p in enumerate(self._params)}
-        if optimizer is not None:
-            opt_params = [p for g in optimizer.param_groups for p in g["params"]]
-            model_ids = {id(p) for _, p in all_named}
-            foreign = [p for p in opt_params if id(p) not in model_ids]
-            if foreign:
-                raise ValueError(
-                    f"the optimizer holds {len(foreign)} parameter tensor(s) (of {len(opt_params)}) that "
-                    f"are not parameters of this {type(model).__name__}: pass the optimizer built from "
-                    "model.parameters()"
-                )
+        #: tensors the optimizer holds that are not the model's (a loss temperature, multi-task loss
+        #: weights, the head a replaced ``model.classifier`` left behind): not recorded, said in repr
+        self.optimizer_extra = _optimizer_extra(model, optimizer, all_named)
 
         _replace_attached(model, self)
         self.run: Run | None = None
@@ -312,6 +306,8 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
 
     def __repr__(self) -> str:
         state = "attached" if self._attached else "detached"
+        extra = f", {self.optimizer_extra.text()}" if self.optimizer_extra is not None else ""
         return (
-            f"<Recorder {type(self.model).__name__} {state}, {self.window_text()}, {self.tracing_text()}, {self.run!r}>"
+            f"<Recorder {type(self.model).__name__} {state}, {self.window_text()}, {self.tracing_text()}{extra}, "
+            f"{self.run!r}>"
         )
