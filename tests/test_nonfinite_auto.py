@@ -113,7 +113,7 @@ def test_the_hooks_alternate_during_the_warm_up():
 
 def test_the_meter_pairs_steps_and_compares_medians():
     now = [0.0]
-    meter = PairedMeter(clock=lambda: now[0])
+    meter = PairedMeter(clock=lambda: now[0], cpu_clock=lambda: now[0] / 2)
     meter.restart()  # the Recorder starts the clock after switching the hooks
     got, kinds = [], []
     for step in range(DECIDED):
@@ -126,13 +126,17 @@ def test_the_meter_pairs_steps_and_compares_medians():
     cost = got[-1]
     assert got[:-1] == [None] * (DECIDED - 1) and cost is not None and cost.step == DECIDED - 1
     assert cost.on_s == pytest.approx(0.2) and cost.off_s == pytest.approx(0.1) and cost.ratio == pytest.approx(2)
-    assert cost.calls == 7 and cost.too_dear
+    assert cost.cpu_ratio == pytest.approx(2) and cost.calls == 7 and cost.too_dear
     assert meter.end_step(DECIDED, 7) is None  # decided once
 
 
-@pytest.mark.parametrize(("on", "off", "dear"), [(1.5, 1.0, True), (1.01, 1.0, False), (0.99, 1.0, False)])
-def test_the_budget_is_the_ratio_of_medians(on, off, dear):
-    assert TraceCost(8, on, off, 100).too_dear is dear
+@pytest.mark.parametrize(
+    ("on", "off", "cpu", "dear"),
+    [(1.5, 1.0, 1.5, True), (1.01, 1.0, 1.0, False), (0.99, 1.0, 1.01, False), (0.73, 1.0, 1.1, True)],
+)
+def test_the_budget_is_the_ratio_of_medians_on_both_clocks(on, off, cpu, dear):
+    # the last: wall time on a shared machine said 0.73x; CPU time says what the hooks cost
+    assert TraceCost(8, on, off, 100, cpu).too_dear is dear
 
 
 def test_a_nan_made_at_a_step_not_recorded_is_said_not_guessed(monkeypatch, tmp_path):
