@@ -32,22 +32,18 @@ def grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
     accumulated in ``acc_dtype`` whatever the gradients' dtype.
 
     On CUDA the multi-tensor ``_foreach_norm`` kernels are fastest for every order; on CPU they are
-    only fast for the L2 norm (the L1 and max norms are 4-400x slower than plain reductions), so CPU
-    takes ``|g|`` once and reduces it three ways: its sum, its max and the sum of its signs (the
-    non-zero count: 0.11 ms per million entries against 0.22 for ``count_nonzero``; exact up to
-    float32's 2**24, as exact as the Run's float32 zero fraction). Per million float32 entries that
-    is 0.36 ms against 0.6 for ``abs().sum()``, ``aminmax`` and ``count_nonzero`` (issue 22). None
-    of them syncs with the host.
+    only fast for the L2 norm, while per-tensor ``abs().sum()``, ``aminmax`` and ``count_nonzero``
+    are 2-15x faster (bench/overhead.py), so CPU uses those. None of them syncs with the host.
     """
     acc = acc_dtype(grads)
     l2 = norms(grads, 2)
     if foreach_all:
         l1, linf, nnz = norms(grads, 1), norms(grads, math.inf), norms(grads, 0)
     else:
-        a = [g.abs() for g in grads]
-        l1 = torch.stack([x.sum(dtype=acc) for x in a])
-        linf = torch.stack([x.amax().to(acc) for x in a])
-        nnz = torch.stack([x.sign().sum(dtype=acc) for x in a])
+        l1 = torch.stack([g.abs().sum(dtype=acc) for g in grads])
+        lo, hi = (torch.stack(x) for x in zip(*[torch.aminmax(g) for g in grads]))
+        linf = torch.maximum(-lo, hi)
+        nnz = torch.stack([torch.count_nonzero(g) for g in grads])
     sums = torch.stack([g.sum(dtype=acc) for g in grads])
     return torch.stack([r.to(torch.float64) for r in (l2, l1, linf, nnz, sums)])
 
