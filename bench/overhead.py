@@ -399,12 +399,13 @@ class Comparison:
     def block(self, variant: str, n: int) -> dict:
         """n steps of ``variant``: each step's seconds and the loop's."""
         times = []
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(n):
             t = time.perf_counter()
             self._step(variant)
             times.append(time.perf_counter() - t)
-        return {"variant": variant, "step_s": times, "loop_s": time.perf_counter() - t0}
+        loop, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return {"variant": variant, "step_s": times, "loop_s": loop, "cpu_s": cpu}
 
     def first_steps(self, n: int = 10) -> dict:
         """A fresh model and a fresh ``Recorder`` (defaults), then a fresh model bare: each of the
@@ -464,12 +465,16 @@ def compare_table(blocks: list[dict], title: str) -> dict:
     variants = list(dict.fromkeys(b["variant"] for b in blocks))
     by = {v: [b for b in blocks if b["variant"] == v] for v in variants}
     mean = {v: [b["loop_s"] / len(b["step_s"]) for b in by[v]] for v in variants}
-    base = statistics.median(mean["bare"])
+    cpu = {v: [b["cpu_s"] / len(b["step_s"]) for b in by[v]] for v in variants}
+    base, base_cpu = statistics.median(mean["bare"]), statistics.median(cpu["bare"])
     print(title)
-    print(f"  {'variant':38s} {'mean step':>10s} {'vs bare':>8s} {'rounds (min-max)':>18s} {'median step':>12s}")
+    print(
+        f"  {'variant':38s} {'mean step':>10s} {'vs bare':>8s} {'rounds (min-max)':>18s} {'median step':>12s} "
+        f"{'CPU vs bare':>12s}"
+    )
     res = {}
     for v in variants:
-        m = statistics.median(mean[v])
+        m, c = statistics.median(mean[v]), statistics.median(cpu[v])
         per_round = [a / b for a, b in zip(mean[v], mean["bare"])]
         med = statistics.median([x for b in by[v] for x in b["step_s"]])
         res[v] = {
@@ -478,11 +483,16 @@ def compare_table(blocks: list[dict], title: str) -> dict:
             "lo": min(per_round),
             "hi": max(per_round),
             "median_ms": med * 1e3,
+            "cpu_ratio": c / base_cpu,
         }
         print(
             f"  {v:38s} {m * 1e3:8.1f}ms {m / base:7.3f}x {min(per_round):8.2f}-{max(per_round):.2f}x "
-            f"{med * 1e3:10.1f}ms"
+            f"{med * 1e3:10.1f}ms {c / base_cpu:11.3f}x"
         )
+    print(
+        "  (mean step: the loop's time over its steps, median over blocks; CPU: this process's CPU time, "
+        "all its threads; wandb's service process is not in it)"
+    )
     return res
 
 
