@@ -34,7 +34,7 @@ def test_a_loss_that_swings_is_a_rebound_and_batch_noise_is_not():
     swings = np.where(np.arange(T) % 2, 10.5, 0.01)  # 0 <-> 10.5, start 2.3
     swings[:10] = np.linspace(2.3, 1.0, 10)
     rep = analyze(synth(np.full((T, 2), 0.1), loss=swings))
-    assert rep.recommendations[0].cause == "lr_too_high" and rep.recommendations[0].first_step <= 15
+    assert rep.diagnoses[0].cause == "lr_too_high" and rep.diagnoses[0].first_step <= 15
 
 
 def test_gradients_summed_over_steps_are_missing_zero_grad():
@@ -42,10 +42,10 @@ def test_gradients_summed_over_steps_are_missing_zero_grad():
     h = 0.1 * (1 + 0.3 * rng.standard_normal((T, 3)))  # one step's gradient norm per layer
     acc = np.cumsum(h, axis=0)  # never zeroed: each step adds to the last
     rep = analyze(synth(acc, loss=np.linspace(2.3, 2.0, T)))
-    top = rep.recommendations[0]
+    top = rep.diagnoses[0]
     assert top.cause == "missing_zero_grad" and top.first_step == 0 and "added to the last" in top.evidence
     healthy = analyze(synth(h, loss=np.linspace(2.3, 0.5, T)))
-    assert not healthy.recommendations and healthy.overall_health == "Healthy"
+    assert not healthy.diagnoses and healthy.overall_health == "Healthy"
 
 
 def test_a_layer_the_optimizer_never_moves_is_named():
@@ -53,7 +53,7 @@ def test_a_layer_the_optimizer_never_moves_is_named():
     upd = np.full((T, 3), 1e-3)
     upd[:, 1] = np.nan  # the optimizer does not hold l1
     rep = analyze(synth(g, update=upd, loss=np.linspace(2.3, 0.5, T)))
-    (r,) = rep.recommendations
+    (r,) = rep.diagnoses
     assert r.cause == "not_in_optimizer" and r.layers == ["l1.weight"] and r.priority == "High"
     assert "optimizer" in r.action and rep.layers.set_index("layer").loc["l1.weight", "health"] == "Warning"
 
@@ -63,7 +63,7 @@ def test_a_summed_loss_is_named_and_its_symptom_folded():
     loss = np.full(T, 150.0)
     loss[60:] = np.inf  # and it blew up
     rep = analyze(synth(g, loss=loss))
-    top = rep.recommendations[0]
+    top = rep.diagnoses[0]
     assert top.cause == "loss_scale" and top.priority == "Critical"
     assert any(x.startswith("nonfinite") for x in top.explains) and "reduction='mean'" in top.action
 
@@ -71,7 +71,7 @@ def test_a_summed_loss_is_named_and_its_symptom_folded():
 def test_a_trainer_that_already_clips_is_not_told_to_clip():
     swings = np.where(np.arange(T) % 2, 10.5, 0.01)
     run = synth(np.full((T, 2), 0.1), loss=swings)
-    assert "clip_grad_norm_" in analyze(run).recommendations[0].action
+    assert "clip_grad_norm_" in analyze(run).diagnoses[0].action
     run.meta["clipped_at"] = 1.0  # written by the trainer callbacks
-    action = analyze(run).recommendations[0].action
+    action = analyze(run).diagnoses[0].action
     assert "already clips at 1" in action and "clip_grad_norm_" not in action

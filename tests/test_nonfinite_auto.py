@@ -106,8 +106,8 @@ def test_a_nan_after_tracing_stopped_says_why_its_origin_is_unknown(monkeypatch,
     assert rec.run.nonfinite_origin is None and rec.run.nonfinite().any()
     for run in (rec.run, load_run(tmp_path / "run")):  # saved with the run
         stop = run.meta["nonfinite_tracing"]["stopped_at_step"]
-        found = [r for r in analyze(run).recommendations if getattr(r, "cause", None) == "nonfinite"]
-        assert found, analyze(run).recommendations
+        found = [r for r in analyze(run).diagnoses if getattr(r, "cause", None) == "nonfinite"]
+        assert found, analyze(run).diagnoses
         text = found[0].evidence
         assert f"origin not traced: tracing was turned off at step {stop} because its hooks took" in text
 

@@ -619,7 +619,7 @@ def test_diagnoses_are_the_reports_top_recommendations():
     pytest.importorskip("gradwidget.analysis")
     run = synthetic_run(40)
     p = GradientPanel(run)
-    recs = p.report.recommendations
+    recs = p.report.diagnoses
     assert recs, "the synthetic run's vanishing layer should be diagnosed"
     assert 1 <= len(p.diagnoses) <= min(5, len(recs))
     d = p.diagnoses[0]

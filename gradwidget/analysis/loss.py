@@ -10,6 +10,7 @@ import numpy as np
 
 from ..run import Run
 from .stats import trailing_median
+from .trend import Trend, theil_sen
 
 
 def _first(mask: np.ndarray, steps: np.ndarray) -> int | None:
@@ -48,6 +49,8 @@ class LossEvidence:
     spike_share: float = 0.0  #: share of steps after the first few above LOSS_SPIKE x start
     spike_step: int | None = None  #: the first of them
     plateau_level: float = float("nan")  #: end / start (how far the loss came down, 1 = not at all)
+    trend: Trend | None = None  #: Theil-Sen trend of the finite loss over the steps (None: too few values)
+    diverged: bool = False  #: went NaN/Inf, or rebounded and ended above where it started
 
 
 #: ... by at least this factor, and by this many times the loss's own batch-to-batch noise (robust
@@ -87,7 +90,7 @@ def loss_evidence(run: Run) -> LossEvidence:
     fin = np.isfinite(loss)
     y = loss[fin]
     if not y.size:
-        return LossEvidence(logged=True, nonfinite_step=nonfinite_step)
+        return LossEvidence(logged=True, nonfinite_step=nonfinite_step, diverged=nonfinite_step is not None)
     k = max(1, min(LOSS_EDGE_STEPS, y.size // 4 or 1))
     start, end = float(np.median(y[:k])), float(np.median(y[-k:]))
     scale = abs(start) if start != 0 else 1.0
@@ -118,4 +121,6 @@ def loss_evidence(run: Run) -> LossEvidence:
         rebound_from=float(runmin[j]) if j is not None else float("nan"),
         nonfinite_step=nonfinite_step,
         plateau_level=float(end / start) if start > 0 else float("nan"),
+        trend=theil_sen(y, steps[fin]),
+        diverged=nonfinite_step is not None or (j is not None and end > start),
     )
