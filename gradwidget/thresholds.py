@@ -2,9 +2,10 @@
 
 Defaults come from the original crate (vanishing: mean |g| < 1e-7, exploding: max |g| > 1e3),
 except where the diagnosis zoo's healthy runs showed them flagging batch noise (each such field says
-how it was calibrated); the diagnoses' own calibrated bounds live with their rules in
-``analysis/causes/`` (one module per cause). Documented here so a tiny model and a huge one can be tuned with one object. Scale-free
-signals (a layer vs. the median layer, the update/weight ratio) complement the absolute ones.
+how it was calibrated). A bound read by more than one cause, or by a cause and a plot, is defined
+here once; a bound only one cause reads lives in that cause's module (``analysis/causes/``), with
+how it was set. Documented here so a tiny model and a huge one can be tuned with one object.
+Scale-free signals (a layer vs. the median layer, the update/weight ratio) complement the absolute ones.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ class Thresholds:
     dead_zero_fraction: float = 0.99
     #: healthy band of the update/weight norm ratio per step, read by the diagnoses (lr_too_low below
     #: it with a loss that does not fall, lr_too_high above it with one that does not fall cleanly),
-    #: the health risk factors, the drift and the plots alike. The zoo's healthy runs: typical layer
-    #: 2e-4 to 6e-2; its lr x1e-3 runs: under 5e-5.
+    #: the health risk factors, the drift and the plots alike. The zoo's healthy calibration runs:
+    #: typical layer 2.9e-3 to 2.9e-2 (median over steps); its lr_too_low runs 1.1e-6 to 1.5e-3.
     update_ratio_low: float = 1e-4
     update_ratio_high: float = 1e-1
     #: the typical layer's weight norm grown this many times over the run: the steps are too large

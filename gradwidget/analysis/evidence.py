@@ -98,6 +98,7 @@ class Architecture:
     input_layers: list[int]  #: the layers that see the input data (deepest in the backward order)
     token_input: bool  #: the input side is an embedding (token ids, no input scale to fix)
     norm_types: list[str]
+    frozen_input: bool = False  #: frozen on purpose before the first layer with a gradient (fine-tuning)
 
 
 def _module_graph(run: Run) -> tuple[list[str], np.ndarray]:
@@ -157,6 +158,8 @@ def architecture(run: Run) -> Architecture:
         first_mod = run.layers[int(np.argmax(np.where(got, bi, -1)))].module
         inputs = [i for i in range(run.n_layers) if run.layers[i].module == first_mod] or inputs
     token = any(is_embedding(run.layers[i].module_type) for i in inputs)
+    first = int(np.argmax(np.where(got, bi, -1))) if got.any() else 0
+    frozen_input = any(info.status == "frozen" for info in run.layers[:first])
     return Architecture(
         has_norm=bool(norm_types),
         has_residual=attention or has_skip_path(run),
@@ -165,6 +168,7 @@ def architecture(run: Run) -> Architecture:
         input_layers=inputs,
         token_input=token,
         norm_types=norm_types,
+        frozen_input=frozen_input,
     )
 
 
@@ -311,12 +315,13 @@ def layer_levels(run: Run, rows=slice(None), cols=slice(None)) -> np.ndarray:
 
 def depth_attenuation(run: Run, arch: Architecture) -> tuple[np.ndarray, int | None]:
     """Per step, how many decades the RMS gradient entry falls from the output layer's weight to
-    the input layer's weight (NaN where either is missing or the input is an embedding: a table's
-    gradient is sparse by design), and the output weight's index (``layer_levels`` relative to it
+    the input layer's weight (NaN where either is missing, the input is an embedding: a table's
+    gradient is sparse by design, or the input side is frozen: the first trained layer is not the
+    input layer), and the output weight's index (``layer_levels`` relative to it
     tell how far below it each layer sits)."""
     out = output_weight(run)
     ins = [i for i in arch.input_layers if run.layers[i].name.endswith("weight") and len(run.layers[i].shape) >= 2]
-    if out is None or not ins or arch.token_input or ins[0] == out:
+    if out is None or not ins or arch.token_input or arch.frozen_input or ins[0] == out:
         return np.full(run.n_steps, np.nan), None
     lv = layer_levels(run, cols=[out, ins[0]])
     return lv[:, 0] - lv[:, 1], out

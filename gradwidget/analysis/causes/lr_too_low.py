@@ -17,6 +17,10 @@ from ._shared import lr_text, start_step
 SLOW_FALL = 0.2
 #: fewest recorded loss values the slow-fall test reads (its trend needs them; fewer: no claim).
 SLOW_FALL_MIN_STEPS = 20
+#: ... and only with small steps: a typical update/weight ratio under this (the zoo's healthy
+#: calibration runs: 2.9e-3 and up; its slow lr_too_low run, GPT-2 with SGD: 1.5e-3). A loss that
+#: falls slowly under large steps is a hard task or a small adapter, not a small learning rate.
+SLOW_FALL_MAX_UPDATE = 2e-3
 
 
 def find(c: Context) -> Diagnosis | None:
@@ -27,7 +31,7 @@ def find(c: Context) -> Diagnosis | None:
     med = float(np.nanmedian(ratio))
     loss = f"; the loss moved from {L.start:.3g} to {L.end:.3g}" if L.logged else ""
     tiny = med < t.update_ratio_low and not (L.logged and not L.flat and L.fell)
-    slow = None if tiny else _slow_steady_fall(c)
+    slow = None if tiny or med >= SLOW_FALL_MAX_UPDATE else _slow_steady_fall(c)
     if not tiny and slow is None:
         return None
     ur = run.metric("update_norm")
@@ -60,12 +64,14 @@ def find(c: Context) -> Diagnosis | None:
 
 def _slow_steady_fall(c: Context) -> float | None:
     """The loss's fall per 100 steps, in units of its start, when its Theil-Sen trend falls for
-    certain (the upper end of its confidence interval below zero) but the whole run's fitted fall
-    stays under ``SLOW_FALL`` of the start and never rebounded; None otherwise (also with fewer than
-    ``SLOW_FALL_MIN_STEPS`` values)."""
+    certain (the upper end of its confidence interval below zero) but neither the loss
+    (``LossEvidence.fell``) nor its fitted line fell by ``SLOW_FALL`` of the start, and it never
+    rebounded; None otherwise (also with fewer than ``SLOW_FALL_MIN_STEPS`` values)."""
     L = c.loss
     tr = L.trend
-    if not L.logged or L.rebound_step is not None or tr is None or tr.n < SLOW_FALL_MIN_STEPS or not L.start > 0:
+    if not L.logged or L.fell or L.rebound_step is not None or tr is None or tr.n < SLOW_FALL_MIN_STEPS:
+        return None
+    if not L.start > 0:
         return None
     if not tr.falling or -tr.slope * tr.span >= SLOW_FALL * L.start:
         return None

@@ -111,7 +111,9 @@ def find(c: Context) -> Diagnosis | None:
     run, t = c.run, c.t
     fs = {f.layer: f for f in c.factors if f.kind in ("vanishing", "weak")}
     member = np.array([n in fs for n in run.layer_names]) & ~c.embedding
-    idx = _input_side_prefix(run, member, VANISHING_PREFIX_SHARE)
+    # an input side frozen on purpose (fine-tuning) is not a member, as an embedding table there is
+    # not: a partly frozen network reads as the same network unfrozen
+    idx = np.zeros(0, int) if c.arch.frozen_input else _input_side_prefix(run, member, VANISHING_PREFIX_SHARE)
     fading = _fading_with_depth(c)
     if not idx.size:
         return fading
