@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 
 import zoo  # noqa: E402 (needs the sys.path above)
 from zoo import score  # noqa: E402 (needs the sys.path above)
-from zoo.runner import HEALTHY_LOSS_RATIO  # noqa: E402 (needs the sys.path above)
+from zoo.checks import HEALTHY_FALL_T, fall_t  # noqa: E402 (needs the sys.path above)
 
 
 def _diagnose(args: tuple) -> tuple[str, list, float, float, float, str | None]:
@@ -32,10 +32,17 @@ def _diagnose(args: tuple) -> tuple[str, list, float, float, float, str | None]:
     from gradwidget import analyze
 
     torch.set_num_threads(1)
-    run = zoo.run_case(case) if no_cache else zoo.load_or_run(case, cache_dir)
+    try:
+        run = zoo.run_case(case, cache_dir) if no_cache else zoo.load_or_run(case, cache_dir)
+    except zoo.PendingCase as e:
+        return case.id, None, float("nan"), float("nan"), 0.0, f"PENDING {case.id}: {e}"
     problem = None
     try:
-        zoo.check_case(case, run)
+        if no_cache:
+            twin = zoo.run_case(case, cache_dir, twin=True) if case.cause in zoo.TWIN_CAUSES else None
+            zoo.check_case(case, run, twin)
+        else:
+            zoo.check(case, run, cache_dir)
     except AssertionError as e:
         problem = str(e)
     t = time.perf_counter()
@@ -77,11 +84,13 @@ def main(argv=None) -> int:
         return 0
     work = [(c, a.cache_dir, a.no_cache) for c in cases]
     with ProcessPoolExecutor(a.jobs) if a.jobs > 1 else _Serial() as ex:
-        results, problems = _report_each(ex.map(_diagnose, work), {c.id: c for c in cases})
+        results, problems, pending = _report_each(ex.map(_diagnose, work), {c.id: c for c in cases})
     wall = time.perf_counter() - t0
     print()
     print(summary(results))
     print(f"\n{len(results)} cases in {wall:.1f} s")
+    if pending:
+        print(f"{len(pending)} cases pending (not scored):\n  " + "\n  ".join(pending))
     if problems:
         print(f"{len(problems)} label checks failed:\n  " + "\n  ".join(problems))
     return 1 if problems else 0
@@ -98,8 +107,8 @@ def case_row(case, run) -> str:
     med = np.array([np.median(c[np.isfinite(c)]) if np.isfinite(c).any() else np.nan for c in g.T])
     lo, hi = (int(np.nanargmin(med)), int(np.nanargmax(med))) if np.isfinite(med).any() else (0, 0)
     bad = np.nonzero((run.metric("nonfinite").sum(axis=1) > 0) | ~np.isfinite(loss))[0]
-    ratio = zoo.loss_ratio(run)
-    fell = "nan" if not np.isfinite(ratio) else "falls" if ratio < HEALTHY_LOSS_RATIO else "flat/up"
+    ratio, t = zoo.loss_ratio(run), fall_t(run)
+    fell = "nan" if not np.isfinite(ratio) else "falls" if t >= HEALTHY_FALL_T else "flat/up"
     return (
         f"{case.id:38s} {case.cause or 'healthy':17s} loss {np.mean(loss[:10]):8.3g} -> "
         f"{np.mean(loss[-10:]):8.3g} ({fell:7s}) train {run.meta.get('zoo_train_seconds', float('nan')):4.1f} s"
@@ -120,11 +129,16 @@ class _Serial:
         return None
 
 
-def _report_each(outs, by_id: dict) -> tuple[list, list]:
-    """Print each case's findings as it arrives; return the Results and the label-check failures."""
-    results, problems = [], []
+def _report_each(outs, by_id: dict) -> tuple[list, list, list]:
+    """Print each case's findings as it arrives; return the Results, the label-check failures and the
+    pending cases (gradwidget cannot record them yet: not scored)."""
+    results, problems, pending = [], [], []
     for cid, found, ratio, train_s, dt, problem in outs:
         case = by_id[cid]
+        if found is None:
+            pending.append(problem)
+            print(f"{cid}  [{case.cause}]  {problem}")
+            continue
         results.append(score.Result(case, found, dt))
         label = "healthy" if case.healthy else case.cause
         print(f"{cid}  [{label}]  loss last/first {ratio:.2f}  train {train_s:.1f} s  analyse {1000 * dt:.0f} ms")
@@ -135,7 +149,7 @@ def _report_each(outs, by_id: dict) -> tuple[list, list]:
         if problem:
             problems.append(problem)
             print(f"    LABEL CHECK FAILED: {problem}")
-    return results, problems
+    return results, problems, pending
 
 
 def summary(results: list) -> str:

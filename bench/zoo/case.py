@@ -26,8 +26,10 @@ HEALTHY = "healthy"
 @dataclass(frozen=True)
 class Case:
     """One labelled run. ``fault_layers`` are parameter names as in ``run.layer_names``; an empty
-    tuple means the mistake is global (no layer is at fault). ``slow_onset`` marks mistakes whose
-    symptom can only show after many steps."""
+    tuple means the mistake is global (no layer is at fault). ``intended_frozen`` are parameters
+    frozen on purpose (fine-tuning, LoRA's base): no gradient there is by design, not a finding.
+    ``slow_onset`` marks mistakes whose symptom can only show after many steps. ``style`` names the
+    data and training style when they are not the arch's defaults (it ends the id)."""
 
     id: str
     arch: str
@@ -39,6 +41,8 @@ class Case:
     origin_module: str | None = None  #: nonfinite cases: the dotted module path where it starts
     slow_onset: bool = False
     steps: int = 120
+    style: str = ""
+    intended_frozen: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.mistake == HEALTHY) != (self.cause is None):

@@ -8,19 +8,29 @@ std 1 per feature) so that an unnormalised input is a mistake the zoo injects, n
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 
+def _as_is(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
 @dataclass
 class Task:
-    """A fixed data set and how to cut it into batches."""
+    """A fixed data set and how to cut it into batches. ``prepare`` is the preprocessing a careful
+    user applies to each batch (the synthetic sets are stored standardised: nothing to do); ``raw``
+    is what the model gets when it is forgotten; ``regression`` tasks are scored by mean squared error."""
 
     x: torch.Tensor
     y: torch.Tensor
     batch_size: int
     seed: int
+    prepare: Callable[[torch.Tensor], torch.Tensor] = _as_is
+    raw: Callable[[torch.Tensor], torch.Tensor] = _as_is
+    regression: bool = False
 
     def __post_init__(self) -> None:
         self._gen = torch.Generator().manual_seed(self.seed + 1000)

@@ -157,6 +157,12 @@ def nan_from_loss(at: int) -> Mistake:
     return apply
 
 
+def nll_on_softmax(s: Setup) -> None:
+    """The model ends in ``nn.Softmax`` and is trained with ``nn.NLLLoss`` (which expects log
+    probabilities): the loss is ``-p[y]``, bounded, and its gradient vanishes as p saturates."""
+    s.criterion = lambda logits, y: nn.functional.nll_loss(torch.softmax(logits, -1), y)
+
+
 def softmax_before_cross_entropy(s: Setup) -> None:
     """``nn.CrossEntropyLoss`` given softmax probabilities instead of logits (it applies log-softmax
     itself): the loss saturates and the output gradients shrink."""
@@ -167,7 +173,42 @@ def scale_inputs(factor: float) -> Mistake:
     """Unnormalised inputs: raw values ``factor`` times the standardised ones."""
 
     def apply(s: Setup) -> None:
-        s.inputs = lambda x: x * factor
+        prepare = s.task.prepare
+        s.inputs = lambda x: prepare(x) * factor
+
+    return apply
+
+
+def skip_preprocessing(s: Setup) -> None:
+    """The preprocessing is forgotten: pixels go in as 0-255 (no ``/ 255``, no Normalize), tabular
+    measurements without the StandardScaler (wine's proline ~1000, a tumour's area ~2000)."""
+    s.inputs = s.task.raw
+
+
+def replace_head_after_optimizer(path: str) -> Mistake:
+    """``model.<head> = nn.Linear(...)`` after ``AdamW(model.parameters())`` was built: the new head
+    trains in forward and backward, but the optimizer still holds the old head's tensors."""
+
+    def replace(s: Setup, opt) -> None:
+        parent, _, child = path.rpartition(".")
+        owner = s.model.get_submodule(parent) if parent else s.model
+        old = owner.get_submodule(child)
+        setattr(owner, child, nn.Linear(old.in_features, old.out_features, bias=old.bias is not None))
+
+    def apply(s: Setup) -> None:
+        s.after_optimizer.append(replace)
+
+    return apply
+
+
+def no_grad_backbone(prefix: str) -> Mistake:
+    """The backbone runs under ``torch.no_grad()`` (``with torch.no_grad(): h = model.backbone(x)``,
+    copied from an evaluation loop or a feature-extraction recipe) while it was meant to train:
+    none of its parameters gets a gradient."""
+
+    def apply(s: Setup) -> None:
+        module = s.model.get_submodule(prefix)
+        module.forward = torch.no_grad()(module.forward)
 
     return apply
 
@@ -176,7 +217,10 @@ def summed_loss(batch_size: int) -> Mistake:
     """``reduction="sum"`` instead of the mean over a big batch: the gradient grows with the batch."""
 
     def apply(s: Setup) -> None:
-        s.criterion = lambda logits, y: nn.functional.cross_entropy(logits, y, reduction="sum")
+        if s.task.regression:
+            s.criterion = lambda out, y: nn.functional.mse_loss(out, y, reduction="sum")
+        else:
+            s.criterion = lambda logits, y: nn.functional.cross_entropy(logits, y, reduction="sum")
         s.batch_size = batch_size
 
     return apply

@@ -1,0 +1,203 @@
+"""Each label checked on its own run, in plain numbers from the recording: the loss really diverges,
+the units really are dead, the new head really is not in the optimizer. Where a label is a claim
+about damage (too high a rate, a forgotten zero_grad, unscaled inputs, a summed loss), the case's
+*twin* is the yardstick: the same recipe trained without the mistake (runner.load_or_run(twin=True)).
+
+``check_case`` raises AssertionError with the case id and the failing fact; ``TWIN_CAUSES`` says
+which causes need the twin.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .case import Case
+
+#: a healthy run's loss must fall beyond its batch noise: Welch's t between the first and the last 10
+#: steps' losses at least this (a noisy 40-step run and a fine-tuning run that starts low both count)
+HEALTHY_FALL_T = 3.0
+#: what "the loss falls" means for a twin (lr_too_low): below this fraction of where it started
+HEALTHY_LOSS_RATIO = 0.8
+#: a vanishing case's fault weights have, over the first VANISH_STEPS steps, a median gradient norm
+#: below VANISH_RATIO of the largest weight's (how the labels were measured)
+VANISH_STEPS, VANISH_RATIO = 10, 0.01
+#: an exploding case's fault weights' early gradients are at least this many times the twin's
+EXPLODE_FACTOR = 100.0
+#: too high a rate: the loss ends (last 10 steps) at least this many times above the twin's, or
+#: becomes non-finite, or stays within CHANCE_MARGIN of where it started while the twin's falls
+WORSE_FACTOR = 1.5
+#: too low a rate: the loss ends above this fraction of where it started while the twin's falls
+LOW_LR_LOSS_RATIO = 0.9
+#: a forgotten zero_grad: the global gradient norm of the last 10 steps at least this many times the twin's
+ACCUMULATE_FACTOR = 3.0
+#: unscaled inputs, a summed loss: the fault (first) layer's or the global gradient norm at least this
+#: many times the twin's over the first 10 steps
+SCALE_FACTOR = 10.0
+#: a saturated output: its layer's median gradient norm over the run at most this fraction of the twin's
+SATURATED_FRACTION = 0.5
+
+TWIN_CAUSES = frozenset(
+    {"lr_too_high", "lr_too_low", "missing_zero_grad", "exploding", "input_scale", "loss_scale", "saturated_output"}
+)
+
+
+def loss_ratio(run) -> float:
+    """Mean loss of the last 10 recorded steps over that of the first 10 (NaN when not finite)."""
+    loss = np.asarray(run.scalar("loss"), dtype=np.float64)
+    return float(np.mean(loss[-10:]) / np.mean(loss[:10])) if len(loss) >= 20 else float("nan")
+
+
+def fall_t(run) -> float:
+    """Welch's t of (first 10 steps' losses - last 10 steps' losses): how far the loss fell, in units
+    of its batch noise (NaN when not finite)."""
+    loss = np.asarray(run.scalar("loss"), dtype=np.float64)
+    a, b = loss[:10], loss[-10:]
+    se = np.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
+    return float((a.mean() - b.mean()) / se) if se > 0 else float("inf") * np.sign(a.mean() - b.mean())
+
+
+def _ends(run) -> tuple[float, float]:
+    loss = np.asarray(run.scalar("loss"), dtype=np.float64)
+    return float(np.mean(loss[:10])), float(np.mean(loss[-10:]))
+
+
+def _early(run, names, steps: int = 10) -> np.ndarray:
+    """Median gradient norm of ``names`` over the first ``steps`` steps."""
+    g = run.metric("grad_norm")[:steps, [run.layer_index(n) for n in names]]
+    return np.nanmedian(g, axis=0)
+
+
+def check_case(case: Case, run, twin=None) -> None:
+    """Assert the case's labels hold on its Run (and, for TWIN_CAUSES, against its twin's Run):
+    every fault layer exists, every layer that never got a gradient is labelled or frozen on
+    purpose, a healthy loss fell, and the fact each cause claims shows in the numbers."""
+    names = set(run.layer_names)
+    missing = [n for n in case.fault_layers if n not in names]
+    assert not missing, f"{case.id}: fault_layers not in run.layer_names: {missing}"
+    assert run.n_steps == case.steps, f"{case.id}: {run.n_steps} steps recorded, {case.steps} trained"
+    g = run.metric("grad_norm")
+    silent = [n for n, total in zip(run.layer_names, np.nansum(np.abs(g), axis=0)) if total == 0]
+    unlabelled = [n for n in silent if n not in case.fault_layers and n not in case.intended_frozen]
+    assert not unlabelled, f"{case.id}: layers that never got a gradient are not labelled: {unlabelled}"
+    if case.healthy:
+        t = fall_t(run)
+        assert t >= HEALTHY_FALL_T, (
+            f"{case.id}: healthy loss did not fall (t = {t:.1f}, last/first {loss_ratio(run):.2f})"
+        )
+        trained = [i for i, n in enumerate(run.layer_names) if n not in case.intended_frozen]
+        assert np.isfinite(g[:, trained]).all(), f"{case.id}: healthy run has non-finite gradients"
+        return
+    if case.cause in TWIN_CAUSES:
+        assert twin is not None, f"{case.id}: a {case.cause} label is checked against the twin run"
+        _CHECKS[case.cause](case, run, twin)
+    else:
+        _CHECKS[case.cause](case, run, silent)
+
+
+def _cols(case, run) -> list[int]:
+    return [run.layer_index(n) for n in case.fault_layers]
+
+
+def _silent(case, run, silent) -> None:
+    got = [n for n in case.fault_layers if n not in silent]
+    assert not got, f"{case.id}: labelled as getting no gradient but got one: {got}"
+
+
+def _frozen(case, run, silent) -> None:
+    _silent(case, run, silent)
+    assert all(run.layers[c].status == "frozen" for c in _cols(case, run)), f"{case.id}: fault layers not frozen"
+
+
+def _not_in_optimizer(case, run, silent) -> None:
+    got = [n for n in case.fault_layers if n not in silent]
+    assert got == list(case.fault_layers), f"{case.id}: a layer left out got no gradient"
+    moved = np.nan_to_num(run.metric("update_norm")[:, _cols(case, run)]).max()
+    assert moved == 0, f"{case.id}: a layer left out of the optimizer moved ({moved:.3g})"
+
+
+def _dead(case, run, silent) -> None:
+    zeros = np.nanmean(run.metric("zero_frac")[1:, _cols(case, run)])
+    assert zeros > 0.99, f"{case.id}: dead layers' gradients are only {zeros:.0%} zeros"
+
+
+def _vanishing(case, run, silent) -> None:
+    g = run.metric("grad_norm")
+    early = np.nanmedian(g[:VANISH_STEPS], axis=0)
+    top = max(early[i] for i, n in enumerate(run.layer_names) if n.endswith("weight"))
+    loud = [
+        n
+        for n, c in zip(case.fault_layers, _cols(case, run))
+        if n.endswith("weight") and early[c] >= VANISH_RATIO * top
+    ]
+    assert not loud, f"{case.id}: labelled vanishing but not below {VANISH_RATIO} of the largest: {loud}"
+
+
+def _nonfinite(case, run, silent) -> None:
+    bad = (run.metric("nonfinite").sum(axis=1) > 0) | ~np.isfinite(run.scalar("loss"))
+    assert bad.any(), f"{case.id}: no non-finite value was recorded"
+
+
+def _exploding(case, run, twin) -> None:
+    w = [n for n in case.fault_layers if n.endswith("weight")]
+    ratio = _early(run, w) / _early(twin, w)
+    quiet = [n for n, r in zip(w, ratio) if not r >= EXPLODE_FACTOR]
+    assert not quiet, f"{case.id}: labelled exploding but under {EXPLODE_FACTOR:g}x the twin: {quiet}"
+
+
+def _lr_too_high(case, run, twin) -> None:
+    first, last = _ends(run)
+    _, twin_last = _ends(twin)
+    diverged = not np.isfinite(last) or not np.isfinite(run.scalar("loss")).all()
+    assert diverged or last >= WORSE_FACTOR * twin_last, (
+        f"{case.id}: loss ends at {last:.3g}, not {WORSE_FACTOR:g}x above the twin's {twin_last:.3g}"
+    )
+
+
+def _lr_too_low(case, run, twin) -> None:
+    r, rt = loss_ratio(run), loss_ratio(twin)
+    assert r > LOW_LR_LOSS_RATIO and rt < HEALTHY_LOSS_RATIO, (
+        f"{case.id}: loss last/first {r:.2f} (twin {rt:.2f}): not stalled while the twin trains"
+    )
+
+
+def _missing_zero_grad(case, run, twin) -> None:
+    a, b = np.nanmedian(run.scalar("global_norm")[-10:]), np.nanmedian(twin.scalar("global_norm")[-10:])
+    assert a >= ACCUMULATE_FACTOR * b, (
+        f"{case.id}: late gradient norm {a:.3g} not {ACCUMULATE_FACTOR:g}x the twin's {b:.3g}"
+    )
+
+
+def _input_scale(case, run, twin) -> None:
+    ratio = _early(run, case.fault_layers[:1]) / _early(twin, case.fault_layers[:1])
+    assert ratio[0] >= SCALE_FACTOR, f"{case.id}: first layer's gradient only {ratio[0]:.3g}x the twin's"
+
+
+def _loss_scale(case, run, twin) -> None:
+    a, b = np.nanmedian(run.scalar("global_norm")[:10]), np.nanmedian(twin.scalar("global_norm")[:10])
+    assert a >= SCALE_FACTOR * b, f"{case.id}: gradient norm {a:.3g} only {a / b:.3g}x the twin's"
+
+
+def _saturated(case, run, twin) -> None:
+    cols = _cols(case, run)
+    a = np.nanmedian(run.metric("grad_norm")[:, cols])
+    b = np.nanmedian(twin.metric("grad_norm")[:, cols])
+    assert a <= SATURATED_FRACTION * b, (
+        f"{case.id}: output gradient {a:.3g} is {a / b:.2f} of the twin's, not saturated"
+    )
+
+
+_CHECKS = {
+    "no_gradient": _silent,
+    "frozen": _frozen,
+    "not_in_optimizer": _not_in_optimizer,
+    "dead_units": _dead,
+    "vanishing": _vanishing,
+    "nonfinite": _nonfinite,
+    "exploding": _exploding,
+    "lr_too_high": _lr_too_high,
+    "lr_too_low": _lr_too_low,
+    "missing_zero_grad": _missing_zero_grad,
+    "input_scale": _input_scale,
+    "loss_scale": _loss_scale,
+    "saturated_output": _saturated,
+}
