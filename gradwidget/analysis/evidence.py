@@ -1,4 +1,4 @@
-"""Evidence for the diagnoses: pure facts about a Run that the causes (``causes.py``) reason from.
+"""Evidence for the diagnoses: pure facts about a Run that the causes (``causes/``) reason from.
 
 Each function answers one question a practitioner would ask before blaming a layer: what the loss
 did (falling, flat, diverging, spiking), what the architecture already has (normalisation, residual
@@ -48,6 +48,7 @@ __all__ = [
     "LossEvidence",
     "Smoothing",
     "accumulation_smoothing",
+    "adaptive_optimizer",
     "architecture",
     "depth_attenuation",
     "early_growth",
@@ -193,6 +194,21 @@ def never_updated(run: Run) -> np.ndarray:
         had_grad = (np.isfinite(g[rows]) & (g[rows] > 0)).mean(axis=0) > 0.5
         still = ~(np.nan_to_num(un[rows], nan=0.0) > 0).any(axis=0)
     return had_grad & still & run.trainable_mask()
+
+
+#: optimizers whose first step moves every entry by about the learning rate whatever its gradient
+#: (Adam's bias-corrected first step is lr * sign(g)): that step measures the rate against the
+#: weights' scale, not the steps training goes on to take.
+ADAPTIVE_OPTIMIZERS = re.compile(
+    r"^(Adam|AdamW|Adamax|NAdam|RAdam|SparseAdam|Adagrad|Adadelta|RMSprop|Adafactor|Lion)", re.I
+)
+
+
+def adaptive_optimizer(run: Run) -> bool:
+    """The run's optimizer (``run.meta["optimizer"]``, its class name) scales each entry's step by
+    its own gradient history."""
+    name = run.meta.get("optimizer") if isinstance(run.meta, dict) else None
+    return isinstance(name, str) and bool(ADAPTIVE_OPTIMIZERS.match(name))
 
 
 def update_ratio_series(run: Run) -> tuple[np.ndarray, np.ndarray]:

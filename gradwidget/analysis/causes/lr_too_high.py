@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..evidence import LOSS_SPIKE, weight_growth
+from ..evidence import LOSS_SPIKE, adaptive_optimizer, weight_growth
 from ..stats import _quiet, dead_flags
 from ..stats import fmt_num as _fmt
 from ._base import CauseRule, Context, Diagnosis
@@ -47,6 +47,8 @@ def find(c: Context) -> Diagnosis | None:
     too_high = t.update_ratio_high if L.logged and not clean else UPDATE_RATIO_UNLOGGED
     steps_u, ratio = c.update_ratio
     hi = np.flatnonzero(ratio > too_high)
+    if adaptive_optimizer(run):  # an adaptive optimizer's first step is lr per entry, whatever the gradient
+        hi = hi[hi > 0]
     if hi.size:
         signals.append(
             (
