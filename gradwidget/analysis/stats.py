@@ -352,7 +352,8 @@ class Series:
         self.recent_steps = run.steps[max(0, n - max_rows) :]
         self.block = max(1, -(-n // max_rows))
         self.exact = exact_reductions(run, block=self.block)
-        self.stats = layer_statistics(run, max_rows=min(max_rows, STAT_ROWS))
+        self._stats: pd.DataFrame | None = None
+        self._metric_stats: dict[str, dict[str, np.ndarray]] = {}
         self.coarse = log10_pos(self.exact.pop("coarse_grad_norm"))
         m = (n // self.block) * self.block
         self.coarse_steps = run.steps[n - m :][:: self.block] if n else run.steps
@@ -368,10 +369,21 @@ class Series:
             self._update_rows = update_ratio_rows(self.run, self.max_rows)
         return self._update_rows
 
+    @property
+    def stats(self) -> pd.DataFrame:
+        """``layer_statistics(run)``: every metric's statistics per layer, computed on first use
+        (the health table reads three metrics through ``stat``, not this table)."""
+        if self._stats is None:
+            self._stats = layer_statistics(self.run, max_rows=min(self.max_rows, STAT_ROWS))
+        return self._stats
+
     def stat(self, metric: str, name: str) -> np.ndarray:
-        """One statistic of one metric for every layer, in depth order."""
-        s = self.stats
-        return s.loc[s["metric"] == metric, name].to_numpy()
+        """One statistic of one metric for every layer, in depth order (the same sample of steps
+        as ``stats``), computed once per metric."""
+        if metric not in self._metric_stats:
+            rows = sample_rows(self.run.n_steps, min(self.max_rows, STAT_ROWS))
+            self._metric_stats[metric] = column_stats(self.run._M3[rows, METRICS.index(metric)])
+        return self._metric_stats[metric][name]
 
 
 def trend_fit(y: np.ndarray, window: int, x: np.ndarray | None = None) -> tuple[float, float, float, int]:
