@@ -245,8 +245,12 @@ def trailing_median(y: np.ndarray, w: int) -> np.ndarray:
     head = min(w - 1, y.shape[0])
     for k in range(head):  # the first rows: the median of what came so far
         out[k] = np.median(y[: k + 1], axis=0)
-    if y.shape[0] >= w:
-        out[w - 1 :] = np.median(np.lib.stride_tricks.sliding_window_view(y, w, axis=0), axis=-1)
+    if y.shape[0] >= w:  # each window sorted (w is small), in chunks of rows: no copy of the whole view
+        v = np.lib.stride_tricks.sliding_window_view(y, w, axis=0)
+        rows = max(1, (1 << 22) // max(1, v.shape[1] * w))
+        for a in range(0, v.shape[0], rows):
+            srt = np.sort(v[a : a + rows], axis=-1)
+            out[w - 1 + a : w - 1 + a + srt.shape[0]] = 0.5 * (srt[..., (w - 1) // 2] + srt[..., w // 2])
     return out
 
 
@@ -266,8 +270,9 @@ def update_ratio_rows(run: Run, max_rows: int = MAX_ROWS) -> np.ndarray:
     keeping only steps where an update was measured (update_norm is measured every few steps); inf
     where the update or the weight norm overflowed."""
     c = run._M3[max(0, run.n_steps - 2 * max_rows) :]
-    u = c[:, METRICS.index("update_norm")].astype(np.float64)
-    w = c[:, METRICS.index("weight_norm")].astype(np.float64)
+    u, w = c[:, METRICS.index("update_norm")], c[:, METRICS.index("weight_norm")]
+    rows = ~np.isnan(u).all(axis=1) | np.isinf(w).any(axis=1)  # the others are all NaN: dropped below
+    u, w = u[rows].astype(np.float64), w[rows].astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         r = np.where(w > 0, u / w, np.nan)
     r = np.where(np.isinf(u) | np.isinf(w), np.inf, r)  # an overflowed update or weight: not "no drift"
