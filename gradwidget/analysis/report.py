@@ -152,8 +152,8 @@ class Report:
                 else ("Training progress: too few loss values to judge a trend.")
             )
         per = f"{tr.slope:+.3g} per step (99% interval {tr.low:+.3g} to {tr.high:+.3g}, {tr.n} points)"
-        word = "falling" if tr.falling else "rising" if tr.rising else "without a clear trend"
-        return f"Training progress: the loss is {word}, {per}."
+        word = "is falling" if tr.falling else "is rising" if tr.rising else "has no clear trend yet"
+        return f"Training progress: the loss {word}, {per}."
 
     def direction_series(self, layer) -> pd.DataFrame:
         """Per-step direction of one layer's gradient norm (``flow.direction_series``), on demand."""
