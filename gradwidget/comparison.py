@@ -154,10 +154,10 @@ def _pairs(a: Run, b: Run) -> list[tuple[str, str]]:
 
 def _cause_changes(labels: list[str], reports: list) -> list[CauseChange]:
     """Per cause found in any run: where it is, and whether the later runs gained or lost it."""
-    first = {r.cause: r for r in reports[0].recommendations}
+    first = {r.cause: r for r in reports[0].diagnoses}
     out = []
     for lab, rep in zip(labels[1:], reports[1:]):
-        later = {r.cause: r for r in rep.recommendations}
+        later = {r.cause: r for r in rep.diagnoses}
         for cause in list(first) + [c for c in later if c not in first]:
             a, b = first.get(cause), later.get(cause)
             status = "persisted" if a and b else "disappeared" if a else "appeared"

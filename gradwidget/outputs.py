@@ -33,12 +33,13 @@ MARK_NONFINITE = "X"
 
 
 class GradientHealth(str, Enum):
+    """The verdict, in the one vocabulary of every output (``analysis.causes.verdict``; the original
+    crate's MinorIssues / ProblemsDetected are gone: one run, one word)."""
+
     HEALTHY = "Healthy"
-    MINOR_ISSUES = "MinorIssues"
-    PROBLEMS_DETECTED = "ProblemsDetected"
+    WARNING = "Warning"
     CRITICAL = "Critical"
-    #: not in the original crate: an empty run has nothing to judge (it called one Healthy); the same
-    #: word ``analyze`` uses for it
+    #: an empty run has nothing to judge (the original crate called one Healthy)
     UNKNOWN = "Unknown"
 
 
@@ -66,15 +67,14 @@ class GradientFlowSummary:
             + (f" (steps {self.first_step}..{self.last_step})" if self.total_steps else ""),
             f"  steps with an issue: {self.issue_step_ratio:.0%}",
         ]
-        # what each list measures is said with it: the diagnoses below may name more layers (a
-        # vanishing cause also names layers far below the output layer but above the threshold)
-        for label, criterion, names in (
-            ("vanishing", ", mean |g| under the vanishing threshold", self.layers_with_vanishing_grads),
-            ("exploding", ", over the exploding threshold", self.layers_with_exploding_grads),
-            ("non-finite", ", with NaN/Inf gradients", self.layers_with_nonfinite_grads),
+        # the layers the diagnoses name: the same count the panel, the report and analyze() give
+        for label, names in (
+            ("vanishing", self.layers_with_vanishing_grads),
+            ("exploding", self.layers_with_exploding_grads),
+            ("non-finite", self.layers_with_nonfinite_grads),
         ):
             if names:
-                lines.append(f"  {label} layers ({len(names)}){criterion}: {', '.join(names)}")
+                lines.append(f"  {label} layers ({len(names)}): {', '.join(names)}")
         lines.append("Recommendations:")
         lines += [f"  - {r}" for r in self.recommendations]
         return "\n".join(lines)
@@ -217,51 +217,30 @@ def issue_step_ratio(run: Run) -> float:
     return float((run.vanishing() | run.exploding()).any(axis=1).mean())
 
 
-def health_of(report) -> GradientHealth:
-    """The summary's health, from the analysis verdict (one definition, ``analysis.causes.verdict``):
-    Critical stays Critical, a Warning with a High diagnosis is ProblemsDetected and one with only
-    Medium ones MinorIssues, Healthy and Unknown stay."""
-    h = report.overall_health
-    if h == "Warning":
-        high = any(r.priority == "High" for r in report.recommendations)
-        return GradientHealth.PROBLEMS_DETECTED if high else GradientHealth.MINOR_ISSUES
-    return GradientHealth(h)
-
-
 def summary(run: Run, report=None) -> GradientFlowSummary:
     """The original crate's summary report, judged by the analysis (``report``, computed when not
-    given) so that it and ``analyze`` never disagree: the same verdict, the same layers (vanishing on
-    at least ``minor_issue_ratio`` of steps and not dead, exploding or non-finite on any step), and
-    the ranked diagnoses as its recommendations. Layers in depth order."""
+    given) so that it and ``analyze`` never disagree: the same verdict, the layers the vanishing,
+    exploding and NaN/Inf diagnoses name (depth order), and the ranked diagnoses as its
+    recommendations."""
     if run.n_layers == 0 or run.n_steps == 0:
-        health, layers, recs = GradientHealth.UNKNOWN, None, []
+        health, found, recs = GradientHealth.UNKNOWN, [], []
     else:
         if report is None:
             from .analysis import analyze
 
             report = analyze(run)
-        health, layers = health_of(report), report.layers
-        recs = [f"{r.text} {r.action[:1].upper()}{r.action[1:]}." for r in report.recommendations]
-    names = [] if layers is None else list(layers["layer"])
+        health, found = GradientHealth(report.overall_health), report.diagnoses
+        recs = [f"{d.text} {d.action[:1].upper()}{d.action[1:]}." for d in found]
 
-    def named(mask) -> list[str]:
-        return [n for n, m in zip(names, mask) if m]
+    def named(cause: str) -> list[str]:
+        said = {n for d in found if d.cause == cause for n in d.layers}
+        return [n for n in run.layer_names if n in said]
 
-    t = run.thresholds
-    vl = (
-        named((layers["vanishing_share"] >= t.minor_issue_ratio) & (layers["dead_share"] < t.minor_issue_ratio))
-        if layers is not None
-        else []
-    )
-    el = named(layers["exploding_share"] > 0) if layers is not None else []
-    nl = named(layers["nonfinite_total"] > 0) if layers is not None else []
     recs.append(
         {
             GradientHealth.CRITICAL: "CRITICAL: Training stability is severely compromised — halt training "
             "and diagnose before continuing.",
-            GradientHealth.PROBLEMS_DETECTED: "Significant gradient issues detected: act on the diagnoses above.",
-            GradientHealth.MINOR_ISSUES: "Minor gradient issues detected. Monitor closely; intervention may "
-            "not be required immediately.",
+            GradientHealth.WARNING: "Gradient issues detected: act on the diagnoses above.",
             GradientHealth.HEALTHY: "Gradients appear healthy — no immediate action required.",
             GradientHealth.UNKNOWN: "No steps were recorded yet, so there is nothing to judge: train for a few "
             "steps (with the Recorder attached, or record() called) and look again.",
@@ -271,9 +250,9 @@ def summary(run: Run, report=None) -> GradientFlowSummary:
         total_steps=run.n_steps,
         first_step=int(run.steps[0]) if run.n_steps else None,
         last_step=int(run.steps[-1]) if run.n_steps else None,
-        layers_with_vanishing_grads=vl,
-        layers_with_exploding_grads=el,
-        layers_with_nonfinite_grads=nl,
+        layers_with_vanishing_grads=named("vanishing"),
+        layers_with_exploding_grads=named("exploding"),
+        layers_with_nonfinite_grads=named("nonfinite"),
         issue_step_ratio=issue_step_ratio(run),
         overall_health=health,
         recommendations=recs,

@@ -96,7 +96,7 @@ def _rec_text(rec: Any) -> tuple[str, str]:
 
 
 def _recommendations_html(report) -> str:
-    recs = getattr(report, "recommendations", None)
+    recs = getattr(report, "diagnoses", None)
     if recs is None:
         return "<p>No recommendations.</p>"
     if hasattr(recs, "iterrows"):
@@ -121,7 +121,7 @@ def worst_layers(report, k: int = 4) -> list[str]:
     """Names of up to ``k`` layers in most need of attention: the layers the ranked diagnoses name
     (Critical, High and Medium ones, in rank order), none for a healthy run."""
     out: list[str] = []
-    for r in getattr(report, "recommendations", None) or []:
+    for r in getattr(report, "diagnoses", None) or []:
         if r.priority == "Low":
             continue
         out.extend(n for n in r.layers if n not in out)
@@ -213,9 +213,7 @@ def render_report(report, title: str | None = None) -> str:
     overall = _enum_text(getattr(report, "overall_health", "Unknown"))
     color = {
         "Healthy": "#2e7d32",
-        "MinorIssues": "#ef8f00",
         "Warning": "#ef8f00",
-        "ProblemsDetected": "#d84315",
         "Critical": "#c62828",
     }.get(overall, "#8a8a8a")
     span = f"steps {int(run.steps[0])}–{int(run.steps[-1])}" if run.n_steps else "no steps"

@@ -2,9 +2,10 @@
 
 Defaults come from the original crate (vanishing: mean |g| < 1e-7, exploding: max |g| > 1e3),
 except where the diagnosis zoo's healthy runs showed them flagging batch noise (each such field says
-how it was calibrated); the diagnoses' own calibrated bounds live with their rules in
-``analysis/causes.py``. Documented here so a tiny model and a huge one can be tuned with one object. Scale-free
-signals (a layer vs. the median layer, the update/weight ratio) complement the absolute ones.
+how it was calibrated). A bound read by more than one cause, or by a cause and a plot, is defined
+here once; a bound only one cause reads lives in that cause's module (``analysis/causes/``), with
+how it was set. Documented here so a tiny model and a huge one can be tuned with one object.
+Scale-free signals (a layer vs. the median layer, the update/weight ratio) complement the absolute ones.
 """
 
 from __future__ import annotations
@@ -25,9 +26,24 @@ class Thresholds:
     relative_exploding: float = 1e3
     #: a layer-step is *dead* when at least this fraction of its gradient entries is exactly zero.
     dead_zero_fraction: float = 0.99
-    #: healthy update/weight norm ratio band (per step); outside it the learning rate is suspect.
-    update_ratio_low: float = 1e-5
+    #: healthy band of the update/weight norm ratio per step, read by the diagnoses (lr_too_low below
+    #: it with a loss that does not fall, lr_too_high above it with one that does not fall cleanly),
+    #: the health risk factors, the drift and the plots alike. The zoo's healthy calibration runs:
+    #: typical layer 2.9e-3 to 2.9e-2 (median over steps); its lr_too_low runs 1.1e-6 to 1.5e-3.
+    update_ratio_low: float = 1e-4
     update_ratio_high: float = 1e-1
+    #: the typical layer's weight norm grown this many times over the run: the steps are too large
+    #: (the zoo's healthy runs: under 3x; lr x30-100: 10x and more).
+    weight_blowup: float = 10.0
+    #: a classifier's loss within this share of ln(classes) is at chance level (the zoo's healthy
+    #: runs start at 0.86-1.01 x ln(classes)).
+    chance_tolerance: float = 0.05
+    #: a first loss above this is a sum over the batch, not a mean (a per-sample cross entropy starts
+    #: at ln(classes), under 12 even for a 100,000-token vocabulary).
+    summed_loss_start: float = 40.0
+    #: the output bias gradient's largest entry within which a loss is a batch mean (a mean of
+    #: (p - y) is at most 1; a sum over B samples reaches B).
+    mean_loss_bias_grad: float = 1.5
     #: a series is *oscillating* when more than this fraction of consecutive differences flip sign.
     oscillation: float = 0.6
     #: a series is on a *plateau* when its relative change per step stays below this.
@@ -35,8 +51,8 @@ class Thresholds:
     #: ... and its fitted line moves by less than this share of its level over the whole plateau (a
     #: slow, steady descent over a long run is progress, not a plateau).
     plateau_total_change: float = 0.05
-    #: share of recorded steps with an issue that makes the run "MinorIssues" / "Problems" /
-    #: "Critical" (the original crate: 0.1 / 0.3 / 0.5).
+    #: shares of recorded steps: a layer flagged on at least the first counts (dead, vanishing), the
+    #: others grade a plateau's and a dead zone's extent (the original crate: 0.1 / 0.3 / 0.5).
     minor_issue_ratio: float = 0.1
     problem_issue_ratio: float = 0.3
     critical_issue_ratio: float = 0.5

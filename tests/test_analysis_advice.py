@@ -80,10 +80,10 @@ def test_suggestions_cover_each_kind_with_evidence():
         advice.PRIORITY_ORDER.index(p.urgency) for p in pri
     )
 
-    recs = analyze(s.run).recommendations  # causes, ranked, one action each
+    recs = analyze(s.run).diagnoses  # causes, ranked, one action each
     causes = [r.cause for r in recs]
     assert {"exploding", "dead_units"} <= set(causes)
-    assert all(r.text and r.action and r.evidence and r.cause == r.kind for r in recs)
+    assert all(r.text and r.action and r.evidence and r.cause and r.title for r in recs)
     assert [advice.PRIORITY_ORDER.index(r.priority) for r in recs] == sorted(
         advice.PRIORITY_ORDER.index(r.priority) for r in recs
     )
@@ -93,7 +93,7 @@ def test_a_healthy_run_gets_no_recommendations():
     rng = np.random.default_rng(0)
     g = 0.1 * np.exp(0.05 * rng.standard_normal((T, 4)))
     rep = analyze(synth(g, loss=np.exp(-0.01 * np.arange(T))))
-    assert rep.overall_health == "Healthy" and rep.recommendations == []
+    assert rep.overall_health == "Healthy" and rep.diagnoses == []
     assert "No problems found" in rep.summary_text()
     assert (rep.layers["suggestion"] == "").all() and (rep.layers["flags"] == "").all()
 
@@ -101,24 +101,24 @@ def test_a_healthy_run_gets_no_recommendations():
 def test_plateau_recommendation():
     loss = np.concatenate([np.linspace(2, 1, 100), np.full(400, 1.0)])
     rep = analyze(synth(np.full((500, 2), 0.1), loss=loss))
-    (r,) = rep.recommendations
-    assert r.kind == "plateau" and "plateaued" in r.text and rep.dynamics.learning_phase == "Plateau"
+    (r,) = rep.diagnoses
+    assert r.cause == "plateau" and "plateaued" in r.text and rep.dynamics.learning_phase == "Plateau"
 
 
 def test_causes_rank_by_priority_then_precedence_and_give_one_verdict():
     from gradwidget.analysis import causes
 
     c = [
-        causes.Cause("frozen", "Low", ["f"], 0, "e", 1.0),
-        causes.Cause("vanishing", "High", ["a"], 3, "e", 0.5),
-        causes.Cause("not_in_optimizer", "High", ["b"], 0, "e", 1.0),
+        causes.Diagnosis("frozen", "Low", ["f"], 0, "e", 1.0),
+        causes.Diagnosis("vanishing", "High", ["a"], 3, "e", 0.5),
+        causes.Diagnosis("not_in_optimizer", "High", ["b"], 0, "e", 1.0),
     ]
     c.sort(key=lambda x: (causes.PRIORITY_ORDER.index(x.priority), causes.CAUSES.index(x.cause)))
     assert [x.cause for x in c] == ["not_in_optimizer", "vanishing", "frozen"]  # root cause before symptom
     assert causes.verdict(c) == "Warning" and causes.verdict(c[2:]) == "Healthy" and causes.verdict([]) == "Healthy"
-    assert causes.verdict([causes.Cause("nonfinite", "Critical", [], 0, "e", 1.0)]) == "Critical"
+    assert causes.verdict([causes.Diagnosis("nonfinite", "Critical", [], 0, "e", 1.0)]) == "Critical"
     run = synth(np.full((10, 3), 0.1))
-    h = causes.layer_verdicts(run, c + [causes.Cause("nonfinite", "Critical", ["l1.weight"], 0, "e", 1.0)])
+    h = causes.layer_verdicts(run, c + [causes.Diagnosis("nonfinite", "Critical", ["l1.weight"], 0, "e", 1.0)])
     assert list(h) == ["Healthy", "Critical", "Healthy"]
 
 
@@ -190,7 +190,7 @@ def test_a_nan_after_the_weights_grew_tenfold_says_lower_the_learning_rate(growt
             v[M["nonfinite"]] = 4
         run.append(s, v)
     run.nonfinite_origin = NonfiniteOrigin("b.act", 5, "forward")
-    nf = next(r for r in analyze(run).recommendations if r.cause == "nonfinite")
+    nf = next(r for r in analyze(run).diagnoses if r.cause == "nonfinite")
     assert "b.act" in nf.evidence and nf.action.startswith("fix b.act")
     assert ("lower the learning rate" in nf.action) == (growth >= 10)
     assert ("weight norm had grown 20x" in nf.evidence) == (growth >= 10)

@@ -34,7 +34,7 @@ def test_a_loss_that_swings_is_a_rebound_and_batch_noise_is_not():
     swings = np.where(np.arange(T) % 2, 10.5, 0.01)  # 0 <-> 10.5, start 2.3
     swings[:10] = np.linspace(2.3, 1.0, 10)
     rep = analyze(synth(np.full((T, 2), 0.1), loss=swings))
-    assert rep.recommendations[0].cause == "lr_too_high" and rep.recommendations[0].first_step <= 15
+    assert rep.diagnoses[0].cause == "lr_too_high" and rep.diagnoses[0].first_step <= 15
 
 
 def test_gradients_summed_over_steps_are_missing_zero_grad():
@@ -42,10 +42,10 @@ def test_gradients_summed_over_steps_are_missing_zero_grad():
     h = 0.1 * (1 + 0.3 * rng.standard_normal((T, 3)))  # one step's gradient norm per layer
     acc = np.cumsum(h, axis=0)  # never zeroed: each step adds to the last
     rep = analyze(synth(acc, loss=np.linspace(2.3, 2.0, T)))
-    top = rep.recommendations[0]
+    top = rep.diagnoses[0]
     assert top.cause == "missing_zero_grad" and top.first_step == 0 and "added to the last" in top.evidence
     healthy = analyze(synth(h, loss=np.linspace(2.3, 0.5, T)))
-    assert not healthy.recommendations and healthy.overall_health == "Healthy"
+    assert not healthy.diagnoses and healthy.overall_health == "Healthy"
 
 
 def test_a_layer_the_optimizer_never_moves_is_named():
@@ -53,7 +53,7 @@ def test_a_layer_the_optimizer_never_moves_is_named():
     upd = np.full((T, 3), 1e-3)
     upd[:, 1] = np.nan  # the optimizer does not hold l1
     rep = analyze(synth(g, update=upd, loss=np.linspace(2.3, 0.5, T)))
-    (r,) = rep.recommendations
+    (r,) = rep.diagnoses
     assert r.cause == "not_in_optimizer" and r.layers == ["l1.weight"] and r.priority == "High"
     assert "optimizer" in r.action and rep.layers.set_index("layer").loc["l1.weight", "health"] == "Warning"
 
@@ -63,7 +63,7 @@ def test_a_summed_loss_is_named_and_its_symptom_folded():
     loss = np.full(T, 150.0)
     loss[60:] = np.inf  # and it blew up
     rep = analyze(synth(g, loss=loss))
-    top = rep.recommendations[0]
+    top = rep.diagnoses[0]
     assert top.cause == "loss_scale" and top.priority == "Critical"
     assert any(x.startswith("nonfinite") for x in top.explains) and "reduction='mean'" in top.action
 
@@ -71,7 +71,48 @@ def test_a_summed_loss_is_named_and_its_symptom_folded():
 def test_a_trainer_that_already_clips_is_not_told_to_clip():
     swings = np.where(np.arange(T) % 2, 10.5, 0.01)
     run = synth(np.full((T, 2), 0.1), loss=swings)
-    assert "clip_grad_norm_" in analyze(run).recommendations[0].action
+    assert "clip_grad_norm_" in analyze(run).diagnoses[0].action
     run.meta["clipped_at"] = 1.0  # written by the trainer callbacks
-    action = analyze(run).recommendations[0].action
+    action = analyze(run).diagnoses[0].action
     assert "already clips at 1" in action and "clip_grad_norm_" not in action
+
+
+def test_every_cause_module_is_registered_once_in_precedence_order():
+    """Adding a cause is adding a module with a RULE and naming it in the registry: a module left
+    out of ``RULES`` (or a rule named after another module) fails here."""
+    import importlib
+    import pkgutil
+
+    from gradwidget.analysis import causes
+
+    mods = [m.name for m in pkgutil.iter_modules(causes.__path__) if not m.name.startswith("_")]
+    assert sorted(mods) == sorted(causes.CAUSES) and len(set(causes.CAUSES)) == len(causes.CAUSES)
+    for name in mods:
+        rule = importlib.import_module(f"gradwidget.analysis.causes.{name}").RULE
+        assert rule.name == name and rule.title and rule in causes.RULES
+        assert set(rule.explains) <= set(causes.CAUSES) and set(rule.contradicts) <= set(causes.CAUSES)
+
+
+def test_a_too_high_rate_rules_out_a_too_low_one_and_folds_what_it_explains():
+    """Found together, lr_too_high drops lr_too_low (it does not 'explain' it); the exploding
+    gradients it caused fold into it, and the NaN that followed (with a traced origin) is kept
+    right after it, raising it to Critical."""
+    from gradwidget.analysis import causes
+    from gradwidget.analysis.causes._engine import settle
+    from gradwidget.origin import NonfiniteOrigin
+
+    def d(cause, prio, step, **kw):
+        return causes.Diagnosis(cause, prio, ["l0.weight"], step, f"{cause} evidence", 0.5, **kw)
+
+    origin = NonfiniteOrigin(module="l1", module_type="Linear", step=9, phase="forward")
+    found = {
+        "lr_too_high": d("lr_too_high", "High", 3),
+        "lr_too_low": d("lr_too_low", "Medium", 0),
+        "exploding": d("exploding", "High", 5),
+        "nonfinite": d("nonfinite", "Critical", 9, origin=origin),
+    }
+    settle(found, causes.RULES)
+    assert set(found) == {"lr_too_high", "nonfinite"}
+    hi = found["lr_too_high"]
+    assert hi.priority == "Critical" and hi.explains == ["exploding: exploding evidence"]
+    assert found["nonfinite"].after == "lr_too_high" and not any("lr_too_low" in e for e in hi.explains)

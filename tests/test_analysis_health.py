@@ -396,7 +396,7 @@ def test_a_dead_layer_is_dead_not_vanishing(zero_frac):
     z[:, 0] = zero_frac
     rep = analyze(synth(g, zero_frac=z))
     assert kinds(rep.risk_factors, "l0.weight") == {"dead"}
-    recs = {r.cause: r for r in rep.recommendations}
+    recs = {r.cause: r for r in rep.diagnoses}
     assert recs["dead_units"].layers == ["l0.weight"] and "vanishing" not in recs
     assert "re-initialise l0.weight" in rep.layers.suggestion[0]
     regs = {r.kind: r for r in rep.regions}

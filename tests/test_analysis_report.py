@@ -44,17 +44,14 @@ def test_report_table_json_and_text():
     assert rep.overall_health == "Critical"
     d = json.loads(rep.to_json())
     assert d["overall_health"] == "Critical" and len(d["layers"]) == 5 and d["run"]["n_steps"] == 30
-    assert d["crate_summary"]["layers_with_vanishing_grads"] == ["vanish"]
-    assert "_crate_summary" not in d and set(d["run"]) == {"n_layers", "n_steps", "first_step", "last_step"}
-    from gradwidget._warnings import GradwidgetDeprecationWarning
-
-    with pytest.warns(GradwidgetDeprecationWarning, match="use Report.crate_summary"):
-        assert rep.seed_summary is rep.crate_summary  # the old name still works
+    said = [n for x in rep.diagnoses if x.cause == "vanishing" for n in x.layers]
+    assert run.summary().layers_with_vanishing_grads == said  # one count: the diagnosis's
+    assert "_parts" not in d and set(d["run"]) == {"n_layers", "n_steps", "first_step", "last_step"}
     assert {r["kind"] for r in d["regions"]} >= {"vanishing", "exploding"}
     assert d["network"]["available"] is False
     first = rep.summary_text().splitlines()[0]
     assert first.startswith("Gradient health: Critical") and "5 layers over 30 recorded steps" in first
-    assert rep.recommendations[0].priority == "Critical"
+    assert rep.diagnoses[0].priority == "Critical"
 
 
 def test_to_html_writes_the_report(tmp_path):
@@ -140,7 +137,7 @@ def test_vanishing_deep_sigmoid_stack_names_the_input_layers_first():
             opt.step()
         rec_run = rec.run
     rep = analyze(rec_run)
-    top = rep.recommendations[0]
+    top = rep.diagnoses[0]
     assert top.cause == "vanishing" and top.priority == "High" and top.first_step == 0
     assert top.layers[0] in ("0.weight", "0.bias") and "residual" in top.action  # a plain MLP: no skips yet
     (reg,) = [r for r in rep.regions if r.kind == "vanishing"]
@@ -164,7 +161,7 @@ def test_exploding_learning_rate_is_critical_and_named():
     run = _train(model, opt, 12)
     rep = analyze(run)
     assert rep.overall_health == "Critical"
-    top, nan = rep.recommendations  # the cause, with its symptoms folded in ...
+    top, nan = rep.diagnoses  # the cause, with its symptoms folded in ...
     assert top.cause == "lr_too_high" and top.priority == "Critical" and top.layers and top.first_step <= 1
     assert any(x.startswith("exploding:") for x in top.explains)
     assert "lower the learning rate" in top.action
@@ -193,7 +190,7 @@ def test_dead_relu_layer_from_a_large_negative_bias():
     assert zone.recovery == "Low" and zone.intervention_required
     att = [p for p in rep.critical_paths if p.kind == "attenuation"][0]
     assert att.reaches_zero and "falls to exactly zero" in rep.summary_text()
-    dead = rep.recommendations[0]
+    dead = rep.diagnoses[0]
     assert dead.cause == "dead_units" and dead.layers[:2] == ["2.bias", "2.weight"]
     assert dead.layers[-1] == "4.weight"  # starved of input by the dead units: affected, named last
     assert "re-initialise 2.bias" in dead.action and dead.first_step == 0
@@ -238,7 +235,7 @@ def test_summary_gives_the_convergence_estimate():
     rep = analyze(synth(np.full((250, 2), 0.1), loss=1 + 4 * np.exp(-0.01 * t)))
     c = rep.convergence
     assert c.trend == "Converging" and c.estimated_steps_to_convergence == pytest.approx(109, abs=1)
-    assert f"in about {c.estimated_steps_to_convergence} steps" in rep.summary_text()
+    assert "Training progress: the loss is falling" in rep.summary_text()  # one account of progress
     json.loads(rep.to_json())
 
 

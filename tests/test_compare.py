@@ -45,7 +45,7 @@ def test_the_fix_makes_the_vanishing_diagnosis_disappear(tmp_path):
     g = cmp.final[(cmp.final.metric == "grad_norm")].set_index("layer")["log_ratio"]
     assert g["0.weight"] > 2  # the input layer's gradient is back, by decades
     assert cmp.layers.loc[cmp.layers.layer == "0.weight", "health (sigmoid)"].item() != "Healthy"
-    assert "vanishing" not in {r.cause for r in cmp.reports[1].recommendations}
+    assert "vanishing" not in {r.cause for r in cmp.reports[1].diagnoses}
     out = cmp.to_html(tmp_path / "cmp.html")
     text = out.read_text()
     assert not re.search(r'(src|href)="(?!data:|#)', text) and text.count("data:image/png;base64,") >= 3

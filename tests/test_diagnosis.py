@@ -11,7 +11,6 @@ import zoo  # noqa: E402 (skipped without torch)
 from zoo import score  # noqa: E402 (skipped without torch)
 
 from gradwidget import analyze  # noqa: E402 (skipped without torch)
-from gradwidget.outputs import health_of  # noqa: E402 (skipped without torch)
 
 #: FAST cases the analysis still gets wrong, and why (strict: the test fails when one is fixed, so
 #: this list stays true).
@@ -37,10 +36,10 @@ def _report(case, zoo_cache, reports):
 @pytest.mark.parametrize("case", HEALTHY, ids=lambda c: c.id)
 def test_a_healthy_real_model_gets_no_alarm(case, zoo_cache, reports):
     run, rep = _report(case, zoo_cache, reports)
-    alarms = [r for r in rep.recommendations if r.priority in ("Critical", "High", "Medium")]
+    alarms = [r for r in rep.diagnoses if r.priority in ("Critical", "High", "Medium")]
     assert not alarms, [(r.cause, r.evidence) for r in alarms]
     assert rep.overall_health == "Healthy" and set(rep.layers["health"]) <= {"Healthy", "Unknown"}
-    assert health_of(rep).value == "Healthy" == run.summary().overall_health.value  # one verdict
+    assert rep.overall_health == "Healthy" == run.summary().overall_health.value  # one verdict
 
 
 @pytest.mark.slow
@@ -54,9 +53,9 @@ def test_a_healthy_real_model_gets_no_alarm(case, zoo_cache, reports):
 )
 def test_the_right_cause_is_ranked_first(case, zoo_cache, reports):
     run, rep = _report(case, zoo_cache, reports)
-    assert rep.recommendations, "nothing reported"
-    top = rep.recommendations[0]
-    assert top.cause == case.cause, [(r.cause, r.priority, r.evidence[:120]) for r in rep.recommendations]
+    assert rep.diagnoses, "nothing reported"
+    top = rep.diagnoses[0]
+    assert top.cause == case.cause, [(r.cause, r.priority, r.evidence[:120]) for r in rep.diagnoses]
     assert top.priority in ("Critical", "High", "Medium", "Low") and top.action and top.evidence
     assert rep.overall_health != "Healthy" or top.priority == "Low"
     if not case.slow_onset:
@@ -65,7 +64,7 @@ def test_the_right_cause_is_ranked_first(case, zoo_cache, reports):
         recall, precision = score.layer_match(case.fault_layers, top.layers)
         assert recall >= 0.5 and precision >= 0.5, (recall, precision, top.layers[:8], case.fault_layers)
         assert top.layers[0] in case.fault_layers  # most affected first
-    assert health_of(rep) == run.summary().overall_health  # one verdict
+    assert rep.overall_health == run.summary().overall_health.value  # one verdict
 
 
 @pytest.mark.slow
@@ -75,6 +74,6 @@ def test_a_classifier_stuck_at_chance_with_a_fading_gradient_is_vanishing(zoo_ca
     two together name both starved convs, weights and biases."""
     case = next(c for c in zoo.CASES if c.id == "cnn-sgd-s0-vanishing_small_init")
     run, rep = _report(case, zoo_cache, reports)
-    top = rep.recommendations[0]
+    top = rep.diagnoses[0]
     assert top.cause == "vanishing" and "has not moved from chance" in top.evidence
     assert score.layer_match(case.fault_layers, top.layers) == (1.0, 1.0), top.layers

@@ -41,7 +41,7 @@ def softmax_ce(out, y):
 
 
 def saturated(rep):
-    return [r for r in rep.recommendations if r.cause == "saturated_output"]
+    return [r for r in rep.diagnoses if r.cause == "saturated_output"]
 
 
 def test_probabilities_into_cross_entropy_is_named_with_the_output_layer():
@@ -51,7 +51,7 @@ def test_probabilities_into_cross_entropy_is_named_with_the_output_layer():
     assert g.ops == ["NllLoss", "LogSoftmax", "Softmax", "Addmm"]  # loss first, down to the output Linear
     assert [m.kind for m in g.mistakes] == ["softmax_cross_entropy"] and not g.mistakes[0].in_model
     rep = analyze(rec.run)
-    top = rep.recommendations[0]
+    top = rep.diagnoses[0]
     assert top.cause == "saturated_output" and top.priority == "High"
     assert top.layers == ["2.weight", "2.bias"]  # the output layer, whose logits are squashed
     assert "softmax applied to the logits before cross_entropy" in top.evidence
@@ -63,7 +63,7 @@ def test_a_softmax_module_as_the_models_last_module_counts_too():
     rec = train(classifier(nn.Softmax(dim=-1)), nn.CrossEntropyLoss())
     m = LossGraph.of_run(rec.run).mistakes
     assert len(m) == 1 and m[0].in_model and m[0].module == "3"
-    top = analyze(rec.run).recommendations[0]
+    top = analyze(rec.run).diagnoses[0]
     assert top.cause == "saturated_output" and top.layers == ["2.weight", "2.bias"]
     assert (
         "the model's last module 3" in top.evidence and "remove the softmax (the model's last module, 3)" in top.action
@@ -109,7 +109,7 @@ def test_the_finding_survives_a_run_directory(tmp_path):
     back = load_run(tmp_path / "run")
     assert back.meta["loss_graph"] == rec.run.meta["loss_graph"]
     assert LossGraph.of_run(back).mistakes[0].kind == "softmax_cross_entropy"
-    assert analyze(back).recommendations[0].cause == "saturated_output"
+    assert analyze(back).diagnoses[0].cause == "saturated_output"
 
 
 def test_a_detached_or_number_loss_leaves_no_graph_and_the_hooks_go():
@@ -194,7 +194,7 @@ def test_a_cross_entropy_starting_at_twice_chance_is_an_exploding_init():
     assert LossGraph.of_run(rec.run).cross_entropy
     start = rec.run.scalar("loss")[0] / torch.log(torch.tensor(4.0)).item()
     assert 2 < start < 5  # below the 5x that a loss of unknown kind needs
-    top = analyze(rec.run).recommendations[0]
+    top = analyze(rec.run).diagnoses[0]
     assert top.cause == "exploding" and top.layers[0] == "0.weight" and "initialised too large" in top.evidence
 
 
@@ -217,7 +217,7 @@ def test_the_graph_says_whether_the_loss_is_summed_over_the_batch(reduction):
     graph = LossGraph.of_run(rec.run)
     assert (graph.reducer, graph.reduction, graph.summed) == ("MseLoss", reduction, reduction == "sum")
     assert rec.run.scalar("loss")[0] > 40  # both start far above a per-sample loss
-    found = {r.cause: r for r in analyze(rec.run).recommendations}
+    found = {r.cause: r for r in analyze(rec.run).diagnoses}
     assert ("loss_scale" in found) == (reduction == "sum")
     if reduction == "sum":
         assert "MseLoss(reduction='sum')" in found["loss_scale"].evidence

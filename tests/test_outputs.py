@@ -141,10 +141,9 @@ def test_summary_report_healthy():
 
 
 def test_summary_levels_follow_the_analysis_verdict():
-    """One verdict: the summary's level is the analysis's (Medium diagnoses only: MinorIssues, a High
-    one: ProblemsDetected, a Critical one: Critical), never a second set of cut-offs."""
+    """One verdict in one vocabulary: the summary's level is the analysis's word (Healthy, Warning,
+    Critical), never a second set of cut-offs; its vanishing layers are the ones the diagnosis names."""
     from gradwidget import analyze
-    from gradwidget.outputs import health_of
 
     def run_with(bad_steps, kind):
         rec = ArrayRecorder()
@@ -153,14 +152,17 @@ def test_summary_levels_follow_the_analysis_verdict():
             if i < bad_steps:
                 g["x"] = np.full(4, {"van": 1e-9, "exp": 1e4, "nan": np.nan}[kind])
             rec.record(i, g)
+        rep = analyze(rec.run)
         s = rec.run.summary()
-        assert s.overall_health == health_of(analyze(rec.run))
+        assert s.overall_health.value == rep.overall_health
+        said = [n for d in rep.diagnoses if d.cause == "vanishing" for n in d.layers]
+        assert s.layers_with_vanishing_grads == said  # one count for one thing
         return s.overall_health
 
     assert run_with(0, "van") == GradientHealth.HEALTHY
-    assert run_with(4, "van") == GradientHealth.MINOR_ISSUES  # one layer, 40% of steps: Medium
-    assert run_with(6, "van") == GradientHealth.PROBLEMS_DETECTED  # most steps: High
-    assert run_with(2, "exp") == GradientHealth.PROBLEMS_DETECTED
+    assert run_with(4, "van") == GradientHealth.WARNING  # one layer, 40% of steps: Medium
+    assert run_with(6, "van") == GradientHealth.WARNING  # most steps: High
+    assert run_with(2, "exp") == GradientHealth.WARNING
     assert run_with(1, "nan") == GradientHealth.CRITICAL
 
 

@@ -615,15 +615,15 @@ def test_a_run_without_layers_shows_the_empty_message():
 
 
 # --------------------------------------------------------------------------- off the training thread
-def test_diagnoses_are_the_reports_top_recommendations():
+def test_diagnoses_are_the_reports_top_diagnoses():
     pytest.importorskip("gradwidget.analysis")
     run = synthetic_run(40)
     p = GradientPanel(run)
-    recs = p.report.recommendations
+    recs = p.report.diagnoses
     assert recs, "the synthetic run's vanishing layer should be diagnosed"
     assert 1 <= len(p.diagnoses) <= min(5, len(recs))
     d = p.diagnoses[0]
-    assert d["cause"] == getattr(recs[0], "cause", recs[0].kind)
+    assert d["cause"] == recs[0].cause
     assert d["text"] == recs[0].text and d["action"] == recs[0].action
     assert d["layers"] == list(recs[0].layers)[:20]
     assert d["layer_index"] == run.layer_index(recs[0].layers[0])

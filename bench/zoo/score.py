@@ -33,19 +33,19 @@ class Finding:
 
 
 def finding_of(rec) -> Finding:
-    """Read one recommendation defensively: ``cause`` when it has one, else its ``kind``."""
+    """One diagnosis as a finding."""
     step = getattr(rec, "first_step", None)
     return Finding(
         str(getattr(rec, "priority", "")),
-        str(getattr(rec, "cause", None) or rec.kind),
+        str(rec.cause),
         None if step is None else int(step),
         tuple(getattr(rec, "layers", None) or ()),
     )
 
 
 def findings_of(report) -> list[Finding]:
-    """The report's recommendations in rank order, as findings."""
-    return [finding_of(r) for r in report.recommendations]
+    """The report's diagnoses in rank order, as findings."""
+    return [finding_of(r) for r in report.diagnoses]
 
 
 @dataclass

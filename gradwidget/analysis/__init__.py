@@ -1,9 +1,10 @@
 """Analysis engine: pure, vectorised functions from a Run to a Report (no I/O, no widgets).
 
-``analyze(run)`` runs every analysis once over shared views of the run (``stats.Series``):
-statistics (stats), flow characteristics and regions (flow), flow network and critical paths
-(network), health (health), groups / suggestions / priorities / recommendations (advice), and
-weights (weights) when weight arrays are given.
+``analyze(run)`` computes what every output shows, once, over shared views of the run
+(``stats.Series``): the per-layer flow characteristics and risk factors the health table reads,
+the evidence, and the diagnoses (``causes/``: one module per cause). The original crate's other
+analyses (network, critical paths, stability, groups, advice, interplay, the explosion table) are
+the Report's on-demand properties: computed on first use, never on the panel's refresh.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import pandas as pd
 
 from ..run import Run
 from ..thresholds import as_thresholds
-from . import advice, causes, evidence, flow, health, network, nonfinite, stats
+from . import causes, evidence, flow, health, network, nonfinite, stats
 from .report import Report
-from .weights import analyze_weights, drift_from_run, gradient_explosion, weights_from_module
+from .weights import analyze_weights, weights_from_module
 
 __all__ = ["analyze", "Report", "analyze_weights", "weights_from_module"]
 
@@ -56,56 +57,31 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None, max_
     factors = health.risk_factors(s, fl)
     hl = health.layer_health(s, fl, factors)
     regs = flow.regions(s)
-    net = network.flow_network(s, fl)
-    paths = network.critical_paths(s)
-    dist = health.distribution(s, (hl["health"] != "Unknown").to_numpy())
-    inter = health.interactions(s)
-    conv = health.convergence(s, hl)
     dyn = health.dynamics(s)
-    arch = evidence.architecture(run)
-    found = causes.find_causes(s, factors, regs, dyn, arch)
-    hl["health"] = causes.layer_verdicts(run, found)  # one verdict: the layers the causes name
-    stab = health.stability(s, fl, factors)
-    groups = advice.layer_groups(s, hl)
-    sugg = advice.suggestions(factors, regs)
-    prio = advice.priorities(hl, sugg, regs, groups, dyn, stab.forecast)
-    recs = advice.recommendations(found, run, arch)
+    loss = evidence.loss_evidence(run)
+    ctx = causes.Context(s, factors, regs, dyn, loss, evidence.architecture(run))
+    found = causes.diagnose(ctx)
+    hl["health"] = causes.layer_verdicts(run, found)  # one verdict: the layers the diagnoses name
     overall = causes.verdict(found)
     if overall == "Healthy" and (hl["health"] == "Unknown").all():  # nothing recorded to judge
         overall = "Unknown"
-    layers = _layers_table(run, s, fl, hl, recs)
-    explosion = gradient_explosion(run.layer_names, s.exact["max_abs_max"], t.exploding)  # the flags' metric
-    wrep = None
-    if weights is not None:
-        wrep = analyze_weights(weights, previous_weights, t)
-        wrep.explosion = explosion
-    return Report(
+    wrep = analyze_weights(weights, previous_weights, t) if weights is not None else None
+    report = Report(
         run=run,
         thresholds=t,
         overall_health=overall,
-        layers=layers,
-        statistics=s.stats,
-        flow=fl,
-        health=hl,
-        risk_factors=factors,
-        regions=regs,
-        network=net,
-        critical_paths=paths,
-        distribution=dist,
-        interactions=inter,
-        convergence=conv,
-        dynamics=dyn,
-        stability=stab,
-        groups=groups,
-        suggestions=sugg,
-        priorities=prio,
-        recommendations=recs,
+        layers=_layers_table(run, s, fl, hl, found),
+        diagnoses=found,
+        loss=loss,
         weights=wrep,
-        weight_drift=drift_from_run(run, s.update_rows),
-        explosion=explosion,
         nonfinite_origin=nonfinite.nonfinite_origin(run),
         notes=notes,
     )
+    report._series = s
+    report._parts.update(flow=fl, health=hl, risk_factors=factors, regions=regs, dynamics=dyn)
+    if wrep is not None:
+        wrep.explosion = report.explosion
+    return report
 
 
 #: fewest rows ``max_rows`` may keep: trends, plateaus and correlations need a handful of points.
@@ -162,18 +138,16 @@ def _as_weights(w, what: str):
     )
 
 
-def _layers_table(run: Run, s: stats.Series, fl: pd.DataFrame, hl: pd.DataFrame, recs) -> pd.DataFrame:
+def _layers_table(run: Run, s: stats.Series, fl: pd.DataFrame, hl: pd.DataFrame, found) -> pd.DataFrame:
     """The health table: one row per layer; ``cause`` and ``suggestion`` are the top-ranked
     diagnosis naming the layer and its action."""
-    from .nonfinite import origin_layer
-
     o = run.nonfinite_origin
-    row = origin_layer(run, o) if o is not None else None
+    row = nonfinite.origin_layer(run, o) if o is not None else None
     origin = ["" for _ in run.layer_names]
     if o is not None and row is not None:
         origin[row] = f"first NaN/Inf made here: {o.module} ({o.phase}, step {o.step})"
     top: dict[str, tuple[str, str]] = {}
-    for r in recs:  # ranked: the first per layer is its top diagnosis
+    for r in found:  # ranked: the first per layer is its top diagnosis
         for n in r.layers:
             top.setdefault(n, (r.cause, f"{n}: {r.action}"))
     ex = s.exact

@@ -1,6 +1,6 @@
 """What to do about it: per-layer suggestions with the evidence that triggered them and optimisation
-priorities (the original crate's priorities and suggestions). Layer groups live in ``groups.py`` and
-cause -> recommendation in ``actions.py``; both are re-exported here, where callers have always found them.
+priorities (the original crate's priorities and suggestions). Layer groups live in ``groups.py``
+(re-exported here). The diagnoses and their actions are ``causes/``.
 
 Every suggestion is tied to a risk factor that fired, and its expected impact is that factor's
 measured severity.
@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .actions import WHOLE_RUN, Recommendation, action_for, recommendations
+from .causes import PRIORITY_ORDER
 from .flow import Region
 from .groups import GroupCharacteristics, LayerGroup, layer_groups
 from .health import Dynamics, RiskFactor
@@ -23,22 +23,17 @@ __all__ = [
     "ACTION_META",
     "BROAD_SHARE",
     "PRIORITY_ORDER",
-    "WHOLE_RUN",
     "GroupCharacteristics",
     "LayerGroup",
     "PrioritizedAction",
     "Priority",
-    "Recommendation",
     "Suggestion",
-    "action_for",
     "layer_groups",
     "prioritized",
     "priorities",
-    "recommendations",
     "suggestions",
 ]
 
-PRIORITY_ORDER = ("Critical", "High", "Medium", "Low")
 #: the original crate's enhanced analysis: the weights of a layer's health in its priority score.
 _HEALTH_WEIGHT = {"Critical": 1.0, "Warning": 0.7, "Unknown": 0.5, "Healthy": 0.3}
 

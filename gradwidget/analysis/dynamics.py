@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .stats import Series, _quiet, block_mean, nanmedian, trend_fit
+from .trend import theil_sen
 
 
 def _progress_series(run) -> tuple[np.ndarray, np.ndarray, str]:
@@ -225,6 +226,16 @@ def _trailing_plateau(y: np.ndarray, x: np.ndarray, r: float, total: float) -> t
     return j, rel
 
 
+def _provably_flat(y: np.ndarray, x: np.ndarray, t) -> bool:
+    """The stretch is flat for certain, not merely too noisy or too short to show its slope: the
+    whole 99% interval of its Theil-Sen slope lies within ``plateau_rel_change`` of its level per
+    step, or its change over the stretch within ``plateau_total_change`` of it (a noisy loss that
+    falls 1% a step over 40 steps is progress, whatever a least-squares test fails to reject)."""
+    tr = theil_sen(y, x)
+    level = abs(float(np.median(y)))
+    return tr is not None and tr.flat_within(t.plateau_rel_change * level, t.plateau_total_change * level)
+
+
 @dataclass
 class Dynamics:
     learning_phase: str  #: InitialLearning / RapidLearning / Refinement / Plateau / Diverging / Unknown
@@ -299,7 +310,9 @@ def dynamics(s: Series) -> Dynamics:
     start = int(steps[0]) if j == 0 else int(sb[j])  # a whole-run plateau starts at the first step
     duration = int(steps[-1]) - start
     span = int(steps[-1] - steps[0])
-    is_plateau = j < len(yb) - 1 and duration >= min(W, span // 2) and duration > 0
+    is_plateau = (
+        j < len(yb) - 1 and duration >= min(W, span // 2) and duration > 0 and _provably_flat(yb[j:], sb[j:], t)
+    )
     share = duration / max(1, span)
     sev = (
         "None"

@@ -1,4 +1,4 @@
-"""Evidence for the diagnoses: pure facts about a Run that the causes (``causes.py``) reason from.
+"""Evidence for the diagnoses: pure facts about a Run that the causes (``causes/``) reason from.
 
 Each function answers one question a practitioner would ask before blaming a layer: what the loss
 did (falling, flat, diverging, spiking), what the architecture already has (normalisation, residual
@@ -48,6 +48,7 @@ __all__ = [
     "LossEvidence",
     "Smoothing",
     "accumulation_smoothing",
+    "adaptive_optimizer",
     "architecture",
     "depth_attenuation",
     "early_growth",
@@ -98,6 +99,7 @@ class Architecture:
     input_layers: list[int]  #: the layers that see the input data (deepest in the backward order)
     token_input: bool  #: the input side is an embedding (token ids, no input scale to fix)
     norm_types: list[str]
+    frozen_input: bool = False  #: frozen on purpose before the first layer with a gradient (fine-tuning)
 
 
 def _module_graph(run: Run) -> tuple[list[str], np.ndarray]:
@@ -157,6 +159,8 @@ def architecture(run: Run) -> Architecture:
         first_mod = run.layers[int(np.argmax(np.where(got, bi, -1)))].module
         inputs = [i for i in range(run.n_layers) if run.layers[i].module == first_mod] or inputs
     token = any(is_embedding(run.layers[i].module_type) for i in inputs)
+    first = int(np.argmax(np.where(got, bi, -1))) if got.any() else 0
+    frozen_input = any(info.status == "frozen" for info in run.layers[:first])
     return Architecture(
         has_norm=bool(norm_types),
         has_residual=attention or has_skip_path(run),
@@ -165,6 +169,7 @@ def architecture(run: Run) -> Architecture:
         input_layers=inputs,
         token_input=token,
         norm_types=norm_types,
+        frozen_input=frozen_input,
     )
 
 
@@ -189,6 +194,21 @@ def never_updated(run: Run) -> np.ndarray:
         had_grad = (np.isfinite(g[rows]) & (g[rows] > 0)).mean(axis=0) > 0.5
         still = ~(np.nan_to_num(un[rows], nan=0.0) > 0).any(axis=0)
     return had_grad & still & run.trainable_mask()
+
+
+#: optimizers whose first step moves every entry by about the learning rate whatever its gradient
+#: (Adam's bias-corrected first step is lr * sign(g)): that step measures the rate against the
+#: weights' scale, not the steps training goes on to take.
+ADAPTIVE_OPTIMIZERS = re.compile(
+    r"^(Adam|AdamW|Adamax|NAdam|RAdam|SparseAdam|Adagrad|Adadelta|RMSprop|Adafactor|Lion)", re.I
+)
+
+
+def adaptive_optimizer(run: Run) -> bool:
+    """The run's optimizer (``run.meta["optimizer"]``, its class name) scales each entry's step by
+    its own gradient history."""
+    name = run.meta.get("optimizer") if isinstance(run.meta, dict) else None
+    return isinstance(name, str) and bool(ADAPTIVE_OPTIMIZERS.match(name))
 
 
 def update_ratio_series(run: Run) -> tuple[np.ndarray, np.ndarray]:
@@ -311,12 +331,13 @@ def layer_levels(run: Run, rows=slice(None), cols=slice(None)) -> np.ndarray:
 
 def depth_attenuation(run: Run, arch: Architecture) -> tuple[np.ndarray, int | None]:
     """Per step, how many decades the RMS gradient entry falls from the output layer's weight to
-    the input layer's weight (NaN where either is missing or the input is an embedding: a table's
-    gradient is sparse by design), and the output weight's index (``layer_levels`` relative to it
+    the input layer's weight (NaN where either is missing, the input is an embedding: a table's
+    gradient is sparse by design, or the input side is frozen: the first trained layer is not the
+    input layer), and the output weight's index (``layer_levels`` relative to it
     tell how far below it each layer sits)."""
     out = output_weight(run)
     ins = [i for i in arch.input_layers if run.layers[i].name.endswith("weight") and len(run.layers[i].shape) >= 2]
-    if out is None or not ins or arch.token_input or ins[0] == out:
+    if out is None or not ins or arch.token_input or arch.frozen_input or ins[0] == out:
         return np.full(run.n_steps, np.nan), None
     lv = layer_levels(run, cols=[out, ins[0]])
     return lv[:, 0] - lv[:, 1], out

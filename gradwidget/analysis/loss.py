@@ -10,6 +10,7 @@ import numpy as np
 
 from ..run import Run
 from .stats import trailing_median
+from .trend import Trend, theil_sen
 
 
 def _first(mask: np.ndarray, steps: np.ndarray) -> int | None:
@@ -38,8 +39,8 @@ class LossEvidence:
     start: float = float("nan")  #: median of the first finite values
     end: float = float("nan")  #: median of the last finite values
     lowest: float = float("nan")
-    fell: bool = False  #: end < LOSS_FELL x start
-    flat: bool = False  #: |end - start| < LOSS_FLAT x start
+    fell: bool = False  #: end < LOSS_FELL x start, and its trend falls for certain (not batch noise)
+    flat: bool = False  #: |end - start| < LOSS_FLAT x start, and no certain trend either way
     rebound: float = 0.0  #: largest rise above the running minimum, in units of start
     rebound_step: int | None = None  #: first step whose rise exceeded LOSS_REBOUND
     rebound_to: float = float("nan")  #: the loss at that step
@@ -48,6 +49,8 @@ class LossEvidence:
     spike_share: float = 0.0  #: share of steps after the first few above LOSS_SPIKE x start
     spike_step: int | None = None  #: the first of them
     plateau_level: float = float("nan")  #: end / start (how far the loss came down, 1 = not at all)
+    trend: Trend | None = None  #: Theil-Sen trend of the finite loss over the steps (None: too few values)
+    diverged: bool = False  #: went NaN/Inf, or rebounded and ended above where it started
 
 
 #: ... by at least this factor, and by this many times the loss's own batch-to-batch noise (robust
@@ -87,7 +90,7 @@ def loss_evidence(run: Run) -> LossEvidence:
     fin = np.isfinite(loss)
     y = loss[fin]
     if not y.size:
-        return LossEvidence(logged=True, nonfinite_step=nonfinite_step)
+        return LossEvidence(logged=True, nonfinite_step=nonfinite_step, diverged=nonfinite_step is not None)
     k = max(1, min(LOSS_EDGE_STEPS, y.size // 4 or 1))
     start, end = float(np.median(y[:k])), float(np.median(y[-k:]))
     scale = abs(start) if start != 0 else 1.0
@@ -100,6 +103,7 @@ def loss_evidence(run: Run) -> LossEvidence:
             lrise = np.log(ys / runmin)
         over &= lrise > max(np.log(LOSS_REBOUND_FACTOR), LOSS_REBOUND_SIGMA * _log_noise(y))
     j = int(np.argmax(over)) if over.any() else None
+    trend = theil_sen(y, steps[fin])
     late = np.arange(y.size) >= LOSS_SPIKE_AFTER
     spikes = late & (y > LOSS_SPIKE * start) if start > 0 else np.zeros(y.size, bool)
     n_late = int(late.sum())
@@ -110,12 +114,14 @@ def loss_evidence(run: Run) -> LossEvidence:
         start=start,
         end=end,
         lowest=float(y.min()),
-        fell=bool(end < LOSS_FELL * start) if start > 0 else bool(end < start),
-        flat=bool(abs(end - start) < LOSS_FLAT * scale),
+        fell=bool(end < LOSS_FELL * start if start > 0 else end < start) and (trend is None or trend.falling),
+        flat=bool(abs(end - start) < LOSS_FLAT * scale) and (trend is None or not (trend.falling or trend.rising)),
         rebound=float(rise.max()),
         rebound_step=int(steps[fin][j]) if j is not None else None,
         rebound_to=float(ys[j]) if j is not None else float("nan"),
         rebound_from=float(runmin[j]) if j is not None else float("nan"),
         nonfinite_step=nonfinite_step,
         plateau_level=float(end / start) if start > 0 else float("nan"),
+        trend=trend,
+        diverged=nonfinite_step is not None or (j is not None and end > start),
     )

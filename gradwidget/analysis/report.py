@@ -1,15 +1,14 @@
 """The ``Report`` object: every analysis of a Run as dataclasses and DataFrames that serialise to
 JSON. Rendering it as HTML is the top-level ``gradwidget.report`` module.
 
-``report.layers`` is the health table (one row per layer, depth order); ``report.recommendations``
-the ranked advice; ``summary_text()`` the plain-language digest. ``to_html`` hands the report to
+``report.layers`` is the health table (one row per layer, depth order); ``report.diagnoses``
+the ranked diagnoses; ``summary_text()`` the plain-language digest. ``to_html`` hands the report to
 ``gradwidget.report.write_report`` (imported lazily: the analysis does no I/O of its own).
 """
 
 from __future__ import annotations
 
 import json
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,9 +16,15 @@ import numpy as np
 import pandas as pd
 
 from ..jsonsafe import jsonable
+from ..origin import NonfiniteOrigin
 from ..run import Run
 from ..thresholds import Thresholds
+from . import advice, flow, health, network
+from .causes import Diagnosis
 from .health import FORECAST_CONFIDENCE
+from .loss import LossEvidence
+from .stats import Series
+from .weights import drift_from_run, gradient_explosion
 
 
 def to_jsonable(x: Any) -> Any:
@@ -52,57 +57,53 @@ def _outlook(f) -> str:
 
 @dataclass
 class Report:
+    """What every output shows: the verdict, the health table and the ranked diagnoses. The original
+    crate's other analyses are properties computed on first use (see ``_PARTS``)."""
+
     run: Run = field(metadata={"json": False})
     thresholds: Thresholds
-    overall_health: str
+    overall_health: str  #: the verdict: Healthy / Warning / Critical / Unknown (``causes.verdict``)
     layers: pd.DataFrame  #: the health table, one row per layer in depth order
-    statistics: pd.DataFrame  #: per (metric, layer) statistics over the steps
-    flow: pd.DataFrame  #: per-layer flow characteristics and direction
-    health: pd.DataFrame  #: per-layer health details and comparative analysis
-    risk_factors: list
-    regions: list
-    network: Any  #: FlowNetwork (``available`` False without a recorded graph)
-    critical_paths: list
-    distribution: Any
-    interactions: list
-    convergence: Any
-    dynamics: Any
-    stability: Any
-    groups: list
-    suggestions: list
-    priorities: list
-    recommendations: list
+    diagnoses: list[Diagnosis]  #: ranked: what is wrong, where, since when, and the one change to make
+    loss: LossEvidence  #: what the logged loss did (its trend with its confidence interval)
     weights: Any = None  #: WeightReport when weights were given
-    weight_drift: Any = None  #: drift read from the run's update/weight ratios
-    explosion: Any = None  #: the original crate's weight analysis's gradient-explosion check on each layer's largest |g| (the flags' metric)
-    nonfinite_origin: Any = None  #: NonfiniteOrigin: the module, step and pass that made the first NaN/Inf
+    nonfinite_origin: NonfiniteOrigin | None = None  #: the module, step and pass that made the first NaN/Inf
     notes: list = field(default_factory=list)
+    _series: Any = field(default=None, repr=False, metadata={"json": False})
+    _parts: dict = field(default_factory=dict, repr=False, metadata={"json": False})
 
-    @property
-    def crate_summary(self):
-        """The original crate's ``GradientFlowSummary`` of the run (``gradwidget.outputs.summary``),
-        computed on first use."""
-        if self._crate_summary is None:
-            from ..outputs import summary
+    def _part(self, name: str):
+        if name not in self._parts:
+            s = self._series if self._series is not None else Series(self.run)
+            self._series = s
+            self._parts[name] = _PARTS[name](self, s)
+        return self._parts[name]
 
-            self._crate_summary = summary(self.run, self)
-        return self._crate_summary
-
-    @property
-    def seed_summary(self):
-        """Deprecated name of ``crate_summary``."""
-        from .._warnings import GradwidgetDeprecationWarning
-
-        warnings.warn(
-            "Report.seed_summary is deprecated: use Report.crate_summary", GradwidgetDeprecationWarning, stacklevel=2
-        )
-        return self.crate_summary
-
-    _crate_summary: Any = field(default=None, repr=False, metadata={"json": False})
+    # the original crate's analyses, on demand (none of them is on the panel's path)
+    statistics = property(lambda self: self._part("statistics"), doc="per (metric, layer) statistics over the steps")
+    flow = property(lambda self: self._part("flow"), doc="per-layer flow characteristics and direction")
+    health = property(lambda self: self._part("health"), doc="per-layer health details")
+    risk_factors = property(lambda self: self._part("risk_factors"), doc="the measured risk factors")
+    regions = property(lambda self: self._part("regions"), doc="vanishing/exploding/dead regions")
+    dynamics = property(lambda self: self._part("dynamics"), doc="learning phase and plateau")
+    convergence = property(lambda self: self._part("convergence"), doc="convergence over the last window")
+    network = property(lambda self: self._part("network"), doc="the flow network (FlowNetwork)")
+    critical_paths = property(lambda self: self._part("critical_paths"), doc="where the gradient falls most")
+    distribution = property(lambda self: self._part("distribution"), doc="distribution of layer levels")
+    interactions = property(lambda self: self._part("interactions"), doc="correlated layer pairs")
+    stability = property(lambda self: self._part("stability"), doc="stability and its forecast")
+    groups = property(lambda self: self._part("groups"), doc="layer groups by module")
+    suggestions = property(lambda self: self._part("suggestions"), doc="per-risk-factor suggestions")
+    priorities = property(lambda self: self._part("priorities"), doc="the original crate's priorities")
+    weight_drift = property(lambda self: self._part("weight_drift"), doc="drift read from update/weight ratios")
+    explosion = property(
+        lambda self: self._part("explosion"), doc="the original crate's explosion check on each layer's largest |g|"
+    )
 
     # ------------------------------------------------------------------ text
     def summary_text(self) -> str:
-        """Plain-language lines: overall verdict first, then the problems by rank."""
+        """Plain-language lines: the verdict first, then the diagnoses by rank, the loss's progress,
+        the stability forecast and the critical path (those two computed on demand)."""
         run = self.run
         h = self.layers["health"].value_counts()
         span = f"steps {int(run.steps[0])}–{int(run.steps[-1])}" if run.n_steps else "no steps"
@@ -111,34 +112,9 @@ class Report:
             f"({span}): {int(h.get('Critical', 0))} critical, {int(h.get('Warning', 0))} warning, "
             f"{int(h.get('Healthy', 0))} healthy, {int(h.get('Unknown', 0))} unknown."
         ]
-        for r in self.regions:
-            where = (
-                f"{r.start_layer} … {r.end_layer} ({len(r.layers)} layers"
-                if len(r.layers) > 1
-                else f"{r.start_layer} (1 layer"
-            )
-            lines.append(
-                f"{r.kind.capitalize()} region: {where}, {r.parameters} parameters) on {r.duration_steps} steps "
-                f"({r.first_step}–{r.last_step}){', still active' if r.active_now else ''}."
-            )
-        for i, rec in enumerate(self.recommendations[:6], 1):
-            lines.append(f"{i}. [{rec.priority}] {rec.text} {rec.action[:1].upper()}{rec.action[1:]}.")
-        d = self.dynamics
-        lines.append(
-            f"Training phase: {d.learning_phase} (from the {d.series})"
-            + (f"; plateau for {d.plateau.duration_steps} steps." if d.plateau.is_plateau else ".")
-        )
-        c = self.convergence
-        if c.trend == "Converging":
-            lines.append(
-                f"Convergence: the {c.series} is converging; "
-                + (
-                    f"it should flatten (change below {self.thresholds.plateau_rel_change:g} per step) in about "
-                    f"{c.estimated_steps_to_convergence} steps."
-                    if c.estimated_steps_to_convergence is not None
-                    else f"no estimate of when it flattens: {c.estimate_basis}."
-                )
-            )
+        for i, d in enumerate(self.diagnoses[:6], 1):
+            lines.append(f"{i}. [{d.priority}] {d.text} {d.action[:1].upper()}{d.action[1:]}.")
+        lines.append(self.progress_text())
         st = self.stability
         lines.append(
             f"Stability: {st.overall:.2f} (trend {st.trend}); {_outlook(st.forecast)}."
@@ -156,10 +132,28 @@ class Report:
                 + ("; the graph has cycles (a reused module), each reuse counted once" if p.graph_had_cycles else "")
                 + "."
             )
-        if not self.recommendations:
+        if not self.diagnoses:
             lines.append("No problems found: gradients look healthy.")
         lines.extend(f"Note: {n}." for n in self.notes)
         return "\n".join(lines)
+
+    def progress_text(self) -> str:
+        """The loss's progress in one sentence, from the same evidence the diagnoses read: a plateau
+        when one was diagnosed, else the loss's trend with its confidence interval."""
+        plateau = next((d for d in self.diagnoses if d.cause == "plateau"), None)
+        if plateau is not None:
+            return f"Training progress: on a plateau since step {plateau.first_step}."
+        L = self.loss
+        tr = L.trend
+        if not L.logged or tr is None:
+            return (
+                "Training progress: no loss logged (pass it to the recorder to judge progress)."
+                if not L.logged
+                else ("Training progress: too few loss values to judge a trend.")
+            )
+        per = f"{tr.slope:+.3g} per step (99% interval {tr.low:+.3g} to {tr.high:+.3g}, {tr.n} points)"
+        word = "is falling" if tr.falling else "is rising" if tr.rising else "has no clear trend yet"
+        return f"Training progress: the loss {word}, {per}."
 
     def direction_series(self, layer) -> pd.DataFrame:
         """Per-step direction of one layer's gradient norm (``flow.direction_series``), on demand."""
@@ -168,12 +162,13 @@ class Report:
         return direction_series(self.run, layer)
 
     def __repr__(self) -> str:
-        return f"<Report {self.overall_health}: {len(self.layers)} layers, {len(self.recommendations)} recommendations>"
+        return f"<Report {self.overall_health}: {len(self.layers)} layers, {len(self.diagnoses)} diagnoses>"
 
     # ------------------------------------------------------------------ export
     def to_dict(self) -> dict:
+        """Every field and every on-demand analysis (computed now), as plain JSON types."""
         d = to_jsonable(self)
-        d["crate_summary"] = to_jsonable(self.crate_summary)
+        d.update({name: to_jsonable(self._part(name)) for name in _PARTS})
         d["run"] = {
             "n_layers": self.run.n_layers,
             "n_steps": self.run.n_steps,
@@ -194,3 +189,38 @@ class Report:
         from ..report import write_report
 
         return write_report(self, path)
+
+
+def _hl(r: Report, s: Series):
+    """The health details with the diagnoses' verdicts, as the health table has them."""
+    hl = health.layer_health(s, r.flow, r.risk_factors)
+    hl["health"] = r.layers["health"].to_numpy()
+    return hl
+
+
+def _stability(r: Report, s: Series):
+    return health.stability(s, r.flow, r.risk_factors)
+
+
+#: how each on-demand part is computed from the report and its shared views.
+_PARTS = {
+    "statistics": lambda r, s: s.stats,
+    "flow": lambda r, s: flow.flow_characteristics(s),
+    "health": _hl,
+    "risk_factors": lambda r, s: health.risk_factors(s, r.flow),
+    "regions": lambda r, s: flow.regions(s),
+    "dynamics": lambda r, s: health.dynamics(s),
+    "convergence": lambda r, s: health.convergence(s, r.health),
+    "network": lambda r, s: network.flow_network(s, r.flow),
+    "critical_paths": lambda r, s: network.critical_paths(s),
+    "distribution": lambda r, s: health.distribution(s, (r.health["health"] != "Unknown").to_numpy()),
+    "interactions": lambda r, s: health.interactions(s),
+    "stability": _stability,
+    "groups": lambda r, s: advice.layer_groups(s, r.health),
+    "suggestions": lambda r, s: advice.suggestions(r.risk_factors, r.regions),
+    "priorities": lambda r, s: advice.priorities(
+        r.health, r.suggestions, r.regions, r.groups, r.dynamics, r.stability.forecast
+    ),
+    "weight_drift": lambda r, s: drift_from_run(r.run, s.update_rows),
+    "explosion": lambda r, s: gradient_explosion(r.run.layer_names, s.exact["max_abs_max"], r.thresholds.exploding),
+}

@@ -245,8 +245,12 @@ def trailing_median(y: np.ndarray, w: int) -> np.ndarray:
     head = min(w - 1, y.shape[0])
     for k in range(head):  # the first rows: the median of what came so far
         out[k] = np.median(y[: k + 1], axis=0)
-    if y.shape[0] >= w:
-        out[w - 1 :] = np.median(np.lib.stride_tricks.sliding_window_view(y, w, axis=0), axis=-1)
+    if y.shape[0] >= w:  # each window sorted (w is small), in chunks of rows: no copy of the whole view
+        v = np.lib.stride_tricks.sliding_window_view(y, w, axis=0)
+        rows = max(1, (1 << 22) // max(1, v.shape[1] * w))
+        for a in range(0, v.shape[0], rows):
+            srt = np.sort(v[a : a + rows], axis=-1)
+            out[w - 1 + a : w - 1 + a + srt.shape[0]] = 0.5 * (srt[..., (w - 1) // 2] + srt[..., w // 2])
     return out
 
 
@@ -266,8 +270,9 @@ def update_ratio_rows(run: Run, max_rows: int = MAX_ROWS) -> np.ndarray:
     keeping only steps where an update was measured (update_norm is measured every few steps); inf
     where the update or the weight norm overflowed."""
     c = run._M3[max(0, run.n_steps - 2 * max_rows) :]
-    u = c[:, METRICS.index("update_norm")].astype(np.float64)
-    w = c[:, METRICS.index("weight_norm")].astype(np.float64)
+    u, w = c[:, METRICS.index("update_norm")], c[:, METRICS.index("weight_norm")]
+    rows = ~np.isnan(u).all(axis=1) | np.isinf(w).any(axis=1)  # the others are all NaN: dropped below
+    u, w = u[rows].astype(np.float64), w[rows].astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         r = np.where(w > 0, u / w, np.nan)
     r = np.where(np.isinf(u) | np.isinf(w), np.inf, r)  # an overflowed update or weight: not "no drift"
@@ -352,7 +357,8 @@ class Series:
         self.recent_steps = run.steps[max(0, n - max_rows) :]
         self.block = max(1, -(-n // max_rows))
         self.exact = exact_reductions(run, block=self.block)
-        self.stats = layer_statistics(run, max_rows=min(max_rows, STAT_ROWS))
+        self._stats: pd.DataFrame | None = None
+        self._metric_stats: dict[str, dict[str, np.ndarray]] = {}
         self.coarse = log10_pos(self.exact.pop("coarse_grad_norm"))
         m = (n // self.block) * self.block
         self.coarse_steps = run.steps[n - m :][:: self.block] if n else run.steps
@@ -368,10 +374,21 @@ class Series:
             self._update_rows = update_ratio_rows(self.run, self.max_rows)
         return self._update_rows
 
+    @property
+    def stats(self) -> pd.DataFrame:
+        """``layer_statistics(run)``: every metric's statistics per layer, computed on first use
+        (the health table reads three metrics through ``stat``, not this table)."""
+        if self._stats is None:
+            self._stats = layer_statistics(self.run, max_rows=min(self.max_rows, STAT_ROWS))
+        return self._stats
+
     def stat(self, metric: str, name: str) -> np.ndarray:
-        """One statistic of one metric for every layer, in depth order."""
-        s = self.stats
-        return s.loc[s["metric"] == metric, name].to_numpy()
+        """One statistic of one metric for every layer, in depth order (the same sample of steps
+        as ``stats``), computed once per metric."""
+        if metric not in self._metric_stats:
+            rows = sample_rows(self.run.n_steps, min(self.max_rows, STAT_ROWS))
+            self._metric_stats[metric] = column_stats(self.run._M3[rows, METRICS.index(metric)])
+        return self._metric_stats[metric][name]
 
 
 def trend_fit(y: np.ndarray, window: int, x: np.ndarray | None = None) -> tuple[float, float, float, int]:

@@ -134,7 +134,7 @@ def diagnoses_from_report(report, run: Run) -> list[dict]:
     """The top diagnoses (at most MAX_DIAGNOSES, the report's order): what the panel lists above
     the heatmap. ``cause`` and ``first_step`` are read where the analysis provides them."""
     out = []
-    for rec in list(getattr(report, "recommendations", []) or [])[:MAX_DIAGNOSES]:
+    for rec in list(getattr(report, "diagnoses", []) or [])[:MAX_DIAGNOSES]:
         layers = [str(n) for n in (getattr(rec, "layers", None) or [])]
         index = -1
         for name in layers:
@@ -146,7 +146,7 @@ def diagnoses_from_report(report, run: Run) -> list[dict]:
         first = getattr(rec, "first_step", None)
         out.append(
             {
-                "cause": str(getattr(rec, "cause", None) or rec.kind),
+                "cause": str(rec.cause),
                 "priority": str(rec.priority),
                 "text": str(rec.text),
                 "action": str(rec.action),

@@ -239,7 +239,7 @@ def test_the_top_diagnoses_are_listed_and_a_click_goes_to_their_layer_and_step(p
     import json
 
     diags = json.loads(kernel(page, "import json; print(json.dumps(panel.diagnoses))"))
-    n_recs = int(kernel(page, "print(len(panel.report.recommendations))"))
+    n_recs = int(kernel(page, "print(len(panel.report.diagnoses))"))
     assert n_recs > 0, "the demo's vanishing layers should be diagnosed"
     assert 1 <= len(diags) <= 5
     rows = page.locator(".gw-diagnoses .gw-diagnosis")

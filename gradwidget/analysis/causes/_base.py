@@ -1,0 +1,109 @@
+"""The one diagnosis type (``Diagnosis``), the record each cause module fills in (``CauseRule``)
+and the ``Context`` every rule reads from, computed once per analysis."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+import numpy as np
+
+from ...origin import NonfiniteOrigin
+from ..evidence import Architecture, LossEvidence, is_embedding, update_ratio_series
+from ..flow import Region
+from ..health import Dynamics, RiskFactor
+from ..stats import Series
+
+#: priorities, most urgent first.
+PRIORITY_ORDER = ("Critical", "High", "Medium", "Low")
+
+
+@dataclass
+class Diagnosis:
+    """What is wrong, where, since when, how sure, and the one change to make: a claim the user
+    acts on. Rules fill in the evidence; the engine adds ``title``, ``text`` and ``action``."""
+
+    cause: str  #: one of ``causes.CAUSES``
+    priority: str  #: Critical / High / Medium / Low
+    layers: list[str]  #: at fault, most affected first ([] for a cause of the whole run)
+    first_step: int | None  #: when it began (a recorded step number)
+    evidence: str  #: the numbers that show it
+    confidence: float  #: 0..1: how clearly the evidence separates it from a healthy run
+    explains: list[str] = field(default_factory=list)  #: folded symptoms, each "cause: evidence"
+    origin: NonfiniteOrigin | None = None  #: the NaN origin, for ``nonfinite``
+    at_init: bool = False  #: present before the first update: the root, above any step-size cause
+    after: str | None = None  #: the cause it followed from: ranked right after it, kept for its own evidence
+    title: str = ""  #: what the cause is, in a few words
+    text: str = ""  #: the title with the layers at fault and since when, one sentence
+    action: str = ""  #: the one change to make
+
+    def to_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+#: how a found symptom is treated under a cause that explains it: folded into it, kept and ranked
+#: right after it (a consequence with evidence of its own), or kept as a finding of its own.
+Fold = Literal["fold", "after", "keep"]
+
+
+def _always(cause: Diagnosis, symptom: Diagnosis) -> bool:
+    return True
+
+
+def _folded(symptom: Diagnosis, cause: Diagnosis) -> Fold:
+    return "fold"
+
+
+@dataclass(frozen=True)
+class CauseRule:
+    """One cause of the vocabulary, as its module defines it."""
+
+    name: str
+    title: str
+    find: Callable[["Context"], Diagnosis | None]  #: the rule: a Diagnosis when the evidence holds
+    action: Callable[[Diagnosis, "Context"], str]  #: the one change to make, aware of the architecture
+    explains: tuple[str, ...] = ()  #: symptoms it can produce, folded into it when both are found
+    contradicts: tuple[str, ...] = ()  #: findings its evidence rules out: dropped when it is found
+    explains_when: Callable[[Diagnosis, Diagnosis], bool] = _always  #: (cause, symptom): does it explain this one?
+    folded_as: Callable[[Diagnosis, Diagnosis], Fold] = _folded  #: (as a symptom, the cause): how it is folded
+    whole_run: bool = False  #: a cause of the whole run: its text names no layers
+    priority_explaining: str | None = None  #: at least this priority once it explains a symptom
+
+
+@dataclass
+class Context:
+    """Everything the rules read, computed once."""
+
+    s: Series
+    factors: list[RiskFactor]
+    regions: list[Region]
+    dyn: Dynamics
+    loss: LossEvidence
+    arch: Architecture
+
+    @property
+    def run(self):
+        return self.s.run
+
+    @property
+    def t(self):
+        """The run's Thresholds (every bound shared with the plots or between causes)."""
+        return self.s.run.thresholds
+
+    @functools.cached_property
+    def update_ratio(self) -> tuple[np.ndarray, np.ndarray]:
+        """``evidence.update_ratio_series``, computed once."""
+        return update_ratio_series(self.run)
+
+    @functools.cached_property
+    def embedding(self) -> np.ndarray:
+        """Per layer: an embedding table (its gradient is sparse by design: never dead or vanishing)."""
+        return np.array([is_embedding(info.module_type) for info in self.run.layers], bool)
+
+    @functools.cached_property
+    def dead_layers(self) -> np.ndarray:
+        """Per layer: trainable, not an embedding, and dead (exact zeros) on at least
+        ``minor_issue_ratio`` of steps."""
+        t = self.run.thresholds
+        return self.s.trainable & (self.s.exact["dead_share"] >= t.minor_issue_ratio) & ~self.embedding

@@ -1,0 +1,140 @@
+"""From rules to ranked diagnoses: run every cause's rule, drop what a found cause rules out, fold
+each symptom into the first found cause (in precedence order) that explains it, raise the top
+finding to Critical when the loss shows the damage (it diverged or never left chance level), rank
+(priority first, then precedence: a root above its symptoms) and say each in words."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ._base import PRIORITY_ORDER, CauseRule, Context, Diagnosis
+from ._shared import never_left_chance
+
+
+def settle(found: dict[str, Diagnosis], rules: Sequence[CauseRule]) -> None:
+    """Drop what a found cause rules out, then fold each symptom into the first found cause (in
+    ``rules`` order) that explains it, in place."""
+    for rule in rules:
+        if rule.name in found:
+            for other in rule.contradicts:
+                found.pop(other, None)
+    _fold(found, rules)
+
+
+def _fold(found: dict[str, Diagnosis], rules: Sequence[CauseRule]) -> None:
+    by_name = {r.name: r for r in rules}
+    for rule in rules:
+        cause = found.get(rule.name)
+        if cause is None:
+            continue
+        for sym in rule.explains:
+            s = found.get(sym)
+            if s is None or sym == rule.name or not rule.explains_when(cause, s):
+                continue
+            how = by_name[sym].folded_as(s, cause)
+            if how == "keep":
+                continue
+            if how == "after":  # a consequence with evidence of its own: ranked right after its cause
+                s.after = rule.name
+            else:
+                found.pop(sym)
+                cause.explains.append(f"{sym}: {s.evidence}")
+                cause.explains.extend(s.explains)
+                for d in found.values():
+                    if d.after == sym:
+                        d.after = rule.name
+            if s.priority == "Critical":
+                cause.priority = "Critical"
+            elif rule.priority_explaining is not None:
+                cause.priority = min(cause.priority, rule.priority_explaining, key=PRIORITY_ORDER.index)
+
+
+def _damage(c: Context) -> str | None:
+    """What the loss shows of the damage, when it is total: it diverged, or never left chance."""
+    L = c.loss
+    if L.logged and L.diverged:
+        return "the loss diverged" + (
+            f" (NaN/Inf from step {L.nonfinite_step})" if L.nonfinite_step is not None else ""
+        )
+    chance = never_left_chance(c.run, L, c.t)
+    if chance is not None:
+        return f"the loss never left chance level, ln(classes) = {chance:.3g}: the model learned nothing"
+    return None
+
+
+def _text(d: Diagnosis, rule: CauseRule, max_layers: int) -> str:
+    title = d.title[:1].upper() + d.title[1:]
+    since = f" since step {d.first_step}" if d.first_step is not None else ""
+    if not d.layers or rule.whole_run:
+        return f"{title}{since}."
+    n = len(d.layers)
+    shown = ", ".join(d.layers[:max_layers]) + (f" and {n - max_layers} more" if n > max_layers else "")
+    return f"{title} in {n} layer{'s' * (n > 1)}{since}: {shown}."
+
+
+def diagnose(c: Context, rules: Sequence[CauseRule], max_layers: int = 6) -> list[Diagnosis]:
+    """Every cause the evidence supports, symptoms folded into their causes, ranked, each with its
+    title, sentence and action."""
+    found: dict[str, Diagnosis] = {}
+    for rule in rules:
+        d = rule.find(c)
+        if d is not None:
+            found[rule.name] = d
+    settle(found, rules)
+    order = [r.name for r in rules]
+    out = list(found.values())
+    for d in out:  # a consequence ranks with its cause
+        if d.after is not None and d.after in found:
+            d.priority = found[d.after].priority
+    out.sort(
+        key=lambda d: (
+            PRIORITY_ORDER.index(d.priority),
+            order.index(d.after) + 0.5 if d.after in found else order.index(d.cause),
+        )
+    )
+    top = next((d for d in out if d.priority != "Low"), None)
+    damage = _damage(c) if top is not None and top.priority != "Critical" else None
+    if top is not None and damage is not None:
+        top.priority = "Critical"
+        top.evidence += f"; {damage}"
+        out.sort(key=lambda d: PRIORITY_ORDER.index(d.priority))  # stable: the rest keep their order
+    by_name = {r.name: r for r in rules}
+    for d in out:
+        rule = by_name[d.cause]
+        d.title = rule.title
+        d.text = _text(d, rule, max_layers)
+        d.action = rule.action(d, c)
+    return out
+
+
+def verdict(diagnoses: list[Diagnosis]) -> str:
+    """The run's health from its diagnoses, the one vocabulary of every output (analyze, summary(),
+    the panel, the report, the CLI): Critical with a Critical diagnosis, Warning with a High or
+    Medium one, else Healthy (Low ones, such as frozen layers or a converged plateau, are information)."""
+    prios = {d.priority for d in diagnoses}
+    if "Critical" in prios:
+        return "Critical"
+    if prios & {"High", "Medium"}:
+        return "Warning"
+    return "Healthy"
+
+
+def layer_verdicts(run, diagnoses: list[Diagnosis]) -> np.ndarray:
+    """Per layer, the worst health any diagnosis gives it: Critical for a Critical one naming it,
+    Warning for a High or Medium one; Healthy otherwise; Unknown for a layer without any gradient
+    that no diagnosis names (frozen layers: their status says why)."""
+    L = run.n_layers
+    rank = np.zeros(L, int)  # 0 healthy, 1 warning, 2 critical
+    idx = {n: i for i, n in enumerate(run.layer_names)}
+    for d in diagnoses:
+        lvl = 2 if d.priority == "Critical" else 1 if d.priority in ("High", "Medium") else 0
+        for n in d.layers:
+            i = idx.get(n)
+            if i is not None:
+                rank[i] = max(rank[i], lvl)
+    got = np.isfinite(run.metric("grad_norm")).any(axis=0) if run.n_steps else np.zeros(L, bool)
+    out = np.where(rank == 2, "Critical", np.where(rank == 1, "Warning", "Healthy")).astype(object)
+    out[(rank == 0) & ~got] = "Unknown"
+    return out

@@ -1,0 +1,87 @@
+"""``lr_too_low``: steps too small to make progress. Reads the typical layer's update/weight ratio
+(below ``Thresholds.update_ratio_low`` while the loss does not fall) and the loss's trend: a fall
+that is real (its Theil-Sen slope's confidence interval below zero) but slow. Trainable parameters
+whose weight norm starts at zero (zero-initialised layers, LoRA's B matrices) have no ratio and do
+not count; neither do adapters' first steps."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..stats import _quiet
+from ._base import CauseRule, Context, Diagnosis
+from ._shared import lr_text, start_step
+
+#: the loss's fall over the run, in units of its start, below which a significant fall is slow
+#: (the zoo's lr x1e-3 runs: 1-15%; its healthy runs fall 20% or more within 120 steps).
+SLOW_FALL = 0.2
+#: fewest recorded loss values the slow-fall test reads (its trend needs them; fewer: no claim).
+SLOW_FALL_MIN_STEPS = 20
+#: ... and only with small steps: a typical update/weight ratio under this (the zoo's healthy
+#: calibration runs: 2.9e-3 and up; its slow lr_too_low run, GPT-2 with SGD: 1.5e-3). A loss that
+#: falls slowly under large steps is a hard task or a small adapter, not a small learning rate.
+SLOW_FALL_MAX_UPDATE = 2e-3
+
+
+def find(c: Context) -> Diagnosis | None:
+    run, L, t = c.run, c.loss, c.t
+    steps_u, ratio = c.update_ratio
+    if not ratio.size or not np.isfinite(ratio).any():
+        return None
+    med = float(np.nanmedian(ratio))
+    loss = f"; the loss moved from {L.start:.3g} to {L.end:.3g}" if L.logged else ""
+    tiny = med < t.update_ratio_low and not (L.logged and not L.flat and L.fell)
+    slow = None if tiny or med >= SLOW_FALL_MAX_UPDATE else _slow_steady_fall(c)
+    if not tiny and slow is None:
+        return None
+    ur = run.metric("update_norm")
+    wn = run.metric("weight_norm")
+    with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
+        per_layer = np.nanmedian(np.where(wn > 0, ur / wn, np.nan), axis=0)
+    order = np.argsort(np.nan_to_num(per_layer, nan=np.inf))
+    layers = [run.layer_names[i] for i in order if np.isfinite(per_layer[i])]
+    if tiny:
+        return Diagnosis(
+            "lr_too_low",
+            "Medium",
+            layers,
+            start_step(run),
+            f"the typical layer's update is {med:.2g} of its weight norm per step (healthy: "
+            f"{t.update_ratio_low:g} to {t.update_ratio_high:g})" + loss,
+            float(np.clip(np.log10(t.update_ratio_low / med), 0, 1)) if med > 0 else 1.0,
+        )
+    return Diagnosis(
+        "lr_too_low",
+        "Medium",
+        layers,
+        start_step(run),
+        f"the loss falls steadily but slowly, {slow:.1%} of its start per 100 steps "
+        f"(from {L.start:.3g} to {L.end:.3g}), with gradients that neither vanish nor die: the steps "
+        f"are too small (typical update {med:.2g} of the weight norm)",
+        0.5,
+    )
+
+
+def _slow_steady_fall(c: Context) -> float | None:
+    """The loss's fall per 100 steps, in units of its start, when its Theil-Sen trend falls for
+    certain (the upper end of its confidence interval below zero) but neither the loss
+    (``LossEvidence.fell``) nor its fitted line fell by ``SLOW_FALL`` of the start, and it never
+    rebounded; None otherwise (also with fewer than ``SLOW_FALL_MIN_STEPS`` values)."""
+    L = c.loss
+    tr = L.trend
+    if not L.logged or L.fell or L.rebound_step is not None or tr is None or tr.n < SLOW_FALL_MIN_STEPS:
+        return None
+    if not L.start > 0:
+        return None
+    if not tr.falling or -tr.slope * tr.span >= SLOW_FALL * L.start:
+        return None
+    return float(-tr.slope * 100 / L.start)
+
+
+def action(d: Diagnosis, c: Context) -> str:
+    return f"raise the learning rate 10-100x{lr_text(c.run)}"
+
+
+RULE = CauseRule(
+    "lr_too_low", "learning rate too low", find, action, explains=("plateau",), contradicts=(), whole_run=True
+)

@@ -1,0 +1,89 @@
+"""``nonfinite``: NaN/Inf gradients or loss. Reads the per-layer non-finite counts, the loss, and
+the recorded origin (the module and pass that made the first NaN/Inf). Always Critical. As a
+symptom of another cause it is kept right after it when its origin is known (where it began is
+worth its own line), folded into it otherwise."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..nonfinite import weight_growth as origin_weight_growth
+from ._base import CauseRule, Context, Diagnosis, Fold
+from ._shared import names_of
+
+
+def find(c: Context) -> Diagnosis | None:
+    run, ex = c.run, c.s.exact
+    nf = run.metric("nonfinite")
+    bad = np.flatnonzero(c.s.trainable & (ex["nonfinite_share"] > 0))
+    loss_step = c.loss.nonfinite_step
+    if not bad.size and loss_step is None:
+        return None
+    with np.errstate(invalid="ignore"):
+        first_rows = np.array([np.argmax(nf[:, i] > 0) for i in bad], int)
+    grad_step = int(run.steps[first_rows.min()]) if bad.size else None
+    first = min(x for x in (grad_step, loss_step) if x is not None)
+    # the layers that went non-finite first, loss side first within a step (where it enters the backward)
+    bi = np.array([run.layers[i].backward_index for i in bad])
+    order = bad[np.lexsort((bi, first_rows))] if bad.size else bad
+    layers = names_of(run, order)
+    origin = getattr(run, "nonfinite_origin", None)
+    if origin is not None and origin.module:  # "" is the loss (or the input): no module of the model
+        mod = origin.module
+        own = [info.name for info in run.layers if info.module == mod or info.name.startswith(mod + ".")]
+        layers = own + [n for n in layers if n not in own]
+    parts = []
+    if grad_step is not None:
+        parts.append(
+            f"first NaN/Inf gradients at step {grad_step} in {len(bad)} layer{'s' * (len(bad) != 1)}"
+            f" ({int(ex['nonfinite_total'][bad].sum())} entries in total)"
+        )
+    if loss_step is not None:
+        parts.append(f"the loss is NaN/Inf from step {loss_step}")
+    if origin is not None:
+        where = origin.module or {"loss": "the loss", "input": "the inputs"}.get(origin.phase, "the model")
+        parts.insert(0, f"it began in {where} ({origin.phase}{' pass' if origin.module else ''}) at step {origin.step}")
+        grown = origin_weight_growth(run, origin)
+        if grown >= c.t.weight_blowup:  # the steps had blown the weights up: the module only overflowed first
+            parts.append(f"a layer's weight norm had grown {grown:.3g}x by then")
+    elif isinstance(off := run.meta.get("nonfinite_tracing"), dict):  # "auto" stopped the tracer before
+        at, why = off.get("stopped_at_step", "?"), off.get("reason", "it cost more than it was worth")
+        parts.append(f"origin not traced: tracing was turned off at step {at} because {why}")
+    return Diagnosis("nonfinite", "Critical", layers, first, "; ".join(parts), 1.0, origin=origin)
+
+
+def action(d: Diagnosis, c: Context) -> str:
+    run, o = c.run, d.origin
+    grew = o is not None and origin_weight_growth(run, o) >= c.t.weight_blowup
+    grown = (
+        " — and lower the learning rate: the weights had grown before it" if d.after == "lr_too_high" or grew else ""
+    )
+    if o is not None and o.phase == "input":
+        return (
+            "check the data: the batch given to the model already holds NaN/Inf "
+            "(assert torch.isfinite(x).all() in the data pipeline)"
+        )
+    if o is not None and o.phase == "loss":
+        return (
+            "make the loss safe: pass logits to a log-softmax loss (CrossEntropyLoss) instead of taking "
+            "log() of probabilities, or clamp them (p.clamp_min(1e-8)) before the log" + grown
+        )
+    if o is not None and o.module:
+        where = "its backward" if o.phase == "backward" else "its forward"
+        return (
+            f"fix {o.module}: {where} makes the first NaN/Inf from finite values — add an eps to "
+            "divisions, sqrt and log there, or clamp its input; under fp16/bf16 autocast keep that op "
+            "in float32" + grown
+        )
+    return (
+        "find where it starts (gradwidget records the origin with the torch Recorder): check the loss "
+        "for log(0) or division by zero, add an eps to divisions and sqrt, and use a GradScaler under "
+        "fp16 autocast"
+    )
+
+
+def _folded_as(symptom: Diagnosis, cause: Diagnosis) -> Fold:
+    return "after" if symptom.origin is not None else "fold"
+
+
+RULE = CauseRule("nonfinite", "NaN/Inf values", find, action, folded_as=_folded_as)

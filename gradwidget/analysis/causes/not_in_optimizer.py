@@ -1,0 +1,40 @@
+"""``not_in_optimizer``: parameters that get gradients the optimizer never applies. Reads whether
+the optimizer moved each parameter while it moved others (``evidence.never_updated``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..evidence import never_updated
+from ._base import CauseRule, Context, Diagnosis
+from ._shared import names_of, start_step, tensors
+
+
+def find(c: Context) -> Diagnosis | None:
+    run = c.run
+    ex, t = c.s.exact, c.t
+    # a vanishing or dead gradient moves a weight by less than float32 can show: not this cause
+    starved = (ex["vanishing_share"] >= t.minor_issue_ratio) | (ex["dead_share"] >= t.minor_issue_ratio)
+    m = never_updated(run) & ~starved
+    if not m.any():
+        return None
+    idx = np.flatnonzero(m)
+    return Diagnosis(
+        "not_in_optimizer",
+        "High",
+        names_of(run, idx),
+        start_step(run),
+        f"{tensors(run, idx, 'trainable ')} received gradients but the optimizer never changed them, "
+        "while it updated the others",
+        1.0,
+    )
+
+
+def action(d: Diagnosis, c: Context) -> str:
+    return (
+        "add these parameters to the optimizer: create it from model.parameters() after every module "
+        "exists (or add them with optimizer.add_param_group)"
+    )
+
+
+RULE = CauseRule("not_in_optimizer", "parameters not in the optimizer", find, action)
