@@ -225,3 +225,24 @@ def test_auto_keeps_tracing_on_under_torch_distributed(monkeypatch):
         rec.detach()
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("trace", ["auto", True])
+def test_gradient_accumulation_names_the_micro_batch_that_made_it(monkeypatch, trace):
+    """Two forwards per optimizer step: the replay runs both, in order, as one step's events, so
+    the origin names the module's second call of the step, as the tracer on every step does."""
+    monkeypatch.setattr(_trace_cost, "TRACER_SHARE", 0.0)  # "auto": the replay, not the tracer
+    torch.manual_seed(0)
+    model = nc.ForwardNet()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    rec = Recorder(model, opt, trace_nonfinite=trace)
+    bad = DECIDED + 1
+    for i in range(bad + 2):
+        opt.zero_grad()
+        for micro in range(2):
+            x = -torch.ones(8, 4) if (i == bad and micro == 1) else torch.rand(8, 4) + 0.1
+            (model(x).pow(2).mean() / 2).backward()
+        opt.step()
+    rec.detach()
+    o = rec.run.nonfinite_origin
+    assert o is not None and (o.module, o.step, o.phase, o.call) == ("block.1", bad, "forward", 1)

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from ..run import NonfiniteOrigin
-from .nonfinite import NonfiniteTracer, _tensors, find_origin
+from .nonfinite import NonfiniteTracer, _tensors
 
 #: bytes of output gradients kept per step for a replay of the backward (beyond them the backward
 #: is not replayed: a language model's logits gradient can be gigabytes; a model that computes its
@@ -149,25 +149,20 @@ class StepReplay:
         self._replaying = True
         try:
             with _state_restored(self.model, self._rng_devices):
-                for k, call in enumerate(calls):
+                for call in calls:  # one step's events in the order they happened, as True traces them
                     self._run(call, tracer, backward=not skipped)
-                    tracer.end_step(step, loss if k == len(calls) - 1 else None, skipped=skipped)
+                tracer.end_step(step, loss, skipped=skipped)
                 traces = tracer.take()
         finally:
             self._replaying = False
             tracer.remove()
-        names, types = tracer.module_names, tracer.module_types
-        for tr in traces:
-            o = find_origin(tr, names, types, None, module_of)
-            if o is not None:
-                o.params_reached = list(reached) if reached is not None else None
-                return o, None
-        if traces and reached:  # every event finite: the parameter gradients tell where it reached
-            o = find_origin(traces[-1], names, types, reached, module_of)
-            if o is not None:
-                big = any(c.too_big for c in calls)
-                return o, ("the backward was not replayed: its output gradient was not kept" if big else None)
-        return None, "the replayed step stayed finite (the model's forward depends on more than its inputs)"
+        origin = tracer.origin(traces, (lambda s: reached) if reached else None, module_of)
+        if origin is None:
+            return None, "the replayed step stayed finite (the model's forward depends on more than its inputs)"
+        seen = origin.inputs_finite is False or origin.output_finite is False  # not only inferred from gradients
+        if not seen and any(c.too_big for c in calls):
+            return origin, "the backward was not replayed: its output gradient was not kept"
+        return origin, None
 
     def _run(self, call: ForwardCall, tracer: NonfiniteTracer, backward: bool) -> None:
         torch.set_rng_state(call.cpu_rng)
