@@ -118,16 +118,30 @@ def test_the_meter_pairs_steps_and_compares_medians():
     got, kinds = [], []
     for step in range(DECIDED):
         kinds.append(meter.tracing)
-        # the warm-up step is slow (not counted); then a step with the hooks takes 0.2 s, one without 0.1 s
-        now[0] += 5.0 if step < _trace_cost.WARMUP_STEPS else (0.2 if meter.tracing else 0.1)
+        # the warm-up step is slow (not counted); then a step with the hooks takes 0.12 s, one without 0.1 s
+        now[0] += 5.0 if step < _trace_cost.WARMUP_STEPS else (0.12 if meter.tracing else 0.1)
         got.append(meter.end_step(step, 7))
         now[0] += 0.05  # switching the hooks: not in either
         meter.restart()
     cost = got[-1]
     assert got[:-1] == [None] * (DECIDED - 1) and cost is not None and cost.step == DECIDED - 1
-    assert cost.on_s == pytest.approx(0.2) and cost.off_s == pytest.approx(0.1) and cost.ratio == pytest.approx(2)
-    assert cost.cpu_ratio == pytest.approx(2) and cost.calls == 7 and cost.too_dear
+    assert cost.on_s == pytest.approx(0.12) and cost.off_s == pytest.approx(0.1) and cost.ratio == pytest.approx(1.2)
+    assert cost.cpu_ratio == pytest.approx(1.2) and cost.calls == 7 and cost.too_dear
     assert meter.end_step(DECIDED, 7) is None  # decided once
+
+
+def test_a_tracer_far_over_budget_is_taken_off_after_one_pair():
+    now = [0.0]
+    meter = PairedMeter(clock=lambda: now[0], cpu_clock=lambda: now[0])
+    meter.restart()
+    got = []
+    for step in range(6):
+        now[0] += 5.0 if step < _trace_cost.WARMUP_STEPS else (0.3 if meter.tracing else 0.1)
+        got.append(meter.end_step(step, 7))
+        meter.restart()
+    decided = [k for k, c in enumerate(got) if c is not None]
+    assert decided == [_trace_cost.WARMUP_STEPS + 1]  # one step without, one with: 3x, off
+    assert got[decided[0]].too_dear
 
 
 @pytest.mark.parametrize(
