@@ -72,6 +72,7 @@ def test_a_dear_tracer_is_taken_off_and_the_replay_still_names_the_origin(monkey
 
 def test_a_free_tracer_is_kept(monkeypatch):
     monkeypatch.setattr(_trace_cost, "TRACER_SHARE", float("inf"))
+    monkeypatch.setattr(_trace_cost, "EARLY_OFF", float("inf"))
     model = _tiny_modules(10)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     rec = Recorder(model, opt)
@@ -96,7 +97,8 @@ def test_every_case_is_named_whether_the_tracer_stays_or_not(monkeypatch, name, 
     assert _no_hooks(nc.train.last.model)
 
 
-def test_the_hooks_alternate_during_the_warm_up():
+def test_the_hooks_alternate_during_the_warm_up(monkeypatch):
+    monkeypatch.setattr(_trace_cost, "EARLY_OFF", float("inf"))  # (a busy machine must not end it early)
     model = _tiny_modules(4)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     rec = Recorder(model, opt)
