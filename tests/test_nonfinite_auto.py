@@ -262,3 +262,62 @@ def test_gradient_accumulation_names_the_micro_batch_that_made_it(monkeypatch, t
     rec.detach()
     o = rec.run.nonfinite_origin
     assert o is not None and (o.module, o.step, o.phase, o.call) == ("block.1", bad, "forward", 1)
+
+
+class _Head(nn.Module):
+    """sqrt(mean(h^2)) and a linear head: NaN in the backward at an all-zero h (nc.RMS)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rms, self.head = nc.RMS(), nn.Linear(1, 1)
+
+    def forward(self, h):
+        return self.head(self.rms(h))
+
+
+class _CalledApart(nn.Module):
+    """The model's stem is called before its root forward, which is given the stem's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.top = nn.Linear(4, 8, bias=False), _Head()
+
+    def forward(self, h):
+        return self.top(h)
+
+
+def _train_apart(rec_kw, steps: int, bad: int):
+    torch.manual_seed(0)
+    model = _CalledApart()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    rec = Recorder(model, opt, **rec_kw)
+    for i in range(steps):
+        opt.zero_grad()
+        h = model.stem(torch.zeros(8, 4) if i == bad else torch.rand(8, 4) + 0.1)  # a graph before the root
+        model(h).pow(2).mean().backward()
+        opt.step()
+    rec.detach()
+    return rec
+
+
+def test_an_input_with_a_graph_behind_it_is_replayed_up_to_the_model(monkeypatch):
+    """The training's backward freed the stem's graph; the replay starts from a detached copy of
+    the root's input, so its backward stops there instead of failing on the freed graph."""
+    monkeypatch.setattr(_trace_cost, "TRACER_SHARE", 0.0)
+    rec = _train_apart({}, DECIDED + 3, DECIDED + 1)
+    o = rec.run.nonfinite_origin
+    assert o is not None and (o.module, o.step, o.phase) == ("top.rms", DECIDED + 1, "backward")
+
+
+def test_a_replay_that_fails_never_stops_the_training(monkeypatch):
+    monkeypatch.setattr(_trace_cost, "TRACER_SHARE", 0.0)
+
+    def broken(self, call, tracer, backward):
+        raise RuntimeError("something the replay did not foresee")
+
+    monkeypatch.setattr(_replay.StepReplay, "_run", broken)
+    rec = _train_apart({}, DECIDED + 4, DECIDED + 1)
+    assert rec.run.n_steps == DECIDED + 4 and rec.run.nonfinite_origin is None
+    off = rec.run.meta["nonfinite_tracing"]
+    assert off["stopped_at_step"] == DECIDED + 1 and "failed (RuntimeError: something" in off["reason"]
+    assert rec._replay is None

@@ -72,6 +72,7 @@ class StepReplay:
         self._kept = 0  # output-gradient bytes kept this step
         self._replaying = False
         self.misses = 0
+        self.failed = False  # a replay raised: no more are tried
         devs = {p.device for p in model.parameters()} | {b.device for b in model.buffers()}
         self._rng_devices = sorted((d for d in devs if d.type == "cuda"), key=str)
         self._autocast_types = sorted({"cpu"} | {d.type for d in devs if d.type in ("cuda", "xpu", "mps")})
@@ -106,8 +107,8 @@ class StepReplay:
         call = None
         if keep:
             call = ForwardCall(
-                args,
-                dict(kwargs),
+                _cut(args),
+                _cut(dict(kwargs)),
                 torch.get_rng_state(),
                 {d: torch.cuda.get_rng_state(d) for d in self._rng_devices},
                 [(t, torch.is_autocast_enabled(t), torch.get_autocast_dtype(t)) for t in self._autocast_types],
@@ -153,6 +154,9 @@ class StepReplay:
                     self._run(call, tracer, backward=not skipped)
                 tracer.end_step(step, loss, skipped=skipped)
                 traces = tracer.take()
+        except Exception as e:  # noqa: BLE001 - looking for an origin must never stop the training
+            self.failed = True
+            return None, f"the replay of step {step} failed ({type(e).__name__}: {str(e)[:200]})"
         finally:
             self._replaying = False
             tracer.remove()
@@ -178,11 +182,30 @@ class StepReplay:
         outs = list(_tensors(out))
         roots = [(outs[k], g) for k, g in call.grads.items() if k < len(outs) and outs[k].grad_fn is not None]
         roots = _outermost(roots)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        if roots and params:
+        # every path the training's backward took: to the parameters, and back out through the
+        # model's inputs that carry a gradient to code before it
+        ends = [p for p in self.model.parameters() if p.requires_grad]
+        ends += [t for t in _tensors((call.args, call.kwargs)) if t.requires_grad]
+        if roots and ends:
             torch.autograd.grad(
-                [t for t, _ in roots], params, [g for _, g in roots], allow_unused=True, materialize_grads=False
+                [t for t, _ in roots], ends, [g for _, g in roots], allow_unused=True, materialize_grads=False
             )
+
+
+def _cut(x, depth: int = 0):
+    """``x`` with every tensor that has a graph behind it (made by code before the model, say a
+    frozen encoder called apart) replaced by a detached copy that requires grad: the replay's
+    backward stops at the model's inputs, as the tracer's events do, and never walks into a graph
+    that the training's backward has freed. Containers are rebuilt, a few levels deep."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().requires_grad_(x.requires_grad) if x.grad_fn is not None else x
+    if depth >= 3:
+        return x
+    if type(x) in (tuple, list):
+        return type(x)(_cut(v, depth + 1) for v in x)
+    if type(x) is dict:
+        return {k: _cut(v, depth + 1) for k, v in x.items()}
+    return x
 
 
 def _outermost(roots: list[tuple[torch.Tensor, Any]]) -> list[tuple[torch.Tensor, Any]]:
