@@ -145,7 +145,10 @@ class StepReplay:
         calls = [c for c in self.calls if c.done]
         self.clear()
         if not calls:
-            return None, "no forward of the model ran outside torch.compile to replay"
+            return None, (
+                "the model's own forward never ran to replay (its submodules were called directly, "
+                "or it runs under torch.compile)"
+            )
         tracer = NonfiniteTracer(self.model)
         self._replaying = True
         try:
