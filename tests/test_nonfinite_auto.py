@@ -321,3 +321,20 @@ def test_a_replay_that_fails_never_stops_the_training(monkeypatch):
     off = rec.run.meta["nonfinite_tracing"]
     assert off["stopped_at_step"] == DECIDED + 1 and "failed (RuntimeError: something" in off["reason"]
     assert rec._replay is None
+
+
+def test_a_model_whose_own_forward_never_runs_says_so(monkeypatch):
+    monkeypatch.setattr(_trace_cost, "TRACER_SHARE", 0.0)
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"enc": nn.Linear(4, 8), "dec": nn.Linear(8, 1)})  # called part by part
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    rec = Recorder(model, opt)
+    bad = DECIDED + 1
+    for i in range(bad + 3):
+        opt.zero_grad()
+        x = torch.full((4, 4), float("nan")) if i == bad else torch.rand(4, 4)
+        model["dec"](model["enc"](x)).pow(2).mean().backward()
+        opt.step()
+    rec.detach()
+    off = rec.run.meta["nonfinite_tracing"]
+    assert off["stopped_at_step"] == bad and "own forward never ran" in off["reason"]

@@ -72,7 +72,7 @@ class StepReplay:
         self._kept = 0  # output-gradient bytes kept this step
         self._replaying = False
         self.misses = 0
-        self.failed = False  # a replay raised: no more are tried
+        self.failed = False  # a replay raised, or had nothing to run: no more are tried
         devs = {p.device for p in model.parameters()} | {b.device for b in model.buffers()}
         self._rng_devices = sorted((d for d in devs if d.type == "cuda"), key=str)
         self._autocast_types = sorted({"cpu"} | {d.type for d in devs if d.type in ("cuda", "xpu", "mps")})
@@ -145,6 +145,7 @@ class StepReplay:
         calls = [c for c in self.calls if c.done]
         self.clear()
         if not calls:
+            self.failed = True  # nothing to replay now will be nothing later: said once
             return None, (
                 "the model's own forward never ran to replay (its submodules were called directly, "
                 "or it runs under torch.compile)"
