@@ -122,7 +122,7 @@ def main() -> None:
             print(f"RATIO ({clock_name}) detect_anomaly/no tracing = {paired['recording + detect_anomaly']:.2f}")
 
     print("\nwho names the origin (tests/nonfinite_cases.py, the default trace_nonfinite='auto'):")
-    print(f"{'case':22s} {'expected':34s} {'tracer':34s} {'detect_anomaly':36s}")
+    print(f"{'case':22s} {'expected':34s} {'gradwidget (default)':34s} {'detect_anomaly':36s}")
     agree = 0
     cases = nonfinite_cases.CASES
     for name, case in cases.items():

@@ -75,10 +75,14 @@ def timed(fn):
     return out, dt, peak / 2**20
 
 
-def recording_ratio(n_tensors: int, steps: int, trace: bool | str = "auto") -> tuple[float, float, float]:
+def recording_ratio(
+    n_tensors: int, steps: int, trace: bool | str = "auto", warm: int = 10
+) -> tuple[float, float, float]:
     """Median step time bare and with the Recorder (interleaved blocks) on n_tensors/2 x Linear(2,2);
-    ``trace``: the Recorder's ``trace_nonfinite`` ("auto", the default: traced for the few steps its
-    cost is measured over, then not where it is dear; True: hooks on every module call; False)."""
+    ``trace``: the Recorder's ``trace_nonfinite`` ("auto", the default: the origin by replay, the
+    per-module tracer measured on alternate warm-up steps; True: hooks on every module call; False).
+    Each block's new Recorder first runs ``warm`` steps untimed (its set-up, and "auto"'s measuring of
+    the tracer: bench/overhead.py --compare times those first steps on their own), as bare blocks do."""
     import torch
     from torch import nn
 
@@ -98,7 +102,8 @@ def recording_ratio(n_tensors: int, steps: int, trace: bool | str = "auto") -> t
     for block in range(4):
         for variant in ("bare", "rec"):
             r = Recorder(model, opt, histogram_every=0, trace_nonfinite=trace) if variant == "rec" else None
-            step()
+            for _ in range(max(1, warm)):
+                step()
             ts = []
             for _ in range(steps):
                 t = time.perf_counter()
@@ -143,6 +148,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=40, help="recorded steps of the synthetic runs analysed")
     ap.add_argument("--record-steps", type=int, default=20, help="timed steps per block of the recording ratio")
     ap.add_argument("--record-only", action="store_true", help="only the recording ratios (no analysis, report, panel)")
+    ap.add_argument("--warm", type=int, default=10, help="untimed steps under each block's new Recorder first")
     a = ap.parse_args(argv)
     print(
         f"{'tensors':>8} {'bare ms':>8} {'rec ms':>8} {'ratio':>6} {'traced':>6} {'no-trace':>8} {'analyze s':>9} {'MiB':>6} "
@@ -151,9 +157,9 @@ def main(argv=None) -> int:
     )
     with tempfile.TemporaryDirectory() as tmp:
         for n in a.tensors:
-            b, r, ratio = recording_ratio(n, a.record_steps)
-            traced = recording_ratio(n, a.record_steps, trace=True)[2]
-            plain = recording_ratio(n, a.record_steps, trace=False)[2]
+            b, r, ratio = recording_ratio(n, a.record_steps, warm=a.warm)
+            traced = recording_ratio(n, a.record_steps, trace=True, warm=a.warm)[2]
+            plain = recording_ratio(n, a.record_steps, trace=False, warm=a.warm)[2]
             if a.record_only:
                 print(f"{n:>8} {b:>8.2f} {r:>8.2f} {ratio:>6.2f} {traced:>6.2f} {plain:>8.2f}", flush=True)
                 continue

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from ..run import NonfiniteOrigin
-from .nonfinite import NonfiniteTracer, _tensors, find_origin
+from .nonfinite import NonfiniteTracer, _tensors
 
 #: bytes of output gradients kept per step for a replay of the backward (beyond them the backward
 #: is not replayed: a language model's logits gradient can be gigabytes; a model that computes its
@@ -72,6 +72,7 @@ class StepReplay:
         self._kept = 0  # output-gradient bytes kept this step
         self._replaying = False
         self.misses = 0
+        self.failed = False  # a replay raised, or had nothing to run: no more are tried
         devs = {p.device for p in model.parameters()} | {b.device for b in model.buffers()}
         self._rng_devices = sorted((d for d in devs if d.type == "cuda"), key=str)
         self._autocast_types = sorted({"cpu"} | {d.type for d in devs if d.type in ("cuda", "xpu", "mps")})
@@ -106,8 +107,8 @@ class StepReplay:
         call = None
         if keep:
             call = ForwardCall(
-                args,
-                dict(kwargs),
+                _cut(args),
+                _cut(dict(kwargs)),
                 torch.get_rng_state(),
                 {d: torch.cuda.get_rng_state(d) for d in self._rng_devices},
                 [(t, torch.is_autocast_enabled(t), torch.get_autocast_dtype(t)) for t in self._autocast_types],
@@ -144,30 +145,32 @@ class StepReplay:
         calls = [c for c in self.calls if c.done]
         self.clear()
         if not calls:
-            return None, "no forward of the model ran outside torch.compile to replay"
+            self.failed = True  # nothing to replay now will be nothing later: said once
+            return None, (
+                "the model's own forward never ran to replay (its submodules were called directly, "
+                "or it runs under torch.compile)"
+            )
         tracer = NonfiniteTracer(self.model)
         self._replaying = True
         try:
             with _state_restored(self.model, self._rng_devices):
-                for k, call in enumerate(calls):
+                for call in calls:  # one step's events in the order they happened, as True traces them
                     self._run(call, tracer, backward=not skipped)
-                    tracer.end_step(step, loss if k == len(calls) - 1 else None, skipped=skipped)
+                tracer.end_step(step, loss, skipped=skipped)
                 traces = tracer.take()
+        except Exception as e:  # noqa: BLE001 - looking for an origin must never stop the training
+            self.failed = True
+            return None, f"the replay of step {step} failed ({type(e).__name__}: {str(e)[:200]})"
         finally:
             self._replaying = False
             tracer.remove()
-        names, types = tracer.module_names, tracer.module_types
-        for tr in traces:
-            o = find_origin(tr, names, types, None, module_of)
-            if o is not None:
-                o.params_reached = list(reached) if reached is not None else None
-                return o, None
-        if traces and reached:  # every event finite: the parameter gradients tell where it reached
-            o = find_origin(traces[-1], names, types, reached, module_of)
-            if o is not None:
-                big = any(c.too_big for c in calls)
-                return o, ("the backward was not replayed: its output gradient was not kept" if big else None)
-        return None, "the replayed step stayed finite (the model's forward depends on more than its inputs)"
+        origin = tracer.origin(traces, (lambda s: reached) if reached else None, module_of)
+        if origin is None:
+            return None, "the replayed step stayed finite (the model's forward depends on more than its inputs)"
+        seen = origin.inputs_finite is False or origin.output_finite is False  # not only inferred from gradients
+        if not seen and any(c.too_big for c in calls):
+            return origin, "the backward was not replayed: its output gradient was not kept"
+        return origin, None
 
     def _run(self, call: ForwardCall, tracer: NonfiniteTracer, backward: bool) -> None:
         torch.set_rng_state(call.cpu_rng)
@@ -183,11 +186,30 @@ class StepReplay:
         outs = list(_tensors(out))
         roots = [(outs[k], g) for k, g in call.grads.items() if k < len(outs) and outs[k].grad_fn is not None]
         roots = _outermost(roots)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        if roots and params:
+        # every path the training's backward took: to the parameters, and back out through the
+        # model's inputs that carry a gradient to code before it
+        ends = [p for p in self.model.parameters() if p.requires_grad]
+        ends += [t for t in _tensors((call.args, call.kwargs)) if t.requires_grad]
+        if roots and ends:
             torch.autograd.grad(
-                [t for t, _ in roots], params, [g for _, g in roots], allow_unused=True, materialize_grads=False
+                [t for t, _ in roots], ends, [g for _, g in roots], allow_unused=True, materialize_grads=False
             )
+
+
+def _cut(x, depth: int = 0):
+    """``x`` with every tensor that has a graph behind it (made by code before the model, say a
+    frozen encoder called apart) replaced by a detached copy that requires grad: the replay's
+    backward stops at the model's inputs, as the tracer's events do, and never walks into a graph
+    that the training's backward has freed. Containers are rebuilt, a few levels deep."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().requires_grad_(x.requires_grad) if x.grad_fn is not None else x
+    if depth >= 3:
+        return x
+    if type(x) in (tuple, list):
+        return type(x)(_cut(v, depth + 1) for v in x)
+    if type(x) is dict:
+        return {k: _cut(v, depth + 1) for k, v in x.items()}
+    return x
 
 
 def _outermost(roots: list[tuple[torch.Tensor, Any]]) -> list[tuple[torch.Tensor, Any]]:

@@ -313,9 +313,9 @@ class _Steps(_RecorderState):
             if self._tracer is not None:  # found: no hook is left on any module
                 self._tracer.remove()
                 self._tracer = None
-        elif not skipped:  # a step AMP's GradScaler skipped has no backward origin, by design: go on
+        elif rp.failed or not skipped:  # a step AMP's GradScaler skipped has no backward origin, by design: go on
             rp.misses += 1
-            if rp.misses >= MAX_MISSES:
+            if rp.failed or rp.misses >= MAX_MISSES:
                 self._stop_replay(step, note or "no origin was found")
 
     def _weights_nonfinite(self, values: np.ndarray | None) -> bool:
