@@ -29,7 +29,7 @@ def _diagnose(args: tuple) -> tuple[str, list, float, float, float, str | None]:
     case, cache_dir, no_cache = args
     import torch
 
-    from gradwidget import analyze
+    from gradwidget import Thresholds, analyze
 
     torch.set_num_threads(1)
     try:
@@ -46,7 +46,8 @@ def _diagnose(args: tuple) -> tuple[str, list, float, float, float, str | None]:
     except AssertionError as e:
         problem = str(e)
     t = time.perf_counter()
-    report = analyze(run)
+    # today's defaults, not the thresholds the cached run was recorded with (meta.json keeps those)
+    report = analyze(run, thresholds=Thresholds())
     dt = time.perf_counter() - t
     train_s = float(run.meta.get("zoo_train_seconds", float("nan")))
     return case.id, score.findings_of(report), zoo.loss_ratio(run), train_s, dt, problem
@@ -82,13 +83,18 @@ def main(argv=None) -> int:
             print(case_row(c, zoo.run_case(c) if a.no_cache else zoo.load_or_run(c, a.cache_dir)))
         print(f"{len(cases)} cases in {time.perf_counter() - t0:.1f} s")
         return 0
+    print(
+        f"{len(cases)} held-out cases: no bound is set from these"
+        if a.heldout
+        else f"{len(cases)} calibration cases (zoo.CASES: bounds are set and checked on these)"
+    )
     work = [(c, a.cache_dir, a.no_cache) for c in cases]
     with ProcessPoolExecutor(a.jobs) if a.jobs > 1 else _Serial() as ex:
         results, problems, pending = _report_each(ex.map(_diagnose, work), {c.id: c for c in cases})
     wall = time.perf_counter() - t0
     print()
     print(summary(results))
-    print(f"\n{len(results)} cases in {wall:.1f} s")
+    print(f"\n{len(results)} cases in {wall:.1f} s; {len(results) - len(problems)} labels hold their checks")
     if pending:
         print(f"{len(pending)} cases pending (not scored):\n  " + "\n  ".join(pending))
     if problems:
@@ -158,6 +164,11 @@ def summary(results: list) -> str:
     healthy = [r for r in results if r.case.healthy]
     fa = score.false_alarms(results)
     out.append(f"== healthy runs: {len(fa)} of {len(healthy)} with a Critical/High/Medium finding (false alarms)")
+    worst = [min(score.ALARM_PRIORITIES.index(f.priority) for f in r.alarms) for r in fa]
+    out.append(
+        "   by their highest priority: "
+        + ", ".join(f"{p} {worst.count(i)}" for i, p in enumerate(score.ALARM_PRIORITIES))
+    )
     out += [f"   {r.case.id}: " + "; ".join(str(f) for f in r.alarms) for r in fa]
     acc = score.cause_accuracy(results)
     if acc["n"]:

@@ -273,6 +273,315 @@ def large_ratio(blocks: int, steps: int, device: str, batch: int = 8, seq: int =
     )
 
 
+# ---------------------------------------------------------------------------------- the comparison
+#: what each variant of the comparison (issue 22) runs beside the same training step
+COMPARE_VARIANTS = (
+    "bare",
+    "gradwidget defaults",
+    "gradwidget, trace_nonfinite=False",
+    "gradwidget panel on screen",
+    "wandb.watch(log='all', log_freq=10)",
+    "TensorBoard histograms every 10",
+    "grad norms only (foreach: the floor)",
+)
+
+
+def llama_model(vocab: int = 2000, seed: int = 0):
+    """A Llama-style causal LM (RMSNorm, SwiGLU, rotary positions, grouped-query attention, no
+    biases), Hugging Face's ``LlamaForCausalLM`` at a tiny size, randomly initialised."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=128,
+        intermediate_size=344,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
+    return LlamaForCausalLM(cfg)
+
+
+class Comparison:
+    """Identical models (same weights, data and AdamW), one per variant, each with its instrument
+    attached once (so "auto" has finished its warm-up before the timed blocks); ``block(variant, n)``
+    times n steps of one. Run in-process, or inside a Jupyter kernel whose page shows the panel
+    (``compare_in_kernel``)."""
+
+    def __init__(self, which: str, batch: int, seq: int, variants=COMPARE_VARIANTS, log_dir: str = "/tmp") -> None:
+        torch.set_num_threads(1)
+        self.which, self.batch, self.seq = which, batch, seq
+        self.vocab = 2000
+        g = torch.Generator().manual_seed(0)
+        self.data = [torch.randint(0, self.vocab, (batch, seq + 1), generator=g) for _ in range(8)]
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.log_dir = log_dir
+        self.setups = {v: self._setup(v) for v in variants}
+        self.calls = dict.fromkeys(variants, 0)
+
+    def model(self):
+        return llama_model(self.vocab) if self.which == "llama" else make_model(vocab=self.vocab)
+
+    def _setup(self, variant: str):
+        import tempfile
+
+        model = self.model()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        inst, log = None, None
+        if variant == "gradwidget defaults":
+            inst = Recorder(model, opt)
+            log = inst.log
+        elif variant == "gradwidget, trace_nonfinite=False":
+            inst = Recorder(model, opt, trace_nonfinite=False)
+            log = inst.log
+        elif variant == "gradwidget panel on screen":
+            from gradwidget import GradientPanel
+
+            inst = GradientPanel(model, opt)
+            log = inst.log
+        elif variant.startswith("wandb"):
+            import os
+
+            import wandb
+
+            os.environ["WANDB_MODE"] = "offline"
+            os.environ["WANDB_SILENT"] = "true"
+            run = wandb.init(project="gw-bench", dir=tempfile.mkdtemp(dir=self.log_dir), mode="offline")
+            run.watch(model, log="all", log_freq=10)
+            inst = run
+
+            def log(loss):
+                run.log({"loss": loss.item()})
+
+        elif variant.startswith("TensorBoard"):
+            from torch.utils.tensorboard import SummaryWriter
+
+            writer = SummaryWriter(tempfile.mkdtemp(dir=self.log_dir))
+            inst = writer
+            state = {"n": 0}
+
+            def log(loss):
+                n = state["n"]
+                state["n"] += 1
+                writer.add_scalar("loss", loss.item(), n)
+                if n % 10 == 0:
+                    for name, p in model.named_parameters():
+                        writer.add_histogram(f"weight/{name}", p, n)
+                        if p.grad is not None:
+                            writer.add_histogram(f"grad/{name}", p.grad, n)
+
+        elif variant.startswith("grad norms"):
+            inst = []
+
+            def log(loss):  # what any per-layer statistic costs at least: fused norms, one host copy
+                grads = [p.grad for p in model.parameters() if p.grad is not None]
+                inst.append(torch.stack(torch._foreach_norm(grads)).cpu())
+
+        return model, opt, inst, log
+
+    def _step(self, variant: str) -> None:
+        model, opt, _, log = self.setups[variant]
+        i = self.calls[variant]
+        self.calls[variant] = i + 1
+        b = self.data[i % len(self.data)]
+        opt.zero_grad(set_to_none=True)
+        if self.which == "llama":
+            loss = model(input_ids=b[:, :-1], labels=b[:, :-1]).loss
+        else:
+            loss = self.loss_fn(model(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten())
+        loss.backward()
+        if log is not None:
+            log(loss)
+        opt.step()
+
+    def block(self, variant: str, n: int) -> dict:
+        """n steps of ``variant``: each step's seconds and the loop's."""
+        times = []
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(n):
+            t = time.perf_counter()
+            self._step(variant)
+            times.append(time.perf_counter() - t)
+        loop, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return {"variant": variant, "step_s": times, "loop_s": loop, "cpu_s": cpu}
+
+    def first_steps(self, n: int = 10) -> dict:
+        """A fresh model and a fresh ``Recorder`` (defaults), then a fresh model bare: each of the
+        first ``n`` steps' seconds (the first sets the Recorder up; "auto" measures its tracer next)."""
+        out = {}
+        for name in ("fresh Recorder", "fresh bare"):
+            model = self.model()
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            t = time.perf_counter()
+            rec = Recorder(model, opt) if name == "fresh Recorder" else None
+            build = time.perf_counter() - t
+            self.setups[name] = (model, opt, rec, rec.log if rec is not None else None)
+            self.calls[name] = 0
+            times = []
+            for _ in range(n):
+                t = time.perf_counter()
+                self._step(name)
+                times.append(time.perf_counter() - t)
+            out[name] = {"build_s": build, "step_s": times}
+            if rec is not None:
+                out[name]["tracing"] = rec.tracing_text()
+                rec.detach()
+            del self.setups[name]
+        return out
+
+    def describe(self) -> str:
+        model = self.setups["bare"][0]
+        n = sum(p.numel() for p in model.parameters())
+        k = sum(1 for _ in model.parameters())
+        name = "Llama-style LlamaForCausalLM 4 x d128" if self.which == "llama" else "bench transformer 4 x d256"
+        return f"{name}: {k} parameter tensors, {n / 1e6:.1f} M parameters, batch {self.batch} x seq {self.seq}"
+
+    def close(self) -> None:
+        for v, (_, _, inst, _) in self.setups.items():
+            if v.startswith("gradwidget"):
+                inst.close() if hasattr(inst, "close") else inst.detach()
+            elif v.startswith("wandb"):
+                inst.finish()
+            elif v.startswith("TensorBoard"):
+                inst.close()
+
+
+def _interleaved(block, variants, rounds: int, steps: int) -> list[dict]:
+    """Rounds of one block per variant, the order rotated each round (a busy machine hits all alike)."""
+    out = []
+    for r in range(rounds):
+        k = r % len(variants)
+        for v in variants[k:] + variants[:k]:
+            out.append(block(v, steps))
+    return out
+
+
+def compare_table(blocks: list[dict], title: str) -> dict:
+    """Per variant: median over blocks of the block's mean step (a block holds whole cycles of the
+    every-10-steps work of wandb and TensorBoard), its ratio to bare, the spread of the per-round
+    ratios, and the median step."""
+    variants = list(dict.fromkeys(b["variant"] for b in blocks))
+    by = {v: [b for b in blocks if b["variant"] == v] for v in variants}
+    mean = {v: [b["loop_s"] / len(b["step_s"]) for b in by[v]] for v in variants}
+    cpu = {v: [b["cpu_s"] / len(b["step_s"]) for b in by[v]] for v in variants}
+    base, base_cpu = statistics.median(mean["bare"]), statistics.median(cpu["bare"])
+    print(title)
+    print(
+        f"  {'variant':38s} {'mean step':>10s} {'vs bare':>8s} {'rounds (min-max)':>18s} {'median step':>12s} "
+        f"{'CPU vs bare':>12s}"
+    )
+    res = {}
+    for v in variants:
+        m, c = statistics.median(mean[v]), statistics.median(cpu[v])
+        per_round = [a / b for a, b in zip(mean[v], mean["bare"])]
+        med = statistics.median([x for b in by[v] for x in b["step_s"]])
+        res[v] = {
+            "mean_ms": m * 1e3,
+            "ratio": m / base,
+            "lo": min(per_round),
+            "hi": max(per_round),
+            "median_ms": med * 1e3,
+            "cpu_ratio": c / base_cpu,
+        }
+        print(
+            f"  {v:38s} {m * 1e3:8.1f}ms {m / base:7.3f}x {min(per_round):8.2f}-{max(per_round):.2f}x "
+            f"{med * 1e3:10.1f}ms {c / base_cpu:11.3f}x"
+        )
+    print(
+        "  (mean step: the loop's time over its steps, median over blocks; CPU: this process's CPU time, "
+        "all its threads; wandb's service process is not in it)"
+    )
+    return res
+
+
+def print_first_steps(first: dict) -> None:
+    rec, bare = first["fresh Recorder"], first["fresh bare"]
+    print(f"  first 10 steps of a fresh Recorder ({rec['tracing']}):")
+    print(f"    Recorder() built in {rec['build_s'] * 1e3:.1f} ms")
+    print("    step   " + " ".join(f"{i:>7d}" for i in range(len(rec["step_s"]))))
+    print("    bare   " + " ".join(f"{t * 1e3:6.1f}m" for t in bare["step_s"]))
+    print("    fresh  " + " ".join(f"{t * 1e3:6.1f}m" for t in rec["step_s"]))
+    extra = sum(rec["step_s"]) + rec["build_s"] - sum(bare["step_s"])
+    print(
+        f"    the 10 steps took {extra * 1e3:+.0f} ms more than bare ({(sum(rec['step_s']) + rec['build_s']) / sum(bare['step_s']):.2f}x)"
+    )
+
+
+def compare_in_process(which: str, rounds: int, steps: int, batch: int, seq: int) -> dict:
+    """The comparison without a kernel (no panel on screen)."""
+    variants = tuple(v for v in COMPARE_VARIANTS if "panel" not in v)
+    cmp = Comparison(which, batch, seq, variants)
+    for v in variants:  # warm-up: "auto" decides about its tracer in its first 9 steps
+        cmp.block(v, 12)
+    blocks = _interleaved(cmp.block, list(variants), rounds, steps)
+    res = compare_table(blocks, f"{cmp.describe()} (in-process, {rounds} rounds of {steps} steps)")
+    first = cmp.first_steps()
+    print_first_steps(first)
+    cmp.close()
+    return res
+
+
+SETUP_CELL = """
+import sys, json
+sys.path.insert(0, {bench!r})
+import overhead
+cmp = overhead.Comparison({which!r}, {batch}, {seq})
+panel = cmp.setups["gradwidget panel on screen"][2]
+"""
+
+
+def compare_in_kernel(which: str, rounds: int, steps: int, batch: int, seq: int) -> dict:
+    """The comparison inside a Jupyter kernel, the panel displayed in JupyterLab (headless Chromium):
+    every variant runs in that kernel, each block as a cell would (bench/live.py's machinery)."""
+    import json
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    sys.path.insert(0, str(here))
+    from live import EXEC_JS  # also puts tests/browser on sys.path
+
+    from lab import KERNEL_IDLE_JS, RUN_CELL_JS, notebook_page
+
+    cells = [SETUP_CELL.format(bench=str(here), which=which, batch=batch, seq=seq), "panel"]
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        notebook_page(Path(tmp), cells, name="compare.ipynb", timeout_ms=900_000) as page,
+    ):
+
+        def kexec(code):
+            r = page.evaluate(EXEC_JS, code)
+            if "ERROR" in r["out"]:
+                raise RuntimeError(r["out"])
+            return r["out"]
+
+        for i in range(2):
+            page.evaluate(RUN_CELL_JS, i)
+            page.wait_for_timeout(300)
+            page.wait_for_function(KERNEL_IDLE_JS)
+        page.wait_for_function(
+            "() => { const r = document.querySelector('.gw-root'); return r && r.parentElement.gradwidget; }"
+        )
+
+        def block(v, n):
+            out = json.loads(kexec(f"print(json.dumps(cmp.block({v!r}, {n})))"))
+            page.wait_for_timeout(300)  # the panel's trailing updates, as between cells
+            return out
+
+        for v in COMPARE_VARIANTS:
+            block(v, 12)
+        blocks = _interleaved(block, list(COMPARE_VARIANTS), rounds, steps)
+        desc = kexec("print(cmp.describe())").strip()
+        res = compare_table(blocks, f"{desc} (in a Jupyter kernel, panel on screen; {rounds} rounds of {steps} steps)")
+        first = json.loads(kexec("print(json.dumps(cmp.first_steps()))"))
+        print_first_steps(first)
+        kexec("cmp.close()")
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--blocks", type=int, default=6)
@@ -287,7 +596,23 @@ def main() -> None:
     ap.add_argument(
         "--only", action="store_true", help="run only the sections asked for with --trainer/--compiled/--large"
     )
+    ap.add_argument(
+        "--compare",
+        nargs="*",
+        choices=["transformer", "llama"],
+        help="the comparison of issue 22 (bare, gradwidget, the panel, wandb, TensorBoard, the floor) on these models",
+    )
+    ap.add_argument("--runs", type=int, default=3, help="--compare: runs of each model")
+    ap.add_argument("--no-kernel", action="store_true", help="--compare in this process, without the panel")
     args = ap.parse_args()
+    torch.set_num_threads(1)
+    for which in args.compare or ():
+        for r in range(args.runs):
+            print(f"--- {which}, run {r + 1} of {args.runs}", flush=True)
+            run = compare_in_process if args.no_kernel else compare_in_kernel
+            run(which, args.blocks, args.steps, args.batch, args.seq)
+    if args.compare is not None:
+        return
     if args.large:
         large_ratio(args.blocks, args.steps, args.device)
     if args.trainer:

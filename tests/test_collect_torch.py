@@ -286,7 +286,7 @@ def test_transformer_layers_are_recorded_in_graph_order():
     "bad,err,match",
     [
         ("notmodule", TypeError, "torch.nn.Module"),
-        ("foreign_opt", ValueError, "not parameters of this"),
+        ("foreign_opt", ValueError, "holds none of this"),
         ("not_opt", TypeError, "torch.optim.Optimizer"),
         ("every", ValueError, "every"),
         ("no_params", ValueError, "no parameters"),

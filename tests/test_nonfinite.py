@@ -101,12 +101,25 @@ def test_without_an_optimizer_a_step_is_a_backward():
 
 
 def test_a_step_between_recorded_ones_is_found_at_the_next_host_copy():
-    origin = nc.train(nc.CASES["forward, parameter-free"], every=2)  # records steps 0, 2, 4
+    """trace_nonfinite=True traces every step, recorded or not (the default replays recorded ones)."""
+    origin = nc.train(nc.CASES["forward, parameter-free"], every=2, trace_nonfinite=True)  # records 0, 2, 4
     assert (origin.module, origin.step, origin.phase) == ("block.1", nc.BAD, "forward")
     assert origin.params_reached is None  # step 3 was not recorded
 
 
-def test_healthy_training_has_no_origin_and_keeps_tracing_until_detached():
+def test_by_default_a_nan_made_between_recorded_steps_is_said_not_guessed():
+    """The default replays recorded steps only: step 3's NaN reaches the weights, and step 4 is not
+    blamed on the first module that reads them; the run says why there is no origin."""
+    origin = nc.train(nc.CASES["forward, parameter-free"], every=2)
+    assert origin is None
+    run = nc.train.last.run
+    assert run.meta["nonfinite_tracing"]["stopped_at_step"] == 4
+    assert "weights were already non-finite" in run.meta["nonfinite_tracing"]["reason"]
+    assert "every=2" in run.meta["nonfinite_tracing"]["reason"]
+
+
+@pytest.mark.parametrize("trace", ["auto", True])
+def test_healthy_training_has_no_origin_and_keeps_tracing_until_detached(trace):
     torch.manual_seed(0)
     model = nn.TransformerEncoder(
         nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), 2, enable_nested_tensor=False
@@ -114,13 +127,14 @@ def test_healthy_training_has_no_origin_and_keeps_tracing_until_detached():
     mask = nn.Transformer.generate_square_subsequent_mask(6)  # float mask holding -inf: not a NaN
     assert torch.isinf(mask).any()
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-    rec = Recorder(model, opt)
+    rec = Recorder(model, opt, trace_nonfinite=trace)
     for _ in range(3):
         opt.zero_grad()
         model(torch.randn(4, 6, 16), mask=mask, is_causal=True).pow(2).mean().backward()
         opt.step()
     assert rec.run.nonfinite_origin is None and analyze(rec.run).nonfinite_origin is None
-    assert rec._tracer is not None and rec._tracer.attached
+    part = rec._tracer if trace is True else rec._replay  # the default: one hook on the root module
+    assert part is not None and part.attached
     rec.detach()
     assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
 

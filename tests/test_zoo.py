@@ -9,22 +9,28 @@ pytest.importorskip("transformers")
 
 import zoo  # noqa: E402 (skipped without torch)
 from zoo.case import CAUSES  # noqa: E402 (skipped without torch)
+from zoo.fast import first_per_cause  # noqa: E402 (skipped without torch)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", zoo.FAST, ids=lambda c: c.id)
 def test_fast_case_labels_hold(case, zoo_cache):
     run = zoo.load_or_run(case, zoo_cache)
-    zoo.check_case(case, run)
+    zoo.check(case, run, zoo_cache)
 
 
 @pytest.mark.slow
 def test_heldout_labels_hold(zoo_cache):
-    """Every held-out case (28 runs, ~20 s): labels checked as for FAST, ids distinct from CASES."""
+    """One held-out case per cause and one healthy, the cheapest (the whole third runs in
+    bench/diagnosis.py --heldout): labels checked as for FAST, ids distinct from CASES."""
     assert not {c.id for c in zoo.HELDOUT} & {c.id for c in zoo.CASES}
-    assert {c.cause for c in zoo.HELDOUT} == set(CAUSES)
-    for case in zoo.HELDOUT:
-        zoo.check_case(case, zoo.load_or_run(case, zoo_cache))
+    assert {c.cause for c in zoo.HELDOUT} == set(CAUSES) | {None}
+    for case in first_per_cause(zoo.HELDOUT):
+        try:
+            run = zoo.load_or_run(case, zoo_cache)
+        except zoo.PendingCase:
+            continue  # gradwidget cannot record it yet (a head replaced after the optimizer: issue 21)
+        zoo.check(case, run, zoo_cache)
 
 
 @pytest.mark.slow
@@ -42,10 +48,41 @@ def test_fast_covers_every_cause_and_every_arch():
     assert {c.arch for c in zoo.FAST if c.healthy} == {c.arch for c in zoo.CASES}
 
 
-def test_every_cause_is_on_several_architectures():
+def test_the_corpus_looks_like_the_field():
+    """Issue 21: 12+ architectures, 60+ healthy calibration runs, every cause on 4+ architectures
+    (calibration and held out together) and on 2+ in calibration, a held-out share near a third."""
+    every = zoo.CASES + zoo.HELDOUT
+    assert len({c.arch for c in every}) >= 12
+    assert sum(c.healthy for c in zoo.CASES) >= 60
     for cause in CAUSES:
-        archs = {c.arch for c in zoo.CASES if c.cause == cause}
-        assert len(archs) >= 2, (cause, archs)
+        assert len({c.arch for c in every if c.cause == cause}) >= 4, cause
+        assert len({c.arch for c in zoo.CASES if c.cause == cause}) >= 2, cause
+    assert 0.25 <= len(zoo.HELDOUT) / len(every) <= 0.4
+
+
+def test_real_data_keeps_what_is_stored_and_what_the_user_does():
+    from zoo import real
+
+    digits = real.digits_images(0)
+    assert digits.x.dtype == torch.uint8 and int(digits.x.max()) == 255
+    x = digits.prepare(digits.x)
+    assert abs(float(x.mean())) < 1e-3 and abs(float(x.std()) - 1) < 1e-2
+    assert float(digits.raw(digits.x).max()) == 255.0
+    wine = real.wine(0)
+    assert float(wine.raw(wine.x).max()) > 1000 and abs(float(wine.prepare(wine.x).mean())) < 1e-3
+    text = real.text_lm(0)
+    assert text.x.shape[1] == 32 and torch.equal(text.x[:, 1:], text.y[:, :-1])
+    assert int(text.x.max()) < real.TEXT_VOCAB and len(real.reference_text()) > 100_000
+
+
+def test_chance_loss_is_the_entropy_of_the_targets():
+    from zoo import real
+    from zoo.checks import chance_loss
+
+    case = next(c for c in zoo.CASES if c.id == "tabular-sgd-s0-lr_too_high-wine")
+    y = real.wine(0).y
+    p = torch.bincount(y).double() / len(y)
+    assert chance_loss(case) == pytest.approx(float(-(p * p.log()).sum()))
 
 
 def test_case_ids_are_unique_and_labels_consistent():

@@ -81,7 +81,7 @@ healthy("cnn", "sgd", "digits", styles=[st.lr(0.05)], **_CNN_DIGITS)
 healthy("cnn", "adamw", "digits-b8", task="digits_b8", variant=DIGITS_CNN, styles=[st.lr(3e-3)])
 healthy("cnn", "sgd", "digits-steplr", styles=[st.lr(0.05), st.step_decay(40, 0.3)], **_CNN_DIGITS)
 healthy("cnn", "adamw", "digits-b8", heldout=True, seed=1, task="digits_b8", variant=DIGITS_CNN, styles=[st.lr(3e-3)])
-healthy("vit", "adamw", "digits", task="digits", variant=DIGITS_VIT, styles=[st.lr(3e-3)])
+healthy("vit", "adamw", "digits", task="digits", variant=DIGITS_VIT)
 healthy(
     "vit",
     "adamw",
@@ -90,7 +90,7 @@ healthy(
     seed=1,
     task="digits",
     variant=DIGITS_VIT,
-    styles=[st.lr(3e-3), st.warmup_cosine(10)],
+    styles=[st.warmup_cosine(10)],
 )
 healthy("resnet", "sgd", "digits-steplr", task="digits", variant=DIGITS_HF, styles=[st.step_decay(40, 0.3)])
 healthy("resnet", "adamw", "digits", heldout=True, seed=1, task="digits", variant=DIGITS_HF)

@@ -1,5 +1,7 @@
 """Held-out cases: every mistake again on other seeds, and mostly other architectures, optimizers,
 magnitudes or places, to check that what is calibrated on CASES generalises. Never tune on these.
+HELDOUT is filled here (the first zoo's mistakes), by healthy.py (held-out healthy runs) and by
+field.py (held-out mistakes on the new architectures and data): about a third of the corpus.
 
 Labels follow the same rules as in cases.py; the vanishing and exploding ones were measured the
 same way (below 1% of the largest weight gradient; over 100x the same healthy run, first 10 steps).

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import warnings
 import weakref
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -134,6 +135,55 @@ def _recordable(named: list) -> tuple[list, dict[str, str]]:
             stacklevel=3,
         )
     return keep, skipped
+
+
+@dataclass(frozen=True)
+class OptimizerExtra:
+    """What an optimizer holds beyond the model's parameters, which the Recorder leaves out: a
+    learnable loss temperature or multi-task loss weights (legitimate), or the old head of a
+    ``model.classifier`` replaced after the optimizer was built (a mistake the analysis then names
+    as ``not_in_optimizer`` on the new head). Said in ``repr(recorder)`` and ``run.meta``, not in a
+    warning: the legitimate setups must not warn at every run."""
+
+    tensors: int  #: how many tensors
+    values: int  #: their entries in all
+    held: int  #: tensors the optimizer holds in all
+    shapes: tuple[tuple[int, ...], ...]  #: the first few tensors' shapes
+
+    def text(self) -> str:
+        shapes = ", ".join("x".join(map(str, s)) or "scalar" for s in self.shapes)
+        more = ", ..." if self.tensors > len(self.shapes) else ""
+        return (
+            f"ignoring {self.tensors} of the optimizer's {self.held} tensors that are not the model's "
+            f"({self.values:,} values: {shapes}{more})"
+        )
+
+    def to_dict(self) -> dict:
+        return {"tensors": self.tensors, "values": self.values, "shapes": [list(s) for s in self.shapes]}
+
+
+def _optimizer_extra(model: nn.Module, optimizer, named: list) -> OptimizerExtra | None:
+    """The optimizer's tensors that are not parameters of ``model`` (None: there are none). An
+    optimizer that holds none of the model's parameters is the wrong one: that raises, with what to do."""
+    if optimizer is None:
+        return None
+    held = [p for g in optimizer.param_groups for p in g["params"]]
+    mine = {id(p) for _, p in named}
+    extra = [p for p in held if id(p) not in mine]
+    if not extra:
+        return None
+    if len(extra) == len(held):
+        raise ValueError(
+            f"the optimizer holds none of this {type(model).__name__}'s parameters ({len(held)} tensor(s) of "
+            "something else): pass the optimizer built from model.parameters()"
+        )
+    return OptimizerExtra(
+        len(extra), sum(p.numel() for p in extra), len(held), tuple(tuple(p.shape) for p in extra[:_SHAPES_SHOWN])
+    )
+
+
+#: shapes of the ignored optimizer tensors listed in repr
+_SHAPES_SHOWN = 4
 
 
 def _check_number(name: str, value):

@@ -109,6 +109,8 @@ class _Setup(_RecorderState):
             )
             if self.skipped:
                 self.run.meta["skipped"] = dict(self.skipped)
+            if self.optimizer_extra is not None:
+                self.run.meta["optimizer_extra"] = self.optimizer_extra.to_dict()
             if self._dist is not None:
                 from .distributed import type_name
 

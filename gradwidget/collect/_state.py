@@ -15,10 +15,12 @@ if TYPE_CHECKING:
     from ..storage import RunWriter
     from ..thresholds import Thresholds
     from ._groups import Plan
+    from ._replay import StepReplay
+    from ._inputs import OptimizerExtra
     from ._steps import ShardedStep
     from .distributed import DistContext, OriginExchange
     from .loss_graph import LossGraphProbe
-    from ._trace_cost import CostMeter, TraceCost
+    from ._trace_cost import PairedMeter, TraceCost
     from .nonfinite import NonfiniteTracer
 
 
@@ -37,6 +39,7 @@ class _RecorderState:
     track_updates: bool
     foreach_all: bool
     skipped: dict[str, str]
+    optimizer_extra: OptimizerExtra | None
     # what is recorded into
     run: Run | None
     on_step: list[Callable[[Run], None]]
@@ -44,8 +47,9 @@ class _RecorderState:
     _dist: DistContext | None
     _exchange: OriginExchange | None
     _tracer: NonfiniteTracer | None
+    _replay: StepReplay | None
     trace_nonfinite: bool | str
-    _trace_meter: CostMeter | None
+    _trace_meter: PairedMeter | None
     _trace_off: dict | None
     _trace_measured: TraceCost | None
     _loss_probe: LossGraphProbe | None

@@ -16,6 +16,7 @@ import torch
 from .._warnings import GradwidgetWarning
 from ..run import NonfiniteOrigin
 from ._kernels import HostCopy
+from ._replay import MAX_MISSES
 from ._stats import _M
 from ._state import _RecorderState
 
@@ -150,6 +151,12 @@ class _Steps(_RecorderState):
 
     # ------------------------------------------------------------------ the step
     def _on_step(self, before_update: bool = False) -> None:
+        try:
+            self._step(before_update)
+        finally:
+            self._weigh_tracing()  # last: the meter's clock runs from the end of one step to the next
+
+    def _step(self, before_update: bool) -> None:
         if self._capturing and (self._mod_in or self._mod_out):  # else (LBFGS's first step() runs
             self._finish_capture()  # before its closure) keep watching
         self._capture_late_edges()
@@ -162,8 +169,9 @@ class _Steps(_RecorderState):
                 self._pending.get("loss"),
                 skipped=self.optimizer is not None and not before_update,
             )
-            self._weigh_tracing(self._pending.get("step", step_no))
         if step_no % self.every:
+            if self._replay is not None:
+                self._replay.clear()  # a step not recorded is not replayed: its gradients are not read
             return
         if self._order is None:
             if self._dist is not None and self._dist.sharded and self._fwd_modules:
@@ -187,6 +195,7 @@ class _Steps(_RecorderState):
             pend["loss"] = loss
         self._append_step(step_no, pend, values, hist)
         self._trace_origin(values)
+        self._replay_origin(values, pend.get("loss"), skipped=self.optimizer is not None and not before_update)
         self._recorded += 1
         if before_update and self._update_bufs is not None and (self._recorded - 1) % self.update_every == 0:
             self._snapshot_updates()
@@ -244,6 +253,9 @@ class _Steps(_RecorderState):
                     reached = lambda s: names if s == current else None  # noqa: E731
                 module_of = (lambda layer: run.layers[run.layer_index(layer)].module) if run is not None else None
                 origin = self._tracer.origin(traces, reached, module_of)
+                spoiled = self.trace_nonfinite == "auto" and origin is not None and origin.step == current
+                if spoiled and self._weights_nonfinite(values):
+                    origin = None  # made by weights a step not traced had spoiled ("auto"): not its origin
             if origin is not None:
                 self._tracer.remove()
                 self._tracer = None
@@ -268,34 +280,90 @@ class _Steps(_RecorderState):
             if self._writer is not None:
                 self._writer.write_meta()
 
-    # ------------------------------------------------------------------ what tracing costs ("auto")
-    def _weigh_tracing(self, step: int) -> None:
-        """With ``trace_nonfinite="auto"``: once the tracer's cost is measured, remove its hooks if
-        it costs more than it is worth (``_trace_cost``), say so once and note it in the run."""
-        meter, tracer = self._trace_meter, self._tracer
-        if meter is None or tracer is None:
+    # ------------------------------------------------------------------ the origin by replay ("auto")
+    def _replay_origin(self, values: np.ndarray, loss, skipped: bool) -> None:
+        """With ``trace_nonfinite="auto"``: on the first recorded step whose gradients or loss are
+        non-finite, replay it under a tracer before the optimizer applies it (``_replay``)."""
+        rp, run = self._replay, self.run
+        if rp is None or run is None:
             return
-        cost = meter.end_step(step, tracer.step_hook_s, tracer.step_calls)
+        bad = values[_M["nonfinite"]] > 0
+        if run.nonfinite_origin is not None or not (bad.any() or (loss is not None and not np.isfinite(loss))):
+            rp.clear()
+            return
+        step = int(run.steps[-1])
+        if self._weights_nonfinite(values):
+            why = "the weights were already non-finite: the NaN began at a step not recorded"
+            self._stop_replay(step, why + (f" (every={self.every})" if self.every > 1 else ""))
+            return
+        names = [run.layers[c].name for c in np.flatnonzero(bad)[::-1]]  # nearest the loss first
+
+        def module_of(layer: str) -> str:
+            return run.layers[run.layer_index(layer)].module
+
+        origin, note = rp.origin(step, loss, skipped, names or None, module_of)
+        if origin is not None:
+            run.nonfinite_origin = origin
+            if note is not None:
+                run.meta["nonfinite_tracing"] = {"stopped_at_step": step, "reason": note}
+            if self._writer is not None:
+                self._writer.write_meta()
+            rp.remove()
+            self._replay = None
+            if self._tracer is not None:  # found: no hook is left on any module
+                self._tracer.remove()
+                self._tracer = None
+        elif not skipped:  # a step AMP's GradScaler skipped has no backward origin, by design: go on
+            rp.misses += 1
+            if rp.misses >= MAX_MISSES:
+                self._stop_replay(step, note or "no origin was found")
+
+    def _weights_nonfinite(self, values: np.ndarray | None) -> bool:
+        """Whether a weight held a NaN/Inf at this recorded step (False where not known)."""
+        if values is None:
+            return False
+        # a norm overflows float32 long before its entries do (entries of 1e20): look at those tensors
+        suspect = np.flatnonzero(~np.isfinite(values[_M["weight_norm"]]))
+        return any(not bool(torch.isfinite(self._ordered[c]).all()) for c in suspect)
+
+    def _stop_replay(self, step: int, why: str) -> None:
+        """Take the replay's hooks off and say in the run why no origin was found."""
+        if self._replay is not None:
+            self._replay.remove()
+            self._replay = None
+        self._trace_off = {"stopped_at_step": int(step), "reason": why}
+        self._note_tracing()
+
+    # ------------------------------------------------------------------ what tracing costs ("auto")
+    def _weigh_tracing(self) -> None:
+        """With ``trace_nonfinite="auto"``: during the warm-up, put the per-module tracer's hooks on
+        and off for alternate steps; once its cost is measured (``_trace_cost``), keep it only if
+        it is free. Without it the first non-finite step is still replayed (``_replay``)."""
+        meter, tracer = self._trace_meter, self._tracer
+        if meter is None:
+            return
+        if tracer is None:  # it found the origin, and is gone
+            self._trace_meter = None
+            return
+        if meter.tracing and not tracer.step_calls:
+            # hooks on, yet no module call traced: the model runs compiled (torch.compile traces the
+            # hooks as nothing), and putting hooks on and off would recompile it. Left as they are.
+            self._trace_meter = None
+            return
+        cost = meter.end_step(self._count - 1, tracer.step_calls)
         if cost is None:
+            tracer.hooks_on() if meter.tracing else tracer.hooks_off()
+            meter.restart()
             return
         self._trace_meter, self._trace_measured = None, cost  # measured: decided once
         if not cost.too_dear:
+            tracer.hooks_on()
             return
-        # the steps traced so far still name an origin if they hold one (the last not recorded yet)
+        # the steps traced but not recorded yet (every > 1) still name an origin if they hold one
         self._trace_origin(None, recorded=False)
-        if self._tracer is None:
-            return  # they did: the hooks are gone already
-        self._tracer.remove()
-        self._tracer = None
-        why = cost.text()
-        self._trace_off = {"stopped_at_step": int(step), "reason": why}
-        warnings.warn(
-            f"gradwidget: NaN-origin tracing turned off at step {step} (trace_nonfinite='auto'): {why}, "
-            "more than it is worth; Recorder(..., trace_nonfinite=True) keeps it on.",
-            GradwidgetWarning,
-            stacklevel=2,
-        )
-        self._note_tracing()
+        if self._tracer is not None:
+            self._tracer.remove()
+            self._tracer = None
 
     def _note_tracing(self) -> None:
         """Put why tracing stopped into the run's meta (and its directory), once the run exists."""
@@ -306,19 +374,25 @@ class _Steps(_RecorderState):
             self._writer.write_meta()
 
     def tracing_text(self) -> str:
-        """Whether NaN-origin tracing is on, and why, in words (``repr(recorder)``)."""
+        """How the NaN origin is looked for, and why, in words (``repr(recorder)``)."""
         mode = f"trace_nonfinite={self.trace_nonfinite!r}"
+        measured = self._trace_measured.text() if self._trace_measured is not None else None
+        if self.run is not None and self.run.nonfinite_origin is not None and self.trace_nonfinite:
+            return "NaN tracing done (origin found)"
+        if self._trace_off is not None:
+            return (
+                f"NaN origin not found ({mode}, step {self._trace_off['stopped_at_step']}: {self._trace_off['reason']})"
+            )
         if self._tracer is not None:
             if self._trace_meter is not None:
-                return f"NaN tracing on ({mode}, measuring its cost)"
-            kept = f": {self._trace_measured.text()}, kept" if self._trace_measured is not None else ""
+                return f"NaN tracing on every module call while its cost is measured ({mode})"
             if self.trace_nonfinite == "auto" and self._dist is not None:
-                kept = ", kept on under torch.distributed: the ranks decide alike"
+                return f"NaN tracing on ({mode}, kept on under torch.distributed: the ranks decide alike)"
+            kept = f": {measured}, kept" if measured is not None else ": hooks on every module call, every step"
             return f"NaN tracing on ({mode}{kept})"
-        if self._trace_off is not None:
-            return f"NaN tracing off since step {self._trace_off['stopped_at_step']} ({mode}: too costly)"
-        if self.trace_nonfinite and self.run is not None and self.run.nonfinite_origin is not None:
-            return "NaN tracing done (origin found)"
+        if self._replay is not None:
+            why = f"; per-module tracing off: {measured}" if measured is not None else ""
+            return f"NaN origin by replaying the first non-finite step ({mode}{why})"
         return f"NaN tracing off ({mode})"
 
     def _inert_step(self, optimizer, args, kwargs) -> None:

@@ -13,9 +13,9 @@ At each step the numbers are stacked into one tensor that rides in the Recorder'
 copy of a recorded step (steps in between are kept on the device until then). On the host,
 :func:`find_origin` walks the step's events in the order they happened: the first non-finite
 one names the module call that made it (see its docstring). Once an origin is found the hooks
-are removed, so a run that has gone NaN costs nothing more. The hooks time themselves: with
-``trace_nonfinite="auto"`` the recorder removes them when they cost more than they are worth
-(``_trace_cost``).
+are removed, so a run that has gone NaN costs nothing more. ``trace_nonfinite=True`` runs it on every
+step; ``"auto"`` runs it on a replay of the first non-finite step (``_replay``), and on every step only
+where steps measured with and without its hooks show it free (``_trace_cost``).
 
 What counts as non-finite: a NaN or +/-Inf in a floating tensor; an input or output that does not
 require grad and whose only non-finite values are -Inf is taken for an attention mask (``-inf``
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from time import thread_time
 
 import numpy as np
 import torch
@@ -137,13 +136,11 @@ class NonfiniteTracer:
         mods = list(model.named_modules())
         self.module_names = [n for n, _ in mods]
         self.module_types = [type(m).__name__ for _, m in mods]
-        self._handles = []
-        for i, (_, m) in enumerate(mods):
-            self._handles.append(m.register_forward_pre_hook(functools.partial(self._pre, i), with_kwargs=True))
-            self._handles.append(m.register_forward_hook(functools.partial(self._post, i)))
+        self._mods = [m for _, m in mods]
+        self._handles: list = []
+        self.hooks_on()
         self._reset()
-        self.hook_s = 0.0  # seconds inside the hooks since the last ended step
-        self.step_hook_s, self.step_calls = 0.0, 0  # the last ended step's hook time and module calls
+        self.step_calls = 0  # the last ended step's module calls
         self.pending: list[StepTrace] = []  # ended steps not yet brought to the host
         self._queued: list = []  # (trace, host copy, handle) queued in a recorder's copy
 
@@ -163,10 +160,22 @@ class NonfiniteTracer:
     def attached(self) -> bool:
         return bool(self._handles)
 
-    def remove(self) -> None:
+    def hooks_on(self) -> None:
+        """Put the hooks on every module (again, after ``hooks_off``)."""
+        if self._handles:
+            return
+        for i, m in enumerate(self._mods):
+            self._handles.append(m.register_forward_pre_hook(functools.partial(self._pre, i), with_kwargs=True))
+            self._handles.append(m.register_forward_hook(functools.partial(self._post, i)))
+
+    def hooks_off(self) -> None:
+        """Take the hooks off, keeping the steps traced so far (``"auto"`` measures steps without them)."""
         for h in self._handles:
             h.remove()
         self._handles = []
+
+    def remove(self) -> None:
+        self.hooks_off()
         self._reset()
         self.pending, self._queued = [], []
 
@@ -191,35 +200,9 @@ class NonfiniteTracer:
         self._seen[id(t)] = (t, t._version, v)
         return v
 
-    # the hooks time their bodies: what tracing costs a step (``_trace_cost``, trace_nonfinite="auto"),
-    # in the CPU time of the hook's own thread: a hook waiting for the GIL (the panel's analysis
-    # thread) or for a core (a busy machine) is not charged for the wait
     def _pre(self, idx: int, module, args, kwargs):
         if torch.compiler.is_compiling():
             return None  # torch.compile traces the hook as nothing: the compiled graph stays whole
-        t0 = thread_time()  # (after that test: dynamo would break its graph at a clock read)
-        try:
-            return self._pre_body(idx, module, args, kwargs)
-        finally:
-            self.hook_s += thread_time() - t0
-
-    def _post(self, idx: int, module, args, output) -> None:
-        if torch.compiler.is_compiling():
-            return
-        t0 = thread_time()
-        try:
-            self._post_body(idx, module, args, output)
-        finally:
-            self.hook_s += thread_time() - t0
-
-    def _grad(self, call: int, kind: int, g) -> None:
-        t0 = thread_time()
-        try:
-            self._grad_body(call, kind, g)
-        finally:
-            self.hook_s += thread_time() - t0
-
-    def _pre_body(self, idx: int, module, args, kwargs):
         if not (torch.is_grad_enabled() or any(c >= 0 for c in self._stack)):
             self._stack.append(-1)  # evaluation: not a training step's forward
             return None
@@ -257,7 +240,9 @@ class NonfiniteTracer:
         new_kwargs = {k: wrap(a) for k, a in kwargs.items()}
         return (new_args, new_kwargs) if views else None
 
-    def _post_body(self, idx: int, module, args, output) -> None:
+    def _post(self, idx: int, module, args, output) -> None:
+        if torch.compiler.is_compiling():
+            return
         call = self._stack.pop() if self._stack else -1
         if call >= 0:
             passing = self._pass_hooks.pop(call, {})
@@ -274,7 +259,7 @@ class NonfiniteTracer:
         if not self._stack:
             self._seen.clear()  # the outermost call returned: hold no activation past the forward
 
-    def _grad_body(self, call: int, kind: int, g) -> None:
+    def _grad(self, call: int, kind: int, g) -> None:
         if not (isinstance(g, torch.Tensor) and g.is_floating_point() and g.numel()):
             return
         # the gradient a module passed on is, along a chain, the very buffer the module before it
@@ -296,7 +281,7 @@ class NonfiniteTracer:
         """Close the events of step ``step`` (kept on the device until a host copy takes them).
         ``loss``: the loss logged for this step, a tensor (read with the rest) or a number;
         ``skipped``: the optimizer did not take the step."""
-        self.step_hook_s, self.step_calls, self.hook_s = self.hook_s, len(self._call_module), 0.0
+        self.step_calls = len(self._call_module)
         host_loss = None
         if isinstance(loss, torch.Tensor):
             self._event(-1, LOSS, _sum(loss.detach()))

@@ -40,6 +40,7 @@ from ._inputs import (
     _check_number,
     _clean_compiled,
     _count_arg,
+    _optimizer_extra,
     _recordable,
     _replace_attached,
     _skipped_text,
@@ -52,7 +53,8 @@ from ._stats import _Statistics
 from ._setup import _Setup
 from ._steps import _Steps
 from .loss_graph import LossGraphProbe
-from ._trace_cost import CostMeter, check_mode
+from ._replay import StepReplay
+from ._trace_cost import PairedMeter, check_mode
 from .nonfinite import NonfiniteTracer
 
 __all__ = ["Recorder", "norms"]  # norms: the fused kernel, for the trainer callbacks
@@ -78,14 +80,16 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
     update_every: measure the update norm every this many recorded steps (NaN in between): taking
         it costs a copy of the parameters, ~2.5% of a step for a small transformer on CPU.
     trace_nonfinite: find where the first NaN/Inf was made (module, step, forward/backward/loss)
-        into ``run.nonfinite_origin``; hooks on every module, removed once it is found
-        (``gradwidget.collect.nonfinite``). Its cost is per module call (tens of microseconds on
-        CPU): with thousands of tiny modules it is more than the modules' own work. ``"auto"``
-        (default) measures it over the steps after the first and turns it off, with a warning and
-        a note in ``run.meta["nonfinite_tracing"]``, when it costs more than 10% of a step and more
-        than 5 ms per step (5,000 x Linear(2,2): 3.0x a bare step -> 1.06x; a toy MLP and the bench
-        transformer stay traced; docs/costs.md). True always traces, False never. Under
-        ``torch.distributed`` "auto" keeps tracing on (every rank then decides alike).
+        into ``run.nonfinite_origin``. ``"auto"`` (default): the first recorded step whose gradients
+        or loss are non-finite is replayed under hooks on every module before the optimizer applies
+        it (``gradwidget.collect._replay``; a finite step pays one hook on the root module); the
+        per-module tracer also runs on alternate warm-up steps and stays only if steps with it take
+        at most 1.02x the steps without (``_trace_cost``: wall clock, paired, medians). A NaN made
+        at a step not recorded (``every`` > 1) is not located: the run says so. ``True``: the
+        per-module tracer on every step, recorded or not (``gradwidget.collect.nonfinite``: tens of
+        microseconds of Python per module call; 1.2-1.3x a bare step for a small transformer on
+        CPU, several times the step of thousands of tiny modules; docs/costs.md). ``False``: none.
+        Under ``torch.distributed`` "auto" runs the tracer on every step (every rank alike).
 
     One Recorder per model: building another on the same model detaches this one (with a warning),
     as re-running a notebook cell does. With an optimizer, ``optimizer.zero_grad`` is wrapped on the
@@ -169,16 +173,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self._params = [p for _, p in named]
         self._tied = _tied_names(model, self._params)
         self._pindex = {id(p): i for i, p in enumerate(self._params)}
-        if optimizer is not None:
-            opt_params = [p for g in optimizer.param_groups for p in g["params"]]
-            model_ids = {id(p) for _, p in all_named}
-            foreign = [p for p in opt_params if id(p) not in model_ids]
-            if foreign:
-                raise ValueError(
-                    f"the optimizer holds {len(foreign)} parameter tensor(s) (of {len(opt_params)}) that "
-                    f"are not parameters of this {type(model).__name__}: pass the optimizer built from "
-                    "model.parameters()"
-                )
+        #: tensors the optimizer holds that are not the model's (a loss temperature, multi-task loss
+        #: weights, the head a replaced ``model.classifier`` left behind): not recorded, said in repr
+        self.optimizer_extra = _optimizer_extra(model, optimizer, all_named)
 
         _replace_attached(model, self)
         self.run: Run | None = None
@@ -203,8 +200,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self._late_captures = 0
         self._unused_cols: list[int] = []
         self._tracer: NonfiniteTracer | None = None
+        self._replay: StepReplay | None = None  # "auto": the origin by replaying the first non-finite step
         # "auto": the tracer's cost is measured (not under torch.distributed: the ranks would decide apart)
-        self._trace_meter = CostMeter() if trace_nonfinite == "auto" and self._dist is None else None
+        self._trace_meter = PairedMeter() if trace_nonfinite == "auto" and self._dist is None else None
         self._trace_off: dict | None = None  # why "auto" turned tracing off, for run.meta
         self._trace_measured = None  # the TraceCost "auto" decided on
         self._exchange = None  # distributed: where the ranks' non-finite origins meet
@@ -230,6 +228,8 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
                 self._wrap_zero_grad()
         self._install_graph_capture()
         self._loss_probe = LossGraphProbe(model)
+        if trace_nonfinite == "auto" and self._dist is None:
+            self._replay = StepReplay(model)
         if trace_nonfinite:
             self._tracer = NonfiniteTracer(model)
 
@@ -270,6 +270,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         if self._tracer is not None:
             self._tracer.remove()
             self._tracer = None
+        if self._replay is not None:
+            self._replay.remove()
+            self._replay = None
         if self._loss_probe is not None:
             self._loss_probe.remove()
             self._loss_probe = None
@@ -312,6 +315,8 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
 
     def __repr__(self) -> str:
         state = "attached" if self._attached else "detached"
+        extra = f", {self.optimizer_extra.text()}" if self.optimizer_extra is not None else ""
         return (
-            f"<Recorder {type(self.model).__name__} {state}, {self.window_text()}, {self.tracing_text()}, {self.run!r}>"
+            f"<Recorder {type(self.model).__name__} {state}, {self.window_text()}, {self.tracing_text()}{extra}, "
+            f"{self.run!r}>"
         )

@@ -1,0 +1,228 @@
+"""Where the first NaN/Inf began, found by replaying the step that made it: finite steps pay for
+one hook on the root module, not for hooks on every module call.
+
+Every training forward of the model (autograd on) leaves behind what it was given: references to
+its arguments (no copy: the caller holds them anyway), the random number generators' states and
+the autocast settings it ran under; the gradients its outputs receive in the backward are kept by
+reference too (up to ``KEEP_GRAD_BYTES`` a step: a model's big logits are not held on). When the
+Recorder finds a recorded step's gradients non-finite, before the optimizer applies them, it asks
+:meth:`StepReplay.origin`: the step's forwards are run again with a ``NonfiniteTracer`` on every
+module (same weights, inputs, random numbers and autocast), then their backward from the kept
+output gradients (``torch.autograd.grad``: the parameters' ``.grad`` are left alone), and the
+tracer names the first module call, pass and step that made a non-finite value, exactly as with
+``trace_nonfinite=True``. The model's buffers (BatchNorm's running statistics) and the random
+generators are put back as they were, so training goes on as if nothing had run. Once an origin
+is found the hooks are removed.
+
+What it cannot replay, and says so (``run.meta["nonfinite_tracing"]``): a step whose weights were
+already non-finite (the NaN began at a step not recorded, with ``every`` > 1), a model whose
+forward state lives outside its parameters and buffers (a Python counter, data changed in place
+between the forward and the step), a backward whose output gradients were too big to keep (the
+forward is still replayed), and a model called only through its submodules or compiled by
+``torch.compile`` (no root forward runs outside the compiled graph).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..run import NonfiniteOrigin
+from .nonfinite import NonfiniteTracer, _tensors, find_origin
+
+#: bytes of output gradients kept per step for a replay of the backward (beyond them the backward
+#: is not replayed: a language model's logits gradient can be gigabytes; a model that computes its
+#: own loss, as Hugging Face models given labels do, needs only the loss's 0-d gradient)
+KEEP_GRAD_BYTES = 64 << 20
+#: forwards kept per step (gradient accumulation); later ones are not replayed
+MAX_CALLS = 64
+#: replays of steps the optimizer takes that found no origin, before it gives up
+MAX_MISSES = 2
+#: autograd nodes walked at most to tell which outputs the others are computed from
+_MAX_WALK = 500_000
+
+
+@dataclass
+class ForwardCall:
+    """What one training forward was given, and the gradients its outputs received."""
+
+    args: tuple
+    kwargs: dict
+    cpu_rng: torch.Tensor
+    device_rng: dict
+    autocast: list
+    grads: dict = field(default_factory=dict)  #: output position -> the gradient it received
+    too_big: bool = False  #: an output gradient was not kept (over ``KEEP_GRAD_BYTES``)
+    done: bool = False  #: the forward returned (one that raised is not replayed)
+
+
+class StepReplay:
+    """The root-module hooks that keep each training forward's inputs, and the replay of a step
+    whose gradients went non-finite (see the module docstring). ``remove()`` takes the hooks off."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.calls: list[ForwardCall] = []
+        self._kept = 0  # output-gradient bytes kept this step
+        self._replaying = False
+        self.misses = 0
+        devs = {p.device for p in model.parameters()} | {b.device for b in model.buffers()}
+        self._rng_devices = sorted((d for d in devs if d.type == "cuda"), key=str)
+        self._autocast_types = sorted({"cpu"} | {d.type for d in devs if d.type in ("cuda", "xpu", "mps")})
+        self._open: list[ForwardCall | None] = []  # the root's calls under way (recursion-safe)
+        self._handles = [
+            model.register_forward_pre_hook(self._pre, with_kwargs=True),
+            model.register_forward_hook(self._post),
+        ]
+
+    @property
+    def attached(self) -> bool:
+        return bool(self._handles)
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget the forwards of the step that ended (called at every step's end)."""
+        self.calls, self._kept, self._open = [], 0, []
+
+    # ------------------------------------------------------------------ capture (every step)
+    def _pre(self, module, args, kwargs) -> None:
+        keep = (
+            not self._replaying
+            and torch.is_grad_enabled()
+            and not torch.compiler.is_compiling()
+            and len(self.calls) < MAX_CALLS
+        )
+        call = None
+        if keep:
+            call = ForwardCall(
+                args,
+                dict(kwargs),
+                torch.get_rng_state(),
+                {d: torch.cuda.get_rng_state(d) for d in self._rng_devices},
+                [(t, torch.is_autocast_enabled(t), torch.get_autocast_dtype(t)) for t in self._autocast_types],
+            )
+            self.calls.append(call)
+        self._open.append(call)
+
+    def _post(self, module, args, output) -> None:
+        call = self._open.pop() if self._open else None
+        if call is None:
+            return
+        call.done = True
+        for k, t in enumerate(_tensors(output)):
+            if t.requires_grad:
+                t.register_hook(functools.partial(self._keep_grad, call, k))
+
+    def _keep_grad(self, call: ForwardCall, k: int, g) -> None:
+        if not isinstance(g, torch.Tensor):
+            return
+        size = g.numel() * g.element_size()
+        if self._kept + size > KEEP_GRAD_BYTES:
+            call.too_big = True
+            return
+        self._kept += size
+        call.grads[k] = g
+
+    # ------------------------------------------------------------------ the replay (a non-finite step)
+    def origin(
+        self, step: int, loss=None, skipped: bool = False, reached=None, module_of=None
+    ) -> tuple[NonfiniteOrigin | None, str | None]:
+        """Replay this step's forwards (and, unless the optimizer ``skipped`` the step, their
+        backward) under a tracer: ``(origin, None)``, or ``(None, why not)``. ``loss``: the logged
+        loss; ``reached``/``module_of``: as ``NonfiniteTracer.origin``."""
+        calls = [c for c in self.calls if c.done]
+        self.clear()
+        if not calls:
+            return None, "no forward of the model ran outside torch.compile to replay"
+        tracer = NonfiniteTracer(self.model)
+        self._replaying = True
+        try:
+            with _state_restored(self.model, self._rng_devices):
+                for k, call in enumerate(calls):
+                    self._run(call, tracer, backward=not skipped)
+                    tracer.end_step(step, loss if k == len(calls) - 1 else None, skipped=skipped)
+                traces = tracer.take()
+        finally:
+            self._replaying = False
+            tracer.remove()
+        names, types = tracer.module_names, tracer.module_types
+        for tr in traces:
+            o = find_origin(tr, names, types, None, module_of)
+            if o is not None:
+                o.params_reached = list(reached) if reached is not None else None
+                return o, None
+        if traces and reached:  # every event finite: the parameter gradients tell where it reached
+            o = find_origin(traces[-1], names, types, reached, module_of)
+            if o is not None:
+                big = any(c.too_big for c in calls)
+                return o, ("the backward was not replayed: its output gradient was not kept" if big else None)
+        return None, "the replayed step stayed finite (the model's forward depends on more than its inputs)"
+
+    def _run(self, call: ForwardCall, tracer: NonfiniteTracer, backward: bool) -> None:
+        torch.set_rng_state(call.cpu_rng)
+        for d, s in call.device_rng.items():
+            torch.cuda.set_rng_state(s, d)
+        with contextlib.ExitStack() as stack:
+            for dev, on, dtype in call.autocast:
+                stack.enter_context(torch.autocast(dev, dtype=dtype, enabled=on))
+            stack.enter_context(torch.enable_grad())
+            out = self.model(*call.args, **call.kwargs)
+        if not backward or not call.grads:
+            return
+        outs = list(_tensors(out))
+        roots = [(outs[k], g) for k, g in call.grads.items() if k < len(outs) and outs[k].grad_fn is not None]
+        roots = _outermost(roots)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if roots and params:
+            torch.autograd.grad(
+                [t for t, _ in roots], params, [g for _, g in roots], allow_unused=True, materialize_grads=False
+            )
+
+
+def _outermost(roots: list[tuple[torch.Tensor, Any]]) -> list[tuple[torch.Tensor, Any]]:
+    """The outputs no other kept output is computed from: a model that returns its loss and its
+    logits has the loss's gradient flow into the logits already, so the logits' kept gradient (which
+    is that flow) must not be sent back a second time."""
+    if len(roots) < 2:
+        return roots
+    inner: set = set()
+    for t, _ in roots:
+        seen: set = set()
+        queue = deque([t.grad_fn])
+        while queue and len(seen) < _MAX_WALK:
+            node = queue.popleft()
+            for nxt, _ in getattr(node, "next_functions", ()):
+                if nxt is not None and nxt not in seen:
+                    seen.add(nxt)
+                    queue.append(nxt)
+        inner |= {id(u.grad_fn) for u, _ in roots if u is not t and u.grad_fn in seen}
+    return [(t, g) for t, g in roots if id(t.grad_fn) not in inner]
+
+
+@contextlib.contextmanager
+def _state_restored(model: nn.Module, rng_devices: list):
+    """The model's buffers (BatchNorm's running statistics, counters) and the random generators as
+    they were before the replay, afterwards: training goes on as if it never ran."""
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    cpu = torch.get_rng_state()
+    dev = {d: torch.cuda.get_rng_state(d) for d in rng_devices}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+        torch.set_rng_state(cpu)
+        for d, s in dev.items():
+            torch.cuda.set_rng_state(s, d)
