@@ -112,8 +112,10 @@ def test_blown_up_learning_rate_flags_exploding():
         train(model, opt, rec, steps=6, x=x, y=y)
     assert rec.run.exploding().any()
     s = summary(rec.run)
-    assert s.layers_with_exploding_grads
-    assert s.overall_health.value in ("ProblemsDetected", "Critical")
+    # the blow-up ends in NaN: the summary lists the layers the diagnoses name (NaN/Inf here, the
+    # exploding symptom folded into its cause), and the damage makes it Critical
+    assert s.layers_with_nonfinite_grads or s.layers_with_exploding_grads
+    assert s.overall_health.value == "Critical"
 
 
 def test_frozen_and_unused_parameters_are_listed_and_marked():
