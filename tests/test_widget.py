@@ -172,6 +172,13 @@ def test_exploding_and_histograms_are_thinned(long_run):
 
 
 # --------------------------------------------------------------------------- two-way sync
+def rate_limit_passed(panel) -> None:
+    """The next step's update goes out at once: the throttle's last update is long past (a sleep
+    would depend on how long an update took to build, i.e. on the machine's load)."""
+    panel._throttle.cancel()
+    panel._throttle.last = float("-inf")
+
+
 def test_step_snaps_to_recorded_steps_and_sends_detail():
     run = synthetic_run(50)  # steps 0, 2, ..., 98
     p = GradientPanel(run)
@@ -196,13 +203,13 @@ def test_front_end_messages_move_the_kernel_state():
     # new steps do not yank a scrubbed cursor
     p2 = GradientPanel(FakeRecorder(synthetic_run(10)), max_rate=1000)
     p2.set_state({"step": 4, "follow": False})
-    time.sleep(0.15)  # past the rate limit (a tenth of the time goes to updates at most)
+    rate_limit_passed(p2)
     p2.recorder.step(100)
     assert p2.step == 4 and p2.meta["last_step"] == 100
     p2.set_state({"step": 100, "follow": True})
-    time.sleep(0.15)
+    rate_limit_passed(p2)
     p2.recorder.step(101)
-    time.sleep(0.15)
+    rate_limit_passed(p2)
     p2.recorder.step(102)
     assert p2.step == 102
 
@@ -704,7 +711,7 @@ def test_while_training_only_new_columns_travel():
     real_send = p.send
     p.send = lambda content, buffers=None: (sent.append((content, buffers)), real_send(content, buffers))
     seq = p.meta["seq"]
-    time.sleep(0.05)
+    rate_limit_passed(p)
     rec.step(200)
     assert len(sent) == 1
     msg, bufs = sent[0]
