@@ -752,3 +752,16 @@ def test_panel_flags_follow_the_runs_flag_rules():
     np.testing.assert_array_equal((f & FLAG_VANISHING) > 0, run.vanishing())
     np.testing.assert_array_equal((f & FLAG_NONFINITE) > 0, run.nonfinite())
     np.testing.assert_array_equal((f & (FLAG_EXPLODING | FLAG_NONFINITE)) > 0, run.exploding())
+
+
+def test_the_histogram_sent_for_a_step_is_the_one_at_or_before_it():
+    """Past MAX_HISTS histograms a layer's are thinned; the one at or before the cursor's step is
+    always among them (never only a later one: cursor 8 showed the histogram of step 10)."""
+    from gradwidget.panel import payload as P
+
+    run = synthetic_run(1200, hist_every=3)
+    for step in (16, 400, 1202, 2396):
+        _, arrays = P.detail_view(run, step, 1)
+        hs = arrays["hist_steps"]
+        assert len(hs) <= P.MAX_HISTS + 1
+        assert run.hist_steps[run.hist_steps <= step][-1] in hs.tolist(), step
