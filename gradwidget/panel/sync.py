@@ -115,7 +115,7 @@ class PanelSync(PanelBase):
             scalars, detail = P.detail_view(run, step, layer, rows)
             values.update(scalars, **detail, step=step, layer=layer)
             col = int(np.searchsorted(arrays["col_steps"], step, side="right")) - 1
-            self._view = (version, step, arrays["heat"], arrays["flags"], meta["scale"], col)
+            self._view = (version, step, arrays["heat"], arrays["flags"], meta["scale"], col, meta, arrays["col_steps"])
         return values
 
     def _push(self, force: bool = False, check_version: bool = False, patch: bool = False) -> bool:

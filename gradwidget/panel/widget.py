@@ -31,7 +31,6 @@ two-way sync live during training, run the loop in a background thread and leave
 
 from __future__ import annotations
 
-import base64
 import pathlib
 import threading
 import warnings
@@ -46,6 +45,7 @@ from . import payload as P
 from .options import check_layer_option, check_options, is_module, source_layer_names
 from .schedule import Throttle, Worker, poll_directory, unwatch_cells, watch_cells
 from .background import PanelBackground, import_analysis
+from .display import PanelDisplay
 from .selection import PanelSelection
 from .sync import PanelSync
 from .validation import PanelValidation
@@ -70,7 +70,7 @@ export default { render };
 )
 
 
-class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelBackground, anywidget.AnyWidget):
+class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, PanelBackground, anywidget.AnyWidget):
     """A live panel of how gradients flow through a network: the top diagnoses, a scrubbable
     layers x steps heatmap, per-layer bars at the scrubbed step, the layer health table, the
     selected layer's histogram and metric over time.
@@ -153,7 +153,10 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelBackground,
         self._patched = False  # the page holds columns sent as patches (custom messages)
         self._hist_all_sent = 0.0  # when a patch last carried hist_all
         self._static_version = -1
-        self._view: tuple | None = None  # (version, step, heat, flags, scale, cursor column) last sent
+        self._static_table: tuple[int, str] = (-1, "")  # (run version, the static panel's health table)
+        self._static_key: tuple | None = None  # what static_html was made from
+        self._displays: list = []  # IPython display handles of this panel's outputs (display.py)
+        self._view: tuple | None = None  # (version, step, heat, flags, scale, cursor column, meta, col_steps) last sent
         self._report = None
         self._report_version = -1
         self._analysed_version = -1
@@ -370,28 +373,12 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelBackground,
 
     # ----------------------------------------------------------------- notebook output
     def _repr_mimebundle_(self, **kwargs):
-        """The widget view plus a static rendition (``image/png``, ``text/html`` with the image and
-        the health table, ``text/plain`` ASCII heatmap) for places where no widget runs."""
+        """The widget view plus the static panel (``display.PanelDisplay._static_bundle``) for places
+        where no widget runs."""
         out = super()._repr_mimebundle_(**kwargs)
         data, md = out if isinstance(out, tuple) else (out, {})
         data = dict(data)
-        self._catch_up()  # training in this cell may have left the last steps unsent
-        run = self.run
-        if run is None or run.n_steps == 0 or self._view is None:
-            from ..report import static_mimebundle
-
-            static = static_mimebundle(run)
-        else:
-            from ..report import static_fallback_html
-
-            self._refresh_static()
-            png = base64.b64decode(self.static_png.split(",", 1)[1])
-            static = {
-                "image/png": self.static_png.split(",", 1)[1],
-                "text/html": static_fallback_html(png, self.static_html),
-                "text/plain": run.to_ascii(width=60),
-            }
-        for k, v in static.items():
+        for k, v in self._static_bundle().items():
             if k == "text/plain" or k not in data:
                 data[k] = v
         return data, md
