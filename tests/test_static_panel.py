@@ -149,3 +149,23 @@ def test_training_in_a_thread_makes_the_static_panel_when_it_goes_idle():
 def test_a_run_of_few_steps_gets_an_axis(n):
     html = run_rendition(synthetic_run(n))
     assert re.findall(r'<text x="[\d.]+" y="15" [^>]*>(\d+)</text>', html)
+
+
+def test_where_a_front_end_draws_the_panel_the_cell_end_waits_for_nothing(monkeypatch):
+    """The page said it drew the panel: the end of a cell sends the final view and returns; the
+    static panel of the final state follows from the analysis thread (into the widget state)."""
+    real = background.analyse
+    go = threading.Event()
+    rec = FakeRecorder(synthetic_run(20, hist_every=5))
+    p = GradientPanel(rec, max_rate=1000)
+    monkeypatch.setattr(background, "analyse", lambda run: (go.wait(30), real(run))[1])  # held until go
+    p._on_page_message(p, {"kind": "rendered"}, [])
+    for s in range(100, 120):
+        rec.step(s)
+    p._after_cell()  # would wait for the held analysis (30 s) if it waited
+    assert p.meta["last_step"] == 119 and "cursor at step 119" not in p.static_html
+    go.set()
+    deadline = time.monotonic() + 30
+    while "cursor at step 119" not in p.static_html and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "cursor at step 119" in p.static_html and "gradwidget-diagnoses" in p.static_html

@@ -765,3 +765,17 @@ def test_the_histogram_sent_for_a_step_is_the_one_at_or_before_it():
         hs = arrays["hist_steps"]
         assert len(hs) <= P.MAX_HISTS + 1
         assert run.hist_steps[run.hist_steps <= step][-1] in hs.tolist(), step
+
+
+def test_following_sent_with_a_stale_step_follows_the_newest_step():
+    """End pressed while a cell trains: the page sends follow with the newest step *it* had; the
+    kernel reads it when the cell ends, steps later. Following wins (it was the user's last action)."""
+    rec = FakeRecorder(synthetic_run(10))
+    p = GradientPanel(rec, max_rate=1000)
+    p.set_state({"step": 4, "follow": False})
+    for s in range(100, 130):
+        rec.step(s)
+    p.set_state({"step": 110, "follow": True})  # stale: the run is at 129 now
+    assert p.follow and p.step == 129
+    p.set_state({"step": 110, "follow": False})  # a scrub to 110 stays there
+    assert not p.follow and p.step == 110

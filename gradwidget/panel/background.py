@@ -18,6 +18,9 @@ SYNC_ANALYSIS_CELLS = 200_000
 #: seconds the end of a cell waits, at most, for the analysis of the final state (the static panel
 #: is made from it: the same output whatever thread finishes first).
 AFTER_CELL_WAIT = 120.0
+#: seconds after a cell before its final analysis starts, where a front end draws the panel (the
+#: cell's reply goes out first).
+AFTER_CELL_DELAY = 0.3
 
 
 def import_analysis() -> None:
@@ -122,12 +125,21 @@ class PanelBackground(PanelBase):
             self._refresh_static()
 
     def _after_cell(self) -> None:
-        """After a cell ran (IPython ``post_run_cell``): if it recorded steps, send the final view,
-        wait for the analysis of the final state, make the static panel from both, and update the
-        outputs this panel was displayed in (``display.update_outputs``), so that a notebook saved
-        now shows the run as it ended, also where no widget runs."""
+        """After a cell ran (IPython ``post_run_cell``), if it recorded steps. Where no front end
+        draws the panel (nbclient, ``nbconvert --execute``: the page never said ``rendered``), send
+        the final view, wait for the analysis of the final state, make the static panel from both
+        and update the outputs this panel was displayed in (``display.update_outputs``): the
+        executed notebook holds the run as it ended. Where a front end draws it, nothing is waited
+        for: the final view goes out now and the analysis thread makes the static panel (kept in
+        the widget state) right after the cell's reply, as the live panel's table."""
         run = self.run
-        if run is None or (run.version == self._pushed_version and run.version == self._static_version):
+        if run is None or run.version == self._outputs_version:
             return
-        self._final_static(AFTER_CELL_WAIT)
-        self._update_outputs()
+        if not self._views_seen:
+            self._final_static(AFTER_CELL_WAIT)
+            self._update_outputs()
+            return
+        self._throttle.cancel()
+        self._push(force=True)
+        self._outputs_version = run.version
+        self._worker.submit((P.snapshot(run), True), force=True, delay=AFTER_CELL_DELAY)

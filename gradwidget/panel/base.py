@@ -55,6 +55,8 @@ class PanelBase:
         _static_table: tuple[int, str]
         _static_key: tuple | None
         _displays: list
+        _outputs_version: int
+        _views_seen: bool
         diagnoses: list
         static_html: str
         _throttle: Throttle

@@ -21,6 +21,8 @@ class PanelDisplay(PanelBase):
         mime bundle published with a display id that later updates reuse."""
         from IPython.display import display
 
+        run = self.run
+        self._outputs_version = run.version if run is not None else -1
         data, md = self._repr_mimebundle_()
         handle = display(data, metadata=md, raw=True, display_id=True)
         if handle is not None:
@@ -28,6 +30,8 @@ class PanelDisplay(PanelBase):
 
     def _update_outputs(self) -> None:
         """Every output this panel was displayed in, again: the same widget view, the new static panel."""
+        run = self.run
+        self._outputs_version = run.version if run is not None else -1
         if not self._displays:
             return
         data, md = self._repr_mimebundle_()

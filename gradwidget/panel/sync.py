@@ -79,7 +79,10 @@ class PanelSync(PanelBase):
         self._patched = True
 
     def _on_page_message(self, widget, content, buffers) -> None:
-        """The page could not apply a patch (it missed the update it extends): send everything."""
+        """The page could not apply a patch (it missed the update it extends): send everything.
+        Or the page drew the panel: a front end shows it live (``background._after_cell``)."""
+        if isinstance(content, dict) and content.get("kind") == "rendered":
+            self._views_seen = True
         if isinstance(content, dict) and content.get("kind") == "resend":
             self._shape = None
             self._patched = True  # what the page holds is unknown: every trait travels

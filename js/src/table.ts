@@ -219,6 +219,21 @@ export class HealthTable {
     this.moreBtn.setAttribute("aria-pressed", String(this.more));
   }
 
+  /** What the user set here (sort, filter, the detail columns, the scroll), for a view that takes over. */
+  state(): { sort: SortState | null; filter: string; more: boolean; scroll: number } {
+    return { sort: this.sort, filter: this.input.value, more: this.more, scroll: this.scroller.scrollTop };
+  }
+
+  restore(st: { sort: SortState | null; filter: string; more: boolean; scroll: number }): void {
+    this.sort = st.sort;
+    this.input.value = st.filter;
+    this.more = st.more;
+    this.setMoreLabel();
+    this.colsKey = "";
+    this.setRows(this.rows);
+    this.scroller.scrollTop = st.scroll;
+  }
+
   setFilter(q: string): void {
     this.input.value = q;
     this.render();

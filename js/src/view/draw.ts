@@ -91,6 +91,7 @@ export function drawPanel(v: PanelView): number {
   const d = v.dom;
   const width = d.root.clientWidth - 8;
   if (width <= 0) return 0;
+  v.shown = true;
   const dpr = window.devicePixelRatio || 1;
   const t = v.theme;
   const meta = v.meta;
