@@ -169,3 +169,30 @@ def test_where_a_front_end_draws_the_panel_the_cell_end_waits_for_nothing(monkey
     while "cursor at step 119" not in p.static_html and time.monotonic() < deadline:
         time.sleep(0.1)
     assert "cursor at step 119" in p.static_html and "gradwidget-diagnoses" in p.static_html
+
+
+def test_a_panel_shown_again_in_the_training_cell_updates_its_first_output_too(monkeypatch):
+    """``train_demo(..., recorder=panel)`` as a cell's last line shows the panel again: the output
+    made before training is updated as well when the cell ends."""
+    import IPython.display
+
+    updated = []
+
+    class Handle:
+        def __init__(self, k):
+            self.k = k
+
+        def update(self, data, metadata=None, raw=False):
+            updated.append((self.k, data["text/html"]))
+
+    handles = iter(range(10))
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: Handle(next(handles)))
+    rec = FakeRecorder(synthetic_run(0))
+    p = GradientPanel(rec, max_rate=1000)
+    p._ipython_display_()
+    rec.run = synthetic_run(20, hist_every=5)
+    for s in range(100, 110):
+        rec.step(s)
+    p._ipython_display_()  # the training cell's last line
+    p._after_cell()
+    assert sorted(k for k, html in updated if "cursor at step 109" in html) == [0, 1]

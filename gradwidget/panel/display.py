@@ -21,8 +21,6 @@ class PanelDisplay(PanelBase):
         mime bundle published with a display id that later updates reuse."""
         from IPython.display import display
 
-        run = self.run
-        self._outputs_version = run.version if run is not None else -1
         data, md = self._repr_mimebundle_()
         handle = display(data, metadata=md, raw=True, display_id=True)
         if handle is not None:

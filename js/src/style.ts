@@ -52,7 +52,7 @@ export const CSS = `
 .gw-bottom.gw-stacked{flex-direction:column}
 .gw-bottom.gw-stacked .gw-plots{flex-direction:row;flex-wrap:wrap;gap:8px}
 .gw-table{flex:1;min-width:0;width:100%}
-.gw-table-bar{display:flex;gap:8px;align-items:center;margin-bottom:4px}
+.gw-table-bar{display:flex;flex-wrap:wrap;gap:4px 8px;align-items:center;margin-bottom:4px}
 .gw-filter{flex:1;min-width:80px}
 .gw-count{color:var(--gw-fg2);font-size:11px;white-space:nowrap}
 .gw-table-scroll{max-height:300px;overflow:auto;border:1px solid var(--gw-border)}
