@@ -346,6 +346,12 @@ export class HealthTable {
         if (c.key === "layer") {
           td.className = "gw-name";
           td.title = String(v ?? "");
+          // a long name breaks after its dots, never inside a word (copying it gives the name)
+          td.textContent = "";
+          String(v ?? "").split(".").forEach((part, i, all) => {
+            td.append(part + (i < all.length - 1 ? "." : ""));
+            if (i < all.length - 1) td.append(document.createElement("wbr"));
+          });
           const mark = groupMark(r);
           if (mark) {
             const b = document.createElement("button");
