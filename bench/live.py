@@ -104,6 +104,7 @@ panel._send = _send
 def block(mode, n):
     model, opt = nets[mode]
     times = []
+    cb0 = getattr(panel, "training_thread_s", float("nan"))
     t0 = time.perf_counter()
     for _ in range(n):
         s = time.perf_counter()
@@ -117,7 +118,8 @@ def block(mode, n):
             panel.log(loss=loss)
         opt.step()
         times.append((time.perf_counter() - s) * 1e3)
-    return {{"mode": mode, "loop_ms": (time.perf_counter() - t0) * 1e3, "step_ms": times}}
+    cb = (getattr(panel, "training_thread_s", float("nan")) - cb0) * 1e3 if mode == "panel" else 0.0
+    return {{"mode": mode, "loop_ms": (time.perf_counter() - t0) * 1e3, "step_ms": times, "cb_ms": cb}}
 
 def big_run(L, S):
     names = [f"blocks.{{j // 4}}.layer{{j % 4}}.weight" for j in range(L)]
@@ -277,6 +279,11 @@ def run_bench(args) -> dict:
             "cell_ms_mean": {m: round(mean(cell[m]), 1) for m in modes},
             "post_cell_ms_median": {m: round(med(post[m]), 1) for m in modes},
             "panel_over_recorder_cell_by_round": [round(x, 3) for x in rounds_ratio],
+            # the panel's own work on the training thread (GradientPanel.training_thread_s): sends,
+            # encoding, the run's copy for the analysis; the analysis thread's GIL time is not in it
+            "panel_training_thread_share_by_block": [
+                round(b.get("cb_ms", float("nan")) / b["loop_ms"], 4) for b in by["panel"]
+            ],
         }
         tr = out["training"]
         tr["ratios"] = {
@@ -453,6 +460,7 @@ def main(argv=None) -> int:
     print(
         "ratios", tr["ratios"], "panel/recorder cell by round", tr["panel_over_recorder_cell_by_round"], file=sys.stderr
     )
+    print("panel's share of the training thread by block", tr["panel_training_thread_share_by_block"], file=sys.stderr)
     print("traffic", res["traffic"], "latency", res["latency_ms"], file=sys.stderr)
     if "big" in res:
         print("big run", res["big"], "table", res["table_rerender"], file=sys.stderr)

@@ -779,3 +779,12 @@ def test_following_sent_with_a_stale_step_follows_the_newest_step():
     assert p.follow and p.step == 129
     p.set_state({"step": 110, "follow": False})  # a scrub to 110 stays there
     assert not p.follow and p.step == 110
+
+
+def test_the_panels_time_on_the_training_thread_is_counted():
+    rec = FakeRecorder(synthetic_run(10))
+    p = GradientPanel(rec, max_rate=1000)
+    assert p.training_thread_s == 0.0
+    for s in range(100, 105):
+        rec.step(s)
+    assert p.training_thread_s > 0.0 and p.push_count >= 2

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import pathlib
 import threading
+import time
 import warnings
 
 import anywidget
@@ -170,6 +171,8 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
         self._initial_layer = None if isinstance(layer, (int, np.integer)) and layer == -1 else layer
         self._layer_rows: list = []  # the analysis' health rows, one per layer (grouped when sent)
         self.push_count = 0  # updates sent (tests and benchmarks read it)
+        #: seconds the panel's work took on the training thread (bench/live.py reads it)
+        self.training_thread_s = 0.0
         #: the step the static image (``static_png``, the mime bundle's ``image/png``) shows
         self.static_step: int | None = None
         self._ready = False
@@ -331,8 +334,11 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
 
     # ----------------------------------------------------------------- live updates
     def _on_step(self, run: Run) -> None:
-        """Called by the recorder after each recorded step (in the training thread)."""
+        """Called by the recorder after each recorded step (in the training thread); the time it
+        takes there (sends, encoding, the run's copy for the analysis) adds up in ``training_thread_s``."""
+        t0 = time.perf_counter()
         self._ping()
+        self.training_thread_s += time.perf_counter() - t0
 
     def _ping(self) -> None:
         """A step arrived (on the thread that appends): send on the throttle; hand a copy of the
