@@ -787,4 +787,4 @@ def test_the_panels_time_on_the_training_thread_is_counted():
     assert p.training_thread_s == 0.0
     for s in range(100, 105):
         rec.step(s)
-    assert p.training_thread_s > 0.0 and p.push_count >= 2
+    assert p.training_thread_s > 0.0
