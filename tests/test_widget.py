@@ -797,3 +797,13 @@ def test_the_panels_time_on_the_training_thread_is_counted():
     for s in range(100, 105):
         rec.step(s)
     assert p.training_thread_s > 0.0
+
+
+def test_the_throttle_keeps_updates_to_a_twentieth_of_the_training_thread():
+    from gradwidget.panel.schedule import TRAINING_SHARE, Throttle
+
+    th = Throttle(4.0, lambda: None, lambda: None)
+    th.cost = 0.001
+    assert th.interval() == 0.25  # cheap updates: the rate limit
+    th.cost = 0.1
+    assert th.interval() == pytest.approx(0.1 / TRAINING_SHARE) and TRAINING_SHARE <= 0.05
