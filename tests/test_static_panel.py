@@ -173,7 +173,7 @@ def test_where_a_front_end_draws_the_panel_the_cell_end_waits_for_nothing(monkey
 
 def test_a_panel_shown_again_in_the_training_cell_updates_its_first_output_too(monkeypatch):
     """``train_demo(..., recorder=panel)`` as a cell's last line shows the panel again: the output
-    made before training is updated as well when the cell ends."""
+    made before training is updated too when the cell ends."""
     import IPython.display
 
     updated = []
@@ -186,7 +186,13 @@ def test_a_panel_shown_again_in_the_training_cell_updates_its_first_output_too(m
             updated.append((self.k, data["text/html"]))
 
     handles = iter(range(10))
-    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: Handle(next(handles)))
+    shown = []
+
+    def display(data, **kw):
+        shown.append(data["text/html"])
+        return Handle(next(handles))
+
+    monkeypatch.setattr(IPython.display, "display", display)
     rec = FakeRecorder(synthetic_run(0))
     p = GradientPanel(rec, max_rate=1000)
     p._ipython_display_()
@@ -195,4 +201,26 @@ def test_a_panel_shown_again_in_the_training_cell_updates_its_first_output_too(m
         rec.step(s)
     p._ipython_display_()  # the training cell's last line
     p._after_cell()
-    assert sorted(k for k, html in updated if "cursor at step 109" in html) == [0, 1]
+    # the first output is updated; the second was made from the final state and is left alone
+    assert [k for k, html in updated if "cursor at step 109" in html] == [0] and "cursor at step 109" in shown[1]
+
+
+def test_an_output_made_after_training_in_the_same_cell_is_not_updated_again(monkeypatch):
+    """``train(); panel`` in one cell: the output is made after training, from the final state;
+    the cell's end leaves it alone (an update would render the live view a second time)."""
+    import IPython.display
+
+    updated = []
+
+    class Handle:
+        def update(self, data, metadata=None, raw=False):
+            updated.append(data)
+
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: Handle())
+    rec = FakeRecorder(synthetic_run(20, hist_every=5))
+    p = GradientPanel(rec, max_rate=1000)
+    for s in range(100, 110):
+        rec.step(s)
+    p._ipython_display_()
+    p._after_cell()
+    assert updated == [] and "cursor at step 109" in p.static_html

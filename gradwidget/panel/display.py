@@ -24,17 +24,24 @@ class PanelDisplay(PanelBase):
         data, md = self._repr_mimebundle_()
         handle = display(data, metadata=md, raw=True, display_id=True)
         if handle is not None:
-            self._displays.append(handle)
+            run = self.run
+            # with the run's version its static panel shows (-1: none yet)
+            self._displays.append([handle, run.version if run is not None and run.n_steps else -1])
 
     def _update_outputs(self) -> None:
-        """Every output this panel was displayed in, again: the same widget view, the new static panel."""
+        """Every output this panel was displayed in that shows an older state, again: the same
+        widget view, the new static panel (an output made at the end of the cell that trained
+        already shows it, and is left alone: updating it would only render its view again)."""
         run = self.run
-        self._outputs_version = run.version if run is not None else -1
-        if not self._displays:
+        version = run.version if run is not None else -1
+        self._outputs_version = version
+        stale = [d for d in self._displays if d[1] != version]
+        if not stale:
             return
         data, md = self._repr_mimebundle_()
-        for handle in self._displays:
-            handle.update(data, metadata=md, raw=True)
+        for d in stale:
+            d[0].update(data, metadata=md, raw=True)
+            d[1] = version
 
     def _static_bundle(self) -> dict:
         """``image/png`` (the heatmap), ``text/html`` (the static panel) and ``text/plain`` (an ASCII
