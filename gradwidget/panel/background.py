@@ -70,8 +70,10 @@ class PanelBackground(PanelBase):
             rows = group_rows(layer_rows, self._rows_of(snap), snap)
             changed = changed_rows(self.table, rows)
             values: dict = {"diagnoses": diagnoses}
-            # the static panel's table (with the diagnoses: the analysis of this version)
-            self._static_table = (snap.version, html or "")
+            # the static panel's table (with the diagnoses: the analysis of this version); a live
+            # analysis (not ``final``) makes none, and leaves the last one
+            if final or report is None:
+                self._static_table = (snap.version, html or "")
             if changed is not None and self.comm is not None:
                 if changed:  # only the rows that changed travel; the page splices them in
                     self.send({"kind": "rows", "model_id": self.model_id, "rows": [[i, rows[i]] for i in changed]})
@@ -96,9 +98,11 @@ class PanelBackground(PanelBase):
         if view is None:
             return
         version, step, heat, flags, scale, col, meta, col_steps = view
+        # the analysis of this very state where the end of a cell waited for it (``_final_static``);
+        # a run that a reader thread keeps extending (``from_run(live=True)``) gets the newest one
         table_version, table = self._static_table
-        analysed = table_version == version
-        key = (version, analysed, self.layer, self.metric)
+        analysed = table_version >= 0
+        key = (version, table_version, self.layer, self.metric)
         if key == getattr(self, "_static_key", None):
             return
         from .rendition import rendition_html
