@@ -1,11 +1,13 @@
-"""Screenshots for the README, made from the demo: the live panel in JupyterLab and the HTML report.
+"""Screenshots for the README, made from today's build: the live panel in JupyterLab on the demo
+(``panel.png``) and on a Hugging Face GPT-2 (tiny config) trained with a learning rate 30x too high
+(``panel_gpt2.png``, the zoo's case), the static panel of an exported notebook (``static.png``:
+the README's workflow executed headless, exported with plain ``nbconvert --to html`` without widget
+state) and the HTML report (``report.png``).
 
-    python docs/screenshots.py [--out docs] [--steps 200]
+    python docs/screenshots.py [--out docs] [--steps 200] [--only report|panel|gpt2|static]
 
-Trains the demo (a 12-layer sigmoid MLP whose first layers vanish) into a run directory, writes its
-HTML report and photographs it in headless Chromium with the network off (``report.png``), then
-starts JupyterLab, opens the run in a ``GradientPanel`` and photographs the live widget
-(``panel.png``). ``tests/test_screenshots.py`` runs this and checks what it drew.
+Each is photographed in headless Chromium with the network off; ``tests/test_screenshots.py``
+runs this and checks what each drew.
 """
 
 from __future__ import annotations
@@ -64,7 +66,62 @@ def shoot_report(run_dir: Path, out: Path, work: Path) -> dict:
     }
 
 
-def shoot_panel(run_dir: Path, out: Path, work: Path, timeout: float = 180) -> dict:
+def train_gpt2(run_dir: Path) -> str:
+    """The zoo's GPT-2 case with a learning rate 30x too high, saved as a run directory; its id."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import torch
+    from zoo import CASES, run_case  # bench/zoo: the diagnosis corpus (real models, real mistakes)
+
+    torch.set_num_threads(1)
+    case = next(c for c in CASES if c.arch == "gpt2" and c.mistake == "lr_too_high")
+    run_case(case).save(run_dir, overwrite=True)
+    return case.id
+
+
+#: the README's workflow: the panel shown before training, the loop in the next cell.
+STATIC_CELLS = [
+    """import torch
+from gradwidget import GradientPanel
+from gradwidget.demo import build_demo, train_demo
+torch.manual_seed(0)
+model, opt, data = build_demo()
+panel = GradientPanel(model, opt)
+panel""",
+    "run = train_demo(120, recorder=panel, model=model, optimizer=opt, data=data)",
+]
+
+
+def shoot_static(out: Path, work: Path, timeout: float = 300) -> dict:
+    """Execute the README's workflow headless (nbclient), drop the saved widget state, export with
+    plain ``nbconvert --to html`` and photograph the panel's output offline."""
+    from nbclient import NotebookClient
+    from nbconvert import HTMLExporter
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook(cells=[new_code_cell(c) for c in STATIC_CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    NotebookClient(nb, timeout=int(timeout), kernel_name="python3").execute()
+    nb.metadata.pop("widgets", None)  # as GitHub or a front end that keeps no widget state sees it
+    body, _ = HTMLExporter().from_notebook_node(nb)
+    html = work / "static.html"
+    html.write_text(body, encoding="utf-8")
+    with offline_page(viewport={"width": 1000, "height": 1400}) as (page, blocked):
+        page.goto(html.as_uri())
+        page.wait_for_load_state("load")
+        static = page.locator(".gradwidget-static").first
+        static.screenshot(path=str(out / "static.png"))
+        seen = page.evaluate(
+            """() => { const s = document.querySelector('.gradwidget-static');
+              return {names: s.querySelectorAll('svg text title').length,
+                      diagnoses: s.querySelectorAll('.gradwidget-diagnosis').length,
+                      rows: s.querySelectorAll('table.gradwidget-health tr[data-layer]').length,
+                      image: s.querySelector('img.gradwidget-panel-image').naturalWidth}; }"""
+        )
+    # nbconvert's template asks a CDN for require.js and MathJax (refused here): the panel needs neither
+    return {"static_png": str(out / "static.png"), "static_blocked": blocked, "static": seen}
+
+
+def shoot_panel(run_dir: Path, out: Path, work: Path, timeout: float = 180, name: str = "panel.png") -> dict:
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
     from playwright.sync_api import sync_playwright
@@ -96,31 +153,38 @@ def shoot_panel(run_dir: Path, out: Path, work: Path, timeout: float = 180) -> d
             canvases = page.evaluate(CANVAS_JS)
             root = page.locator(".gw-root")
             target = root.first if root.count() else page.locator(".jp-OutputArea-output").last
-            target.screenshot(path=str(out / "panel.png"))
+            target.screenshot(path=str(out / name))
+            diagnoses = page.evaluate("() => Array.from(document.querySelectorAll('.gw-dhead'), d => d.textContent)")
         finally:
             browser.close()
-    return {"panel_png": str(out / "panel.png"), "canvases": canvases}
+    return {"panel_png": str(out / name), "canvases": canvases, "diagnoses": diagnoses}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(ROOT / "docs"), help="folder for report.png and panel.png")
+    ap.add_argument("--out", default=str(ROOT / "docs"), help="folder for the PNGs")
     ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--only", choices=["report", "panel"], help="make one screenshot only")
+    ap.add_argument("--only", choices=["report", "panel", "gpt2", "static"], help="make one screenshot only")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gradwidget-shots-") as tmp:
         work = Path(tmp)
         run_dir = work / "demo-run"
-        train(run_dir, args.steps)
-        info: dict = {"run": str(run_dir)}
+        info: dict = {}
+        if args.only in (None, "report", "panel"):
+            train(run_dir, args.steps)
         if args.only in (None, "report"):
             info.update(shoot_report(run_dir, out, work))
         if args.only in (None, "panel"):
             info.update(shoot_panel(run_dir, out, work))
+        if args.only in (None, "gpt2"):
+            gpt2 = work / "gpt2-run"
+            info["gpt2_case"] = train_gpt2(gpt2)
+            info["gpt2"] = shoot_panel(gpt2, out, work, name="panel_gpt2.png")
+        if args.only in (None, "static"):
+            info.update(shoot_static(out, work))
         info.pop("report_html", None)
-        info.pop("run")
     print(json.dumps(info))
     return 0
 

@@ -72,8 +72,9 @@ def widget_states(nb) -> dict:
 
 
 def state_static(data: dict, states: dict) -> tuple[str, str] | None:
-    """``(png_base64, table_html)``: the newest static rendition of a widget output's model, from
-    the saved widget state, or None when the state holds none.
+    """``(png_base64, html)``: the newest static rendition of a widget output's model, from the
+    saved widget state (``static_html``: the whole static panel, or a comparison's table), or None
+    when the state holds none.
 
     Why: an output's own mime bundle is frozen when its cell ran (``panel`` shown before training
     shows no step), while the panel keeps ``static_png``/``static_html`` current in its state.
@@ -113,9 +114,10 @@ class StaticFallbackPreprocessor(Preprocessor):
                 continue
             latest = state_static(data, states)
             if latest is not None:
-                png, table = latest
+                png, saved = latest
                 data["image/png"] = png
-                html = static_fallback_html(_png_bytes(png), table)
+                # the panel's static_html is the whole static panel; a comparison's, its table
+                html = saved if FALLBACK_CLASS in saved else static_fallback_html(_png_bytes(png), saved)
             else:
                 html = static_html_of(data)
             if html is None:

@@ -37,15 +37,24 @@ def _as_report(obj):
     raise TypeError(f"expected an analysis Report (gradwidget.analyze(run)) or a Run, got {type(obj).__name__}")
 
 
-def health_table_html(report, max_rows: int = 200, suggestions: bool = True) -> str:
+#: the columns a reader decides with, in the static panel's compact table (it fits ~800 px)
+COMPACT_COLUMNS = ("health", "layer", "grad_norm_median", "trend", "flags")
+
+
+def health_table_html(report, max_rows: int = 200, suggestions: bool = True, compact: bool = False) -> str:
     """The per-layer health table as an HTML ``<table>`` with inline styles.
 
     Rows are layers in depth order; the health cell is coloured and spelled out (readable without
-    colour). ``report`` is an analysis Report (a Run is analysed first).
+    colour). ``report`` is an analysis Report (a Run is analysed first). ``compact``: the columns a
+    reader decides with (``COMPACT_COLUMNS`` and the suggestion), names and suggestions wrapped, so
+    that it fits a notebook column.
     """
     report = _as_report(report)
     df = report.layers
     cols = [c for c in plots.HEALTH_COLUMNS if c[0] in df.columns]
+    if compact:
+        by = {c[0]: c for c in cols}
+        cols = [by[k] for k in COMPACT_COLUMNS if k in by]
     if suggestions and "suggestion" in df.columns:
         cols.append(("suggestion", "suggestion", "{}"))
     head = "".join(f'<th style="{_TH}">{_esc(h)}</th>' for _, h, _ in cols)
@@ -59,10 +68,13 @@ def health_table_html(report, max_rows: int = 200, suggestions: bool = True) -> 
                 color = plots.HEALTH_COLORS.get(str(row[c]), plots.HEALTH_COLORS["Unknown"])
                 style += f"background:{color};color:#fff;font-weight:bold;"
             elif c == "layer":
-                style += "font-family:monospace;white-space:nowrap;"
+                style += "font-family:monospace;" + ("min-width:9em;" if compact else "white-space:nowrap;")
+            elif c == "suggestion" and compact:
+                style += "min-width:220px;"
             elif fmt != "{}":
                 style += "text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;"
-            tds.append(f'<td style="{style}">{_esc(text)}</td>')
+            cell = _esc(text).replace(".", ".<wbr>") if compact and c == "layer" else _esc(text)  # breaks at dots
+            tds.append(f'<td style="{style}">{cell}</td>')
         layer = _esc(row["layer"]) if "layer" in df.columns else ""
         body.append(f'<tr data-layer="{layer}">{"".join(tds)}</tr>')
     more = ""

@@ -232,9 +232,11 @@ def render_report(report, title: str | None = None) -> str:
         f'<h2 id="recommendations">Recommendations</h2><div class="card">{_recommendations_html(report)}</div>'
     )
     if run.n_steps:
+        from .panel.rendition import run_rendition  # the static panel, as a notebook export shows it
+
         sections.append(
             '<h2 id="flow">Gradient flow</h2><div class="card">'
-            + _img(plots.flow_heatmap(run, "grad_norm"), "gradient flow heatmap")
+            + run_rendition(run, report, table=False)  # the full table follows
             + _img(plots.loss_plot(run), "loss")
             + "</div>"
         )

@@ -177,6 +177,12 @@ def test_readme_workflow_executed_by_nbclient_exports_the_trained_panel(monkeypa
     assert len(panel_images(html)) == 1, "the panel image is missing from the export"
     assert "GradientPanel: no step recorded yet</p>" not in html  # the stale output's note
     assert table_layers(html) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    # the output itself was updated when the training cell ended: plain --to html without the
+    # saved widget state (GitHub, a notebook saved by a front end that drops it) shows the trained panel
+    nb.metadata.pop("widgets", None)
+    plain, _ = HTMLExporter().from_notebook_node(nb)
+    assert len(panel_images(plain)) == 1 and "cursor at step 29" in plain
+    assert table_layers(plain) == ["0.weight", "0.bias", "2.weight", "2.bias"]
 
 
 def _fake_install(tmp_path) -> dict:

@@ -64,3 +64,27 @@ def test_live_panel_screenshot(tmp_path):
     assert max(c["painted"] for c in info["canvases"]) > 1000, info["canvases"]
     w, h = _png_size(info["panel_png"])
     assert w >= 400 and h >= 200
+
+
+def test_gpt2_panel_screenshot_shows_its_diagnosis(tmp_path):
+    """A diagnosis on a real model: the zoo's Hugging Face GPT-2 (tiny config) with a learning rate
+    30x too high, in the live panel."""
+    pytest.importorskip("transformers")
+    if not shutil.which("jupyter", path=str(Path(sys.executable).parent)):
+        pytest.skip("jupyter lab is not installed next to this Python")
+    info = _run(["--only", "gpt2"], tmp_path)
+    shot = info["gpt2"]
+    assert max(c["painted"] for c in shot["canvases"]) > 1000, shot["canvases"]
+    assert any(d.startswith("lr too high") for d in shot["diagnoses"]), shot["diagnoses"]
+    w, h = _png_size(shot["panel_png"])
+    assert w >= 400 and h >= 300
+
+
+def test_exported_static_panel_screenshot(tmp_path):
+    """The README's workflow executed headless and exported with plain --to html, no widget state:
+    the static panel of the trained run, every layer named, its diagnosis and health table."""
+    info = _run(["--only", "static"], tmp_path)
+    seen = info["static"]
+    assert seen["names"] == 24 and seen["rows"] == 24 and seen["diagnoses"] >= 1 and seen["image"] >= 400, seen
+    w, h = _png_size(info["static_png"])
+    assert w >= 600 and h >= 500

@@ -172,6 +172,21 @@ def test_exploding_and_histograms_are_thinned(long_run):
 
 
 # --------------------------------------------------------------------------- two-way sync
+def until(condition, timeout: float = 30.0) -> None:
+    """Wait for ``condition()`` (a timer thread's work), failing only after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.02)
+
+
+def rate_limit_passed(panel) -> None:
+    """The next step's update goes out at once: the throttle's last update is long past (a sleep
+    would depend on how long an update took to build, i.e. on the machine's load)."""
+    panel._throttle.cancel()
+    panel._throttle.last = float("-inf")
+
+
 def test_step_snaps_to_recorded_steps_and_sends_detail():
     run = synthetic_run(50)  # steps 0, 2, ..., 98
     p = GradientPanel(run)
@@ -196,13 +211,13 @@ def test_front_end_messages_move_the_kernel_state():
     # new steps do not yank a scrubbed cursor
     p2 = GradientPanel(FakeRecorder(synthetic_run(10)), max_rate=1000)
     p2.set_state({"step": 4, "follow": False})
-    time.sleep(0.15)  # past the rate limit (a tenth of the time goes to updates at most)
+    rate_limit_passed(p2)
     p2.recorder.step(100)
     assert p2.step == 4 and p2.meta["last_step"] == 100
     p2.set_state({"step": 100, "follow": True})
-    time.sleep(0.15)
+    rate_limit_passed(p2)
     p2.recorder.step(101)
-    time.sleep(0.15)
+    rate_limit_passed(p2)
     p2.recorder.step(102)
     assert p2.step == 102
 
@@ -226,6 +241,7 @@ def test_updates_are_throttled_with_a_trailing_update():
     p = GradientPanel(rec, max_rate=4)
     assert p.live
     start = p.push_count
+    rate_limit_passed(p)  # the first step's update goes out at once
     t0 = time.monotonic()
     s = 100
     while time.monotonic() - t0 < 0.6:  # ~ thousands of steps in 0.6 s
@@ -234,8 +250,7 @@ def test_updates_are_throttled_with_a_trailing_update():
     sent = p.push_count - start
     assert s - 100 > 50
     assert 1 <= sent <= 4, sent  # at most 4 per second (+1 for the first)
-    time.sleep(0.5)  # the trailing update carries the last step
-    assert p.meta["last_step"] == s - 1
+    until(lambda: p.meta["last_step"] == s - 1)  # the trailing update carries the last step
     assert p.step == s - 1
 
 
@@ -483,8 +498,8 @@ def test_training_in_a_thread_keeps_two_way_sync():
         p.set_state({"step": 10, "follow": False})
         assert p.step == 10 and p.detail_step == 10 and not p.follow
         n = p.meta["n_steps"]
-        time.sleep(0.4)
-        assert p.meta["n_steps"] > n and p.step == 10  # steps keep coming; the scrub stands
+        until(lambda: p.meta["n_steps"] > n)
+        assert p.step == 10  # steps keep coming; the scrub stands
     finally:
         stop.set()
         th.join()
@@ -551,12 +566,13 @@ def test_panel_on_a_model_updates_while_training():
         model=model,
         optimizer=opt,
         data=data,
-        callback=lambda i, loss: (time.sleep(0.01), seen.append(p.meta["n_steps"])),
+        # each step's update goes out (the rate limit is the throttle tests' subject, not this one's)
+        callback=lambda i, loss: (rate_limit_passed(p), seen.append(p.meta["n_steps"])),
     )
     assert p.live and p.push_count >= 3
     assert len(set(seen)) >= 3  # the browser saw the run grow during training
-    time.sleep(0.3)
-    assert p.meta["n_steps"] == 40 and p.step == int(p.run.steps[-1])
+    until(lambda: p.meta["n_steps"] == 40)
+    assert p.step == int(p.run.steps[-1])
     assert np.isfinite(np.frombuffer(p.loss, np.float32)).all()
     p.detach()
     assert not p.live and not p.recorder.attached
@@ -611,7 +627,7 @@ def test_a_run_without_layers_shows_the_empty_message():
         data, _ = p._repr_mimebundle_()
     assert p.meta["level"] == "info" and "no layers" in p.meta["message"]
     assert p.layer == -1 and p.meta["rows"] == 0 and p.table == []
-    assert data["image/png"] and 'class="gradwidget-panel-image"' in data["text/html"]
+    assert "gradwidget-static" in data["text/html"] and "no layers" in data["text/html"]  # the message, no empty image
 
 
 # --------------------------------------------------------------------------- off the training thread
@@ -704,7 +720,7 @@ def test_while_training_only_new_columns_travel():
     real_send = p.send
     p.send = lambda content, buffers=None: (sent.append((content, buffers)), real_send(content, buffers))
     seq = p.meta["seq"]
-    time.sleep(0.05)
+    rate_limit_passed(p)
     rec.step(200)
     assert len(sent) == 1
     msg, bufs = sent[0]
@@ -745,3 +761,49 @@ def test_panel_flags_follow_the_runs_flag_rules():
     np.testing.assert_array_equal((f & FLAG_VANISHING) > 0, run.vanishing())
     np.testing.assert_array_equal((f & FLAG_NONFINITE) > 0, run.nonfinite())
     np.testing.assert_array_equal((f & (FLAG_EXPLODING | FLAG_NONFINITE)) > 0, run.exploding())
+
+
+def test_the_histogram_sent_for_a_step_is_the_one_at_or_before_it():
+    """Past MAX_HISTS histograms a layer's are thinned; the one at or before the cursor's step is
+    always among them (never only a later one: cursor 8 showed the histogram of step 10)."""
+    from gradwidget.panel import payload as P
+
+    run = synthetic_run(1200, hist_every=3)
+    for step in (16, 400, 1202, 2396):
+        _, arrays = P.detail_view(run, step, 1)
+        hs = arrays["hist_steps"]
+        assert len(hs) <= P.MAX_HISTS + 1
+        assert run.hist_steps[run.hist_steps <= step][-1] in hs.tolist(), step
+
+
+def test_following_sent_with_a_stale_step_follows_the_newest_step():
+    """End pressed while a cell trains: the page sends follow with the newest step *it* had; the
+    kernel reads it when the cell ends, steps later. Following wins (it was the user's last action)."""
+    rec = FakeRecorder(synthetic_run(10))
+    p = GradientPanel(rec, max_rate=1000)
+    p.set_state({"step": 4, "follow": False})
+    for s in range(100, 130):
+        rec.step(s)
+    p.set_state({"step": 110, "follow": True})  # stale: the run is at 129 now
+    assert p.follow and p.step == 129
+    p.set_state({"step": 110, "follow": False})  # a scrub to 110 stays there
+    assert not p.follow and p.step == 110
+
+
+def test_the_panels_time_on_the_training_thread_is_counted():
+    rec = FakeRecorder(synthetic_run(10))
+    p = GradientPanel(rec, max_rate=1000)
+    assert p.training_thread_s == 0.0
+    for s in range(100, 105):
+        rec.step(s)
+    assert p.training_thread_s > 0.0
+
+
+def test_the_throttle_keeps_updates_to_a_twentieth_of_the_training_thread():
+    from gradwidget.panel.schedule import TRAINING_SHARE, Throttle
+
+    th = Throttle(4.0, lambda: None, lambda: None)
+    th.cost = 0.001
+    assert th.interval() == 0.25  # cheap updates: the rate limit
+    th.cost = 0.1
+    assert th.interval() == pytest.approx(0.1 / TRAINING_SHARE) and TRAINING_SHARE <= 0.05

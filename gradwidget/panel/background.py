@@ -15,15 +15,17 @@ from .table import analyse, changed_rows, group_rows
 #: runs up to this many step x layer cells are analysed at once when shown; bigger ones show the
 #: heatmap first and the health table when the analysis thread has it.
 SYNC_ANALYSIS_CELLS = 200_000
-#: runs up to this many step x layer cells (analysed in a few milliseconds) are analysed before
-#: the post-cell hook returns; bigger ones in the background.
-POST_CELL_WAIT_CELLS = 5_000
-#: seconds after a cell before its final analysis starts (its reply goes out first).
+#: seconds the end of a cell waits, at most, for the analysis of the final state (the static panel
+#: is made from it: the same output whatever thread finishes first).
+AFTER_CELL_WAIT = 120.0
+#: seconds after a cell before its final analysis starts, where a front end draws the panel (the
+#: cell's reply goes out first).
 AFTER_CELL_DELAY = 0.3
 
 
 def import_analysis() -> None:
-    from .. import analysis, report  # noqa: F401  (imported on the analysis thread, off the user's cells)
+    from .. import analysis, fallback  # noqa: F401  (imported on the analysis thread, off the user's cells)
+    from . import rendition  # noqa: F401
 
 
 class PanelBackground(PanelBase):
@@ -39,10 +41,10 @@ class PanelBackground(PanelBase):
             self._worker.submit((run if self._static_run is not None else P.snapshot(run), True), force=True)
 
     def _job(self, job: tuple) -> None:
-        """The analysis thread's work: a copy of the run to analyse; ``final``: the cell (or the
-        burst of steps) is over, so the static image of the final view is made too."""
+        """The analysis thread's work: a copy of the run to analyse; ``final``: the burst of steps
+        is over (training in a thread went idle), so the static panel of the final view is made too."""
         snap, final = job
-        if snap.version != self._analysed_version:
+        if snap.version != self._analysed_version or (final and self._static_table[0] != snap.version):
             self._analyse_snapshot(snap, final)
         if final:
             with self._lock:
@@ -54,9 +56,9 @@ class PanelBackground(PanelBase):
         report, layer_rows, diagnoses = analyse(snap)
         html = None
         if final and report is not None:
-            from ..report import health_table_html
+            from ..fallback import health_table_html
 
-            html = health_table_html(report, suggestions=False)
+            html = health_table_html(report, compact=True)
         with self._lock:
             if snap.version < self._analysed_version:
                 return
@@ -68,8 +70,10 @@ class PanelBackground(PanelBase):
             rows = group_rows(layer_rows, self._rows_of(snap), snap)
             changed = changed_rows(self.table, rows)
             values: dict = {"diagnoses": diagnoses}
-            if html is not None:
-                values["static_html"] = html
+            # the static panel's table (with the diagnoses: the analysis of this version); a live
+            # analysis (not ``final``) makes none, and leaves the last one
+            if final or report is None:
+                self._static_table = (snap.version, html or "")
             if changed is not None and self.comm is not None:
                 if changed:  # only the rows that changed travel; the page splices them in
                     self.send({"kind": "rows", "model_id": self.model_id, "rows": [[i, rows[i]] for i in changed]})
@@ -86,28 +90,60 @@ class PanelBackground(PanelBase):
             self._set({"table": group_rows(layer_rows, self._rows_of(run), run)})
 
     def _refresh_static(self) -> None:
-        """``static_png``: the heatmap last sent, as an image (milliseconds; see ``static``)."""
+        """``static_png`` (the heatmap last sent, as an image) and ``static_html`` (the static panel:
+        ``rendition.rendition_html``, that image with its names, axis and legend around it, the
+        diagnoses and the health table of the same version); milliseconds. Made again only when
+        the view or the analysis changed."""
         view = self._view
-        if view is None or view[0] == self._static_version:
+        if view is None:
             return
-        version, step, heat, flags, scale, col = view
-        self.static_png = "data:image/png;base64," + base64.b64encode(heat_png(heat, flags, scale, col)).decode("ascii")
-        self._static_version, self.static_step = version, step
+        version, step, heat, flags, scale, col, meta, col_steps = view
+        # the analysis of this very state where the end of a cell waited for it (``_final_static``);
+        # a run that a reader thread keeps extending (``from_run(live=True)``) gets the newest one
+        table_version, table = self._static_table
+        analysed = table_version >= 0
+        key = (version, table_version, self.layer, self.metric)
+        if key == getattr(self, "_static_key", None):
+            return
+        from .rendition import rendition_html
 
-    def _after_cell(self) -> None:
-        """After a cell ran (IPython ``post_run_cell``): if it recorded steps, send the final view
-        now (a millisecond or two); the analysis of the final state and its static image follow
-        from the analysis thread."""
+        png = heat_png(heat, flags, scale, col)
+        diagnoses = list(self.diagnoses) if analysed else []
+        arrays = {"heat": heat, "flags": flags, "col_steps": col_steps}
+        html = rendition_html(meta, arrays, col, step, diagnoses, table if analysed else "")
+        self._set({"static_png": "data:image/png;base64," + base64.b64encode(png).decode("ascii"), "static_html": html})
+        self._static_version, self.static_step, self._static_key = version, step, key
+
+    def _final_static(self, wait: float) -> None:
+        """The static panel of the run as it is now, made from its analysis (waited for, at most
+        ``wait`` seconds; it runs on the analysis thread): the same output whatever thread finishes first."""
         run = self.run
-        if run is None or (run.version == self._pushed_version and run.version == self._static_version):
+        if run is None or run.n_steps == 0:
             return
         self._throttle.cancel()
         self._push(force=True)
-        # a quick analysis is waited for, so that a notebook executed headless (nbclient,
-        # nbconvert --execute) saves the table and image of its final state; a slow one never
-        # blocks, and starts once the cell's reply has gone out
-        if run.n_steps * run.n_layers <= POST_CELL_WAIT_CELLS:
+        if self._static_table[0] != run.version:
             self._worker.submit((P.snapshot(run), True), force=True)
-            self._worker.wait(timeout=2.0)
-        else:
-            self._worker.submit((P.snapshot(run), True), force=True, delay=AFTER_CELL_DELAY)
+            self._worker.wait(timeout=wait)
+        with self._lock:
+            self._refresh_static()
+
+    def _after_cell(self) -> None:
+        """After a cell ran (IPython ``post_run_cell``), if it recorded steps. Where no front end
+        draws the panel (nbclient, ``nbconvert --execute``: the page never said ``rendered``), send
+        the final view, wait for the analysis of the final state, make the static panel from both
+        and update the outputs this panel was displayed in (``display.update_outputs``): the
+        executed notebook holds the run as it ended. Where a front end draws it, nothing is waited
+        for: the final view goes out now and the analysis thread makes the static panel (kept in
+        the widget state) right after the cell's reply, as the live panel's table."""
+        run = self.run
+        if run is None or run.version == self._outputs_version:
+            return
+        if not self._views_seen:
+            self._final_static(AFTER_CELL_WAIT)
+            self._update_outputs()
+            return
+        self._throttle.cancel()
+        self._push(force=True)
+        self._outputs_version = run.version
+        self._worker.submit((P.snapshot(run), True), force=True, delay=AFTER_CELL_DELAY)

@@ -104,7 +104,7 @@ class ComparisonPanel(GradientPanel):
             layer = self.layer if 0 <= self.layer < len(self._names) else self._default_row()
             values.update(step=step, layer=layer)
             col = int(np.searchsorted(steps, step, side="right")) - 1
-            self._view = (version, step, arrays["heat"], arrays["flags"], meta["scale"], col)
+            self._view = (version, step, arrays["heat"], arrays["flags"], meta["scale"], col, meta, arrays["col_steps"])
         return values
 
     def _default_row(self) -> int:
@@ -146,14 +146,16 @@ class ComparisonPanel(GradientPanel):
             li = d.get("layer_index", -1)
             name = snap.layers[li].name if 0 <= li < snap.n_layers else None
             d["layer_index"] = names.index(name) if name in names else -1
-        from ..report import _frame_html, _esc
+        from html import escape
 
-        html = "<ul>" + "".join(f"<li>{_esc(v)}</li>" for v in cmp.verdict) + "</ul>" + _frame_html(cmp.layers)
+        table = cmp.layers.to_html(index=False, border=0, float_format=lambda v: f"{v:.3g}")
+        html = "<ul>" + "".join(f"<li>{escape(str(v))}</li>" for v in cmp.verdict) + "</ul>" + table
         with self._lock:
             if snap.version < self._analysed_version:
                 return
             self._comparison, self._comparison_version = cmp, snap.version
             self._analysed_version = snap.version
+            self._static_table = (snap.version, html)
             values: dict = {"table": rows, "diagnoses": diagnoses, "static_html": html}
             if self.meta.get("version") == snap.version:  # the verdict goes with the heatmaps it is about
                 values["meta"] = {**self.meta, **self._verdict_message(cmp)}

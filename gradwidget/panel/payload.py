@@ -242,7 +242,7 @@ def patch_start(before: dict | None, now: dict) -> int | None:
 def detail_view(run: Run | None, step: int, layer: int, rows: Rows | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """Exact values of every row (layer, or group of ``rows``) at ``step`` and the histograms of
     ``layer``'s row (a group's: its members' added), thinned to MAX_HISTS, always with the one
-    nearest ``step``: scalars and arrays. ``hist_layer`` is ``layer`` (the page finds its row)."""
+    at or before ``step`` (the page never shows a later one): scalars and arrays. ``hist_layer`` is ``layer`` (the page finds its row)."""
     scalars = {"detail_step": -1, "hist_layer": -1}
     arrays: dict[str, np.ndarray] = {}
     if run is None or run.n_steps == 0:
@@ -264,7 +264,8 @@ def detail_view(run: Run | None, step: int, layer: int, rows: Rows | None = None
         hs = run.hist_steps
         if len(hs):
             idx = np.unique(np.linspace(0, len(hs) - 1, min(len(hs), MAX_HISTS)).round().astype(int))
-            idx = np.unique(np.append(idx, nearest_index(hs, step)))
+            at = int(np.searchsorted(hs, step, side="right")) - 1  # the histogram at or before the step
+            idx = np.unique(np.append(idx, at)) if at >= 0 else idx
             arrays["hists"] = run.hist[idx, a:b, :].sum(axis=1, dtype=np.uint64).astype(np.uint32)
             arrays["hist_steps"] = hs[idx].astype(np.float64)
     return scalars, arrays

@@ -72,7 +72,12 @@ TRAITS: dict[str, Trait] = {
             "health rows, one per heatmap row (NaN null, +-Inf the strings "
             "'Infinity'/'-Infinity'); a group's: table.group_rows",
         ),
-        Trait("diagnoses", "json", "out", "the top diagnoses: cause, text, action, layers, layer_index, first_step"),
+        Trait(
+            "diagnoses",
+            "json",
+            "out",
+            "the top diagnoses: cause, text, action, evidence, layers, layer_index, first_step",
+        ),
         Trait("static_png", "str", "out", "data URL of the static image (shown when the saved state lost the buffers)"),
         Trait("static_html", "str", "out", "the health table (HTML) that goes with static_png"),
         Trait("live", "bool", "out", "updates are flowing (a recorder attached or a directory followed)"),

@@ -13,10 +13,15 @@ from typing import Any
 from .._warnings import GradwidgetWarning
 
 
+#: the most of the training thread's time the panel's updates may take (the product's budget is
+#: 1.05x a step; bench/live.py reads GradientPanel.training_thread_s: 3-4% at 4 updates a second)
+TRAINING_SHARE = 0.05
+
+
 class Throttle:
-    """At most one update per ``interval()``: at most ``max_rate`` a second, and never more than a
-    tenth of the sender's time spent building updates (long runs cost more per update). A burst
-    ends with a trailing update from a timer thread."""
+    """At most one update per ``interval()``: at most ``max_rate`` a second, and never more than
+    ``TRAINING_SHARE`` of the sender's time spent building updates (long runs cost more per
+    update). A burst ends with a trailing update from a timer thread."""
 
     def __init__(self, max_rate: float, push: Callable[[], object], trailing: Callable[[], object]) -> None:
         self.min_interval = 1.0 / float(max_rate)
@@ -26,7 +31,7 @@ class Throttle:
         self._timer: threading.Timer | None = None
 
     def interval(self) -> float:
-        return max(self.min_interval, 10.0 * self.cost)
+        return max(self.min_interval, self.cost / TRAINING_SHARE)
 
     def sent(self, started: float) -> None:
         self.last = time.monotonic()

@@ -12,12 +12,14 @@ import numpy as np
 
 from .protocol import FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING, MARKS
 
-#: the image's size in pixels, at most (cells are repeated to fill it, at most 8 pixels a cell).
-MAX_WIDTH, MAX_HEIGHT = 900, 480
+#: the image's size in pixels, at most (cells are repeated to fill it, at most MAX_CELL pixels a
+#: cell: a small run's image is readable at its own size, where no stylesheet stretches it).
+MAX_WIDTH, MAX_HEIGHT, MAX_CELL = 900, 480, 24
 _LUT: np.ndarray | None = None
 
 
-def _viridis() -> np.ndarray:
+def viridis() -> np.ndarray:
+    """viridis as 256 RGB rows (uint8), the page's colour map."""
     global _LUT
     if _LUT is None:
         from matplotlib import colormaps  # the colour map only (no pyplot, no figure)
@@ -37,7 +39,7 @@ def colorize(heat: np.ndarray, flags: np.ndarray, scale: tuple[float, float]) ->
     with np.errstate(divide="ignore", invalid="ignore"):
         pos = (np.log10(heat.astype(np.float64)) - lo) / (hi - lo if hi > lo else 1.0)
     idx = np.clip(np.nan_to_num(pos, nan=0.0, posinf=1.0, neginf=0.0) * 255, 0, 255).astype(np.uint8)
-    rgb = _viridis()[idx]
+    rgb = viridis()[idx]
     rgb[~np.isfinite(heat) | (heat <= 0)] = _rgb(MARKS["nodata"])
     for bit, name in (
         (FLAG_NODATA, "nodata"),
@@ -78,6 +80,6 @@ def heat_png(heat: np.ndarray, flags: np.ndarray, scale: tuple[float, float], cu
     rgb = colorize(heat[::kr, ::kc], flags[::kr, ::kc], scale)
     if cursor is not None and 0 <= cursor < cols:
         rgb[:, cursor // kc] = 255
-    rh = int(np.clip(MAX_HEIGHT // rows, 1, 8))
-    cw = int(np.clip(MAX_WIDTH // cols, 1, 8))
+    rh = int(np.clip(MAX_HEIGHT // rows, 1, MAX_CELL))
+    cw = int(np.clip(MAX_WIDTH // cols, 1, MAX_CELL))
     return png_bytes(np.repeat(np.repeat(rgb, rh, axis=0), cw, axis=1))

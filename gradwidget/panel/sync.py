@@ -79,7 +79,10 @@ class PanelSync(PanelBase):
         self._patched = True
 
     def _on_page_message(self, widget, content, buffers) -> None:
-        """The page could not apply a patch (it missed the update it extends): send everything."""
+        """The page could not apply a patch (it missed the update it extends): send everything.
+        Or the page drew the panel: a front end shows it live (``background._after_cell``)."""
+        if isinstance(content, dict) and content.get("kind") == "rendered":
+            self._views_seen = True
         if isinstance(content, dict) and content.get("kind") == "resend":
             self._shape = None
             self._patched = True  # what the page holds is unknown: every trait travels
@@ -115,7 +118,7 @@ class PanelSync(PanelBase):
             scalars, detail = P.detail_view(run, step, layer, rows)
             values.update(scalars, **detail, step=step, layer=layer)
             col = int(np.searchsorted(arrays["col_steps"], step, side="right")) - 1
-            self._view = (version, step, arrays["heat"], arrays["flags"], meta["scale"], col)
+            self._view = (version, step, arrays["heat"], arrays["flags"], meta["scale"], col, meta, arrays["col_steps"])
         return values
 
     def _push(self, force: bool = False, check_version: bool = False, patch: bool = False) -> bool:

@@ -132,7 +132,9 @@ def group_rows(layer_rows: list[dict], rows: Rows | None, run: Run) -> list[dict
 
 def diagnoses_from_report(report, run: Run) -> list[dict]:
     """The top diagnoses (at most MAX_DIAGNOSES, the report's order): what the panel lists above
-    the heatmap. ``cause`` and ``first_step`` are read where the analysis provides them."""
+    the heatmap and the static panel prints. ``cause`` and ``first_step`` are read where the
+    analysis provides them. The one place the panel and its static rendition read the analysis'
+    diagnoses: a change of the analysis' types is adapted here."""
     out = []
     for rec in list(getattr(report, "diagnoses", []) or [])[:MAX_DIAGNOSES]:
         layers = [str(n) for n in (getattr(rec, "layers", None) or [])]
@@ -150,6 +152,7 @@ def diagnoses_from_report(report, run: Run) -> list[dict]:
                 "priority": str(rec.priority),
                 "text": str(rec.text),
                 "action": str(rec.action),
+                "evidence": str(getattr(rec, "evidence", "") or ""),
                 "layers": layers[:20],
                 "n_layers": len(layers),
                 "layer_index": int(index),

@@ -60,9 +60,16 @@ class PanelValidation(PanelBase, t.HasTraits):
             return
         run = self.run
         if run is not None and run.n_steps:
+            last = int(run.steps[-1])
+            # the page says "follow" (End, or the newest column) with the newest step *it* had: a
+            # training cell has recorded more since, and the kernel reads the message only when the
+            # cell ends. Following is the user's last action: keep it, at today's newest step.
+            following = getattr(self, "_property_lock", {}).get("follow") is True
             self._internal += 1
             try:
-                self.follow = change["new"] >= int(run.steps[-1])
+                self.follow = following or change["new"] >= last
+                if following and change["new"] != last:
+                    self.step = last
             finally:
                 self._internal -= 1
         self._send_detail()

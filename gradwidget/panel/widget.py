@@ -31,9 +31,9 @@ two-way sync live during training, run the loop in a background thread and leave
 
 from __future__ import annotations
 
-import base64
 import pathlib
 import threading
+import time
 import warnings
 
 import anywidget
@@ -41,12 +41,12 @@ import numpy as np
 import traitlets as t
 
 from .._warnings import GradwidgetWarning
-from ..outputs import to_ascii
 from ..run import Run
 from . import payload as P
 from .options import check_layer_option, check_options, is_module, source_layer_names
 from .schedule import Throttle, Worker, poll_directory, unwatch_cells, watch_cells
 from .background import PanelBackground, import_analysis
+from .display import PanelDisplay
 from .selection import PanelSelection
 from .sync import PanelSync
 from .validation import PanelValidation
@@ -71,7 +71,7 @@ export default { render };
 )
 
 
-class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelBackground, anywidget.AnyWidget):
+class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, PanelBackground, anywidget.AnyWidget):
     """A live panel of how gradients flow through a network: the top diagnoses, a scrubbable
     layers x steps heatmap, per-layer bars at the scrubbed step, the layer health table, the
     selected layer's histogram and metric over time.
@@ -154,7 +154,12 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelBackground,
         self._patched = False  # the page holds columns sent as patches (custom messages)
         self._hist_all_sent = 0.0  # when a patch last carried hist_all
         self._static_version = -1
-        self._view: tuple | None = None  # (version, step, heat, flags, scale, cursor column) last sent
+        self._static_table: tuple[int, str] = (-1, "")  # (run version, the static panel's health table)
+        self._static_key: tuple | None = None  # what static_html was made from
+        self._displays: list = []  # [IPython display handle, run version it shows] of this panel's outputs
+        self._outputs_version = -1  # the run's version those outputs show
+        self._views_seen = False  # a front end drew this panel (its page said so)
+        self._view: tuple | None = None  # (version, step, heat, flags, scale, cursor column, meta, col_steps) last sent
         self._report = None
         self._report_version = -1
         self._analysed_version = -1
@@ -166,6 +171,8 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelBackground,
         self._initial_layer = None if isinstance(layer, (int, np.integer)) and layer == -1 else layer
         self._layer_rows: list = []  # the analysis' health rows, one per layer (grouped when sent)
         self.push_count = 0  # updates sent (tests and benchmarks read it)
+        #: seconds the panel's work took on the training thread (bench/live.py reads it)
+        self.training_thread_s = 0.0
         #: the step the static image (``static_png``, the mime bundle's ``image/png``) shows
         self.static_step: int | None = None
         self._ready = False
@@ -327,8 +334,11 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelBackground,
 
     # ----------------------------------------------------------------- live updates
     def _on_step(self, run: Run) -> None:
-        """Called by the recorder after each recorded step (in the training thread)."""
+        """Called by the recorder after each recorded step (in the training thread); the time it
+        takes there (sends, encoding, the run's copy for the analysis) adds up in ``training_thread_s``."""
+        t0 = time.perf_counter()
         self._ping()
+        self.training_thread_s += time.perf_counter() - t0
 
     def _ping(self) -> None:
         """A step arrived (on the thread that appends): send on the throttle; hand a copy of the
@@ -371,28 +381,12 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelBackground,
 
     # ----------------------------------------------------------------- notebook output
     def _repr_mimebundle_(self, **kwargs):
-        """The widget view plus a static rendition (``image/png``, ``text/html`` with the image and
-        the health table, ``text/plain`` ASCII heatmap) for places where no widget runs."""
+        """The widget view plus the static panel (``display.PanelDisplay._static_bundle``) for places
+        where no widget runs."""
         out = super()._repr_mimebundle_(**kwargs)
         data, md = out if isinstance(out, tuple) else (out, {})
         data = dict(data)
-        self._catch_up()  # training in this cell may have left the last steps unsent
-        run = self.run
-        if run is None or run.n_steps == 0 or self._view is None:
-            from ..report import static_mimebundle
-
-            static = static_mimebundle(run)
-        else:
-            from ..report import static_fallback_html
-
-            self._refresh_static()
-            png = base64.b64decode(self.static_png.split(",", 1)[1])
-            static = {
-                "image/png": self.static_png.split(",", 1)[1],
-                "text/html": static_fallback_html(png, self.static_html),
-                "text/plain": to_ascii(run, width=60),
-            }
-        for k, v in static.items():
+        for k, v in self._static_bundle().items():
             if k == "text/plain" or k not in data:
                 data[k] = v
         return data, md

@@ -4,9 +4,11 @@
 
 import { colorize, colorizeDiff, LogScale } from "./colormap";
 import { decimate, Grid } from "./decimate";
-import { Rect } from "./layout";
+import { MIN_LABEL_PX, Rect } from "./layout";
 import { Theme } from "./theme";
 import { fmt } from "./colormap";
+import { elide } from "./names";
+import { colPosition, niceTicks } from "./ticks";
 
 export class HeatmapImage {
   canvas: HTMLCanvasElement | null = null;
@@ -141,7 +143,7 @@ export function drawGutter(
   ctx.save();
   ctx.textAlign = "right";
   ctx.textBaseline = "middle";
-  const size = Math.max(8, Math.min(11, h - 1));
+  const size = Math.max(MIN_LABEL_PX, Math.min(11, h));
   const forced = (i: number) => i === selected || always.has(i);
   // a name drawn out of turn (selected, or where an expanded group begins) hides its near neighbours'
   const crowded = (i: number) => {
@@ -158,39 +160,42 @@ export function drawGutter(
   ctx.restore();
 }
 
-/** A name elided in the middle to fit `width` px: the start of a module path says which block,
- *  its end which parameter, and both tell layers apart (as the static figures do). */
+/** A name elided to fit `width` px at font `size`: the block index and the parameter are kept, the
+ *  middle of the module path goes first (names.ts, as the static figures do). */
 export function shorten(name: string, width: number, size = 11): string {
-  const maxChars = Math.max(4, Math.floor(width / (size * 0.58)));
-  if (name.length <= maxChars) return name;
-  const tail = Math.ceil((maxChars - 1) / 2);
-  return name.slice(0, maxChars - 1 - tail) + "…" + name.slice(name.length - tail);
+  return elide(name, Math.max(4, Math.floor(width / (size * 0.58))));
 }
 
-/** Step ticks under the heatmap: about one per 90 px, labelled with the user's step numbers. */
+/** Step ticks under the heatmap on round step numbers (ticks.ts), about one per 90 px, each at
+ *  its step's place (a column may hold several steps). */
 export function drawStepAxis(
   ctx: CanvasRenderingContext2D,
   r: Rect,
   colSteps: ArrayLike<number>,
   t: Theme,
+  lastStep?: number,
+  block = 1,
 ): void {
   const C = colSteps.length;
   if (!C) return;
+  const last = lastStep ?? colSteps[C - 1];
   ctx.save();
   ctx.fillStyle = t.fg2;
   ctx.strokeStyle = t.grid;
   ctx.font = `10px ${t.font}`;
   ctx.textBaseline = "top";
-  const nTicks = Math.max(2, Math.min(C, Math.floor(r.w / 90)));
-  for (let i = 0; i < nTicks; i++) {
-    const c = Math.round((i * (C - 1)) / Math.max(1, nTicks - 1));
-    const x = r.x + ((c + 0.5) / C) * r.w;
+  const ticks = niceTicks(colSteps[0], last, Math.max(2, Math.floor(r.w / 90)));
+  for (const s of ticks) {
+    const pos = colPosition(colSteps, s, last);
+    if (pos < 0) continue;
+    // one recorded step per column: between the cells' centres; several: where the step falls in its column
+    const x = r.x + ((block <= 1 ? pos + 0.5 : pos) / C) * r.w;
     ctx.beginPath();
     ctx.moveTo(x, r.y);
     ctx.lineTo(x, r.y + 4);
     ctx.stroke();
-    ctx.textAlign = i === 0 ? "left" : i === nTicks - 1 ? "right" : "center";
-    ctx.fillText(fmt(colSteps[c]), x, r.y + 6);
+    ctx.textAlign = x - r.x < 20 ? "left" : r.x + r.w - x < 20 ? "right" : "center";
+    ctx.fillText(fmt(s), x, r.y + 6);
   }
   ctx.restore();
 }

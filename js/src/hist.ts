@@ -11,19 +11,17 @@ export interface HistData {
   hi: number; // log10 of the last edge
 }
 
-/** Index of the histogram step nearest `step` (steps sorted ascending), -1 if none. */
-export function nearestIndex(steps: ArrayLike<number>, step: number): number {
-  const n = steps.length;
-  if (!n) return -1;
+/** Index of the last histogram step at or before `step` (steps sorted ascending); -1 if none:
+ *  the histogram shown is never from a step after the cursor. */
+export function atOrBefore(steps: ArrayLike<number>, step: number): number {
   let lo = 0;
-  let hi = n - 1;
+  let hi = steps.length;
   while (lo < hi) {
     const mid = (lo + hi) >> 1;
-    if (steps[mid] < step) lo = mid + 1;
+    if (steps[mid] <= step) lo = mid + 1;
     else hi = mid;
   }
-  if (lo > 0 && Math.abs(steps[lo - 1] - step) <= Math.abs(steps[lo] - step)) return lo - 1;
-  return lo;
+  return lo - 1;
 }
 
 /** Bin range worth showing: the non-empty bins plus two on each side (all bins if empty). */

@@ -72,9 +72,12 @@ export function mainLayout(width: number, nLayers: number, opts: { maxHeight?: n
   };
 }
 
-/** Draw every n-th layer name so labels (about 11 px tall) never overlap. */
+/** Smallest font (CSS px) of a layer name in the gutter: rows at least this tall are all labelled. */
+export const MIN_LABEL_PX = 8;
+
+/** Draw every n-th layer name so labels (at least MIN_LABEL_PX tall, at most a row) never overlap. */
 export function labelEvery(rowH: number): number {
-  return Math.max(1, Math.ceil(11 / Math.max(rowH, 1e-6)));
+  return Math.max(1, Math.ceil(MIN_LABEL_PX / Math.max(rowH, 1e-6) - 1e-9));
 }
 
 /** Display row under a y coordinate (CSS px) in a rect with `rows` rows, or -1 outside. */
@@ -95,10 +98,14 @@ export function colX(r: Rect, cols: number, c: number): number {
   return r.x + ((c + 0.5) / Math.max(1, cols)) * r.w;
 }
 
-/** Bottom row layout: table beside the plots, or stacked under them when narrow. */
+/** Narrower than this (CSS px), the health table takes the whole width and the plots go under it. */
+export const STACK_BELOW = 1100;
+
+/** Bottom row layout: table beside the plots, or stacked over them when narrow. */
 export function bottomLayout(width: number): { stacked: boolean; plotW: number; tableW: number } {
   const W = Math.max(MIN_WIDTH, Math.floor(width));
-  if (W < 760) return { stacked: true, plotW: W, tableW: W };
+  // the table's decision columns need about 700 px: beside the plots only on wide screens
+  if (W < STACK_BELOW) return { stacked: true, plotW: W >= 600 ? Math.floor((W - 8) / 2) : W, tableW: W };
   const plotW = Math.max(300, Math.min(520, Math.floor(W * 0.42)));
   return { stacked: false, plotW, tableW: W - plotW - 12 };
 }

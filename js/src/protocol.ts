@@ -336,6 +336,8 @@ export interface Diagnosis {
   n_layers: number;
   layer_index: number;
   first_step: number | null;
+  /** the numbers behind it (shown under "evidence"); may be empty */
+  evidence?: string;
 }
 
 export type Row = Record<string, unknown> & { index: number; layer: string };

@@ -28,7 +28,12 @@ export const CSS = `
 .gw-message.gw-info{border-left-color:var(--gw-accent)}
 .gw-diagnoses{display:none;margin:0 0 6px;border:1px solid var(--gw-border);border-radius:3px}
 .gw-diagnoses.gw-show{display:block}
-.gw-diagnosis{padding:3px 8px;cursor:pointer;border-left:4px solid #ef8f00;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+.gw-diagnosis{padding:3px 8px;cursor:pointer;border-left:4px solid #ef8f00;white-space:normal;overflow-wrap:anywhere}
+.gw-dhead{font-weight:600}
+.gw-daction{color:var(--gw-fg)}
+.gw-diagnosis details{font-size:11px;color:var(--gw-fg2);cursor:auto}
+.gw-diagnosis summary{cursor:pointer;width:max-content}
+.gw-devidence{white-space:pre-wrap;padding:2px 0 2px 12px}
 .gw-diagnosis+.gw-diagnosis{border-top:1px solid var(--gw-border)}
 .gw-diagnosis:hover{background:var(--gw-bg3)}
 .gw-diagnosis.gw-p-critical{border-left-color:#c62828}
@@ -45,8 +50,9 @@ export const CSS = `
  box-shadow:0 1px 4px rgba(0,0,0,.25)}
 .gw-bottom{display:flex;gap:12px;align-items:flex-start}
 .gw-bottom.gw-stacked{flex-direction:column}
+.gw-bottom.gw-stacked .gw-plots{flex-direction:row;flex-wrap:wrap;gap:8px}
 .gw-table{flex:1;min-width:0;width:100%}
-.gw-table-bar{display:flex;gap:8px;align-items:center;margin-bottom:4px}
+.gw-table-bar{display:flex;flex-wrap:wrap;gap:4px 8px;align-items:center;margin-bottom:4px}
 .gw-filter{flex:1;min-width:80px}
 .gw-count{color:var(--gw-fg2);font-size:11px;white-space:nowrap}
 .gw-table-scroll{max-height:300px;overflow:auto;border:1px solid var(--gw-border)}
@@ -61,7 +67,10 @@ table.gw-health .gw-num{text-align:right;font-variant-numeric:tabular-nums}
 table.gw-health .gw-name{font-family:var(--jp-code-font-family,monospace)}
 .gw-toggle{border:none;background:none;color:inherit;cursor:pointer;padding:0 4px 0 0;font:inherit}
 .gw-toggle:focus-visible{outline:2px solid var(--gw-accent,#1f77b4)}
-table.gw-health .gw-suggestion{max-width:320px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+table.gw-health .gw-suggestion{min-width:220px;white-space:normal;overflow-wrap:anywhere}
+table.gw-health td.gw-name{white-space:normal;min-width:9em;max-width:22em}
+table.gw-health td{vertical-align:top}
+.gw-more{font-size:11px !important;white-space:nowrap}
 .gw-badge{display:inline-block;padding:0 7px;border-radius:8px;color:#fff;font-weight:600;font-size:11px}
 .gw-plots{display:flex;flex-direction:column;gap:4px;flex:none}
 .gw-fallback{display:none;max-width:100%}

@@ -14,6 +14,9 @@ export interface Column {
   label: string;
   kind: "text" | "num" | "health";
   title?: string;
+  /** a statistic behind the verdict: folded away until "more columns" is pressed, so that the
+   *  columns a user decides with (health, layer, gradient norm, trend, suggestion) fit ~800 px */
+  detail?: boolean;
 }
 
 export const COLUMNS: Column[] = [
@@ -22,13 +25,13 @@ export const COLUMNS: Column[] = [
   { key: "health", label: "health", kind: "health" },
   { key: "change", label: "Δ log10‖g‖", kind: "num", title: "log10 of the final gradient norm, later run / first run" },
   { key: "layer", label: "layer", kind: "text" },
-  { key: "module_type", label: "type", kind: "text" },
-  { key: "numel", label: "params", kind: "num" },
+  { key: "module_type", label: "type", kind: "text", detail: true },
+  { key: "numel", label: "params", kind: "num", detail: true },
   { key: "grad_norm_median", label: "‖g‖ median", kind: "num", title: "median over steps of the gradient L2 norm" },
-  { key: "mean_abs_median", label: "mean|g| median", kind: "num", title: "median over steps of mean |g|" },
-  { key: "max_abs_max", label: "max|g| max", kind: "num", title: "largest |g| seen" },
-  { key: "zero_frac_mean", label: "zeros", kind: "num", title: "mean fraction of exactly-zero gradient entries" },
-  { key: "nonfinite_total", label: "NaN/Inf", kind: "num", title: "non-finite gradient entries, all steps" },
+  { key: "mean_abs_median", label: "mean|g| median", kind: "num", title: "median over steps of mean |g|", detail: true },
+  { key: "max_abs_max", label: "max|g| max", kind: "num", title: "largest |g| seen", detail: true },
+  { key: "zero_frac_mean", label: "zeros", kind: "num", title: "mean fraction of exactly-zero gradient entries", detail: true },
+  { key: "nonfinite_total", label: "NaN/Inf", kind: "num", title: "non-finite gradient entries, all steps", detail: true },
   { key: "trend", label: "trend", kind: "text" },
   { key: "suggestion", label: "suggestion", kind: "text" },
 ];
@@ -116,6 +119,12 @@ export function groupMark(r: Row): string {
   return Array.isArray(r.parent) ? "▾" : "";
 }
 
+/** The columns shown: those the rows carry (layer and health always), the detail statistics only
+ *  when `more` is on. */
+export function shownColumns(present: Set<string>, more: boolean): Column[] {
+  return COLUMNS.filter((c) => (c.key === "layer" || c.key === "health" || present.has(c.key)) && (more || !c.detail));
+}
+
 export class HealthTable {
   readonly el: HTMLDivElement;
   private input: HTMLInputElement;
@@ -135,6 +144,9 @@ export class HealthTable {
   private rendered = new Map<number, { tr: HTMLTableRowElement; sig: string }>();
   private rowH = 0;
   private raf = 0;
+  /** the detail statistics are shown (the "more columns" button) */
+  private more = false;
+  private moreBtn: HTMLButtonElement;
 
   constructor(private onSelect: (index: number) => void, private onToggle: (index: number) => void = () => {}) {
     this.el = document.createElement("div");
@@ -149,7 +161,12 @@ export class HealthTable {
     this.input.addEventListener("keydown", (e) => e.stopPropagation());
     this.count = document.createElement("span");
     this.count.className = "gw-count";
-    bar.append(this.input, this.count);
+    this.moreBtn = document.createElement("button");
+    this.moreBtn.className = "gw-more";
+    this.moreBtn.setAttribute("aria-pressed", "false");
+    this.moreBtn.addEventListener("click", () => this.setMore(!this.more));
+    this.setMoreLabel();
+    bar.append(this.input, this.count, this.moreBtn);
     this.scroller = document.createElement("div");
     this.scroller.className = "gw-table-scroll";
     this.table = document.createElement("table");
@@ -178,7 +195,7 @@ export class HealthTable {
     this.rows = rows;
     const present = new Set<string>();
     for (const r of rows) for (const k of Object.keys(r)) if (r[k] != null && r[k] !== "") present.add(k);
-    this.cols = COLUMNS.filter((c) => c.key === "layer" || c.key === "health" || present.has(c.key));
+    this.cols = shownColumns(present, this.more);
     const key = this.cols.map((c) => c.key).join(",");
     if (key !== this.colsKey) {
       this.colsKey = key;
@@ -186,6 +203,35 @@ export class HealthTable {
       this.renderHead();
     }
     this.render();
+  }
+
+  /** Show the detail statistics (type, size, the other medians, zeros, NaN/Inf) or fold them away. */
+  setMore(on: boolean): void {
+    this.more = on;
+    this.setMoreLabel();
+    this.setRows(this.rows);
+  }
+
+  private setMoreLabel(): void {
+    const n = COLUMNS.filter((c) => c.detail).length;
+    this.moreBtn.textContent = this.more ? "fewer columns" : `+${n} columns`;
+    this.moreBtn.title = this.more ? "fold the statistics away" : "show every statistic (type, size, medians, zeros, NaN/Inf)";
+    this.moreBtn.setAttribute("aria-pressed", String(this.more));
+  }
+
+  /** What the user set here (sort, filter, the detail columns, the scroll), for a view that takes over. */
+  state(): { sort: SortState | null; filter: string; more: boolean; scroll: number } {
+    return { sort: this.sort, filter: this.input.value, more: this.more, scroll: this.scroller.scrollTop };
+  }
+
+  restore(st: { sort: SortState | null; filter: string; more: boolean; scroll: number }): void {
+    this.sort = st.sort;
+    this.input.value = st.filter;
+    this.more = st.more;
+    this.setMoreLabel();
+    this.colsKey = "";
+    this.setRows(this.rows);
+    this.scroller.scrollTop = st.scroll;
   }
 
   setFilter(q: string): void {
@@ -299,6 +345,13 @@ export class HealthTable {
         if (c.kind === "num") td.className = "gw-num";
         if (c.key === "layer") {
           td.className = "gw-name";
+          td.title = String(v ?? "");
+          // a long name breaks after its dots, never inside a word (copying it gives the name)
+          td.textContent = "";
+          String(v ?? "").split(".").forEach((part, i, all) => {
+            td.append(part + (i < all.length - 1 ? "." : ""));
+            if (i < all.length - 1) td.append(document.createElement("wbr"));
+          });
           const mark = groupMark(r);
           if (mark) {
             const b = document.createElement("button");

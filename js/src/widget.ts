@@ -10,15 +10,38 @@ import { PanelView } from "./view/panel";
 
 export { PanelView };
 
+/** Every view on this page. When the kernel updates a panel's output in place (after a training
+ *  cell, so that the saved notebook holds the final static panel), JupyterLab renders a new view
+ *  of the same model there and detaches the old one without disposing it: the new view takes over
+ *  the old one's state (the user's cursor, selection, table) and disposes it. */
+const VIEWS = new Set<PanelView>();
+
+function takeOver(view: PanelView): void {
+  if (view.isDisposed || !view.root.isConnected) return;
+  for (const old of Array.from(VIEWS)) {
+    if (old === view || old.isDisposed || !old.shown || old.root.isConnected || !old.sameModel(view)) continue;
+    view.adopt(old);
+    old.dispose();
+    VIEWS.delete(old);
+  }
+}
+
 function render({ model, el, signal }: { model: PanelModel; el: HTMLElement; signal?: AbortSignal }): () => void {
   const view = new PanelView(model, el);
   // tests and the benchmark reach the view through the element
   (el as HTMLElement & { gradwidget?: PanelView }).gradwidget = view;
-  const onAbort = () => view.dispose();
-  signal?.addEventListener("abort", onAbort, { once: true });
-  return () => {
-    signal?.removeEventListener("abort", onAbort);
+  VIEWS.add(view);
+  // the old view is detached once the new one is in the page: look a few times
+  const timers = [0, 50, 300, 1500].map((ms) => setTimeout(() => takeOver(view), ms));
+  const release = () => {
+    timers.forEach(clearTimeout);
+    VIEWS.delete(view);
     view.dispose();
+  };
+  signal?.addEventListener("abort", release, { once: true });
+  return () => {
+    signal?.removeEventListener("abort", release);
+    release();
   };
 }
 

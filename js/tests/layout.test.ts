@@ -3,7 +3,8 @@ import { bottomLayout, colAt, colX, labelEvery, mainLayout, MAX_HEAT_H, MIN_HEAT
 import { shorten } from "../src/heatmap";
 import { CSS } from "../src/style";
 import { barScale, thresholdsFor } from "../src/bars";
-import { nearestIndex, visibleBins } from "../src/hist";
+import { atOrBefore, visibleBins } from "../src/hist";
+import { colPosition, niceTicks } from "../src/ticks";
 import { seriesScale } from "../src/series";
 import { isDark, parseColor } from "../src/theme";
 import { filterRows, sortRows, Row } from "../src/table";
@@ -47,7 +48,9 @@ describe("main layout", () => {
     expect(big.rowH * 1000).toBeCloseTo(MAX_HEAT_H);
     expect(big.labelEvery).toBeGreaterThan(1);
     expect(labelEvery(16)).toBe(1);
-    expect(labelEvery(big.rowH) * big.rowH).toBeGreaterThanOrEqual(11);
+    expect(labelEvery(big.rowH) * big.rowH).toBeGreaterThanOrEqual(8);
+    // GPT-2's 52 tensors: every row labelled
+    expect(mainLayout(800, 52).labelEvery).toBe(1);
   });
 
   it("maps pointer positions to rows and columns and back", () => {
@@ -72,14 +75,16 @@ describe("main layout", () => {
     const b = bottomLayout(1200);
     expect(b.plotW + b.tableW).toBeLessThanOrEqual(1200);
     expect(bottomLayout(600).stacked).toBe(true);
+    // a notebook column (~800 px): the table gets the whole width, the two plots share a row under it
+    const nb = bottomLayout(800);
+    expect(nb.stacked && nb.tableW === 800 && 2 * nb.plotW <= 800 - 8).toBe(true);
   });
 });
 
 describe("labels, thresholds, histograms", () => {
-  it("elides long layer names in the middle", () => {
+  it("elides long layer names keeping the block index and the parameter", () => {
     const s = shorten("encoder.layers.11.attn.in_proj_weight", 120, 11);   // 18 characters fit
-    expect(s).toMatch(/^encoder.+….+_weight$/);                               // block and parameter both show
-    expect(s.length).toBe(18);
+    expect(s).toBe("…11…in_proj_weight");                                    // block index and parameter both show
     expect(shorten("fc.weight", 200)).toBe("fc.weight");
   });
 
@@ -96,10 +101,13 @@ describe("labels, thresholds, histograms", () => {
   });
 
   it("finds the histogram nearest a step and the bins worth showing", () => {
-    expect(nearestIndex([0, 10, 20], 14)).toBe(1);
-    expect(nearestIndex([0, 10, 20], 16)).toBe(2);
-    expect(nearestIndex([0, 10, 20], 15)).toBe(1);
-    expect(nearestIndex([], 3)).toBe(-1);
+    // the histogram at or before the cursor, never after it (cursor 8, histograms at 0 and 10: 0)
+    expect(atOrBefore([0, 10, 20], 8)).toBe(0);
+    expect(atOrBefore([0, 10, 20], 10)).toBe(1);
+    expect(atOrBefore([0, 10, 20], 19)).toBe(1);
+    expect(atOrBefore([0, 10, 20], 25)).toBe(2);
+    expect(atOrBefore([5, 10], 3)).toBe(-1);
+    expect(atOrBefore([], 3)).toBe(-1);
     const counts = new Uint32Array(64);
     counts[30] = 5;
     counts[33] = 1;
@@ -138,5 +146,21 @@ describe("health table logic", () => {
     expect(filterRows(rows, "  ").length).toBe(3);
     const withAdvice = [{ ...rows[1], suggestion: "check 0.weight's init" }];
     expect(filterRows(withAdvice, "0.weight")).toEqual([]);
+  });
+});
+
+describe("axis ticks", () => {
+  it("fall on round numbers", () => {
+    expect(niceTicks(0, 99, 5)).toEqual([0, 20, 40, 60, 80]);
+    expect(niceTicks(0, 159, 8)).toEqual([0, 20, 40, 60, 80, 100, 120, 140]);
+    expect(niceTicks(3, 17, 4)).toEqual([5, 10, 15]);
+    expect(niceTicks(1000, 1000, 4)).toEqual([1000]);
+    for (const t of niceTicks(0, 12345, 7)) expect(t % 1000).toBe(0);
+  });
+  it("place a step in its column", () => {
+    expect(colPosition([0, 10, 20], 10, 29)).toBe(1);
+    expect(colPosition([0, 10, 20], 15, 29)).toBe(1.5);
+    expect(colPosition([0, 10, 20], -1, 29)).toBe(-1);
+    expect(colPosition([0, 1, 2], 2, 2)).toBe(2);
   });
 });

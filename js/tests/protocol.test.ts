@@ -63,7 +63,7 @@ describe("diagnoses", () => {
   it("reads cause, first layers, first step and the action", () => {
     const d = { cause: "lr_too_high", priority: "High", text: "t", action: "lower the learning rate",
       layers: ["a", "b", "c", "d"], n_layers: 4, layer_index: 0, first_step: 12 };
-    expect(diagnosisText(d)).toBe("lr too high · a, b, c +1 · since step 12 · lower the learning rate");
+    expect(diagnosisText(d)).toBe("lr too high · a, b, c and 1 more · since step 12 · lower the learning rate");
     expect(diagnosisText({ ...d, layers: [], n_layers: 0, first_step: null })).toBe("lr too high · lower the learning rate");
   });
 });

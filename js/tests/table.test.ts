@@ -63,3 +63,16 @@ describe("table keys", () => {
     for (const k of ["index", "layer", "status", "flags", "health", "module_type"]) expect(keys.has(k)).toBe(true);
   });
 });
+
+import { shownColumns } from "../src/table";
+
+describe("columns at notebook width", () => {
+  it("shows the columns a user decides with and folds the statistics behind 'more columns'", () => {
+    const present = new Set(TABLE_COLUMNS.map((c) => c.key).filter((k) => k !== "health_a" && k !== "change"));
+    const few = shownColumns(present, false).map((c) => c.key);
+    expect(few).toEqual(["health", "layer", "grad_norm_median", "trend", "suggestion"]);
+    const all = shownColumns(present, true).map((c) => c.key);
+    expect(all.length).toBe(present.size);
+    expect(all).toContain("nonfinite_total");
+  });
+});

@@ -69,6 +69,9 @@ for s in range(8):
     big.append(s, v)
 big_panel = GradientPanel(big)
 big_panel""",
+    # 5: another same-cell training loop (~8 s), for the cursor and the output updated when it ends
+    """train_demo(120, recorder=panel, model=model, optimizer=opt, data=data,
+           callback=lambda i, loss: time.sleep(0.05))""",
 ]
 
 #: a fingerprint of a canvas' pixels (to see that it was redrawn with something else).
@@ -389,3 +392,51 @@ def test_a_panel_of_many_tensors_expands_and_collapses_a_group_through_the_kerne
     member.locator("button.gw-toggle").click()
     page.wait_for_function(f"() => {view}.meta.rows === 75")
     assert kernel(page, "print(big_panel.expanded)").strip() == "[]"
+
+
+#: the saved outputs of cell i, as JupyterLab holds them (what the .ipynb gets when saved).
+OUTPUT_HTML_JS = """(i) => { const m = window.jupyterapp.shell.currentWidget.content.widgets[i].model.outputs;
+  const out = []; for (let k = 0; k < m.length; k++) out.push(String(m.get(k).data['text/html'] || ''));
+  return out; }"""
+
+
+def test_the_cursor_follows_the_last_action_and_the_cell_end_updates_the_saved_output(page):
+    """Click step 8, then End (follow training) while the cell trains: when the cell ends the
+    cursor stays on the newest step (it jumped back to 8: the kernel read "follow" with the step
+    the page had when End was pressed, and took the stale step for a scrub); the static panel of
+    the trained run is kept; one view, which kept what the user set (the table's filter)."""
+    kernel(page, "panel.step = int(panel.run.steps[-1])")  # following
+    page.wait_for_function(f"() => {{ const v = {VIEW}; return v.cursor === v.meta.cols - 1; }}")
+    start = page.evaluate(f"() => {VIEW}.meta.n_steps")
+    page.evaluate(RUN_CELL_JS, 5)
+    page.wait_for_function(f"() => !({KERNEL_IDLE_JS})() && {VIEW}.meta.n_steps > {start} + 5")
+    page.locator("input.gw-filter").first.fill("weight")
+    page.locator(".gw-root").first.focus()
+    page.keyboard.press("Home")
+    for _ in range(8):
+        page.keyboard.press("ArrowRight")
+    assert page.evaluate(f"() => {VIEW}.cursor") == 8
+    page.wait_for_timeout(300)
+    page.keyboard.press("End")
+    page.wait_for_function(KERNEL_IDLE_JS, timeout=TIMEOUT_MS)
+    last = int(kernel(page, "print(int(panel.run.steps[-1]))"))
+    page.wait_for_function(
+        f"async () => (await ({KERNEL_EXEC_JS})('print(panel.step, panel.follow)')).trim() === '{last} True'"
+    )
+    page.wait_for_timeout(2000)  # the updated output re-renders; the queued page messages are read
+    state = page.evaluate(
+        f"""() => {{ const v = {VIEW}; return [v.cursor, v.meta.cols - 1, v.meta.last_step,
+        document.querySelectorAll('.jp-Notebook .jp-Cell:first-child .gw-root').length,
+        document.querySelector('input.gw-filter').value]; }}"""
+    )
+    assert state[0] == state[1] and state[2] == last, state
+    assert state[3] == 1 and state[4] == "weight", state
+    # the static panel of the trained run is in the widget state (what --to gradwidget shows); the
+    # output of cell 0 is updated only by cell 0 itself here: JupyterLab applies update_display_data
+    # to the outputs of the cell that sent it (nbclient, VS Code and the classic notebook, to all)
+    saved = page.evaluate(f"() => String({VIEW}.model.get('static_html'))")
+    assert "gradwidget-diagnoses" in saved and f"cursor at step {last}" in saved, saved[:300]
+    assert any("gradwidget-static" in h for h in page.evaluate(OUTPUT_HTML_JS, 0))
+    page.locator(".jp-OutputArea-output").filter(has=page.locator(".gw-root")).first.screenshot(
+        path=str(ARTIFACTS / "panel_after_cell.png")
+    )

@@ -5,7 +5,7 @@
 import { fmt } from "../colormap";
 import { drawCursor, drawGutter, drawOrigin, drawRowSelection, drawStepAxis } from "../heatmap";
 import { barScale, drawBars, thresholdsFor } from "../bars";
-import { drawHistogram, nearestIndex } from "../hist";
+import { atOrBefore, drawHistogram } from "../hist";
 import { drawSeries } from "../series";
 import { bottomLayout, fitCanvas, mainLayout, Rect } from "../layout";
 import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING, metricLabel, rowCount } from "../protocol";
@@ -91,6 +91,7 @@ export function drawPanel(v: PanelView): number {
   const d = v.dom;
   const width = d.root.clientWidth - 8;
   if (width <= 0) return 0;
+  v.shown = true;
   const dpr = window.devicePixelRatio || 1;
   const t = v.theme;
   const meta = v.meta;
@@ -129,7 +130,7 @@ export function drawPanel(v: PanelView): number {
     for (const r of rects) {  // one cursor for both runs (their columns are the same steps)
       drawRowSelection(ctx, r, R, selRow, t);
       drawCursor(ctx, r, C, v.cursor, t);
-      drawStepAxis(ctx, { ...L.axis, x: r.x, w: r.w }, v.colSteps, t);
+      drawStepAxis(ctx, { ...L.axis, x: r.x, w: r.w }, v.colSteps, t, meta.last_step, meta.block);
     }
     const o = meta.origin;
     if (o && !diff) {  // where the first NaN/Inf was made (the first run's, in a comparison)
@@ -207,18 +208,19 @@ function drawBottom(v: PanelView, width: number, dpr: number, step: number): voi
   const stale = det.histSteps.length > 0 && allStep > det.histSteps[det.histSteps.length - 1] && step >= allStep;
   if (v.comparing) note = "a comparison shows no histograms: open each run in its own panel";
   else if (v.layer < 0) note = "select a layer (table row or heatmap row)";
-  else if (histRow === v.layer && det.histSteps.length && nb && !(stale && newest)) {
-    const i = nearestIndex(det.histSteps, step);
+  else if (histRow === v.layer && det.histSteps.length && nb && !(stale && newest) && atOrBefore(det.histSteps, step) >= 0) {
+    const i = atOrBefore(det.histSteps, step);
     hstep = det.histSteps[i];
     hd = { counts: det.hists.subarray(i * nb, (i + 1) * nb), lo: meta.hist_lo, hi: meta.hist_hi };
     v.histShown = { layer: v.layer, step: hstep, source: "layer" };
-  } else if (newest) {
+  } else if (newest && (meta.hist_all_step ?? Infinity) <= step) {
     // picked while the kernel is busy: every layer's newest histogram came with the heatmap
     hstep = meta.hist_all_step ?? NaN;
     hd = { counts: v.histAll.subarray(v.layer * nb, (v.layer + 1) * nb), lo: meta.hist_lo, hi: meta.hist_hi };
     note = histRow !== v.layer ? "newest; other steps when the kernel is idle" : "";
     v.histShown = { layer: v.layer, step: hstep, source: "newest" };
   } else if (histRow !== v.layer) note = "histogram arrives when the kernel is idle";
+  else if (det.histSteps.length || newest) note = `no histogram at or before step ${fmt(step)} (histogram_every)`;
   else note = "no histogram recorded yet (histogram_every)";
   drawHistogram(hctx, rect, hd, meta.thresholds,
     name ? `|g| histogram · ${name}${hstep === hstep ? ` · step ${fmt(hstep)}` : ""}` : "|g| histogram", note, t);

@@ -61,6 +61,8 @@ export class PanelView {
   layout: MainLayout | null = null;
   lastDrawMs = 0;
   imageDirty = true;
+  /** the view has been drawn on the page (once detached after that, it is gone: see widget.ts) */
+  shown = false;
   readonly dom: Skeleton;
   readonly table: HealthTable;
   private diagnoses: DiagnosesList;
@@ -460,8 +462,12 @@ export class PanelView {
   /** Redraw everything (synchronous); returns the time it took in ms. */
   draw(): number {
     if (this.disposed) return 0;
+    const announce = !this.shown;
     const ms = drawPanel(this);
     if (ms > 0) this.lastDrawMs = ms;
+    // the kernel learns that a front end draws this panel: it then never waits for the final
+    // analysis when a cell ends (the page shows it when it comes; see panel/background.py)
+    if (announce && this.shown) (this.model as PanelModel & { send?: (c: unknown) => void }).send?.({ kind: "rendered" });
     return ms;
   }
 
@@ -473,6 +479,30 @@ export class PanelView {
       this.model.set("columns", want);
       this.model.save_changes();
     }
+  }
+
+  /** Whether `other` shows the same kernel model (two views of one model share its values). */
+  sameModel(other: PanelView): boolean {
+    return !this.disposed && !other.disposed && this.model.get("meta") === other.model.get("meta");
+  }
+
+  /** Take over what the user did in `old` (a view of the same model that its front end replaced:
+   *  the output was updated in place when a cell ended): cursor and pending scrub, selection,
+   *  playback speed, the table's sort, filter, columns and scroll. */
+  adopt(old: PanelView): void {
+    this.intent.step = old.intent.step;
+    this.intent.follow = old.intent.follow;
+    this.intent.layer = old.intent.layer;
+    if (old.intent.step !== null || old.cursor !== this.cursor) this.cursor = Math.min(old.cursor, Math.max(0, this.meta.cols - 1));
+    if (old.layerIndex >= 0) this.setLayerIndex(old.layerIndex);
+    this.speed = old.speed;
+    this.dom.speedSel.value = String(old.speed);
+    this.table.restore(old.table.state());
+    this.schedule();
+  }
+
+  get isDisposed(): boolean {
+    return this.disposed;
   }
 
   /** Release everything this view registered, and the canvases' pixel memory. */
