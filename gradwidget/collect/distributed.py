@@ -133,6 +133,8 @@ class DistContext:
             torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         )
         self._pending: Any = None
+        #: DDP: the global ranks of its process group (the ranks it keeps in sync); None otherwise
+        self.ddp_ranks: list[int] | None = None
 
     def __repr__(self) -> str:
         return f"<DistContext {self.kind} rank {self.rank}/{self.world_size}>"
@@ -140,6 +142,18 @@ class DistContext:
     def origin_exchange(self) -> "OriginExchange":
         """Where this recorder's ranks leave the non-finite origins they trace for rank 0."""
         return OriginExchange(self)
+
+    def replica_exchange(self, names: list[str], params: list[torch.Tensor], every: int, label, on_change):
+        """The replica check's exchange (``_replicas``); built on every rank in the same order."""
+        from ._replicas import ReplicaExchange
+
+        prefix = f"gradwidget/{_REPLICA_CHECKS[0]}/replicas"
+        _REPLICA_CHECKS[0] += 1
+        return ReplicaExchange(self, [clean_name(n) for n in names], params, every, label, on_change, prefix)
+
+    def fsdp1_managed(self, name: str) -> bool:
+        """Whether FSDP1 shards parameter ``name`` (a clean name)."""
+        return name in self._fsdp1_shapes
 
     # ------------------------------------------------------------------ layout
     def full_shape(self, name: str, p: torch.Tensor) -> tuple:
@@ -347,7 +361,9 @@ def attach(model: nn.Module, optimizer=None, group=None) -> DistContext:
     from torch.nn.parallel import DistributedDataParallel
 
     if isinstance(model, DistributedDataParallel):
-        return DistContext(model.module, "ddp", group)
+        ctx = DistContext(model.module, "ddp", group)
+        ctx.ddp_ranks = dist.get_process_group_ranks(model.process_group)
+        return ctx
     FSDP = _fsdp1_class()
     if FSDP is not None and any(isinstance(m, FSDP) for m in model.modules()):
         flat = [n for n, _ in model.named_parameters() if n.endswith("_flat_param")]
@@ -372,6 +388,7 @@ def attach(model: nn.Module, optimizer=None, group=None) -> DistContext:
 #: Recorders built in this process under a process group: every rank builds them in the same order,
 #: so the n-th one has the same store keys on every rank
 _EXCHANGES = [0]
+_REPLICA_CHECKS = [0]  # the same, for the replica check (``replica_exchange``)
 
 
 class OriginExchange:

@@ -1,0 +1,392 @@
+"""The replica check: do data-parallel replicas still hold the same weights and gradients?
+
+Under DDP every rank must hold the same weights, and after DDP's all-reduce the same gradients.
+Bugs break that silently: a model moved (``.to(dtype)``, ``.cpu()`` and back) after wrapping gets
+parameters whose gradient accumulators DDP never hooked (pytorch#104336), one rank skips a sync
+under ``no_sync()`` while the others do not, one rank clips or edits its gradients after the
+sync, the model is wrapped in DDP on some ranks only. Each rank then trains its own model.
+
+What is compared (``fingerprint``): per parameter, the L2 norm of its weight (before the update)
+and of its gradient (as ``optimizer.step()`` will use it), over the rank's local piece. Two
+float64 numbers per parameter. Parameters are compared only where ranks hold the same piece by
+design (``replica_codes``): a DTensor (FSDP2, tensor parallel) along its ``Replicate`` mesh
+dimensions only (HSDP's replicas); a sharded one (no ``Replicate`` dimension, or ``Partial``)
+never; a parameter FSDP1 manages never; any other parameter across every rank.
+
+When (the schedule): at ``optimizer.step()`` (its pre-hook), on the steps the Recorder records
+(one in ``every``), on every rank, rank 0 included. Without an optimizer nothing is checked.
+
+How (``ReplicaExchange``): through the process group's key-value store, never a collective, so the
+check cannot hang or reorder the job's own collectives whatever the ranks do (a rank that steps
+fewer times under DDP's ``join()``, a model wrapped on one rank only). Each rank other than 0 sets
+one key per checked step (8 bytes of step number + 16 bytes per compared parameter) into a ring of
+``SLOTS`` keys, so the store holds at most ``SLOTS`` values per rank. Rank 0 reads, at each of its
+checks, the earlier steps every rank has posted (one ``check`` and one ``multi_get`` of the other
+ranks' keys): under DDP the ranks are in lockstep, so step n is compared at step n + 1 (at the
+end, in ``close``).
+
+Tolerance (``TOLERANCE``): in healthy DDP both numbers are bit-identical on every rank (measured:
+tests/test_replicas.py, bench/distributed.py); the only legitimate source of a difference is a rank
+computing the same norm in another order (another thread count or device), which moved float32
+norms of 1e3-4e6 random entries by at most 1.3e-6 relative. The four broken patterns of the tests
+differ by 1e-2 or more on their first step. A difference is counted above 1e-5 relative.
+
+Rank 0 keeps what it finds in ``run.meta["replicas"]`` (``ReplicaRecord``; docs/run-format.md),
+written to meta.json when a new divergence appears and when the recorder is closed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ._kernels import HostCopy, norms
+
+#: the numbers compared per parameter, in column order
+FINGERPRINT = ("weight", "grad")
+#: a relative difference above this counts (see the module's docstring for how it was chosen)
+TOLERANCE = 1e-5
+#: a gradient that is None (not the same as a zero gradient)
+NO_GRAD = -1.0
+#: ring of store keys per rank: the store holds at most this many fingerprints per rank
+SLOTS = 8
+#: divergence entries kept in the record (a layer x part each); the rest are counted
+MAX_ENTRIES = 256
+#: at close, how long rank 0 waits for the other ranks' last fingerprints
+CLOSE_WAIT_S = 2.0
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    from .distributed import _is_dtensor
+
+    return t.to_local() if _is_dtensor(t) else t  # type: ignore[attr-defined]  # a DTensor
+
+
+def replica_codes(params: list[torch.Tensor], managed: Callable[[int], bool]) -> np.ndarray:
+    """Per parameter, which ranks must hold the same local piece: ranks with the same code (>= 0)
+    must agree; -1 is never compared. ``managed(i)``: parameter i is sharded by FSDP1."""
+    from .distributed import _is_dtensor
+
+    codes = np.zeros(len(params), np.int64)
+    for i, p in enumerate(params):
+        if managed(i):
+            codes[i] = -1
+        elif _is_dtensor(p):
+            from torch.distributed.tensor import Replicate, Shard
+
+            placements = p.placements  # type: ignore[attr-defined]  # a DTensor
+            coord = p.device_mesh.get_coordinate()  # type: ignore[attr-defined]
+            if coord is None or not any(isinstance(pl, Replicate) for pl in placements):
+                codes[i] = -1  # every rank holds its own shard (or none): nothing is replicated
+            elif not all(isinstance(pl, (Replicate, Shard)) for pl in placements):
+                codes[i] = -1  # Partial: pending sums differ by design
+            else:  # replicas along the Replicate dims hold the piece their Shard coordinates name
+                shape = p.device_mesh.shape  # type: ignore[attr-defined]
+                code, scale = 1, 1
+                for c, n, pl in zip(coord, shape, placements):
+                    if isinstance(pl, Shard):
+                        code += c * scale
+                    scale *= n
+                codes[i] = code
+    return codes
+
+
+def fingerprint(params: list[torch.Tensor], codes: np.ndarray) -> np.ndarray:
+    """``(L, 2)`` float64: the L2 norm of each compared parameter's local weight and gradient
+    (``NO_GRAD`` without one), from fused norms per device and dtype and one host copy; 0 for
+    parameters not compared."""
+    out = np.zeros((len(params), len(FINGERPRINT)), np.float64)
+    groups: dict = {}
+    with torch.no_grad():
+        for i, p in enumerate(params):
+            if codes[i] < 0:
+                continue
+            w = _local(p.detach())
+            if w.numel():
+                groups.setdefault((0, w.device, w.dtype), []).append((i, w))
+            g = p.grad
+            if g is None or g.is_sparse:
+                out[i, 1] = NO_GRAD
+                continue
+            g = _local(g)
+            if g.numel():
+                groups.setdefault((1, g.device, g.dtype), []).append((i, g))
+        pack = HostCopy()
+        parts = [
+            (col, [i for i, _ in items], pack.add(norms([t for _, t in items])))
+            for (col, _, _), items in groups.items()
+        ]
+    if parts:
+        pack.fetch()
+        for col, rows, at in parts:
+            out[rows, col] = pack.get(at)
+    return out
+
+
+def signature(names: list[str], params: list[torch.Tensor]) -> str:
+    """What ranks holding the same model share: parameter names, global shapes and dtypes."""
+    text = ";".join(f"{n}:{tuple(p.shape)}:{p.dtype}" for n, p in zip(names, params))
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def disagreement(fp: np.ndarray, codes: np.ndarray, tol: float = TOLERANCE) -> tuple[np.ndarray, np.ndarray]:
+    """Which ranks disagree with their replicas. ``fp``: ``(W, L, K)`` fingerprints of one step,
+    ``codes``: ``(W, L)`` (``replica_codes`` of each rank). Within each layer, ranks sharing a
+    code >= 0 are compared with the lowest of them (the reference); when more than half of them
+    differ from the reference and all of those agree with each other, the reference is the odd
+    one. Returns ``(odd, rel)``: ``(W, L, K)`` bools (this rank holds a different value) and
+    relative differences from the reference (NaN where not compared). Equal means within ``tol``
+    relative, or both NaN, or both the same infinity."""
+    W, L, K = fp.shape
+    odd = np.zeros((W, L, K), bool)
+    rel = np.full((W, L, K), np.nan)
+    cols, rows = np.arange(L), np.arange(W)[:, None]
+    for code in np.unique(codes[codes >= 0]):
+        member = (codes == code) & ((codes == code).sum(axis=0) >= 2)[None]  # (W, L): groups of 2+
+        size = member.sum(axis=0)
+        ref = np.argmax(member, axis=0)  # the lowest member rank of each layer
+        r = _rel(fp, fp[ref, cols][None])  # (W, L, K)
+        differ = (r > tol) & member[:, :, None]
+        n_diff = differ.sum(axis=0)  # (L, K)
+        # the reference is the odd one when most members differ from it and agree among themselves
+        alt = np.take_along_axis(fp, np.argmax(differ, axis=0)[None], axis=0)  # the first that differs
+        alt_agree = ((_rel(fp, alt) <= tol) | ~differ).all(axis=0)
+        flip = (2 * n_diff > size[:, None]) & alt_agree & (n_diff > 0)
+        is_ref = (rows == ref[None])[:, :, None] & member[:, :, None]
+        odd |= np.where(flip[None], is_ref, differ)
+        rel = np.where(member[:, :, None], r, rel)
+    return odd, rel
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|a - b| / max(|a|, |b|); 0 where equal (both NaN, the same infinity, both zero); Inf where
+    exactly one is NaN."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        d = np.abs(a - b) / np.maximum(np.abs(a), np.abs(b))
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    return np.where(same, 0.0, np.where(np.isnan(d), np.inf, d))
+
+
+class ReplicaRecord:
+    """Rank 0's summary of the check, kept in ``run.meta["replicas"]`` (bounded: one entry per
+    layer and part that diverged, at most ``MAX_ENTRIES``)."""
+
+    def __init__(self, names: list[str], ranks: list[int], every: int, compared: int, skipped: int) -> None:
+        self.names = names
+        self.data: dict[str, Any] = {
+            "schedule": f"optimizer.step() pre-hook, on recorded steps (every={every})",
+            "tolerance": TOLERANCE,
+            "fingerprint": [f"{p}_norm" for p in FINGERPRINT],
+            "ranks": ranks,
+            "layers_compared": compared,
+            "layers_not_compared": skipped,
+            "steps_checked": 0,
+            "first_step": None,
+            "last_step": None,
+            "diverged": [],
+        }
+        self._entry: dict[tuple[int, int], dict] = {}
+        self.overflow = 0
+
+    def add(self, step: int | None, fp: np.ndarray, ranks: list[int], odd: np.ndarray, rel: np.ndarray) -> bool:
+        """One checked step; True when a new divergence entry appeared."""
+        d = self.data
+        d["steps_checked"] += 1
+        if d["first_step"] is None:
+            d["first_step"] = step
+        d["last_step"] = step
+        new = False
+        for layer, part in zip(*np.nonzero(odd.any(axis=0))):
+            layer, part = int(layer), int(part)
+            who = [ranks[w] for w in np.flatnonzero(odd[:, layer, part])]
+            r = rel[:, layer, part]
+            worst = float(np.minimum(r[~np.isnan(r)], 1.0).max())  # 1.0: one of them NaN
+            e = self._entry.get((layer, part))
+            if e is None:
+                if len(self._entry) >= MAX_ENTRIES:
+                    self.overflow += 1
+                    continue
+                e = {
+                    "layer": self.names[layer],
+                    "part": FINGERPRINT[part],
+                    "first_step": step,
+                    "ranks": who,
+                    "values": {str(r): _num(fp[w, layer, part]) for w, r in enumerate(ranks)},
+                    "rel_diff": worst,
+                    "max_rel_diff": worst,
+                    "steps": 0,
+                    "last_step": step,
+                }
+                self._entry[(layer, part)] = e
+                d["diverged"].append(e)
+                new = True
+            e["steps"] += 1
+            e["last_step"] = step
+            e["max_rel_diff"] = max(e["max_rel_diff"], worst)
+            e["ranks"] = sorted(set(e["ranks"]) | set(who))
+        if self.overflow:
+            d["entries_not_kept"] = self.overflow
+        return new
+
+
+def _num(x: float) -> float | str | None:
+    if x == NO_GRAD:
+        return None  # no gradient
+    return float(x) if np.isfinite(x) else str(x)
+
+
+class ReplicaExchange:
+    """The check's traffic through the process group's key-value store (see the module's
+    docstring): every rank posts its setup once and a fingerprint per checked step; rank 0 reads
+    them without waiting and compares.
+
+    ``label()`` (rank 0): the step number the Recorder gave the step being checked (None: none yet).
+    ``on_change(record)`` (rank 0): a new divergence, or the record at close (to write meta.json).
+    """
+
+    def __init__(
+        self,
+        ctx: Any,
+        names: list[str],
+        params: list[torch.Tensor],
+        every: int,
+        label: Callable[[], int | None],
+        on_change: Callable[[dict], None],
+        prefix: str,
+    ) -> None:
+        self.rank, self.world_size, self.every = ctx.rank, ctx.world_size, every
+        self.names, self.params = names, params
+        managed = ctx.fsdp1_managed if ctx.kind == "fsdp1" else (lambda i: False)
+        self.codes = replica_codes(params, lambda i: managed(names[i]))
+        self.active = bool((self.codes >= 0).any())
+        self.prefix = prefix
+        self.label, self.on_change = label, on_change
+        self.store = dist.distributed_c10d._get_default_store()
+        self.n = 0  # optimizer steps seen
+        self.bytes_sent = 0
+        self.setup = {
+            "kind": ctx.kind,
+            "ddp_ranks": ctx.ddp_ranks,
+            "signature": signature(names, params),
+            "codes": self.codes.tolist(),
+            "active": self.active,
+        }
+        self.store.set(f"{prefix}/setup/{self.rank}", json.dumps(self.setup))
+        # rank 0
+        self._peers: list[int] | None = None  # ranks compared with rank 0 (rank 0 first)
+        self._pending: dict[int, tuple[int | None, np.ndarray]] = {}
+        self.record: ReplicaRecord | None = None
+        self._codes: np.ndarray | None = None
+        self._excluded: np.ndarray | None = None  # layers never compared (plain model, unequal from the start)
+
+    # ------------------------------------------------------------------ every rank
+    def step_hook(self, optimizer, args, kwargs) -> None:
+        n, self.n = self.n, self.n + 1
+        if n % self.every:
+            return
+        fp = fingerprint(self.params, self.codes) if self.active else None
+        if self.rank != 0:
+            if fp is not None:
+                value = np.concatenate([[float(n)], fp.ravel()]).tobytes()
+                key = f"{self.prefix}/fp/{self.rank}/{(n // self.every) % SLOTS}"
+                self.store.set(key, value)  # type: ignore[arg-type]  # the store takes bytes too
+                self.bytes_sent += len(value)
+            return
+        if fp is not None:
+            self._pending[n] = (self.label(), fp)
+            self.poll()
+
+    def close(self) -> None:
+        """Rank 0: compare the last steps (waiting briefly for their posts) and keep the record."""
+        if self.rank == 0 and self.active:
+            self.poll(final=True)
+
+    # ------------------------------------------------------------------ rank 0
+    def poll(self, final: bool = False) -> None:
+        """Compare every pending step the other ranks have posted (oldest first), without waiting;
+        ``final`` (at close): wait up to ``CLOSE_WAIT_S`` for the last steps' posts."""
+        if final and self._pending:
+            self._wait_for_last()
+        changed = False
+        if self._peers is not None or self._read_setups():
+            changed = self._compare_posted()
+        if len(self._pending) > SLOTS:  # ranks that stopped posting (or never set up): forget the oldest
+            for n in sorted(self._pending)[: len(self._pending) - SLOTS]:
+                del self._pending[n]
+        if (changed or final) and self.record is not None:
+            self.on_change(self.record.data)
+
+    def _wait_for_last(self) -> None:
+        import datetime
+
+        n = max(self._pending)
+        keys = [f"{self.prefix}/setup/{r}" for r in range(1, self.world_size)]
+        keys += [f"{self.prefix}/fp/{r}/{(n // self.every) % SLOTS}" for r in range(1, self.world_size)]
+        try:
+            self.store.wait(keys, datetime.timedelta(seconds=CLOSE_WAIT_S))
+        except (RuntimeError, dist.DistStoreError):  # a rank that never posts: compare what came
+            pass
+
+    def _compare_posted(self) -> bool:
+        assert self._peers is not None
+        others = self._peers[1:]
+        changed = False
+        for n in sorted(self._pending):
+            label, own = self._pending[n]
+            if not others:
+                del self._pending[n]
+                continue
+            keys = [f"{self.prefix}/fp/{r}/{(n // self.every) % SLOTS}" for r in others]
+            if not self.store.check(keys):
+                break
+            got = [np.frombuffer(v, np.float64) for v in self.store.multi_get(keys)]
+            steps = [int(g[0]) for g in got]
+            if any(s < n for s in steps):
+                break  # a rank has not reached step n yet
+            del self._pending[n]
+            if any(s > n for s in steps):
+                continue  # overwritten: this process fell SLOTS steps behind; the step is lost
+            fp = np.stack([own] + [g[1:].reshape(own.shape) for g in got])
+            changed |= self._compare(label, fp)
+        return changed
+
+    def _read_setups(self) -> bool:
+        keys = [f"{self.prefix}/setup/{r}" for r in range(self.world_size)]
+        if not self.store.check(keys):
+            return False
+        setups = [json.loads(v) for v in self.store.multi_get(keys)]
+        own = setups[0]
+        same = [r for r, s in enumerate(setups) if s["signature"] == own["signature"] and s["active"]]
+        kinds = {r: setups[r]["kind"] for r in same}
+        if own["kind"] == "ddp" and all(k == "ddp" for k in kinds.values()) and own["ddp_ranks"] is not None:
+            same = [r for r in same if r in own["ddp_ranks"]]  # DDP over a sub-group: its replicas
+        self._peers = same
+        self._codes = np.array([setups[r]["codes"] for r in same], np.int64)
+        compared = int(((self._codes >= 0).sum(axis=0) >= 2).sum()) if len(same) > 1 else 0
+        self.record = ReplicaRecord(self.names, same, self.every, compared, len(self.names) - compared)
+        self.record.data["kinds"] = {str(r): kinds[r] for r in same}
+        self.record.data["world_size"] = self.world_size
+        self._plain = all(k == "replicated" for k in kinds.values())
+        return True
+
+    def _compare(self, label: int | None, fp: np.ndarray) -> bool:
+        assert self.record is not None and self._codes is not None
+        codes = self._codes
+        if self._plain and self._excluded is None:
+            # a model no wrapper keeps in sync: parameters that differ at the first check (tensor-
+            # parallel pieces, independent models) were never replicas; only the others are watched
+            odd0, _ = disagreement(fp[:, :, :1], codes)
+            excluded = np.asarray(odd0.any(axis=(0, 2)), bool)
+            self._excluded = excluded
+            if excluded.any():
+                self.record.data["not_replicas_from_start"] = int(excluded.sum())
+                self.record.data["layers_compared"] -= int(excluded.sum())
+        if self._excluded is not None and self._excluded.any():
+            codes = np.where(self._excluded[None], -1, codes)
+        odd, rel = disagreement(fp, codes)
+        return self.record.add(label, fp, self._peers or [], odd, rel)

@@ -1,0 +1,130 @@
+"""The replica check's pieces in one process: the comparison (``disagreement``), the fingerprint,
+rank 0's record and the diagnosis read from it. The distributed runs are in test_replicas_dist.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from gradwidget.collect._replicas import (
+    NO_GRAD,
+    TOLERANCE,
+    ReplicaRecord,
+    disagreement,
+    fingerprint,
+    signature,
+)
+
+
+def _fp(*per_rank):
+    """(W, L, 2) fingerprints: one (weight, grad) pair per layer per rank."""
+    return np.array(per_rank, np.float64)
+
+
+def _odd_ranks(odd, layer, part):
+    return np.flatnonzero(odd[:, layer, part]).tolist()
+
+
+def test_equal_replicas_agree_and_a_difference_names_the_rank_that_differs():
+    same = [[1.5, 0.25], [2.0, 0.5]]
+    fp = _fp(same, same, same, same)
+    codes = np.zeros((4, 2), np.int64)
+    odd, rel = disagreement(fp, codes)
+    assert not odd.any() and (rel == 0).all()
+
+    fp[2, 1, 1] = 0.4  # rank 2's gradient of layer 1 (clipped, say)
+    odd, rel = disagreement(fp, codes)
+    assert _odd_ranks(odd, 1, 1) == [2] and odd.sum() == 1
+    assert rel[2, 1, 1] == pytest.approx(0.2)
+
+
+def test_when_rank_0_is_the_odd_one_it_is_named_not_the_others():
+    fp = _fp([[1.0, 9.0]], [[1.0, 1.0]], [[1.0, 1.0]], [[1.0, 1.0]])
+    odd, _ = disagreement(fp, np.zeros((4, 1), np.int64))
+    assert _odd_ranks(odd, 0, 1) == [0] and odd.sum() == 1
+    # two ranks: no majority, the one differing from rank 0 is named
+    odd, _ = disagreement(fp[:2], np.zeros((2, 1), np.int64))
+    assert _odd_ranks(odd, 0, 1) == [1]
+    # every rank different from every other: all but rank 0 are named (no majority to trust)
+    fp = _fp([[1.0, 1.0]], [[1.0, 2.0]], [[1.0, 3.0]], [[1.0, 4.0]])
+    odd, _ = disagreement(fp, np.zeros((4, 1), np.int64))
+    assert _odd_ranks(odd, 0, 1) == [1, 2, 3]
+
+
+def test_tolerance_nan_infinity_and_missing_gradients():
+    a = np.array([[[1.0, 1.0], [np.nan, np.inf], [2.0, NO_GRAD], [3.0, NO_GRAD]]])
+    b = a.copy()
+    b[0, 0, 0] *= 1 + TOLERANCE / 4  # reduction-order noise: within the tolerance
+    b[0, 0, 1] *= 1 + TOLERANCE * 4  # beyond it
+    b[0, 3, 1] = 0.0  # a zero gradient is not a missing one
+    odd, rel = disagreement(np.concatenate([a, b]), np.zeros((2, 4), np.int64))
+    assert odd[1].tolist() == [[False, True], [False, False], [False, False], [False, True]]
+    assert rel[1, 1].tolist() == [0.0, 0.0]  # NaN == NaN, inf == inf: the nonfinite cause's business
+    c = b.copy()
+    c[0, 1, 0] = 5.0  # NaN on rank 0 only
+    odd, rel = disagreement(np.concatenate([a, c]), np.zeros((2, 4), np.int64))
+    assert odd[1, 1, 0] and rel[1, 1, 0] == np.inf
+
+
+def test_only_ranks_that_hold_the_same_piece_are_compared():
+    # layer 0 replicated (code 0 on every rank); layer 1 sharded (-1: never compared); layer 2 an
+    # HSDP-like layout: ranks 0, 2 hold shard 1 and ranks 1, 3 hold shard 2
+    fp = _fp(
+        [[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]],
+        [[1.0, 1.0], [2.0, 2.0], [5.0, 5.0]],
+        [[1.0, 1.0], [3.0, 3.0], [1.0, 1.0]],
+        [[1.0, 1.0], [4.0, 4.0], [5.0, 5.5]],
+    )
+    codes = np.array([[0, -1, 1], [0, -1, 2], [0, -1, 1], [0, -1, 2]])
+    odd, rel = disagreement(fp, codes)
+    assert not odd[:, :2].any() and np.isnan(rel[:, 1]).all()
+    assert _odd_ranks(odd, 2, 0) == [] and _odd_ranks(odd, 2, 1) == [3]  # against rank 1, its replica
+    # a layer only one rank holds is compared with nobody
+    odd, rel = disagreement(fp, np.array([[0, -1, 1], [0, -1, 2], [0, -1, 3], [0, -1, 4]]))
+    assert not odd[:, 2].any() and np.isnan(rel[:, 2]).all()
+
+
+def test_fingerprint_is_the_weight_and_gradient_norm_of_each_compared_parameter():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 1, bias=False))
+    m(torch.randn(5, 3)).sum().backward()
+    params = list(m.parameters())
+    params[1].grad = None  # the first layer's bias has no gradient
+    fp = fingerprint(params, np.array([0, 0, -1]))
+    assert fp.shape == (3, 2)
+    np.testing.assert_allclose(fp[0], [params[0].norm().item(), params[0].grad.norm().item()], rtol=1e-6)
+    assert fp[1, 0] == pytest.approx(params[1].norm().item()) and fp[1, 1] == NO_GRAD
+    assert fp[2].tolist() == [0.0, 0.0]  # not compared: not computed
+    # bit for bit the same on the same values (what healthy DDP replicas hold)
+    twin = [nn.Parameter(p.detach().clone()) for p in params]
+    for t, p in zip(twin, params):
+        t.grad = None if p.grad is None else p.grad.clone()
+    assert np.array_equal(fingerprint(twin, np.array([0, 0, -1])), fp)
+
+
+def test_signature_tells_apart_models_of_other_shapes_or_names():
+    a = [torch.zeros(3, 2), torch.zeros(3)]
+    assert signature(["w", "b"], a) == signature(["w", "b"], [t.clone() + 1 for t in a])
+    assert signature(["w", "b"], a) != signature(["w", "c"], a)
+    assert signature(["w", "b"], a) != signature(["w", "b"], [torch.zeros(2, 3), torch.zeros(3)])
+
+
+def test_record_keeps_one_entry_per_layer_and_part_with_its_first_step():
+    rec = ReplicaRecord(["a", "b"], [0, 1, 2], every=1, compared=2, skipped=0)
+    codes = np.zeros((3, 2), np.int64)
+    ok = _fp([[1.0, 1.0], [2.0, 2.0]], [[1.0, 1.0], [2.0, 2.0]], [[1.0, 1.0], [2.0, 2.0]])
+    assert rec.add(10, ok, [0, 1, 2], *disagreement(ok, codes)) is False
+    bad = ok.copy()
+    bad[2, 1, 1] = 3.0  # rank 2's gradient of b
+    assert rec.add(11, bad, [0, 1, 2], *disagreement(bad, codes)) is True
+    bad[2, 1, 0] = 2.5  # ... and then its weight
+    assert rec.add(12, bad, [0, 1, 2], *disagreement(bad, codes)) is True
+    assert rec.add(13, bad, [0, 1, 2], *disagreement(bad, codes)) is False
+    d = rec.data
+    assert (d["steps_checked"], d["first_step"], d["last_step"]) == (4, 10, 13)
+    grad, weight = d["diverged"]
+    assert (grad["layer"], grad["part"], grad["first_step"], grad["ranks"], grad["steps"]) == ("b", "grad", 11, [2], 3)
+    assert grad["values"] == {"0": 2.0, "1": 2.0, "2": 3.0} and grad["rel_diff"] == pytest.approx(1 / 3)
+    assert (weight["part"], weight["first_step"], weight["last_step"]) == ("weight", 12, 13)
