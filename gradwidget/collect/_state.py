@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..storage import RunWriter
     from ..thresholds import Thresholds
     from ._groups import Plan
-    from ._replicas import ReplicaExchange
+    from ._replica_exchange import ReplicaExchange
     from ._steps import ShardedStep
     from .distributed import DistContext, OriginExchange
     from .loss_graph import LossGraphProbe

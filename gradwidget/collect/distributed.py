@@ -145,7 +145,7 @@ class DistContext:
 
     def replica_exchange(self, names: list[str], params: list[torch.Tensor], every: int, label, on_change):
         """The replica check's exchange (``_replicas``); built on every rank in the same order."""
-        from ._replicas import ReplicaExchange
+        from ._replica_exchange import ReplicaExchange
 
         prefix = f"gradwidget/{_REPLICA_CHECKS[0]}/replicas"
         _REPLICA_CHECKS[0] += 1
