@@ -128,3 +128,94 @@ def test_record_keeps_one_entry_per_layer_and_part_with_its_first_step():
     assert (grad["layer"], grad["part"], grad["first_step"], grad["ranks"], grad["steps"]) == ("b", "grad", 11, [2], 3)
     assert grad["values"] == {"0": 2.0, "1": 2.0, "2": 3.0} and grad["rel_diff"] == pytest.approx(1 / 3)
     assert (weight["part"], weight["first_step"], weight["last_step"]) == ("weight", 12, 13)
+
+
+# --------------------------------------------------------------------------- the diagnosis
+def _record(bad_step: int | None = 11, kinds=None) -> dict:
+    """Rank 0's record of 3 ranks checked on steps 10-13; rank 2's gradient of l1.weight, then
+    its weight, differ from ``bad_step`` on (None: a healthy run)."""
+    rec = ReplicaRecord(["l0.weight", "l1.weight"], [0, 1, 2], every=1, compared=2, skipped=0)
+    fp = _fp([[1.0, 1.0], [2.0, 2.0]], [[1.0, 1.0], [2.0, 2.0]], [[1.0, 1.0], [2.0, 2.0]])
+    codes = np.zeros((3, 2), np.int64)
+    for step in range(10, 14):
+        if bad_step is not None and step >= bad_step:
+            fp[2, 1, 1] = 3.0
+        if bad_step is not None and step > bad_step:
+            fp[2, 1, 0] = 2.5
+        rec.add(step, fp, [0, 1, 2], *disagreement(fp, codes))
+    rec.data["kinds"] = kinds or {"0": "ddp", "1": "ddp", "2": "ddp"}
+    return rec.data
+
+
+def test_finding_names_layers_ranks_first_step_and_the_numbers():
+    from gradwidget.analysis.replicas import replica_finding
+
+    assert replica_finding(None) is None and replica_finding(_record(None)) is None
+    f = replica_finding(_record())
+    assert (f.layers, f.ranks, f.first_step, f.weights) == (["l1.weight"], [2], 11, True)
+    assert (f.wrapped, f.unwrapped) == ([0, 1, 2], [])
+    assert "the gradient norm of l1.weight at step 11: rank 0 2, rank 1 2, rank 2 3" in f.evidence
+    assert "0.333 relative difference from rank 0" in f.evidence
+    assert "weights of 1 layer(s) differ, on up to 2 of 4 checked steps" in f.evidence
+    assert "2 replicated layers compared across ranks 0, 1, 2 (tolerance 1e-05 relative)" in f.evidence
+
+
+def _run_with(record):
+    from test_analysis_stats import synth
+
+    T = 20
+    run = synth(np.full((T, 2), 0.1), loss=np.linspace(2.0, 0.5, T), steps=np.arange(T))
+    if record is not None:
+        run.meta["replicas"] = record
+    return run
+
+
+def test_a_healthy_record_raises_nothing_and_a_diverged_one_is_a_critical_diagnosis_naming_the_ranks():
+    from gradwidget import analyze
+
+    base = analyze(_run_with(None))
+    healthy = analyze(_run_with(_record(None)))
+    assert [r.cause for r in healthy.recommendations] == [r.cause for r in base.recommendations]
+    assert "replicas_diverged" not in [r.cause for r in healthy.recommendations]
+
+    rep = analyze(_run_with(_record()))
+    top = rep.recommendations[0]
+    assert (top.cause, top.priority, top.first_step, top.layers, top.ranks) == (
+        "replicas_diverged",
+        "Critical",
+        11,
+        ["l1.weight"],
+        [2],
+    )
+    assert top.text == "Replicas out of sync across ranks (rank 2) in 1 layer since step 11: l1.weight."
+    assert "pytorch#104336" in top.action and "checkpoint saved before step 11" in top.action
+    assert rep.overall_health == "Critical"
+    assert rep.layers.set_index("layer").loc["l1.weight", "health"] == "Critical"
+
+
+def test_the_action_fits_the_setup():
+    from gradwidget import analyze
+
+    mixed = analyze(_run_with(_record(kinds={"0": "ddp", "1": "ddp", "2": "replicated"}))).recommendations[0]
+    assert mixed.action.startswith("wrap the model in DistributedDataParallel on every rank, alike (rank(s) 2 do not)")
+    assert "rank(s) 0, 1 wrap the model in DDP, rank(s) 2 do not" in mixed.evidence
+    plain = {"0": "replicated", "1": "replicated", "2": "replicated"}
+    none = analyze(_run_with(_record(kinds=plain))).recommendations[0]
+    assert none.action.startswith("wrap the model in DistributedDataParallel (nothing averages the gradients")
+
+
+def test_a_saved_run_folder_shows_it_in_the_report_the_cli_and_the_panel(tmp_path):
+    from gradwidget import analyze
+    from gradwidget.cli import main
+    from gradwidget.panel.table import diagnoses_from_report
+    from gradwidget.storage import load_run
+
+    _run_with(_record()).save(tmp_path / "run")
+    run = load_run(tmp_path / "run")
+    assert run.meta["replicas"] == _record()
+    report = analyze(run)
+    (diag,) = [d for d in diagnoses_from_report(report, run) if d["cause"] == "replicas_diverged"]
+    assert "(rank 2)" in diag["text"] and diag["first_step"] == 11 and diag["layers"] == ["l1.weight"]
+    assert main(["report", str(tmp_path / "run"), "-o", str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text()
+    assert "Replicas out of sync across ranks (rank 2)" in html and "rank 2 3" in html

@@ -12,6 +12,7 @@ from ..collect.loss_graph import LossGraph
 from .causes import WEIGHT_BLOWUP, Cause
 from .evidence import Architecture
 from .nonfinite import weight_growth as origin_weight_growth
+from .replicas import replica_action, replica_finding
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Recommendation:
     cause: str = ""  #: one of ``causes.CAUSES``
     first_step: int | None = None  #: the recorded step it began
     explains: list[str] = field(default_factory=list)  #: symptoms folded into this cause
+    ranks: list[int] = field(default_factory=list)  #: the processes at fault (distributed runs)
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -113,6 +115,8 @@ def action_for(c: Cause, run, arch: Architecture) -> str:
             "for log(0) or division by zero, add an eps to divisions and sqrt, and use a GradScaler under "
             "fp16 autocast"
         )
+    if k == "replicas_diverged":
+        return replica_action(replica_finding(run.meta.get("replicas")), c.first_step)
     if k == "missing_zero_grad":
         return (
             "call optimizer.zero_grad() once per optimizer step, before loss.backward() (to accumulate on "
@@ -198,6 +202,8 @@ WHOLE_RUN = ("lr_too_high", "lr_too_low", "missing_zero_grad", "loss_scale")
 
 def _text(c: Cause, max_layers: int) -> str:
     title = c.title[:1].upper() + c.title[1:]
+    if c.ranks:
+        title += f" (rank{'s' * (len(c.ranks) > 1)} {', '.join(map(str, c.ranks))})"
     since = f" since step {c.first_step}" if c.first_step is not None else ""
     if not c.layers or c.cause in WHOLE_RUN:
         return f"{title}{since}."
@@ -220,6 +226,7 @@ def recommendations(causes: list[Cause], run, arch: Architecture, max_layers: in
             c.cause,
             c.first_step,
             list(c.explains),
+            list(c.ranks),
         )
         for c in causes
     ]

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ReplicaFinding", "replica_action", "replica_finding"]
+from .vocabulary import Cause, Context
+
+__all__ = ["RULES", "ReplicaFinding", "replica_action", "replica_finding"]
 
 PARTS = {"weight": "weight", "grad": "gradient"}
 
@@ -125,3 +127,16 @@ def _fmt(v) -> str:
         return "no gradient"
     return f"{v:.4g}" if isinstance(v, (int, float)) else str(v)
 
+
+def _replicas_diverged(c: Context) -> Cause | None:
+    """Critical: each rank trains its own model from the first step that differed."""
+    f = replica_finding(c.run.meta.get("replicas") if isinstance(c.run.meta, dict) else None)
+    if f is None:
+        return None
+    known = set(c.run.layer_names)
+    layers = [n for n in f.layers if n in known]
+    return Cause("replicas_diverged", "Critical", layers, f.first_step, f.evidence, 1.0, ranks=f.ranks)
+
+
+#: the rule of this module, by cause
+RULES = {"replicas_diverged": _replicas_diverged}

@@ -19,6 +19,7 @@ from .stats import Series, _quiet
 #: every cause, in precedence order: a root cause before the symptoms it can produce.
 CAUSES = (
     "nonfinite",
+    "replicas_diverged",
     "missing_zero_grad",
     "loss_scale",
     "input_scale",
@@ -37,6 +38,7 @@ CAUSES = (
 #: what each cause is, in a few words (the list above the heatmap and the report use it).
 CAUSE_TITLES = {
     "nonfinite": "NaN/Inf values",
+    "replicas_diverged": "replicas out of sync across ranks",
     "missing_zero_grad": "gradients never reset (zero_grad missing)",
     "loss_scale": "loss summed instead of averaged",
     "input_scale": "unnormalised inputs",
@@ -155,6 +157,7 @@ class Cause:
     origin: NonfiniteOrigin | None = None  #: the NaN origin, for ``nonfinite``
     at_init: bool = False  #: present before the first update: the root, above any step-size cause
     after: str | None = None  #: the cause it followed from: ranked right after it, kept for its own evidence
+    ranks: list[int] = field(default_factory=list)  #: the processes at fault (distributed runs), most first
 
     @property
     def title(self) -> str:
