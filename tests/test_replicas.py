@@ -219,3 +219,19 @@ def test_a_saved_run_folder_shows_it_in_the_report_the_cli_and_the_panel(tmp_pat
     assert main(["report", str(tmp_path / "run"), "-o", str(tmp_path / "r.html")]) == 0
     html = (tmp_path / "r.html").read_text()
     assert "Replicas out of sync across ranks (rank 2)" in html and "rank 2 3" in html
+
+
+def test_a_reader_following_the_run_folder_takes_the_record_when_rank_0_writes_it(tmp_path):
+    from gradwidget.storage import RunReader
+    from gradwidget.storage.writer import RunWriter
+
+    run = _run_with(None)
+    writer = RunWriter(tmp_path / "run", run)
+    writer.write_meta()
+    reader = RunReader(tmp_path / "run")
+    assert reader.run.meta.get("replicas") is None
+    run.meta["replicas"] = _record()  # what the recorder does on a new divergence
+    writer.write_meta()
+    reader.poll()
+    assert reader.run.meta["replicas"] == _record()
+    writer.close()
