@@ -7,8 +7,9 @@ Two modes:
 
 ``replicated`` (DDP, or a plain module in a process group, taken to be kept in sync by its user)
     After backward, DDP has averaged the gradients and every rank holds the same values. Rank 0
-    records them exactly as a single process would; the other ranks install no hooks at all and
-    do no work. No extra communication. Without an optimizer, the step is read in an autograd
+    records them exactly as a single process would; the other ranks record nothing. No extra
+    collective. (With an optimizer every rank takes part in the replica check, ``_replicas``: a
+    fingerprint per recorded step through the key-value store.) Without an optimizer, the step is read in an autograd
     end-of-backward callback queued behind DDP's own (which finishes the all-reduce).
 
 ``sharded`` (FSDP2 ``fully_shard`` and FSDP1 ``FullyShardedDataParallel(use_orig_params=True)``)

@@ -96,7 +96,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
     every rank, after wrapping the model (DDP, ``fully_shard``, FSDP1 ``use_orig_params=True``):
     DDP's averaged gradients are recorded on rank 0; FSDP shards are combined on rank 0 with one
     gather per recorded step. Only rank 0 writes ``log_dir`` and holds ``run`` (None elsewhere).
-    See ``gradwidget.collect.distributed``.
+    With an optimizer every rank also fingerprints its replicated parameters on recorded steps and
+    rank 0 compares them (``run.meta["replicas"]``, the ``replicas_diverged`` diagnosis).
+    See ``gradwidget.collect.distributed`` and ``gradwidget.collect._replicas``.
 
     ``step_hooks=False`` leaves ``optimizer.step()``'s pre-hook (and ``zero_grad``) alone: the caller
     marks each step with ``record_step()`` (the trainer callbacks of ``gradwidget.integrations``).
