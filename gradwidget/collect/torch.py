@@ -218,11 +218,12 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         if self._dist is not None and self._dist.inert:
             # replicated gradients (DDP): rank 0 records them; the other ranks only trace their own
             # NaN origin (an optimizer step hook ends each step), unless trace_nonfinite=False,
-            # and take part in the replica check
+            # and take part in the replica check (its hook first: _inert_step removes itself from
+            # inside the optimizer's loop over its hooks, which only the last one may do)
+            self._attach_replica_check()
             if trace_nonfinite and optimizer is not None:
                 self._tracer = NonfiniteTracer(model)
                 self._handles.append(optimizer.register_step_pre_hook(self._inert_step))
-            self._attach_replica_check()
             return
 
         for i, p in enumerate(self._params):
