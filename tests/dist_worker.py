@@ -83,6 +83,8 @@ def train(
         from torch.nn.parallel import DistributedDataParallel
 
         solo = dist.new_group([0]) if pattern == "ddp-one-rank" else None  # every rank makes the group
+        if pattern == "ignored":  # DDP leaves the head's bias out of its sync: each rank keeps its own
+            DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ["4.bias"])
         if pattern != "ddp-one-rank":
             model = DistributedDataParallel(model)
         elif rank == 0:  # DDP on rank 0 only, over a group of itself: no rank syncs with another
@@ -175,7 +177,7 @@ def main() -> None:
     ap.add_argument("--nan-rank", type=int, default=-1, help="this rank's data holds a NaN at step 2")
     ap.add_argument(
         "--pattern",
-        choices=["", "to-dtype", "no-sync", "clip", "ddp-one-rank", "own-data"],
+        choices=["", "to-dtype", "no-sync", "clip", "ddp-one-rank", "own-data", "ignored"],
         default="",
         help="a way replicas fall out of sync (own-data: plain, the others: ddp)",
     )

@@ -48,8 +48,7 @@ class ReplicaExchange:
     ) -> None:
         self.rank, self.world_size, self.every = ctx.rank, ctx.world_size, every
         self.names, self.params = names, params
-        managed = ctx.fsdp1_managed if ctx.kind == "fsdp1" else (lambda i: False)
-        self.codes = replica_codes(params, lambda i: managed(names[i]))
+        self.codes = replica_codes(params, lambda i: ctx.held_apart(names[i]))
         self.active = bool((self.codes >= 0).any())
         self.prefix = prefix
         self.label, self.on_change = label, on_change

@@ -55,14 +55,15 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if _is_dtensor(t) else t  # type: ignore[attr-defined]  # a DTensor
 
 
-def replica_codes(params: list[torch.Tensor], managed: Callable[[int], bool]) -> np.ndarray:
+def replica_codes(params: list[torch.Tensor], apart: Callable[[int], bool]) -> np.ndarray:
     """Per parameter, which ranks must hold the same local piece: ranks with the same code (>= 0)
-    must agree; -1 is never compared. ``managed(i)``: parameter i is sharded by FSDP1."""
+    must agree; -1 is never compared. ``apart(i)``: ranks hold parameter i apart by design (FSDP1's
+    shards, parameters DDP was told to ignore)."""
     from .distributed import _is_dtensor
 
     codes = np.zeros(len(params), np.int64)
     for i, p in enumerate(params):
-        if managed(i):
+        if apart(i):
             codes[i] = -1
         elif _is_dtensor(p):
             from torch.distributed.tensor import Replicate, Shard

@@ -136,6 +136,8 @@ class DistContext:
         self._pending: Any = None
         #: DDP: the global ranks of its process group (the ranks it keeps in sync); None otherwise
         self.ddp_ranks: list[int] | None = None
+        #: DDP: the parameters it leaves out of its sync (each rank keeps its own)
+        self.ddp_ignored: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         return f"<DistContext {self.kind} rank {self.rank}/{self.world_size}>"
@@ -152,9 +154,10 @@ class DistContext:
         _REPLICA_CHECKS[0] += 1
         return ReplicaExchange(self, [clean_name(n) for n in names], params, every, label, on_change, prefix)
 
-    def fsdp1_managed(self, name: str) -> bool:
-        """Whether FSDP1 shards parameter ``name`` (a clean name)."""
-        return name in self._fsdp1_shapes
+    def held_apart(self, name: str) -> bool:
+        """Whether ranks hold parameter ``name`` (a clean name) apart by design: FSDP1 shards it,
+        or DDP was told to leave it out of the sync (``_set_params_and_buffers_to_ignore_for_model``)."""
+        return name in self._fsdp1_shapes or name in self.ddp_ignored
 
     # ------------------------------------------------------------------ layout
     def full_shape(self, name: str, p: torch.Tensor) -> tuple:
@@ -364,6 +367,7 @@ def attach(model: nn.Module, optimizer=None, group=None) -> DistContext:
     if isinstance(model, DistributedDataParallel):
         ctx = DistContext(model.module, "ddp", group)
         ctx.ddp_ranks = dist.get_process_group_ranks(model.process_group)
+        ctx.ddp_ignored = frozenset(clean_name(n) for n in getattr(model, "parameters_to_ignore", ()))
         return ctx
     FSDP = _fsdp1_class()
     if FSDP is not None and any(isinstance(m, FSDP) for m in model.modules()):
