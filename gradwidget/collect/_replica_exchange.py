@@ -25,6 +25,9 @@ from ._replicas import ReplicaRecord, disagreement, fingerprint, replica_codes, 
 SLOTS = 8
 #: at close, how long rank 0 waits for the other ranks' last fingerprints
 CLOSE_WAIT_S = 2.0
+#: replica checks built in this process: every rank builds its Recorders in the same order, so the
+#: n-th check has the same store keys on every rank (as ``distributed.OriginExchange``)
+_BUILT = [0]
 
 
 class ReplicaExchange:
@@ -44,13 +47,15 @@ class ReplicaExchange:
         every: int,
         label: Callable[[], int | None],
         on_change: Callable[[dict], None],
-        prefix: str,
     ) -> None:
+        from .distributed import clean_name
+
         self.rank, self.world_size, self.every = ctx.rank, ctx.world_size, every
-        self.names, self.params = names, params
-        self.codes = replica_codes(params, lambda i: ctx.held_apart(names[i]))
+        self.names, self.params = [clean_name(n) for n in names], params
+        self.codes = replica_codes(params, lambda i: ctx.held_apart(self.names[i]))
         self.active = bool((self.codes >= 0).any())
-        self.prefix = prefix
+        self.prefix = prefix = f"gradwidget/{_BUILT[0]}/replicas"
+        _BUILT[0] += 1
         self.label, self.on_change = label, on_change
         self.store = dist.distributed_c10d._get_default_store()
         self.n = 0  # optimizer steps seen
@@ -58,7 +63,7 @@ class ReplicaExchange:
         self.setup = {
             "kind": ctx.kind,
             "ddp_ranks": ctx.ddp_ranks,
-            "signature": signature(names, params),
+            "signature": signature(self.names, params),
             "codes": self.codes.tolist(),
             "active": self.active,
         }

@@ -146,14 +146,6 @@ class DistContext:
         """Where this recorder's ranks leave the non-finite origins they trace for rank 0."""
         return OriginExchange(self)
 
-    def replica_exchange(self, names: list[str], params: list[torch.Tensor], every: int, label, on_change):
-        """The replica check's exchange (``_replicas``); built on every rank in the same order."""
-        from ._replica_exchange import ReplicaExchange
-
-        prefix = f"gradwidget/{_REPLICA_CHECKS[0]}/replicas"
-        _REPLICA_CHECKS[0] += 1
-        return ReplicaExchange(self, [clean_name(n) for n in names], params, every, label, on_change, prefix)
-
     def held_apart(self, name: str) -> bool:
         """Whether ranks hold parameter ``name`` (a clean name) apart by design: FSDP1 shards it,
         or DDP was told to leave it out of the sync (``_set_params_and_buffers_to_ignore_for_model``)."""
@@ -393,7 +385,6 @@ def attach(model: nn.Module, optimizer=None, group=None) -> DistContext:
 #: Recorders built in this process under a process group: every rank builds them in the same order,
 #: so the n-th one has the same store keys on every rank
 _EXCHANGES = [0]
-_REPLICA_CHECKS = [0]  # the same, for the replica check (``replica_exchange``)
 
 
 class OriginExchange:

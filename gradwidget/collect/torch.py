@@ -257,7 +257,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
                 if self._writer is not None:
                     self._writer.write_meta()
 
-        self._replicas = self._dist.replica_exchange(self._names, self._params, self.every, label, keep)
+        from ._replica_exchange import ReplicaExchange
+
+        self._replicas = ReplicaExchange(self._dist, self._names, self._params, self.every, label, keep)
         self._replica_hook = self.optimizer.register_step_pre_hook(self._replicas.step_hook)
 
     # ------------------------------------------------------------------ public
