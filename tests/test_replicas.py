@@ -235,3 +235,96 @@ def test_a_reader_following_the_run_folder_takes_the_record_when_rank_0_writes_i
     reader.poll()
     assert reader.run.meta["replicas"] == _record()
     writer.close()
+
+
+# --------------------------------------------------------------------------- who is compared with whom
+class _Ctx:
+    """What ReplicaExchange reads of a rank's DistContext."""
+
+    def __init__(self, rank, world, kind="ddp", ddp_ranks=None):
+        self.rank, self.world_size, self.kind = rank, world, kind
+        self.ddp_ranks = ddp_ranks if ddp_ranks is not None else (list(range(world)) if kind == "ddp" else None)
+
+    def held_apart(self, name):
+        return False
+
+
+def _simulate(models, ctxs, steps=3, every=1):
+    """Every rank's check driven through one HashStore in this process, ranks in lockstep (each
+    posts step n before rank 0 takes step n + 1, as DDP's all-reduce orders them); returns rank
+    0's record. ``models[r]``: rank r's parameters, changed in place between steps by ``models``'s
+    callers."""
+    from torch.distributed import HashStore
+
+    from gradwidget.collect._replica_exchange import ReplicaExchange
+
+    store = HashStore()
+    seen = []
+    checks = [
+        ReplicaExchange(ctx, [f"p{i}" for i in range(len(ps))], ps, every, lambda: None, seen.append, store, "t")
+        for ctx, ps in zip(ctxs, models)
+    ]
+    for _ in range(steps):
+        for c in checks[::-1]:  # rank 0 last: it reads the others' previous steps
+            c.step_hook(None, (), {})
+    checks[0].close()
+    return checks[0].record.data if checks[0].record is not None else None
+
+
+def _params(seed, shapes=((3, 2), (3,))):
+    g = torch.Generator().manual_seed(seed)
+    out = [nn.Parameter(torch.randn(*s, generator=g)) for s in shapes]
+    for p in out:
+        p.grad = torch.ones_like(p)
+    return out
+
+
+def test_ranks_holding_another_model_are_not_compared():
+    # ranks 0 and 1 hold one pipeline stage, ranks 2 and 3 another (other names and shapes): compared
+    # in pairs, never across stages, though all four weights differ
+    stage2 = _params(5, ((4, 4),))
+    rec = _simulate(
+        [_params(0), _params(0), stage2, [nn.Parameter(p.detach().clone()) for p in stage2]],
+        [_Ctx(r, 4, ddp_ranks=[0, 1] if r < 2 else [2, 3]) for r in range(4)],
+    )
+    assert rec["ranks"] == [0, 1] and rec["diverged"] == [] and rec["steps_checked"] == 3
+    # an ensemble: the same model trained apart by two DDP groups: each group is its own replicas
+    rec = _simulate(
+        [_params(0), _params(0), _params(1), _params(1)],
+        [_Ctx(r, 4, ddp_ranks=[0, 1] if r < 2 else [2, 3]) for r in range(4)],
+    )
+    assert rec["ranks"] == [0, 1] and rec["diverged"] == []
+
+
+def test_a_model_no_wrapper_syncs_compares_only_what_started_equal():
+    # tensor-parallel pieces written by hand (plain tensors): different on every rank from the start,
+    # so never replicas; the replicated bias is compared, and a difference there is found
+    pieces = [_params(r, ((3, 2),)) + [nn.Parameter(torch.ones(3))] for r in range(2)]
+    for ps in pieces:
+        ps[1].grad = torch.ones(3)
+    rec = _simulate(pieces, [_Ctx(r, 2, kind="replicated") for r in range(2)])
+    assert rec["not_replicas_from_start"] == 1 and rec["layers_compared"] == 1 and rec["diverged"] == []
+    pieces[1][1].grad = torch.full((3,), 2.0)
+    rec = _simulate(pieces, [_Ctx(r, 2, kind="replicated") for r in range(2)])
+    assert [(e["layer"], e["part"], e["ranks"]) for e in rec["diverged"]] == [("p1", "grad", [1])]
+
+
+def test_close_compares_the_last_step_and_a_rank_that_never_posts_delays_close_at_most_briefly():
+    import time
+
+    from gradwidget.collect import _replica_exchange
+
+    twins = [_params(0), _params(0)]
+    rec = _simulate(twins, [_Ctx(r, 2) for r in range(2)], steps=4)
+    assert rec["steps_checked"] == 4 and rec["diverged"] == []
+    # rank 1 never built its recorder: rank 0 compares nothing and says nothing, after a short wait
+    from torch.distributed import HashStore
+
+    from gradwidget.collect._replica_exchange import ReplicaExchange
+
+    seen = []
+    alone = ReplicaExchange(_Ctx(0, 2), ["p0", "p1"], twins[0], 1, lambda: None, seen.append, HashStore(), "u")
+    alone.step_hook(None, (), {})
+    t = time.monotonic()
+    alone.close()
+    assert time.monotonic() - t < _replica_exchange.CLOSE_WAIT_S + 5 and alone.record is None and seen == []

@@ -47,17 +47,23 @@ class ReplicaExchange:
         every: int,
         label: Callable[[], int | None],
         on_change: Callable[[dict], None],
+        store=None,
+        prefix: str | None = None,
     ) -> None:
+        """``store`` and ``prefix``: the process group's store and the next check's keys unless given
+        (tests drive several ranks' checks through one store in one process)."""
         from .distributed import clean_name
 
         self.rank, self.world_size, self.every = ctx.rank, ctx.world_size, every
         self.names, self.params = [clean_name(n) for n in names], params
         self.codes = replica_codes(params, lambda i: ctx.held_apart(self.names[i]))
         self.active = bool((self.codes >= 0).any())
-        self.prefix = prefix = f"gradwidget/{_BUILT[0]}/replicas"
-        _BUILT[0] += 1
+        if prefix is None:
+            prefix = f"gradwidget/{_BUILT[0]}/replicas"
+            _BUILT[0] += 1
+        self.prefix = prefix
         self.label, self.on_change = label, on_change
-        self.store = dist.distributed_c10d._get_default_store()
+        self.store = dist.distributed_c10d._get_default_store() if store is None else store
         self.n = 0  # optimizer steps seen
         self.bytes_sent = 0
         self.setup = {
