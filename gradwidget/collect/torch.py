@@ -26,6 +26,7 @@ beside it: ``_inputs`` (argument checks, wrappers, names), ``_steps`` (hooks and
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import torch
@@ -95,7 +96,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
     every rank, after wrapping the model (DDP, ``fully_shard``, FSDP1 ``use_orig_params=True``):
     DDP's averaged gradients are recorded on rank 0; FSDP shards are combined on rank 0 with one
     gather per recorded step. Only rank 0 writes ``log_dir`` and holds ``run`` (None elsewhere).
-    See ``gradwidget.collect.distributed``.
+    With an optimizer every rank also fingerprints its replicated parameters on recorded steps and
+    rank 0 compares them (``run.meta["replicas"]``, the ``replicas_diverged`` diagnosis).
+    See ``gradwidget.collect.distributed`` and ``gradwidget.collect._replicas``.
 
     ``step_hooks=False`` leaves ``optimizer.step()``'s pre-hook (and ``zero_grad``) alone: the caller
     marks each step with ``record_step()`` (the trainer callbacks of ``gradwidget.integrations``).
@@ -211,9 +214,13 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self._loss_probe = None
         if self._dist is not None and trace_nonfinite:
             self._exchange = self._dist.origin_exchange()
+        self._replicas = None
         if self._dist is not None and self._dist.inert:
             # replicated gradients (DDP): rank 0 records them; the other ranks only trace their own
-            # NaN origin (an optimizer step hook ends each step), unless trace_nonfinite=False
+            # NaN origin (an optimizer step hook ends each step), unless trace_nonfinite=False,
+            # and take part in the replica check (its hook first: _inert_step removes itself from
+            # inside the optimizer's loop over its hooks, which only the last one may do)
+            self._attach_replica_check()
             if trace_nonfinite and optimizer is not None:
                 self._tracer = NonfiniteTracer(model)
                 self._handles.append(optimizer.register_step_pre_hook(self._inert_step))
@@ -232,6 +239,36 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self._loss_probe = LossGraphProbe(model)
         if trace_nonfinite:
             self._tracer = NonfiniteTracer(model)
+        self._attach_replica_check()  # after the step pre-hook: rank 0 labels the step it recorded
+
+    def _attach_replica_check(self) -> None:
+        """Under torch.distributed with an optimizer, every rank takes part in the replica check
+        (``gradwidget.collect._replicas``); rank 0 keeps its record in ``run.meta["replicas"]``."""
+        if self._dist is None or self.optimizer is None:
+            return
+
+        def label() -> int | None:
+            run = self.run
+            return int(run.steps[-1]) if run is not None and run.n_steps else None
+
+        def keep(record: dict) -> None:
+            if self.run is not None:
+                self.run.meta["replicas"] = copy.deepcopy(record)
+                if self._writer is not None:
+                    self._writer.write_meta()
+
+        from ._replica_exchange import ReplicaExchange
+
+        self._replicas = ReplicaExchange(
+            self._dist,
+            self._names,
+            self._params,
+            self.every,
+            label,
+            keep,
+            tolerance=self.thresholds.replica_tolerance,
+        )
+        self._replica_hook = self.optimizer.register_step_pre_hook(self._replicas.step_hook)
 
     # ------------------------------------------------------------------ public
     def log(self, loss=None, lr=None, step: int | None = None, global_norm=None) -> None:
@@ -275,6 +312,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
             self._loss_probe = None
         self._unwrap_zero_grad()
         self._update_bufs = None
+        if self._replicas is not None and self._attached:
+            self._replica_hook.remove()
+            self._replicas.close()  # rank 0: compare the last steps, keep the record
         if self._writer is not None:
             self._writer.close()
         self._attached = False

@@ -142,8 +142,8 @@ class RunReader:
 
     def _refresh_meta(self, meta: dict) -> None:
         """Take what a writer may change in meta.json during a run: the data-flow edges (captured
-        after the first step), the layers' status / backward_index (a layer used late) and the
-        non-finite origin (written when it is found)."""
+        after the first step), the layers' status / backward_index (a layer used late), the
+        non-finite origin (written when it is found) and the replica check's record."""
         run = self.run
         layers = [LayerInfo.from_dict(d) for d in meta["layers"]]
         edges = np.asarray(meta.get("edges", []), np.int32).reshape(-1, 2)
@@ -154,6 +154,9 @@ class RunReader:
         origin = (meta.get("meta") or {}).get("nonfinite_origin")
         if origin != run.meta.get("nonfinite_origin"):  # found while the reader follows the run
             run.nonfinite_origin = None if origin is None else NonfiniteOrigin.from_dict(origin)
+        replicas = (meta.get("meta") or {}).get("replicas")
+        if replicas != run.meta.get("replicas"):  # the replica check found a divergence (or closed)
+            run.meta["replicas"] = replicas
 
     def poll(self) -> bool:
         """Take any whole records appended since the last call; True if the run changed.

@@ -18,6 +18,7 @@ from . import (
     nonfinite,
     not_in_optimizer,
     plateau,
+    replicas_diverged,
     saturated_output,
     vanishing,
 )
@@ -28,6 +29,7 @@ from ._engine import layer_verdicts, verdict
 #: every cause, in precedence order.
 RULES: tuple[CauseRule, ...] = (
     nonfinite.RULE,
+    replicas_diverged.RULE,
     missing_zero_grad.RULE,
     loss_scale.RULE,
     input_scale.RULE,

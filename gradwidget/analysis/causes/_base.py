@@ -34,6 +34,7 @@ class Diagnosis:
     origin: NonfiniteOrigin | None = None  #: the NaN origin, for ``nonfinite``
     at_init: bool = False  #: present before the first update: the root, above any step-size cause
     after: str | None = None  #: the cause it followed from: ranked right after it, kept for its own evidence
+    ranks: list[int] = field(default_factory=list)  #: the processes at fault (distributed runs), most first
     title: str = ""  #: what the cause is, in a few words
     text: str = ""  #: the title with the layers at fault and since when, one sentence
     action: str = ""  #: the one change to make
