@@ -75,3 +75,44 @@ def test_a_trainer_that_already_clips_is_not_told_to_clip():
     run.meta["clipped_at"] = 1.0  # written by the trainer callbacks
     action = analyze(run).diagnoses[0].action
     assert "already clips at 1" in action and "clip_grad_norm_" not in action
+
+
+def test_every_cause_module_is_registered_once_in_precedence_order():
+    """Adding a cause is adding a module with a RULE and naming it in the registry: a module left
+    out of ``RULES`` (or a rule named after another module) fails here."""
+    import importlib
+    import pkgutil
+
+    from gradwidget.analysis import causes
+
+    mods = [m.name for m in pkgutil.iter_modules(causes.__path__) if not m.name.startswith("_")]
+    assert sorted(mods) == sorted(causes.CAUSES) and len(set(causes.CAUSES)) == len(causes.CAUSES)
+    for name in mods:
+        rule = importlib.import_module(f"gradwidget.analysis.causes.{name}").RULE
+        assert rule.name == name and rule.title and rule in causes.RULES
+        assert set(rule.explains) <= set(causes.CAUSES) and set(rule.contradicts) <= set(causes.CAUSES)
+
+
+def test_a_too_high_rate_rules_out_a_too_low_one_and_folds_what_it_explains():
+    """Found together, lr_too_high drops lr_too_low (it does not 'explain' it); the exploding
+    gradients it caused fold into it, and the NaN that followed (with a traced origin) is kept
+    right after it, raising it to Critical."""
+    from gradwidget.analysis import causes
+    from gradwidget.analysis.causes._engine import settle
+    from gradwidget.origin import NonfiniteOrigin
+
+    def d(cause, prio, step, **kw):
+        return causes.Diagnosis(cause, prio, ["l0.weight"], step, f"{cause} evidence", 0.5, **kw)
+
+    origin = NonfiniteOrigin(module="l1", module_type="Linear", step=9, phase="forward")
+    found = {
+        "lr_too_high": d("lr_too_high", "High", 3),
+        "lr_too_low": d("lr_too_low", "Medium", 0),
+        "exploding": d("exploding", "High", 5),
+        "nonfinite": d("nonfinite", "Critical", 9, origin=origin),
+    }
+    settle(found, causes.RULES)
+    assert set(found) == {"lr_too_high", "nonfinite"}
+    hi = found["lr_too_high"]
+    assert hi.priority == "Critical" and hi.explains == ["exploding: exploding evidence"]
+    assert found["nonfinite"].after == "lr_too_high" and not any("lr_too_low" in e for e in hi.explains)

@@ -14,12 +14,12 @@ def _case(cause=None, faults=(), cid=None):
     return Case(cid or f"mlp-sgd-s0-{mistake}", "mlp", "sgd", 0, mistake, cause, fault_layers=tuple(faults))
 
 
-def test_finding_of_reads_cause_or_kind_and_optional_first_step():
-    old = SimpleNamespace(priority="High", kind="vanishing", layers=["a", "b"])
-    new = SimpleNamespace(priority="Low", kind="vanishing", cause="dead_units", first_step=7, layers=None)
-    assert score.finding_of(old) == Finding("High", "vanishing", None, ("a", "b"))
-    assert score.finding_of(new) == Finding("Low", "dead_units", 7, ())
-    report = SimpleNamespace(recommendations=[old, new])
+def test_finding_of_reads_cause_and_optional_first_step():
+    early = SimpleNamespace(priority="High", cause="vanishing", first_step=None, layers=["a", "b"])
+    late = SimpleNamespace(priority="Low", cause="dead_units", first_step=7, layers=None)
+    assert score.finding_of(early) == Finding("High", "vanishing", None, ("a", "b"))
+    assert score.finding_of(late) == Finding("Low", "dead_units", 7, ())
+    report = SimpleNamespace(diagnoses=[early, late])
     assert [f.cause for f in score.findings_of(report)] == ["vanishing", "dead_units"]
 
 

@@ -39,8 +39,8 @@ class LossEvidence:
     start: float = float("nan")  #: median of the first finite values
     end: float = float("nan")  #: median of the last finite values
     lowest: float = float("nan")
-    fell: bool = False  #: end < LOSS_FELL x start
-    flat: bool = False  #: |end - start| < LOSS_FLAT x start
+    fell: bool = False  #: end < LOSS_FELL x start, and its trend falls for certain (not batch noise)
+    flat: bool = False  #: |end - start| < LOSS_FLAT x start, and no certain trend either way
     rebound: float = 0.0  #: largest rise above the running minimum, in units of start
     rebound_step: int | None = None  #: first step whose rise exceeded LOSS_REBOUND
     rebound_to: float = float("nan")  #: the loss at that step
@@ -103,6 +103,7 @@ def loss_evidence(run: Run) -> LossEvidence:
             lrise = np.log(ys / runmin)
         over &= lrise > max(np.log(LOSS_REBOUND_FACTOR), LOSS_REBOUND_SIGMA * _log_noise(y))
     j = int(np.argmax(over)) if over.any() else None
+    trend = theil_sen(y, steps[fin])
     late = np.arange(y.size) >= LOSS_SPIKE_AFTER
     spikes = late & (y > LOSS_SPIKE * start) if start > 0 else np.zeros(y.size, bool)
     n_late = int(late.sum())
@@ -113,14 +114,14 @@ def loss_evidence(run: Run) -> LossEvidence:
         start=start,
         end=end,
         lowest=float(y.min()),
-        fell=bool(end < LOSS_FELL * start) if start > 0 else bool(end < start),
-        flat=bool(abs(end - start) < LOSS_FLAT * scale),
+        fell=bool(end < LOSS_FELL * start if start > 0 else end < start) and (trend is None or trend.falling),
+        flat=bool(abs(end - start) < LOSS_FLAT * scale) and (trend is None or not (trend.falling or trend.rising)),
         rebound=float(rise.max()),
         rebound_step=int(steps[fin][j]) if j is not None else None,
         rebound_to=float(ys[j]) if j is not None else float("nan"),
         rebound_from=float(runmin[j]) if j is not None else float("nan"),
         nonfinite_step=nonfinite_step,
         plateau_level=float(end / start) if start > 0 else float("nan"),
-        trend=theil_sen(y, steps[fin]),
+        trend=trend,
         diverged=nonfinite_step is not None or (j is not None and end > start),
     )

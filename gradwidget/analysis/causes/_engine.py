@@ -13,6 +13,16 @@ from ._base import PRIORITY_ORDER, CauseRule, Context, Diagnosis
 from ._shared import never_left_chance
 
 
+def settle(found: dict[str, Diagnosis], rules: Sequence[CauseRule]) -> None:
+    """Drop what a found cause rules out, then fold each symptom into the first found cause (in
+    ``rules`` order) that explains it, in place."""
+    for rule in rules:
+        if rule.name in found:
+            for other in rule.contradicts:
+                found.pop(other, None)
+    _fold(found, rules)
+
+
 def _fold(found: dict[str, Diagnosis], rules: Sequence[CauseRule]) -> None:
     by_name = {r.name: r for r in rules}
     for rule in rules:
@@ -74,11 +84,7 @@ def diagnose(c: Context, rules: Sequence[CauseRule], max_layers: int = 6) -> lis
         d = rule.find(c)
         if d is not None:
             found[rule.name] = d
-    for rule in rules:
-        if rule.name in found:
-            for other in rule.contradicts:
-                found.pop(other, None)
-    _fold(found, rules)
+    settle(found, rules)
     order = [r.name for r in rules]
     out = list(found.values())
     for d in out:  # a consequence ranks with its cause
