@@ -1,0 +1,350 @@
+"""The gradient noise scale against ground truth, a batch-size sweep, and what it costs (issue 26).
+
+1. **Estimate vs exact.** For small models on sklearn's digits (logistic regression, an MLP, a tiny
+   CNN; ``--gpt2``: a tiny GPT-2 on character sequences), B_simple = tr(Σ)/|G|² is computed exactly
+   at fixed parameters from every example's gradient (``torch.func``: ``vmap`` of ``grad`` over the
+   data set; Σ is the covariance of the per-example gradients over the data set, G their mean).
+   The Recorder's estimate comes from real hooks on real training steps with gradient accumulation
+   (``--micro`` micro-batches of ``--b`` examples drawn with replacement, SGD with lr 0 so the
+   parameters stay where the exact value was taken), smoothed as the panel shows it (EMA over 20
+   steps; its last value after ``--steps`` steps). Relative error, over ``--seeds`` seeds (each a
+   different initialisation and batch order), at initialisation and after some training.
+2. **Sweep** (``--sweep``): an MLP on digits trained with batch sizes 8..1024 (SGD, the best of a
+   few learning rates per batch size) to a target training loss; steps and examples needed per
+   batch size, against the B_simple measured at that loss. Steps fall in proportion to the batch
+   while it is well below B_simple and stop falling near it (examples per step are then wasted).
+3. **Cost** (``--cost``): a recorded accumulation step (4 micro-batches) with ``noise_scale=False``
+   vs True, and a plain step vs ``Recorder.split_backward`` (the opt-in for one batch size),
+   interleaved, medians; torch single-threaded.
+
+    python bench/noise_scale.py [--seeds 5] [--steps 200] [--sweep] [--cost] [--gpt2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from gradwidget.analysis.noise_scale import noise_scale
+from gradwidget.collect.torch import Recorder
+
+F = nn.functional
+
+
+# --------------------------------------------------------------------------- data and models
+def digits(n: int | None = None):
+    """sklearn's 8x8 digits, standardised: ``(X (N, 64) float32, y (N,) int64)``."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    X = d.data.astype(np.float32)
+    X = (X - X.mean(0)) / (X.std(0) + 1e-3)
+    X, y = torch.tensor(X), torch.tensor(d.target, dtype=torch.int64)
+    return (X[:n], y[:n]) if n else (X, y)
+
+
+class TinyCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.fc = nn.Linear(16 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = x.view(-1, 1, 8, 8)
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc(x.flatten(1))
+
+
+def make(kind: str) -> nn.Module:
+    if kind == "logreg":
+        return nn.Linear(64, 10)
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 10))
+    if kind == "cnn":
+        return TinyCNN()
+    raise ValueError(kind)
+
+
+def ce(model, x, y):
+    return F.cross_entropy(model(x), y)
+
+
+# --------------------------------------------------------------------------- ground truth
+def exact_b_simple(model: nn.Module, loss_fn, X: torch.Tensor, Y: torch.Tensor, chunk: int = 512) -> dict:
+    """tr(Σ), |G|² and B_simple at the model's parameters, from every example's gradient."""
+    params = {k: v.detach() for k, v in model.named_parameters() if v.requires_grad}
+
+    def one(p, x, y):
+        return loss_fn(lambda inp: functional_call(model, p, (inp,)), x[None], y[None])
+
+    per = vmap(grad(one), in_dims=(None, 0, 0))
+    s1 = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in params.items()}
+    sq = 0.0
+    for i in range(0, len(X), chunk):
+        g = per(params, X[i : i + chunk], Y[i : i + chunk])
+        for k, v in g.items():
+            v = v.double()
+            s1[k] += v.sum(0)
+            sq += float(v.pow(2).sum())
+    n = len(X)
+    g2 = sum(float((v / n).pow(2).sum()) for v in s1.values())
+    tr = sq / n - g2  # mean |g_i|^2 - |G|^2: the population covariance's trace
+    return {"g2": g2, "tr": tr, "b_simple": tr / g2}
+
+
+def call_loss(f, x, y):
+    return F.cross_entropy(f(x), y)
+
+
+def estimate(model, X, Y, b: int, micro: int, steps: int, seed: int, span: int = 20) -> tuple[float, float, float]:
+    """The Recorder's B_simple (last smoothed value and its interval, EMA over ``span`` steps) over
+    ``steps`` accumulation steps of ``micro`` micro-batches of ``b`` examples, with lr 0 (the
+    parameters stay put)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    gen = torch.Generator().manual_seed(1000 + seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rec = Recorder(model, opt, noise_scale=True, histogram_every=0, trace_nonfinite=False, track_updates=False)
+    for _ in range(steps):
+        opt.zero_grad()
+        for _ in range(micro):
+            idx = torch.randint(0, len(X), (b,), generator=gen)
+            (F.cross_entropy(model(X[idx]), Y[idx]) / micro).backward()
+        opt.step()
+    rec.detach()
+    ns = noise_scale(rec.run, span)
+    assert ns is not None
+    return ns.last
+
+
+def train(model, X, Y, steps: int, b: int = 32, lr: float = 0.1, seed: int = 0) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(steps):
+        idx = torch.randint(0, len(X), (b,), generator=gen)
+        opt.zero_grad()
+        F.cross_entropy(model(X[idx]), Y[idx]).backward()
+        opt.step()
+
+
+def compare(kinds, seeds: int, steps: int, b: int, micro: int, trained: int) -> list[dict]:
+    X, Y = digits()
+    rows = []
+    for kind in kinds:
+        for when in ("init", f"after {trained} steps"):
+            errs, exact_v, est_v, covered, long_errs, unmeasured = [], [], [], 0, [], 0
+            for seed in range(seeds):
+                torch.manual_seed(seed)
+                m = make(kind)
+                if when != "init":
+                    train(m, X, Y, trained, seed=seed)
+                ex = exact_b_simple(m, call_loss, X, Y)["b_simple"]
+                est, lo, hi = estimate(m, X, Y, b, micro, steps, seed)
+                long_est = estimate(m, X, Y, b, micro, steps, seed, span=steps)[0]
+                exact_v.append(ex)
+                long_errs.append(long_est / ex - 1)
+                covered += lo <= ex <= hi
+                if not np.isfinite(est):
+                    unmeasured += 1  # |G|^2 not above 0 yet: the panel says "not yet measurable"
+                    continue
+                errs.append(est / ex - 1)
+                est_v.append(est)
+            rows.append(
+                {
+                    "model": kind,
+                    "when": when,
+                    "exact": statistics.median(exact_v),
+                    "estimate": statistics.median(est_v) if est_v else float("nan"),
+                    "rel_err_median": statistics.median(errs) if errs else float("nan"),
+                    "rel_err_abs_mean": float(np.mean(np.abs(errs))) if errs else float("nan"),
+                    "rel_err_sd": float(np.std(errs, ddof=1)) if len(errs) > 1 else float("nan"),
+                    "covered": f"{covered}/{seeds}",
+                    "unmeasured": unmeasured,
+                    "long_err_median": statistics.median(long_errs),
+                    "long_err_sd": float(np.std(long_errs, ddof=1)) if seeds > 1 else float("nan"),
+                }
+            )
+            r = rows[-1]
+            print(
+                f"| {kind} | {when} | {r['exact']:.1f} | {r['estimate']:.1f} | {r['rel_err_median']:+.1%} | "
+                f"{r['rel_err_abs_mean']:.1%} | {r['rel_err_sd']:.1%} | {r['covered']} | {r['unmeasured']} | "
+                f"{r['long_err_median']:+.1%} ± {r['long_err_sd']:.1%} |",
+                flush=True,
+            )
+    return rows
+
+
+# --------------------------------------------------------------------------- the sweep
+def steps_to(loss_target, X, Y, b, lr, max_steps, seed=0) -> int | None:
+    """Steps an MLP needs to bring the full-data training loss to ``loss_target`` (checked every
+    few steps), or None."""
+    torch.manual_seed(seed)
+    m = make("mlp")
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=0.0)
+    every = 5
+    for s in range(1, max_steps + 1):
+        idx = torch.randint(0, len(X), (b,), generator=gen)
+        opt.zero_grad()
+        F.cross_entropy(m(X[idx]), Y[idx]).backward()
+        opt.step()
+        if s % every == 0:
+            with torch.no_grad():
+                loss = float(F.cross_entropy(m(X), Y))
+            if not np.isfinite(loss):
+                return None
+            if loss <= loss_target:
+                return s
+    return None
+
+
+def sweep(target: float, batches, lrs, max_steps: int) -> None:
+    X, Y = digits()
+    print(f"target training loss {target}; best learning rate per batch size of {lrs}")
+    print("| batch | best lr | steps | examples | steps x batch / (steps x batch at B=8) |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    base = None
+    for b in batches:
+        best = None
+        for lr in lrs:
+            s = steps_to(target, X, Y, b, lr, max_steps)
+            if s is not None and (best is None or s < best[0]):
+                best = (s, lr)
+        if best is None:
+            print(f"| {b} | - | >{max_steps} | - | - |")
+            continue
+        s, lr = best
+        base = base or s * b
+        print(f"| {b} | {lr} | {s} | {s * b} | {s * b / base:.2f} |", flush=True)
+    # B_simple where the loss reaches the target: an MLP trained there, the exact value and the estimate
+    torch.manual_seed(0)
+    m = make("mlp")
+    gen = torch.Generator().manual_seed(0)
+    opt = torch.optim.SGD(m.parameters(), lr=0.3)
+    while True:
+        idx = torch.randint(0, len(X), (32,), generator=gen)
+        opt.zero_grad()
+        F.cross_entropy(m(X[idx]), Y[idx]).backward()
+        opt.step()
+        with torch.no_grad():
+            if float(F.cross_entropy(m(X), Y)) <= target:
+                break
+    ex = exact_b_simple(m, call_loss, X, Y)["b_simple"]
+    est, lo, hi = estimate(m, X, Y, 16, 4, 200, 0)
+    print(f"B_simple at training loss {target}: exact {ex:.0f}, estimated {est:.0f} (95% interval {lo:.0f}-{hi:.0f})")
+
+
+# --------------------------------------------------------------------------- cost
+def _timed(fn, n):
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def cost_rows(repeats: int = 30, micro: int = 4) -> None:
+    """Median step times, interleaved: accumulation with noise_scale off / on; one backward vs
+    split_backward in two."""
+    torch.set_num_threads(1)
+    X, Y = digits()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    gen = torch.Generator().manual_seed(0)
+    b = 64
+
+    def batch():
+        idx = torch.randint(0, len(X), (b,), generator=gen)
+        return X[idx], Y[idx]
+
+    def accum_step():
+        opt.zero_grad()
+        for _ in range(micro):
+            x, y = batch()
+            (F.cross_entropy(model(x), y) / micro).backward()
+        opt.step()
+
+    def plain_step(rec=None):
+        opt.zero_grad()
+        x, y = batch()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    def split_step(rec):
+        opt.zero_grad()
+        x, y = batch()
+        rec.split_backward(lambda a, c: F.cross_entropy(model(a), c), x, y)
+        opt.step()
+
+    kw = dict(histogram_every=0, trace_nonfinite=False, update_every=10)
+    times: dict[str, list[float]] = {k: [] for k in ("bare", "off", "on", "plain", "split")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(repeats):
+            times["bare"] += _timed(accum_step, 5)
+            rec = Recorder(model, opt, noise_scale=False, **kw)
+            times["off"] += _timed(accum_step, 5)
+            rec.detach()
+            rec = Recorder(model, opt, noise_scale=True, **kw)
+            times["on"] += _timed(accum_step, 5)
+            rec.detach()
+            rec = Recorder(model, opt, noise_scale="auto", **kw)
+            times["plain"] += _timed(lambda: plain_step(rec), 5)
+            times["split"] += _timed(lambda: split_step(rec), 5)
+            rec.detach()
+    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    print(f"MLP 64-512-512-10 ({sum(p.numel() for p in model.parameters()):,} parameters), batch {b}, 1 thread")
+    print("| step | median ms | / bare |")
+    print("| --- | ---: | ---: |")
+    print(f"| {micro} x {b} accumulation, no Recorder | {med['bare']:.2f} | 1.00x |")
+    print(f"| ... Recorder, noise_scale=False | {med['off']:.2f} | {med['off'] / med['bare']:.3f}x |")
+    print(f"| ... Recorder, noise_scale=True | {med['on']:.2f} | {med['on'] / med['bare']:.3f}x |")
+    print(f"| one backward of {b} (Recorder, 'auto', hooks removed) | {med['plain']:.2f} | 1.00x (of this row) |")
+    print(
+        f"| split_backward: two of {b // 2} | {med['split']:.2f} | {med['split'] / med['plain']:.3f}x "
+        "(of the one-backward step) |"
+    )
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--b", type=int, default=16)
+    ap.add_argument("--micro", type=int, default=4)
+    ap.add_argument("--trained", type=int, default=300)
+    ap.add_argument("--models", default="logreg,mlp,cnn")
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--cost", action="store_true")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    if a.sweep:
+        sweep(0.15, [8, 16, 32, 64, 128, 256, 512, 1024], [0.03, 0.1, 0.3, 1.0, 3.0], 4000)
+        return
+    if a.cost:
+        cost_rows()
+        return
+    print(f"{a.micro} micro-batches of {a.b} per step ({a.micro * a.b} per step), {a.steps} steps, EMA 20")
+    print(
+        "| model | parameters at | exact B_simple (median) | estimate (median) | rel. error (median) "
+        "| mean abs rel. error | sd over seeds | exact within 95% interval | not yet measurable "
+        f"| rel. error averaged over all {a.steps} steps (median ± sd) |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    compare(a.models.split(","), a.seeds, a.steps, a.b, a.micro, a.trained)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
