@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..run import Run
 from ..thresholds import as_thresholds
-from . import advice, causes, evidence, flow, health, network, nonfinite, stats
+from . import advice, causes, evidence, flow, health, network, noise_scale, nonfinite, stats
 from .report import Report
 from .weights import analyze_weights, drift_from_run, gradient_explosion, weights_from_module
 
@@ -45,7 +45,9 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None, max_
             f"the analysis covers the rolling window (steps {int(run.steps[0])}–{int(run.steps[-1])}); "
             f"{run.history.n_steps} older, decimated rows are in run.history"
         )
-    notes.extend(n for n in (network.dropped_edges_note(run), network.cycle_note(run)) if n)
+    notes.extend(
+        n for n in (network.dropped_edges_note(run), network.cycle_note(run), noise_scale.one_size_note(run)) if n
+    )
     s = stats.Series(run, max_rows)
     if run.n_steps > max_rows:
         notes.append(
@@ -104,6 +106,7 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None, max_
         weight_drift=drift_from_run(run, s.update_rows),
         explosion=explosion,
         nonfinite_origin=nonfinite.nonfinite_origin(run),
+        noise_scale=noise_scale.noise_scale(run),
         notes=notes,
     )
 

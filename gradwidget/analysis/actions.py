@@ -187,6 +187,10 @@ def action_for(c: Cause, run, arch: Architecture) -> str:
             "lower the learning rate on the plateau (a scheduler such as ReduceLROnPlateau) or, if the loss "
             "is still high, raise it or check the data and labels"
         )
+    if k in ("batch_too_small", "batch_too_large"):
+        from .rules_noise import action
+
+        return action(c, run)
     if k == "frozen":
         return "if they should train, call requires_grad_(True) on them and add them to the optimizer"
     raise ValueError(f"no action for cause {k!r}")

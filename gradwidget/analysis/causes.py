@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import rules_layers, rules_setup
+from . import rules_layers, rules_noise, rules_setup
 from .evidence import Architecture, LossEvidence, architecture, loss_evidence
 from .flow import Region
 from .health import Dynamics, RiskFactor
@@ -32,7 +32,7 @@ __all__ = [
     "verdict",
 ]
 
-RULES = {name: {**rules_setup.RULES, **rules_layers.RULES}[name] for name in CAUSES}  # in precedence order
+RULES = {name: {**rules_setup.RULES, **rules_layers.RULES, **rules_noise.RULES}[name] for name in CAUSES}  # in order
 
 
 # --------------------------------------------------------------------------- folding and ranking

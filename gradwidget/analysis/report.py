@@ -76,6 +76,7 @@ class Report:
     weight_drift: Any = None  #: drift read from the run's update/weight ratios
     explosion: Any = None  #: the original crate's weight analysis's gradient-explosion check on each layer's largest |g| (the flags' metric)
     nonfinite_origin: Any = None  #: NonfiniteOrigin: the module, step and pass that made the first NaN/Inf
+    noise_scale: Any = None  #: NoiseScale: the gradient noise scale B_simple, when the run saw two batch sizes
     notes: list = field(default_factory=list)
 
     @property
@@ -156,6 +157,8 @@ class Report:
                 + ("; the graph has cycles (a reused module), each reuse counted once" if p.graph_had_cycles else "")
                 + "."
             )
+        if self.noise_scale is not None:
+            lines.append(self.noise_scale.text()[:1].upper() + self.noise_scale.text()[1:] + ".")
         if not self.recommendations:
             lines.append("No problems found: gradients look healthy.")
         lines.extend(f"Note: {n}." for n in self.notes)

@@ -31,6 +31,8 @@ CAUSES = (
     "vanishing",
     "lr_too_low",
     "plateau",
+    "batch_too_small",
+    "batch_too_large",
     "frozen",
 )
 
@@ -49,6 +51,8 @@ CAUSE_TITLES = {
     "saturated_output": "saturated output (softmax before the loss?)",
     "lr_too_low": "learning rate too low",
     "plateau": "training has plateaued",
+    "batch_too_small": "batch far below the gradient noise scale",
+    "batch_too_large": "batch far above the gradient noise scale",
     "frozen": "frozen parameters",
 }
 
