@@ -34,8 +34,10 @@ from ..noise_series import NoiseSeries
 from ._groups import STACK_NUMEL
 from ._kernels import HostCopy, acc_dtype, norms, stored_values
 
-#: "auto" keeps its hooks this many steps; with one batch size on every one, it removes them
-ONE_SIZE_STEPS = 3
+#: "auto" keeps its hooks this many steps; with one batch size on every one, it removes them (one:
+#: accumulation shows at the first step, and the hooks then cost nothing in the steps NaN tracing's
+#: "auto" times, nor stay on a model whose forward hooks a user counts)
+ONE_SIZE_STEPS = 1
 
 #: what ``run.meta["noise_scale"]["one_size"]`` says when only one batch size is seen
 ONE_SIZE_TEXT = (

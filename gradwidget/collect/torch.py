@@ -90,7 +90,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
     noise_scale: see each step's gradient at two batch sizes, for the gradient noise scale
         (``run.noise``; ``gradwidget.collect._noise``): the micro-batches of gradient accumulation
         and the accumulated gradient, or under DDP rank 0's local gradient and the synchronised one.
-        ``"auto"`` (default) removes its hooks after 3 steps of one batch size (one backward a step,
+        ``"auto"`` (default) removes its hooks after a first step of one batch size (one backward a step,
         one process) and says so in ``run.meta["noise_scale"]``; ``split_backward`` opts a step in.
         True always hooks, False never. Not under FSDP.
     batch_size: the examples in one micro-batch (one backward); None (default) reads it from the
