@@ -194,3 +194,24 @@ def test_batch_far_below_the_noise_scale_is_named():
     assert r.cause == "batch_too_small" and r.first_step == int(run.steps[5])
     assert rep.noise_scale.last[0] == pytest.approx(5000, rel=0.3)
     assert "raise the batch towards" in r.action
+
+
+def test_report_shows_the_noise_scale_or_why_it_is_missing(tmp_path):
+    from gradwidget.report import render_report
+
+    X, Y = blobs()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 8), nn.Tanh(), nn.Linear(8, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = Recorder(model, opt)
+    accumulate(rec, model, opt, X, Y, steps=30, b=32, micro=2)
+    rec.detach()
+    page = render_report(analyze(rec.run))
+    assert 'id="noise-scale"' in page and "Gradient noise scale B_simple" in page
+    assert 'alt="gradient noise scale over steps"' in page and "<td>0</td>" in page  # the per-module table
+    torch.manual_seed(0)
+    rec = Recorder(model, opt)
+    accumulate(rec, model, opt, X, Y, steps=3, b=32, micro=1)
+    rec.detach()
+    page = render_report(analyze(rec.run))
+    assert '<h2 id="noise-scale">Batch size</h2>' in page and "split_backward" in page
