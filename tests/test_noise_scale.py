@@ -215,3 +215,29 @@ def test_report_shows_the_noise_scale_or_why_it_is_missing(tmp_path):
     rec.detach()
     page = render_report(analyze(rec.run))
     assert '<h2 id="noise-scale">Batch size</h2>' in page and "split_backward" in page
+
+
+def test_panel_sends_the_noise_series_and_its_words():
+    from gradwidget.panel.widget import GradientPanel
+
+    X, Y = blobs()
+    torch.manual_seed(0)
+    model = nn.Linear(10, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = Recorder(model, opt)
+    accumulate(rec, model, opt, X, Y, steps=12, b=16, micro=2)
+    rec.detach()
+    p = GradientPanel(rec.run)
+    ns = p.report.noise_scale
+    rows = np.frombuffer(p.noise, np.float64).reshape(5, -1)
+    np.testing.assert_array_equal(rows[0], ns.steps)
+    np.testing.assert_array_equal(rows[1], ns.b_simple)
+    assert (rows[4] == 32).all() and p.noise_text.startswith("Gradient noise scale B_simple")
+    empty = GradientPanel(make_run_without_noise())
+    assert empty.report is not None and empty.noise == b"" and empty.noise_text == ""
+
+
+def make_run_without_noise():
+    from conftest import make_run
+
+    return make_run(n_steps=5)
