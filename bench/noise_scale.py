@@ -186,62 +186,91 @@ def compare(kinds, seeds: int, steps: int, b: int, micro: int, trained: int) -> 
 
 # --------------------------------------------------------------------------- the sweep
 def steps_to(loss_target, X, Y, b, lr, max_steps, seed=0) -> int | None:
-    """Steps an MLP needs to bring the full-data training loss to ``loss_target`` (checked every
-    few steps), or None."""
+    """Steps an MLP needs to bring the full-data training loss to ``loss_target``, or None."""
     torch.manual_seed(seed)
     m = make("mlp")
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.SGD(m.parameters(), lr=lr, momentum=0.0)
-    every = 5
+    opt = torch.optim.SGD(m.parameters(), lr=lr)
     for s in range(1, max_steps + 1):
         idx = torch.randint(0, len(X), (b,), generator=gen)
         opt.zero_grad()
         F.cross_entropy(m(X[idx]), Y[idx]).backward()
         opt.step()
-        if s % every == 0:
-            with torch.no_grad():
-                loss = float(F.cross_entropy(m(X), Y))
-            if not np.isfinite(loss):
-                return None
-            if loss <= loss_target:
-                return s
+        with torch.no_grad():
+            loss = float(F.cross_entropy(m(X), Y))
+        if not np.isfinite(loss) or loss > 50:
+            return None
+        if loss <= loss_target:
+            return s
     return None
 
 
-def sweep(target: float, batches, lrs, max_steps: int) -> None:
+def tracked(target: float, b: int = 16, micro: int = 2, every: int = 25) -> None:
+    """A reference run (``micro`` x ``b`` per step, accumulation, lr 0.3) to ``target``: the
+    Recorder's live estimate against the exact B_simple at a few steps along the way."""
     X, Y = digits()
-    print(f"target training loss {target}; best learning rate per batch size of {lrs}")
-    print("| batch | best lr | steps | examples | steps x batch / (steps x batch at B=8) |")
+    torch.manual_seed(0)
+    m = make("mlp")
+    gen = torch.Generator().manual_seed(0)
+    opt = torch.optim.SGD(m.parameters(), lr=0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rec = Recorder(m, opt, histogram_every=0, trace_nonfinite=False)
+    exact, step = [], 0
+    while True:
+        if step % every == 0:
+            exact.append((step, exact_b_simple(m, call_loss, X, Y)["b_simple"]))
+        opt.zero_grad()
+        for _ in range(micro):
+            idx = torch.randint(0, len(X), (b,), generator=gen)
+            (F.cross_entropy(m(X[idx]), Y[idx]) / micro).backward()
+        opt.step()
+        step += 1
+        with torch.no_grad():
+            if float(F.cross_entropy(m(X), Y)) <= target or step > 5000:
+                break
+    rec.detach()
+    ns = noise_scale(rec.run)
+    assert ns is not None
+    print(f"reference run: {micro} x {b} per step, lr 0.3, {step} steps to training loss {target}")
+    print("| step | exact B_simple | live estimate (EMA 20) | 95% interval |")
+    print("| ---: | ---: | ---: | ---: |")
+    for s, ex in exact:
+        k = int(np.searchsorted(ns.steps, s))
+        if k < len(ns.steps):
+            hi = f"{ns.hi[k]:.0f}" if np.isfinite(ns.hi[k]) else "inf"
+            print(f"| {s} | {ex:.0f} | {ns.b_simple[k]:.0f} | {ns.lo[k]:.0f}-{hi} |")
+    ex_all = np.array([e for _, e in exact])
+    print(f"exact B_simple over the run: start {ex_all[0]:.0f}, median {np.median(ex_all):.0f}, end {ex_all[-1]:.0f}")
+
+
+def sweep(target: float, batches, lrs, max_steps: int) -> None:
+    """Steps to ``target`` per batch size (best learning rate of ``lrs``), and the critical batch
+    size of McCandlish et al.'s model fitted to them: S(B) = S_min (1 + B_crit / B)."""
+    X, Y = digits()
+    print(f"target training loss {target} (full data); SGD, best learning rate per batch size of {lrs}")
+    print("| batch | best lr | steps | examples | steps / steps at the batch before |")
     print("| ---: | ---: | ---: | ---: | ---: |")
-    base = None
+    got, prev = [], None
     for b in batches:
         best = None
         for lr in lrs:
-            s = steps_to(target, X, Y, b, lr, max_steps)
+            s = steps_to(target, X, Y, b, lr, max_steps if best is None else best[0])
             if s is not None and (best is None or s < best[0]):
                 best = (s, lr)
         if best is None:
             print(f"| {b} | - | >{max_steps} | - | - |")
             continue
         s, lr = best
-        base = base or s * b
-        print(f"| {b} | {lr} | {s} | {s * b} | {s * b / base:.2f} |", flush=True)
-    # B_simple where the loss reaches the target: an MLP trained there, the exact value and the estimate
-    torch.manual_seed(0)
-    m = make("mlp")
-    gen = torch.Generator().manual_seed(0)
-    opt = torch.optim.SGD(m.parameters(), lr=0.3)
-    while True:
-        idx = torch.randint(0, len(X), (32,), generator=gen)
-        opt.zero_grad()
-        F.cross_entropy(m(X[idx]), Y[idx]).backward()
-        opt.step()
-        with torch.no_grad():
-            if float(F.cross_entropy(m(X), Y)) <= target:
-                break
-    ex = exact_b_simple(m, call_loss, X, Y)["b_simple"]
-    est, lo, hi = estimate(m, X, Y, 16, 4, 200, 0)
-    print(f"B_simple at training loss {target}: exact {ex:.0f}, estimated {est:.0f} (95% interval {lo:.0f}-{hi:.0f})")
+        got.append((b, s))
+        ratio = f"{s / prev:.2f}" if prev else "-"
+        prev = s
+        print(f"| {b} | {lr} | {s} | {s * b} | {ratio} |", flush=True)
+    B = np.array([b for b, _ in got], float)
+    S = np.array([s for _, s in got], float)
+    slope, icpt = np.polyfit(1 / B, S, 1)  # S = S_min + S_min B_crit / B
+    print(f"fit S(B) = S_min (1 + B_crit/B): S_min {icpt:.1f} steps, B_crit {slope / icpt:.0f} examples")
+    tracked(target)
 
 
 # --------------------------------------------------------------------------- cost
@@ -327,11 +356,12 @@ def main(argv=None) -> None:
     ap.add_argument("--trained", type=int, default=300)
     ap.add_argument("--models", default="logreg,mlp,cnn")
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--target", type=float, default=0.05)
     ap.add_argument("--cost", action="store_true")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     if a.sweep:
-        sweep(0.15, [8, 16, 32, 64, 128, 256, 512, 1024], [0.03, 0.1, 0.3, 1.0, 3.0], 4000)
+        sweep(a.target, [8, 16, 32, 64, 128, 256, 512, 1024, 2048], [0.1, 0.3, 1.0, 3.0, 10.0], 6000)
         return
     if a.cost:
         cost_rows()
