@@ -170,7 +170,7 @@ def test_batch_far_above_the_noise_scale_is_named_and_a_matched_batch_is_not():
         found[b * micro] = [r for r in rep.recommendations if r.cause.startswith("batch_")]
         assert rep.noise_scale is not None and "Gradient noise scale B_simple" in rep.summary_text()
     (r,) = found[1024]
-    assert r.cause == "batch_too_large" and r.priority == "Low" and r.first_step == 0
+    assert r.cause == "batch_too_large" and r.priority == "Low" and r.first_step == 1  # step 0: no interval yet
     assert "against a batch of 1,024" in r.evidence and "lower the batch to about" in r.action
     assert found[32] == []
 
@@ -191,7 +191,7 @@ def test_batch_far_below_the_noise_scale_is_named():
         run.noise.append(int(step), 32, 64, 2, np.array([small / 2] * 2), np.array([big / 2] * 2))
     rep = analyze(run)
     (r,) = [r for r in rep.recommendations if r.cause.startswith("batch_")]
-    assert r.cause == "batch_too_small" and r.first_step == int(run.steps[5])
+    assert r.cause == "batch_too_small" and r.first_step == int(run.steps[6])  # its second noise row
     assert rep.noise_scale.last[0] == pytest.approx(5000, rel=0.3)
     assert "raise the batch towards" in r.action
 

@@ -109,7 +109,11 @@ class NoiseScale:
         """The estimate in words."""
         b, lo, hi = self.last
         if not np.isfinite(b):
-            return f"gradient noise scale: not yet measurable ({self.rows} rows; |G|² not above 0)"
+            floor = f", at least {lo:,.0f} examples" if lo > 0 else ""
+            return (
+                f"gradient noise scale: |G|² not yet above 0 ({self.rows} steps measured{floor}), "
+                f"batch {self.b_big:,.0f} per step"
+            )
         span = f"{lo:,.0f}–{hi:,.0f}" if np.isfinite(hi) else f"at least {lo:,.0f}"
         return (
             f"gradient noise scale B_simple ≈ {b:,.0f} examples (95% interval {span}; EMA over "
@@ -123,20 +127,25 @@ def smoothed(g2: np.ndarray, tr: np.ndarray, span: int = EMA_STEPS) -> tuple[np.
     the ratio of their moving averages and its delta-method 95% interval."""
     mg, wg = ema(g2, span)
     ms, _ = ema(tr, span)
-    # per-step spread around the smoothed values, itself smoothed over the same span
+    # per-step spread around the smoothed values, itself smoothed over the same span, corrected for
+    # the mean it is taken around (n / (n - 1), n the effective number of rows: 1 / the weights' sum
+    # of squares), so the first rows have no interval rather than a zero-width one
     vg, _ = ema((g2 - mg) ** 2, span)
     vs, _ = ema((tr - ms) ** 2, span)
     cv, _ = ema((g2 - mg) * (tr - ms), span)
     with np.errstate(invalid="ignore", divide="ignore"):
+        n = 1.0 / wg
+        corr = np.where(n > 1.5, n / (n - 1.0), np.inf)
         b = np.where(mg > 0, ms / mg, np.nan)
-        var_g, var_s, cov = wg * vg, wg * vs, wg * cv
+        var_g, var_s, cov = wg * vg * corr, wg * vs * corr, wg * cv * corr
         var_b = np.maximum(var_s - 2 * b * cov + b * b * var_g, 0.0) / (mg * mg)
         se_b, se_g, se_s = np.sqrt(var_b), np.sqrt(var_g), np.sqrt(var_s)
         resolved = mg - Z95 * se_g > 0
         lo = np.where(resolved, b - Z95 * se_b, (ms - Z95 * se_s) / (mg + Z95 * se_g))
-        lo = np.maximum(lo, 0.0)
+        lo = np.where(np.isfinite(lo), np.maximum(lo, 0.0), 0.0)
         hi = np.where(resolved, b + Z95 * se_b, np.inf)
-    return b, np.where(np.isfinite(b), lo, np.nan), np.where(np.isfinite(b), hi, np.nan)
+    # B_simple is NaN where the smoothed |G|² is not above 0; its lower bound may still say much
+    return b, np.where(np.isfinite(ms), lo, np.nan), np.where(np.isfinite(ms), hi, np.nan)
 
 
 def _groups(names: list[str]) -> dict[str, list[int]]:

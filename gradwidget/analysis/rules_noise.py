@@ -39,6 +39,7 @@ def _since(steps: np.ndarray, cond: np.ndarray) -> int | None:
 def _evidence(ns, far: float, direction: str) -> str:
     b, lo, hi = ns.last
     span = f"{lo:,.0f}–{hi:,.0f}" if np.isfinite(hi) else f"at least {lo:,.0f}"
+    what = f"≈ {b:,.0f} examples" if np.isfinite(b) else f"at least {lo:,.0f} examples (|G|² barely resolved)"
     groups = ""
     if ns.groups:
         g = {k: v[0] for k, v in ns.groups.items() if np.isfinite(v[0])}
@@ -46,7 +47,7 @@ def _evidence(ns, far: float, direction: str) -> str:
             lo_k, hi_k = min(g, key=lambda k: g[k]), max(g, key=lambda k: g[k])
             groups = f"; by module: {hi_k} {g[hi_k]:,.0f}, {lo_k} {g[lo_k]:,.0f}"
     return (
-        f"gradient noise scale B_simple ≈ {b:,.0f} examples (95% interval {span}; EMA over {ns.ema_steps} "
+        f"gradient noise scale B_simple {what} (95% interval {span}; EMA over {ns.ema_steps} "
         f"steps, {ns.rows} measured) against a batch of {ns.b_big:,.0f} per step: {far:.0f}x {direction}"
         f"{groups}; measured from gradients of {ns.b_small:,.0f} and {ns.b_big:,.0f} examples"
         + (f" ({ns.how})" if ns.how else "")
@@ -63,8 +64,8 @@ def _batch(c: Context, small: bool) -> Cause | None:
     first = _since(ns.steps, np.nan_to_num(cond, nan=0).astype(bool))
     if first is None:
         return None
-    b = ns.last[0]
-    far = b / B if small else B / b
+    b, lo, _ = ns.last
+    far = (b if np.isfinite(b) else lo) / B if small else B / b
     return Cause(
         "batch_too_small" if small else "batch_too_large",
         "Low",
@@ -88,7 +89,8 @@ def action(c: Cause, run) -> str:
     ns = noise_scale(run)
     if ns is None:
         return "compare the batch size with the gradient noise scale"
-    lo, hi = suggested_range(ns.last[0])
+    b, floor, _ = ns.last
+    lo, hi = suggested_range(b if np.isfinite(b) else floor)
     if c.cause == "batch_too_small":
         return (
             f"if the hardware has room, raise the batch towards {lo:,.0f}–{hi:,.0f} examples per step (gradient "
