@@ -3,9 +3,10 @@ material of the gradient noise scale (McCandlish et al. 2018, appendix A), with 
 
 - **Gradient accumulation**: every backward between two optimizer steps adds one micro-batch's
   gradient to ``p.grad``. A tensor hook on each parameter sees that increment before it is added;
-  its squared norm is taken on the device (tensors of at most ``STACK_NUMEL`` entries kept until
-  the end of the backward and reduced in one fused ``_foreach_norm``, larger ones reduced in the
-  hook), and at the end of each backward one more fused norm reads the accumulated gradient.
+  its squared norm is taken on the device (in one process, tensors of at most ``STACK_NUMEL``
+  entries kept until the end of the backward and reduced in one fused ``_foreach_norm``, the others
+  reduced in the hook), and at the end of each backward one more fused norm reads the accumulated
+  gradient.
 - **DDP**: the increment is this rank's local gradient, before the all-reduce; the gradient read
   after DDP's end-of-backward callback is the synchronised one, over ``world_size`` times the batch.
 
@@ -138,7 +139,11 @@ class NoiseProbe:
             torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
         v = stored_values(g.detach())
         self._seen.add(i)
-        if v.numel() <= STACK_NUMEL:
+        if v.numel() <= STACK_NUMEL and self.world_size == 1:
+            # kept for one fused norm at the end of this backward: nothing changes it before then in
+            # one process (the first increment becomes p.grad; a later one is added to it). Under
+            # DDP the all-reduce writes the averaged gradient into p.grad (the first increment)
+            # before that, so every norm there is taken in the hook
             self._small_i.append(i)
             self._small_g.append(v)
         else:
