@@ -49,24 +49,27 @@ def two_size_estimates(b_small, b_big, small_sq, big_sq) -> tuple[np.ndarray, np
 
 
 def ema(x: np.ndarray, span: int = EMA_STEPS) -> tuple[np.ndarray, np.ndarray]:
-    """Bias-corrected exponential moving average of ``x`` along its first axis (NaN rows skipped)
-    and, per row, the sum of the squared normalised weights (the variance factor of that mean)."""
-    a = 2.0 / (span + 1.0)
+    """Bias-corrected exponential moving average of ``x`` (finite) along its first axis and, per
+    row, the sum of the squared normalised weights (the variance factor of that mean). Vectorised a
+    block of rows at a time (the block as long as the weights' range stays well inside float64)."""
     x = np.asarray(x, np.float64)
-    out = np.full(x.shape, np.nan)
-    w2 = np.full(x.shape, np.nan)
-    m = np.zeros(x.shape[1:])
-    wsum = np.zeros(x.shape[1:])
-    wsq = np.zeros(x.shape[1:])
-    for i in range(x.shape[0]):  # one pass over steps, vectorised over columns
-        ok = np.isfinite(x[i])
-        m = np.where(ok, (1 - a) * m + a * np.where(ok, x[i], 0.0), m)
-        wsum = np.where(ok, (1 - a) * wsum + a, wsum)
-        wsq = np.where(ok, (1 - a) ** 2 * wsq + a * a, wsq)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[i] = np.where(wsum > 0, m / wsum, np.nan)
-            w2[i] = np.where(wsum > 0, wsq / (wsum * wsum), np.nan)
-    return out, w2
+    n = x.shape[0]
+    a = 2.0 / (span + 1.0)
+    d = 1.0 - a
+    k = np.arange(1, n + 1, dtype=np.float64).reshape((n,) + (1,) * (x.ndim - 1))
+    wsum = 1.0 - d**k
+    w2 = a * a * (1.0 - d ** (2 * k)) / (1.0 - d * d) / (wsum * wsum) if d > 0 else np.ones_like(k)
+    if d <= 0:
+        return x.copy(), np.broadcast_to(w2, x.shape).copy()
+    block = int(min(256, max(1, 20 / -np.log10(d))))
+    m = np.zeros(x.shape, np.float64)
+    carry = np.zeros(x.shape[1:], np.float64)
+    for s in range(0, n, block):  # m_i = d m_(i-1) + a x_i, as cumulative sums within a block
+        xs = x[s : s + block]
+        j = np.arange(len(xs), dtype=np.float64).reshape((len(xs),) + (1,) * (x.ndim - 1))
+        m[s : s + block] = d**j * (d * carry + a * np.cumsum(xs * d**-j, axis=0))
+        carry = m[s + len(xs) - 1]
+    return m / wsum, np.broadcast_to(w2, x.shape).copy()
 
 
 @dataclass
@@ -163,7 +166,8 @@ def noise_scale(run, span: int = EMA_STEPS) -> NoiseScale | None:
     if ns is None or not len(ns):
         return None
     rows = ns.window()
-    rows = rows[np.isfinite(rows["b_small"]) & (rows["b_big"] > rows["b_small"])]
+    ok = np.isfinite(rows["b_small"]) & (rows["b_big"] > rows["b_small"])
+    rows = rows[ok & np.isfinite(rows["small_total"]) & np.isfinite(rows["big_total"])]  # a NaN/Inf step: skipped
     if not len(rows):
         return None
     g2, tr = two_size_estimates(rows["b_small"], rows["b_big"], rows["small_total"], rows["big_total"])
@@ -171,8 +175,8 @@ def noise_scale(run, span: int = EMA_STEPS) -> NoiseScale | None:
     groups = {}
     by = _groups(run.layer_names)
     if len(by) > 1:
-        small = np.nan_to_num(rows["small_sq"].astype(np.float64))
-        big = np.nan_to_num(rows["big_sq"].astype(np.float64))
+        small = np.nan_to_num(rows["small_sq"].astype(np.float64), posinf=0.0)
+        big = np.nan_to_num(rows["big_sq"].astype(np.float64), posinf=0.0)
         per_s = np.stack([small[:, cols].sum(axis=1) for cols in by.values()], axis=1)
         per_b = np.stack([big[:, cols].sum(axis=1) for cols in by.values()], axis=1)
         gg, gt = two_size_estimates(rows["b_small"], rows["b_big"], per_s, per_b)
