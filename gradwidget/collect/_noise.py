@@ -187,6 +187,13 @@ class NoiseProbe:
         self._k += 1
 
     _requeued = False
+    two_sizes_seen = False
+
+    @property
+    def keeps_rows(self) -> bool:
+        """Whether the run will get a noise row a step (for the memory window): hooked and either
+        told to (``True``) or already seen two batch sizes ("auto" decides at the first step)."""
+        return self.armed and (self.mode is True or self.two_sizes_seen)
 
     # ------------------------------------------------------------------ steps
     def _reset_step(self) -> None:
@@ -212,6 +219,7 @@ class NoiseProbe:
                 self.remove()
             return None
         self._one_size = 0
+        self.two_sizes_seen = True
         mask = np.zeros(len(self.params), bool)
         mask[list(seen)] = True
         return NoiseStep(incr, acc, k, list(sizes), mask)
