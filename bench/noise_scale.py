@@ -65,7 +65,55 @@ class TinyCNN(nn.Module):
         return self.fc(x.flatten(1))
 
 
+def markov_text(n: int = 1024, seq: int = 16, vocab: int = 64, seed: int = 0):
+    """``n`` token sequences from a fixed random Markov chain (each token has 4 likely successors):
+    a language a small LM can learn. ``(X, X)``: the labels are the inputs (shifted inside GPT-2)."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(vocab, vocab, generator=g) + 4.0 * (torch.rand(vocab, vocab, generator=g) < 4 / vocab)
+    probs = logits.softmax(1)
+    X = torch.empty(n, seq, dtype=torch.int64)
+    X[:, 0] = torch.randint(0, vocab, (n,), generator=g)
+    for t in range(1, seq):
+        X[:, t] = torch.multinomial(probs[X[:, t - 1]], 1, generator=g).squeeze(1)
+    return X, X
+
+
+def tiny_gpt2() -> nn.Module:
+    import logging
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity(logging.ERROR)
+    cfg = GPT2Config(
+        vocab_size=64,
+        n_positions=16,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return GPT2LMHeadModel(cfg)
+
+
+def data_of(kind: str):
+    return markov_text() if kind == "gpt2" else digits()
+
+
+def batch_loss(model, x, y):
+    """The loss averaged over a batch (GPT-2: over its tokens, every sequence the same length)."""
+    if isinstance(model, nn.Module) and type(model).__name__ == "GPT2LMHeadModel":
+        return model(input_ids=x, labels=y).loss
+    return F.cross_entropy(model(x), y)
+
+
 def make(kind: str) -> nn.Module:
+    if kind == "gpt2":
+        return tiny_gpt2()
     if kind == "logreg":
         return nn.Linear(64, 10)
     if kind == "mlp":
@@ -80,12 +128,16 @@ def ce(model, x, y):
 
 
 # --------------------------------------------------------------------------- ground truth
-def exact_b_simple(model: nn.Module, loss_fn, X: torch.Tensor, Y: torch.Tensor, chunk: int = 512) -> dict:
-    """tr(Σ), |G|² and B_simple at the model's parameters, from every example's gradient."""
+def exact_b_simple(model: nn.Module, X: torch.Tensor, Y: torch.Tensor, chunk: int = 512) -> dict:
+    """tr(Σ), |G|² and B_simple at the model's parameters, from every example's gradient (tied
+    weights once, with the gradient of every use, as the Recorder sees them)."""
     params = {k: v.detach() for k, v in model.named_parameters() if v.requires_grad}
+    gpt2 = type(model).__name__ == "GPT2LMHeadModel"
 
     def one(p, x, y):
-        return loss_fn(lambda inp: functional_call(model, p, (inp,)), x[None], y[None])
+        if gpt2:
+            return functional_call(model, p, (x[None],), {"labels": y[None]}).loss
+        return F.cross_entropy(functional_call(model, p, (x[None],)), y[None])
 
     per = vmap(grad(one), in_dims=(None, 0, 0))
     s1 = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in params.items()}
@@ -102,14 +154,10 @@ def exact_b_simple(model: nn.Module, loss_fn, X: torch.Tensor, Y: torch.Tensor, 
     return {"g2": g2, "tr": tr, "b_simple": tr / g2}
 
 
-def call_loss(f, x, y):
-    return F.cross_entropy(f(x), y)
-
-
-def estimate(model, X, Y, b: int, micro: int, steps: int, seed: int, span: int = 20) -> tuple[float, float, float]:
-    """The Recorder's B_simple (last smoothed value and its interval, EMA over ``span`` steps) over
-    ``steps`` accumulation steps of ``micro`` micro-batches of ``b`` examples, with lr 0 (the
-    parameters stay put)."""
+def estimate(model, X, Y, b: int, micro: int, steps: int, seed: int) -> tuple[tuple, float]:
+    """The Recorder's B_simple over ``steps`` accumulation steps of ``micro`` micro-batches of ``b``
+    examples, with lr 0 (the parameters stay put): the panel's (last value of the EMA over 20
+    steps, its interval) and the estimate averaged over every step."""
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     gen = torch.Generator().manual_seed(1000 + seed)
     with warnings.catch_warnings():
@@ -119,12 +167,12 @@ def estimate(model, X, Y, b: int, micro: int, steps: int, seed: int, span: int =
         opt.zero_grad()
         for _ in range(micro):
             idx = torch.randint(0, len(X), (b,), generator=gen)
-            (F.cross_entropy(model(X[idx]), Y[idx]) / micro).backward()
+            (batch_loss(model, X[idx], Y[idx]) / micro).backward()
         opt.step()
     rec.detach()
-    ns = noise_scale(rec.run, span)
-    assert ns is not None
-    return ns.last
+    ns, whole = noise_scale(rec.run), noise_scale(rec.run, steps)
+    assert ns is not None and whole is not None
+    return ns.last, whole.last[0]
 
 
 def train(model, X, Y, steps: int, b: int = 32, lr: float = 0.1, seed: int = 0) -> None:
@@ -133,14 +181,14 @@ def train(model, X, Y, steps: int, b: int = 32, lr: float = 0.1, seed: int = 0) 
     for _ in range(steps):
         idx = torch.randint(0, len(X), (b,), generator=gen)
         opt.zero_grad()
-        F.cross_entropy(model(X[idx]), Y[idx]).backward()
+        batch_loss(model, X[idx], Y[idx]).backward()
         opt.step()
 
 
 def compare(kinds, seeds: int, steps: int, b: int, micro: int, trained: int) -> list[dict]:
-    X, Y = digits()
     rows = []
     for kind in kinds:
+        X, Y = data_of(kind)
         for when in ("init", f"after {trained} steps"):
             errs, exact_v, est_v, covered, long_errs, unmeasured = [], [], [], 0, [], 0
             for seed in range(seeds):
@@ -148,9 +196,8 @@ def compare(kinds, seeds: int, steps: int, b: int, micro: int, trained: int) -> 
                 m = make(kind)
                 if when != "init":
                     train(m, X, Y, trained, seed=seed)
-                ex = exact_b_simple(m, call_loss, X, Y)["b_simple"]
-                est, lo, hi = estimate(m, X, Y, b, micro, steps, seed)
-                long_est = estimate(m, X, Y, b, micro, steps, seed, span=steps)[0]
+                ex = exact_b_simple(m, X, Y)["b_simple"]
+                (est, lo, hi), long_est = estimate(m, X, Y, b, micro, steps, seed)
                 exact_v.append(ex)
                 long_errs.append(long_est / ex - 1)
                 covered += lo <= ex <= hi
@@ -219,7 +266,7 @@ def tracked(target: float, b: int = 16, micro: int = 2, every: int = 25) -> None
     exact, step = [], 0
     while True:
         if step % every == 0:
-            exact.append((step, exact_b_simple(m, call_loss, X, Y)["b_simple"]))
+            exact.append((step, exact_b_simple(m, X, Y)["b_simple"]))
         opt.zero_grad()
         for _ in range(micro):
             idx = torch.randint(0, len(X), (b,), generator=gen)
@@ -283,38 +330,58 @@ def _timed(fn, n):
     return out
 
 
-def cost_rows(repeats: int = 30, micro: int = 4) -> None:
-    """Median step times, interleaved: accumulation with noise_scale off / on; one backward vs
-    split_backward in two."""
+def cost_rows(kind: str = "mlp", repeats: int = 30, micro: int = 4) -> None:
+    """Median step times, interleaved in blocks of 5 steps: accumulation with no Recorder, with
+    noise_scale off and on; one backward vs split_backward in two (both under a Recorder whose
+    "auto" hooks went after the first step). ``kind``: "mlp" (digits, 64-512-512-10, batch 64) or
+    "transformer" (bench/overhead.py's LM, 4 x d256, batch 4 x 64 tokens)."""
     torch.set_num_threads(1)
-    X, Y = digits()
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(0)
-    b = 64
+    if kind == "mlp":
+        X, Y = digits()
+        model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+        b = 64
 
-    def batch():
-        idx = torch.randint(0, len(X), (b,), generator=gen)
-        return X[idx], Y[idx]
+        def batch():
+            idx = torch.randint(0, len(X), (b,), generator=gen)
+            return X[idx], Y[idx]
+
+        def loss_of(x, y):
+            return F.cross_entropy(model(x), y)
+
+        what = f"MLP 64-512-512-10, batch {b}"
+    else:
+        from overhead import make_model
+
+        vocab, b, seq = 2000, 4, 64
+        model = make_model(vocab=vocab)
+        data = torch.randint(0, vocab, (64, seq + 1), generator=gen)
+
+        def batch():
+            t = data[torch.randint(0, len(data), (b,), generator=gen)]
+            return t[:, :-1], t[:, 1:]
+
+        def loss_of(x, y):
+            return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+
+        what = f"bench transformer (4 x d256), batch {b} x {seq} tokens"
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
 
     def accum_step():
         opt.zero_grad()
         for _ in range(micro):
-            x, y = batch()
-            (F.cross_entropy(model(x), y) / micro).backward()
+            (loss_of(*batch()) / micro).backward()
         opt.step()
 
-    def plain_step(rec=None):
+    def plain_step():
         opt.zero_grad()
-        x, y = batch()
-        F.cross_entropy(model(x), y).backward()
+        loss_of(*batch()).backward()
         opt.step()
 
     def split_step(rec):
         opt.zero_grad()
-        x, y = batch()
-        rec.split_backward(lambda a, c: F.cross_entropy(model(a), c), x, y)
+        rec.split_backward(loss_of, *batch())
         opt.step()
 
     kw = dict(histogram_every=0, trace_nonfinite=False, update_every=10)
@@ -330,21 +397,23 @@ def cost_rows(repeats: int = 30, micro: int = 4) -> None:
             times["on"] += _timed(accum_step, 5)
             rec.detach()
             rec = Recorder(model, opt, noise_scale="auto", **kw)
-            times["plain"] += _timed(lambda: plain_step(rec), 5)
+            plain_step()  # the first step: "auto" sees one batch size and removes its hooks
+            times["plain"] += _timed(plain_step, 5)
             times["split"] += _timed(lambda: split_step(rec), 5)
             rec.detach()
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-    print(f"MLP 64-512-512-10 ({sum(p.numel() for p in model.parameters()):,} parameters), batch {b}, 1 thread")
-    print("| step | median ms | / bare |")
+    n = sum(p.numel() for p in model.parameters())
+    print(f"{what} ({n:,} parameters, {len(list(model.parameters()))} tensors), 1 thread, {repeats} x 5 steps each")
+    print("| step | median ms | ratio |")
     print("| --- | ---: | ---: |")
-    print(f"| {micro} x {b} accumulation, no Recorder | {med['bare']:.2f} | 1.00x |")
+    print(f"| {micro} micro-batches, no Recorder | {med['bare']:.2f} | 1.00x |")
     print(f"| ... Recorder, noise_scale=False | {med['off']:.2f} | {med['off'] / med['bare']:.3f}x |")
-    print(f"| ... Recorder, noise_scale=True | {med['on']:.2f} | {med['on'] / med['bare']:.3f}x |")
-    print(f"| one backward of {b} (Recorder, 'auto', hooks removed) | {med['plain']:.2f} | 1.00x (of this row) |")
     print(
-        f"| split_backward: two of {b // 2} | {med['split']:.2f} | {med['split'] / med['plain']:.3f}x "
-        "(of the one-backward step) |"
+        f"| ... Recorder, noise_scale=True | {med['on']:.2f} | {med['on'] / med['bare']:.3f}x "
+        f"({med['on'] / med['off']:.3f}x the Recorder without it) |"
     )
+    print(f"| one backward (Recorder, 'auto' unhooked) | {med['plain']:.2f} | 1.00x |")
+    print(f"| split_backward, 2 halves | {med['split']:.2f} | {med['split'] / med['plain']:.3f}x the one backward |")
 
 
 def main(argv=None) -> None:
@@ -354,7 +423,7 @@ def main(argv=None) -> None:
     ap.add_argument("--b", type=int, default=16)
     ap.add_argument("--micro", type=int, default=4)
     ap.add_argument("--trained", type=int, default=300)
-    ap.add_argument("--models", default="logreg,mlp,cnn")
+    ap.add_argument("--models", default="logreg,mlp,cnn,gpt2")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--target", type=float, default=0.05)
     ap.add_argument("--cost", action="store_true")
@@ -364,7 +433,8 @@ def main(argv=None) -> None:
         sweep(a.target, [8, 16, 32, 64, 128, 256, 512, 1024, 2048], [0.1, 0.3, 1.0, 3.0, 10.0], 6000)
         return
     if a.cost:
-        cost_rows()
+        for kind in ("mlp", "transformer"):
+            cost_rows(kind)
         return
     print(f"{a.micro} micro-batches of {a.b} per step ({a.micro * a.b} per step), {a.steps} steps, EMA 20")
     print(
