@@ -102,6 +102,7 @@ class NoiseProbe:
         self.source = "argument" if batch_size is not None else "input"
         self._model = model
         self._handles: list = []
+        self._indices: dict = {}
         self._one_size = 0  # consecutive steps with one batch size ("auto")
         self.one_size_note: str | None = None
         self._reset_step()
@@ -176,18 +177,29 @@ class NoiseProbe:
                 return
             dev = parts[0].device
             incr = torch.zeros(len(self.params), dtype=torch.float64, device=dev)
-            incr[torch.tensor(idx, device=dev)] = torch.cat([t.to(dev) for t in parts]).square()
+            incr[self._index(idx, dev)] = torch.cat([t.to(dev) for t in parts]).square()
             self._incr_sq = incr if self._incr_sq is None else self._incr_sq.add_(incr)
             got = [(j, p.grad) for j, p in enumerate(self.params) if p.grad is not None]
             acc = torch.zeros_like(incr)
             if got:
                 cols, grads = zip(*got)
-                acc[torch.tensor(cols, device=dev)] = norms([stored_values(g) for g in grads]).to(dev).double().square()
+                acc[self._index(cols, dev)] = norms([stored_values(g) for g in grads]).to(dev).double().square()
             self._acc_sq = acc
         self._k += 1
 
     _requeued = False
     two_sizes_seen = False
+
+    def _index(self, idx, dev: torch.device) -> torch.Tensor:
+        """``idx`` as an index tensor on ``dev``, made once per distinct list (the arrival order
+        repeats from backward to backward): a host-to-device copy is a host sync on CUDA."""
+        key = (tuple(idx), dev)
+        t = self._indices.get(key)
+        if t is None:
+            if len(self._indices) > 64:  # a model whose set of gradients keeps changing
+                self._indices.clear()
+            t = self._indices[key] = torch.tensor(key[0], device=dev)
+        return t
 
     @property
     def keeps_rows(self) -> bool:
