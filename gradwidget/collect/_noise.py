@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,7 +46,7 @@ ONE_SIZE_TEXT = (
     "only one batch size was seen (one backward per optimizer step, in one process), so the gradient "
     "noise scale cannot be estimated from it; run one step in N with "
     "recorder.split_backward(loss_fn, *batch) (the batch in two halves: the same examples, no extra "
-    "backward), or use gradient accumulation"
+    "backward; the step costs ~1.1-1.3x, docs/costs.md), or use gradient accumulation"
 )
 
 
@@ -102,6 +103,7 @@ class NoiseProbe:
         self.source = "argument" if batch_size is not None else "input"
         self._model = model
         self._handles: list = []
+        self._fwd_handle: Any = None
         self._indices: dict = {}
         self._one_size = 0  # consecutive steps with one batch size ("auto")
         self.one_size_note: str | None = None
@@ -120,13 +122,22 @@ class NoiseProbe:
         for i, p in enumerate(self.params):
             if p.requires_grad:
                 self._handles.append(p.register_hook(partial(self._incoming, i)))
-        if self.fixed_batch is None:
-            self._handles.append(self._model.register_forward_pre_hook(self._forward, with_kwargs=True))
+        if self.mode is True or self.world_size > 1 or self.two_sizes_seen:
+            self._watch_input()
+
+    def _watch_input(self) -> None:
+        """Read the batch size off the model's input (a forward pre-hook on the root module), unless
+        it was given. "auto" installs it once two batch sizes are seen, not before: a hook added
+        and removed again would make ``torch.compile`` compile the forward twice."""
+        if self.fixed_batch is None and self._fwd_handle is None:
+            self._fwd_handle = self._model.register_forward_pre_hook(self._forward, with_kwargs=True)
 
     def remove(self) -> None:
         for h in self._handles:
             h.remove()
-        self._handles, self.armed = [], False
+        if self._fwd_handle is not None:
+            self._fwd_handle.remove()
+        self._handles, self.armed, self._fwd_handle = [], False, None
         self._reset_step()
 
     def _forward(self, module, args, kwargs) -> None:
@@ -232,6 +243,8 @@ class NoiseProbe:
             return None
         self._one_size = 0
         self.two_sizes_seen = True
+        if self.armed and not self._once:
+            self._watch_input()  # "auto": from the next step on (this one's batch size may be unknown)
         mask = np.zeros(len(self.params), bool)
         mask[list(seen)] = True
         return NoiseStep(incr, acc, k, list(sizes), mask)
@@ -267,11 +280,12 @@ class NoiseProbe:
         return out
 
 
-def split_backward(loss_fn, batch: tuple, parts: int = 2) -> torch.Tensor:
+def split_backward(loss_fn, batch: tuple, parts: int = 2, sizes=None) -> torch.Tensor:
     """Forward and backward ``loss_fn(*batch)`` in ``parts`` equal slices along the first dimension,
     each loss divided by ``parts``: for a loss averaged over the batch, the gradient one backward of
     the whole batch gives (up to layers that mix examples, such as BatchNorm in training mode), seen
-    at two batch sizes. Returns the whole batch's loss (detached)."""
+    at two batch sizes. ``sizes(n)`` is told each part's size before its backward. Returns the whole
+    batch's loss (detached)."""
     n = first_dim(batch, {})
     if n is None or n < parts:
         raise ValueError(f"split_backward needs a batch of at least {parts} examples along the first dimension")
@@ -280,6 +294,8 @@ def split_backward(loss_fn, batch: tuple, parts: int = 2) -> torch.Tensor:
         lo, hi = int(idx[0]), int(idx[-1]) + 1
         piece = tuple(a[lo:hi] if isinstance(a, torch.Tensor) and a.ndim >= 1 and a.shape[0] == n else a for a in batch)
         loss = loss_fn(*piece) / parts
+        if sizes is not None:
+            sizes(hi - lo)
         loss.backward()
         total = loss.detach() if total is None else total + loss.detach()
     assert total is not None

@@ -326,7 +326,12 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
             raise RuntimeError("split_backward needs Recorder(..., noise_scale='auto' or True) (not under FSDP)")
         self._noise.arm(once=not self._noise.armed)
         parts = _count_arg("parts", parts, 2)
-        return split_backward(loss_fn, batch, parts)
+        noise = self._noise
+
+        def told(n: int) -> None:  # each part's size: the small batch
+            noise.user_batch, noise.source = n, "split_backward"
+
+        return split_backward(loss_fn, batch, parts, told)
 
     def record_step(self) -> None:
         """Record the gradients as they are now as one optimizer step, for a Recorder built with
