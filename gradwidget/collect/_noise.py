@@ -46,7 +46,7 @@ ONE_SIZE_TEXT = (
     "only one batch size was seen (one backward per optimizer step, in one process), so the gradient "
     "noise scale cannot be estimated from it; run one step in N with "
     "recorder.split_backward(loss_fn, *batch) (the batch in two halves: the same examples, no extra "
-    "backward; the step costs ~1.1-1.3x, docs/costs.md), or use gradient accumulation"
+    "backward; that step costs ~1.2-1.3x, docs/costs.md), or use gradient accumulation"
 )
 
 
