@@ -17,7 +17,18 @@
    vs True, and a plain step vs ``Recorder.split_backward`` (the opt-in for one batch size),
    interleaved, medians; torch single-threaded.
 
-    python bench/noise_scale.py [--seeds 5] [--steps 200] [--sweep] [--cost] [--gpt2]
+    python bench/noise_scale.py [--seeds 5] [--steps 200] [--b 64] [--models logreg,mlp,cnn,gpt2] [--sweep] [--cost]
+
+Measured on the development machine (busy, 2 cores; the tables are in README.md and docs/costs.md):
+4 x 64 per step, 200 steps, 5 seeds (GPT-2: 3 seeds, 120 steps). Median relative error of the panel's
+value (EMA over 20 steps) against the exact B_simple, ± its sd over seeds: at initialisation -0.2% ±
+3.8% (logistic regression, exact 31), -1.1% ± 3.1% (MLP, 29), -2.2% ± 6.7% (CNN, 93), +0.6% ± 3.8%
+(GPT-2, 26); after 300 SGD steps +10.6% ± 13.0% (898), -0.9% ± 22.5% (1,152), +17.3% ± 22.9% (236),
++0.1% ± 4.0% (72); averaged over every step the error is within 3% (sd 0.7-11%); the exact value lay
+inside the 95% interval in 35 of 36 runs. Sweep (training loss 0.05): steps 586, 296, 146, 89, 51,
+37, 27, 25, 22 for batches 8 ... 2,048; fitted B_crit 268; exact B_simple along a reference run 29 at
+the start, median 456. Cost: the noise hooks 1.066x (MLP, 6 tensors) and 1.033x (bench transformer)
+a recorded accumulation step; split_backward 1.32x and 1.19x the step it splits.
 """
 
 from __future__ import annotations
