@@ -179,8 +179,16 @@ def test_two_process_run_equals_single_process(mode, launch, single_runs, tmp_pa
     assert [info.to_dict() for info in run.layers] == [info.to_dict() for info in ref.layers]
     np.testing.assert_array_equal(run.edges, ref.edges)
     assert run.meta["model"] == ref.meta["model"] == "Sequential"
-    # one run directory, written by rank 0 alone
-    assert sorted(p.name for p in log_dir.iterdir()) == ["hist.bin", "meta.json", "steps.bin"]
+    # one run directory, written by rank 0 alone (DDP: with the gradient at two batch sizes)
+    noise = ["noise.bin"] if mode == "ddp" else []
+    assert sorted(p.name for p in log_dir.iterdir()) == sorted(["hist.bin", "meta.json", "steps.bin", *noise])
+    if mode == "ddp":  # rank 0's local gradient (8 rows) and DDP's averaged one (16): the latter is the single run's
+        rows = run.noise.rows
+        assert list(rows["b_small"]) == [8] * 4 and list(rows["b_big"]) == [16] * 4 and list(rows["n_small"]) == [2] * 4
+        cols = [run.layer_index(n) for n in ref.layer_names]
+        np.testing.assert_allclose(rows["big_sq"][:, cols], ref.metric("grad_norm") ** 2, rtol=1e-4)
+        assert (rows["small_total"] > rows["big_total"]).all()  # half the batch: a noisier gradient
+        assert run.meta["noise_scale"]["two_sizes"] == "ddp and accumulation"
     r0, r1 = infos
     assert r0["has_writer"] and r0["has_run"]
     assert not r1["has_writer"] and not r1["has_run"]

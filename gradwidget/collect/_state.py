@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ..storage import RunWriter
     from ..thresholds import Thresholds
     from ._groups import Plan
+    from ._noise import NoiseProbe, NoiseStep
     from ._replica_exchange import ReplicaExchange
     from ._steps import ShardedStep
     from .distributed import DistContext, OriginExchange
@@ -51,6 +52,9 @@ class _RecorderState:
     _trace_measured: TraceCost | None
     _loss_probe: LossGraphProbe | None
     _replicas: ReplicaExchange | None
+    _noise: NoiseProbe | None
+    _noise_step: NoiseStep | None
+    _noise_row: tuple | None
     # the parameters, and the columns they become at the first step
     _names: list[str]
     _params: list[torch.Tensor]

@@ -16,6 +16,7 @@ import torch
 from .._warnings import GradwidgetWarning
 from ..run import NonfiniteOrigin
 from ._kernels import HostCopy
+from ._noise import append_noise
 from ._stats import _M
 from ._state import _RecorderState
 
@@ -163,6 +164,7 @@ class _Steps(_RecorderState):
                 skipped=self.optimizer is not None and not before_update,
             )
             self._weigh_tracing(self._pending.get("step", step_no))
+        self._noise_step = self._noise.end_step() if self._noise is not None else None
         if step_no % self.every:
             return
         if self._order is None:
@@ -186,6 +188,8 @@ class _Steps(_RecorderState):
         if loss is not None:
             pend["loss"] = loss
         self._append_step(step_no, pend, values, hist)
+        if self._noise is not None:
+            append_noise(self.run, self._writer, self._noise, self._noise_row)
         self._trace_origin(values)
         self._recorded += 1
         if before_update and self._update_bufs is not None and (self._recorded - 1) % self.update_every == 0:

@@ -49,6 +49,7 @@ from ._inputs import (
     _unwrapped_optimizer,
 )
 from ._kernels import norms
+from ._noise import NoiseProbe, check_noise_mode, split_backward
 from ._stats import _Statistics
 from ._setup import _Setup
 from ._steps import _Steps
@@ -87,6 +88,15 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         than 5 ms per step (5,000 x Linear(2,2): 3.0x a bare step -> 1.06x; a toy MLP and the bench
         transformer stay traced; docs/costs.md). True always traces, False never. Under
         ``torch.distributed`` "auto" keeps tracing on (every rank then decides alike).
+    noise_scale: see each step's gradient at two batch sizes, for the gradient noise scale
+        (``run.noise``; ``gradwidget.collect._noise``): the micro-batches of gradient accumulation
+        and the accumulated gradient, or under DDP rank 0's local gradient and the synchronised one.
+        ``"auto"`` (default) removes its hooks after a first step of one batch size (one backward a step,
+        one process) and says so in ``run.meta["noise_scale"]``; ``split_backward`` opts a step in.
+        True always hooks, False never. Not under FSDP.
+    batch_size: the examples in one micro-batch (one backward); None (default) reads it from the
+        first dimension of the first tensor the model is called with. ``log(batch_size=...)``
+        sets it for one step.
 
     One Recorder per model: building another on the same model detaches this one (with a warning),
     as re-running a notebook cell does. With an optimizer, ``optimizer.zero_grad`` is wrapped on the
@@ -123,6 +133,8 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         foreach_all: bool = False,
         trace_nonfinite: bool | str = "auto",
         step_hooks: bool = True,
+        noise_scale: bool | str = "auto",
+        batch_size: int | None = None,
     ) -> None:
         model, optimizer = _unwrapped(model), _unwrapped_optimizer(optimizer)
         if not isinstance(model, nn.Module):
@@ -138,6 +150,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
             max_steps = _count_arg("max_steps", max_steps, 1, "'auto', None or ")
         memory_budget = _bytes_arg("memory_budget", memory_budget)
         self.trace_nonfinite = check_mode(trace_nonfinite)
+        noise_scale = check_noise_mode(noise_scale)
+        if batch_size is not None:
+            batch_size = _count_arg("batch_size", batch_size, 1)
         #: how the model is distributed (None in a single process: no distributed code runs)
         self._dist = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -212,6 +227,8 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self._trace_measured = None  # the TraceCost "auto" decided on
         self._exchange = None  # distributed: where the ranks' non-finite origins meet
         self._loss_probe = None
+        self._noise: NoiseProbe | None = None
+        self._noise_step = self._noise_row = None
         if self._dist is not None and trace_nonfinite:
             self._exchange = self._dist.origin_exchange()
         self._replicas = None
@@ -237,6 +254,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
                 self._wrap_zero_grad()
         self._install_graph_capture()
         self._loss_probe = LossGraphProbe(model)
+        if noise_scale and (self._dist is None or not self._dist.sharded):
+            world = self._dist.world_size if self._dist is not None and self._dist.kind == "ddp" else 1
+            self._noise = NoiseProbe(model, self._params, batch_size, world, noise_scale)
         if trace_nonfinite:
             self._tracer = NonfiniteTracer(model)
         self._attach_replica_check()  # after the step pre-hook: rank 0 labels the step it recorded
@@ -271,11 +291,15 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self._replica_hook = self.optimizer.register_step_pre_hook(self._replicas.step_hook)
 
     # ------------------------------------------------------------------ public
-    def log(self, loss=None, lr=None, step: int | None = None, global_norm=None) -> None:
+    def log(self, loss=None, lr=None, step: int | None = None, global_norm=None, batch_size=None) -> None:
         """Attach the loss (a tensor is fine: it is read once, at record time), a learning rate, or
         your own step number to the next recorded step. ``global_norm``: the global gradient norm a
         trainer computed before clipping it (kept instead of the norm of the clipped gradients, so
-        the explosion clipping hid stays visible)."""
+        the explosion clipping hid stays visible). ``batch_size``: the examples in each of this
+        step's micro-batches (call it before the backwards; for the gradient noise scale)."""
+        if batch_size is not None and self._noise is not None:
+            self._noise.user_batch = _count_arg("batch_size", batch_size, 1)
+            self._noise.source = "log"
         if global_norm is not None:
             self._pending["global_norm"] = _check_number("global_norm", global_norm)
         if loss is not None:
@@ -310,6 +334,8 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         if self._loss_probe is not None:
             self._loss_probe.remove()
             self._loss_probe = None
+        if self._noise is not None:
+            self._noise.remove()
         self._unwrap_zero_grad()
         self._update_bufs = None
         if self._replicas is not None and self._attached:
@@ -328,6 +354,24 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         if exc_type is not None:
             self._stepped = True  # training failed: its last gradients are no skipped step to record
         self.detach()
+
+    def split_backward(self, loss_fn, *batch, parts: int = 2):
+        """Run this step's forward and backward as ``parts`` slices of ``batch`` (along its first
+        dimension), each ``loss_fn(*slice) / parts``: the same gradient as ``loss_fn(*batch).backward()``
+        for a loss averaged over the batch (not with BatchNorm in training mode), seen at two batch
+        sizes, so the gradient noise scale is estimated at this step. Call it one step in N instead of
+        the backward; returns the batch's loss (detached). Its cost: ``parts`` smaller forwards and
+        backwards instead of one (bench/noise_scale.py measures it)."""
+        if self._noise is None:
+            raise RuntimeError("split_backward needs Recorder(..., noise_scale='auto' or True) (not under FSDP)")
+        self._noise.arm(once=not self._noise.armed)
+        parts = _count_arg("parts", parts, 2)
+        noise = self._noise
+
+        def told(n: int) -> None:  # each part's size: the small batch
+            noise.user_batch, noise.source = n, "split_backward"
+
+        return split_backward(loss_fn, batch, parts, told)
 
     def record_step(self) -> None:
         """Record the gradients as they are now as one optimizer step, for a Recorder built with

@@ -9,6 +9,7 @@ import base64
 from ..run import Run
 from . import payload as P
 from .base import PanelBase
+from .noise import noise_values
 from .static import heat_png
 from .table import analyse, changed_rows, group_rows
 
@@ -68,6 +69,8 @@ class PanelBackground(PanelBase):
             rows = group_rows(layer_rows, self._rows_of(snap), snap)
             changed = changed_rows(self.table, rows)
             values: dict = {"diagnoses": diagnoses}
+            if report is not None:
+                values.update(noise_values(report))
             if html is not None:
                 values["static_html"] = html
             if changed is not None and self.comm is not None:

@@ -6,6 +6,8 @@ module with a ``RULE`` and naming it here. ``diagnose`` runs, folds and ranks th
 from __future__ import annotations
 
 from . import (
+    batch_too_large,
+    batch_too_small,
     dead_units,
     exploding,
     frozen,
@@ -42,6 +44,8 @@ RULES: tuple[CauseRule, ...] = (
     vanishing.RULE,
     lr_too_low.RULE,
     plateau.RULE,
+    batch_too_small.RULE,
+    batch_too_large.RULE,
     frozen.RULE,
 )
 #: the causes' names, in precedence order.

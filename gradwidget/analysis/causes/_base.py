@@ -13,6 +13,7 @@ from ...origin import NonfiniteOrigin
 from ..evidence import Architecture, LossEvidence, is_embedding, update_ratio_series
 from ..flow import Region
 from ..health import Dynamics, RiskFactor
+from ..noise_scale import NoiseScale, noise_scale
 from ..stats import Series
 
 #: priorities, most urgent first.
@@ -91,6 +92,11 @@ class Context:
     def t(self):
         """The run's Thresholds (every bound shared with the plots or between causes)."""
         return self.s.run.thresholds
+
+    @functools.cached_property
+    def noise(self) -> NoiseScale | None:
+        """The gradient noise scale (``noise_scale.noise_scale``), computed once (the Report keeps it)."""
+        return noise_scale(self.run)
 
     @functools.cached_property
     def update_ratio(self) -> tuple[np.ndarray, np.ndarray]:
