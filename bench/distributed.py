@@ -96,6 +96,22 @@ def worker(args) -> None:
                 ts.append(time.perf_counter() - t)
             rec.detach()
             work[name] = statistics.median(ts)
+        # the replica check's own work per checked step on each rank (issue 25): the fingerprint, then
+        # a rank other than 0 posts it to the store and rank 0 reads the previous step's posts and compares
+        rec = Recorder(model, opt, histogram_every=0)
+        step(1, rec)
+        check = rec._replicas
+        assert check is not None  # under torch.distributed with an optimizer
+        ts = []
+        for _ in range(args.blocks * args.steps):
+            dist.barrier()  # every rank posts step n before rank 0 reads it at n + 1, as DDP's lockstep does
+            t = time.perf_counter()
+            check.step_hook(opt, (), {})
+            ts.append(time.perf_counter() - t)
+        per_rank: list = [None] * world
+        dist.all_gather_object(per_rank, (statistics.median(ts), check.bytes_sent / check.n, int(check.active)))
+        compared = check.record.data["layers_compared"] if check.record is not None else 0
+        rec.detach()
         if rank == 0:
             n_params = sum(p.numel() for p in model.parameters())  # a DTensor reports its global numel
             n_tensors = sum(1 for _ in model.parameters())
@@ -136,6 +152,14 @@ def worker(args) -> None:
             print(
                 f"RATIO recording work / bare step = {work['stats every step'] / med['bare']:.3f} (stats), "
                 f"{hist10 / med['bare']:.3f} (stats + histograms every 10, amortised)"
+            )
+            print(
+                f"replica check per checked step ({compared} layers compared): "
+                + ", ".join(f"rank {r} {t * 1e3:.2f} ms, {b:.0f} B posted" for r, (t, b, _) in enumerate(per_rank))
+                + f"; rank 0 reads {sum(b for _, b, _ in per_rank):.0f} B"
+            )
+            print(
+                f"RATIO replica check / bare step = {max(t for t, _, _ in per_rank) / med['bare']:.4f} (slowest rank)"
             )
             print(f"RATIO stats every step / bare = {med['stats every step'] / med['bare']:.3f}")
             print(

@@ -201,6 +201,28 @@ def _origin_html(origin) -> str:
     return f'<p>{_esc(origin.describe())}</p><table class="kv">{body}</table>'
 
 
+def _noise_html(report) -> str:
+    """The batch size against the gradient noise scale (a figure and its numbers), or why it is
+    not measured; empty for a report without the field."""
+    ns = getattr(report, "noise_scale", None)
+    if ns is None:
+        why = next((n for n in getattr(report, "notes", []) if "only one batch size" in n), None)
+        return f'<h2 id="noise-scale">Batch size</h2><div class="card"><p>{_esc(why)}.</p></div>' if why else ""
+    groups = "".join(
+        f"<tr><td>{_esc(k)}</td><td>{b:,.0f}</td><td>{lo:,.0f}–{hi:,.0f}</td></tr>"
+        for k, (b, lo, hi) in ns.groups.items()
+        if np.isfinite(b)
+    )
+    table = f'<table class="kv"><tr><td>module</td><td>B_simple</td><td>95% interval</td></tr>{groups}</table>'
+    return (
+        '<h2 id="noise-scale">Batch size and the gradient noise scale</h2><div class="card">'
+        f"<p>{_esc(ns.text()[:1].upper() + ns.text()[1:])}.</p>"
+        + _img(plots.noise_scale_plot(ns), "gradient noise scale over steps")
+        + (table if groups else "")
+        + "</div>"
+    )
+
+
 def _short(v, n: int = 200) -> str:
     s = str(v)
     return s if len(s) <= n else s[: n - 1] + "…"
@@ -240,6 +262,7 @@ def render_report(report, title: str | None = None) -> str:
             + _img(plots.loss_plot(run), "loss")
             + "</div>"
         )
+    sections.append(_noise_html(report))
     sections.append(f'<h2 id="health">Layer health</h2><div class="card scroll">{health_table_html(report)}</div>')
     worst = worst_layers(report, 4)
     if run.n_steps and worst:

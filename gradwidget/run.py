@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import numpy as np
 
 from .layers import LAYER_STATUSES, LayerInfo, as_layers
+from .noise_series import NoiseSeries
 from .origin import NONFINITE_PHASES, NonfiniteOrigin
 from .run_append import GROWTH_DIVISOR, RunAppend
 from .schema import _as_step as _as_step  # collect/torch.py imports it from here
@@ -109,6 +110,8 @@ class Run(RunAppend):
         self.history_block = 1
         self._pending: Run | None = None
         self._index = {info.name: i for i, info in enumerate(self.layers)}
+        #: the gradient at two batch sizes per step, when the recorder saw it (``noise_series``)
+        self.noise: NoiseSeries | None = None
         self.version = 0  # bumps on every change; views use it to know when to refresh
 
     # ----------------------------------------------------------------- shape and access
@@ -261,6 +264,8 @@ class Run(RunAppend):
             m = (self.hist_steps >= lo) & (self.hist_steps <= hi)
             r._hist, r._hist_steps = self.hist[m].copy(), self.hist_steps[m].copy()
             r._hn = int(m.sum())
+        if self.noise is not None and n:
+            r.noise = self.noise.between(int(self.steps[a]), int(self.steps[b - 1]))
         return r
 
     def slice(self, steps: slice | None = None, layers: Sequence[int | str] | None = None) -> "Run":

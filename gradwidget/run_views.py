@@ -37,6 +37,7 @@ def slice_run(run: Run, steps: slice | None = None, layers: Sequence[int | str] 
     out._metrics = r._metrics[:, :, idx].copy()
     out._scalars = r._scalars
     out._hist, out._hist_steps, out._hn = r._hist[:, idx].copy(), r._hist_steps, r._hn
+    out.noise = r.noise.select_layers(idx) if r.noise is not None else None
     return out
 
 

@@ -78,6 +78,20 @@ class Thresholds:
     convergence_window: int = 100
     #: a dead zone dead on more than this share of steps has Low recovery potential (the original crate: 0.9).
     dead_recovery_share: float = 0.9
+    #: data-parallel replicas differ when a parameter's weight or gradient norm differs across ranks by
+    #: more than this, relative (the replica check, ``collect/_replicas``, applies it and records it;
+    #: ``replicas_diverged`` reads that record). Healthy replicas are bit-identical (measured: exactly 0
+    #: on every checked step of healthy DDP at 2 and 4 processes, plain and HSDP runs); float32 norms
+    #: of 1e3-4e6 entries computed in another order (threads, permutation, reduction shape) moved by at
+    #: most 1.3e-6; the broken patterns of issue 25 differ by 0.52-0.96 on their first step. 1e-5: 7x
+    #: the reordering noise, 4 decades under the smallest real divergence.
+    replica_tolerance: float = 1e-5
+    #: the batch is named too small / too large (``batch_too_small``, ``batch_too_large``) when the
+    #: gradient noise scale's whole 95% interval is this many times above / below it. Why 10: B_simple
+    #: only marks where the trade between steps and examples turns (McCandlish et al. 2018: a batch
+    #: of B_crit takes twice the minimum steps and twice the minimum examples); within a factor of a
+    #: few either way the trade is mild, beyond 10x one side costs 10x.
+    batch_noise_far: float = 10.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -14,6 +14,7 @@ single-process full-batch gradient. Each rank writes OUT_DIR/rank{r}.json descri
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -69,6 +70,7 @@ def train(
     no_optimizer: bool = False,
     model_kind: str = "mlp",
     nan_rank: int = -1,
+    pattern: str = "",
 ) -> dict:
     rank, world = 0, 1
     if mode != "single":
@@ -80,7 +82,16 @@ def train(
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
-        model = DistributedDataParallel(model)
+        solo = dist.new_group([0]) if pattern == "ddp-one-rank" else None  # every rank makes the group
+        if pattern == "ignored":  # DDP leaves the head's bias out of its sync: each rank keeps its own
+            DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ["4.bias"])
+        if pattern != "ddp-one-rank":
+            model = DistributedDataParallel(model)
+        elif rank == 0:  # DDP on rank 0 only, over a group of itself: no rank syncs with another
+            model = DistributedDataParallel(model, process_group=solo)
+        if pattern == "to-dtype":  # pytorch#104336's move and back, on CPU: new gradient accumulators
+            model.to(torch.float64)
+            model.to(torch.float32)
     elif mode in ("fsdp2", "hsdp"):
         from torch.distributed.fsdp import fully_shard
 
@@ -106,14 +117,20 @@ def train(
         update_every=update_every,
     )
     for i, (x, y) in enumerate(batches(steps)):
-        xb, yb = (x, y) if mode == "plain" else (x[rank::world], y[rank::world])
+        # plain: every rank trains on the whole batch (replicas by construction), unless each takes its own
+        whole = mode == "plain" and pattern != "own-data"
+        xb, yb = (x, y) if whole else (x[rank::world], y[rank::world])
         if rank == nan_rank and i == 2:  # this rank's data holds a NaN at step 2
             xb = xb.clone()
             xb[0, 0] = float("nan")
         opt.zero_grad()
-        loss = ((model(xb) - yb) ** 2).mean()
-        rec.log(loss=loss)
-        loss.backward()
+        unsynced = pattern == "no-sync" and i == (2 if rank == world - 1 else 3)
+        with model.no_sync() if unsynced else contextlib.nullcontext():  # the last rank skips step 2's sync
+            loss = ((model(xb) - yb) ** 2).mean()  # (and the others step 3's, so no all-reduce waits)
+            rec.log(loss=loss)
+            loss.backward()
+        if pattern == "clip" and rank == world - 1 and i >= 2:  # one rank clips after the sync
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
         if no_optimizer:  # a hand-written update: each backward is a step
             with torch.no_grad():
                 for p in model.parameters():
@@ -140,6 +157,7 @@ def train(
         "kind": rec._dist.kind if rec._dist is not None else None,
         "collectives": rec._dist.collectives if rec._dist is not None else 0,
         "bytes_sent": rec._dist.bytes_sent if rec._dist is not None else 0,
+        "replica_bytes": rec._replicas.bytes_sent if rec._replicas is not None else 0,
     }
     rec.detach()
     return info
@@ -157,6 +175,12 @@ def main() -> None:
     ap.add_argument("--no-optimizer", action="store_true")
     ap.add_argument("--model", choices=["mlp", "transformer"], default="mlp")
     ap.add_argument("--nan-rank", type=int, default=-1, help="this rank's data holds a NaN at step 2")
+    ap.add_argument(
+        "--pattern",
+        choices=["", "to-dtype", "no-sync", "clip", "ddp-one-rank", "own-data", "ignored"],
+        default="",
+        help="a way replicas fall out of sync (own-data: plain, the others: ddp)",
+    )
     args = ap.parse_args()
     torch.set_num_threads(1)
     info = train(
@@ -169,6 +193,7 @@ def main() -> None:
         args.no_optimizer,
         args.model,
         args.nan_rank,
+        args.pattern,
     )
     if args.mode != "single":
         import gc

@@ -179,17 +179,27 @@ def test_two_process_run_equals_single_process(mode, launch, single_runs, tmp_pa
     assert [info.to_dict() for info in run.layers] == [info.to_dict() for info in ref.layers]
     np.testing.assert_array_equal(run.edges, ref.edges)
     assert run.meta["model"] == ref.meta["model"] == "Sequential"
-    # one run directory, written by rank 0 alone
-    assert sorted(p.name for p in log_dir.iterdir()) == ["hist.bin", "meta.json", "steps.bin"]
+    # one run directory, written by rank 0 alone (DDP: with the gradient at two batch sizes)
+    noise = ["noise.bin"] if mode == "ddp" else []
+    assert sorted(p.name for p in log_dir.iterdir()) == sorted(["hist.bin", "meta.json", "steps.bin", *noise])
+    if mode == "ddp":  # rank 0's local gradient (8 rows) and DDP's averaged one (16): the latter is the single run's
+        rows = run.noise.rows
+        assert list(rows["b_small"]) == [8] * 4 and list(rows["b_big"]) == [16] * 4 and list(rows["n_small"]) == [2] * 4
+        cols = [run.layer_index(n) for n in ref.layer_names]
+        np.testing.assert_allclose(rows["big_sq"][:, cols], ref.metric("grad_norm") ** 2, rtol=1e-4)
+        assert (rows["small_total"] > rows["big_total"]).all()  # half the batch: a noisier gradient
+        assert run.meta["noise_scale"]["two_sizes"] == "ddp and accumulation"
     r0, r1 = infos
     assert r0["has_writer"] and r0["has_run"]
     assert not r1["has_writer"] and not r1["has_run"]
     assert r0["kind"] == r1["kind"] == kind
     if kind in ("ddp", "replicated"):
-        # the other rank records nothing and sends nothing; rank 0 reads DDP's averaged gradients.
-        # It only traces its own NaN origin: module hooks and one optimizer step hook, no collective
-        assert r1["grad_hooks"] == 0 and r1["optimizer_hooks"] == 1 and r1["tracer_hooks"] > 0
+        # the other rank records nothing and sends no collective; rank 0 reads DDP's averaged gradients.
+        # It only traces its own NaN origin (module hooks and an optimizer step hook) and posts its
+        # replica fingerprints to the store (a second step hook): 8 + 16 bytes x 6 layers a step
+        assert r1["grad_hooks"] == 0 and r1["optimizer_hooks"] == 2 and r1["tracer_hooks"] > 0
         assert r0["collectives"] == r1["collectives"] == 0
+        assert r1["replica_bytes"] == 4 * (8 + 16 * 6) and r0["replica_bytes"] == 0
         assert r0["origin"] is None  # the run stayed finite
     else:
         from gradwidget.collect.distributed import bytes_per_step
@@ -198,6 +208,13 @@ def test_two_process_run_equals_single_process(mode, launch, single_runs, tmp_pa
         # histogram bins) x 8 bytes, whatever the number of ranks
         assert r0["collectives"] == r1["collectives"] == 2 * 4
         assert r1["bytes_sent"] == 4 * bytes_per_step(6, with_hist=True) == 4 * 6 * 74 * 8
+    # the replica check: healthy replicas agree bit for bit; sharded parameters are never compared
+    replicas = run.meta.get("replicas")
+    if mode == "ddp" or mode == "plain" or mode == "hsdp":  # hsdp: each rank a full replica
+        assert replicas["ranks"] == [0, 1] and replicas["layers_compared"] == 6
+        assert replicas["steps_checked"] == 4 and replicas["diverged"] == []
+    else:
+        assert replicas is None and r1["replica_bytes"] == 0
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp2"])

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..run import Run
 from ..thresholds import as_thresholds
-from . import causes, evidence, flow, health, network, nonfinite, stats
+from . import causes, evidence, flow, health, network, noise_scale, nonfinite, stats
 from .report import Report
 from .weights import analyze_weights, weights_from_module
 
@@ -46,7 +46,9 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None, max_
             f"the analysis covers the rolling window (steps {int(run.steps[0])}–{int(run.steps[-1])}); "
             f"{run.history.n_steps} older, decimated rows are in run.history"
         )
-    notes.extend(n for n in (network.dropped_edges_note(run), network.cycle_note(run)) if n)
+    notes.extend(
+        n for n in (network.dropped_edges_note(run), network.cycle_note(run), noise_scale.one_size_note(run)) if n
+    )
     s = stats.Series(run, max_rows)
     if run.n_steps > max_rows:
         notes.append(
@@ -75,6 +77,7 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None, max_
         loss=loss,
         weights=wrep,
         nonfinite_origin=nonfinite.nonfinite_origin(run),
+        noise_scale=ctx.noise,
         notes=notes,
     )
     report._series = s

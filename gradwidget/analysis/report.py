@@ -23,6 +23,7 @@ from . import advice, flow, health, network
 from .causes import Diagnosis
 from .health import FORECAST_CONFIDENCE
 from .loss import LossEvidence
+from .noise_scale import NoiseScale
 from .stats import Series
 from .weights import drift_from_run, gradient_explosion
 
@@ -68,6 +69,7 @@ class Report:
     loss: LossEvidence  #: what the logged loss did (its trend with its confidence interval)
     weights: Any = None  #: WeightReport when weights were given
     nonfinite_origin: NonfiniteOrigin | None = None  #: the module, step and pass that made the first NaN/Inf
+    noise_scale: NoiseScale | None = None  #: the gradient noise scale B_simple, when the run saw two batch sizes
     notes: list = field(default_factory=list)
     _series: Any = field(default=None, repr=False, metadata={"json": False})
     _parts: dict = field(default_factory=dict, repr=False, metadata={"json": False})
@@ -132,6 +134,8 @@ class Report:
                 + ("; the graph has cycles (a reused module), each reuse counted once" if p.graph_had_cycles else "")
                 + "."
             )
+        if self.noise_scale is not None:
+            lines.append(self.noise_scale.text()[:1].upper() + self.noise_scale.text()[1:] + ".")
         if not self.diagnoses:
             lines.append("No problems found: gradients look healthy.")
         lines.extend(f"Note: {n}." for n in self.notes)

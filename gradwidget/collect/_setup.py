@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 
 from .._warnings import GradwidgetWarning
+from ..noise_series import noise_dtype
 from ..run import METRICS, N_BINS, LayerInfo, Run
 from ._groups import UpdateSnapshot
 from ._inputs import _module_of
@@ -167,4 +168,7 @@ class _Setup(_RecorderState):
         per_step: float = 4 * len(METRICS) * n_layers + 32
         if self.histogram_every:
             per_step += 4 * N_BINS * n_layers / self.histogram_every
+        noise = getattr(self, "_noise", None)
+        if noise is not None and noise.keeps_rows:  # run.noise: a row a step
+            per_step += noise_dtype(n_layers).itemsize
         return max(1000, int(self.memory_budget / (2 * per_step)))

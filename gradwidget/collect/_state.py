@@ -15,8 +15,10 @@ if TYPE_CHECKING:
     from ..storage import RunWriter
     from ..thresholds import Thresholds
     from ._groups import Plan
-    from ._replay import StepReplay
     from ._inputs import OptimizerExtra
+    from ._noise import NoiseProbe, NoiseStep
+    from ._replay import StepReplay
+    from ._replica_exchange import ReplicaExchange
     from ._steps import ShardedStep
     from .distributed import DistContext, OriginExchange
     from .loss_graph import LossGraphProbe
@@ -53,6 +55,10 @@ class _RecorderState:
     _trace_off: dict | None
     _trace_measured: TraceCost | None
     _loss_probe: LossGraphProbe | None
+    _replicas: ReplicaExchange | None
+    _noise: NoiseProbe | None
+    _noise_step: NoiseStep | None
+    _noise_row: tuple | None
     # the parameters, and the columns they become at the first step
     _names: list[str]
     _params: list[torch.Tensor]

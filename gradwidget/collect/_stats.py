@@ -12,6 +12,7 @@ import torch
 
 from ..run import METRICS, N_BINS
 from ._groups import Plan, detached, grad_of
+from ._noise import NoiseProbe
 from ._kernels import (
     HostCopy,
     exponent_counts,
@@ -46,7 +47,11 @@ class _Statistics(_RecorderState):
             loss_at = pack.add(loss.detach().float().mean()) if isinstance(loss, torch.Tensor) else None
         if self._tracer is not None:
             self._tracer.queue(pack)  # the traced steps' finiteness rides in the same copy
+        noise = self._noise_step  # the gradient at two batch sizes (``_noise``), in the same copy
+        if noise is not None:
+            NoiseProbe.queue(noise, pack)
         pack.fetch()
+        self._noise_row = self._noise.row(noise, pack, self._order) if noise is not None and self._noise else None
         for cols, at in wparts:
             out[_M["weight_norm"], cols] = pack.get(at)
         if gparts:  # every group's rows at once: the numpy work per step does not grow with groups

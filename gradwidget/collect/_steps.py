@@ -16,6 +16,7 @@ import torch
 from .._warnings import GradwidgetWarning
 from ..run import NonfiniteOrigin
 from ._kernels import HostCopy
+from ._noise import append_noise
 from ._replay import MAX_MISSES
 from ._stats import _M
 from ._state import _RecorderState
@@ -169,6 +170,7 @@ class _Steps(_RecorderState):
                 self._pending.get("loss"),
                 skipped=self.optimizer is not None and not before_update,
             )
+        self._noise_step = self._noise.end_step() if self._noise is not None else None
         if step_no % self.every:
             if self._replay is not None:
                 self._replay.clear()  # a step not recorded is not replayed: its gradients are not read
@@ -194,6 +196,8 @@ class _Steps(_RecorderState):
         if loss is not None:
             pend["loss"] = loss
         self._append_step(step_no, pend, values, hist)
+        if self._noise is not None:
+            append_noise(self.run, self._writer, self._noise, self._noise_row)
         self._trace_origin(values)
         self._replay_origin(values, pend.get("loss"), skipped=self.optimizer is not None and not before_update)
         self._recorded += 1

@@ -7,8 +7,9 @@ Two modes:
 
 ``replicated`` (DDP, or a plain module in a process group, taken to be kept in sync by its user)
     After backward, DDP has averaged the gradients and every rank holds the same values. Rank 0
-    records them exactly as a single process would; the other ranks install no hooks at all and
-    do no work. No extra communication. Without an optimizer, the step is read in an autograd
+    records them exactly as a single process would; the other ranks record nothing. No extra
+    collective. (With an optimizer every rank takes part in the replica check, ``_replicas``: a
+    fingerprint per recorded step through the key-value store.) Without an optimizer, the step is read in an autograd
     end-of-backward callback queued behind DDP's own (which finishes the all-reduce).
 
 ``sharded`` (FSDP2 ``fully_shard`` and FSDP1 ``FullyShardedDataParallel(use_orig_params=True)``)
@@ -133,6 +134,10 @@ class DistContext:
             torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
         )
         self._pending: Any = None
+        #: DDP: the global ranks of its process group (the ranks it keeps in sync); None otherwise
+        self.ddp_ranks: list[int] | None = None
+        #: DDP: the parameters it leaves out of its sync (each rank keeps its own)
+        self.ddp_ignored: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:
         return f"<DistContext {self.kind} rank {self.rank}/{self.world_size}>"
@@ -140,6 +145,11 @@ class DistContext:
     def origin_exchange(self) -> "OriginExchange":
         """Where this recorder's ranks leave the non-finite origins they trace for rank 0."""
         return OriginExchange(self)
+
+    def held_apart(self, name: str) -> bool:
+        """Whether ranks hold parameter ``name`` (a clean name) apart by design: FSDP1 shards it,
+        or DDP was told to leave it out of the sync (``_set_params_and_buffers_to_ignore_for_model``)."""
+        return name in self._fsdp1_shapes or name in self.ddp_ignored
 
     # ------------------------------------------------------------------ layout
     def full_shape(self, name: str, p: torch.Tensor) -> tuple:
@@ -347,7 +357,10 @@ def attach(model: nn.Module, optimizer=None, group=None) -> DistContext:
     from torch.nn.parallel import DistributedDataParallel
 
     if isinstance(model, DistributedDataParallel):
-        return DistContext(model.module, "ddp", group)
+        ctx = DistContext(model.module, "ddp", group)
+        ctx.ddp_ranks = dist.get_process_group_ranks(model.process_group)
+        ctx.ddp_ignored = frozenset(clean_name(n) for n in getattr(model, "parameters_to_ignore", ()))
+        return ctx
     FSDP = _fsdp1_class()
     if FSDP is not None and any(isinstance(m, FSDP) for m in model.modules()):
         flat = [n for n, _ in model.named_parameters() if n.endswith("_flat_param")]

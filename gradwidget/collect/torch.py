@@ -26,6 +26,7 @@ beside it: ``_inputs`` (argument checks, wrappers, names), ``_steps`` (hooks and
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import torch
@@ -49,6 +50,7 @@ from ._inputs import (
     _unwrapped_optimizer,
 )
 from ._kernels import norms
+from ._noise import NoiseProbe, check_noise_mode, split_backward
 from ._stats import _Statistics
 from ._setup import _Setup
 from ._steps import _Steps
@@ -90,6 +92,15 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         microseconds of Python per module call; 1.2-1.3x a bare step for a small transformer on
         CPU, several times the step of thousands of tiny modules; docs/costs.md). ``False``: none.
         Under ``torch.distributed`` "auto" runs the tracer on every step (every rank alike).
+    noise_scale: see each step's gradient at two batch sizes, for the gradient noise scale
+        (``run.noise``; ``gradwidget.collect._noise``): the micro-batches of gradient accumulation
+        and the accumulated gradient, or under DDP rank 0's local gradient and the synchronised one.
+        ``"auto"`` (default) removes its hooks after a first step of one batch size (one backward a step,
+        one process) and says so in ``run.meta["noise_scale"]``; ``split_backward`` opts a step in.
+        True always hooks, False never. Not under FSDP.
+    batch_size: the examples in one micro-batch (one backward); None (default) reads it from the
+        first dimension of the first tensor the model is called with. ``log(batch_size=...)``
+        sets it for one step.
 
     One Recorder per model: building another on the same model detaches this one (with a warning),
     as re-running a notebook cell does. With an optimizer, ``optimizer.zero_grad`` is wrapped on the
@@ -99,7 +110,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
     every rank, after wrapping the model (DDP, ``fully_shard``, FSDP1 ``use_orig_params=True``):
     DDP's averaged gradients are recorded on rank 0; FSDP shards are combined on rank 0 with one
     gather per recorded step. Only rank 0 writes ``log_dir`` and holds ``run`` (None elsewhere).
-    See ``gradwidget.collect.distributed``.
+    With an optimizer every rank also fingerprints its replicated parameters on recorded steps and
+    rank 0 compares them (``run.meta["replicas"]``, the ``replicas_diverged`` diagnosis).
+    See ``gradwidget.collect.distributed`` and ``gradwidget.collect._replicas``.
 
     ``step_hooks=False`` leaves ``optimizer.step()``'s pre-hook (and ``zero_grad``) alone: the caller
     marks each step with ``record_step()`` (the trainer callbacks of ``gradwidget.integrations``).
@@ -124,6 +137,8 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         foreach_all: bool = False,
         trace_nonfinite: bool | str = "auto",
         step_hooks: bool = True,
+        noise_scale: bool | str = "auto",
+        batch_size: int | None = None,
     ) -> None:
         model, optimizer = _unwrapped(model), _unwrapped_optimizer(optimizer)
         if not isinstance(model, nn.Module):
@@ -139,6 +154,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
             max_steps = _count_arg("max_steps", max_steps, 1, "'auto', None or ")
         memory_budget = _bytes_arg("memory_budget", memory_budget)
         self.trace_nonfinite = check_mode(trace_nonfinite)
+        noise_scale = check_noise_mode(noise_scale)
+        if batch_size is not None:
+            batch_size = _count_arg("batch_size", batch_size, 1)
         #: how the model is distributed (None in a single process: no distributed code runs)
         self._dist = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -207,11 +225,17 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self._trace_measured = None  # the TraceCost "auto" decided on
         self._exchange = None  # distributed: where the ranks' non-finite origins meet
         self._loss_probe = None
+        self._noise: NoiseProbe | None = None
+        self._noise_step = self._noise_row = None
         if self._dist is not None and trace_nonfinite:
             self._exchange = self._dist.origin_exchange()
+        self._replicas = None
         if self._dist is not None and self._dist.inert:
             # replicated gradients (DDP): rank 0 records them; the other ranks only trace their own
-            # NaN origin (an optimizer step hook ends each step), unless trace_nonfinite=False
+            # NaN origin (an optimizer step hook ends each step), unless trace_nonfinite=False,
+            # and take part in the replica check (its hook first: _inert_step removes itself from
+            # inside the optimizer's loop over its hooks, which only the last one may do)
+            self._attach_replica_check()
             if trace_nonfinite and optimizer is not None:
                 self._tracer = NonfiniteTracer(model)
                 self._handles.append(optimizer.register_step_pre_hook(self._inert_step))
@@ -230,15 +254,52 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self._loss_probe = LossGraphProbe(model)
         if trace_nonfinite == "auto" and self._dist is None:
             self._replay = StepReplay(model)
+        if noise_scale and (self._dist is None or not self._dist.sharded):
+            world = self._dist.world_size if self._dist is not None and self._dist.kind == "ddp" else 1
+            self._noise = NoiseProbe(model, self._params, batch_size, world, noise_scale)
         if trace_nonfinite:
             self._tracer = NonfiniteTracer(model)
+        self._attach_replica_check()  # after the step pre-hook: rank 0 labels the step it recorded
+
+    def _attach_replica_check(self) -> None:
+        """Under torch.distributed with an optimizer, every rank takes part in the replica check
+        (``gradwidget.collect._replicas``); rank 0 keeps its record in ``run.meta["replicas"]``."""
+        if self._dist is None or self.optimizer is None:
+            return
+
+        def label() -> int | None:
+            run = self.run
+            return int(run.steps[-1]) if run is not None and run.n_steps else None
+
+        def keep(record: dict) -> None:
+            if self.run is not None:
+                self.run.meta["replicas"] = copy.deepcopy(record)
+                if self._writer is not None:
+                    self._writer.write_meta()
+
+        from ._replica_exchange import ReplicaExchange
+
+        self._replicas = ReplicaExchange(
+            self._dist,
+            self._names,
+            self._params,
+            self.every,
+            label,
+            keep,
+            tolerance=self.thresholds.replica_tolerance,
+        )
+        self._replica_hook = self.optimizer.register_step_pre_hook(self._replicas.step_hook)
 
     # ------------------------------------------------------------------ public
-    def log(self, loss=None, lr=None, step: int | None = None, global_norm=None) -> None:
+    def log(self, loss=None, lr=None, step: int | None = None, global_norm=None, batch_size=None) -> None:
         """Attach the loss (a tensor is fine: it is read once, at record time), a learning rate, or
         your own step number to the next recorded step. ``global_norm``: the global gradient norm a
         trainer computed before clipping it (kept instead of the norm of the clipped gradients, so
-        the explosion clipping hid stays visible)."""
+        the explosion clipping hid stays visible). ``batch_size``: the examples in each of this
+        step's micro-batches (call it before the backwards; for the gradient noise scale)."""
+        if batch_size is not None and self._noise is not None:
+            self._noise.user_batch = _count_arg("batch_size", batch_size, 1)
+            self._noise.source = "log"
         if global_norm is not None:
             self._pending["global_norm"] = _check_number("global_norm", global_norm)
         if loss is not None:
@@ -276,8 +337,13 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         if self._loss_probe is not None:
             self._loss_probe.remove()
             self._loss_probe = None
+        if self._noise is not None:
+            self._noise.remove()
         self._unwrap_zero_grad()
         self._update_bufs = None
+        if self._replicas is not None and self._attached:
+            self._replica_hook.remove()
+            self._replicas.close()  # rank 0: compare the last steps, keep the record
         if self._writer is not None:
             self._writer.close()
         self._attached = False
@@ -291,6 +357,24 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         if exc_type is not None:
             self._stepped = True  # training failed: its last gradients are no skipped step to record
         self.detach()
+
+    def split_backward(self, loss_fn, *batch, parts: int = 2):
+        """Run this step's forward and backward as ``parts`` slices of ``batch`` (along its first
+        dimension), each ``loss_fn(*slice) / parts``: the same gradient as ``loss_fn(*batch).backward()``
+        for a loss averaged over the batch (not with BatchNorm in training mode), seen at two batch
+        sizes, so the gradient noise scale is estimated at this step. Call it one step in N instead of
+        the backward; returns the batch's loss (detached). Its cost: ``parts`` smaller forwards and
+        backwards instead of one (bench/noise_scale.py measures it)."""
+        if self._noise is None:
+            raise RuntimeError("split_backward needs Recorder(..., noise_scale='auto' or True) (not under FSDP)")
+        self._noise.arm(once=not self._noise.armed)
+        parts = _count_arg("parts", parts, 2)
+        noise = self._noise
+
+        def told(n: int) -> None:  # each part's size: the small batch
+            noise.user_batch, noise.source = n, "split_backward"
+
+        return split_backward(loss_fn, batch, parts, told)
 
     def record_step(self) -> None:
         """Record the gradients as they are now as one optimizer step, for a Recorder built with

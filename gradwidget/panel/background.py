@@ -9,6 +9,7 @@ import base64
 from ..run import Run
 from . import payload as P
 from .base import PanelBase
+from .noise import noise_values
 from .static import heat_png
 from .table import analyse, changed_rows, group_rows
 
@@ -74,6 +75,8 @@ class PanelBackground(PanelBase):
             # analysis (not ``final``) makes none, and leaves the last one
             if final or report is None:
                 self._static_table = (snap.version, html or "")
+            if report is not None:
+                values.update(noise_values(report))
             if changed is not None and self.comm is not None:
                 if changed:  # only the rows that changed travel; the page splices them in
                     self.send({"kind": "rows", "model_id": self.model_id, "rows": [[i, rows[i]] for i in changed]})

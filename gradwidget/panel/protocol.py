@@ -118,6 +118,16 @@ TRAITS: dict[str, Trait] = {
             "(rows, cols)",
         ),
         Trait("mode", "str", "both", "a comparison's view: side (both heatmaps, one scale) or diff (difference map)"),
+        Trait(
+            "noise",
+            "bytes",
+            "out",
+            "the gradient noise scale per measured step (panel/noise.py): rows step, B_simple, its 95% interval "
+            "lo and hi (Infinity: no upper bound), the batch per step; N <= MAX_NOISE_POINTS",
+            "float64",
+            "(5, N)",
+        ),
+        Trait("noise_text", "str", "out", "the noise scale in words, or why it is not measured ('': neither)"),
     ]
 }
 

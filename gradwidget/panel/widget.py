@@ -120,6 +120,8 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
     flags_b = t.Bytes(b"").tag(sync=True)
     diff = t.Bytes(b"").tag(sync=True)
     mode = t.Unicode("side").tag(sync=True)
+    noise = t.Bytes(b"").tag(sync=True)
+    noise_text = t.Unicode("").tag(sync=True)
 
     def __init__(
         self,

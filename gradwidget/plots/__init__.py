@@ -23,7 +23,7 @@ a notebook's figure manager) and takes an ``ax`` to draw into an existing figure
 
 The package, one job per module: ``common`` (colours, checks, axes, names, PNG), ``rows`` (which
 rows a layers figure draws), ``scale`` (the colour scale), ``heatmaps``, ``distributions``,
-``series``, ``table``, ``overview`` (``panel_figure``). Every name is importable from
+``series``, ``noise`` (the gradient noise scale), ``table``, ``overview`` (``panel_figure``). Every name is importable from
 ``gradwidget.plots``.
 """
 
@@ -47,6 +47,7 @@ from .common import (
 from .distributions import histogram_over_time, histogram_plot
 from .heatmaps import DIFF_CMAP, comparison_figure, diff_limit, difference_heatmap, flow_heatmap, layer_bars
 from .overview import default_layer, panel_figure
+from .noise import noise_scale_plot
 from .rows import MAX_DRAWN_ROWS, drawn_rows, layer_row_groups
 from .scale import SCALE_MAX_CELLS, cell_colors, color_range, color_scale, shared_scale
 from .series import loss_plot, metric_series, weight_plot
@@ -86,6 +87,7 @@ __all__ = [
     "loss_plot",
     "metric_label",
     "metric_series",
+    "noise_scale_plot",
     "panel_figure",
     "shared_scale",
     "short_name",

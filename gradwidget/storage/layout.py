@@ -32,9 +32,9 @@ def hist_dtype(n_layers: int) -> np.dtype:
 
 #: the files a run directory is made of: no export or report is written over one of them, and a
 #: writer never starts in a folder that holds one of them without being that folder's run
-RUN_FILES = ("meta.json", "meta.json.tmp", "steps.bin", "hist.bin", "history.bin")
+RUN_FILES = ("meta.json", "meta.json.tmp", "steps.bin", "hist.bin", "history.bin", "noise.bin")
 #: the files a writer replaces when it starts a new run (``overwrite=True``) in its own run folder
-RECORD_FILES = ("steps.bin", "hist.bin", "history.bin", "meta.json.tmp")
+RECORD_FILES = ("steps.bin", "hist.bin", "history.bin", "noise.bin", "meta.json.tmp")
 
 
 def as_path(path, what: str = "expected a run directory path") -> Path:

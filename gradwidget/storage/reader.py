@@ -11,7 +11,8 @@ from .._warnings import GradwidgetWarning
 from ..run import LayerInfo, NonfiniteOrigin, Run
 from .layout import RunFormatError, file_size, as_path, hist_dtype, step_dtype
 from .meta import meta_signature, read_meta, run_from_meta
-from .records import append_records, bad_hist_record, bad_step_record, layer_mismatch, read_records
+from ..noise_series import NoiseSeries, noise_dtype
+from .records import append_records, bad_hist_record, bad_noise_record, bad_step_record, layer_mismatch, read_records
 
 
 class RunReader:
@@ -36,7 +37,8 @@ class RunReader:
         run = run_from_meta(meta, mp)
         self._meta_sig, self._run_id = sig, meta.get("run_id")
         self._sdt, self._hdt = step_dtype(run.n_layers), hist_dtype(run.n_layers)
-        self._soff = self._hoff = 0
+        self._soff = self._hoff = self._noff = 0
+        self._ndt = noise_dtype(run.n_layers)
         self._take_new(run)
         run.history = self._read_history(run)
         return run
@@ -124,7 +126,31 @@ class RunReader:
         for h in hists:
             run.append_hist(int(h["step"]), h["counts"])
         self._soff, self._hoff = soff, hoff
-        return bool(len(recs) or len(hists))
+        return bool(len(recs) or len(hists)) | self._take_noise(run)
+
+    def _take_noise(self, run: Run) -> bool:
+        """Append the whole noise rows (noise.bin, absent in older runs) of steps already read."""
+        p = self.path / "noise.bin"
+        if not file_size(p):
+            return False
+        rows, end = self._read_new("noise.bin", self._noff, self._ndt)
+        last = int(run.noise.rows["step"][-1]) if run.noise is not None and len(run.noise) else None
+        if len(rows):
+            bad = bad_noise_record(rows, last)
+            if bad:
+                raise RunFormatError(
+                    f"{p} is damaged: record {self._noff // self._ndt.itemsize + bad[0]} is not a valid "
+                    f"noise row ({bad[1]})."
+                )
+        keep = int(np.searchsorted(rows["step"], run.steps[-1], side="right")) if run.n_steps else 0
+        rows = rows[:keep]  # rows of steps not read yet wait for their step record
+        if not len(rows):
+            return False
+        if run.noise is None:
+            run.noise = NoiseSeries(run.n_layers, run.max_steps)
+        run.noise.extend(rows)
+        self._noff += len(rows) * self._ndt.itemsize
+        return True
 
     def _is_replaced(self) -> bool:
         """Has the folder been taken over by another run since we last read it? (A rewrite of the
@@ -138,12 +164,16 @@ class RunReader:
                 return True
             self._meta_sig = sig
             self._refresh_meta(meta)
-        return file_size(self.path / "steps.bin") < self._soff or file_size(self.path / "hist.bin") < self._hoff
+        return (
+            file_size(self.path / "steps.bin") < self._soff
+            or file_size(self.path / "hist.bin") < self._hoff
+            or file_size(self.path / "noise.bin") < self._noff
+        )
 
     def _refresh_meta(self, meta: dict) -> None:
         """Take what a writer may change in meta.json during a run: the data-flow edges (captured
-        after the first step), the layers' status / backward_index (a layer used late) and the
-        non-finite origin (written when it is found)."""
+        after the first step), the layers' status / backward_index (a layer used late), the
+        non-finite origin (written when it is found) and the replica check's record."""
         run = self.run
         layers = [LayerInfo.from_dict(d) for d in meta["layers"]]
         edges = np.asarray(meta.get("edges", []), np.int32).reshape(-1, 2)
@@ -154,6 +184,9 @@ class RunReader:
         origin = (meta.get("meta") or {}).get("nonfinite_origin")
         if origin != run.meta.get("nonfinite_origin"):  # found while the reader follows the run
             run.nonfinite_origin = None if origin is None else NonfiniteOrigin.from_dict(origin)
+        replicas = (meta.get("meta") or {}).get("replicas")
+        if replicas != run.meta.get("replicas"):  # the replica check found a divergence (or closed)
+            run.meta["replicas"] = replicas
 
     def poll(self) -> bool:
         """Take any whole records appended since the last call; True if the run changed.

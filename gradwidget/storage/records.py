@@ -152,3 +152,22 @@ def append_records(run: Run, recs: np.ndarray) -> None:
     """Append step records (``step_dtype``) to ``run``."""
     for r in recs:
         run.append(int(r["step"]), np.stack([r[m] for m in METRICS]), {s: r[s] for s in SCALARS})
+
+
+def bad_noise_record(recs: np.ndarray, prev_step) -> tuple[int, str] | None:
+    """The first noise row (``noise.bin``) no recorder could have written (index, why), or None:
+    steps increase, batch sizes are positive (or NaN: unknown), squared norms are not negative."""
+    with np.errstate(invalid="ignore"):
+        checks: list[tuple[Any, str]] = [
+            (_not_after(recs["step"], prev_step), "its step number {step} does not follow the previous row"),
+            ((recs["b_small"] <= 0) | (recs["b_big"] <= 0) | (recs["n_small"] < 2), "its batch sizes are not valid"),
+            (
+                (recs["small_sq"] < 0).any(axis=1) | (recs["big_sq"] < 0).any(axis=1) | (recs["small_total"] < 0),
+                "a squared norm is negative",
+            ),
+        ]
+    bad = np.logical_or.reduce([mask for mask, _ in checks])
+    if not bad.any():
+        return None
+    i = int(np.argmax(bad))
+    return i, next(msg for mask, msg in checks if mask[i]).format(step=int(recs["step"][i]))

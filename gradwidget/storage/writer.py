@@ -54,6 +54,7 @@ class RunWriter:
         self._fds: dict[str, int] = {}
         self._sizes = {"steps.bin": 0, "hist.bin": 0}
         self._queue: deque = deque()  # (file name, record bytes) not yet on disk, in order
+        self._noise_last: int | None = None  # the step of the last noise row queued (noise.bin)
         self._meta_due = True
         #: the error that is holding records back (None while everything is on disk)
         self.error: OSError | None = None
@@ -87,7 +88,21 @@ class RunWriter:
             h = np.zeros(1, self._hdt)
             h["step"], h["counts"] = run.hist_steps[-1], run.hist[-1]
             self._queue.append(("hist.bin", h.tobytes()))
+        self._queue_noise()
         self._flush()
+
+    def _queue_noise(self) -> None:
+        """Queue the run's noise rows (``run.noise``) not queued yet; noise.bin exists once one is."""
+        ns = self.run.noise
+        if ns is None or not len(ns):
+            return
+        rows = ns.window()
+        if self._noise_last is not None:
+            rows = rows[rows["step"] > self._noise_last]
+        if len(rows):
+            self._sizes.setdefault("noise.bin", 0)
+            self._queue.append(("noise.bin", rows.tobytes()))
+            self._noise_last = int(rows["step"][-1])
 
     def _write_due(self) -> None:
         """Write meta.json if due, then the queued records in order; raises OSError at the first
@@ -188,6 +203,7 @@ def save_run(run: Run, path, overwrite: bool = False) -> None:
         h = np.zeros(run.hist.shape[0], w._hdt)
         h["step"], h["counts"] = run.hist_steps, run.hist
         w._queue.append(("hist.bin", h.tobytes()))
+        w._queue_noise()
         w._write_due()
         older = [r for r in (run.history, run._pending) if r is not None and r.n_steps]
         if older:

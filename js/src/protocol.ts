@@ -142,6 +142,16 @@ export const CONSTANTS = {
       "kind": "str",
       "direction": "both",
       "dtype": ""
+    },
+    "noise": {
+      "kind": "bytes",
+      "direction": "out",
+      "dtype": "float64"
+    },
+    "noise_text": {
+      "kind": "str",
+      "direction": "out",
+      "dtype": ""
     }
   },
   "flags": {
@@ -371,6 +381,8 @@ export interface Traits {
   flags_b: Binary;
   diff: Binary;
   mode: string;
+  noise: Binary;
+  noise_text: string;
 }
 
 export type TraitName = keyof Traits;

@@ -30,6 +30,25 @@ export function seriesScale(ys: ArrayLike<number>, thresholds: Threshold[]): Log
   return { lo: a - pad, hi: b + pad };
 }
 
+/** Horizontal grid lines at the decades of `s`, labelled 1eN left of the plot `r`. */
+export function drawLogGrid(
+  ctx: CanvasRenderingContext2D, r: Rect, s: LogScale, Y: (v: number) => number, t: Theme,
+): void {
+  ctx.font = `10px ${t.font}`;
+  ctx.fillStyle = t.fg2;
+  ctx.textAlign = "right";
+  ctx.textBaseline = "middle";
+  for (const e of logTicks(s, 4)) {
+    const y = Y(Math.pow(10, e));
+    ctx.strokeStyle = t.grid;
+    ctx.beginPath();
+    ctx.moveTo(r.x, y);
+    ctx.lineTo(r.x + r.w, y);
+    ctx.stroke();
+    ctx.fillText(`1e${e}`, r.x - 3, y);
+  }
+}
+
 export function drawSeries(
   ctx: CanvasRenderingContext2D,
   r: Rect,
@@ -48,20 +67,7 @@ export function drawSeries(
   const s = seriesScale(ys, thresholds);
   const Y = (v: number) => r.y + r.h - ((Math.log10(v) - s.lo) / (s.hi - s.lo)) * r.h;
   const X = (i: number) => r.x + ((i + 0.5) / n) * r.w;
-  // grid + y labels
-  ctx.font = `10px ${t.font}`;
-  ctx.fillStyle = t.fg2;
-  ctx.textAlign = "right";
-  ctx.textBaseline = "middle";
-  for (const e of logTicks(s, 4)) {
-    const y = Y(Math.pow(10, e));
-    ctx.strokeStyle = t.grid;
-    ctx.beginPath();
-    ctx.moveTo(r.x, y);
-    ctx.lineTo(r.x + r.w, y);
-    ctx.stroke();
-    ctx.fillText(`1e${e}`, r.x - 3, y);
-  }
+  drawLogGrid(ctx, r, s, Y, t);
   for (const th of thresholds) {
     const y = Y(th.value);
     ctx.strokeStyle = th.color;

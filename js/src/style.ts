@@ -73,6 +73,7 @@ table.gw-health td{vertical-align:top}
 .gw-more{font-size:11px !important;white-space:nowrap}
 .gw-badge{display:inline-block;padding:0 7px;border-radius:8px;color:#fff;font-weight:600;font-size:11px}
 .gw-plots{display:flex;flex-direction:column;gap:4px;flex:none}
+.gw-noise-text{font-size:11px;max-width:520px;opacity:.85}
 .gw-fallback{display:none;max-width:100%}
 .gw-fallback.gw-show{display:block}
 `;

@@ -6,6 +6,8 @@ module with a ``RULE`` and naming it here. ``diagnose`` runs, folds and ranks th
 from __future__ import annotations
 
 from . import (
+    batch_too_large,
+    batch_too_small,
     dead_units,
     exploding,
     frozen,
@@ -18,6 +20,7 @@ from . import (
     nonfinite,
     not_in_optimizer,
     plateau,
+    replicas_diverged,
     saturated_output,
     vanishing,
 )
@@ -28,6 +31,7 @@ from ._engine import layer_verdicts, verdict
 #: every cause, in precedence order.
 RULES: tuple[CauseRule, ...] = (
     nonfinite.RULE,
+    replicas_diverged.RULE,
     missing_zero_grad.RULE,
     loss_scale.RULE,
     input_scale.RULE,
@@ -40,6 +44,8 @@ RULES: tuple[CauseRule, ...] = (
     vanishing.RULE,
     lr_too_low.RULE,
     plateau.RULE,
+    batch_too_small.RULE,
+    batch_too_large.RULE,
     frozen.RULE,
 )
 #: the causes' names, in precedence order.

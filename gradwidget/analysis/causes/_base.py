@@ -13,6 +13,7 @@ from ...origin import NonfiniteOrigin
 from ..evidence import Architecture, LossEvidence, is_embedding, update_ratio_series
 from ..flow import Region
 from ..health import Dynamics, RiskFactor
+from ..noise_scale import NoiseScale, noise_scale
 from ..stats import Series
 
 #: priorities, most urgent first.
@@ -36,6 +37,7 @@ class Diagnosis:
     origin: NonfiniteOrigin | None = None  #: the NaN origin, for ``nonfinite``
     at_init: bool = False  #: present before the first update: the root, above any step-size cause
     after: str | None = None  #: the cause it followed from: ranked right after it, kept for its own evidence
+    ranks: list[int] = field(default_factory=list)  #: the processes at fault (distributed runs), most first
     title: str = ""  #: what the cause is, in a few words
     text: str = ""  #: the title with the layers at fault and since when, one sentence
     action: str = ""  #: the one change to make
@@ -92,6 +94,11 @@ class Context:
     def t(self):
         """The run's Thresholds (every bound shared with the plots or between causes)."""
         return self.s.run.thresholds
+
+    @functools.cached_property
+    def noise(self) -> NoiseScale | None:
+        """The gradient noise scale (``noise_scale.noise_scale``), computed once (the Report keeps it)."""
+        return noise_scale(self.run)
 
     @functools.cached_property
     def update_ratio(self) -> tuple[np.ndarray, np.ndarray]:

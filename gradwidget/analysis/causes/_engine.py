@@ -69,6 +69,8 @@ def _damage(c: Context) -> str | None:
 
 def _text(d: Diagnosis, rule: CauseRule, max_layers: int) -> str:
     title = d.title[:1].upper() + d.title[1:]
+    if d.ranks:  # a distributed run: the processes at fault, after the title
+        title += f" (rank{'s' * (len(d.ranks) > 1)} {', '.join(map(str, d.ranks))})"
     since = f" since step {d.first_step}" if d.first_step is not None else ""
     if not d.layers or rule.whole_run:
         return f"{title}{since}."

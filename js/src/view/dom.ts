@@ -35,6 +35,9 @@ export interface Skeleton {
   bottom: HTMLDivElement;
   histCanvas: HTMLCanvasElement;
   seriesCanvas: HTMLCanvasElement;
+  /** the gradient noise scale against the batch (hidden without one), and its words */
+  noiseCanvas: HTMLCanvasElement;
+  noiseText: HTMLDivElement;
 }
 
 export function buildSkeleton(table: HealthTable): Skeleton {
@@ -91,11 +94,15 @@ export function buildSkeleton(table: HealthTable): Skeleton {
   const plots = h("div", "gw-plots");
   const histCanvas = h("canvas", "gw-hist");
   const seriesCanvas = h("canvas", "gw-series");
-  plots.append(histCanvas, seriesCanvas);
+  const noiseCanvas = h("canvas", "gw-noise");
+  noiseCanvas.style.display = "none";
+  const noiseText = h("div", "gw-noise-text");
+  noiseText.style.display = "none";
+  plots.append(histCanvas, seriesCanvas, noiseCanvas, noiseText);
   bottom.append(table.el, plots);
   root.append(header, message, fallback, diagnoses, mainBox, sliderRow, legend, bottom);
   return { root, title, metricSel, modeSel, playBtn, speedSel, info, live, message, fallback, diagnoses, mainBox, canvas, tip,
-    slider, legend, bottom, histCanvas, seriesCanvas };
+    slider, legend, bottom, histCanvas, seriesCanvas, noiseCanvas, noiseText };
 }
 
 /** The legend under the heatmap: the colour bar of `scale` and the marks. */

@@ -7,6 +7,7 @@ import { drawCursor, drawGutter, drawOrigin, drawRowSelection, drawStepAxis } fr
 import { barScale, drawBars, thresholdsFor } from "../bars";
 import { atOrBefore, drawHistogram } from "../hist";
 import { drawSeries } from "../series";
+import { drawNoise } from "../noise";
 import { bottomLayout, fitCanvas, mainLayout, Rect } from "../layout";
 import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING, metricLabel, rowCount } from "../protocol";
 import type { PanelView } from "./panel";
@@ -233,4 +234,10 @@ function drawBottom(v: PanelView, width: number, dpr: number, step: number): voi
   const label = metricLabel(meta.metric) + (v.comparing ? ` (${v.labels[1] ?? ""})` : "");
   drawSeries(sctx, rect, row, v.cursor, thresholdsFor(meta.metric, meta.thresholds),
     name ? `${label} over steps · ${name}` : `${label} over steps`, t);
+  // the gradient noise scale against the batch (only when the run measured it)
+  if (v.noise.steps.length) {
+    const nctx = fitCanvas(d.noiseCanvas, pw, ph, dpr);
+    nctx.clearRect(0, 0, pw, ph);
+    drawNoise(nctx, rect, v.noise, meta.first_step, meta.last_step, step, "gradient noise scale B_simple vs batch", t);
+  }
 }

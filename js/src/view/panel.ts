@@ -11,6 +11,7 @@ import {
   decodeDetail, decodeHeat, DetailData, Diagnosis, emptyMeta, Meta, METRIC_LABELS, metricLabel, PanelModel, rowOfLayer,
   rowStarts, TraitName,
 } from "../protocol";
+import { decodeNoise, NoiseData } from "../noise";
 import { installStyle } from "../style";
 import { Intent } from "../sync";
 import { HealthTable } from "../table";
@@ -32,6 +33,7 @@ export class PanelView {
   colSteps: Float64Array = new Float64Array(0);
   loss: Float32Array = new Float32Array(0);
   histAll: Uint32Array = new Uint32Array(0); // layers x bins, newest histogram step
+  noise: NoiseData = decodeNoise(null); // the gradient noise scale per measured step
   // a comparison (GradientPanel.compare): the later run and log10(later / first), display order
   heatB: Float32Array = new Float32Array(0);
   dispHeatB: Float32Array = new Float32Array(0);
@@ -128,6 +130,7 @@ export class PanelView {
       this.schedule();
     });
     on(["table"], () => this.loadTable());
+    on(["noise", "noise_text"], () => (this.loadNoise(), this.schedule()));
     on(["diagnoses"], () => this.diagnoses.set(m.get("diagnoses")));
     on(["static_png"], () => this.loadFallback());
     on(["live"], () => this.loadLive());
@@ -180,8 +183,19 @@ export class PanelView {
     this.diagnoses.set(this.model.get("diagnoses"));
     this.loadFallback();
     this.loadLive();
+    this.loadNoise();
     this.setLayerIndex(Number(this.model.get("layer") ?? -1));
     this.schedule();
+  }
+
+  /** The noise-scale series and its words (either may be absent: the chart or the line hides). */
+  private loadNoise(): void {
+    this.noise = decodeNoise(this.model.get("noise"));
+    const text = String(this.model.get("noise_text") || "");
+    this.dom.noiseText.textContent = text;
+    this.dom.noiseText.style.display = text ? "" : "none";
+    this.dom.noiseCanvas.style.display = this.noise.steps.length ? "" : "none";
+    this.dom.noiseCanvas.setAttribute("aria-label", text || "gradient noise scale");
   }
 
   /** The row showing layer `index` (-1: none). */

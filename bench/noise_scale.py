@@ -1,0 +1,461 @@
+"""The gradient noise scale against ground truth, a batch-size sweep, and what it costs (issue 26).
+
+1. **Estimate vs exact.** For small models on sklearn's digits (logistic regression, an MLP, a tiny
+   CNN; ``--gpt2``: a tiny GPT-2 on character sequences), B_simple = tr(Σ)/|G|² is computed exactly
+   at fixed parameters from every example's gradient (``torch.func``: ``vmap`` of ``grad`` over the
+   data set; Σ is the covariance of the per-example gradients over the data set, G their mean).
+   The Recorder's estimate comes from real hooks on real training steps with gradient accumulation
+   (``--micro`` micro-batches of ``--b`` examples drawn with replacement, SGD with lr 0 so the
+   parameters stay where the exact value was taken), smoothed as the panel shows it (EMA over 20
+   steps; its last value after ``--steps`` steps). Relative error, over ``--seeds`` seeds (each a
+   different initialisation and batch order), at initialisation and after some training.
+2. **Sweep** (``--sweep``): an MLP on digits trained with batch sizes 8..1024 (SGD, the best of a
+   few learning rates per batch size) to a target training loss; steps and examples needed per
+   batch size, against the B_simple measured at that loss. Steps fall in proportion to the batch
+   while it is well below B_simple and stop falling near it (examples per step are then wasted).
+3. **Cost** (``--cost``): a recorded accumulation step (4 micro-batches) with ``noise_scale=False``
+   vs True, and a plain step vs ``Recorder.split_backward`` (the opt-in for one batch size),
+   interleaved, medians; torch single-threaded.
+
+    python bench/noise_scale.py [--seeds 5] [--steps 200] [--b 64] [--models logreg,mlp,cnn,gpt2] [--sweep] [--cost]
+
+Measured on the development machine (busy, 2 cores; the tables are in README.md and docs/costs.md):
+4 x 64 per step, 200 steps, 5 seeds (GPT-2: 3 seeds, 120 steps). Median relative error of the panel's
+value (EMA over 20 steps) against the exact B_simple, ± its sd over seeds: at initialisation -0.2% ±
+3.8% (logistic regression, exact 31), -1.1% ± 3.1% (MLP, 29), -2.2% ± 6.7% (CNN, 93), +0.6% ± 3.8%
+(GPT-2, 26); after 300 SGD steps +10.6% ± 13.0% (898), -0.9% ± 22.5% (1,152), +17.3% ± 22.9% (236),
++0.1% ± 4.0% (72); averaged over every step the error is within 3% (sd 0.7-11%); the exact value lay
+inside the 95% interval in 35 of 36 runs. Sweep (training loss 0.05): steps 586, 296, 146, 89, 51,
+37, 27, 25, 22 for batches 8 ... 2,048; fitted B_crit 268; exact B_simple along a reference run 29 at
+the start, median 456. Cost: the noise hooks 1.066x (MLP, 6 tensors) and 1.033x (bench transformer)
+a recorded accumulation step; split_backward 1.32x and 1.19x the step it splits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from gradwidget.analysis.noise_scale import noise_scale
+from gradwidget.collect.torch import Recorder
+
+F = nn.functional
+
+
+# --------------------------------------------------------------------------- data and models
+def digits(n: int | None = None):
+    """sklearn's 8x8 digits, standardised: ``(X (N, 64) float32, y (N,) int64)``."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    X = d.data.astype(np.float32)
+    X = (X - X.mean(0)) / (X.std(0) + 1e-3)
+    X, y = torch.tensor(X), torch.tensor(d.target, dtype=torch.int64)
+    return (X[:n], y[:n]) if n else (X, y)
+
+
+class TinyCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.fc = nn.Linear(16 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = x.view(-1, 1, 8, 8)
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc(x.flatten(1))
+
+
+def markov_text(n: int = 1024, seq: int = 16, vocab: int = 64, seed: int = 0):
+    """``n`` token sequences from a fixed random Markov chain (each token has 4 likely successors):
+    a language a small LM can learn. ``(X, X)``: the labels are the inputs (shifted inside GPT-2)."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(vocab, vocab, generator=g) + 4.0 * (torch.rand(vocab, vocab, generator=g) < 4 / vocab)
+    probs = logits.softmax(1)
+    X = torch.empty(n, seq, dtype=torch.int64)
+    X[:, 0] = torch.randint(0, vocab, (n,), generator=g)
+    for t in range(1, seq):
+        X[:, t] = torch.multinomial(probs[X[:, t - 1]], 1, generator=g).squeeze(1)
+    return X, X
+
+
+def tiny_gpt2() -> nn.Module:
+    import logging
+
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity(logging.ERROR)
+    cfg = GPT2Config(
+        vocab_size=64,
+        n_positions=16,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return GPT2LMHeadModel(cfg)
+
+
+def data_of(kind: str):
+    return markov_text() if kind == "gpt2" else digits()
+
+
+def batch_loss(model, x, y):
+    """The loss averaged over a batch (GPT-2: over its tokens, every sequence the same length)."""
+    if isinstance(model, nn.Module) and type(model).__name__ == "GPT2LMHeadModel":
+        return model(input_ids=x, labels=y).loss
+    return F.cross_entropy(model(x), y)
+
+
+def make(kind: str) -> nn.Module:
+    if kind == "gpt2":
+        return tiny_gpt2()
+    if kind == "logreg":
+        return nn.Linear(64, 10)
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 10))
+    if kind == "cnn":
+        return TinyCNN()
+    raise ValueError(kind)
+
+
+def ce(model, x, y):
+    return F.cross_entropy(model(x), y)
+
+
+# --------------------------------------------------------------------------- ground truth
+def exact_b_simple(model: nn.Module, X: torch.Tensor, Y: torch.Tensor, chunk: int = 512) -> dict:
+    """tr(Σ), |G|² and B_simple at the model's parameters, from every example's gradient (tied
+    weights once, with the gradient of every use, as the Recorder sees them)."""
+    params = {k: v.detach() for k, v in model.named_parameters() if v.requires_grad}
+    gpt2 = type(model).__name__ == "GPT2LMHeadModel"
+
+    def one(p, x, y):
+        if gpt2:
+            return functional_call(model, p, (x[None],), {"labels": y[None]}).loss
+        return F.cross_entropy(functional_call(model, p, (x[None],)), y[None])
+
+    per = vmap(grad(one), in_dims=(None, 0, 0))
+    s1 = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in params.items()}
+    sq = 0.0
+    for i in range(0, len(X), chunk):
+        g = per(params, X[i : i + chunk], Y[i : i + chunk])
+        for k, v in g.items():
+            v = v.double()
+            s1[k] += v.sum(0)
+            sq += float(v.pow(2).sum())
+    n = len(X)
+    g2 = sum(float((v / n).pow(2).sum()) for v in s1.values())
+    tr = sq / n - g2  # mean |g_i|^2 - |G|^2: the population covariance's trace
+    return {"g2": g2, "tr": tr, "b_simple": tr / g2}
+
+
+def estimate(model, X, Y, b: int, micro: int, steps: int, seed: int) -> tuple[tuple, float]:
+    """The Recorder's B_simple over ``steps`` accumulation steps of ``micro`` micro-batches of ``b``
+    examples, with lr 0 (the parameters stay put): the panel's (last value of the EMA over 20
+    steps, its interval) and the estimate averaged over every step."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    gen = torch.Generator().manual_seed(1000 + seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rec = Recorder(model, opt, noise_scale=True, histogram_every=0, trace_nonfinite=False, track_updates=False)
+    for _ in range(steps):
+        opt.zero_grad()
+        for _ in range(micro):
+            idx = torch.randint(0, len(X), (b,), generator=gen)
+            (batch_loss(model, X[idx], Y[idx]) / micro).backward()
+        opt.step()
+    rec.detach()
+    ns, whole = noise_scale(rec.run), noise_scale(rec.run, steps)
+    assert ns is not None and whole is not None
+    return ns.last, whole.last[0]
+
+
+def train(model, X, Y, steps: int, b: int = 32, lr: float = 0.1, seed: int = 0) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(steps):
+        idx = torch.randint(0, len(X), (b,), generator=gen)
+        opt.zero_grad()
+        batch_loss(model, X[idx], Y[idx]).backward()
+        opt.step()
+
+
+def compare(kinds, seeds: int, steps: int, b: int, micro: int, trained: int) -> list[dict]:
+    rows = []
+    for kind in kinds:
+        X, Y = data_of(kind)
+        for when in ("init", f"after {trained} steps"):
+            errs, exact_v, est_v, covered, long_errs, unmeasured = [], [], [], 0, [], 0
+            for seed in range(seeds):
+                torch.manual_seed(seed)
+                m = make(kind)
+                if when != "init":
+                    train(m, X, Y, trained, seed=seed)
+                ex = exact_b_simple(m, X, Y)["b_simple"]
+                (est, lo, hi), long_est = estimate(m, X, Y, b, micro, steps, seed)
+                exact_v.append(ex)
+                long_errs.append(long_est / ex - 1)
+                covered += lo <= ex <= hi
+                if not np.isfinite(est):
+                    unmeasured += 1  # |G|^2 not above 0 yet: the panel says "not yet measurable"
+                    continue
+                errs.append(est / ex - 1)
+                est_v.append(est)
+            rows.append(
+                {
+                    "model": kind,
+                    "when": when,
+                    "exact": statistics.median(exact_v),
+                    "estimate": statistics.median(est_v) if est_v else float("nan"),
+                    "rel_err_median": statistics.median(errs) if errs else float("nan"),
+                    "rel_err_abs_mean": float(np.mean(np.abs(errs))) if errs else float("nan"),
+                    "rel_err_sd": float(np.std(errs, ddof=1)) if len(errs) > 1 else float("nan"),
+                    "covered": f"{covered}/{seeds}",
+                    "unmeasured": unmeasured,
+                    "long_err_median": statistics.median(long_errs),
+                    "long_err_sd": float(np.std(long_errs, ddof=1)) if seeds > 1 else float("nan"),
+                }
+            )
+            r = rows[-1]
+            print(
+                f"| {kind} | {when} | {r['exact']:.1f} | {r['estimate']:.1f} | {r['rel_err_median']:+.1%} | "
+                f"{r['rel_err_abs_mean']:.1%} | {r['rel_err_sd']:.1%} | {r['covered']} | {r['unmeasured']} | "
+                f"{r['long_err_median']:+.1%} ± {r['long_err_sd']:.1%} |",
+                flush=True,
+            )
+    return rows
+
+
+# --------------------------------------------------------------------------- the sweep
+def steps_to(loss_target, X, Y, b, lr, max_steps, seed=0) -> int | None:
+    """Steps an MLP needs to bring the full-data training loss to ``loss_target``, or None."""
+    torch.manual_seed(seed)
+    m = make("mlp")
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.SGD(m.parameters(), lr=lr)
+    for s in range(1, max_steps + 1):
+        idx = torch.randint(0, len(X), (b,), generator=gen)
+        opt.zero_grad()
+        F.cross_entropy(m(X[idx]), Y[idx]).backward()
+        opt.step()
+        with torch.no_grad():
+            loss = float(F.cross_entropy(m(X), Y))
+        if not np.isfinite(loss) or loss > 50:
+            return None
+        if loss <= loss_target:
+            return s
+    return None
+
+
+def tracked(target: float, b: int = 16, micro: int = 2, every: int = 25) -> None:
+    """A reference run (``micro`` x ``b`` per step, accumulation, lr 0.3) to ``target``: the
+    Recorder's live estimate against the exact B_simple at a few steps along the way."""
+    X, Y = digits()
+    torch.manual_seed(0)
+    m = make("mlp")
+    gen = torch.Generator().manual_seed(0)
+    opt = torch.optim.SGD(m.parameters(), lr=0.3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rec = Recorder(m, opt, histogram_every=0, trace_nonfinite=False)
+    exact, step = [], 0
+    while True:
+        if step % every == 0:
+            exact.append((step, exact_b_simple(m, X, Y)["b_simple"]))
+        opt.zero_grad()
+        for _ in range(micro):
+            idx = torch.randint(0, len(X), (b,), generator=gen)
+            (F.cross_entropy(m(X[idx]), Y[idx]) / micro).backward()
+        opt.step()
+        step += 1
+        with torch.no_grad():
+            if float(F.cross_entropy(m(X), Y)) <= target or step > 5000:
+                break
+    rec.detach()
+    ns = noise_scale(rec.run)
+    assert ns is not None
+    print(f"reference run: {micro} x {b} per step, lr 0.3, {step} steps to training loss {target}")
+    print("| step | exact B_simple | live estimate (EMA 20) | 95% interval |")
+    print("| ---: | ---: | ---: | ---: |")
+    for s, ex in exact:
+        k = int(np.searchsorted(ns.steps, s))
+        if k < len(ns.steps):
+            hi = f"{ns.hi[k]:.0f}" if np.isfinite(ns.hi[k]) else "inf"
+            print(f"| {s} | {ex:.0f} | {ns.b_simple[k]:.0f} | {ns.lo[k]:.0f}-{hi} |")
+    ex_all = np.array([e for _, e in exact])
+    print(f"exact B_simple over the run: start {ex_all[0]:.0f}, median {np.median(ex_all):.0f}, end {ex_all[-1]:.0f}")
+
+
+def sweep(target: float, batches, lrs, max_steps: int) -> None:
+    """Steps to ``target`` per batch size (best learning rate of ``lrs``), and the critical batch
+    size of McCandlish et al.'s model fitted to them: S(B) = S_min (1 + B_crit / B)."""
+    X, Y = digits()
+    print(f"target training loss {target} (full data); SGD, best learning rate per batch size of {lrs}")
+    print("| batch | best lr | steps | examples | steps / steps at the batch before |")
+    print("| ---: | ---: | ---: | ---: | ---: |")
+    got, prev = [], None
+    for b in batches:
+        best = None
+        for lr in lrs:
+            s = steps_to(target, X, Y, b, lr, max_steps if best is None else best[0])
+            if s is not None and (best is None or s < best[0]):
+                best = (s, lr)
+        if best is None:
+            print(f"| {b} | - | >{max_steps} | - | - |")
+            continue
+        s, lr = best
+        got.append((b, s))
+        ratio = f"{s / prev:.2f}" if prev else "-"
+        prev = s
+        print(f"| {b} | {lr} | {s} | {s * b} | {ratio} |", flush=True)
+    B = np.array([b for b, _ in got], float)
+    S = np.array([s for _, s in got], float)
+    slope, icpt = np.polyfit(1 / B, S, 1)  # S = S_min + S_min B_crit / B
+    print(f"fit S(B) = S_min (1 + B_crit/B): S_min {icpt:.1f} steps, B_crit {slope / icpt:.0f} examples")
+    tracked(target)
+
+
+# --------------------------------------------------------------------------- cost
+def _timed(fn, n):
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def cost_rows(kind: str = "mlp", repeats: int = 30, micro: int = 4) -> None:
+    """Median step times, interleaved in blocks of 5 steps: accumulation with no Recorder, with
+    noise_scale off and on; one backward vs split_backward in two (both under a Recorder whose
+    "auto" hooks went after the first step). ``kind``: "mlp" (digits, 64-512-512-10, batch 64) or
+    "transformer" (bench/overhead.py's LM, 4 x d256, batch 4 x 64 tokens)."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    if kind == "mlp":
+        X, Y = digits()
+        model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+        b = 64
+
+        def batch():
+            idx = torch.randint(0, len(X), (b,), generator=gen)
+            return X[idx], Y[idx]
+
+        def loss_of(x, y):
+            return F.cross_entropy(model(x), y)
+
+        what = f"MLP 64-512-512-10, batch {b}"
+    else:
+        from overhead import make_model
+
+        vocab, b, seq = 2000, 4, 64
+        model = make_model(vocab=vocab)
+        data = torch.randint(0, vocab, (64, seq + 1), generator=gen)
+
+        def batch():
+            t = data[torch.randint(0, len(data), (b,), generator=gen)]
+            return t[:, :-1], t[:, 1:]
+
+        def loss_of(x, y):
+            return F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+
+        what = f"bench transformer (4 x d256), batch {b} x {seq} tokens"
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+    def accum_step():
+        opt.zero_grad()
+        for _ in range(micro):
+            (loss_of(*batch()) / micro).backward()
+        opt.step()
+
+    def plain_step():
+        opt.zero_grad()
+        loss_of(*batch()).backward()
+        opt.step()
+
+    def split_step(rec):
+        opt.zero_grad()
+        rec.split_backward(loss_of, *batch())
+        opt.step()
+
+    kw = dict(histogram_every=0, trace_nonfinite=False, update_every=10)
+    times: dict[str, list[float]] = {k: [] for k in ("bare", "off", "on", "plain", "split")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(repeats):
+            times["bare"] += _timed(accum_step, 5)
+            rec = Recorder(model, opt, noise_scale=False, **kw)
+            times["off"] += _timed(accum_step, 5)
+            rec.detach()
+            rec = Recorder(model, opt, noise_scale=True, **kw)
+            times["on"] += _timed(accum_step, 5)
+            rec.detach()
+            rec = Recorder(model, opt, noise_scale="auto", **kw)
+            plain_step()  # the first step: "auto" sees one batch size and removes its hooks
+            times["plain"] += _timed(plain_step, 5)
+            times["split"] += _timed(lambda: split_step(rec), 5)
+            rec.detach()
+    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    n = sum(p.numel() for p in model.parameters())
+    print(f"{what} ({n:,} parameters, {len(list(model.parameters()))} tensors), 1 thread, {repeats} x 5 steps each")
+    print("| step | median ms | ratio |")
+    print("| --- | ---: | ---: |")
+    print(f"| {micro} micro-batches, no Recorder | {med['bare']:.2f} | 1.00x |")
+    print(f"| ... Recorder, noise_scale=False | {med['off']:.2f} | {med['off'] / med['bare']:.3f}x |")
+    print(
+        f"| ... Recorder, noise_scale=True | {med['on']:.2f} | {med['on'] / med['bare']:.3f}x "
+        f"({med['on'] / med['off']:.3f}x the Recorder without it) |"
+    )
+    print(f"| one backward (Recorder, 'auto' unhooked) | {med['plain']:.2f} | 1.00x |")
+    print(f"| split_backward, 2 halves | {med['split']:.2f} | {med['split'] / med['plain']:.3f}x the one backward |")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--b", type=int, default=16)
+    ap.add_argument("--micro", type=int, default=4)
+    ap.add_argument("--trained", type=int, default=300)
+    ap.add_argument("--models", default="logreg,mlp,cnn,gpt2")
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--target", type=float, default=0.05)
+    ap.add_argument("--cost", action="store_true")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    if a.sweep:
+        sweep(a.target, [8, 16, 32, 64, 128, 256, 512, 1024, 2048], [0.1, 0.3, 1.0, 3.0, 10.0], 6000)
+        return
+    if a.cost:
+        for kind in ("mlp", "transformer"):
+            cost_rows(kind)
+        return
+    print(f"{a.micro} micro-batches of {a.b} per step ({a.micro * a.b} per step), {a.steps} steps, EMA 20")
+    print(
+        "| model | parameters at | exact B_simple (median) | estimate (median) | rel. error (median) "
+        "| mean abs rel. error | sd over seeds | exact within 95% interval | not yet measurable "
+        f"| rel. error averaged over all {a.steps} steps (median ± sd) |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    compare(a.models.split(","), a.seeds, a.steps, a.b, a.micro, a.trained)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

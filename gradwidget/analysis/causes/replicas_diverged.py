@@ -1,0 +1,65 @@
+"""Replicas out of sync across ranks.
+
+Reads the replica check's record, ``run.meta["replicas"]``: under torch.distributed the torch
+Recorder compares a fingerprint of each replicated parameter (weight and gradient L2 norm) across
+ranks on recorded steps, and rank 0 keeps which layers, ranks and steps disagreed
+(``gradwidget.collect._replicas``); a saved run folder reads the same. ``..replicas.replica_finding``
+turns it into layers (earliest and most different first), ranks (most often odd first), the first
+step and the evidence.
+
+Bound: a relative difference above ``Thresholds.replica_tolerance`` (1e-5) counts. It is applied
+where the values are compared (collect side: only what exceeds it is kept in the record, with the
+tolerance used), and this rule reads the record: nothing here compares numbers again. How 1e-5 was
+set: see ``Thresholds.replica_tolerance``.
+
+Always Critical, confidence 1.0: healthy replicas are bit-identical, so any recorded difference is
+each rank training its own model from that step. Explains nothing (a symptom it causes, e.g. a loss
+that differs per rank, is not measured). Its action names what breaks DDP's sync in this setup
+(DDP on some ranks only, no wrapper, or what bypasses the wrapper) and how to recover.
+"""
+
+from __future__ import annotations
+
+from ..replicas import ReplicaFinding, replica_finding
+from ._base import CauseRule, Context, Diagnosis
+
+
+def _finding(c: Context) -> ReplicaFinding | None:
+    meta = c.run.meta
+    return replica_finding(meta.get("replicas") if isinstance(meta, dict) else None)
+
+
+def find(c: Context) -> Diagnosis | None:
+    f = _finding(c)
+    if f is None:
+        return None
+    known = set(c.run.layer_names)
+    layers = [n for n in f.layers if n in known]
+    return Diagnosis("replicas_diverged", "Critical", layers, f.first_step, f.evidence, 1.0, ranks=f.ranks)
+
+
+def action(d: Diagnosis, c: Context) -> str:
+    """Make the replicas agree again: what breaks their sync in this setup, then how to recover."""
+    f = _finding(c)
+    since = f" saved before step {d.first_step}" if d.first_step is not None else ""
+    recover = (
+        f"; then restart from a checkpoint{since}, or copy rank 0's weights to every rank "
+        "(torch.distributed.broadcast(p.data, src=0) for each parameter)"
+    )
+    if f is not None and f.unwrapped and f.wrapped:
+        ranks = ", ".join(map(str, f.unwrapped))
+        return f"wrap the model in DistributedDataParallel on every rank, alike (rank(s) {ranks} do not)" + recover
+    if f is not None and f.unwrapped:
+        return (
+            "wrap the model in DistributedDataParallel (nothing averages the gradients across ranks now, so "
+            "each trains on its own data), or all-reduce the gradients before optimizer.step()" + recover
+        )
+    return (
+        "find what bypasses DDP's sync: moving or casting the model (.to(), .cpu()/.cuda(), .half()) or "
+        "replacing a parameter after DistributedDataParallel(model) leaves it outside DDP's gradient hooks "
+        "(pytorch#104336: wrap after the last move); no_sync(), gradient clipping and any change to .grad "
+        "must happen alike on every rank (decide from values all-reduced across ranks)" + recover
+    )
+
+
+RULE = CauseRule("replicas_diverged", "replicas out of sync across ranks", find, action)

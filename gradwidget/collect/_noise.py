@@ -1,0 +1,318 @@
+"""The gradient at two batch sizes, from what training already computes (issue 26): the raw
+material of the gradient noise scale (McCandlish et al. 2018, appendix A), with no extra backward.
+
+- **Gradient accumulation**: every backward between two optimizer steps adds one micro-batch's
+  gradient to ``p.grad``. A tensor hook on each parameter sees that increment before it is added;
+  its squared norm is taken on the device (in one process, tensors of at most ``STACK_NUMEL``
+  entries kept until the end of the backward and reduced in one fused ``_foreach_norm``, the others
+  reduced in the hook), and at the end of each backward one more fused norm reads the accumulated
+  gradient.
+- **DDP**: the increment is this rank's local gradient, before the all-reduce; the gradient read
+  after DDP's end-of-backward callback is the synchronised one, over ``world_size`` times the batch.
+
+Nothing is copied to the host here: a step's two ``(P,)`` vectors ride in the Recorder's packed
+copy (``queue``/``take``), once per recorded step. With one batch size only (one backward per step
+in one process) there is nothing to compare: ``"auto"`` then removes the hooks after
+``ONE_SIZE_STEPS`` steps and notes it in ``run.meta["noise_scale"]``; ``Recorder.split_backward``
+runs one step's backward in parts (the cheapest opt-in: the same examples, no extra backward).
+
+The batch size is the user's (``Recorder(batch_size=...)`` or ``rec.log(batch_size=...)``, the size
+of one micro-batch) or, by default, the first dimension of the first tensor the model is called with
+(a forward pre-hook on the root module), read at the start of each backward.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..noise_series import NoiseSeries
+from ._groups import STACK_NUMEL
+from ._kernels import HostCopy, acc_dtype, norms, stored_values
+
+#: "auto" keeps its hooks this many steps; with one batch size on every one, it removes them (one:
+#: accumulation shows at the first step, and the hooks then cost nothing in the steps NaN tracing's
+#: "auto" times, nor stay on a model whose forward hooks a user counts)
+ONE_SIZE_STEPS = 1
+
+#: what ``run.meta["noise_scale"]["one_size"]`` says when only one batch size is seen
+ONE_SIZE_TEXT = (
+    "only one batch size was seen (one backward per optimizer step, in one process), so the gradient "
+    "noise scale cannot be estimated from it; run one step in N with "
+    "recorder.split_backward(loss_fn, *batch) (the batch in two halves: the same examples, no extra "
+    "backward; that step costs ~1.2-1.3x, docs/costs.md), or use gradient accumulation"
+)
+
+
+@dataclass
+class NoiseStep:
+    """One step's device vectors, before its host copy: the sum over its backwards of each
+    increment's squared norm, and the accumulated gradient's squared norm (per parameter)."""
+
+    incr_sq: torch.Tensor
+    acc_sq: torch.Tensor
+    k: int  # backwards (micro-batches) in the step
+    sizes: list[int | None]  # their batch sizes (None where unknown)
+    seen: np.ndarray  # parameters that received a gradient
+    handle: tuple | None = None
+
+
+def check_noise_mode(mode):
+    """``Recorder(noise_scale=...)``: True, False or "auto"."""
+    if mode not in (True, False, "auto") or not isinstance(mode, (bool, str)):
+        raise ValueError(f"noise_scale must be True, False or 'auto', got {mode!r}")
+    return mode
+
+
+def first_dim(args, kwargs) -> int | None:
+    """The batch size a model is called with: the first dimension of its first tensor argument."""
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, torch.Tensor) and a.ndim >= 1:
+            return int(a.shape[0])
+    return None
+
+
+class NoiseProbe:
+    """Hooks that see each backward's gradient increment and the accumulated gradient of ``params``."""
+
+    # this step's state (``_reset_step``): per backward, the small increments kept for one fused norm
+    # and the large ones' norms; per step, the sums over its backwards
+    _small_i: list[int]
+    _small_g: list[torch.Tensor]
+    _big_i: list[int]
+    _big_n: list[torch.Tensor]
+    _incr_sq: torch.Tensor | None
+    _acc_sq: torch.Tensor | None
+    _k: int
+    _sizes: list[int | None]
+    _seen: set[int]
+
+    def __init__(
+        self, model: nn.Module, params: list[torch.Tensor], batch_size: int | None, world_size: int = 1, mode="auto"
+    ) -> None:
+        self.params, self.world_size, self.mode = params, world_size, mode
+        self.fixed_batch = batch_size
+        self.user_batch: int | None = None  # rec.log(batch_size=...): this step's micro-batch size
+        self.input_batch: int | None = None
+        self.source = "argument" if batch_size is not None else "input"
+        self._model = model
+        self._handles: list = []
+        self._fwd_handle: Any = None
+        self._indices: dict = {}
+        self._one_size = 0  # consecutive steps with one batch size ("auto")
+        self.one_size_note: str | None = None
+        self._reset_step()
+        self._in_bwd = False
+        self.armed = self._once = False
+        self.arm()
+
+    # ------------------------------------------------------------------ hooks
+    def arm(self, once: bool = False) -> None:
+        """Install the hooks (again, for one step of ``split_backward`` after "auto" removed them)."""
+        if self.armed:
+            return
+        self._once = once
+        self.armed = True
+        for i, p in enumerate(self.params):
+            if p.requires_grad:
+                self._handles.append(p.register_hook(partial(self._incoming, i)))
+        if self.mode is True or self.world_size > 1 or self.two_sizes_seen:
+            self._watch_input()
+
+    def _watch_input(self) -> None:
+        """Read the batch size off the model's input (a forward pre-hook on the root module), unless
+        it was given. "auto" installs it once two batch sizes are seen, not before: a hook added
+        and removed again would make ``torch.compile`` compile the forward twice."""
+        if self.fixed_batch is None and self._fwd_handle is None:
+            self._fwd_handle = self._model.register_forward_pre_hook(self._forward, with_kwargs=True)
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        if self._fwd_handle is not None:
+            self._fwd_handle.remove()
+        self._handles, self.armed, self._fwd_handle = [], False, None
+        self._reset_step()
+
+    def _forward(self, module, args, kwargs) -> None:
+        if torch.is_grad_enabled():  # an evaluation under no_grad is no training batch
+            self.input_batch = first_dim(args, kwargs)
+
+    def _incoming(self, i: int, g: torch.Tensor) -> None:
+        if not self._in_bwd:
+            self._in_bwd = True
+            self._sizes.append(self._batch_now())
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+        v = stored_values(g.detach())
+        self._seen.add(i)
+        if v.numel() <= STACK_NUMEL and self.world_size == 1:
+            # kept for one fused norm at the end of this backward: nothing changes it before then in
+            # one process (the first increment becomes p.grad; a later one is added to it). Under
+            # DDP the all-reduce writes the averaged gradient into p.grad (the first increment)
+            # before that, so every norm there is taken in the hook
+            self._small_i.append(i)
+            self._small_g.append(v)
+        else:
+            self._big_i.append(i)
+            self._big_n.append(torch.linalg.vector_norm(v, 2, dtype=acc_dtype([v])))
+
+    def _batch_now(self) -> int | None:
+        if self.user_batch is not None:
+            return self.user_batch
+        return self.fixed_batch if self.fixed_batch is not None else self.input_batch
+
+    def _end_backward(self) -> None:
+        if self.world_size > 1 and not self._requeued:
+            # DDP queues its own end-of-backward callback (finishing the all-reduce) after ours:
+            # run once more behind it, so the synchronised gradient is read
+            self._requeued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+            return
+        self._requeued = self._in_bwd = False
+        with torch.no_grad():
+            parts, idx = [], []
+            if self._small_g:
+                parts.append(norms(self._small_g).to(torch.float64))
+                idx += self._small_i
+            if self._big_n:
+                parts.append(torch.stack(self._big_n).to(torch.float64))
+                idx += self._big_i
+            self._small_i, self._small_g, self._big_i, self._big_n = [], [], [], []
+            if not parts:
+                return
+            dev = parts[0].device
+            incr = torch.zeros(len(self.params), dtype=torch.float64, device=dev)
+            incr[self._index(idx, dev)] = torch.cat([t.to(dev) for t in parts]).square()
+            self._incr_sq = incr if self._incr_sq is None else self._incr_sq.add_(incr)
+            got = [(j, p.grad) for j, p in enumerate(self.params) if p.grad is not None]
+            acc = torch.zeros_like(incr)
+            if got:
+                cols, grads = zip(*got)
+                acc[self._index(cols, dev)] = norms([stored_values(g) for g in grads]).to(dev).double().square()
+            self._acc_sq = acc
+        self._k += 1
+
+    _requeued = False
+    two_sizes_seen = False
+
+    def _index(self, idx, dev: torch.device) -> torch.Tensor:
+        """``idx`` as an index tensor on ``dev``, made once per distinct list (the arrival order
+        repeats from backward to backward): a host-to-device copy is a host sync on CUDA."""
+        key = (tuple(idx), dev)
+        t = self._indices.get(key)
+        if t is None:
+            if len(self._indices) > 64:  # a model whose set of gradients keeps changing
+                self._indices.clear()
+            t = self._indices[key] = torch.tensor(key[0], device=dev)
+        return t
+
+    @property
+    def keeps_rows(self) -> bool:
+        """Whether the run will get a noise row a step (for the memory window): hooked and either
+        told to (``True``) or already seen two batch sizes ("auto" decides at the first step)."""
+        return self.armed and (self.mode is True or self.two_sizes_seen)
+
+    # ------------------------------------------------------------------ steps
+    def _reset_step(self) -> None:
+        self._small_i, self._small_g, self._big_i, self._big_n = [], [], [], []
+        self._incr_sq = self._acc_sq = None
+        self._k = 0
+        self._sizes, self._seen = [], set()
+
+    def end_step(self) -> NoiseStep | None:
+        """Close this optimizer step: its vectors when it saw two batch sizes, else None (and, in
+        "auto", after ``ONE_SIZE_STEPS`` such steps in a row, the hooks are removed)."""
+        k, incr, acc, sizes, seen = self._k, self._incr_sq, self._acc_sq, self._sizes, self._seen
+        self._reset_step()
+        self.user_batch = None
+        if self._once:  # armed for one split step only
+            self.remove()
+        if k == 0 or incr is None or acc is None:
+            return None
+        if k * self.world_size < 2:
+            self._one_size += 1
+            if self.mode == "auto" and self._one_size >= ONE_SIZE_STEPS:
+                self.one_size_note = ONE_SIZE_TEXT
+                self.remove()
+            return None
+        self._one_size = 0
+        self.two_sizes_seen = True
+        if self.armed and not self._once:
+            self._watch_input()  # "auto": from the next step on (this one's batch size may be unknown)
+        mask = np.zeros(len(self.params), bool)
+        mask[list(seen)] = True
+        return NoiseStep(incr, acc, k, list(sizes), mask)
+
+    @staticmethod
+    def queue(st: NoiseStep, pack: HostCopy) -> None:
+        """Put the step's two vectors in the recorder's packed host copy."""
+        st.handle = pack.add(torch.stack([st.incr_sq, st.acc_sq]))
+
+    def row(self, st: NoiseStep, pack: HostCopy, order: list[int]) -> tuple[float, float, int, np.ndarray, np.ndarray]:
+        """``(b_small, b_big, n_small, small_sq, big_sq)`` in column ``order``, after the copy.
+        The big gradient is the accumulated one divided by the number of increments, so both are in
+        the units of one micro-batch's gradient, whatever the loss was divided by."""
+        assert st.handle is not None  # queued before the copy
+        incr, acc = pack.get(st.handle)
+        small = incr / st.k
+        big = acc / (st.k * st.k)
+        small[~st.seen], big[~st.seen] = np.nan, np.nan
+        known = [b for b in st.sizes if b is not None]
+        b_small = float(np.mean(known)) if len(known) == len(st.sizes) and known else math.nan
+        b_big = b_small * st.k * self.world_size
+        return b_small, b_big, st.k * self.world_size, small[order], big[order]
+
+    def meta(self) -> dict:
+        """What ``run.meta["noise_scale"]`` says about how the two sizes were seen."""
+        out = {
+            "batch_size": self.source,
+            "two_sizes": "ddp and accumulation" if self.world_size > 1 else "accumulation",
+            "world_size": self.world_size,
+        }
+        if self.one_size_note is not None:
+            out["one_size"] = self.one_size_note
+        return out
+
+
+def split_backward(loss_fn, batch: tuple, parts: int = 2, sizes=None) -> torch.Tensor:
+    """Forward and backward ``loss_fn(*batch)`` in ``parts`` equal slices along the first dimension,
+    each loss divided by ``parts``: for a loss averaged over the batch, the gradient one backward of
+    the whole batch gives (up to layers that mix examples, such as BatchNorm in training mode), seen
+    at two batch sizes. ``sizes(n)`` is told each part's size before its backward. Returns the whole
+    batch's loss (detached)."""
+    n = first_dim(batch, {})
+    if n is None or n < parts:
+        raise ValueError(f"split_backward needs a batch of at least {parts} examples along the first dimension")
+    total = None
+    for idx in torch.arange(n).tensor_split(parts):
+        lo, hi = int(idx[0]), int(idx[-1]) + 1
+        piece = tuple(a[lo:hi] if isinstance(a, torch.Tensor) and a.ndim >= 1 and a.shape[0] == n else a for a in batch)
+        loss = loss_fn(*piece) / parts
+        if sizes is not None:
+            sizes(hi - lo)
+        loss.backward()
+        total = loss.detach() if total is None else total + loss.detach()
+    assert total is not None
+    return total
+
+
+def append_noise(run, writer, probe: NoiseProbe, row: tuple | None) -> None:
+    """Add this recorded step's noise row (if it saw two batch sizes) to ``run.noise``, and keep
+    ``run.meta["noise_scale"]`` saying how the sizes were seen (its directory's meta.json too)."""
+    if run is None:
+        return
+    if row is not None:
+        if run.noise is None:
+            run.noise = NoiseSeries(run.n_layers, run.max_steps)
+        run.noise.append(int(run.steps[-1]), *row)
+    meta = probe.meta()
+    if (row is not None or probe.one_size_note is not None) and run.meta.get("noise_scale") != meta:
+        run.meta["noise_scale"] = meta
+        if writer is not None:
+            writer.write_meta()

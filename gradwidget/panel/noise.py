@@ -1,0 +1,23 @@
+"""The gradient noise scale for the page (``noise`` and ``noise_text`` traits): per measured step,
+B_simple, its 95% interval and the batch per step, from the report (``analyze(run).noise_scale``),
+thinned to at most ``MAX_NOISE_POINTS``; in words, the estimate or why there is none."""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: the most points of the noise-scale series sent to the page (a small chart: one per few pixels)
+MAX_NOISE_POINTS = 512
+
+
+def noise_values(report) -> dict:
+    """``{"noise": (5, N) float64 array, "noise_text": str}`` of a Report (``b""`` when it has no
+    noise scale); ``PanelBase._set`` encodes the array by the protocol."""
+    ns = getattr(report, "noise_scale", None)
+    if ns is None or not ns.rows:
+        why = next((n for n in getattr(report, "notes", []) if "only one batch size" in n), "")
+        return {"noise": b"", "noise_text": why}
+    keep = np.unique(np.linspace(0, ns.rows - 1, min(ns.rows, MAX_NOISE_POINTS)).round().astype(np.int64))
+    rows = np.stack([ns.steps, ns.b_simple, ns.lo, ns.hi, np.full(ns.rows, ns.b_big)])[:, keep]
+    text = ns.text()
+    return {"noise": rows.astype(np.float64), "noise_text": text[:1].upper() + text[1:]}

@@ -1,0 +1,247 @@
+"""The gradient noise scale (issue 26): the Recorder's hooks see each micro-batch's gradient and the
+accumulated one; the estimate matches B_simple computed exactly from per-example gradients; the run
+keeps, saves and reloads the series; analyze() names a batch far from it; one batch size is said."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+from torch.func import functional_call, grad, vmap  # noqa: E402
+
+from gradwidget import load_run  # noqa: E402
+from gradwidget.analysis import analyze  # noqa: E402
+from gradwidget.analysis.noise_scale import noise_scale, smoothed, two_size_estimates  # noqa: E402
+from gradwidget.collect.torch import Recorder  # noqa: E402
+from gradwidget.storage import RunReader  # noqa: E402
+
+F = nn.functional
+
+
+def blobs(n=600, d=10, classes=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    centers = torch.randn(classes, d, generator=g)
+    y = torch.randint(0, classes, (n,), generator=g)
+    return centers[y] + 1.5 * torch.randn(n, d, generator=g), y
+
+
+def exact_b_simple(model, X, Y):
+    """tr(Σ)/|G|² over the data set from every example's gradient (vmap of grad)."""
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def one(p, x, y):
+        return F.cross_entropy(functional_call(model, p, (x[None],)), y[None])
+
+    per = vmap(grad(one), in_dims=(None, 0, 0))(params, X, Y)
+    flat = torch.cat([v.reshape(len(X), -1) for v in per.values()], 1).double()
+    G = flat.mean(0)
+    return float((flat - G).pow(2).sum(1).mean() / G.pow(2).sum())
+
+
+def accumulate(rec, model, opt, X, Y, steps, b, micro, seed=0, divide=True, log_batch=False):
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        opt.zero_grad()
+        if log_batch:
+            rec.log(batch_size=b)
+        for _ in range(micro):
+            idx = torch.randint(0, len(X), (b,), generator=gen)
+            loss = F.cross_entropy(model(X[idx]), Y[idx])
+            (loss / micro if divide else loss).backward()
+        opt.step()
+
+
+def test_two_size_estimator_is_unbiased_on_gaussian_gradients():
+    """Per-example gradients g ~ N(G, diag(s²)): the averaged estimates come back to |G|² and tr(Σ)."""
+    rng = np.random.default_rng(0)
+    d, bs, k, rows = 50, 8, 4, 4000
+    G = rng.normal(size=d) * 0.3
+    s = rng.uniform(0.5, 2.0, size=d)
+    small = G + rng.normal(size=(rows, k, d)) * s / np.sqrt(bs)  # k micro-batch means
+    small_sq = (small**2).sum(2).mean(1)
+    big_sq = (small.mean(1) ** 2).sum(1)
+    g2, tr = two_size_estimates(np.full(rows, bs), np.full(rows, bs * k), small_sq, big_sq)
+    assert abs(g2.mean() / (G @ G) - 1) < 0.05
+    assert abs(tr.mean() / (s @ s) - 1) < 0.02
+    b, lo, hi = smoothed(g2, tr, span=rows)
+    assert lo[-1] <= (s @ s) / (G @ G) <= hi[-1]
+
+
+def test_estimate_matches_per_example_ground_truth():
+    """Real hooks on a logistic regression (lr 0: the parameters stay where the exact value is taken)."""
+    X, Y = blobs()
+    torch.manual_seed(0)
+    model = nn.Linear(10, 4)
+    exact = exact_b_simple(model, X, Y)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    rec = Recorder(model, opt)
+    accumulate(rec, model, opt, X, Y, steps=120, b=16, micro=4)
+    rec.detach()
+    assert len(rec.run.noise) == 120 and np.isnan(rec.run.noise.rows["b_small"][0])  # read from step 1 on
+    assert rec.run.meta["noise_scale"] == {"batch_size": "input", "two_sizes": "accumulation", "world_size": 1}
+    whole = noise_scale(rec.run, span=120)  # averaged over every step: the bias, not the EMA's spread
+    assert whole.b_small == 16 and whole.b_big == 64
+    assert whole.last[0] == pytest.approx(exact, rel=0.1)
+    ema = noise_scale(rec.run)  # what the panel shows (EMA over 20 steps): within its interval
+    b, lo, hi = ema.last
+    assert lo <= exact <= hi and abs(b / exact - 1) < 0.3
+
+
+def test_loss_division_and_batch_size_sources_do_not_change_the_estimate():
+    """The increments and the accumulated gradient are in the same units, whatever the loss is divided
+    by; the batch size from the input, the Recorder argument or rec.log is the same number."""
+    X, Y = blobs()
+    out = []
+    for divide, kw, log_batch in ((True, {}, False), (False, {"batch_size": 16}, False), (True, {}, True)):
+        torch.manual_seed(0)
+        model = nn.Linear(10, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        rec = Recorder(model, opt, **kw)
+        accumulate(rec, model, opt, X, Y, steps=15, b=16, micro=3, divide=divide, log_batch=log_batch)
+        rec.detach()
+        # "auto" reads the input's batch size from the second step on (the first row's is NaN)
+        out.append((noise_scale(rec.run.slice(slice(1, None))).last[0], rec.run.meta["noise_scale"]["batch_size"]))
+    assert [s for _, s in out] == ["input", "argument", "log"]
+    assert out[1][0] == pytest.approx(out[0][0], rel=1e-5) and out[2][0] == pytest.approx(out[0][0], rel=1e-5)
+
+
+def test_one_batch_size_is_said_and_split_backward_opts_in():
+    X, Y = blobs()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 8), nn.Tanh(), nn.Linear(8, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    rec = Recorder(model, opt)
+    accumulate(rec, model, opt, X, Y, steps=4, b=32, micro=1)
+    assert rec.run.noise is None and not rec._noise.armed  # "auto" unhooked after a one-size step
+    assert "only one batch size" in rec.run.meta["noise_scale"]["one_size"]
+    assert any("only one batch size" in n for n in analyze(rec.run).notes)
+    # split_backward: the same gradient as one backward of the whole batch, seen at two sizes
+    x, y = X[:32], Y[:32]
+    opt.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    whole = [p.grad.clone() for p in model.parameters()]
+    opt.zero_grad()
+    loss = rec.split_backward(lambda a, b: F.cross_entropy(model(a), b), x, y)
+    assert float(loss) == pytest.approx(float(F.cross_entropy(model(x), y).detach()), rel=1e-5)
+    for p, g in zip(model.parameters(), whole):
+        torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-7)
+    opt.step()
+    rows = rec.run.noise.rows
+    assert len(rows) == 1 and rows["b_small"][0] == 16 and rows["b_big"][0] == 32 and rows["n_small"][0] == 2
+    assert not rec._noise.armed  # armed for that step only
+    rec.detach()
+
+
+def test_noise_rows_saved_followed_and_reloaded(tmp_path):
+    X, Y = blobs()
+    torch.manual_seed(0)
+    model = nn.Linear(10, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = Recorder(model, opt, log_dir=tmp_path / "r")
+    accumulate(rec, model, opt, X, Y, steps=5, b=8, micro=2)
+    reader = RunReader(tmp_path / "r")
+    assert len(reader.run.noise) == 5
+    accumulate(rec, model, opt, X, Y, steps=3, b=8, micro=2, seed=1)
+    assert reader.poll() and len(reader.run.noise) == 8
+    rec.detach()
+    back = load_run(tmp_path / "r")
+    assert back.noise.rows.tobytes() == rec.run.noise.rows.tobytes()
+    assert np.isnan(back.noise.rows["b_small"][0]) and (back.noise.rows["b_small"][1:] == 8).all()
+    assert back.meta["noise_scale"]["two_sizes"] == "accumulation"
+    rec.run.save(tmp_path / "saved")
+    assert load_run(tmp_path / "saved").noise.rows.tobytes() == rec.run.noise.rows.tobytes()
+    (tmp_path / "r" / "noise.bin").unlink()  # a run folder from before noise.bin loads as before
+    assert load_run(tmp_path / "r").noise is None
+    sliced = back.slice(slice(2, 5), layers=["bias"])
+    assert list(sliced.noise.rows["step"]) == list(back.steps[2:5]) and sliced.noise.n_layers == 1
+
+
+def test_batch_far_above_the_noise_scale_is_named_and_a_matched_batch_is_not():
+    """A logistic regression at its start has B_simple ~ 30: a batch of 1,024 is far above it; 32 is not."""
+    X, Y = blobs()
+    found = {}
+    for b, micro in ((256, 4), (16, 2)):
+        torch.manual_seed(0)
+        model = nn.Linear(10, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        rec = Recorder(model, opt)
+        accumulate(rec, model, opt, X, Y, steps=25, b=b, micro=micro)
+        rec.detach()
+        rep = analyze(rec.run)
+        found[b * micro] = [r for r in rep.diagnoses if r.cause.startswith("batch_")]
+        assert rep.noise_scale is not None and "Gradient noise scale B_simple" in rep.summary_text()
+    (r,) = found[1024]
+    assert (
+        r.cause == "batch_too_large" and r.priority == "Low" and r.first_step == 2
+    )  # step 0: batch size not read yet; step 1: no interval yet
+    assert "against a batch of 1,024" in r.evidence and "lower the batch to about" in r.action
+    assert found[32] == []
+
+
+def test_batch_far_below_the_noise_scale_is_named():
+    """Rows drawn from E|g_B|² = |G|² + tr(Σ)/B with B_simple = 5,000, at batches of 32 and 64."""
+    from conftest import make_run
+
+    from gradwidget.noise_series import NoiseSeries
+
+    run = make_run(n_steps=40, layers=("a", "b"))
+    run.noise = NoiseSeries(2)
+    rng = np.random.default_rng(0)
+    g2, tr = 1e-3, 5.0  # B_simple 5,000
+    for step in run.steps[5:]:
+        small = (g2 + tr / 32) * (1 + 0.001 * rng.normal())
+        big = (g2 + tr / 64) * (1 + 0.001 * rng.normal())
+        run.noise.append(int(step), 32, 64, 2, np.array([small / 2] * 2), np.array([big / 2] * 2))
+    rep = analyze(run)
+    (r,) = [r for r in rep.diagnoses if r.cause.startswith("batch_")]
+    assert r.cause == "batch_too_small" and r.first_step == int(run.steps[6])  # its second noise row
+    assert rep.noise_scale.last[0] == pytest.approx(5000, rel=0.3)
+    assert "raise the batch towards" in r.action
+
+
+def test_report_shows_the_noise_scale_or_why_it_is_missing(tmp_path):
+    from gradwidget.report import render_report
+
+    X, Y = blobs()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(10, 8), nn.Tanh(), nn.Linear(8, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = Recorder(model, opt)
+    accumulate(rec, model, opt, X, Y, steps=30, b=32, micro=2)
+    rec.detach()
+    page = render_report(analyze(rec.run))
+    assert 'id="noise-scale"' in page and "Gradient noise scale B_simple" in page
+    assert 'alt="gradient noise scale over steps"' in page and "<td>0</td>" in page  # the per-module table
+    torch.manual_seed(0)
+    rec = Recorder(model, opt)
+    accumulate(rec, model, opt, X, Y, steps=3, b=32, micro=1)
+    rec.detach()
+    page = render_report(analyze(rec.run))
+    assert '<h2 id="noise-scale">Batch size</h2>' in page and "split_backward" in page
+
+
+def test_panel_sends_the_noise_series_and_its_words():
+    from gradwidget.panel.widget import GradientPanel
+
+    X, Y = blobs()
+    torch.manual_seed(0)
+    model = nn.Linear(10, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = Recorder(model, opt)
+    accumulate(rec, model, opt, X, Y, steps=12, b=16, micro=2)
+    rec.detach()
+    p = GradientPanel(rec.run)
+    ns = p.report.noise_scale
+    rows = np.frombuffer(p.noise, np.float64).reshape(5, -1)
+    np.testing.assert_array_equal(rows[0], ns.steps)
+    np.testing.assert_array_equal(rows[1], ns.b_simple)
+    assert (rows[4] == 32).all() and p.noise_text.startswith("Gradient noise scale B_simple")
+    empty = GradientPanel(make_run_without_noise())
+    assert empty.report is not None and empty.noise == b"" and empty.noise_text == ""
+
+
+def make_run_without_noise():
+    from conftest import make_run
+
+    return make_run(n_steps=5)

@@ -1,0 +1,77 @@
+"""Replicas out of sync (issue 25), reproduced with real DDP on 2-4 gloo processes.
+
+Each broken pattern must be found on the step it begins, naming the rank(s) at fault; the healthy
+runs must raise nothing (DDP, FSDP2, FSDP1, HSDP and a plain model at 2 processes are checked in
+test_distributed.py's ``test_two_process_run_equals_single_process``, DDP at 4 here).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gradwidget import analyze
+from gradwidget.storage import load_run
+from test_distributed import launch  # noqa: F401 (the fixture)
+
+pytestmark = pytest.mark.slow  # each test starts processes
+
+LAYERS = ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]
+
+
+def _replicas(tmp_path, mode, pattern, world, launch):  # noqa: F811
+    extra = ["--pattern", pattern] if pattern else []
+    launch(mode, tmp_path / "run", tmp_path / "out", *extra, world=world).wait()
+    run = load_run(tmp_path / "run")
+    found = [r for r in analyze(run).diagnoses if r.cause == "replicas_diverged"]
+    return run.meta["replicas"], found
+
+
+@pytest.mark.parametrize(
+    "mode,pattern,world,first,ranks",
+    [
+        # pytorch#104336 on CPU: moved (cast) and back after wrapping, DDP's hooks never fire again
+        ("ddp", "to-dtype", 2, 0, [1]),
+        # the last rank skips step 2's all-reduce under no_sync(), the others step 3's (else one waits)
+        ("ddp", "no-sync", 2, 2, [1]),
+        # the last rank clips its gradients after the sync from step 2 on; the other three agree
+        ("ddp", "clip", 4, 2, [3]),
+        # rank 0 wraps in DDP (over a group of itself), rank 1 trains the plain model
+        ("ddp", "ddp-one-rank", 2, 0, [1]),
+        # no wrapper on any rank, each on its own data: nothing averages the gradients
+        ("plain", "own-data", 2, 0, [1]),
+    ],
+)
+def test_each_broken_pattern_is_found_on_its_first_step_naming_the_rank(
+    mode,
+    pattern,
+    world,
+    first,
+    ranks,
+    launch,  # noqa: F811
+    tmp_path,
+):
+    record, found = _replicas(tmp_path, mode, pattern, world, launch)
+    assert record["ranks"] == list(range(world)) and record["layers_compared"] == 6
+    assert record["steps_checked"] == 4  # every recorded step, the last one compared at close
+    (rec,) = found
+    assert (rec.priority, rec.first_step, rec.ranks) == ("Critical", first, ranks)
+    assert sorted(rec.layers) == sorted(LAYERS)  # every layer trains apart
+    assert f"(rank {ranks[0]})" in rec.text and f"since step {first}" in rec.text
+    # the gradients differ first; the weights follow from the next step on
+    parts = {(e["layer"], e["part"]): e["first_step"] for e in record["diverged"]}
+    assert all(parts[(n, "grad")] == first for n in LAYERS)
+    assert all(parts[(n, "weight")] == first + 1 for n in LAYERS)
+    if pattern == "ddp-one-rank":
+        assert rec.action.startswith("wrap the model in DistributedDataParallel on every rank, alike (rank(s) 1")
+    if pattern == "own-data":
+        assert rec.action.startswith("wrap the model in DistributedDataParallel (nothing averages")
+
+
+@pytest.mark.parametrize("pattern,world,compared", [("", 4, 6), ("ignored", 2, 5)])
+def test_healthy_ddp_raises_nothing(pattern, world, compared, launch, tmp_path):  # noqa: F811
+    """4 processes agree bit for bit; a parameter DDP was told to ignore differs on every rank by
+    design (each trains its own) and is not compared."""
+    record, found = _replicas(tmp_path, "ddp", pattern, world, launch)
+    assert found == [] and record["diverged"] == []
+    assert record["ranks"] == list(range(world)) and record["steps_checked"] == 4
+    assert (record["layers_compared"], record["layers_not_compared"]) == (compared, 6 - compared)
