@@ -36,6 +36,7 @@ PLACE = {
     "gradwidget.run": "run",
     "gradwidget.run_append": "run",
     "gradwidget.run_views": "run",
+    "gradwidget.noise_series": "run",
     "gradwidget.storage": "run",
     # recording
     "gradwidget.collect": "collect",
