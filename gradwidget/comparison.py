@@ -31,7 +31,7 @@ CHANGE_DECADES = 0.5
 def _as_run(x) -> Run:
     """A Run, or a run directory loaded; anything else is a clear error."""
     if isinstance(x, Run):
-        return x
+        return x.snapshot()
     if isinstance(x, (str, Path)):
         from .storage import load_run
 

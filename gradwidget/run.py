@@ -9,6 +9,8 @@ decimated copy whose length never exceeds ``history_capacity`` rows, so memory s
 
 from __future__ import annotations
 
+import copy
+import threading
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
@@ -110,6 +112,43 @@ class Run(RunAppend):
         self._pending: Run | None = None
         self._index = {info.name: i for i, info in enumerate(self.layers)}
         self.version = 0  # bumps on every change; views use it to know when to refresh
+        self._lock = threading.Lock()  # held by every change of the store, and by snapshot()
+        self._open = False  # the newest row is still being filled (append(..., complete=False))
+        self._frozen = False  # a snapshot: read-only
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_lock"]  # a lock is no state: each copy gets its own
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    # ----------------------------------------------------------------- a consistent view for readers
+    def snapshot(self) -> "Run":
+        """The run as it is now, for reading while training appends to it (in another thread):
+        its complete steps, histograms, history and meta, unchanged by later appends. O(1): it
+        shares the arrays (read-only views bounded by the last complete step; the store never
+        writes a row a snapshot can see, ``run_append``). Every reader of a run takes one first
+        (``to_frame``, ``to_ascii``, ``summary``, ``analyze``, the panel); a snapshot's is itself."""
+        if self._frozen:
+            return self
+        with self._lock:
+            r = copy.copy(self)
+            r._frozen, r._open = True, False
+            r.meta, r.layers = dict(self.meta), list(self.layers)
+            if self._open:
+                r._n -= 1
+                if r._hn and r._hist_steps[r._hs + r._hn - 1] == self._steps[self._s + self._n - 1]:
+                    r._hn -= 1
+            for name in ("_steps", "_metrics", "_scalars", "_hist_steps", "_hist"):
+                view = getattr(self, name).view()
+                view.flags.writeable = False
+                setattr(r, name, view)
+            r.history = self.history.snapshot() if self.history is not None else None
+            r._pending = self._pending.snapshot() if self._pending is not None else None
+        return r
 
     # ----------------------------------------------------------------- shape and access
     @property
@@ -291,8 +330,9 @@ class Run(RunAppend):
 
     def downsample(self, max_steps: int) -> "Run":
         """A copy with at most ``max_steps`` rows."""
-        k = max(1, -(-self._n // max(1, int(max_steps))))
-        return self.downsample_by(k)
+        run = self.snapshot()
+        k = max(1, -(-run._n // max(1, int(max_steps))))
+        return run.downsample_by(k)
 
     # ----------------------------------------------------------------- tables
     def to_frame(self) -> "pd.DataFrame":

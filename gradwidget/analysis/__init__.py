@@ -31,6 +31,7 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None, max_
     views (see ``stats.Series``); extremes and flag counts stay exact.
     """
     weights, previous_weights = _check_args(run, weights, previous_weights, max_rows)
+    run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
     if thresholds is not None:  # a Thresholds replaces the run's; a dict overrides some of them
         t = as_thresholds(dict(run.thresholds.to_dict(), **thresholds) if isinstance(thresholds, dict) else thresholds)
         run = copy.copy(run)  # shares the arrays; only this view sees the new thresholds
