@@ -137,7 +137,7 @@ class _Steps(_RecorderState):
             for pos, at in parts:
                 v = pack.get(at)
                 v[~snap.has_grad[pos]] = np.nan  # not updated by the step: no norm, not a false 0
-                run._M3[-1, _M["update_norm"], self._update_cols[pos]] = v
+                run.set_last(_M["update_norm"], self._update_cols[pos], v)
         self._finish_step()
 
     def _snapshot_updates(self) -> None:
@@ -150,6 +150,9 @@ class _Steps(_RecorderState):
 
     # ------------------------------------------------------------------ the step
     def _on_step(self, before_update: bool = False) -> None:
+        if self._snap_taken:  # the last step's optimizer.step() raised (and was caught): finish it
+            self._snap_taken = False
+            self._finish_step()
         if self._capturing and (self._mod_in or self._mod_out):  # else (LBFGS's first step() runs
             self._finish_capture()  # before its closure) keep watching
         self._capture_late_edges()
@@ -185,17 +188,19 @@ class _Steps(_RecorderState):
         values, hist, loss = self._collect(with_hist, pend.get("loss"))
         if loss is not None:
             pend["loss"] = loss
-        self._append_step(step_no, pend, values, hist)
+        measure = before_update and self._update_bufs is not None and self._recorded % self.update_every == 0
+        self._append_step(step_no, pend, values, hist, complete=not measure)
         self._trace_origin(values)
         self._recorded += 1
-        if before_update and self._update_bufs is not None and (self._recorded - 1) % self.update_every == 0:
+        if measure:
             self._snapshot_updates()
             self._snap_taken = True
             return  # finished in _post_step once the update norms are known
         self._finish_step()
 
-    def _append_step(self, step_no: int, pend: dict, values: np.ndarray, hist) -> None:
-        """Append one step's values with its loss, learning rate and global norm to the Run."""
+    def _append_step(self, step_no: int, pend: dict, values: np.ndarray, hist, complete: bool = True) -> None:
+        """Append one step's values with its loss, learning rate and global norm to the Run
+        (``complete=False``: its update norms are filled in by ``_post_step``)."""
         user_step = pend.get("step", step_no)
         loss = pend.get("loss")
         if isinstance(loss, torch.Tensor):
@@ -222,7 +227,7 @@ class _Steps(_RecorderState):
                 GradwidgetWarning,
             )
             user_step = int(run.steps[-1]) + 1
-        run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist)
+        run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist, complete=complete)
         self._warn_window()
         if self._unused_cols:
             self._adopt_late_layers(values)
@@ -367,11 +372,12 @@ class _Steps(_RecorderState):
         self._finish_step()
 
     def _finish_step(self) -> None:
-        if self._writer is not None:
-            self._writer.append_last()
         run = self.run
         if run is None:  # (never: only the process that holds the run finishes steps)
             return
+        run.complete_last()
+        if self._writer is not None:
+            self._writer.append_new()
         for fn in list(self.on_step):
             try:
                 fn(run)

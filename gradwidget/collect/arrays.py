@@ -179,7 +179,7 @@ class ArrayRecorder:
         self._prev_w.update(new_w)
         self._count += 1
         if self._writer is not None:
-            self._writer.append_last()
+            self._writer.append_new()
 
     def close(self) -> None:
         if self._writer is not None:

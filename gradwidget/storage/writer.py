@@ -13,7 +13,7 @@ import numpy as np
 
 from .._warnings import GradwidgetWarning
 from ..files import append_whole, create_new
-from ..run import METRICS, SCALARS, Run
+from ..run import Run
 from .folders import check_log_dir, is_run_dir
 from .layout import RECORD_FILES, hist_dtype, step_dtype
 from .meta import meta_dict, write_json_atomic
@@ -59,6 +59,7 @@ class RunWriter:
         self.error: OSError | None = None
         self.stopped = False
         self._failed_at: int | None = None
+        self._last_step: int | None = None  # the newest step queued to be written
         self._flush()
 
     @property
@@ -70,23 +71,27 @@ class RunWriter:
         self._meta_due = True
         self._flush()
 
-    def append_last(self) -> None:
-        """Write the run's newest step (and its histogram, if it has one)."""
+    def append_new(self) -> None:
+        """Write the run's complete steps not written yet (and their histograms): the newest one,
+        or also one whose ``optimizer.step()`` raised before it was finished (what is in memory is
+        on disk)."""
         if self.stopped:
             return
-        run = self.run
-        i = run.n_steps - 1
-        rec = np.zeros(1, self._sdt)
-        rec["step"] = run.steps[i]
-        for j, s in enumerate(SCALARS):
-            rec[s] = run._S2[i, j]
-        for j, m in enumerate(METRICS):
-            rec[m] = run._M3[i, j]
-        self._queue.append(("steps.bin", rec.tobytes()))
-        if run._hn and run.hist_steps[-1] == run.steps[i]:
-            h = np.zeros(1, self._hdt)
-            h["step"], h["counts"] = run.hist_steps[-1], run.hist[-1]
+        run = self.run  # on the thread that appends: no snapshot needed, only its complete steps
+        n = run.n_steps - run._open
+        steps = run.steps[:n]
+        a = 0 if self._last_step is None else int(np.searchsorted(steps, self._last_step, side="right"))
+        if a >= n:
+            return
+        self._queue.append(("steps.bin", step_records(run, a, n).tobytes()))
+        hs = run.hist_steps
+        ha = 0 if self._last_step is None else int(np.searchsorted(hs, self._last_step, side="right"))
+        hb = int(np.searchsorted(hs, steps[-1], side="right"))
+        if ha < hb:
+            h = np.zeros(hb - ha, self._hdt)
+            h["step"], h["counts"] = hs[ha:hb], run.hist[ha:hb]
             self._queue.append(("hist.bin", h.tobytes()))
+        self._last_step = int(steps[-1])
         self._flush()
 
     def _write_due(self) -> None:
@@ -182,6 +187,7 @@ def save_run(run: Run, path, overwrite: bool = False) -> None:
     """Write a whole Run to a run directory. A rolling-window run also writes the steps that fell
     out of its window, as it holds them (decimated, without histograms), to ``history.bin``, so
     ``load_run`` gives back ``run.history`` too instead of silently keeping only the window."""
+    run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
     w = RunWriter(path, run, overwrite=overwrite)
     try:
         w._queue.append(("steps.bin", step_records(run).tobytes()))
