@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
+from ._args import check_count
 from .layers import LAYER_STATUSES, LayerInfo, as_layers
 from .origin import NONFINITE_PHASES, NonfiniteOrigin
 from .run_append import GROWTH_DIVISOR, RunAppend
@@ -303,7 +304,8 @@ class Run(RunAppend):
         return r
 
     def slice(self, steps: slice | None = None, layers: Sequence[int | str] | None = None) -> "Run":
-        """A copy restricted to a range of step rows and/or a subset of layers (kept in depth order)."""
+        """A copy restricted to a range of step rows (a ``slice`` of rows, e.g. ``slice(-100, None)``)
+        and/or a subset of layers (names or indices, kept in depth order)."""
         from .run_views import slice_run
 
         return slice_run(self, steps, layers)
@@ -312,7 +314,7 @@ class Run(RunAppend):
         """Fold every ``k`` consecutive steps into one (max for max |g| and non-finite, mean otherwise)."""
         from .run_views import downsample_by
 
-        return downsample_by(self, k)
+        return downsample_by(self, check_count("k", k, 1))
 
     def merge_layers(self, groups: Sequence[Sequence[int]], names: Sequence[str]) -> "Run":
         """A run with one layer per group of this run's layers, each group measured as if its
@@ -330,8 +332,9 @@ class Run(RunAppend):
 
     def downsample(self, max_steps: int) -> "Run":
         """A copy with at most ``max_steps`` rows."""
+        max_steps = check_count("max_steps", max_steps, 1)
         run = self.snapshot()
-        k = max(1, -(-run._n // max(1, int(max_steps))))
+        k = max(1, -(-run._n // max_steps))
         return run.downsample_by(k)
 
     # ----------------------------------------------------------------- tables

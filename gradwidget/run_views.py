@@ -19,8 +19,15 @@ if TYPE_CHECKING:
 
 def slice_run(run: Run, steps: slice | None = None, layers: Sequence[int | str] | None = None) -> "Run":
     """A copy restricted to a range of step rows and/or a subset of layers (kept in depth order)."""
+    if steps is not None and not isinstance(steps, slice):
+        raise TypeError(
+            f"steps must be a slice of step rows (e.g. slice(10, 50) or slice(-100, None)) or None, "
+            f"got {type(steps).__name__} {steps!r}"
+        )
+    if layers is not None and (isinstance(layers, (str, bytes)) or not isinstance(layers, Sequence)):
+        raise TypeError(f"layers must be a list of layer names or indices, got {type(layers).__name__} {layers!r}")
     run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
-    a, b, st = (steps or slice(None)).indices(run._n)
+    a, b, st = (steps if steps is not None else slice(None)).indices(run._n)
     if st != 1:
         raise ValueError("step slices must be contiguous (use downsample to thin a run)")
     r = run._slice_rows(a, b)

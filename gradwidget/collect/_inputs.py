@@ -72,17 +72,6 @@ def _tied_names(model: nn.Module, params: list) -> dict[int, tuple[str, ...]]:
     return {k: tuple(v[1:]) for k, v in seen.items() if k in ids and len(v) > 1}
 
 
-def _count_arg(name: str, value, minimum: int, also: str = "") -> int:
-    """An int option, checked up front so a bad value fails here, not inside a training hook
-    (a bool is an int to Python, but never what was meant)."""
-    kind = "a positive int" if minimum == 1 else "a non-negative int"
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be {also}{kind}, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be {also}{kind}, got {value!r}")
-    return int(value)
-
-
 def _bytes_arg(name: str, value) -> int:
     """A positive size in bytes (an int, or a whole float such as 1e9)."""
     ok = (

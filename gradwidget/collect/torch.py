@@ -31,6 +31,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from .._args import check_bool, check_count
 from ..run import Run, _as_step
 from ..storage import check_log_dir
 from ..thresholds import as_thresholds
@@ -39,7 +40,6 @@ from ._inputs import (
     _bytes_arg,
     _check_number,
     _clean_compiled,
-    _count_arg,
     _recordable,
     _replace_attached,
     _skipped_text,
@@ -129,12 +129,15 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
             )
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
-        every, update_every = _count_arg("every", every, 1), _count_arg("update_every", update_every, 1)
-        histogram_every = _count_arg("histogram_every", histogram_every, 0)
+        every, update_every = check_count("every", every, 1), check_count("update_every", update_every, 1)
+        histogram_every = check_count("histogram_every", histogram_every, 0)
         if not (max_steps is None or max_steps == "auto"):
-            max_steps = _count_arg("max_steps", max_steps, 1, "'auto', None or ")
+            max_steps = check_count("max_steps", max_steps, 1, "'auto', None or ")
         memory_budget = _bytes_arg("memory_budget", memory_budget)
         self.trace_nonfinite = check_mode(trace_nonfinite)
+        flags = {"overwrite": overwrite, "track_updates": track_updates, "foreach_all": foreach_all}
+        for flag, value in dict(flags, step_hooks=step_hooks).items():
+            check_bool(flag, value)
         #: how the model is distributed (None in a single process: no distributed code runs)
         self._dist = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():

@@ -7,6 +7,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from .._args import check_bool
 from ..files import replace_atomically, writable_folder
 from .layout import FORMAT, RUN_FILES, RunFormatError, as_path
 from .meta import parse_meta
@@ -52,6 +53,7 @@ def check_log_dir(path, overwrite: bool = False, overwrite_hint: str = "pass ove
     other files only with ``overwrite=True`` and only if none of them has a run file's name
     (they are never touched). Also refused: a file, a folder the writer cannot write in."""
     path = as_path(path, "log_dir must be a folder path")
+    check_bool("overwrite", overwrite)
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"log_dir {path} exists and is not a directory; pick a new log_dir")
     if path.is_dir() and any(path.iterdir()):
