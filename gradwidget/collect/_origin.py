@@ -34,7 +34,13 @@ def find_origin(
 
     A step the optimizer skipped (``tr.skipped``) gives no backward or loss origin: that is how AMP's
     GradScaler handles a scaled gradient that overflowed, by design. Its forward still counts.
+
+    A recorded step whose every parameter gradient was finite (``reached == []``) gives none: what
+    was non-finite in it (a validation forward, a logged validation loss, a NaN masked out before
+    the loss) never reached the gradients the optimizer used, so it is not where the run went NaN.
     """
+    if reached is not None and not len(reached):
+        return None
     origin = _find_origin(tr, names, types, reached, module_of)
     if origin is not None and tr.skipped and origin.phase in ("backward", "loss"):
         return None
