@@ -268,8 +268,8 @@ def test_zero_grad_inside_an_lbfgs_closure_records_no_extra_steps():
     with Recorder(model, opt) as rec:
         for _ in range(3):
             opt.step(closure)
-    # the first step() finds no gradient yet; each later one records the last closure's gradients
-    assert rec.run.n_steps == 2
+    # one step per step(closure), each with its own closure's gradients (test_closure_steps.py)
+    assert rec.run.steps.tolist() == [0, 1, 2]
     assert len(rec.run.edges) == 0 and not model[0]._forward_hooks  # captured in the first closure
 
 

@@ -62,9 +62,38 @@ class _Steps(_RecorderState):
     _requeued = False
     _dist_step = None
 
-    def _pre_step(self, optimizer, args, kwargs) -> None:
+    def _pre_step(self, optimizer, args, kwargs):
         self._stepped = self._in_step = True
+        # args: (optimizer, *step's arguments), as the step wrapper passes them to its hooks
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if callable(closure):  # LBFGS: the step's gradient is made inside step(), by the closure
+            return self._recording_closure(closure, args, kwargs)
         self._on_step(before_update=True)
+        return None
+
+    _closure_open = False  # a closure step not recorded yet (its closure has not run)
+
+    def _recording_closure(self, closure, args, kwargs) -> tuple[tuple, dict]:
+        """``optimizer.step(closure)``: the step is recorded right after the closure's first call,
+        with the gradient it made at the parameters the step starts from (the pre-hook runs before
+        it, when the gradients are still the last step's, or none at step 0), and its loss when
+        none was logged. Later calls (LBFGS's line search) belong to the same step."""
+        self._closure_open = True
+
+        def recording_closure():
+            loss = closure()
+            if self._closure_open:
+                self._closure_open = False
+                if isinstance(loss, torch.Tensor) and loss.numel() == 1 and "loss" not in self._pending:
+                    self._pending["loss"] = loss
+                    if self._loss_probe is not None:
+                        self._loss_probe.see(loss)
+                self._on_step(before_update=True)
+            return loss
+
+        if "closure" in kwargs:
+            return args, dict(kwargs, closure=recording_closure)
+        return (args[0], recording_closure, *args[2:]), kwargs
 
     # ------------------------------------------------------------------ steps the optimizer skipped
     _stepped = True  # an optimizer step ran since the last zero_grad (or none ran yet)
@@ -119,6 +148,9 @@ class _Steps(_RecorderState):
 
     def _post_step(self, optimizer, args, kwargs) -> None:
         self._in_step = False
+        if self._closure_open:  # a closure the optimizer never called: the gradients as they are
+            self._closure_open = False
+            self._on_step()
         if self._update_bufs is None or not self._snap_taken:
             return
         self._snap_taken = False
