@@ -81,3 +81,43 @@ def test_each_step_carries_the_gradient_its_own_closure_made(make_opt, by_keywor
 def test_a_loss_logged_inside_the_closure_is_kept():
     run, *_ = _train(lambda ps: torch.optim.LBFGS(ps, lr=0.5, max_iter=3), 3, log_inside=True)
     assert run.scalar("loss").tolist() == [7.0, 7.0, 7.0]
+
+
+def _fit(model, opt, steps, before_step=lambda: None):
+    x, y = torch.randn(8, 1, 6, 6), torch.randint(0, 3, (8,))
+    for _ in range(steps):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        before_step()
+        opt.step()
+
+
+class ClippedAdam(torch.optim.Adam):
+    """An optimizer subclass whose step() calls super().step(): both calls run the step hooks."""
+
+    def step(self, closure=None):
+        for group in self.param_groups:
+            torch.nn.utils.clip_grad_norm_(group["params"], 1.0)
+        return super().step(closure)
+
+
+def test_an_optimizer_subclass_calling_super_step_is_one_step_per_call():
+    torch.manual_seed(0)
+    torch.optim.Adam(nn.Linear(1, 1).parameters())  # Adam.step itself hooked too, as in any session
+    model = SmallConv()
+    opt = ClippedAdam(model.parameters(), lr=1e-3)
+    rec = Recorder(model, opt, update_every=1, trace_nonfinite=False)
+    _fit(model, opt, 4)
+    rec.detach()
+    assert rec.run.steps.tolist() == [0, 1, 2, 3]
+    assert not np.isnan(rec.run.metric("update_norm")).any()  # measured after the whole step
+
+
+def test_record_step_still_measures_the_update_at_the_optimizer_post_hook():
+    torch.manual_seed(0)
+    model = SmallConv()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    rec = Recorder(model, opt, update_every=1, step_hooks=False, trace_nonfinite=False)
+    _fit(model, opt, 3, before_step=rec.record_step)
+    rec.detach()
+    assert rec.run.steps.tolist() == [0, 1, 2] and not np.isnan(rec.run.metric("update_norm")).any()

@@ -6,6 +6,7 @@ ties, which parameters can be recorded, and the one Recorder attached to each mo
 from __future__ import annotations
 
 import math
+import os
 import warnings
 import weakref
 from typing import TYPE_CHECKING
@@ -139,6 +140,19 @@ def _check_number(name: str, value):
 
 #: model -> weak reference to the Recorder attached to it; weak both ways, so neither is kept alive
 _ATTACHED: "weakref.WeakKeyDictionary[nn.Module, weakref.ref]" = weakref.WeakKeyDictionary()
+
+
+def _hands_over(model: nn.Module, log_dir) -> bool:
+    """Does the Recorder attached to ``model`` (which a new one replaces) write ``log_dir``? Then
+    the new one may take the folder over: the old one is detached, its writer closed, first."""
+    ref = _ATTACHED.get(model)
+    old = ref() if ref is not None else None
+    if old is None or not old.attached or old.log_dir is None:
+        return False
+    try:
+        return os.path.samefile(old.log_dir, log_dir)
+    except (OSError, TypeError, ValueError):
+        return False
 
 
 def _replace_attached(model: nn.Module, new: "Recorder") -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,8 @@ class _Steps(_RecorderState):
     _dist_step = None
 
     def _pre_step(self, optimizer, args, kwargs):
+        if self._nested_step(sys._getframe(1)):
+            return None
         self._stepped = self._in_step = True
         # args: (optimizer, *step's arguments), as the step wrapper passes them to its hooks
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
@@ -146,7 +149,28 @@ class _Steps(_RecorderState):
             self._stepped = True
             self._on_step()
 
+    def _nested_step(self, caller) -> bool:
+        """Is this step() call inside another one being recorded (an optimizer subclass whose step
+        calls ``super().step()``: both are hooked)? ``caller``: the frame of torch's step wrapper
+        that runs the hooks; the outer call's is kept while it runs. One that raised is no longer
+        on the stack, so the next step() is a step again."""
+        outer = self._step_frame
+        if outer is not None and outer is not caller:
+            f = caller.f_back
+            while f is not None:
+                if f is outer:
+                    return True
+                f = f.f_back
+        self._step_frame = caller
+        return False
+
+    _step_frame = None  # the frame of the step() call being recorded
+
     def _post_step(self, optimizer, args, kwargs) -> None:
+        caller = sys._getframe(1)
+        if self._step_frame is not None and self._step_frame is not caller:
+            return  # the end of a nested step() call (``_nested_step``): the outer one ends the step
+        self._step_frame = None
         self._in_step = False
         if self._closure_open:  # a closure the optimizer never called: the gradients as they are
             self._closure_open = False

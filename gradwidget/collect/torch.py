@@ -41,6 +41,7 @@ from ._inputs import (
     _check_number,
     _clean_compiled,
     _recordable,
+    _hands_over,
     _replace_attached,
     _skipped_text,
     _tied_names,
@@ -150,7 +151,8 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self.max_steps, self.thresholds = max_steps, as_thresholds(thresholds)
         self.memory_budget = memory_budget
         if log_dir is not None and (self._dist is None or self._dist.is_writer):
-            check_log_dir(log_dir, overwrite)  # refuse now, not inside the first optimizer.step()
+            # refuse now, not inside the first optimizer.step()
+            check_log_dir(log_dir, overwrite, handover=_hands_over(model, log_dir))
         self.log_dir, self._overwrite = log_dir, overwrite
         self.track_updates = track_updates and optimizer is not None
         self.update_every = update_every
@@ -300,7 +302,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         measured by the optimizer's post-hook."""
         self._finish_unstepped()
         self._pre_step(self.optimizer, (), {})
-        self._in_step = False
+        self._in_step, self._step_frame = False, None  # no step() call of ours to wait for
 
     def _finish_unstepped(self) -> None:
         """Finish (write, tell on_step) a step ``record_step`` recorded whose ``optimizer.step()``

@@ -14,6 +14,7 @@ import numpy as np
 from .._warnings import GradwidgetWarning
 from ..files import append_whole, create_new
 from ..run import Run
+from ._owner import hold, removed
 from .folders import check_log_dir, is_run_dir
 from .layout import RECORD_FILES, hist_dtype, step_dtype
 from .meta import meta_dict, write_json_atomic
@@ -27,6 +28,10 @@ BACKLOG_MAX_BYTES = 64 << 20
 
 class RunWriteWarning(GradwidgetWarning, RuntimeWarning):
     """Writing a run directory failed, resumed or stopped (shown once per event, never silent)."""
+
+
+class _Replaced(Exception):
+    """The writer's steps.bin is no longer in its folder: someone else's run is there now."""
 
 
 class RunWriter:
@@ -97,12 +102,16 @@ class RunWriter:
     def _write_due(self) -> None:
         """Write meta.json if due, then the queued records in order; raises OSError at the first
         that fails, leaving it and the ones after it queued."""
+        if self._fds and removed(self._fds["steps.bin"]):
+            raise _Replaced()
         if self._meta_due:
             write_json_atomic(self.path / "meta.json", meta_dict(self.run, self.run_id, self.created))
             self._meta_due = False
         for name in self._sizes:
             if name not in self._fds:
                 self._fds[name] = create_new(self.path / name, append=True)
+                if name == "steps.bin":
+                    hold(self._fds[name])  # one writer per folder (``_owner``)
         while self._queue:
             name, data = self._queue[0]
             self._sizes[name] = append_whole(self._fds[name], data, self._sizes[name])
@@ -113,6 +122,18 @@ class RunWriter:
             return
         try:
             self._write_due()
+        except _Replaced:
+            n = self.pending_steps
+            self._stop()
+            warnings.warn(
+                f"gradwidget: stopped recording to {self.path}: its steps.bin was removed (another "
+                f"writer replaced the run there), so nothing more is written to it ({n} steps were "
+                "waiting). The run goes on in memory only (recorder.run); save it with "
+                "recorder.run.save(another_folder)",
+                RunWriteWarning,
+                stacklevel=4,
+            )
+            return
         except OSError as e:
             self._failed(e)
             return
