@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 
 from .._warnings import GradwidgetWarning
-from ..run import METRICS, N_BINS, LayerInfo, Run
+from ..run import METRICS, N_BINS, SCALARS, LayerInfo, Run
 from ._groups import UpdateSnapshot
 from ._inputs import _module_of
 from ._state import _RecorderState
@@ -65,6 +65,9 @@ class _Setup(_RecorderState):
             else:
                 keys.append((last, 1, i))
         self._order = [i for _, _, i in sorted(keys)]
+        if self._resume is not None:  # the columns of the run continued, whose files hold them so
+            at = {name: i for i, name in enumerate(self._names)}
+            self._order = [at[info.name] for info in self._resume.run.layers]
         layers = []
         dist = self._dist if self._dist is not None and self._dist.sharded else None
         sharded = dist is not None
@@ -109,6 +112,8 @@ class _Setup(_RecorderState):
             )
             if self.skipped:
                 self.run.meta["skipped"] = dict(self.skipped)
+            if self._resume is not None:
+                self._continue(self._resume.run)
             if self._dist is not None:
                 from .distributed import type_name
 
@@ -140,6 +145,23 @@ class _Setup(_RecorderState):
                 h.remove()
             self._grad_handles = []
 
+    def _continue(self, old: Run) -> None:
+        """Put the steps of the run this recorder resumes in front of its own (a rolling window
+        keeps the newest), with what its meta said of the run's NaN origin and tracing."""
+        run = self.run
+        assert run is not None
+        for key in ("nonfinite_origin", "nonfinite_tracing", "loss_graph"):
+            if key in old.meta:
+                run.meta[key] = old.meta[key]
+        if "nonfinite_origin" in old.meta and self._tracer is not None:  # found before the crash
+            self._tracer.remove()
+            self._tracer = None
+        hist_at = {int(s): k for k, s in enumerate(old.hist_steps)}
+        for i, step in enumerate(old.steps.tolist()):
+            k = hist_at.get(step)
+            run.append(step, old._M3[i], dict(zip(SCALARS, old._S2[i])), old.hist[k] if k is not None else None)
+        self._recorded = old.n_steps
+
     def _open_writer(self) -> None:
         """Start the run directory (inside the first optimizer step, so a failure here, say the
         folder removed since construction, is a loud warning and an explicit stop, not an
@@ -148,7 +170,7 @@ class _Setup(_RecorderState):
 
         try:
             assert self.run is not None  # only the process that holds the run writes
-            self._writer = RunWriter(self.log_dir, self.run, overwrite=self._overwrite, live=True)
+            self._writer = RunWriter(self.log_dir, self.run, overwrite=self._overwrite, live=True, resume=self._resume)
         except OSError as e:
             warnings.warn(
                 f"gradwidget: not recording to {self.log_dir}: {e}. The run is kept in memory "

@@ -12,7 +12,7 @@ from torch import nn
 
 if TYPE_CHECKING:
     from ..run import Run
-    from ..storage import RunWriter
+    from ..storage import ResumePoint, RunWriter
     from ..thresholds import Thresholds
     from ._groups import Plan
     from ._steps import ShardedStep
@@ -34,6 +34,7 @@ class _RecorderState:
     thresholds: Thresholds
     log_dir: Any
     _overwrite: bool
+    _resume: ResumePoint | None
     track_updates: bool
     foreach_all: bool
     skipped: dict[str, str]

@@ -33,7 +33,7 @@ from torch import nn
 
 from .._args import check_bool, check_count
 from ..run import Run, _as_step
-from ..storage import check_log_dir
+from ..storage import check_log_dir, resume_point
 from ..thresholds import as_thresholds
 from ._graph import _GraphEdges
 from ._inputs import (
@@ -75,6 +75,10 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         how many steps that keeps, and a warning says once when older steps start to fold.
     thresholds: a ``Thresholds`` or dict of overrides for the vanishing/exploding flags.
     log_dir: a run directory written as training goes (readable by ``load_run`` at any time).
+    overwrite: replace the run already in ``log_dir`` (refused while another Recorder writes it).
+    resume: continue the run in ``log_dir`` (after a crash, or for another training phase): its
+        steps first, new ones numbered after them; refused for a model with other layers. A new or
+        empty ``log_dir`` starts a run (``storage/_resume.py``).
     track_updates: record ``update_norm`` (keeps one copy of the trainable parameters).
     update_every: measure the update norm every this many recorded steps (NaN in between): taking
         it costs a copy of the parameters, ~2.5% of a step for a small transformer on CPU.
@@ -121,6 +125,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         foreach_all: bool = False,
         trace_nonfinite: bool | str = "auto",
         step_hooks: bool = True,
+        resume: bool = False,
     ) -> None:
         model, optimizer = _unwrapped(model), _unwrapped_optimizer(optimizer)
         if not isinstance(model, nn.Module):
@@ -137,8 +142,12 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         memory_budget = _bytes_arg("memory_budget", memory_budget)
         self.trace_nonfinite = check_mode(trace_nonfinite)
         flags = {"overwrite": overwrite, "track_updates": track_updates, "foreach_all": foreach_all}
-        for flag, value in dict(flags, step_hooks=step_hooks).items():
+        for flag, value in dict(flags, step_hooks=step_hooks, resume=resume).items():
             check_bool(flag, value)
+        if resume and (overwrite or log_dir is None):
+            raise ValueError(
+                "resume=True continues the run in log_dir: give a log_dir, and not overwrite=True (which replaces it)"
+            )
         #: how the model is distributed (None in a single process: no distributed code runs)
         self._dist = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -150,7 +159,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self.every, self.histogram_every = every, histogram_every
         self.max_steps, self.thresholds = max_steps, as_thresholds(thresholds)
         self.memory_budget = memory_budget
-        if log_dir is not None and (self._dist is None or self._dist.is_writer):
+        if resume and self._dist is not None:
+            raise ValueError("resume=True is not supported under torch.distributed yet: record into a new log_dir")
+        if log_dir is not None and not resume and (self._dist is None or self._dist.is_writer):
             # refuse now, not inside the first optimizer.step()
             check_log_dir(log_dir, overwrite, handover=_hands_over(model, log_dir))
         self.log_dir, self._overwrite = log_dir, overwrite
@@ -174,6 +185,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self._params = [p for _, p in named]
         self._tied = _tied_names(model, self._params)
         self._pindex = {id(p): i for i, p in enumerate(self._params)}
+        #: the run in log_dir this recorder continues (resume=True), checked against these layers
+        shapes = {n: tuple(p.shape) for n, p in zip(self._names, self._params)}
+        self._resume = resume_point(log_dir, shapes) if resume else None
         if optimizer is not None:
             opt_params = [p for g in optimizer.param_groups for p in g["params"]]
             model_ids = {id(p) for _, p in all_named}
@@ -193,7 +207,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self._arrival_set: set[int] = set()
         self._grad_handles: list = []
         self._in_backward = False
-        self._count = 0  # steps seen (recorded or not)
+        self._count = self._resume.next_step if self._resume else 0  # steps seen (recorded or not)
         self._recorded = 0
         self._pending: dict = {}
         self._order: list[int] | None = None  # column -> parameter index

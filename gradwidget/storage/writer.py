@@ -12,9 +12,10 @@ from datetime import datetime, timezone
 import numpy as np
 
 from .._warnings import GradwidgetWarning
-from ..files import append_whole, create_new
+from ..files import append_whole, create_new, open_to_append
 from ..run import Run
 from ._owner import hold, removed
+from ._resume import ResumePoint
 from .folders import check_log_dir, is_run_dir
 from .layout import RECORD_FILES, hist_dtype, step_dtype
 from .meta import meta_dict, write_json_atomic
@@ -45,26 +46,38 @@ class RunWriter:
     about anything never written. Without ``live`` the OSError is raised (the queue is kept).
     """
 
-    def __init__(self, path, run: Run, overwrite: bool = False, live: bool = False) -> None:
-        self.path = check_log_dir(path, overwrite)
+    def __init__(
+        self, path, run: Run, overwrite: bool = False, live: bool = False, resume: ResumePoint | None = None
+    ) -> None:
+        """``resume``: continue the run in ``path`` (``_resume.resume_point``; ``run`` holds its
+        steps first): its files are appended to, after their last whole record, and its id kept."""
+        self.path = check_log_dir(path, overwrite or resume is not None)
         self.path.mkdir(parents=True, exist_ok=True)
-        if is_run_dir(self.path):  # our own earlier run (check_log_dir had overwrite=True): replaced
+        if resume is None and is_run_dir(self.path):  # our own earlier run (overwrite=True): replaced
             for name in RECORD_FILES:
                 (self.path / name).unlink(missing_ok=True)  # a link is removed, never followed
         self.run, self.live = run, live
         #: a fresh id per writer: a reader following this folder sees a rerun as a different run
-        self.run_id = uuid.uuid4().hex
+        self.run_id = uuid.uuid4().hex if resume is None else resume.run_id
         self.created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self._sdt, self._hdt = step_dtype(run.n_layers), hist_dtype(run.n_layers)
         self._fds: dict[str, int] = {}
         self._sizes = {"steps.bin": 0, "hist.bin": 0}
+        self._last_step: int | None = None  # the newest step queued to be written
+        if resume is not None:
+            self.created = resume.created or self.created
+            for name, size in resume.sizes.items():
+                self._fds[name] = open_to_append(self.path / name, size)
+                self._sizes[name] = size
+            hold(self._fds["steps.bin"])
+            if resume.run.n_steps:
+                self._last_step = int(resume.run.steps[-1])
         self._queue: deque = deque()  # (file name, record bytes) not yet on disk, in order
         self._meta_due = True
         #: the error that is holding records back (None while everything is on disk)
         self.error: OSError | None = None
         self.stopped = False
         self._failed_at: int | None = None
-        self._last_step: int | None = None  # the newest step queued to be written
         self._flush()
 
     @property
