@@ -77,7 +77,7 @@ def test_graph_capture_ends_at_the_first_step_when_the_root_forward_never_runs()
         # the NaN-origin tracer's hooks stay while it traces (they hold no grad_fn)
         tracer = rec._tracer
         for m in model.modules():
-            hooks = [*m._forward_hooks.values(), *m._forward_pre_hooks.values()]
+            hooks = [getattr(h, "fn", h) for h in (*m._forward_hooks.values(), *m._forward_pre_hooks.values())]
             assert all(getattr(getattr(h, "func", None), "__self__", None) is tracer for h in hooks)
     pairs = {(rec.run.layers[a].module, rec.run.layers[b].module) for a, b in rec.run.edges}
     assert pairs == {("enc", "dec")}

@@ -142,6 +142,17 @@ def _check_number(name: str, value):
 _ATTACHED: "weakref.WeakKeyDictionary[nn.Module, weakref.ref]" = weakref.WeakKeyDictionary()
 
 
+def _shapes(names: list[str], params: list[torch.Tensor]) -> dict[str, tuple]:
+    """Each parameter's shape by name; a lazy module's parameter has none until its first forward."""
+    lazy = [n for n, p in zip(names, params) if nn.parameter.is_lazy(p)]
+    if lazy:
+        raise ValueError(
+            f"{', '.join(lazy[:3])}{' ...' if len(lazy) > 3 else ''} not initialised yet (a lazy module): run one "
+            "forward pass before resuming, so that the layers can be checked against the run"
+        )
+    return {n: tuple(p.shape) for n, p in zip(names, params)}
+
+
 def _hands_over(model: nn.Module, log_dir) -> bool:
     """Does the Recorder attached to ``model`` (which a new one replaces) write ``log_dir``? Then
     the new one may take the folder over: the old one is detached, its writer closed, first."""

@@ -123,20 +123,7 @@ class _Setup(_RecorderState):
         self._ordered = [self._params[i] for i in self._order]  # the parameter of each column
         self._wplan = self._gplan = None
         self._unused_cols = [c for c, layer in enumerate(layers) if layer.status == "unused"]
-        if self.track_updates:
-            assert self.optimizer is not None  # track_updates needs one
-            stepped = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
-            cols = [
-                c
-                for c, pi in enumerate(self._order)
-                if self._params[pi].requires_grad and id(self._params[pi]) in stepped
-            ]
-            params = [self._params[self._order[c]] for c in cols]
-            self._update_cols = np.array(cols, dtype=np.int64)
-            if dist is not None:
-                self._update_bufs = dist.update_buffers(params)
-            else:
-                self._update_bufs = UpdateSnapshot(params)
+        self._plan_updates()
         if self.log_dir is not None and self.run is not None:
             self._open_writer()
         # with an optimizer, arrival hooks are only needed once: drop them to keep steps cheap
@@ -144,6 +131,24 @@ class _Setup(_RecorderState):
             for h in self._grad_handles:
                 h.remove()
             self._grad_handles = []
+
+    def _plan_updates(self) -> None:
+        """Which columns' update norms are measured (the trainable parameters the optimizer holds)
+        and the buffers that copy them before a step: at the first step, and again when the model
+        or the optimizer changed (``_changes``)."""
+        if not self.track_updates or self._order is None:
+            return
+        assert self.optimizer is not None  # track_updates needs one
+        stepped = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
+        cols = [
+            c for c, pi in enumerate(self._order) if self._params[pi].requires_grad and id(self._params[pi]) in stepped
+        ]
+        params = [self._params[self._order[c]] for c in cols]
+        self._update_cols = np.array(cols, dtype=np.int64)
+        if self._dist is not None and self._dist.sharded:
+            self._update_bufs = self._dist.update_buffers(params)
+        else:
+            self._update_bufs = UpdateSnapshot(params)
 
     def _continue(self, old: Run) -> None:
         """Put the steps of the run this recorder resumes in front of its own (a rolling window

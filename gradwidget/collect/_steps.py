@@ -66,6 +66,8 @@ class _Steps(_RecorderState):
     def _pre_step(self, optimizer, args, kwargs):
         if self._nested_step(sys._getframe(1)):
             return None
+        if self._watch is not None:
+            self._watch.own_step()
         self._stepped = self._in_step = True
         # args: (optimizer, *step's arguments), as the step wrapper passes them to its hooks
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
@@ -209,6 +211,8 @@ class _Steps(_RecorderState):
         if self._snap_taken:  # the last step's optimizer.step() raised (and was caught): finish it
             self._snap_taken = False
             self._finish_step()
+        if self._watch is not None:
+            self._watch.before_step()  # parameters re-created, an optimizer's parameters changed
         if self._capturing and (self._mod_in or self._mod_out):  # else (LBFGS's first step() runs
             self._finish_capture()  # before its closure) keep watching
         self._capture_late_edges()
@@ -232,6 +236,8 @@ class _Steps(_RecorderState):
                     self._names, self._params, self._fwd_modules, set(self._arrival) if self._arrival else None
                 )
             if not self._arrival:
+                if self._watch is not None and self.optimizer is not None:
+                    self._watch.no_gradient(self._pending.get("step", step_no))
                 return  # no gradient has arrived yet: nothing to record
             self._start()
         if self._loss_probe is not None and not self._loss_probe.settled:  # one step to see a loss with its graph
@@ -257,6 +263,8 @@ class _Steps(_RecorderState):
     def _append_step(self, step_no: int, pend: dict, values: np.ndarray, hist, complete: bool = True) -> None:
         """Append one step's values with its loss, learning rate and global norm to the Run
         (``complete=False``: its update norms are filled in by ``_post_step``)."""
+        if self._watch is not None:
+            self._watch.mask_gone(values)  # layers no longer in the model: no values
         user_step = pend.get("step", step_no)
         loss = pend.get("loss")
         if isinstance(loss, torch.Tensor):
@@ -287,6 +295,10 @@ class _Steps(_RecorderState):
         self._warn_window()
         if self._unused_cols:
             self._adopt_late_layers(values)
+        if self._watch is not None:
+            if np.isnan(values[_M["nonfinite"]]).all():
+                self._watch.no_gradient(user_step)
+            self._watch.after_collect(values, _M["nonfinite"])
 
     def _trace_origin(self, values: np.ndarray | None, recorded: bool = True) -> None:
         """Look in the steps traced since the last recorded one for the first NaN/Inf's origin;

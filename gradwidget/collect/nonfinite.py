@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from ..run import NonfiniteOrigin
+from ._hooks import Hook
 from ._origin import IN, LOSS, OUT, PASS, RECV, earliest, find_origin
 
 __all__ = ["NonfiniteTracer", "StepTrace", "earliest", "find_origin"]
@@ -139,8 +140,8 @@ class NonfiniteTracer:
         self.module_types = [type(m).__name__ for _, m in mods]
         self._handles = []
         for i, (_, m) in enumerate(mods):
-            self._handles.append(m.register_forward_pre_hook(functools.partial(self._pre, i), with_kwargs=True))
-            self._handles.append(m.register_forward_hook(functools.partial(self._post, i)))
+            self._handles.append(m.register_forward_pre_hook(Hook(functools.partial(self._pre, i)), with_kwargs=True))
+            self._handles.append(m.register_forward_hook(Hook(functools.partial(self._post, i))))
         self._reset()
         self.hook_s = 0.0  # seconds inside the hooks since the last ended step
         self.step_hook_s, self.step_calls = 0.0, 0  # the last ended step's hook time and module calls

@@ -35,6 +35,7 @@ from .._args import check_bool, check_count
 from ..run import Run, _as_step
 from ..storage import check_log_dir, resume_point
 from ..thresholds import as_thresholds
+from ._changes import ModelWatch
 from ._graph import _GraphEdges
 from ._inputs import (
     _bytes_arg,
@@ -43,6 +44,7 @@ from ._inputs import (
     _recordable,
     _hands_over,
     _replace_attached,
+    _shapes,
     _skipped_text,
     _tied_names,
     _unwrapped,
@@ -165,6 +167,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
             # refuse now, not inside the first optimizer.step()
             check_log_dir(log_dir, overwrite, handover=_hands_over(model, log_dir))
         self.log_dir, self._overwrite = log_dir, overwrite
+        self._track_updates_asked = track_updates
         self.track_updates = track_updates and optimizer is not None
         self.update_every = update_every
         self.foreach_all = foreach_all  # use _foreach_norm for every statistic (the CUDA path) on CPU too
@@ -186,8 +189,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self._tied = _tied_names(model, self._params)
         self._pindex = {id(p): i for i, p in enumerate(self._params)}
         #: the run in log_dir this recorder continues (resume=True), checked against these layers
-        shapes = {n: tuple(p.shape) for n, p in zip(self._names, self._params)}
-        self._resume = resume_point(log_dir, shapes) if resume else None
+        self._resume = resume_point(log_dir, _shapes(self._names, self._params)) if resume else None
         if optimizer is not None:
             opt_params = [p for g in optimizer.param_groups for p in g["params"]]
             model_ids = {id(p) for _, p in all_named}
@@ -203,6 +205,8 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self.run: Run | None = None
         self.on_step: list[Callable[[Run], None]] = []
         self._handles: list = []
+        self._opt_handles: list = []  # the step hooks on self.optimizer
+        self._watch: ModelWatch | None = None
         self._arrival: list[int] = []  # parameter indices in gradient arrival order
         self._arrival_set: set[int] = set()
         self._grad_handles: list = []
@@ -238,19 +242,47 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
                 self._handles.append(optimizer.register_step_pre_hook(self._inert_step))
             return
 
+        self._step_hooks = step_hooks
+        #: follows a model and optimizer that change while training (not under torch.distributed)
+        self._watch = ModelWatch(self) if self._dist is None else None
+        lazy = []
         for i, p in enumerate(self._params):
             if p.requires_grad:
-                self._grad_handles.append(p.register_post_accumulate_grad_hook(self._make_grad_hook(i)))
-        if optimizer is not None:
-            if step_hooks:
-                self._handles.append(optimizer.register_step_pre_hook(self._pre_step))
-            self._handles.append(optimizer.register_step_post_hook(self._post_step))
-            if step_hooks and (self._dist is None or not self._dist.sharded):
-                self._wrap_zero_grad()
+                if nn.parameter.is_lazy(p):  # nn.LazyLinear: no shape before the first forward
+                    lazy.append(i)
+                else:
+                    self._grad_handles.append(p.register_post_accumulate_grad_hook(self._make_grad_hook(i)))
+        if lazy and self._watch is not None:
+            self._watch.watch_lazy(lazy)
+        self._register_optimizer()
         self._install_graph_capture()
         self._loss_probe = LossGraphProbe(model)
         if trace_nonfinite:
             self._tracer = NonfiniteTracer(model)
+
+    def _register_optimizer(self) -> None:
+        """The step hooks (and the ``zero_grad`` wrapper) on ``self.optimizer``."""
+        optimizer = self.optimizer
+        if optimizer is None:
+            return
+        if self._step_hooks:
+            self._opt_handles.append(optimizer.register_step_pre_hook(self._pre_step))
+        self._opt_handles.append(optimizer.register_step_post_hook(self._post_step))
+        if self._step_hooks and (self._dist is None or not self._dist.sharded):
+            self._wrap_zero_grad()
+
+    def _adopt_optimizer(self, optimizer) -> None:
+        """Record the steps of ``optimizer`` from now on, in place of the old one's (a new optimizer
+        built for a second phase of training: ``_changes.ModelWatch``)."""
+        self._finish_unstepped()
+        for h in self._opt_handles:
+            h.remove()
+        self._opt_handles = []
+        self._unwrap_zero_grad()
+        self.optimizer = optimizer
+        self.track_updates = self._track_updates_asked
+        self._register_optimizer()
+        self._plan_updates()
 
     # ------------------------------------------------------------------ public
     def log(self, loss=None, lr=None, step: int | None = None, global_norm=None) -> None:
@@ -281,9 +313,11 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
             self._record_unstepped()
         if self._attached and self._dist is None:
             self._finish_unstepped()
-        for h in self._handles + self._grad_handles + self._graph_handles:
+        for h in self._handles + self._opt_handles + self._grad_handles + self._graph_handles:
             h.remove()
-        self._handles, self._grad_handles, self._graph_handles = [], [], []
+        self._handles, self._opt_handles, self._grad_handles, self._graph_handles = [], [], [], []
+        if self._watch is not None:
+            self._watch.remove()
         if self._exchange is not None and self.run is not None:
             self._trace_origin(None)  # take what other ranks posted since the last recorded step
         if self._tracer is not None:
