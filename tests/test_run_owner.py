@@ -121,3 +121,18 @@ def test_a_step_whose_optimizer_step_raised_is_in_memory_and_on_disk(tmp_path, t
     np.testing.assert_array_equal(disk.metric("grad_norm"), rec.run.metric("grad_norm"))
     assert np.isnan(disk.metric("update_norm")[2]).all()  # the failed step moved nothing we measured
     assert not np.isnan(disk.metric("update_norm")[1]).all()
+
+
+def test_a_file_system_without_flock_reads_as_no_writer(tmp_path, monkeypatch):
+    import errno
+
+    from gradwidget.storage import _owner
+
+    (tmp_path / "steps.bin").write_bytes(b"")
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(_owner.fcntl, "flock", no_locks)
+    assert _owner.held(tmp_path / "steps.bin") is False
+    _owner.hold(_owner.os.open(tmp_path / "steps.bin", _owner.os.O_RDONLY))  # no error either

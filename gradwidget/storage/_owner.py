@@ -40,8 +40,10 @@ def held(path) -> bool:
             return False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:
             return True
+        except OSError:
+            return False  # a file system without flock (some network mounts): no lock to read
         fcntl.flock(fd, fcntl.LOCK_UN)
         return False
     finally:
