@@ -356,14 +356,13 @@ class Run(RunAppend):
         return b + (self.history.nbytes() if self.history is not None else 0)
 
     def __repr__(self) -> str:
-        span = f"steps {int(self.steps[0])}..{int(self.steps[-1])}" if self._n else "empty"
+        r = self.snapshot()
+        span = f"steps {int(r.steps[0])}..{int(r.steps[-1])}" if r._n else "empty"
         older = (
-            self.history.n_steps + (self._pending.n_steps if self._pending is not None else 0)
-            if self.history is not None
-            else 0
+            r.history.n_steps + (r._pending.n_steps if r._pending is not None else 0) if r.history is not None else 0
         )
         more = f", {older} older rows in history" if older else ""
-        return f"<Run {self.n_layers} layers, {self._n} steps ({span}), {self._hn} histograms{more}>"
+        return f"<Run {r.n_layers} layers, {r._n} steps ({span}), {r._hn} histograms{more}>"
 
     # ----------------------------------------------------------------- the original crate's outputs (delegated)
     def to_ascii(self, width: int = 80) -> str:

@@ -76,7 +76,7 @@ def test_every_reader_is_consistent_while_training_appends(max_steps):
             assert len(df) % run.n_layers == 0
             assert df["step"].is_monotonic_increasing
             text = run.to_ascii()
-            assert isinstance(text, str)
+            assert isinstance(text, str) and repr(run).startswith("<Run")
             if reads % 4 == 0:  # the heavier readers less often: the machine is shared
                 rep = analyze(run)
                 assert len(rep.layers) == run.n_layers
