@@ -127,6 +127,8 @@ class StepTrace:
     host: np.ndarray | None = None
     #: the optimizer did not take this step (AMP's GradScaler skips one whose gradients overflowed)
     skipped: bool = False
+    #: the logged loss was a tensor with no autograd graph (a validation loss under no_grad)
+    loss_outside_training: bool = False
 
 
 class NonfiniteTracer:
@@ -299,6 +301,7 @@ class NonfiniteTracer:
         ``skipped``: the optimizer did not take the step."""
         self.step_hook_s, self.step_calls, self.hook_s = self.hook_s, len(self._call_module), 0.0
         host_loss = None
+        outside = isinstance(loss, torch.Tensor) and not loss.requires_grad
         if isinstance(loss, torch.Tensor):
             self._event(-1, LOSS, _sum(loss.detach()))
         elif loss is not None:
@@ -316,6 +319,7 @@ class NonfiniteTracer:
                     np.array(self._call_parent, np.int64),
                     host_loss,
                     skipped=skipped,
+                    loss_outside_training=outside,
                 )
             )
         elif host_loss is not None:
@@ -329,6 +333,7 @@ class NonfiniteTracer:
                     np.zeros(0, np.int64),
                     host_loss,
                     skipped=skipped,
+                    loss_outside_training=outside,
                 )
             )
         self._reset()  # (calls left open by a forward that raised are dropped with the rest)
