@@ -51,7 +51,7 @@ class RunWriter:
     ) -> None:
         """``resume``: continue the run in ``path`` (``_resume.resume_point``; ``run`` holds its
         steps first): its files are appended to, after their last whole record, and its id kept."""
-        self.path = check_log_dir(path, overwrite or resume is not None)
+        self.path = check_log_dir(path, overwrite if resume is None else True)
         self.path.mkdir(parents=True, exist_ok=True)
         if resume is None and is_run_dir(self.path):  # our own earlier run (overwrite=True): replaced
             for name in RECORD_FILES:
