@@ -65,6 +65,7 @@ class ModelWatch:
         self._candidate: tuple[int, int] | None = None  # (id of a foreign optimizer, our steps when it stepped)
         self._own_steps = 0
         self._gone: list[int] = []  # parameter indices no longer in the model (removed, reshaped)
+        self._frozen: np.ndarray | None = None  # columns still marked frozen (after the first step)
         from torch.nn.modules import module as nn_module
         from torch.optim import optimizer as optim
 
@@ -128,9 +129,11 @@ class ModelWatch:
 
     @staticmethod
     def _signature(opt) -> tuple:
+        """What changes when parameters are added to the optimizer (``add_param_group``, a group's
+        list extended): read every step, so O(groups), not O(parameters)."""
         if opt is None:
             return ()
-        return tuple(id(p) for g in opt.param_groups for p in g["params"])
+        return (id(opt.param_groups), len(opt.param_groups), *(len(g["params"]) for g in opt.param_groups))
 
     def _follow_parameters(self) -> None:
         rec = self.rec
@@ -192,10 +195,15 @@ class ModelWatch:
         run = rec.run
         if run is None:
             return
-        has = ~np.isnan(values[nonfinite_row])
-        woke = [c for c, info in enumerate(run.layers) if info.status == "frozen" and has[c]]
-        if not woke:
+        if self._frozen is None:  # the frozen columns, kept: this runs every step
+            self._frozen = np.array([c for c, info in enumerate(run.layers) if info.status == "frozen"], np.intp)
+        if not self._frozen.size:
             return
+        has = ~np.isnan(values[nonfinite_row, self._frozen])
+        if not has.any():
+            return
+        woke = self._frozen[has].tolist()
+        self._frozen = self._frozen[~has]
         assert rec._order is not None
         nxt = 1 + max(info.backward_index for info in run.layers)
         for k, c in enumerate(woke):
