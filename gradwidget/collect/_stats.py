@@ -106,7 +106,7 @@ class _Statistics(_RecorderState):
         """Per-layer metrics of gradient columns ``cols`` from their host rows (``grad_rows``); ``grads``
         are the stored values (a sparse gradient's non-zero entries), ``n`` the layers' sizes."""
         l2, l1, linf, nnz, s = host[:5]
-        redo = untrusted_norms(l2, linf)  # rare: a float32 norm that overflowed or underflowed
+        redo = untrusted_norms(l2, linf, n)  # rare: a float32 norm that overflowed or underflowed
         if redo.size:
             l2 = l2.copy()
             l2[redo] = exact_norms([grads[k] for k in redo])

@@ -252,10 +252,10 @@ class DistContext:
             P[cols, _P["weight_sumsq"]] = wn * wn
         for cols, grads, rows, counts in gparts:
             l2, l1, linf, nnz, s = pack.get(rows).copy()[:5]
-            redo = untrusted_norms(l2, linf)  # rare: a float32 norm that overflowed or underflowed
+            n = np.array([g.numel() for g in grads], np.float64)
+            redo = untrusted_norms(l2, linf, n)  # rare: a float32 norm that overflowed or underflowed
             if redo.size:
                 l2[redo] = exact_norms([grads[k] for k in redo])
-            n = np.array([g.numel() for g in grads], np.float64)
             zeros = n - nnz
             nonfinite = np.zeros(len(grads))
             # rare: count the offending entries exactly (a non-finite entry makes max |g| non-finite)
