@@ -185,8 +185,8 @@ class _Setup(_RecorderState):
             )
 
     def _window(self, n_layers: int) -> int | None:
-        """Steps kept in memory: with "auto", as many as fit the memory budget (the Run allocates up
-        to twice the window while it slides), at least 1,000."""
+        """Steps kept in memory: with "auto", as many as fit the memory budget (the Run's capacity is
+        up to twice the window; docs/costs.md, Memory), at least 1,000."""
         if self.max_steps is None or isinstance(self.max_steps, int):
             return self.max_steps
         per_step: float = 4 * len(METRICS) * n_layers + 32
