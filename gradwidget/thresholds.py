@@ -130,6 +130,7 @@ class Thresholds:
 _FRACTIONS = frozenset(
     {
         "dead_zero_fraction",
+        "chance_tolerance",
         "oscillation",
         "minor_issue_ratio",
         "problem_issue_ratio",
@@ -140,8 +141,11 @@ _FRACTIONS = frozenset(
 )
 #: factors below 1 that the analyses take logs of (a 0 makes every layer weak or a bottleneck)
 _RATIOS = frozenset({"relative_vanishing", "bottleneck_gain", "unstable"})
-#: above 0: a factor above 1, and the update/weight band's lower end (logs are taken of both)
-_POSITIVE = frozenset({"relative_exploding", "update_ratio_low"})
+#: above 0: factors above 1 (a hot layer, the weights' growth, the output bias gradient of a mean
+#: loss), the update/weight band's lower end and a summed loss's first value (logs are taken of them)
+_POSITIVE = frozenset(
+    {"relative_exploding", "update_ratio_low", "weight_blowup", "summed_loss_start", "mean_loss_bias_grad"}
+)
 #: whole numbers, with the least each may be (a trend needs 3 points)
 _COUNTS = {"convergence_window": 3}
 #: pairs that must stay in this order (an inverted pair flags everything or nothing)
