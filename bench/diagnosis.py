@@ -29,7 +29,7 @@ def _diagnose(args: tuple) -> tuple[str, list, float, float, float, str | None]:
     case, cache_dir, no_cache = args
     import torch
 
-    from gradwidget import analyze
+    from gradwidget import Thresholds, analyze
 
     torch.set_num_threads(1)
     try:
@@ -46,7 +46,8 @@ def _diagnose(args: tuple) -> tuple[str, list, float, float, float, str | None]:
     except AssertionError as e:
         problem = str(e)
     t = time.perf_counter()
-    report = analyze(run)
+    # today's defaults, not the thresholds the cached run was recorded with (meta.json keeps those)
+    report = analyze(run, thresholds=Thresholds())
     dt = time.perf_counter() - t
     train_s = float(run.meta.get("zoo_train_seconds", float("nan")))
     return case.id, score.findings_of(report), zoo.loss_ratio(run), train_s, dt, problem

@@ -46,10 +46,11 @@ def train(run_dir: Path, steps: int) -> None:
 
 
 def shoot_report(run_dir: Path, out: Path, work: Path) -> dict:
+    from gradwidget import analyze, write_report
     from gradwidget.storage import load_run
 
     html = work / "report.html"
-    load_run(run_dir).report().to_html(html)
+    write_report(analyze(load_run(run_dir)), html)
     with offline_page(viewport={"width": 1200, "height": 1500}) as (page, blocked):
         page.goto(html.as_uri())
         page.wait_for_load_state("load")

@@ -17,7 +17,7 @@ import torch
 from accelerate import Accelerator
 from torch import nn
 
-from gradwidget import Recorder
+from gradwidget import Recorder, summary
 
 
 def train(steps: int = 20, log_dir=None, compile: bool = False, accumulation: int = 2) -> Recorder:
@@ -53,7 +53,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     rec = train(args.steps, args.log_dir, args.compile)
     if rec.run is not None:  # under DDP (torchrun / accelerate launch) rank 0 holds the run
-        print(rec.run.summary())
+        print(summary(rec.run))
 
 
 if __name__ == "__main__":

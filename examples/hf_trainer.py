@@ -15,6 +15,7 @@ import argparse
 import torch
 import transformers
 
+from gradwidget import summary
 from gradwidget.integrations.transformers import GradwidgetCallback
 
 
@@ -43,7 +44,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     trainer, cb = make_trainer(args.steps, args.log_dir, args.bf16)
     trainer.train()
-    print(cb.run.summary())
+    print(summary(cb.run))
 
 
 if __name__ == "__main__":

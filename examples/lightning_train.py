@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from gradwidget import summary
 from gradwidget.integrations.lightning import GradwidgetCallback
 
 
@@ -55,7 +56,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     trainer, module, loader, cb = make_fit(args.steps, args.log_dir, args.bf16)
     trainer.fit(module, loader)
-    print(cb.run.summary())
+    print(summary(cb.run))
 
 
 if __name__ == "__main__":

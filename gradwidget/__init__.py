@@ -1,6 +1,8 @@
 """gradwidget: see how gradients flow through a network while it trains.
 
 Public API: GradientPanel, Recorder, record (array recorder), Run, load_run, analyze, compare, Thresholds;
+the outputs of a run, a report or a comparison: summary(run), write_report(report, path),
+write_comparison(cmp, path) (the text and file outputs of a Run: ``gradwidget.outputs``);
 every warning gradwidget gives is a GradwidgetWarning.
 Names are imported lazily so that ``import gradwidget`` stays fast and does not import torch.
 """
@@ -19,6 +21,9 @@ _LAZY = {
     "load_run": ("gradwidget.storage", "load_run"),
     "analyze": ("gradwidget.analysis", "analyze"),
     "compare": ("gradwidget.comparison", "compare"),
+    "summary": ("gradwidget.outputs", "summary"),
+    "write_report": ("gradwidget.report", "write_report"),
+    "write_comparison": ("gradwidget.report", "write_comparison"),
     "GradientPanel": ("gradwidget.panel.widget", "GradientPanel"),
 }
 
@@ -32,6 +37,9 @@ __all__ = [
     "load_run",
     "analyze",
     "compare",
+    "summary",
+    "write_report",
+    "write_comparison",
     "Thresholds",
     "METRICS",
     "SCALARS",

@@ -40,18 +40,22 @@ def cmd_demo(args) -> int:
     print(f"gradwidget demo: a {12}-layer sigmoid MLP on synthetic data, {args.steps} steps -> {out}/")
     rec = train_demo(args.steps, log_dir=out, progress=not args.quiet, overwrite=args.force)
     run = rec.run
-    print(run.to_ascii(width=args.width))
-    print(run.summary())
     from .analysis import analyze
+    from .outputs import summary, to_ascii
 
+    report = analyze(run)
+    print(to_ascii(run, width=args.width))
+    print(summary(run, report))
     print()
-    print(analyze(run).summary_text())
+    print(report.summary_text())
     print(f"\nRun saved in {out}/  (open it in a notebook: GradientPanel.from_run({str(out)!r}))")
     return 0
 
 
 def cmd_ascii(args) -> int:
-    print(_load(args.run).to_ascii(width=args.width), end="")
+    from .outputs import to_ascii
+
+    print(to_ascii(_load(args.run), width=args.width), end="")
     return 0
 
 
@@ -59,10 +63,12 @@ def cmd_export(args) -> int:
     out = _output(args.output, args.force)
     run = _load(args.run)
     fmt = args.format or out.suffix.lstrip(".").lower()
+    from .outputs import export_csv, export_json
+
     if fmt == "json":
-        run.export_json(args.output)
+        export_json(run, args.output)
     elif fmt == "csv":
-        run.export_csv(args.output)
+        export_csv(run, args.output)
     else:
         print(f"gradwidget export: unknown format {fmt!r}; use --format json or csv", file=sys.stderr)
         return 2
@@ -80,13 +86,14 @@ def cmd_report(args) -> int:
 
 def cmd_compare(args) -> int:
     from .comparison import compare
+    from .report import write_comparison
 
     out = _output(args.output, args.force) if args.output else None  # refused before any work
     labels = args.labels.split(",") if args.labels else None
     cmp = compare(*args.runs, labels=labels)
     print(cmp.summary_text())
     if out is not None:
-        cmp.to_html(out, force=args.force)
+        write_comparison(cmp, out, force=args.force)
         print(f"wrote {args.output}")
     return 0
 

@@ -144,13 +144,6 @@ class Comparison:
     def __repr__(self) -> str:
         return f"<Comparison {' vs '.join(self.labels)}: {len(self.verdict)} findings>"
 
-    def to_html(self, path, force: bool = False):
-        """A self-contained HTML page (the heatmaps on one colour scale, the difference maps, the
-        tables); refuses to replace an existing file unless ``force``."""
-        from .report import write_comparison
-
-        return write_comparison(self, path, force=force)
-
 
 def _pairs(a: Run, b: Run) -> list[tuple[str, str]]:
     common, renamed, _, _ = match_layers(a, b)

@@ -11,6 +11,7 @@ import html
 
 
 from . import plots
+from .outputs import to_ascii
 from .run import Run
 
 #: marker class on every element gradwidget emits into notebook outputs (the exporter looks for it).
@@ -121,5 +122,5 @@ def static_mimebundle(run, step=None, layer=None, metric: str = "grad_norm", rep
     return {
         "image/png": base64.b64encode(png).decode("ascii"),
         "text/html": static_fallback_html(png, table),
-        "text/plain": run.to_ascii(width=60),
+        "text/plain": to_ascii(run, width=60),
     }

@@ -236,8 +236,8 @@ def summary(run: Run, report=None) -> GradientFlowSummary:
         health, found = GradientHealth(report.overall_health), report.diagnoses
         recs = [f"{d.text} {d.action[:1].upper()}{d.action[1:]}." for d in found]
 
-    def named(cause: str) -> list[str]:
-        said = {n for d in found if d.cause == cause for n in d.layers}
+    def named(cause: str) -> list[str]:  # named by a diagnosis of that cause, or folded into another one
+        said = {n for d in found for n in (d.layers if d.cause == cause else d.symptom_layers.get(cause, ()))}
         return [n for n in run.layer_names if n in said]
 
     recs.append(

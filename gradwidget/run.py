@@ -364,34 +364,8 @@ class Run(RunAppend):
         more = f", {older} older rows in history" if older else ""
         return f"<Run {r.n_layers} layers, {r._n} steps ({span}), {r._hn} histograms{more}>"
 
-    # ----------------------------------------------------------------- the original crate's outputs (delegated)
-    def to_ascii(self, width: int = 80) -> str:
-        from .outputs import to_ascii
-
-        return to_ascii(self, width=width)
-
-    def summary(self):
-        from .outputs import summary
-
-        return summary(self)
-
-    def export_json(self, path) -> None:
-        from .outputs import export_json
-
-        export_json(self, path)
-
-    def export_csv(self, path) -> None:
-        from .outputs import export_csv
-
-        export_csv(self, path)
-
     def save(self, path, overwrite: bool = False) -> None:
         """Write the run to a run directory (``load_run`` reads it back, history included)."""
         from .storage import save_run
 
         save_run(self, path, overwrite=overwrite)
-
-    def report(self, thresholds=None):
-        from .analysis import analyze
-
-        return analyze(self, thresholds=thresholds)

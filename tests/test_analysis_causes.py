@@ -115,4 +115,5 @@ def test_a_too_high_rate_rules_out_a_too_low_one_and_folds_what_it_explains():
     assert set(found) == {"lr_too_high", "nonfinite"}
     hi = found["lr_too_high"]
     assert hi.priority == "Critical" and hi.explains == ["exploding: exploding evidence"]
+    assert hi.symptom_layers == {"exploding": ["l0.weight"]}  # the summary still lists them as exploding
     assert found["nonfinite"].after == "lr_too_high" and not any("lr_too_low" in e for e in hi.explains)

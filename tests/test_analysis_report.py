@@ -6,8 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from gradwidget import Run, analyze
+from gradwidget import Run, analyze, write_report
 from gradwidget.analysis import Report
+from gradwidget.outputs import summary
 from test_analysis_stats import synth
 from test_plots import pathological_run
 
@@ -45,7 +46,7 @@ def test_report_table_json_and_text():
     d = json.loads(rep.to_json())
     assert d["overall_health"] == "Critical" and len(d["layers"]) == 5 and d["run"]["n_steps"] == 30
     said = [n for x in rep.diagnoses if x.cause == "vanishing" for n in x.layers]
-    assert run.summary().layers_with_vanishing_grads == said  # one count: the diagnosis's
+    assert summary(run).layers_with_vanishing_grads == said  # one count: the diagnosis's
     assert "_parts" not in d and set(d["run"]) == {"n_layers", "n_steps", "first_step", "last_step"}
     assert {r["kind"] for r in d["regions"]} >= {"vanishing", "exploding"}
     assert d["network"]["available"] is False
@@ -54,9 +55,9 @@ def test_report_table_json_and_text():
     assert rep.diagnoses[0].priority == "Critical"
 
 
-def test_to_html_writes_the_report(tmp_path):
+def test_write_report_writes_the_report(tmp_path):
     rep = analyze(pathological_run())
-    path = rep.to_html(tmp_path / "r.html")
+    path = write_report(rep, tmp_path / "r.html")
     assert 'data-layer="vanish"' in path.read_text()
 
 

@@ -124,6 +124,56 @@ def test_exact_reductions_see_a_single_spike_in_a_long_run():
     np.testing.assert_allclose(s.coarse, -1.0, atol=1e-6)
 
 
+def _reference_reductions(run, k):
+    """exact_reductions written the straightforward way: whole columns, float64, no chunks."""
+    t, n = run.thresholds, run.n_steps
+    mx, nf = run.metric("max_abs").astype(np.float64), run.metric("nonfinite").astype(np.float64)
+    g, zf, ma = (run.metric(m).astype(np.float64) for m in ("grad_norm", "zero_frac", "mean_abs"))
+    with np.errstate(invalid="ignore"):
+        finite_max = np.array([np.max(c[np.isfinite(c)], initial=-np.inf) for c in mx.T])
+        finite_max = np.where(finite_max > -np.inf, finite_max, np.nan)
+        nfb = nf > 0
+        tr = run.trainable_mask()
+        m = (n // k) * k
+        gb = g[n - m :].reshape(-1, k, g.shape[1])
+        coarse = np.array([[np.mean(c[np.isfinite(c)]) if np.isfinite(c).any() else np.nan for c in b.T] for b in gb])
+        return {
+            "max_abs_max": np.where(nfb.any(0), np.inf, finite_max),
+            "max_abs_finite": finite_max,
+            "nonfinite_total": np.where(nfb, nf, 0).sum(0),
+            "nonfinite_share": nfb.sum(0) / n,
+            "vanishing_share": (ma < t.vanishing).sum(0) / n * tr,
+            "exploding_share": ((mx > t.exploding) | nfb).sum(0) / n,
+            "dead_share": ((zf >= t.dead_zero_fraction) | (g == 0)).sum(0) / n * tr,
+            "known_steps": (np.isfinite(g) | nfb).sum(0),
+            "coarse_grad_norm": coarse.reshape(-1, g.shape[1]),
+        }
+
+
+@pytest.mark.parametrize("chunk,threads", [(None, 2), (None, 1), (5, 2), (1, 1), (10_000, 1)])
+def test_exact_reductions_equal_a_straightforward_reference(chunk, threads):
+    """Chunked, threaded, in the stored dtype: the same numbers as whole-column reductions, whatever the
+    chunk size (NaN steps, non-finite steps, dead and exploding entries included)."""
+    rng = np.random.default_rng(3)
+    T, L, k = 203, 6, 4
+    g = np.exp(rng.normal(-3, 3, (T, L)))
+    g[rng.random((T, L)) < 0.05] = np.nan
+    g[rng.random((T, L)) < 0.05] = 0
+    mx = g * 3
+    mx[rng.random((T, L)) < 0.03] = 1e5
+    nf = np.where(rng.random((T, L)) < 0.02, 7.0, 0.0)
+    mx[nf > 0] = np.inf
+    zf = rng.random((T, L))
+    run = synth(g, max_abs=mx, nonfinite=nf, zero_frac=zf, status=["trainable"] * 5 + ["frozen"])
+    got = stats.exact_reductions(run, chunk=chunk, block=k, threads=threads)
+    want = _reference_reductions(run, k)
+    assert set(got) == set(want)
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-6, err_msg=key)
+        if key != "coarse_grad_norm":  # counts and extremes: exactly
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
 def test_coarse_series_is_the_block_mean_aligned_to_the_end():
     T, k = 10, 3
     g = np.arange(1, T + 1, dtype=float)[:, None]

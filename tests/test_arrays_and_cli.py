@@ -206,17 +206,19 @@ def test_a_log_dir_holding_another_run_is_refused_up_front_and_never_skipped(tmp
 
 @pytest.mark.parametrize("name", ["meta.json", "steps.bin"])
 def test_python_exports_and_reports_refuse_to_write_over_a_run_file(tmp_path, name):
-    """The CLI's refusal holds in the Python API too: run.export_csv/export_json and
-    report.to_html onto a run's own file would destroy the run."""
+    """The CLI's refusal holds in the Python API too: export_csv/export_json and write_report
+    onto a run's own file would destroy the run."""
     from gradwidget.analysis import analyze
+    from gradwidget.outputs import export_csv, export_json
+    from gradwidget.report import write_report
     from gradwidget.storage import load_run
 
     path = _small_run_dir(tmp_path / "r")
     before = {p.name: p.read_bytes() for p in path.iterdir()}
     run = load_run(path)
-    for write in (run.export_csv, run.export_json, analyze(run).to_html):
+    for write, what in ((export_csv, run), (export_json, run), (write_report, analyze(run))):
         with pytest.raises(ValueError, match="refusing to write"):
-            write(path / name)
+            write(what, path / name)
     assert {p.name: p.read_bytes() for p in path.iterdir()} == before
 
 

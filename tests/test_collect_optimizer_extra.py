@@ -45,8 +45,8 @@ def test_a_head_replaced_after_the_optimizer_was_built_records_and_is_named():
     assert "3x32, 3" in repr(rec)  # the old head's weight and bias, left in the optimizer
     assert rec.run.meta["optimizer_extra"]["tensors"] == 2
     assert {"classifier.weight", "classifier.bias"} <= set(rec.run.layer_names)
-    causes = [r for r in analyze(rec.run).recommendations if r.cause == "not_in_optimizer"]
-    assert causes, analyze(rec.run).recommendations
+    causes = [r for r in analyze(rec.run).diagnoses if r.cause == "not_in_optimizer"]
+    assert causes, analyze(rec.run).diagnoses
     assert set(causes[0].layers) == {"classifier.weight", "classifier.bias"}
 
 
@@ -88,7 +88,7 @@ def test_loss_parameters_in_the_same_optimizer_are_legitimate(setup):
         opt.step()
     rec.detach()
     assert rec.run.n_steps == 12 and "ignoring 1 of the optimizer's" in repr(rec)
-    assert not [r for r in analyze(rec.run).recommendations if r.cause == "not_in_optimizer"]
+    assert not [r for r in analyze(rec.run).diagnoses if r.cause == "not_in_optimizer"]
 
 
 def test_an_optimizer_of_another_model_is_still_refused():

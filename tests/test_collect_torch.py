@@ -9,6 +9,7 @@ from torch import nn
 
 from gradwidget.collect.torch import Recorder
 from gradwidget.run import N_BINS
+from gradwidget.outputs import summary
 
 
 def mlp(depth=8, width=32, act=nn.Sigmoid, d_in=10):
@@ -95,7 +96,7 @@ def test_deep_sigmoid_stack_flags_early_layers_vanishing():
     names = rec.run.layer_names
     assert van[names.index("0.weight")]
     assert not van[names.index("22.weight")]
-    assert rec.run.summary().layers_with_vanishing_grads[0] == "0.weight"
+    assert summary(rec.run).layers_with_vanishing_grads[0] == "0.weight"
 
 
 def test_blown_up_learning_rate_flags_exploding():
@@ -110,9 +111,11 @@ def test_blown_up_learning_rate_flags_exploding():
                     m.weight.mul_(4)
         train(model, opt, rec, steps=6, x=x, y=y)
     assert rec.run.exploding().any()
-    s = rec.run.summary()
-    assert s.layers_with_exploding_grads
-    assert s.overall_health.value in ("ProblemsDetected", "Critical")
+    s = summary(rec.run)
+    # the blow-up ends in NaN: the summary lists the layers the diagnoses name (NaN/Inf here, the
+    # exploding symptom folded into its cause), and the damage makes it Critical
+    assert s.layers_with_nonfinite_grads or s.layers_with_exploding_grads
+    assert s.overall_health.value == "Critical"
 
 
 def test_frozen_and_unused_parameters_are_listed_and_marked():
@@ -186,7 +189,7 @@ def test_injected_nan_is_counted_and_flagged_without_crashing():
     assert run.nonfinite()[0, j] and run.exploding()[0, j]
     assert run.metric("nonfinite")[0].sum() == 4
     assert not math.isfinite(run.scalar("global_norm")[0])
-    assert "2.weight" in run.summary().layers_with_nonfinite_grads
+    assert "2.weight" in summary(run).layers_with_nonfinite_grads
 
 
 def test_update_norm_is_the_real_parameter_change():

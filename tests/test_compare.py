@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from gradwidget import compare
+from gradwidget import compare, write_comparison
 from gradwidget.collect.arrays import ArrayRecorder
 from gradwidget.comparison import match_layers
 from gradwidget.run import LayerInfo, Run
@@ -46,11 +46,11 @@ def test_the_fix_makes_the_vanishing_diagnosis_disappear(tmp_path):
     assert g["0.weight"] > 2  # the input layer's gradient is back, by decades
     assert cmp.layers.loc[cmp.layers.layer == "0.weight", "health (sigmoid)"].item() != "Healthy"
     assert "vanishing" not in {r.cause for r in cmp.reports[1].diagnoses}
-    out = cmp.to_html(tmp_path / "cmp.html")
+    out = write_comparison(cmp, tmp_path / "cmp.html")
     text = out.read_text()
     assert not re.search(r'(src|href)="(?!data:|#)', text) and text.count("data:image/png;base64,") >= 3
     with pytest.raises(FileExistsError):
-        cmp.to_html(out)
+        write_comparison(cmp, out)
 
 
 def test_a_run_compared_with_itself_shows_no_change():
@@ -121,7 +121,7 @@ def test_cli_compare_prints_and_writes_html(tmp_path, capsys):
 def test_comparison_html_opens_complete_offline_in_chromium(tmp_path):
     a = _arrays(["a", "b", "c"], 30)
     b = _arrays(["a", "b", "c"], 30, value=1e-9)
-    path = compare(a, b, labels=["before", "after"]).to_html(tmp_path / "cmp.html")
+    path = write_comparison(compare(a, b, labels=["before", "after"]), tmp_path / "cmp.html")
     with offline_page() as (page, blocked):
         page.goto(path.as_uri())
         page.wait_for_load_state("load")

@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 import zoo  # noqa: E402 (skipped without torch)
 from zoo import score  # noqa: E402 (skipped without torch)
 
-from gradwidget import analyze  # noqa: E402 (skipped without torch)
+from gradwidget import analyze, summary  # noqa: E402 (skipped without torch)
 
 #: FAST cases the analysis still gets wrong, and why (strict: the test fails when one is fixed, so
 #: this list stays true).
@@ -39,7 +39,7 @@ def test_a_healthy_real_model_gets_no_alarm(case, zoo_cache, reports):
     alarms = [r for r in rep.diagnoses if r.priority in ("Critical", "High", "Medium")]
     assert not alarms, [(r.cause, r.evidence) for r in alarms]
     assert rep.overall_health == "Healthy" and set(rep.layers["health"]) <= {"Healthy", "Unknown"}
-    assert rep.overall_health == "Healthy" == run.summary().overall_health.value  # one verdict
+    assert rep.overall_health == "Healthy" == summary(run).overall_health.value  # one verdict
 
 
 @pytest.mark.slow
@@ -64,7 +64,7 @@ def test_the_right_cause_is_ranked_first(case, zoo_cache, reports):
         recall, precision = score.layer_match(case.fault_layers, top.layers)
         assert recall >= 0.5 and precision >= 0.5, (recall, precision, top.layers[:8], case.fault_layers)
         assert top.layers[0] in case.fault_layers  # most affected first
-    assert rep.overall_health == run.summary().overall_health.value  # one verdict
+    assert rep.overall_health == summary(run).overall_health.value  # one verdict
 
 
 @pytest.mark.slow

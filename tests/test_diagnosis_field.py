@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from gradwidget import Recorder, analyze  # noqa: E402 (skipped without torch)
+from gradwidget import Recorder, analyze, summary  # noqa: E402 (skipped without torch)
 
 ACTED_ON = ("Critical", "High", "Medium")
 
@@ -163,4 +163,4 @@ def test_a_gpt2_whose_loss_never_leaves_chance_is_critical():
     top = rep.diagnoses[0]
     assert top.cause == "lr_too_high" and top.priority == "Critical" and rep.overall_health == "Critical"
     assert "never left chance level" in top.evidence or "diverged" in top.evidence, top.evidence
-    assert run.summary().overall_health.value == "Critical"  # one verdict
+    assert summary(run).overall_health.value == "Critical"  # one verdict

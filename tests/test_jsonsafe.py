@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from gradwidget.jsonsafe import jsonable, number
+from gradwidget.outputs import export_json
 
 
 class Colour(enum.Enum):
@@ -69,6 +70,6 @@ def test_report_json_and_frames_have_no_infinities(tmp_path):
         run.append(s, v, {"loss": 1.0})
     text = analyze(run).to_json()
     assert '"Infinity"' not in text and json.loads(text)["run"]["n_steps"] == 6  # allow_nan=False wrote it
-    run.export_json(tmp_path / "f.json")
+    export_json(run, tmp_path / "f.json")
     frames = json.loads((tmp_path / "f.json").read_text())
     assert frames[3]["layers"][0]["max_abs_grad"] is None and frames[3]["layers"][0]["is_exploding"] is True

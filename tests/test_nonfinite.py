@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from gradwidget import analyze, load_run
+from gradwidget import analyze, load_run, write_report
 from gradwidget.collect.torch import Recorder
 from gradwidget.run import NonfiniteOrigin
 from gradwidget.storage import RunFormatError, RunReader
@@ -180,7 +180,7 @@ def test_origin_survives_load_run_and_is_in_the_report(tmp_path):
     report = analyze(run)
     assert report.nonfinite_origin == origin
     assert report.to_dict()["nonfinite_origin"]["phase"] == "backward"
-    html = report.to_html(tmp_path / "report.html").read_text()
+    html = write_report(report, tmp_path / "report.html").read_text()
     assert "Where the NaN started" in html and "rms (RMS)" in html
     # a slice, and a copy saved with Run.save, keep it
     assert run.slice(slice(0, 2)).nonfinite_origin == origin

@@ -6,6 +6,7 @@ import re
 import numpy as np
 import pytest
 
+from gradwidget import analyze
 from gradwidget import report as gwreport
 from gradwidget.storage import load_run
 from gw_browser import IMAGES_JS, TABLE_LAYERS_JS, offline_page
@@ -91,7 +92,7 @@ def test_write_report_sections_and_self_containment(tmp_path, run, rep):
     assert rep.summary_text().splitlines()[0] in htmllib.unescape(text)
 
 
-def test_run_report_to_html_and_cli(tmp_path):
+def test_write_report_and_cli(tmp_path):
     from gradwidget.cli import main
     from gradwidget.collect.arrays import ArrayRecorder
 
@@ -106,7 +107,7 @@ def test_run_report_to_html_and_cli(tmp_path):
     text = out.read_text()
     assert 'data-layer="first"' in text and 'data-layer="last"' in text
     out2 = tmp_path / "r2.html"
-    load_run(tmp_path / "run").report().to_html(out2)
+    gwreport.write_report(analyze(load_run(tmp_path / "run")), out2)
     assert 'data-layer="first"' in out2.read_text()
     assert main(["report", str(tmp_path / "missing"), "-o", str(out)]) == 2
 

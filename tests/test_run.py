@@ -3,6 +3,8 @@ import pytest
 
 from gradwidget.rules import nearest_index, reduce_blocks
 from gradwidget.run import METRICS, N_BINS, Run
+from gradwidget import outputs
+from gradwidget.outputs import summary, to_ascii
 
 
 def filled(n=20, L=3, max_steps=None, history_capacity=2048):
@@ -133,7 +135,7 @@ def test_summary_of_an_empty_run_says_nothing_was_recorded():
     from gradwidget.outputs import GradientHealth
 
     run = Run(["a", "b"])
-    s = run.summary()
+    s = summary(run)
     assert s.overall_health == GradientHealth.UNKNOWN == analyze(run).overall_health
     assert s.total_steps == 0 and s.first_step is None
     assert "No steps were recorded" in s.recommendations[-1]
@@ -157,13 +159,13 @@ def test_layers_that_are_not_a_list_are_a_clear_error(layers):
 @pytest.mark.parametrize("width", [0, -3, "x", 2.5, True])
 def test_to_ascii_refuses_a_bad_width(width):
     with pytest.raises(ValueError, match="width must be a positive number of columns"):
-        filled(n=5).to_ascii(width=width)
+        to_ascii(filled(n=5), width=width)
 
 
 @pytest.mark.parametrize("export", ["export_json", "export_csv"])
 def test_exporting_onto_a_folder_is_a_clear_error(tmp_path, export):
     with pytest.raises(IsADirectoryError, match=f"{tmp_path} is a directory; give the file to write"):
-        getattr(filled(n=3), export)(tmp_path)
+        getattr(outputs, export)(filled(n=3), tmp_path)
 
 
 @pytest.mark.parametrize("export", ["export_json", "export_csv"])
@@ -179,6 +181,6 @@ def test_a_failed_export_keeps_the_previous_file(tmp_path, monkeypatch, export):
     monkeypatch.setattr(frames_mod, "frames", boom)
     monkeypatch.setattr(frames_mod.csv, "writer", boom)
     with pytest.raises(RuntimeError, match="disk full"):
-        getattr(filled(n=3), export)(out)
+        getattr(outputs, export)(filled(n=3), out)
     assert out.read_text() == "an earlier export"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

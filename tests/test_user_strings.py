@@ -11,8 +11,8 @@ from matplotlib.text import Text
 from gradwidget import plots
 from gradwidget.analysis import analyze
 from gradwidget.collect.arrays import ArrayRecorder
-from gradwidget.outputs import spreadsheet_safe
 from gradwidget.report import render_report
+from gradwidget.outputs import export_csv, spreadsheet_safe
 
 HOSTILE = ("$\\foo$", "$$", "$x^2$", "a$b", '=HYPERLINK("http://x")', "+1", "-cmd", "@SUM(A1)", "plain.weight")
 
@@ -77,7 +77,7 @@ def test_report_with_dollar_names_renders(run):
 
 def test_csv_cells_that_would_be_formulas_are_escaped(run, tmp_path):
     out = tmp_path / "t.csv"
-    run.export_csv(out)
+    export_csv(run, out)
     with open(out, newline="") as f:
         names = {row["layer"] for row in csv.DictReader(f)}
     assert names == {spreadsheet_safe(n) for n in HOSTILE}

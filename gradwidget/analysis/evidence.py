@@ -289,12 +289,15 @@ class Smoothing:
     rising: float  #: share of layer-steps on which the norm rose
 
 
-def accumulation_smoothing(run: Run) -> Smoothing | None:
+def accumulation_smoothing(run: Run, layers: np.ndarray | None = None) -> Smoothing | None:
     """How a sum of per-step gradients behaves: each step adds one fresh gradient to a growing
     total, so the total's relative change shrinks like 1/step (smooth, late changes a few percent,
     several times smaller than early ones) while it keeps growing. Batch noise keeps a healthy
-    layer's norm changing by 10-50% a step throughout. None with fewer than 20 finite steps."""
+    layer's norm changing by 10-50% a step throughout. ``layers`` (a boolean mask) limits the
+    per-layer statistics to those layers. None with fewer than 20 finite steps."""
     g = run.metric("grad_norm")[:SMOOTH_STEPS].astype(np.float64)
+    if layers is not None:
+        g = g[:, layers]
     gl = run.scalar("global_norm")[:SMOOTH_STEPS].astype(np.float64)
     fin = np.flatnonzero(~np.isfinite(gl))
     n = int(fin[0]) if fin.size else gl.size

@@ -2,8 +2,8 @@
 JSON. Rendering it as HTML is the top-level ``gradwidget.report`` module.
 
 ``report.layers`` is the health table (one row per layer, depth order); ``report.diagnoses``
-the ranked diagnoses; ``summary_text()`` the plain-language digest. ``to_html`` hands the report to
-``gradwidget.report.write_report`` (imported lazily: the analysis does no I/O of its own).
+the ranked diagnoses; ``summary_text()`` the plain-language digest. The analysis writes no HTML:
+``gradwidget.write_report(report, path)`` (an output) does.
 """
 
 from __future__ import annotations
@@ -184,11 +184,6 @@ class Report:
 
             Path(path).write_text(text, encoding="utf-8")
         return text
-
-    def to_html(self, path):
-        from ..report import write_report
-
-        return write_report(self, path)
 
 
 def _hl(r: Report, s: Series):

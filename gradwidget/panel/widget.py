@@ -41,6 +41,7 @@ import numpy as np
 import traitlets as t
 
 from .._warnings import GradwidgetWarning
+from ..outputs import to_ascii
 from ..run import Run
 from . import payload as P
 from .options import check_layer_option, check_options, is_module, source_layer_names
@@ -389,7 +390,7 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelBackground,
             static = {
                 "image/png": self.static_png.split(",", 1)[1],
                 "text/html": static_fallback_html(png, self.static_html),
-                "text/plain": run.to_ascii(width=60),
+                "text/plain": to_ascii(run, width=60),
             }
         for k, v in static.items():
             if k == "text/plain" or k not in data:

@@ -3,7 +3,7 @@
 They are what survives where no widget runs (exported HTML, GitHub, CI logs, the HTML report), so
 they draw the same things the front end draws, the same way:
 
-Colour scale (shared with the front end and ``Run.to_ascii``)
+Colour scale (shared with the front end and ``outputs.to_ascii``)
     matplotlib's ``viridis`` (perceptually uniform, colour-blind safe) on **log10 of the metric**,
     with **one scale across all steps and layers**: the 1st..99th percentile of the finite positive
     values of the whole run, a rolling window's folded ``history`` included (``color_scale``; the

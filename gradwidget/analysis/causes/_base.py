@@ -31,6 +31,8 @@ class Diagnosis:
     evidence: str  #: the numbers that show it
     confidence: float  #: 0..1: how clearly the evidence separates it from a healthy run
     explains: list[str] = field(default_factory=list)  #: folded symptoms, each "cause: evidence"
+    #: the layers of each folded symptom ({"exploding": [...]}): still measured, explained by this cause
+    symptom_layers: dict[str, list[str]] = field(default_factory=dict)
     origin: NonfiniteOrigin | None = None  #: the NaN origin, for ``nonfinite``
     at_init: bool = False  #: present before the first update: the root, above any step-size cause
     after: str | None = None  #: the cause it followed from: ranked right after it, kept for its own evidence

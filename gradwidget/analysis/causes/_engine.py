@@ -42,6 +42,9 @@ def _fold(found: dict[str, Diagnosis], rules: Sequence[CauseRule]) -> None:
                 found.pop(sym)
                 cause.explains.append(f"{sym}: {s.evidence}")
                 cause.explains.extend(s.explains)
+                for name, layers in ((sym, s.layers), *s.symptom_layers.items()):
+                    held = cause.symptom_layers.setdefault(name, [])
+                    held.extend(n for n in layers if n not in held)
                 for d in found.values():
                     if d.after == sym:
                         d.after = rule.name

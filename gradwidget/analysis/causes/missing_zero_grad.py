@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..evidence import accumulation_smoothing, early_growth
+from ..evidence import SMOOTH_STEPS, accumulation_smoothing, early_growth, never_updated
 from ._base import CauseRule, Context, Diagnosis
 from ._shared import growing_first, start_step
 
@@ -21,12 +21,18 @@ ACCUMULATION_MAX_STEP_RATIO = 2.5
 #: ... with the second step's norm about twice the first's: its gradient was added to the first one
 #: (a healthy network whose gradients grow as it learns grows by a steady factor, ~1.3 a step).
 ACCUMULATION_FIRST_RATIO = (1.6, 2.5)
-#: the running-sum fingerprint over the first 40 steps: late per-layer change at most this (healthy
-#: zoo runs: 0.10 and up), early change this many times the late one, the global norm grown this
-#: many times, and rising on this share of layer-steps.
-SMOOTH_LATE_CHANGE = 0.07
+#: the running-sum fingerprint over the first SMOOTH_STEPS (40) steps. A sum S_k of k fresh
+#: gradients of similar norm changes, at step k, by about 1/(2 sqrt(k)) in log norm when they are
+#: independent and 1/k when they are aligned: at the late part's median step (~25) at most ~0.1,
+#: the late per-layer change allowed. Its norm grows at least like sqrt(k) (independent) and at most
+#: like k (aligned): sqrt(SMOOTH_STEPS) is the growth asked. It rises on nearly every step, where
+#: batch noise around a trend rises about half the time: SMOOTH_RISING is the sign test's 99%
+#: one-sided bound for 39 steps, 1/2 + 2.33 * 0.5 / sqrt(39) ~ 0.69 (0.7). The early change must be
+#: this many times the late one (the 1/step shrinking). Healthy zoo runs: late change 0.096 and up
+#: with the norm rising on at most 51% of the steps there, and on at most 68% anywhere.
+SMOOTH_LATE_CHANGE = 0.1
 SMOOTH_EARLY_FACTOR = 2.0
-SMOOTH_GROWTH = 10.0
+SMOOTH_GROWTH = float(np.sqrt(SMOOTH_STEPS))
 SMOOTH_RISING = 0.7
 
 
@@ -37,7 +43,11 @@ def find(c: Context) -> Diagnosis | None:
     like 1/step, while batch noise keeps a healthy layer changing by 10-50% a step."""
     run = c.run
     gr = early_growth(run)
-    sm = accumulation_smoothing(run)
+    # a parameter the optimizer does not hold is never zeroed by optimizer.zero_grad(): its gradient
+    # is a running sum in correct code too (not_in_optimizer's symptom), so only the layers the
+    # optimizer moves are read
+    held = ~never_updated(run)
+    sm = accumulation_smoothing(run, held if held.any() else None)
     parts = []
     conf = 0.0
     if gr is not None and (
