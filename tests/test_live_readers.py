@@ -11,8 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from gradwidget import Recorder, analyze
+from gradwidget import Recorder, analyze, summary
 from gradwidget.collect.arrays import ArrayRecorder
+from gradwidget.outputs import to_ascii
 from gradwidget.run import METRICS, N_BINS, Run
 
 
@@ -75,12 +76,12 @@ def test_every_reader_is_consistent_while_training_appends(max_steps):
             df = run.to_frame()
             assert len(df) % run.n_layers == 0
             assert df["step"].is_monotonic_increasing
-            text = run.to_ascii()
+            text = to_ascii(run)
             assert isinstance(text, str) and repr(run).startswith("<Run")
             if reads % 4 == 0:  # the heavier readers less often: the machine is shared
                 rep = analyze(run)
                 assert len(rep.layers) == run.n_layers
-                assert run.summary().overall_health is not None
+                assert summary(run).overall_health is not None
             if max_steps is None:
                 # a complete step's update norm is in the snapshot, never the open row's NaNs
                 assert not np.isnan(snap.metric("update_norm")[:, snap.trainable_mask()]).any()

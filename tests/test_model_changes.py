@@ -64,7 +64,7 @@ def test_progressive_unfreezing_is_followed():
     assert np.isnan(run.metric("grad_norm")[:4, enc]).all()
     assert np.isfinite(run.metric("grad_norm")[4:, enc]).all()
     assert np.isfinite(run.metric("update_norm")[4:, enc]).all()  # measured once it trains
-    assert "frozen" not in {r.cause for r in analyze(run).recommendations}
+    assert "frozen" not in {r.cause for r in analyze(run).diagnoses}
 
 
 def test_a_layer_recreated_with_its_shape_is_followed_with_the_new_optimizer():

@@ -56,7 +56,7 @@ def test_a_nan_outside_training_is_no_origin(where):
     assert run.nonfinite_origin is None
     rep = analyze(run)
     assert rep.nonfinite_origin is None
-    assert "nonfinite" not in {r.cause for r in rep.recommendations}
+    assert "nonfinite" not in {r.cause for r in rep.diagnoses}
 
 
 def test_a_nan_in_the_training_batch_is_still_traced_to_the_input():

@@ -61,7 +61,7 @@ def test_norms_of_finite_float32_gradients_are_their_true_values(scale, foreach_
     assert np.isfinite(run.metric("grad_norm")).all() and (run.metric("grad_norm") > 0).all()
     assert (run.metric("nonfinite") == 0).all() and (run.metric("zero_frac") == 0).all()
     assert np.isfinite(run.metric("std")).all()
-    causes = {r.cause for r in analyze(run).recommendations}
+    causes = {r.cause for r in analyze(run).diagnoses}
     assert "dead_units" not in causes and "nonfinite" not in causes
     if scale > 1:
         assert np.isfinite(run.scalar("global_norm")).all()
