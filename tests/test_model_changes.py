@@ -129,11 +129,27 @@ def test_lazy_modules_record_once_their_first_forward_shaped_them():
     assert np.isfinite(run.metric("grad_norm")).all() and np.isfinite(run.metric("update_norm")).all()
 
 
-def test_copies_of_the_model_carry_no_recorder():
+def test_a_new_optimizer_says_what_it_holds_beyond_the_model():
+    torch.manual_seed(0)
+    model = TinyLM()
+    temperature = nn.Parameter(torch.ones(()))  # a learnable loss temperature: not the model's
+    opt = torch.optim.SGD([*model.parameters(), temperature], lr=0.1)
+    rec = Recorder(model, opt, trace_nonfinite=False)
+    _step(model, opt, 0)
+    assert rec.optimizer_extra is not None and rec.run.meta["optimizer_extra"]["tensors"] == 1
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)  # the next phase: the model's parameters only
+    for i in range(1, 3):
+        _step(model, opt, i)
+    rec.detach()
+    assert rec.optimizer is opt and rec.optimizer_extra is None and "optimizer_extra" not in rec.run.meta
+
+
+@pytest.mark.parametrize("mode", [True, "auto"])  # "auto": the replay's hooks on the root module too
+def test_copies_of_the_model_carry_no_recorder(mode):
     torch.manual_seed(0)
     model = TinyLM()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    rec = Recorder(model, opt, trace_nonfinite=True)
+    rec = Recorder(model, opt, trace_nonfinite=mode)
     buf = io.BytesIO()
     torch.save(model, buf)  # before the first step: pickles
     ema = copy.deepcopy(model)  # an EMA copy

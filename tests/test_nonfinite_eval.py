@@ -29,12 +29,13 @@ def _batch(g, nan=False):
     return x, torch.randn(6, 1, generator=g)
 
 
+@pytest.mark.parametrize("mode", [True, "auto"])  # "auto": the per-module tracer or the step's replay
 @pytest.mark.parametrize("where", ["validation_forward", "validation_loss_logged", "inference_mode"])
-def test_a_nan_outside_training_is_no_origin(where):
+def test_a_nan_outside_training_is_no_origin(where, mode):
     torch.manual_seed(0)
     model = LSTMRegressor()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    rec = Recorder(model, opt, trace_nonfinite=True)
+    rec = Recorder(model, opt, trace_nonfinite=mode)
     g = torch.Generator().manual_seed(0)
     for _ in range(6):
         opt.zero_grad()
@@ -59,11 +60,12 @@ def test_a_nan_outside_training_is_no_origin(where):
     assert "nonfinite" not in {r.cause for r in rep.diagnoses}
 
 
-def test_a_nan_in_the_training_batch_is_still_traced_to_the_input():
+@pytest.mark.parametrize("mode", [True, "auto"])
+def test_a_nan_in_the_training_batch_is_still_traced_to_the_input(mode):
     torch.manual_seed(0)
     model = LSTMRegressor()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    rec = Recorder(model, opt, trace_nonfinite=True)
+    rec = Recorder(model, opt, trace_nonfinite=mode)
     g = torch.Generator().manual_seed(0)
     for i in range(4):
         opt.zero_grad()

@@ -160,9 +160,13 @@ class _Setup(_RecorderState):
         for key in ("nonfinite_origin", "nonfinite_tracing", "loss_graph"):
             if key in old.meta:
                 run.meta[key] = old.meta[key]
-        if "nonfinite_origin" in old.meta and self._tracer is not None:  # found before the crash
-            self._tracer.remove()
-            self._tracer = None
+        if "nonfinite_origin" in old.meta:  # found before the crash: neither tracer nor replay is needed
+            if self._tracer is not None:
+                self._tracer.remove()
+                self._tracer = None
+            if self._replay is not None:
+                self._replay.remove()
+                self._replay = None
         hist_at = {int(s): k for k, s in enumerate(old.hist_steps)}
         for i, step in enumerate(old.steps.tolist()):
             k = hist_at.get(step)

@@ -255,13 +255,18 @@ class _Steps(_RecorderState):
             self._begin_sharded_step(step_no, with_hist, before_update)
             return
         pend, self._pending = self._pending, {}
-        values, hist, loss = self._collect(with_hist, pend.get("loss"))
+        logged = pend.get("loss")
+        # a logged loss tensor without an autograd graph (a validation loss under no_grad) is not the
+        # training's: a NaN in it alone is no origin to replay (``StepTrace.loss_outside_training``)
+        outside = isinstance(logged, torch.Tensor) and not logged.requires_grad
+        values, hist, loss = self._collect(with_hist, logged)
         if loss is not None:
             pend["loss"] = loss
         measure = before_update and self._update_bufs is not None and self._recorded % self.update_every == 0
         self._append_step(step_no, pend, values, hist, complete=not measure)
         self._trace_origin(values)
-        self._replay_origin(values, pend.get("loss"), skipped=self.optimizer is not None and not before_update)
+        skipped = self.optimizer is not None and not before_update
+        self._replay_origin(values, None if outside else pend.get("loss"), skipped=skipped)
         self._recorded += 1
         if measure:
             self._snapshot_updates()
@@ -356,7 +361,8 @@ class _Steps(_RecorderState):
     # ------------------------------------------------------------------ the origin by replay ("auto")
     def _replay_origin(self, values: np.ndarray, loss, skipped: bool) -> None:
         """With ``trace_nonfinite="auto"``: on the first recorded step whose gradients or loss are
-        non-finite, replay it under a tracer before the optimizer applies it (``_replay``)."""
+        non-finite, replay it under a tracer before the optimizer applies it (``_replay``).
+        ``loss``: the step's training loss (None for one logged without a graph)."""
         rp, run = self._replay, self.run
         if rp is None or run is None:
             return

@@ -283,6 +283,16 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self.track_updates = self._track_updates_asked
         self._register_optimizer()
         self._plan_updates()
+        try:  # what the new optimizer holds beyond the model (repr, run.meta)
+            self.optimizer_extra = _optimizer_extra(self.model, optimizer, list(self.model.named_parameters()))
+        except ValueError:  # none of the model's parameters as they are now: nothing to say beyond them
+            self.optimizer_extra = None
+        if self.run is not None:
+            self.run.meta.pop("optimizer_extra", None)
+            if self.optimizer_extra is not None:
+                self.run.meta["optimizer_extra"] = self.optimizer_extra.to_dict()
+            if self._writer is not None:
+                self._writer.write_meta()
 
     # ------------------------------------------------------------------ public
     def log(self, loss=None, lr=None, step: int | None = None, global_norm=None) -> None:
