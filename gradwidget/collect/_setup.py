@@ -161,12 +161,7 @@ class _Setup(_RecorderState):
             if key in old.meta:
                 run.meta[key] = old.meta[key]
         if "nonfinite_origin" in old.meta:  # found before the crash: neither tracer nor replay is needed
-            if self._tracer is not None:
-                self._tracer.remove()
-                self._tracer = None
-            if self._replay is not None:
-                self._replay.remove()
-                self._replay = None
+            self._stop_looking()
         hist_at = {int(s): k for k, s in enumerate(old.hist_steps)}
         for i, step in enumerate(old.steps.tolist()):
             k = hist_at.get(step)

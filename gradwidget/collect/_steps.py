@@ -387,11 +387,7 @@ class _Steps(_RecorderState):
                 run.meta["nonfinite_tracing"] = {"stopped_at_step": step, "reason": note}
             if self._writer is not None:
                 self._writer.write_meta()
-            rp.remove()
-            self._replay = None
-            if self._tracer is not None:  # found: no hook is left on any module
-                self._tracer.remove()
-                self._tracer = None
+            self._stop_looking()  # found: no hook is left on any module
         elif rp.failed or not skipped:  # a step AMP's GradScaler skipped has no backward origin, by design: go on
             rp.misses += 1
             if rp.failed or rp.misses >= MAX_MISSES:
@@ -404,6 +400,15 @@ class _Steps(_RecorderState):
         # a norm overflows float32 long before its entries do (entries of 1e20): look at those tensors
         suspect = np.flatnonzero(~np.isfinite(values[_M["weight_norm"]]))
         return any(not bool(torch.isfinite(self._ordered[c]).all()) for c in suspect)
+
+    def _stop_looking(self) -> None:
+        """Take the NaN tracer's and the replay's hooks off (an origin found, or the recorder detached)."""
+        if self._tracer is not None:
+            self._tracer.remove()
+            self._tracer = None
+        if self._replay is not None:
+            self._replay.remove()
+            self._replay = None
 
     def _stop_replay(self, step: int, why: str) -> None:
         """Take the replay's hooks off and say in the run why no origin was found."""

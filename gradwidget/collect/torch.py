@@ -330,12 +330,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
             self._watch.remove()
         if self._exchange is not None and self.run is not None:
             self._trace_origin(None)  # take what other ranks posted since the last recorded step
-        if self._tracer is not None:
-            self._tracer.remove()
-            self._tracer = None
-        if self._replay is not None:
-            self._replay.remove()
-            self._replay = None
+        self._stop_looking()
         if self._loss_probe is not None:
             self._loss_probe.remove()
             self._loss_probe = None
