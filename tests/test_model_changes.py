@@ -67,6 +67,24 @@ def test_progressive_unfreezing_is_followed():
     assert "frozen" not in {r.cause for r in analyze(run).diagnoses}
 
 
+def test_a_gradient_left_on_a_frozen_parameter_is_no_unfreezing():
+    """peft freezes a trained base without clearing its ``.grad``: those stale gradients are read at
+    every step, yet the base stays frozen (not "trainable, not in the optimizer")."""
+    torch.manual_seed(0)
+    model = TinyLM()
+    _step(model, torch.optim.SGD(model.parameters(), lr=0.1), 0)  # every parameter now has a .grad
+    model.emb.requires_grad_(False)
+    model.enc.requires_grad_(False)
+    opt = torch.optim.SGD(model.head.parameters(), lr=0.1)  # its zero_grad leaves the others' .grad
+    rec = Recorder(model, opt, trace_nonfinite=False)
+    for i in range(1, 5):
+        _step(model, opt, i)
+    rec.detach()
+    status = {info.name: info.status for info in rec.run.layers}
+    assert status["emb.weight"] == "frozen" and status["head.weight"] == "trainable"
+    assert "not_in_optimizer" not in {d.cause for d in analyze(rec.run).diagnoses}
+
+
 def test_a_layer_recreated_with_its_shape_is_followed_with_the_new_optimizer():
     torch.manual_seed(0)
     model = TinyLM()

@@ -190,7 +190,7 @@ class ModelWatch:
 
     # ------------------------------------------------------------------ columns that start training
     def after_collect(self, values: np.ndarray, nonfinite_row: int) -> None:
-        """A column marked frozen that has a gradient now (unfrozen) becomes trainable."""
+        """A column marked frozen that requires and has a gradient now (unfrozen) becomes trainable."""
         rec = self.rec
         run = rec.run
         if run is None:
@@ -202,8 +202,12 @@ class ModelWatch:
         has = ~np.isnan(values[nonfinite_row, self._frozen])
         if not has.any():
             return
-        woke = self._frozen[has].tolist()
-        self._frozen = self._frozen[~has]
+        # a ``.grad`` left on a parameter frozen since (peft freezes a trained base without clearing
+        # it) is read at every step too: unfrozen means it requires a gradient again
+        woke = [c for c in self._frozen[has].tolist() if rec._ordered[c].requires_grad]
+        if not woke:
+            return
+        self._frozen = np.setdiff1d(self._frozen, woke).astype(np.intp)
         assert rec._order is not None
         nxt = 1 + max(info.backward_index for info in run.layers)
         for k, c in enumerate(woke):
