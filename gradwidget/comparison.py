@@ -31,7 +31,7 @@ CHANGE_DECADES = 0.5
 def _as_run(x) -> Run:
     """A Run, or a run directory loaded; anything else is a clear error."""
     if isinstance(x, Run):
-        return x
+        return x.snapshot()
     if isinstance(x, (str, Path)):
         from .storage import load_run
 
@@ -42,6 +42,11 @@ def _as_run(x) -> Run:
 def _labels(runs: list, labels) -> list[str]:
     if labels is None:
         return [str(r) if isinstance(r, (str, Path)) else f"run {i + 1}" for i, r in enumerate(runs)]
+    if isinstance(labels, (str, bytes)) or not isinstance(labels, (list, tuple)):
+        raise TypeError(
+            f"labels must be a list of one name per run (e.g. labels=['before', 'after']), got "
+            f"{type(labels).__name__} {labels!r}"
+        )
     labels = [str(x) for x in labels]
     if len(labels) != len(runs):
         raise ValueError(f"{len(labels)} labels for {len(runs)} runs")

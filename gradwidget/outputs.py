@@ -82,6 +82,7 @@ class GradientFlowSummary:
 
 def frames(run: Run) -> list[dict]:
     """The original crate's ``GradientFrame`` list: one dict per step with one entry per layer."""
+    run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
     mean, mx, norm = run.metric("mean_abs"), run.metric("max_abs"), run.metric("grad_norm")
     van, exp, inten = run.vanishing(), run.exploding(), run.flow_intensity()
     names = run.layer_names
@@ -134,6 +135,7 @@ def export_csv(run: Run, path) -> None:
     """Write the CSV timeline, one row per step and layer: the original crate's columns first
     (``CSV_COLUMNS``), then every other metric and the step's loss, learning rate and global norm
     (``CSV_MORE``; empty where not recorded). Layer names made ``spreadsheet_safe``."""
+    run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
     mean, mx, norm = run.metric("mean_abs"), run.metric("max_abs"), run.metric("grad_norm")
     van, exp = run.vanishing(), run.exploding()
     more = [run.metric(m) for m in CSV_MORE[:5]]
@@ -177,6 +179,7 @@ def to_ascii(run: Run, width: int = 80, metric: str = "grad_norm") -> str:
     ``' ░▒▓█'`` encode log10 of the metric on one scale across steps; ``!`` marks exploding cells
     and ``X`` non-finite ones.
     """
+    run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
     if isinstance(width, bool) or not isinstance(width, (int, np.integer)) or width < 1:
         raise ValueError(f"width must be a positive number of columns, got {width!r}")
     if run.n_steps == 0:
@@ -222,6 +225,7 @@ def summary(run: Run, report=None) -> GradientFlowSummary:
     given) so that it and ``analyze`` never disagree: the same verdict, the layers the vanishing,
     exploding and NaN/Inf diagnoses name (depth order), and the ranked diagnoses as its
     recommendations."""
+    run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
     if run.n_layers == 0 or run.n_steps == 0:
         health, found, recs = GradientHealth.UNKNOWN, [], []
     else:

@@ -9,10 +9,13 @@ decimated copy whose length never exceeds ``history_capacity`` rows, so memory s
 
 from __future__ import annotations
 
+import copy
+import threading
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
+from ._args import check_count
 from .layers import LAYER_STATUSES, LayerInfo, as_layers
 from .noise_series import NoiseSeries
 from .origin import NONFINITE_PHASES, NonfiniteOrigin
@@ -113,6 +116,43 @@ class Run(RunAppend):
         #: the gradient at two batch sizes per step, when the recorder saw it (``noise_series``)
         self.noise: NoiseSeries | None = None
         self.version = 0  # bumps on every change; views use it to know when to refresh
+        self._lock = threading.Lock()  # held by every change of the store, and by snapshot()
+        self._open = False  # the newest row is still being filled (append(..., complete=False))
+        self._frozen = False  # a snapshot: read-only
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_lock"]  # a lock is no state: each copy gets its own
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    # ----------------------------------------------------------------- a consistent view for readers
+    def snapshot(self) -> "Run":
+        """The run as it is now, for reading while training appends to it (in another thread):
+        its complete steps, histograms, history and meta, unchanged by later appends. O(1): it
+        shares the arrays (read-only views bounded by the last complete step; the store never
+        writes a row a snapshot can see, ``run_append``). Every reader of a run takes one first
+        (``to_frame``, ``to_ascii``, ``summary``, ``analyze``, the panel); a snapshot's is itself."""
+        if self._frozen:
+            return self
+        with self._lock:
+            r = copy.copy(self)
+            r._frozen, r._open = True, False
+            r.meta, r.layers = dict(self.meta), list(self.layers)
+            if self._open:
+                r._n -= 1
+                if r._hn and r._hist_steps[r._hs + r._hn - 1] == self._steps[self._s + self._n - 1]:
+                    r._hn -= 1
+            for name in ("_steps", "_metrics", "_scalars", "_hist_steps", "_hist"):
+                view = getattr(self, name).view()
+                view.flags.writeable = False
+                setattr(r, name, view)
+            r.history = self.history.snapshot() if self.history is not None else None
+            r._pending = self._pending.snapshot() if self._pending is not None else None
+        return r
 
     # ----------------------------------------------------------------- shape and access
     @property
@@ -269,7 +309,8 @@ class Run(RunAppend):
         return r
 
     def slice(self, steps: slice | None = None, layers: Sequence[int | str] | None = None) -> "Run":
-        """A copy restricted to a range of step rows and/or a subset of layers (kept in depth order)."""
+        """A copy restricted to a range of step rows (a ``slice`` of rows, e.g. ``slice(-100, None)``)
+        and/or a subset of layers (names or indices, kept in depth order)."""
         from .run_views import slice_run
 
         return slice_run(self, steps, layers)
@@ -278,7 +319,7 @@ class Run(RunAppend):
         """Fold every ``k`` consecutive steps into one (max for max |g| and non-finite, mean otherwise)."""
         from .run_views import downsample_by
 
-        return downsample_by(self, k)
+        return downsample_by(self, check_count("k", k, 1))
 
     def merge_layers(self, groups: Sequence[Sequence[int]], names: Sequence[str]) -> "Run":
         """A run with one layer per group of this run's layers, each group measured as if its
@@ -296,8 +337,10 @@ class Run(RunAppend):
 
     def downsample(self, max_steps: int) -> "Run":
         """A copy with at most ``max_steps`` rows."""
-        k = max(1, -(-self._n // max(1, int(max_steps))))
-        return self.downsample_by(k)
+        max_steps = check_count("max_steps", max_steps, 1)
+        run = self.snapshot()
+        k = max(1, -(-run._n // max_steps))
+        return run.downsample_by(k)
 
     # ----------------------------------------------------------------- tables
     def to_frame(self) -> "pd.DataFrame":
@@ -318,14 +361,13 @@ class Run(RunAppend):
         return b + (self.history.nbytes() if self.history is not None else 0)
 
     def __repr__(self) -> str:
-        span = f"steps {int(self.steps[0])}..{int(self.steps[-1])}" if self._n else "empty"
+        r = self.snapshot()
+        span = f"steps {int(r.steps[0])}..{int(r.steps[-1])}" if r._n else "empty"
         older = (
-            self.history.n_steps + (self._pending.n_steps if self._pending is not None else 0)
-            if self.history is not None
-            else 0
+            r.history.n_steps + (r._pending.n_steps if r._pending is not None else 0) if r.history is not None else 0
         )
         more = f", {older} older rows in history" if older else ""
-        return f"<Run {self.n_layers} layers, {self._n} steps ({span}), {self._hn} histograms{more}>"
+        return f"<Run {r.n_layers} layers, {r._n} steps ({span}), {r._hn} histograms{more}>"
 
     def save(self, path, overwrite: bool = False) -> None:
         """Write the run to a run directory (``load_run`` reads it back, history included)."""

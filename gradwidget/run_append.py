@@ -1,6 +1,12 @@
 """Appending to a Run's store: one step's row (and histogram) at a time into arrays that grow in place
 (amortised O(1) per step), and the rolling window that drops its oldest steps into ``history``.
-A mixin of ``Run``; what it reads of the Run is declared below for the type checker only."""
+A mixin of ``Run``; what it reads of the Run is declared below for the type checker only.
+
+Readers on other threads (a panel, ``analyze(rec.run)`` while training runs in a thread) read
+``Run.snapshot()``: views of these arrays bounded by the last complete step, taken under the lock
+every change holds. So rows a snapshot can see are never written again: new rows go after them,
+and making room (growing, or sliding a rolling window back to row 0) fills new arrays, never the
+old ones in place."""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ import numpy as np
 from .schema import METRICS, N_BINS, SCALARS, _as_step, scalar_row
 
 if TYPE_CHECKING:
+    import threading
+
     from .run import Run
 
 #: the store grows by 1/GROWTH_DIVISOR of what it holds when full: at most that much allocated and
@@ -23,6 +31,9 @@ class RunAppend:
     if TYPE_CHECKING:
         max_steps: int | None
         version: int
+        _lock: threading.Lock
+        _open: bool
+        _frozen: bool
         _n: int
         _s: int
         _cap: int
@@ -50,21 +61,18 @@ class RunAppend:
         def _fold_into_history(self, old: Run) -> None: ...
 
     def _grow(self, need: int) -> None:
-        """Make room for ``need`` rows after the window start: slide the window back to row 0 when
-        it reaches the end (amortised O(1) per step), reallocate when that is not enough."""
+        """Make room for ``need`` rows after the window start: slide the window back to row 0 of new
+        arrays of the same size when it reaches the end (amortised O(1) per step), grow when that is
+        not enough. Never in place: a snapshot may be reading the old rows (module docstring)."""
         if self._s + need <= self._cap:
             return
         if self._s and need <= self._cap:
-            n = self._n
-            self._steps[:n] = self._steps[self._s : self._s + n]
-            self._metrics[:n] = self._metrics[self._s : self._s + n]
-            self._scalars[:n] = self._scalars[self._s : self._s + n]
-            self._s = 0
-            return
-        cap = max(16, need + need // GROWTH_DIVISOR, need)
-        if self.max_steps is not None:
-            cap = min(cap, 2 * self.max_steps)
-            cap = max(cap, need)
+            cap = self._cap
+        else:
+            cap = max(16, need + need // GROWTH_DIVISOR, need)
+            if self.max_steps is not None:
+                cap = min(cap, 2 * self.max_steps)
+                cap = max(cap, need)
         L = self.n_layers
         steps = np.zeros(cap, np.int64)
         mets = np.full((cap, len(METRICS), L), np.nan, np.float32)
@@ -75,9 +83,18 @@ class RunAppend:
         self._steps, self._metrics, self._scalars, self._cap, self._s = steps, mets, sc, cap, 0
 
     def append(
-        self, step: int, values: np.ndarray, scalars: dict | None = None, hist: np.ndarray | None = None
+        self,
+        step: int,
+        values: np.ndarray,
+        scalars: dict | None = None,
+        hist: np.ndarray | None = None,
+        complete: bool = True,
     ) -> None:
-        """Add one step. ``values`` is ``(len(METRICS), layers)``; ``hist`` is ``(layers, N_BINS)``."""
+        """Add one step. ``values`` is ``(len(METRICS), layers)``; ``hist`` is ``(layers, N_BINS)``.
+        ``complete=False``: the row is still being filled (the update norms ``optimizer.step()``
+        makes); snapshots leave it out until ``complete_last()`` or the next append."""
+        if self._frozen:
+            raise ValueError("a snapshot of a run is read-only: append to the run it was taken from")
         values = np.asarray(values, np.float32)
         if values.shape != (len(METRICS), self.n_layers):
             raise ValueError(f"values must have shape {(len(METRICS), self.n_layers)}, got {values.shape}")
@@ -85,31 +102,59 @@ class RunAppend:
         if self._n and step <= self.steps[-1]:
             raise ValueError(f"steps must increase: got step {step} after step {int(self.steps[-1])}")
         row = scalar_row(scalars)  # checked before anything changes: a rejected step leaves no trace
-        if self.max_steps is not None and self._n >= self.max_steps:
-            self._evict(self._n - self.max_steps + 1)
-        self._grow(self._n + 1)
-        i = self._s + self._n
-        self._steps[i] = step
-        self._metrics[i] = values
-        self._scalars[i] = row
-        self._n += 1
         if hist is not None:
-            self.append_hist(step, hist)
-        self.version += 1
+            hist = self._checked_hist(hist)
+        with self._lock:
+            if self.max_steps is not None and self._n >= self.max_steps:
+                self._evict(self._n - self.max_steps + 1)
+            self._grow(self._n + 1)
+            i = self._s + self._n
+            self._steps[i] = step
+            self._metrics[i] = values
+            self._scalars[i] = row
+            self._n += 1
+            self._open = not complete
+            if hist is not None:
+                self._put_hist(step, hist)
+            self.version += 1
+
+    def set_last(self, metric: int, cols: np.ndarray, values: np.ndarray) -> None:
+        """Fill metric row ``metric`` (its index in METRICS) of the newest step at layer columns
+        ``cols``: only while that step is still open (``append(..., complete=False)``)."""
+        if not self._open:
+            raise ValueError("only a step appended with complete=False can still be filled in")
+        self._metrics[self._s + self._n - 1, metric, cols] = values
+
+    def complete_last(self) -> None:
+        """The newest step is complete: snapshots taken from now on include it."""
+        with self._lock:
+            self._open = False
+            self.version += 1
 
     def append_hist(self, step: int, hist: np.ndarray) -> None:
+        if self._frozen:
+            raise ValueError("a snapshot of a run is read-only: append to the run it was taken from")
+        hist = self._checked_hist(hist)
+        with self._lock:
+            self._put_hist(step, hist)
+
+    def _checked_hist(self, hist: np.ndarray) -> np.ndarray:
         hist = np.asarray(hist)
         if hist.shape != (self.n_layers, N_BINS):
             raise ValueError(f"hist must have shape {(self.n_layers, N_BINS)}, got {hist.shape}")
+        return hist
+
+    def _put_hist(self, step: int, hist: np.ndarray) -> None:
         if self._hs + self._hn == self._hist.shape[0]:
-            # slide back to row 0 if at least half the buffer is free, else grow (amortised O(1))
+            # slide back to row 0 of new arrays of the same size if at least half the buffer is
+            # free, else grow (amortised O(1)); never in place (a snapshot may read the old rows)
             if self._hs >= self._hist.shape[0] // 2 and self._hs:
-                h, hs = self._hist, self._hist_steps
+                cap = self._hist.shape[0]
             else:
                 cap = max(8, self._hn + 1 + self._hn // GROWTH_DIVISOR)
-                h = np.zeros((cap, self.n_layers, N_BINS), np.uint32)
-                hs = np.zeros(cap, np.int64)
-            h[: self._hn], hs[: self._hn] = self.hist.copy(), self.hist_steps.copy()
+            h = np.zeros((cap, self.n_layers, N_BINS), np.uint32)
+            hs = np.zeros(cap, np.int64)
+            h[: self._hn], hs[: self._hn] = self.hist, self.hist_steps
             self._hist, self._hist_steps, self._hs = h, hs, 0
         self._hist[self._hs + self._hn] = hist
         self._hist_steps[self._hs + self._hn] = int(step)

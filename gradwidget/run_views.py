@@ -19,7 +19,15 @@ if TYPE_CHECKING:
 
 def slice_run(run: Run, steps: slice | None = None, layers: Sequence[int | str] | None = None) -> "Run":
     """A copy restricted to a range of step rows and/or a subset of layers (kept in depth order)."""
-    a, b, st = (steps or slice(None)).indices(run._n)
+    if steps is not None and not isinstance(steps, slice):
+        raise TypeError(
+            f"steps must be a slice of step rows (e.g. slice(10, 50) or slice(-100, None)) or None, "
+            f"got {type(steps).__name__} {steps!r}"
+        )
+    if layers is not None and (isinstance(layers, (str, bytes)) or not isinstance(layers, Sequence)):
+        raise TypeError(f"layers must be a list of layer names or indices, got {type(layers).__name__} {layers!r}")
+    run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
+    a, b, st = (steps if steps is not None else slice(None)).indices(run._n)
     if st != 1:
         raise ValueError("step slices must be contiguous (use downsample to thin a run)")
     r = run._slice_rows(a, b)
@@ -43,6 +51,7 @@ def slice_run(run: Run, steps: slice | None = None, layers: Sequence[int | str] 
 
 def downsample_by(run: Run, k: int) -> "Run":
     """Fold every ``k`` consecutive steps into one (max for max |g| and non-finite, mean otherwise)."""
+    run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
     r = Run(run.layers, thresholds=run.thresholds, edges=run.edges, meta=run.meta)
     if run._n == 0:
         return r
@@ -63,6 +72,7 @@ def merge_layers(run: Run, groups: Sequence[Sequence[int]], names: Sequence[str]
     weighted by size (their signed means are not recorded), non-finite counts summed,
     histograms added (``rules.merge_of``; a member without a value that step is left out).
     Why: a figure of 10,000 tensors needs rows it can draw, and a merged row must say the truth about its members."""
+    run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
     if len(groups) != len(names):
         raise ValueError(f"{len(groups)} groups for {len(names)} names")
     numel = np.array([max(1, info.numel) for info in run.layers], np.float64)
@@ -106,6 +116,7 @@ def with_history(run: Run) -> "Run":
     Why: the live panel shows (and scales its colours over) history and window; the static
     figures show the same steps so that they agree with it.
     """
+    run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
     h = run.history
     if h is None or h.n_steps == 0:
         return run
@@ -118,6 +129,7 @@ def to_frame(run: Run) -> "pd.DataFrame":
     """Long table: one row per (step, layer) with every metric and the original crate's flags."""
     import pandas as pd
 
+    run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
     n, L = run._n, run.n_layers
     data = {
         "step": np.repeat(run.steps, L),

@@ -94,14 +94,30 @@ class Thresholds:
     batch_noise_far: float = 10.0
 
     def __post_init__(self) -> None:
+        """Every value checked here, where it is given (a Recorder, analyze, the CLI all build one),
+        naming the field and what it may be: ``_FRACTIONS`` lie in [0, 1], ``_RATIOS`` in (0, 1],
+        ``_POSITIVE`` above 0, ``_COUNTS`` whole numbers of at least their minimum, every other
+        field a non-negative number; each pair of ``_ORDERED`` in that order."""
         for f in fields(self):
             v = getattr(self, f.name)
-            if not isinstance(v, (int, float)) or v != v or v < 0:
+            if f.name in _COUNTS:
+                least = _COUNTS[f.name]
+                if isinstance(v, bool) or not isinstance(v, int) or v < least:
+                    raise ValueError(f"Thresholds.{f.name} must be a whole number of at least {least}, got {v!r}")
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0:
                 raise ValueError(f"Thresholds.{f.name} must be a non-negative number, got {v!r}")
-        if self.vanishing >= self.exploding:
-            raise ValueError(
-                f"Thresholds.vanishing ({self.vanishing}) must be below Thresholds.exploding ({self.exploding})"
-            )
+            if f.name in _FRACTIONS and v > 1:
+                raise ValueError(f"Thresholds.{f.name} must be between 0 and 1 (a fraction), got {v!r}")
+            if f.name in _RATIOS and not 0 < v <= 1:
+                raise ValueError(f"Thresholds.{f.name} must be in (0, 1] (a ratio), got {v!r}")
+            if f.name in _POSITIVE and not v > 0:
+                raise ValueError(f"Thresholds.{f.name} must be above 0, got {v!r}")
+        for lo, hi in _ORDERED:
+            if not getattr(self, lo) < getattr(self, hi):
+                raise ValueError(
+                    f"Thresholds.{lo} ({getattr(self, lo)!r}) must be below Thresholds.{hi} ({getattr(self, hi)!r})"
+                )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -122,6 +138,39 @@ class Thresholds:
             k: (int(v) if k in ints and v == int(v) else float(v)) for k, v in d.items() if k in known
         }
         return cls(**kwargs)
+
+
+#: shares of entries, steps or sign flips: in [0, 1]
+_FRACTIONS = frozenset(
+    {
+        "dead_zero_fraction",
+        "chance_tolerance",
+        "oscillation",
+        "minor_issue_ratio",
+        "problem_issue_ratio",
+        "critical_issue_ratio",
+        "stable_network",
+        "dead_recovery_share",
+    }
+)
+#: factors below 1 that the analyses take logs of (a 0 makes every layer weak or a bottleneck)
+_RATIOS = frozenset({"relative_vanishing", "bottleneck_gain", "unstable"})
+#: above 0: factors above 1 (a hot layer, the weights' growth, the output bias gradient of a mean
+#: loss), the update/weight band's lower end and a summed loss's first value (logs are taken of them)
+_POSITIVE = frozenset(
+    {"relative_exploding", "update_ratio_low", "weight_blowup", "summed_loss_start", "mean_loss_bias_grad"}
+)
+#: whole numbers, with the least each may be (a trend needs 3 points)
+_COUNTS = {"convergence_window": 3}
+#: pairs that must stay in this order (an inverted pair flags everything or nothing)
+_ORDERED = (
+    ("vanishing", "exploding"),
+    ("relative_vanishing", "relative_exploding"),
+    ("update_ratio_low", "update_ratio_high"),
+    ("minor_issue_ratio", "problem_issue_ratio"),
+    ("problem_issue_ratio", "critical_issue_ratio"),
+    ("unstable", "stable_network"),
+)
 
 
 def as_thresholds(value) -> Thresholds:

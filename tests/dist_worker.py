@@ -148,7 +148,7 @@ def train(
         "has_writer": rec._writer is not None,
         "grad_hooks": sum(len(p._post_accumulate_grad_hooks or {}) for p in rec.model.parameters()),
         "tracer_hooks": sum(
-            isinstance(getattr(getattr(h, "func", None), "__self__", None), NonfiniteTracer)
+            isinstance(getattr(getattr(getattr(h, "fn", h), "func", None), "__self__", None), NonfiniteTracer)
             for m in rec.model.modules()
             for h in (*m._forward_hooks.values(), *m._forward_pre_hooks.values())
         ),

@@ -25,6 +25,7 @@ LAYERS = ("base", "run", "collect", "analysis", "outputs")
 PLACE = {
     # shared vocabulary: no gradwidget module above it
     "gradwidget._warnings": "base",
+    "gradwidget._args": "base",
     "gradwidget.files": "base",
     "gradwidget.jsonsafe": "base",
     "gradwidget.schema": "base",

@@ -163,7 +163,7 @@ def write_run(path, value, n, layers=("a.weight", "b.weight")):
     w = RunWriter(path, run, overwrite=True)
     for s in range(n):
         run.append(s, np.full((len(METRICS), len(layers)), value, np.float32))
-        w.append_last()
+        w.append_new()
     w.close()
     return w
 
@@ -209,13 +209,13 @@ def test_reader_takes_new_edges_and_statuses_of_the_same_run_without_starting_ov
     run = Run(["a", "b"])
     w = RunWriter(tmp_path / "r", run)
     run.append(0, np.ones((len(METRICS), 2)))
-    w.append_last()
+    w.append_new()
     reader = RunReader(tmp_path / "r")
     run.edges = np.array([[0, 1]], np.int32)
     run.layers[1].status = "unused"
     w.write_meta()  # what the torch Recorder does once the first forward pass has shown the edges
     run.append(1, np.ones((len(METRICS), 2)))
-    w.append_last()
+    w.append_new()
     w.close()
     assert reader.poll()
     assert reader.replaced == 0 and reader.run.n_steps == 2

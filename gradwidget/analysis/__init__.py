@@ -32,12 +32,12 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None, max_
     views (see ``stats.Series``); extremes and flag counts stay exact.
     """
     weights, previous_weights = _check_args(run, weights, previous_weights, max_rows)
+    run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
     if thresholds is not None:  # a Thresholds replaces the run's; a dict overrides some of them
         t = as_thresholds(dict(run.thresholds.to_dict(), **thresholds) if isinstance(thresholds, dict) else thresholds)
         run = copy.copy(run)  # shares the arrays; only this view sees the new thresholds
         run.thresholds = t
-    t = run.thresholds
-    _check_thresholds(t)
+    t = run.thresholds  # checked when it was made (Thresholds.__post_init__)
     notes = []
     if run.n_steps == 0:
         notes.append("the run has no recorded steps: every layer is Unknown")
@@ -108,19 +108,6 @@ def _check_args(run, weights, previous_weights, max_rows):
     if previous_weights is not None and weights is None:
         raise ValueError("previous_weights needs weights too: drift is measured between the two snapshots")
     return _as_weights(weights, "weights"), _as_weights(previous_weights, "previous_weights")
-
-
-def _check_thresholds(t) -> None:
-    """The analyses take logs of the ratio thresholds and fit lines over the convergence window:
-    a 0 there would make every layer weak/hot/a bottleneck, or leave nothing to fit."""
-    for name in ("relative_vanishing", "relative_exploding", "bottleneck_gain", "unstable"):
-        if not getattr(t, name) > 0:
-            raise ValueError(f"Thresholds.{name} must be above 0 (it is a ratio), got {getattr(t, name)!r}")
-    if t.convergence_window < 3:
-        raise ValueError(
-            f"Thresholds.convergence_window must be at least 3 steps (a trend needs 3 points), "
-            f"got {t.convergence_window!r}"
-        )
 
 
 def _as_weights(w, what: str):

@@ -12,6 +12,7 @@ import torch
 
 from ._inputs import _compiling, _module_of
 from ._stats import _M
+from ._hooks import Hook
 from ._state import _RecorderState
 
 _MAX_GRAPH_VISITS = 200_000
@@ -62,9 +63,9 @@ class _GraphEdges(_RecorderState):
                 self._finish_capture()
 
         for name, m in owners.items():
-            self._graph_handles.append(m.register_forward_pre_hook(pre(name)))
-            self._graph_handles.append(m.register_forward_hook(post(name)))
-        self._graph_handles.append(self.model.register_forward_hook(root_done))
+            self._graph_handles.append(m.register_forward_pre_hook(Hook(pre(name))))
+            self._graph_handles.append(m.register_forward_hook(Hook(post(name))))
+        self._graph_handles.append(self.model.register_forward_hook(Hook(root_done)))
 
     def _finish_capture(self) -> None:
         """Turn what the forward hooks saw into module edges, then remove the hooks and drop the

@@ -6,6 +6,7 @@ ties, which parameters can be recorded, and the one Recorder attached to each mo
 from __future__ import annotations
 
 import math
+import os
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -71,17 +72,6 @@ def _tied_names(model: nn.Module, params: list) -> dict[int, tuple[str, ...]]:
         seen.setdefault(id(p), []).append(_clean_compiled(name))
     ids = {id(p) for p in params}
     return {k: tuple(v[1:]) for k, v in seen.items() if k in ids and len(v) > 1}
-
-
-def _count_arg(name: str, value, minimum: int, also: str = "") -> int:
-    """An int option, checked up front so a bad value fails here, not inside a training hook
-    (a bool is an int to Python, but never what was meant)."""
-    kind = "a positive int" if minimum == 1 else "a non-negative int"
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be {also}{kind}, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be {also}{kind}, got {value!r}")
-    return int(value)
 
 
 def _bytes_arg(name: str, value) -> int:
@@ -200,6 +190,30 @@ def _check_number(name: str, value):
 
 #: model -> weak reference to the Recorder attached to it; weak both ways, so neither is kept alive
 _ATTACHED: "weakref.WeakKeyDictionary[nn.Module, weakref.ref]" = weakref.WeakKeyDictionary()
+
+
+def _shapes(names: list[str], params: list[torch.Tensor]) -> dict[str, tuple]:
+    """Each parameter's shape by name; a lazy module's parameter has none until its first forward."""
+    lazy = [n for n, p in zip(names, params) if nn.parameter.is_lazy(p)]
+    if lazy:
+        raise ValueError(
+            f"{', '.join(lazy[:3])}{' ...' if len(lazy) > 3 else ''} not initialised yet (a lazy module): run one "
+            "forward pass before resuming, so that the layers can be checked against the run"
+        )
+    return {n: tuple(p.shape) for n, p in zip(names, params)}
+
+
+def _hands_over(model: nn.Module, log_dir) -> bool:
+    """Does the Recorder attached to ``model`` (which a new one replaces) write ``log_dir``? Then
+    the new one may take the folder over: the old one is detached, its writer closed, first."""
+    ref = _ATTACHED.get(model)
+    old = ref() if ref is not None else None
+    if old is None or not old.attached or old.log_dir is None:
+        return False
+    try:
+        return os.path.samefile(old.log_dir, log_dir)
+    except (OSError, TypeError, ValueError):
+        return False
 
 
 def _replace_attached(model: nn.Module, new: "Recorder") -> None:

@@ -120,7 +120,7 @@ class NoiseProbe:
         self._once = once
         self.armed = True
         for i, p in enumerate(self.params):
-            if p.requires_grad:
+            if p.requires_grad and not nn.parameter.is_lazy(p):  # a lazy module's: no tensor to hook yet
                 self._handles.append(p.register_hook(partial(self._incoming, i)))
         if self.mode is True or self.world_size > 1 or self.two_sizes_seen:
             self._watch_input()

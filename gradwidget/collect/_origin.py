@@ -34,8 +34,17 @@ def find_origin(
 
     A step the optimizer skipped (``tr.skipped``) gives no backward or loss origin: that is how AMP's
     GradScaler handles a scaled gradient that overflowed, by design. Its forward still counts.
+
+    A recorded step whose every parameter gradient was finite (``reached == []``) gives no forward,
+    input or backward origin (a NaN masked out before the loss, or in a gradient no parameter
+    receives, never reached what the optimizer used), and no loss origin for a logged loss that was
+    not part of training (a tensor without a graph: a validation loss computed under no_grad). A
+    training loss that overflowed to Inf with finite gradients is still one.
     """
     origin = _find_origin(tr, names, types, reached, module_of)
+    if origin is not None and reached is not None and not len(reached):
+        if origin.phase != "loss" or tr.loss_outside_training:
+            return None
     if origin is not None and tr.skipped and origin.phase in ("backward", "loss"):
         return None
     return origin

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from ..run import NonfiniteOrigin
+from ._hooks import Hook
 from .nonfinite import NonfiniteTracer, _tensors
 
 #: bytes of output gradients kept per step for a replay of the backward (beyond them the backward
@@ -78,8 +79,8 @@ class StepReplay:
         self._autocast_types = sorted({"cpu"} | {d.type for d in devs if d.type in ("cuda", "xpu", "mps")})
         self._open: list[ForwardCall | None] = []  # the root's calls under way (recursion-safe)
         self._handles = [
-            model.register_forward_pre_hook(self._pre, with_kwargs=True),
-            model.register_forward_hook(self._post),
+            model.register_forward_pre_hook(Hook(self._pre), with_kwargs=True),
+            model.register_forward_hook(Hook(self._post)),
         ]
 
     @property

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._warnings import GradwidgetWarning
 from ..noise_series import noise_dtype
-from ..run import METRICS, N_BINS, LayerInfo, Run
+from ..run import METRICS, N_BINS, SCALARS, LayerInfo, Run
 from ._groups import UpdateSnapshot
 from ._inputs import _module_of
 from ._state import _RecorderState
@@ -66,6 +66,9 @@ class _Setup(_RecorderState):
             else:
                 keys.append((last, 1, i))
         self._order = [i for _, _, i in sorted(keys)]
+        if self._resume is not None:  # the columns of the run continued, whose files hold them so
+            at = {name: i for i, name in enumerate(self._names)}
+            self._order = [at[info.name] for info in self._resume.run.layers]
         layers = []
         dist = self._dist if self._dist is not None and self._dist.sharded else None
         sharded = dist is not None
@@ -112,6 +115,8 @@ class _Setup(_RecorderState):
                 self.run.meta["skipped"] = dict(self.skipped)
             if self.optimizer_extra is not None:
                 self.run.meta["optimizer_extra"] = self.optimizer_extra.to_dict()
+            if self._resume is not None:
+                self._continue(self._resume.run)
             if self._dist is not None:
                 from .distributed import type_name
 
@@ -121,20 +126,7 @@ class _Setup(_RecorderState):
         self._ordered = [self._params[i] for i in self._order]  # the parameter of each column
         self._wplan = self._gplan = None
         self._unused_cols = [c for c, layer in enumerate(layers) if layer.status == "unused"]
-        if self.track_updates:
-            assert self.optimizer is not None  # track_updates needs one
-            stepped = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
-            cols = [
-                c
-                for c, pi in enumerate(self._order)
-                if self._params[pi].requires_grad and id(self._params[pi]) in stepped
-            ]
-            params = [self._params[self._order[c]] for c in cols]
-            self._update_cols = np.array(cols, dtype=np.int64)
-            if dist is not None:
-                self._update_bufs = dist.update_buffers(params)
-            else:
-                self._update_bufs = UpdateSnapshot(params)
+        self._plan_updates()
         if self.log_dir is not None and self.run is not None:
             self._open_writer()
         # with an optimizer, arrival hooks are only needed once: drop them to keep steps cheap
@@ -142,6 +134,40 @@ class _Setup(_RecorderState):
             for h in self._grad_handles:
                 h.remove()
             self._grad_handles = []
+
+    def _plan_updates(self) -> None:
+        """Which columns' update norms are measured (the trainable parameters the optimizer holds)
+        and the buffers that copy them before a step: at the first step, and again when the model
+        or the optimizer changed (``_changes``)."""
+        if not self.track_updates or self._order is None:
+            return
+        assert self.optimizer is not None  # track_updates needs one
+        stepped = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
+        cols = [
+            c for c, pi in enumerate(self._order) if self._params[pi].requires_grad and id(self._params[pi]) in stepped
+        ]
+        params = [self._params[self._order[c]] for c in cols]
+        self._update_cols = np.array(cols, dtype=np.int64)
+        if self._dist is not None and self._dist.sharded:
+            self._update_bufs = self._dist.update_buffers(params)
+        else:
+            self._update_bufs = UpdateSnapshot(params)
+
+    def _continue(self, old: Run) -> None:
+        """Put the steps of the run this recorder resumes in front of its own (a rolling window
+        keeps the newest), with what its meta said of the run's NaN origin and tracing."""
+        run = self.run
+        assert run is not None
+        for key in ("nonfinite_origin", "nonfinite_tracing", "loss_graph"):
+            if key in old.meta:
+                run.meta[key] = old.meta[key]
+        if "nonfinite_origin" in old.meta:  # found before the crash: neither tracer nor replay is needed
+            self._stop_looking()
+        hist_at = {int(s): k for k, s in enumerate(old.hist_steps)}
+        for i, step in enumerate(old.steps.tolist()):
+            k = hist_at.get(step)
+            run.append(step, old._M3[i], dict(zip(SCALARS, old._S2[i])), old.hist[k] if k is not None else None)
+        self._recorded = old.n_steps
 
     def _open_writer(self) -> None:
         """Start the run directory (inside the first optimizer step, so a failure here, say the
@@ -151,7 +177,7 @@ class _Setup(_RecorderState):
 
         try:
             assert self.run is not None  # only the process that holds the run writes
-            self._writer = RunWriter(self.log_dir, self.run, overwrite=self._overwrite, live=True)
+            self._writer = RunWriter(self.log_dir, self.run, overwrite=self._overwrite, live=True, resume=self._resume)
         except OSError as e:
             warnings.warn(
                 f"gradwidget: not recording to {self.log_dir}: {e}. The run is kept in memory "
@@ -161,8 +187,8 @@ class _Setup(_RecorderState):
             )
 
     def _window(self, n_layers: int) -> int | None:
-        """Steps kept in memory: with "auto", as many as fit the memory budget (the Run allocates up
-        to twice the window while it slides), at least 1,000."""
+        """Steps kept in memory: with "auto", as many as fit the memory budget (the Run's capacity is
+        up to twice the window; docs/costs.md, Memory), at least 1,000."""
         if self.max_steps is None or isinstance(self.max_steps, int):
             return self.max_steps
         per_step: float = 4 * len(METRICS) * n_layers + 32

@@ -13,6 +13,7 @@ import torch
 from ..run import METRICS, N_BINS
 from ._groups import Plan, detached, grad_of
 from ._noise import NoiseProbe
+from ._norm_range import exact_norms, untrusted_norms
 from ._kernels import (
     HostCopy,
     exponent_counts,
@@ -110,6 +111,10 @@ class _Statistics(_RecorderState):
         """Per-layer metrics of gradient columns ``cols`` from their host rows (``grad_rows``); ``grads``
         are the stored values (a sparse gradient's non-zero entries), ``n`` the layers' sizes."""
         l2, l1, linf, nnz, s = host[:5]
+        redo = untrusted_norms(l2, linf, n)  # rare: a float32 norm that overflowed or underflowed
+        if redo.size:
+            l2 = l2.copy()
+            l2[redo] = exact_norms([grads[k] for k in redo])
         mean = s / n
         with np.errstate(invalid="ignore", over="ignore"):
             var = np.maximum(l2 * l2 / n - mean * mean, 0.0)
@@ -119,8 +124,9 @@ class _Statistics(_RecorderState):
         out[_M["std"], cols] = np.sqrt(var)
         out[_M["zero_frac"], cols] = 1.0 - nnz / n
         out[_M["nonfinite"], cols] = 0.0
-        # rare: count the NaN/Inf entries of the offending tensors only (a host read each)
-        for k in np.flatnonzero(~np.isfinite(l2)):
+        # rare: count the NaN/Inf entries of the offending tensors only (a host read each); a
+        # non-finite entry makes max |g| non-finite (a large finite norm does not)
+        for k in np.flatnonzero(~np.isfinite(linf) | ~np.isfinite(l2)):
             g = grads[k]
             out[_M["nonfinite"], cols[k]] = float((~torch.isfinite(g)).sum())
             out[_M["zero_frac"], cols[k]] = 1.0 - float((g != 0).sum()) / n[k]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -64,9 +65,42 @@ class _Steps(_RecorderState):
     _requeued = False
     _dist_step = None
 
-    def _pre_step(self, optimizer, args, kwargs) -> None:
+    def _pre_step(self, optimizer, args, kwargs):
+        if self._nested_step(sys._getframe(1)):
+            return None
+        if self._watch is not None:
+            self._watch.own_step()
         self._stepped = self._in_step = True
+        # args: (optimizer, *step's arguments), as the step wrapper passes them to its hooks
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if callable(closure):  # LBFGS: the step's gradient is made inside step(), by the closure
+            return self._recording_closure(closure, args, kwargs)
         self._on_step(before_update=True)
+        return None
+
+    _closure_open = False  # a closure step not recorded yet (its closure has not run)
+
+    def _recording_closure(self, closure, args, kwargs) -> tuple[tuple, dict]:
+        """``optimizer.step(closure)``: the step is recorded right after the closure's first call,
+        with the gradient it made at the parameters the step starts from (the pre-hook runs before
+        it, when the gradients are still the last step's, or none at step 0), and its loss when
+        none was logged. Later calls (LBFGS's line search) belong to the same step."""
+        self._closure_open = True
+
+        def recording_closure():
+            loss = closure()
+            if self._closure_open:
+                self._closure_open = False
+                if isinstance(loss, torch.Tensor) and loss.numel() == 1 and "loss" not in self._pending:
+                    self._pending["loss"] = loss
+                    if self._loss_probe is not None:
+                        self._loss_probe.see(loss)
+                self._on_step(before_update=True)
+            return loss
+
+        if "closure" in kwargs:
+            return args, dict(kwargs, closure=recording_closure)
+        return (args[0], recording_closure, *args[2:]), kwargs
 
     # ------------------------------------------------------------------ steps the optimizer skipped
     _stepped = True  # an optimizer step ran since the last zero_grad (or none ran yet)
@@ -119,8 +153,32 @@ class _Steps(_RecorderState):
             self._stepped = True
             self._on_step()
 
+    def _nested_step(self, caller) -> bool:
+        """Is this step() call inside another one being recorded (an optimizer subclass whose step
+        calls ``super().step()``: both are hooked)? ``caller``: the frame of torch's step wrapper
+        that runs the hooks; the outer call's is kept while it runs. One that raised is no longer
+        on the stack, so the next step() is a step again."""
+        outer = self._step_frame
+        if outer is not None and outer is not caller:
+            f = caller.f_back
+            while f is not None:
+                if f is outer:
+                    return True
+                f = f.f_back
+        self._step_frame = caller
+        return False
+
+    _step_frame = None  # the frame of the step() call being recorded
+
     def _post_step(self, optimizer, args, kwargs) -> None:
+        caller = sys._getframe(1)
+        if self._step_frame is not None and self._step_frame is not caller:
+            return  # the end of a nested step() call (``_nested_step``): the outer one ends the step
+        self._step_frame = None
         self._in_step = False
+        if self._closure_open:  # a closure the optimizer never called: the gradients as they are
+            self._closure_open = False
+            self._on_step()
         if self._update_bufs is None or not self._snap_taken:
             return
         self._snap_taken = False
@@ -139,7 +197,7 @@ class _Steps(_RecorderState):
             for pos, at in parts:
                 v = pack.get(at)
                 v[~snap.has_grad[pos]] = np.nan  # not updated by the step: no norm, not a false 0
-                run._M3[-1, _M["update_norm"], self._update_cols[pos]] = v
+                run.set_last(_M["update_norm"], self._update_cols[pos], v)
         self._finish_step()
 
     def _snapshot_updates(self) -> None:
@@ -158,6 +216,11 @@ class _Steps(_RecorderState):
             self._weigh_tracing()  # last: the meter's clock runs from the end of one step to the next
 
     def _step(self, before_update: bool) -> None:
+        if self._snap_taken:  # the last step's optimizer.step() raised (and was caught): finish it
+            self._snap_taken = False
+            self._finish_step()
+        if self._watch is not None:
+            self._watch.before_step()  # parameters re-created, an optimizer's parameters changed
         if self._capturing and (self._mod_in or self._mod_out):  # else (LBFGS's first step() runs
             self._finish_capture()  # before its closure) keep watching
         self._capture_late_edges()
@@ -183,6 +246,8 @@ class _Steps(_RecorderState):
                     self._names, self._params, self._fwd_modules, set(self._arrival) if self._arrival else None
                 )
             if not self._arrival:
+                if self._watch is not None and self.optimizer is not None:
+                    self._watch.no_gradient(self._pending.get("step", step_no))
                 return  # no gradient has arrived yet: nothing to record
             self._start()
         if self._loss_probe is not None and not self._loss_probe.settled:  # one step to see a loss with its graph
@@ -192,23 +257,32 @@ class _Steps(_RecorderState):
             self._begin_sharded_step(step_no, with_hist, before_update)
             return
         pend, self._pending = self._pending, {}
-        values, hist, loss = self._collect(with_hist, pend.get("loss"))
+        logged = pend.get("loss")
+        # a logged loss tensor without an autograd graph (a validation loss under no_grad) is not the
+        # training's: a NaN in it alone is no origin to replay (``StepTrace.loss_outside_training``)
+        outside = isinstance(logged, torch.Tensor) and not logged.requires_grad
+        values, hist, loss = self._collect(with_hist, logged)
         if loss is not None:
             pend["loss"] = loss
-        self._append_step(step_no, pend, values, hist)
+        measure = before_update and self._update_bufs is not None and self._recorded % self.update_every == 0
+        self._append_step(step_no, pend, values, hist, complete=not measure)
         if self._noise is not None:
             append_noise(self.run, self._writer, self._noise, self._noise_row)
         self._trace_origin(values)
-        self._replay_origin(values, pend.get("loss"), skipped=self.optimizer is not None and not before_update)
+        skipped = self.optimizer is not None and not before_update
+        self._replay_origin(values, None if outside else pend.get("loss"), skipped=skipped)
         self._recorded += 1
-        if before_update and self._update_bufs is not None and (self._recorded - 1) % self.update_every == 0:
+        if measure:
             self._snapshot_updates()
             self._snap_taken = True
             return  # finished in _post_step once the update norms are known
         self._finish_step()
 
-    def _append_step(self, step_no: int, pend: dict, values: np.ndarray, hist) -> None:
-        """Append one step's values with its loss, learning rate and global norm to the Run."""
+    def _append_step(self, step_no: int, pend: dict, values: np.ndarray, hist, complete: bool = True) -> None:
+        """Append one step's values with its loss, learning rate and global norm to the Run
+        (``complete=False``: its update norms are filled in by ``_post_step``)."""
+        if self._watch is not None:
+            self._watch.mask_gone(values)  # layers no longer in the model: no values
         user_step = pend.get("step", step_no)
         loss = pend.get("loss")
         if isinstance(loss, torch.Tensor):
@@ -235,10 +309,14 @@ class _Steps(_RecorderState):
                 GradwidgetWarning,
             )
             user_step = int(run.steps[-1]) + 1
-        run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist)
+        run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist, complete=complete)
         self._warn_window()
         if self._unused_cols:
             self._adopt_late_layers(values)
+        if self._watch is not None:
+            if np.isnan(values[_M["nonfinite"]]).all():
+                self._watch.no_gradient(user_step)
+            self._watch.after_collect(values, _M["nonfinite"])
 
     def _trace_origin(self, values: np.ndarray | None, recorded: bool = True) -> None:
         """Look in the steps traced since the last recorded one for the first NaN/Inf's origin;
@@ -287,7 +365,8 @@ class _Steps(_RecorderState):
     # ------------------------------------------------------------------ the origin by replay ("auto")
     def _replay_origin(self, values: np.ndarray, loss, skipped: bool) -> None:
         """With ``trace_nonfinite="auto"``: on the first recorded step whose gradients or loss are
-        non-finite, replay it under a tracer before the optimizer applies it (``_replay``)."""
+        non-finite, replay it under a tracer before the optimizer applies it (``_replay``).
+        ``loss``: the step's training loss (None for one logged without a graph)."""
         rp, run = self._replay, self.run
         if rp is None or run is None:
             return
@@ -312,11 +391,7 @@ class _Steps(_RecorderState):
                 run.meta["nonfinite_tracing"] = {"stopped_at_step": step, "reason": note}
             if self._writer is not None:
                 self._writer.write_meta()
-            rp.remove()
-            self._replay = None
-            if self._tracer is not None:  # found: no hook is left on any module
-                self._tracer.remove()
-                self._tracer = None
+            self._stop_looking()  # found: no hook is left on any module
         elif rp.failed or not skipped:  # a step AMP's GradScaler skipped has no backward origin, by design: go on
             rp.misses += 1
             if rp.failed or rp.misses >= MAX_MISSES:
@@ -329,6 +404,15 @@ class _Steps(_RecorderState):
         # a norm overflows float32 long before its entries do (entries of 1e20): look at those tensors
         suspect = np.flatnonzero(~np.isfinite(values[_M["weight_norm"]]))
         return any(not bool(torch.isfinite(self._ordered[c]).all()) for c in suspect)
+
+    def _stop_looking(self) -> None:
+        """Take the NaN tracer's and the replay's hooks off (an origin found, or the recorder detached)."""
+        if self._tracer is not None:
+            self._tracer.remove()
+            self._tracer = None
+        if self._replay is not None:
+            self._replay.remove()
+            self._replay = None
 
     def _stop_replay(self, step: int, why: str) -> None:
         """Take the replay's hooks off and say in the run why no origin was found."""
@@ -445,11 +529,12 @@ class _Steps(_RecorderState):
         self._finish_step()
 
     def _finish_step(self) -> None:
-        if self._writer is not None:
-            self._writer.append_last()
         run = self.run
         if run is None:  # (never: only the process that holds the run finishes steps)
             return
+        run.complete_last()
+        if self._writer is not None:
+            self._writer.append_new()
         for fn in list(self.on_step):
             try:
                 fn(run)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
+from .._args import check_bool
 from ..run import HIST_LOG2_LO, METRICS, N_BINS, LayerInfo, Run, check_max_steps
 from ..thresholds import as_thresholds
 
@@ -102,6 +103,7 @@ class ArrayRecorder:
         overwrite: bool = False,
     ) -> None:
         _check_options(max_steps, histogram_every)
+        check_bool("overwrite", overwrite)
         if log_dir is not None:
             from ..storage import check_log_dir
 
@@ -179,7 +181,7 @@ class ArrayRecorder:
         self._prev_w.update(new_w)
         self._count += 1
         if self._writer is not None:
-            self._writer.append_last()
+            self._writer.append_new()
 
     def close(self) -> None:
         if self._writer is not None:

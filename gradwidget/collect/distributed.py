@@ -52,6 +52,7 @@ from torch import nn
 
 from ..run import METRICS, N_BINS
 from ._kernels import HostCopy, exponent_counts, grad_rows, norms, octave_bins
+from ._norm_range import exact_norms, untrusted_norms
 
 #: path components inserted by wrappers, dropped from layer and module names.
 WRAPPER_PARTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
@@ -262,9 +263,13 @@ class DistContext:
         for cols, grads, rows, counts in gparts:
             l2, l1, linf, nnz, s = pack.get(rows).copy()[:5]
             n = np.array([g.numel() for g in grads], np.float64)
+            redo = untrusted_norms(l2, linf, n)  # rare: a float32 norm that overflowed or underflowed
+            if redo.size:
+                l2[redo] = exact_norms([grads[k] for k in redo])
             zeros = n - nnz
             nonfinite = np.zeros(len(grads))
-            for k in np.flatnonzero(~np.isfinite(l2)):  # rare: count the offending entries exactly
+            # rare: count the offending entries exactly (a non-finite entry makes max |g| non-finite)
+            for k in np.flatnonzero(~np.isfinite(linf) | ~np.isfinite(l2)):
                 nonfinite[k] = float((~torch.isfinite(grads[k])).sum())
                 zeros[k] = float((grads[k] == 0).sum())
                 linf[k] = np.inf

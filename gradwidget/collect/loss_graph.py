@@ -31,6 +31,8 @@ import re
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
+from ._hooks import Hook
+
 #: nodes visited at most in one walk (the loss side of a graph is a handful of nodes; this bounds a
 #: walk that finds no model output and goes on into the model)
 MAX_NODES = 4096
@@ -245,10 +247,10 @@ class LossGraphProbe:
         self._outputs: dict = {}
         self._compiled = False  # a forward ran inside torch.compile: removing hooks would recompile it
         self.settled = False  # its one step went by: it looks no more
-        self._handles = [model.register_forward_pre_hook(self._clear)]
+        self._handles = [model.register_forward_pre_hook(Hook(self._clear))]
         for path, m in model.named_modules():
             if path == "" or type(m).__name__ in SQUASH_MODULES:
-                self._handles.append(m.register_forward_hook(self._note(path)))
+                self._handles.append(m.register_forward_hook(Hook(self._note(path))))
 
     def _clear(self, module, args) -> None:
         import torch

@@ -42,6 +42,7 @@ import torch
 from torch import nn
 
 from ..run import NonfiniteOrigin
+from ._hooks import Hook
 from ._origin import IN, LOSS, OUT, PASS, RECV, earliest, find_origin
 
 __all__ = ["NonfiniteTracer", "StepTrace", "earliest", "find_origin"]
@@ -125,6 +126,8 @@ class StepTrace:
     host: np.ndarray | None = None
     #: the optimizer did not take this step (AMP's GradScaler skips one whose gradients overflowed)
     skipped: bool = False
+    #: the logged loss was a tensor with no autograd graph (a validation loss under no_grad)
+    loss_outside_training: bool = False
 
 
 class NonfiniteTracer:
@@ -165,8 +168,8 @@ class NonfiniteTracer:
         if self._handles:
             return
         for i, m in enumerate(self._mods):
-            self._handles.append(m.register_forward_pre_hook(functools.partial(self._pre, i), with_kwargs=True))
-            self._handles.append(m.register_forward_hook(functools.partial(self._post, i)))
+            self._handles.append(m.register_forward_pre_hook(Hook(functools.partial(self._pre, i)), with_kwargs=True))
+            self._handles.append(m.register_forward_hook(Hook(functools.partial(self._post, i))))
 
     def hooks_off(self) -> None:
         """Take the hooks off, keeping the steps traced so far (``"auto"`` measures steps without them)."""
@@ -283,6 +286,7 @@ class NonfiniteTracer:
         ``skipped``: the optimizer did not take the step."""
         self.step_calls = len(self._call_module)
         host_loss = None
+        outside = isinstance(loss, torch.Tensor) and not loss.requires_grad
         if isinstance(loss, torch.Tensor):
             self._event(-1, LOSS, _sum(loss.detach()))
         elif loss is not None:
@@ -300,6 +304,7 @@ class NonfiniteTracer:
                     np.array(self._call_parent, np.int64),
                     host_loss,
                     skipped=skipped,
+                    loss_outside_training=outside,
                 )
             )
         elif host_loss is not None:
@@ -313,6 +318,7 @@ class NonfiniteTracer:
                     np.zeros(0, np.int64),
                     host_loss,
                     skipped=skipped,
+                    loss_outside_training=outside,
                 )
             )
         self._reset()  # (calls left open by a forward that raised are dropped with the rest)

@@ -32,18 +32,21 @@ from typing import Callable
 import torch
 from torch import nn
 
+from .._args import check_bool, check_count
 from ..run import Run, _as_step
-from ..storage import check_log_dir
+from ..storage import check_log_dir, resume_point
 from ..thresholds import as_thresholds
+from ._changes import ModelWatch
 from ._graph import _GraphEdges
 from ._inputs import (
     _bytes_arg,
     _check_number,
     _clean_compiled,
-    _count_arg,
     _optimizer_extra,
     _recordable,
+    _hands_over,
     _replace_attached,
+    _shapes,
     _skipped_text,
     _tied_names,
     _unwrapped,
@@ -78,6 +81,10 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         how many steps that keeps, and a warning says once when older steps start to fold.
     thresholds: a ``Thresholds`` or dict of overrides for the vanishing/exploding flags.
     log_dir: a run directory written as training goes (readable by ``load_run`` at any time).
+    overwrite: replace the run already in ``log_dir`` (refused while another Recorder writes it).
+    resume: continue the run in ``log_dir`` (after a crash, or for another training phase): its
+        steps first, new ones numbered after them; refused for a model with other layers. A new or
+        empty ``log_dir`` starts a run (``storage/_resume.py``).
     track_updates: record ``update_norm`` (keeps one copy of the trainable parameters).
     update_every: measure the update norm every this many recorded steps (NaN in between): taking
         it costs a copy of the parameters, ~2.5% of a step for a small transformer on CPU.
@@ -139,6 +146,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         step_hooks: bool = True,
         noise_scale: bool | str = "auto",
         batch_size: int | None = None,
+        resume: bool = False,
     ) -> None:
         model, optimizer = _unwrapped(model), _unwrapped_optimizer(optimizer)
         if not isinstance(model, nn.Module):
@@ -148,15 +156,22 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
             )
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
-        every, update_every = _count_arg("every", every, 1), _count_arg("update_every", update_every, 1)
-        histogram_every = _count_arg("histogram_every", histogram_every, 0)
+        every, update_every = check_count("every", every, 1), check_count("update_every", update_every, 1)
+        histogram_every = check_count("histogram_every", histogram_every, 0)
         if not (max_steps is None or max_steps == "auto"):
-            max_steps = _count_arg("max_steps", max_steps, 1, "'auto', None or ")
+            max_steps = check_count("max_steps", max_steps, 1, "'auto', None or ")
         memory_budget = _bytes_arg("memory_budget", memory_budget)
         self.trace_nonfinite = check_mode(trace_nonfinite)
         noise_scale = check_noise_mode(noise_scale)
         if batch_size is not None:
-            batch_size = _count_arg("batch_size", batch_size, 1)
+            batch_size = check_count("batch_size", batch_size, 1)
+        flags = {"overwrite": overwrite, "track_updates": track_updates, "foreach_all": foreach_all}
+        for flag, value in dict(flags, step_hooks=step_hooks, resume=resume).items():
+            check_bool(flag, value)
+        if resume and (overwrite or log_dir is None):
+            raise ValueError(
+                "resume=True continues the run in log_dir: give a log_dir, and not overwrite=True (which replaces it)"
+            )
         #: how the model is distributed (None in a single process: no distributed code runs)
         self._dist = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -168,9 +183,13 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self.every, self.histogram_every = every, histogram_every
         self.max_steps, self.thresholds = max_steps, as_thresholds(thresholds)
         self.memory_budget = memory_budget
-        if log_dir is not None and (self._dist is None or self._dist.is_writer):
-            check_log_dir(log_dir, overwrite)  # refuse now, not inside the first optimizer.step()
+        if resume and self._dist is not None:
+            raise ValueError("resume=True is not supported under torch.distributed yet: record into a new log_dir")
+        if log_dir is not None and not resume and (self._dist is None or self._dist.is_writer):
+            # refuse now, not inside the first optimizer.step()
+            check_log_dir(log_dir, overwrite, handover=_hands_over(model, log_dir))
         self.log_dir, self._overwrite = log_dir, overwrite
+        self._track_updates_asked = track_updates
         self.track_updates = track_updates and optimizer is not None
         self.update_every = update_every
         self.foreach_all = foreach_all  # use _foreach_norm for every statistic (the CUDA path) on CPU too
@@ -194,16 +213,20 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         #: tensors the optimizer holds that are not the model's (a loss temperature, multi-task loss
         #: weights, the head a replaced ``model.classifier`` left behind): not recorded, said in repr
         self.optimizer_extra = _optimizer_extra(model, optimizer, all_named)
+        #: the run in log_dir this recorder continues (resume=True), checked against these layers
+        self._resume = resume_point(log_dir, _shapes(self._names, self._params)) if resume else None
 
         _replace_attached(model, self)
         self.run: Run | None = None
         self.on_step: list[Callable[[Run], None]] = []
         self._handles: list = []
+        self._opt_handles: list = []  # the step hooks on self.optimizer
+        self._watch: ModelWatch | None = None
         self._arrival: list[int] = []  # parameter indices in gradient arrival order
         self._arrival_set: set[int] = set()
         self._grad_handles: list = []
         self._in_backward = False
-        self._count = 0  # steps seen (recorded or not)
+        self._count = self._resume.next_step if self._resume else 0  # steps seen (recorded or not)
         self._recorded = 0
         self._pending: dict = {}
         self._order: list[int] | None = None  # column -> parameter index
@@ -241,15 +264,19 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
                 self._handles.append(optimizer.register_step_pre_hook(self._inert_step))
             return
 
+        self._step_hooks = step_hooks
+        #: follows a model and optimizer that change while training (not under torch.distributed)
+        self._watch = ModelWatch(self) if self._dist is None else None
+        lazy = []
         for i, p in enumerate(self._params):
             if p.requires_grad:
-                self._grad_handles.append(p.register_post_accumulate_grad_hook(self._make_grad_hook(i)))
-        if optimizer is not None:
-            if step_hooks:
-                self._handles.append(optimizer.register_step_pre_hook(self._pre_step))
-            self._handles.append(optimizer.register_step_post_hook(self._post_step))
-            if step_hooks and (self._dist is None or not self._dist.sharded):
-                self._wrap_zero_grad()
+                if nn.parameter.is_lazy(p):  # nn.LazyLinear: no shape before the first forward
+                    lazy.append(i)
+                else:
+                    self._grad_handles.append(p.register_post_accumulate_grad_hook(self._make_grad_hook(i)))
+        if lazy and self._watch is not None:
+            self._watch.watch_lazy(lazy)
+        self._register_optimizer()
         self._install_graph_capture()
         self._loss_probe = LossGraphProbe(model)
         if trace_nonfinite == "auto" and self._dist is None:
@@ -290,6 +317,40 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         )
         self._replica_hook = self.optimizer.register_step_pre_hook(self._replicas.step_hook)
 
+    def _register_optimizer(self) -> None:
+        """The step hooks (and the ``zero_grad`` wrapper) on ``self.optimizer``."""
+        optimizer = self.optimizer
+        if optimizer is None:
+            return
+        if self._step_hooks:
+            self._opt_handles.append(optimizer.register_step_pre_hook(self._pre_step))
+        self._opt_handles.append(optimizer.register_step_post_hook(self._post_step))
+        if self._step_hooks and (self._dist is None or not self._dist.sharded):
+            self._wrap_zero_grad()
+
+    def _adopt_optimizer(self, optimizer) -> None:
+        """Record the steps of ``optimizer`` from now on, in place of the old one's (a new optimizer
+        built for a second phase of training: ``_changes.ModelWatch``)."""
+        self._finish_unstepped()
+        for h in self._opt_handles:
+            h.remove()
+        self._opt_handles = []
+        self._unwrap_zero_grad()
+        self.optimizer = optimizer
+        self.track_updates = self._track_updates_asked
+        self._register_optimizer()
+        self._plan_updates()
+        try:  # what the new optimizer holds beyond the model (repr, run.meta)
+            self.optimizer_extra = _optimizer_extra(self.model, optimizer, list(self.model.named_parameters()))
+        except ValueError:  # none of the model's parameters as they are now: nothing to say beyond them
+            self.optimizer_extra = None
+        if self.run is not None:
+            self.run.meta.pop("optimizer_extra", None)
+            if self.optimizer_extra is not None:
+                self.run.meta["optimizer_extra"] = self.optimizer_extra.to_dict()
+            if self._writer is not None:
+                self._writer.write_meta()
+
     # ------------------------------------------------------------------ public
     def log(self, loss=None, lr=None, step: int | None = None, global_norm=None, batch_size=None) -> None:
         """Attach the loss (a tensor is fine: it is read once, at record time), a learning rate, or
@@ -298,7 +359,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         the explosion clipping hid stays visible). ``batch_size``: the examples in each of this
         step's micro-batches (call it before the backwards; for the gradient noise scale)."""
         if batch_size is not None and self._noise is not None:
-            self._noise.user_batch = _count_arg("batch_size", batch_size, 1)
+            self._noise.user_batch = check_count("batch_size", batch_size, 1)
             self._noise.source = "log"
         if global_norm is not None:
             self._pending["global_norm"] = _check_number("global_norm", global_norm)
@@ -323,17 +384,14 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
             self._record_unstepped()
         if self._attached and self._dist is None:
             self._finish_unstepped()
-        for h in self._handles + self._grad_handles + self._graph_handles:
+        for h in self._handles + self._opt_handles + self._grad_handles + self._graph_handles:
             h.remove()
-        self._handles, self._grad_handles, self._graph_handles = [], [], []
+        self._handles, self._opt_handles, self._grad_handles, self._graph_handles = [], [], [], []
+        if self._watch is not None:
+            self._watch.remove()
         if self._exchange is not None and self.run is not None:
             self._trace_origin(None)  # take what other ranks posted since the last recorded step
-        if self._tracer is not None:
-            self._tracer.remove()
-            self._tracer = None
-        if self._replay is not None:
-            self._replay.remove()
-            self._replay = None
+        self._stop_looking()
         if self._loss_probe is not None:
             self._loss_probe.remove()
             self._loss_probe = None
@@ -368,7 +426,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         if self._noise is None:
             raise RuntimeError("split_backward needs Recorder(..., noise_scale='auto' or True) (not under FSDP)")
         self._noise.arm(once=not self._noise.armed)
-        parts = _count_arg("parts", parts, 2)
+        parts = check_count("parts", parts, 2)
         noise = self._noise
 
         def told(n: int) -> None:  # each part's size: the small batch
@@ -384,7 +442,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         measured by the optimizer's post-hook."""
         self._finish_unstepped()
         self._pre_step(self.optimizer, (), {})
-        self._in_step = False
+        self._in_step, self._step_frame = False, None  # no step() call of ours to wait for
 
     def _finish_unstepped(self) -> None:
         """Finish (write, tell on_step) a step ``record_step`` recorded whose ``optimizer.step()``

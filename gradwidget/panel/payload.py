@@ -274,6 +274,7 @@ def detail_view(run: Run | None, step: int, layer: int, rows: Rows | None = None
 def snapshot(run: Run) -> Run:
     """A copy of ``run`` (window, histograms, folded history) that later appends cannot change:
     what the analysis reads off the training thread. Taken on the thread that appends."""
+    run = run.snapshot()  # consistent even off that thread (Run.snapshot)
     snap = run._slice_rows(0, run.n_steps)
     if run.n_steps == 0:
         snap._hist, snap._hist_steps, snap._hn = run.hist.copy(), run.hist_steps.copy(), run._hn

@@ -28,6 +28,7 @@ from .layout import FORMAT, FORMAT_VERSION, RUN_FILES, RunFormatError, as_path, 
 from .meta import META_MAX_BYTES
 from .reader import RunReader, load_run
 from .records import READ_CHUNK_BYTES
+from ._resume import ResumePoint, resume_point
 from .writer import BACKLOG_MAX_BYTES, RunWriter, RunWriteWarning, save_run
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "META_MAX_BYTES",
     "READ_CHUNK_BYTES",
     "RUN_FILES",
+    "ResumePoint",
     "RunFormatError",
     "RunReader",
     "RunWriteWarning",
@@ -48,6 +50,7 @@ __all__ = [
     "hist_dtype",
     "is_run_dir",
     "load_run",
+    "resume_point",
     "save_run",
     "step_dtype",
 ]

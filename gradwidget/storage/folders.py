@@ -7,7 +7,9 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from .._args import check_bool
 from ..files import replace_atomically, writable_folder
+from ._owner import held
 from .layout import FORMAT, RUN_FILES, RunFormatError, as_path
 from .meta import parse_meta
 
@@ -46,12 +48,17 @@ def is_run_dir(path) -> bool:
     return isinstance(meta, dict) and meta.get("format") == FORMAT
 
 
-def check_log_dir(path, overwrite: bool = False, overwrite_hint: str = "pass overwrite=True") -> Path:
+def check_log_dir(
+    path, overwrite: bool = False, overwrite_hint: str = "pass overwrite=True", handover: bool = False
+) -> Path:
     """The folder a writer may use, or a clear error before training starts: a new or empty
     folder; a gradwidget run only with ``overwrite=True`` (its records are replaced); a folder of
     other files only with ``overwrite=True`` and only if none of them has a run file's name
-    (they are never touched). Also refused: a file, a folder the writer cannot write in."""
+    (they are never touched). Also refused: a file, a folder the writer cannot write in, a run a
+    live writer is writing (``_owner``; ``handover``: that writer is about to be closed, as when a
+    notebook cell that builds a Recorder on the same model is run again)."""
     path = as_path(path, "log_dir must be a folder path")
+    check_bool("overwrite", overwrite)
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"log_dir {path} exists and is not a directory; pick a new log_dir")
     if path.is_dir() and any(path.iterdir()):
@@ -59,6 +66,11 @@ def check_log_dir(path, overwrite: bool = False, overwrite_hint: str = "pass ove
             if not overwrite:
                 raise FileExistsError(
                     f"{path} already holds a run; pick a new log_dir or {overwrite_hint} to replace it"
+                )
+            if not handover and held(path / "steps.bin"):
+                raise FileExistsError(
+                    f"{path} is being written by another Recorder now (in this process or another): one "
+                    "writer per run folder; pick a new log_dir, or detach() that Recorder first"
                 )
         else:
             taken = [n for n in RUN_FILES if os.path.lexists(path / n)]

@@ -12,13 +12,15 @@ from ..run import METRICS, SCALARS, Run
 from .layout import RunFormatError, file_size, open_regular, step_dtype
 
 
-def step_records(run: Run) -> np.ndarray:
-    rec = np.zeros(run.n_steps, step_dtype(run.n_layers))
-    rec["step"] = run.steps
+def step_records(run: Run, a: int = 0, b: int | None = None) -> np.ndarray:
+    """The records of the run's step rows ``a`` to ``b`` (default: all)."""
+    b = run.n_steps if b is None else b
+    rec = np.zeros(max(0, b - a), step_dtype(run.n_layers))
+    rec["step"] = run.steps[a:b]
     for s in SCALARS:
-        rec[s] = run.scalar(s)
+        rec[s] = run.scalar(s)[a:b]
     for m in METRICS:
-        rec[m] = run.metric(m)
+        rec[m] = run.metric(m)[a:b]
     return rec
 
 

@@ -12,8 +12,10 @@ from datetime import datetime, timezone
 import numpy as np
 
 from .._warnings import GradwidgetWarning
-from ..files import append_whole, create_new
-from ..run import METRICS, SCALARS, Run
+from ..files import append_whole, create_new, open_to_append
+from ..run import Run
+from ._owner import hold, removed
+from ._resume import ResumePoint
 from .folders import check_log_dir, is_run_dir
 from .layout import RECORD_FILES, hist_dtype, step_dtype
 from .meta import meta_dict, write_json_atomic
@@ -29,6 +31,10 @@ class RunWriteWarning(GradwidgetWarning, RuntimeWarning):
     """Writing a run directory failed, resumed or stopped (shown once per event, never silent)."""
 
 
+class _Replaced(Exception):
+    """The writer's steps.bin is no longer in its folder: someone else's run is there now."""
+
+
 class RunWriter:
     """Appends steps of a Run to a run directory as they are recorded.
 
@@ -40,19 +46,32 @@ class RunWriter:
     about anything never written. Without ``live`` the OSError is raised (the queue is kept).
     """
 
-    def __init__(self, path, run: Run, overwrite: bool = False, live: bool = False) -> None:
-        self.path = check_log_dir(path, overwrite)
+    def __init__(
+        self, path, run: Run, overwrite: bool = False, live: bool = False, resume: ResumePoint | None = None
+    ) -> None:
+        """``resume``: continue the run in ``path`` (``_resume.resume_point``; ``run`` holds its
+        steps first): its files are appended to, after their last whole record, and its id kept."""
+        self.path = check_log_dir(path, overwrite if resume is None else True)
         self.path.mkdir(parents=True, exist_ok=True)
-        if is_run_dir(self.path):  # our own earlier run (check_log_dir had overwrite=True): replaced
+        if resume is None and is_run_dir(self.path):  # our own earlier run (overwrite=True): replaced
             for name in RECORD_FILES:
                 (self.path / name).unlink(missing_ok=True)  # a link is removed, never followed
         self.run, self.live = run, live
         #: a fresh id per writer: a reader following this folder sees a rerun as a different run
-        self.run_id = uuid.uuid4().hex
+        self.run_id = uuid.uuid4().hex if resume is None else resume.run_id
         self.created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         self._sdt, self._hdt = step_dtype(run.n_layers), hist_dtype(run.n_layers)
         self._fds: dict[str, int] = {}
         self._sizes = {"steps.bin": 0, "hist.bin": 0}
+        self._last_step: int | None = None  # the newest step queued to be written
+        if resume is not None:
+            self.created = resume.created or self.created
+            for name, size in resume.sizes.items():
+                self._fds[name] = open_to_append(self.path / name, size)
+                self._sizes[name] = size
+            hold(self._fds["steps.bin"])
+            if resume.run.n_steps:
+                self._last_step = int(resume.run.steps[-1])
         self._queue: deque = deque()  # (file name, record bytes) not yet on disk, in order
         self._noise_last: int | None = None  # the step of the last noise row queued (noise.bin)
         self._meta_due = True
@@ -71,24 +90,27 @@ class RunWriter:
         self._meta_due = True
         self._flush()
 
-    def append_last(self) -> None:
-        """Write the run's newest step (and its histogram, if it has one)."""
+    def append_new(self) -> None:
+        """Write the run's complete steps not written yet (and their histograms): the newest one,
+        or also one whose ``optimizer.step()`` raised before it was finished (what is in memory is
+        on disk)."""
         if self.stopped:
             return
-        run = self.run
-        i = run.n_steps - 1
-        rec = np.zeros(1, self._sdt)
-        rec["step"] = run.steps[i]
-        for j, s in enumerate(SCALARS):
-            rec[s] = run._S2[i, j]
-        for j, m in enumerate(METRICS):
-            rec[m] = run._M3[i, j]
-        self._queue.append(("steps.bin", rec.tobytes()))
-        if run._hn and run.hist_steps[-1] == run.steps[i]:
-            h = np.zeros(1, self._hdt)
-            h["step"], h["counts"] = run.hist_steps[-1], run.hist[-1]
-            self._queue.append(("hist.bin", h.tobytes()))
-        self._queue_noise()
+        run = self.run  # on the thread that appends: no snapshot needed, only its complete steps
+        n = run.n_steps - run._open
+        steps = run.steps[:n]
+        a = 0 if self._last_step is None else int(np.searchsorted(steps, self._last_step, side="right"))
+        if a < n:
+            self._queue.append(("steps.bin", step_records(run, a, n).tobytes()))
+            hs = run.hist_steps
+            ha = 0 if self._last_step is None else int(np.searchsorted(hs, self._last_step, side="right"))
+            hb = int(np.searchsorted(hs, steps[-1], side="right"))
+            if ha < hb:
+                h = np.zeros(hb - ha, self._hdt)
+                h["step"], h["counts"] = hs[ha:hb], run.hist[ha:hb]
+                self._queue.append(("hist.bin", h.tobytes()))
+            self._last_step = int(steps[-1])
+        self._queue_noise()  # its rows follow their step's record (run.noise grows after the step)
         self._flush()
 
     def _queue_noise(self) -> None:
@@ -107,12 +129,16 @@ class RunWriter:
     def _write_due(self) -> None:
         """Write meta.json if due, then the queued records in order; raises OSError at the first
         that fails, leaving it and the ones after it queued."""
+        if self._fds and removed(self._fds["steps.bin"]):
+            raise _Replaced()
         if self._meta_due:
             write_json_atomic(self.path / "meta.json", meta_dict(self.run, self.run_id, self.created))
             self._meta_due = False
         for name in self._sizes:
             if name not in self._fds:
                 self._fds[name] = create_new(self.path / name, append=True)
+                if name == "steps.bin":
+                    hold(self._fds[name])  # one writer per folder (``_owner``)
         while self._queue:
             name, data = self._queue[0]
             self._sizes[name] = append_whole(self._fds[name], data, self._sizes[name])
@@ -123,6 +149,18 @@ class RunWriter:
             return
         try:
             self._write_due()
+        except _Replaced:
+            n = self.pending_steps
+            self._stop()
+            warnings.warn(
+                f"gradwidget: stopped recording to {self.path}: its steps.bin was removed (another "
+                f"writer replaced the run there), so nothing more is written to it ({n} steps were "
+                "waiting). The run goes on in memory only (recorder.run); save it with "
+                "recorder.run.save(another_folder)",
+                RunWriteWarning,
+                stacklevel=4,
+            )
+            return
         except OSError as e:
             self._failed(e)
             return
@@ -197,6 +235,7 @@ def save_run(run: Run, path, overwrite: bool = False) -> None:
     """Write a whole Run to a run directory. A rolling-window run also writes the steps that fell
     out of its window, as it holds them (decimated, without histograms), to ``history.bin``, so
     ``load_run`` gives back ``run.history`` too instead of silently keeping only the window."""
+    run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
     w = RunWriter(path, run, overwrite=overwrite)
     try:
         w._queue.append(("steps.bin", step_records(run).tobytes()))
