@@ -86,7 +86,7 @@ export function drawNoise(
   ctx.setLineDash([4, 3]);
   ctx.beginPath();
   for (let i = 0; i < n; i++) {
-    const y = Y(d.batch[i]);
+    const y = Math.round(Y(d.batch[i])) + 0.5; // on a pixel row's centre: a crisp 1 px dashed line
     if (i) ctx.lineTo(X(d.steps[i]), y);
     else ctx.moveTo(X(d.steps[i]), y);
   }
