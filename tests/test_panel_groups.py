@@ -296,8 +296,11 @@ def _state(panel) -> dict:
     return out
 
 
-def _sync(page, panel) -> list[dict]:
-    """Hand what the page saved to the kernel (as a comm message would) and the kernel's state back."""
+def _sync(page, panel, wait: bool = True) -> list[dict]:
+    """Hand what the page saved to the kernel (as a comm message would) and the kernel's state back;
+    ``wait``: an action was taken, so wait until the page has saved something (no race with its redraw)."""
+    if wait:
+        page.wait_for_function("() => window.gwSaved.length > 0")
     saved = page.evaluate("() => window.gwSaved.splice(0)")
     for change in saved:
         panel.set_state(change)
@@ -360,8 +363,10 @@ def test_the_page_draws_groups_and_expands_and_collapses_one_in_chromium():
             page.wait_for_function("() => window.gwView.meta.rows === 80")
             assert page.evaluate(VIEW_ROWS_JS)["names"][10] == "blocks.10.lin0.weight"
             # Enter on a table row's ▸ (keyboard focus) expands that row's group, not the selected row's
-            page.locator("table.gw-health tr[data-index='24'] button.gw-toggle").focus()
-            page.keyboard.press("Enter")
+            toggle = "table.gw-health tr[data-index='24'] button.gw-toggle"
+            page.locator(toggle).scroll_into_view_if_needed()  # the table repaints its rows on scroll:
+            page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+            page.locator(toggle).press("Enter")  # focus the repainted button, then press
             assert _sync(page, panel)[-1] == {"expanded": [[60, 66], [24, 30]]}
             page.wait_for_function("() => window.gwView.meta.rows === 85")
             # a diagnosis' click selects its first layer and opens the group holding it
@@ -383,7 +388,7 @@ def test_the_page_draws_groups_and_expands_and_collapses_one_in_chromium():
                     }
                 ]
             )
-            _sync(page, panel)
+            _sync(page, panel, wait=False)
             page.locator(".gw-diagnosis[data-i='0']").click()
             saved = _sync(page, panel)
             assert saved[0]["layer"] == li and [li, li + 1] in saved[0]["expanded"]
