@@ -12,6 +12,13 @@ def check_bool(name: str, value) -> bool:
     return value
 
 
+def check_bool_or_auto(name: str, value) -> bool | str:
+    """A three-way option (``trace_nonfinite``, ``noise_scale``): True, False or "auto" only."""
+    if isinstance(value, (bool, str)) and value in (True, False, "auto"):
+        return value
+    raise TypeError(f"{name} must be True, False or 'auto', got {type(value).__name__} {value!r}")
+
+
 def check_count(name: str, value, minimum: int, also: str = "") -> int:
     """A whole-number option of at least ``minimum`` (0 or 1), checked up front so a bad value fails
     here, not inside a training hook (a bool is an int to Python, but never what was meant).

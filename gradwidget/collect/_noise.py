@@ -63,13 +63,6 @@ class NoiseStep:
     handle: tuple | None = None
 
 
-def check_noise_mode(mode):
-    """``Recorder(noise_scale=...)``: True, False or "auto"."""
-    if mode not in (True, False, "auto") or not isinstance(mode, (bool, str)):
-        raise ValueError(f"noise_scale must be True, False or 'auto', got {mode!r}")
-    return mode
-
-
 def first_dim(args, kwargs) -> int | None:
     """The batch size a model is called with: the first dimension of its first tensor argument."""
     for a in list(args) + list(kwargs.values()):

@@ -24,8 +24,6 @@ import statistics
 import time
 from dataclasses import dataclass
 
-#: the accepted values of ``Recorder(trace_nonfinite=...)``
-TRACE_MODES = (True, False, "auto")
 #: the product's budget: recording at its defaults costs at most this times a bare step (issue 22)
 BUDGET = 1.05
 #: "auto" keeps the per-module tracer when steps with it take at most this times the steps without:
@@ -38,13 +36,6 @@ MEASURED_PAIRS = 4
 #: ... unless a pair already shows it this dear on both clocks: then it is taken off at once (on
 #: thousands of tiny modules a traced step costs 2-3x; being wrong here only leaves the replay)
 EARLY_OFF = 1.5
-
-
-def check_mode(value) -> bool | str:
-    """``value`` if it is True, False or "auto", else a clear TypeError."""
-    if isinstance(value, (bool, str)) and value in TRACE_MODES:
-        return value
-    raise TypeError(f"trace_nonfinite must be True, False or 'auto', got {type(value).__name__} {value!r}")
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .._args import check_bool, check_count
+from .._args import check_bool, check_bool_or_auto, check_count
 from ..run import Run, _as_step
 from ..storage import check_log_dir, resume_point
 from ..thresholds import as_thresholds
@@ -53,13 +53,13 @@ from ._inputs import (
     _unwrapped_optimizer,
 )
 from ._kernels import norms
-from ._noise import NoiseProbe, check_noise_mode, split_backward
+from ._noise import NoiseProbe, split_backward
 from ._stats import _Statistics
 from ._setup import _Setup
 from ._steps import _Steps
 from .loss_graph import LossGraphProbe
 from ._replay import StepReplay
-from ._trace_cost import PairedMeter, check_mode
+from ._trace_cost import PairedMeter
 from .nonfinite import NonfiniteTracer
 
 __all__ = ["Recorder", "norms"]  # norms: the fused kernel, for the trainer callbacks
@@ -161,8 +161,8 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         if not (max_steps is None or max_steps == "auto"):
             max_steps = check_count("max_steps", max_steps, 1, "'auto', None or ")
         memory_budget = _bytes_arg("memory_budget", memory_budget)
-        self.trace_nonfinite = check_mode(trace_nonfinite)
-        noise_scale = check_noise_mode(noise_scale)
+        self.trace_nonfinite = check_bool_or_auto("trace_nonfinite", trace_nonfinite)
+        noise_scale = check_bool_or_auto("noise_scale", noise_scale)
         if batch_size is not None:
             batch_size = check_count("batch_size", batch_size, 1)
         flags = {"overwrite": overwrite, "track_updates": track_updates, "foreach_all": foreach_all}
