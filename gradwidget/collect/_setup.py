@@ -11,6 +11,7 @@ import numpy as np
 from .._warnings import GradwidgetWarning
 from ..noise_series import noise_dtype
 from ..run import METRICS, N_BINS, SCALARS, LayerInfo, Run
+from ._grad_reset import GradResetCheck
 from ._groups import UpdateSnapshot
 from ._inputs import _module_of
 from ._state import _RecorderState
@@ -137,12 +138,14 @@ class _Setup(_RecorderState):
 
     def _plan_updates(self) -> None:
         """Which columns' update norms are measured (the trainable parameters the optimizer holds)
-        and the buffers that copy them before a step: at the first step, and again when the model
-        or the optimizer changed (``_changes``)."""
-        if not self.track_updates or self._order is None:
+        and the buffers that copy them before a step, and which parameter the zero_grad check
+        watches: at the first step, and again when the model or the optimizer changed (``_changes``)."""
+        if self.optimizer is None or self._order is None:
             return
-        assert self.optimizer is not None  # track_updates needs one
         stepped = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
+        self._plan_reset_check(stepped)
+        if not self.track_updates:
+            return
         cols = [
             c for c, pi in enumerate(self._order) if self._params[pi].requires_grad and id(self._params[pi]) in stepped
         ]
@@ -152,6 +155,21 @@ class _Setup(_RecorderState):
             self._update_bufs = self._dist.update_buffers(params)
         else:
             self._update_bufs = UpdateSnapshot(params)
+
+    def _plan_reset_check(self, stepped: set[int]) -> None:
+        """Watch one parameter the optimizer holds for a gradient not reset between steps
+        (``_grad_reset``), keeping the counts when the model changed; not under torch.distributed,
+        where each rank's backward brings its own part of the reduced gradient."""
+        if self._dist is not None or not self._step_hooks:
+            return
+        assert self._order is not None  # planned from the first step on
+        cols = [pi for pi in self._order if id(self._params[pi]) in stepped]
+        held, names = [self._params[pi] for pi in cols], [self._names[pi] for pi in cols]
+        old, self._reset_check = self._reset_check, GradResetCheck.choose(held, names)
+        if old is not None:
+            old.remove()
+            if self._reset_check is not None:
+                self._reset_check.continue_from(old)
 
     def _continue(self, old: Run) -> None:
         """Put the steps of the run this recorder resumes in front of its own (a rolling window

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from ..run import Run
     from ..storage import ResumePoint, RunWriter
     from ..thresholds import Thresholds
+    from ._grad_reset import GradResetCheck
     from ._groups import Plan
     from ._inputs import OptimizerExtra
     from ._noise import NoiseProbe, NoiseStep
@@ -73,6 +74,8 @@ class _RecorderState:
     _unused_cols: list[int]
     _update_cols: np.ndarray
     _update_bufs: Any  # an UpdateSnapshot, or the sharded path's (params, buffers)
+    _reset_check: GradResetCheck | None
+    _step_hooks: bool
     _gplan: Plan | None
     _wplan: Plan | None
     # hooks and step bookkeeping

@@ -51,6 +51,8 @@ class _Statistics(_RecorderState):
         noise = self._noise_step  # the gradient at two batch sizes (``_noise``), in the same copy
         if noise is not None:
             NoiseProbe.queue(noise, pack)
+        if self._reset_check is not None:
+            self._reset_check.queue(pack)
         pack.fetch()
         self._noise_row = self._noise.row(noise, pack, self._order) if noise is not None and self._noise else None
         for cols, at in wparts:

@@ -234,6 +234,8 @@ class _Steps(_RecorderState):
                 skipped=self.optimizer is not None and not before_update,
             )
         self._noise_step = self._noise.end_step() if self._noise is not None else None
+        if before_update and self._reset_check is not None:
+            self._reset_check.at_step()
         if step_no % self.every:
             if self._replay is not None:
                 self._replay.clear()  # a step not recorded is not replayed: its gradients are not read
@@ -250,6 +252,8 @@ class _Steps(_RecorderState):
                     self._watch.no_gradient(self._pending.get("step", step_no))
                 return  # no gradient has arrived yet: nothing to record
             self._start()
+            if before_update and self._reset_check is not None:
+                self._reset_check.at_step()  # planned by _start: the first gradient, for the next step
         if self._loss_probe is not None and not self._loss_probe.settled:  # one step to see a loss with its graph
             self._loss_probe.settle(self.run, self._writer)
         with_hist = self.histogram_every > 0 and self._recorded % self.histogram_every == 0
@@ -310,6 +314,11 @@ class _Steps(_RecorderState):
             )
             user_step = int(run.steps[-1]) + 1
         run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist, complete=complete)
+        if self._reset_check is not None:
+            first_carried = self._reset_check.count(user_step)
+            run.meta["grad_reset"] = self._reset_check.to_dict()
+            if first_carried and self._writer is not None:
+                self._writer.write_meta()  # in the run directory from the step it was found
         self._warn_window()
         if self._unused_cols:
             self._adopt_late_layers(values)

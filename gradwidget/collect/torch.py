@@ -233,6 +233,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         self._writer = None
         self._edges_mod: set[tuple[str, str]] | None = None
         self._update_bufs = None
+        self._reset_check = None  # the zero_grad check (``_grad_reset``), planned with the update norms
         self._attached = True
         self._fwd_modules: list[str] = []  # parameter-owning modules in first-forward order
         self._graph_handles: list = []
@@ -399,6 +400,10 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
             self._noise.remove()
         self._unwrap_zero_grad()
         self._update_bufs = None
+        if self._reset_check is not None:
+            self._reset_check.remove()
+            if self._writer is not None and self._reset_check.checked:
+                self._writer.write_meta()  # the final counts
         if self._replicas is not None and self._attached:
             self._replica_hook.remove()
             self._replicas.close()  # rank 0: compare the last steps, keep the record

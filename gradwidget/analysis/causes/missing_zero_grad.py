@@ -1,7 +1,9 @@
-"""``missing_zero_grad``: each step's gradient added to the last. Reads the global norm's growth
-over the first steps (``evidence.early_growth``) and every layer's smoothing over the first 40
-(``evidence.accumulation_smoothing``). Its bounds were set on the zoo's calibration cases (healthy
-runs sit well inside every one)."""
+"""``missing_zero_grad``: each step's gradient added to the last. Seen directly by the Recorder
+when it holds the optimizer (``run.meta["grad_reset"]``, ``collect/_grad_reset``); otherwise (no
+optimizer given, torch.distributed, a run recorded before the check) read from the global norm's
+growth over the first steps (``evidence.early_growth``) and every layer's smoothing over the first
+40 (``evidence.accumulation_smoothing``), bounds set on the zoo's calibration cases (healthy runs
+sit well inside every one)."""
 
 from __future__ import annotations
 
@@ -36,7 +38,42 @@ SMOOTH_GROWTH = float(np.sqrt(SMOOTH_STEPS))
 SMOOTH_RISING = 0.7
 
 
+#: the Recorder's direct check (``run.meta["grad_reset"]``) decides once it has compared this many
+#: steps: two steps carrying the last one's gradient are a finding (one could be a hand-run extra
+#: step in a notebook), none of them clears the run.
+RESET_MIN_STEPS = 2
+
+
 def find(c: Context) -> Diagnosis | None:
+    """The Recorder's direct check when the run has it (an optimizer, one process); else two
+    fingerprints of gradients summed over steps, read from the norms."""
+    seen = c.run.meta.get("grad_reset")
+    if isinstance(seen, dict) and seen.get("checked", 0) >= RESET_MIN_STEPS:
+        return _seen(c, seen)
+    return _fingerprint(c)
+
+
+def _seen(c: Context, seen: dict) -> Diagnosis | None:
+    """Found by ``collect/_grad_reset``: the gradient the optimizer stepped with was the last
+    step's plus this step's backwards, exactly."""
+    n, of = int(seen.get("carried", 0)), int(seen["checked"])
+    if n < RESET_MIN_STEPS:
+        return None
+    first = seen.get("first_step")
+    run = c.run
+    return Diagnosis(
+        "missing_zero_grad",
+        "High",
+        growing_first(run),
+        int(first) if first is not None else start_step(run),
+        f"the gradient optimizer.step() used still held the previous step's gradient on {n} of {of} steps "
+        f"checked, from step {first} (watched on {seen.get('layer')}: what the step's backward passes added, "
+        "plus the last step's gradient): each step's gradient is added to the last",
+        1.0,
+    )
+
+
+def _fingerprint(c: Context) -> Diagnosis | None:
     """Two fingerprints of gradients summed over steps: at the very start the norm doubles at the
     second step and grows like the step count (consecutive gradients still point the same way);
     over the first 40 steps every layer's norm grows smoothly, its step-to-step change shrinking
