@@ -183,11 +183,3 @@ def test_ascii_of_a_run_without_layers_says_so():
     run = Run([])
     run.append(0, np.zeros((len(METRICS), 0), np.float32))
     assert to_ascii(run) == "(no layers recorded)\n"
-
-
-def test_the_old_module_name_is_the_same_module():
-    import gradwidget.frames
-    import gradwidget.outputs
-    from gradwidget.frames import export_csv
-
-    assert gradwidget.frames is gradwidget.outputs and export_csv is gradwidget.outputs.export_csv

@@ -24,7 +24,7 @@ SCALE_MAX_CELLS = 1 << 20
 def color_range(values: np.ndarray) -> tuple[float, float]:
     """THE colour scale of gradwidget, shared by these figures and the live panel (the kernel sends
     it to the front end in ``meta["scale"]``): ``(lo, hi)`` in log10, the 1st..99th percentile of
-    log10 of the finite, non-zero cells of ``values`` (``frames.log_levels``), over every step and
+    log10 of the finite, non-zero cells of ``values`` (``outputs.log_levels``), over every step and
     layer at once. ``(0, 1)`` when there is no such cell."""
     v = np.asarray(values).ravel()
     if v.size > SCALE_MAX_CELLS:
