@@ -9,14 +9,15 @@ from __future__ import annotations
 import numpy as np
 
 from ...collect.loss_graph import LossGraph
+from ..trend import theil_sen
 from ._base import CauseRule, Context, Diagnosis, Fold
 from ._shared import output_classes, output_layer, start_step
 
-#: without the graph: the lowest loss at or above this share of the softmax floor, the last third
-#: moving less than this share of the start, and the end within this share above the floor (the
-#: zoo's softmax cases sit 1-8% above the floor, its healthy runs far below it).
+#: without the graph: the lowest loss at or above this share of the softmax floor, and the end
+#: within this share above it (the zoo's softmax cases sit 1-8% above the floor, its healthy runs
+#: far below it), the last third flat within that band for certain (``trend.flat_within``: its
+#: Theil-Sen slope's 99% interval, so a short or noisy tail claims nothing).
 FLOOR_TOLERANCE = 0.98
-SATURATED_TAIL_CHANGE = 0.05
 SATURATED_NEAR_FLOOR = 0.15
 
 
@@ -54,13 +55,11 @@ def _by_loss(c: Context) -> Diagnosis | None:
     floor = float(np.log1p((C - 1) / np.e))
     if not (abs(L.start - chance) <= c.t.chance_tolerance * chance and L.lowest >= FLOOR_TOLERANCE * floor):
         return None
-    y = run.scalar("loss").astype(np.float64)
-    y = y[np.isfinite(y)]
-    tail = y[-max(5, y.size // 3) :]
-    k = max(1, tail.size // 4)
-    if abs(np.median(tail[-k:]) - np.median(tail[:k])) > SATURATED_TAIL_CHANGE * L.start:
-        return None
     if not L.end <= (1 + SATURATED_NEAR_FLOOR) * floor:
+        return None
+    y, steps = run.scalar("loss").astype(np.float64), run.steps.astype(np.float64)
+    tail = theil_sen(y[-run.n_steps // 3 :], steps[-run.n_steps // 3 :])
+    if tail is None or not tail.flat_within(0.0, SATURATED_NEAR_FLOOR * floor):
         return None
     return Diagnosis(
         "saturated_output",
