@@ -202,6 +202,22 @@ def test_hf_trainer_torch_compile_adds_no_graph_break(tmp_path):
     np.testing.assert_allclose(cb.run.scalar("global_norm"), [h["grad_norm"] for h in logged], rtol=1e-5)
 
 
+@pytest.mark.slow
+def test_hf_trainer_accumulation_gives_the_noise_scale(tmp_path):
+    """Accumulation over 2 micro-batches of 4: the Recorder sees the gradient at batch 4 and 8 (the
+    model's forward tells the size, read from the second step on) and ``analyze`` estimates
+    B_simple from them."""
+    from gradwidget import analyze
+
+    cb, _ = hf_train(tmp_path, max_steps=12)
+    rows = cb.run.noise.rows[1:]
+    assert len(rows) == 11 and (rows["n_small"] == 2).all()
+    assert (rows["b_small"] == 4).all() and (rows["b_big"] == 8).all()
+    est = analyze(cb.run).noise_scale
+    assert est is not None and est.b_small == 4 and est.b_big == 8 and "accumulation" in est.how
+    assert np.isfinite(est.b_simple).any()
+
+
 def test_callbacks_reject_unknown_options():
     pytest.importorskip("transformers")
     from gradwidget.integrations.transformers import GradwidgetCallback
@@ -429,3 +445,21 @@ def test_importing_gradwidget_imports_no_trainer_library():
     )
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_lightning_accumulation_gives_the_noise_scale():
+    """Lightning calls ``training_step``, not the module's forward: the callback tells the Recorder
+    each micro-batch's size, so accumulation over 2 batches of 8 gives the gradient at 8 and 16;
+    the accumulated gradient is the one Lightning steps with (up to the estimator's fixed scale)."""
+    from gradwidget import analyze
+
+    cb, spy = lit_fit(max_steps=12)
+    rows = cb.run.noise.rows
+    assert cb.run.meta["noise_scale"]["batch_size"] == "log"
+    assert len(rows) == 12 and (rows["b_small"] == 8).all() and (rows["b_big"] == 16).all()
+    seen = np.array([sum(v * v for v in step.values()) for step in spy.norms])
+    ratio = rows["big_total"] / seen
+    np.testing.assert_allclose(ratio, ratio[0], rtol=1e-4)  # one scale for every step
+    est = analyze(cb.run).noise_scale
+    assert est is not None and (est.b_small, est.b_big) == (8, 16) and np.isfinite(est.b_simple).any()

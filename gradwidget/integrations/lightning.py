@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 
+from ..collect._noise import first_dim
 from .base import TrainerRecording, note_clipping
 
 __all__ = ["GradwidgetCallback"]
@@ -50,6 +51,15 @@ class GradwidgetCallback(*_callback_bases(), TrainerRecording):  # type: ignore[
         self._start(pl_module, optimizers[0])
         self._loss = None
 
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        """Tell the Recorder each micro-batch's size (the gradient noise scale needs it): Lightning
+        calls ``training_step`` with the batch, not the module's forward, where the Recorder looks."""
+        rec = self.recorder
+        if rec is not None and rec.attached:
+            n = _batch_size(batch)
+            if n is not None:
+                rec.log(batch_size=n)
+
     def on_before_backward(self, trainer, pl_module, loss) -> None:
         if self.recorder is not None:
             self.recorder.watch_loss(loss)  # the ops from the output to the loss, read once
@@ -78,3 +88,10 @@ class GradwidgetCallback(*_callback_bases(), TrainerRecording):  # type: ignore[
 
 def _inner(optimizer):
     return getattr(optimizer, "_optimizer", optimizer)
+
+
+def _batch_size(batch) -> int | None:
+    """The first dimension of the batch's first tensor (a tensor, a tuple or list, or a dict of them)."""
+    if isinstance(batch, dict):
+        return first_dim((), batch)
+    return first_dim(batch if isinstance(batch, (tuple, list)) else (batch,), {})
