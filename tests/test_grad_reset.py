@@ -136,3 +136,27 @@ def test_the_fit():
     assert carried(*dots(2 * last, 2 * last)) is None  # two gradients along one line: cannot tell
     assert carried(0.0, 1.0, 0.0, 0.0, 1.0, 1.0) is None  # the last gradient was zero
     assert carried(float("nan"), 1.0, 0.0, 0.0, 1.0, 1.0) is None
+
+
+@pytest.mark.parametrize("zero", [True, False], ids=["reset", "not_reset"])
+def test_amp_grad_scaler_unscaling_and_clipping_in_place(zero):
+    """GradScaler's unscale_ divides the whole gradient in place (and clipping rescales it): the fit
+    reads the common factor, so reset and not reset stay apart."""
+    torch.manual_seed(0)
+    m = _mlp()
+    opt = torch.optim.SGD(m.parameters(), 0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    with Recorder(m, opt) as rec:
+        for _ in range(10):
+            x, y = torch.randn(16, 20), torch.randint(0, 5, (16,))
+            if zero:
+                opt.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = nn.functional.cross_entropy(m(x), y)
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
+    seen = rec.run.meta["grad_reset"]
+    assert seen["checked"] == 9 and seen["carried"] == (0 if zero else 9)
