@@ -343,6 +343,8 @@ def test_accelerate_prepare_backward_and_accumulation_with_the_plain_recorder():
     assert rec.run.n_steps == 4  # 8 micro-batches, accumulation 2
     np.testing.assert_allclose(rec.run.scalar("global_norm"), seen, rtol=1e-5)
     assert sorted(rec.run.layer_names) == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    # accelerate's zero_grad is a no-op between micro-batches: its accumulation is no forgotten zero_grad
+    assert rec.run.meta["grad_reset"] == {"layer": "0.weight", "checked": 3, "carried": 0, "first_step": None}
 
 
 # ---------------------------------------------------------------------- torch.compile
