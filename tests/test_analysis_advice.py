@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from gradwidget.analysis import advice, analyze, flow, health
+from gradwidget.analysis import advice, analyze, dynamics, flow, health, stability
 from gradwidget.analysis.stats import Series
 from test_analysis_stats import synth
 
@@ -127,7 +127,7 @@ def test_group_and_network_priorities():
     g = np.full((T, L), 0.1)
     g[:, 0:3] = 1e-8  # three adjacent vanishing layers: one region
     s, fl, f, h, regs = parts(g, names=[f"enc.{i}.weight" for i in range(L)], loss=np.exp(-0.02 * np.arange(T)))
-    dyn = health.dynamics(s)
+    dyn = dynamics.dynamics(s)
     pri = advice.priorities(h, advice.suggestions(f, regs), regs, advice.layer_groups(s, h), dyn, None)
     (grp,) = [p for p in pri if p.target_type == "LayerGroup"]
     assert grp.layer == "vanishing region enc.2.weight … enc.0.weight"
@@ -141,8 +141,8 @@ def test_group_and_network_priorities():
     assert res.implementation_effort == "High" and "retraining" in res.prerequisites
     assert not [p for p in pri if p.target_type == "NetworkLevel"]  # 3 of 10 layers: not network-wide
     # a plateau and a deteriorating forecast are network-level
-    plateau = health.Dynamics("Plateau", 0.0, health.Plateau(True, 300, "Severe", 0.0, ["use a schedule"]), "loss")
-    fc = health.Forecast("Deteriorating", 1.0, 0.9, "")
+    plateau = dynamics.Dynamics("Plateau", 0.0, dynamics.Plateau(True, 300, "Severe", 0.0, ["use a schedule"]), "loss")
+    fc = stability.Forecast("Deteriorating", 1.0, 0.9, "")
     net = [p for p in advice.priorities(h, [], (), (), plateau, fc) if p.target_type == "NetworkLevel"]
     assert [(p.layer, p.urgency, p.score) for p in net] == [
         ("training progress", "High", 1.0),

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from gradwidget.analysis import flow, health
+from gradwidget.analysis import dynamics, flow, health, interplay, stability, stats
 from gradwidget.analysis.stats import Series
 from test_analysis_stats import synth
 
@@ -128,7 +128,7 @@ def test_comparative_analysis():
 def test_distribution_types(levels, kind):
     g = np.tile(np.asarray(levels, float), (20, 1))
     s = Series(synth(g))
-    d = health.distribution(s, np.ones(len(levels), bool))
+    d = interplay.distribution(s, np.ones(len(levels), bool))
     assert d.kind == kind, d
 
 
@@ -138,13 +138,13 @@ def test_interactions_are_correlations_and_stay_bounded():
     rng = np.random.default_rng(0)
     g = np.column_stack([a, 2 * a, 1 / a, np.exp(rng.standard_normal(T))])
     s = Series(synth(g))
-    inter = health.interactions(s, top_k=3)
+    inter = interplay.interactions(s, top_k=3)
     pairs = {(i.layer1, i.layer2): i for i in inter}
     assert pairs[("l0.weight", "l1.weight")].interaction_type == "Cooperative"
     assert pairs[("l0.weight", "l1.weight")].correlation == pytest.approx(1, abs=1e-6)
     assert pairs[("l0.weight", "l2.weight")].interaction_type == "Disruptive"  # r = -1
     assert len(inter) == 3 and abs(inter[0].correlation) >= abs(inter[-1].correlation)
-    share = health.energy_share(s)
+    share = interplay.energy_share(s)
     m = np.median(g, axis=0) ** 2
     assert share == pytest.approx(m / m.sum())
     p = pairs[("l0.weight", "l1.weight")]
@@ -155,9 +155,9 @@ def test_competitive_and_disruptive_are_told_apart():
     rng = np.random.default_rng(1)
     a = rng.standard_normal(T)
     b = -0.7 * a + np.sqrt(1 - 0.7**2) * rng.standard_normal(T)  # r about -0.7
-    (i,) = health.interactions(Series(synth(np.exp(np.column_stack([a, b])))))
-    assert -DIS < i.correlation <= -health.INTERACTION_CORR and i.interaction_type == "Competitive"
-    assert [health._interaction_type(r) for r in (0.9, 0.2, -0.6, -0.85)] == [
+    (i,) = interplay.interactions(Series(synth(np.exp(np.column_stack([a, b])))))
+    assert -DIS < i.correlation <= -interplay.INTERACTION_CORR and i.interaction_type == "Competitive"
+    assert [interplay._interaction_type(r) for r in (0.9, 0.2, -0.6, -0.85)] == [
         "Cooperative",
         "Neutral",
         "Competitive",
@@ -165,14 +165,14 @@ def test_competitive_and_disruptive_are_told_apart():
     ]
 
 
-DIS = health.DISRUPTIVE_CORR
+DIS = interplay.DISRUPTIVE_CORR
 
 
 def test_interactions_for_1000_layers_keep_top_k():
     rng = np.random.default_rng(0)
     g = np.exp(rng.standard_normal((40, 1000)))
     g[:, 999] = g[:, 3] * 5
-    inter = health.interactions(Series(synth(g, numel=1)), top_k=10, block=128)
+    inter = interplay.interactions(Series(synth(g, numel=1)), top_k=10, block=128)
     assert len(inter) == 10 and (inter[0].layer1, inter[0].layer2) == ("l3.weight", "l999.weight")
 
 
@@ -180,7 +180,7 @@ def _dyn(loss, g=None):
     n = len(loss)
     g = np.full((n, 2), 0.1) if g is None else g
     s = Series(synth(g, loss=loss))
-    return s, health.dynamics(s)
+    return s, dynamics.dynamics(s)
 
 
 def test_plateau_with_real_duration():
@@ -212,12 +212,12 @@ def test_convergence_trend_from_the_loss():
         s, d = _dyn(loss)
         fl = flow.flow_characteristics(s)
         h = health.layer_health(s, fl, health.risk_factors(s, fl))
-        c = health.convergence(s, h)
+        c = dynamics.convergence(s, h)
         assert c.trend == trend and c.series == "loss"
     assert c.loss == 0
     s, _ = _dyn(np.exp(-0.1 * np.arange(n) / 99 * np.log(10)))  # a tenth of a decade per 100 steps
     fl = flow.flow_characteristics(s)
-    c = health.convergence(s, health.layer_health(s, fl, health.risk_factors(s, fl)))
+    c = dynamics.convergence(s, health.layer_health(s, fl, health.risk_factors(s, fl)))
     assert c.loss == pytest.approx(0.1, rel=1e-3)
 
 
@@ -232,7 +232,7 @@ def test_stability_trend_sources_and_forecast():
         s = Series(synth(g))
         fl = flow.flow_characteristics(s)
         f = health.risk_factors(s, fl)
-        st = health.stability(s, fl, f)
+        st = stability.stability(s, fl, f)
         if trend:
             assert st.trend == trend
         if outlook:
@@ -242,7 +242,7 @@ def test_stability_trend_sources_and_forecast():
     s = Series(synth(noisy))
     fl = flow.flow_characteristics(s)
     f = health.risk_factors(s, fl)
-    srcs = health.stability(s, fl, f).sources
+    srcs = stability.stability(s, fl, f).sources
     assert srcs and {x.kind for x in srcs} >= {"Instability"}
 
 
@@ -267,12 +267,12 @@ def test_remaining_classifications_fire():
     # interaction between two moderately correlated layers: Neutral
     a = rng.standard_normal(T)
     g = np.exp(np.column_stack([a, 0.3 * a + rng.standard_normal(T)]))
-    (i,) = health.interactions(Series(synth(g)))
-    assert i.interaction_type == "Neutral" and 0 < abs(i.correlation) < health.INTERACTION_CORR
+    (i,) = interplay.interactions(Series(synth(g)))
+    assert i.interaction_type == "Neutral" and 0 < abs(i.correlation) < interplay.INTERACTION_CORR
     # too few steps for a trend: Unknown
     s = Series(synth(np.full((2, 1), 0.1)))
     fl = flow.flow_characteristics(s)
-    assert health.convergence(s, health.layer_health(s, fl, [])).trend == "Unknown"
+    assert dynamics.convergence(s, health.layer_health(s, fl, [])).trend == "Unknown"
     # plateau severities from the share of the run spent on it
     n = 600
     mild = np.concatenate([np.linspace(3, 1, 440), np.full(160, 1.0)])
@@ -290,7 +290,7 @@ def test_remaining_classifications_fire():
     for name, g in (("settling", settling), ("falling", falling), ("wild", wild)):
         s = Series(synth(g))
         fl = flow.flow_characteristics(s)
-        out[name] = health.stability(s, fl, health.risk_factors(s, fl))
+        out[name] = stability.stability(s, fl, health.risk_factors(s, fl))
     assert out["settling"].trend == "Improving"
     assert out["falling"].forecast.outlook == "Improving"
     assert out["wild"].forecast.outlook == "Uncertain"
@@ -351,7 +351,7 @@ def test_stability_without_a_global_norm_is_unknown_not_stable():
     assert np.isnan(run.scalar("global_norm")).all()
     s = Series(run)
     fl = flow.flow_characteristics(s)
-    st = health.stability(s, fl, [])
+    st = stability.stability(s, fl, [])
     assert st.trend == "Unknown" and st.quarters == []
     assert st.forecast.outlook == "Uncertain" and "0 recorded steps" in st.forecast.basis
     assert "last 0" not in st.forecast.basis
@@ -408,7 +408,7 @@ def test_trend_fit_standard_error():
     n = 200
     x = np.arange(n)
     e = 0.1 * rng.standard_normal(n)
-    sl, se, r2, m = health.trend_fit(np.exp(0.002 * x + e), 10_000)
+    sl, se, r2, m = stats.trend_fit(np.exp(0.002 * x + e), 10_000)
     b, a = np.polyfit(x, 0.002 * x + e, 1)
     res = 0.002 * x + e - (a + b * x)
     r = max(0.0, (res[1:] @ res[:-1]) / (res @ res))
@@ -418,22 +418,22 @@ def test_trend_fit_standard_error():
     ar = np.zeros(n)
     for i in range(1, n):
         ar[i] = 0.9 * ar[i - 1] + e[i]
-    assert health.trend_fit(np.exp(ar), n)[1] > 2 * health.trend_fit(np.exp(e), n)[1]
+    assert stats.trend_fit(np.exp(ar), n)[1] > 2 * stats.trend_fit(np.exp(e), n)[1]
 
 
 def test_a_flat_noisy_norm_is_confidently_stable_although_its_r2_is_near_zero():
     rng = np.random.default_rng(1)
     g = np.exp(0.05 * rng.standard_normal(1000))
-    f = health.forecast(g, 100, band=0.1, steady=True)
+    f = stability.forecast(g, 100, band=0.1, steady=True)
     assert f.r2 < 0.1 and f.outlook == "Stable" and f.confidence > 0.99
     lo, hi = f.interval
     assert lo < f.projected_decades < hi and -0.1 < lo and hi < 0.1
-    assert health.forecast(g, 100, band=0.1, steady=False).outlook == "Uncertain"  # unsteady layers
+    assert stability.forecast(g, 100, band=0.1, steady=False).outlook == "Uncertain"  # unsteady layers
     # exact growth of 1 decade per 100 steps: certain deterioration, interval of zero width
-    up = health.forecast(10 ** (np.arange(300) / 100), 100, band=0.1, steady=True)
+    up = stability.forecast(10 ** (np.arange(300) / 100), 100, band=0.1, steady=True)
     assert up.outlook == "Deteriorating" and up.confidence == 1 and up.projected_decades == pytest.approx(1)
     # a trend right at the edge of the band: as likely inside as outside -> Uncertain, ~50%
-    edge = health.forecast(
+    edge = stability.forecast(
         10 ** (0.1 * np.arange(100) / 100 + 0.05 * rng.standard_normal(100)), 100, band=0.1, steady=True
     )
     assert edge.outlook == "Uncertain" and 0.3 < edge.confidence < 0.8
@@ -446,18 +446,18 @@ def test_steps_to_convergence_of_a_decay_onto_a_floor():
     t = np.arange(n)
     y = 1 + 4 * np.exp(-k * t)
     exact = np.log(4 * (k - r) / r) / k - (n - 1)
-    eta, why = health.steps_to_convergence(y, t, w, r)
+    eta, why = dynamics.steps_to_convergence(y, t, w, r)
     assert eta == pytest.approx(exact, abs=1) and "R² 1.00" in why
-    eta10, _ = health.steps_to_convergence(y, 10 * t, w, r / 10)  # user steps 10 apart: rates per step / 10
+    eta10, _ = dynamics.steps_to_convergence(y, 10 * t, w, r / 10)  # user steps 10 apart: rates per step / 10
     assert eta10 == pytest.approx(10 * eta, rel=0.01)
-    assert health.steps_to_convergence(np.full(n, 0.3), t, w, r)[0] == 0
-    assert health.steps_to_convergence(np.exp(-0.01 * t), t, w, r)[0] is None  # constant rate: never
-    assert "never flattens" in health.steps_to_convergence(np.exp(-0.01 * t), t, w, r)[1]
-    assert "rising" in health.steps_to_convergence(np.exp(0.01 * t), t, w, r)[1]
-    assert health.steps_to_convergence(y[:150], t[:150], w, r)[0] is None  # too short for two windows
+    assert dynamics.steps_to_convergence(np.full(n, 0.3), t, w, r)[0] == 0
+    assert dynamics.steps_to_convergence(np.exp(-0.01 * t), t, w, r)[0] is None  # constant rate: never
+    assert "never flattens" in dynamics.steps_to_convergence(np.exp(-0.01 * t), t, w, r)[1]
+    assert "rising" in dynamics.steps_to_convergence(np.exp(0.01 * t), t, w, r)[1]
+    assert dynamics.steps_to_convergence(y[:150], t[:150], w, r)[0] is None  # too short for two windows
     s, _ = _dyn(y)
     fl = flow.flow_characteristics(s)
-    c = health.convergence(s, health.layer_health(s, fl, health.risk_factors(s, fl)))
+    c = dynamics.convergence(s, health.layer_health(s, fl, health.risk_factors(s, fl)))
     assert c.trend == "Converging" and c.estimated_steps_to_convergence == eta
 
 
@@ -467,26 +467,26 @@ def test_steps_to_convergence_with_noise_and_a_long_run():
     t = np.arange(20_000)
     y = (1 + 4 * np.exp(-k * t)) * np.exp(0.003 * rng.standard_normal(t.size))
     exact = np.log(4 * (k - r) / r) / k - t[-1]
-    eta, why = health.steps_to_convergence(y, t, w, r)
+    eta, why = dynamics.steps_to_convergence(y, t, w, r)
     assert eta == pytest.approx(exact, rel=0.1), why
 
 
 def test_momentum_velocity_and_adaptation_are_measured():
     rng = np.random.default_rng(6)
     t = np.arange(2000)
-    assert health.velocity(0.99 ** t[:50], t[:50]) == pytest.approx(0.01)
-    assert health.velocity(0.99 ** t[:50], 5 * t[:50]) == pytest.approx(0.002)  # per user step
-    assert health.momentum(np.exp(rng.standard_normal(2000))) == pytest.approx(-0.5, abs=0.05)  # noise
-    assert health.momentum(np.exp(np.cumsum(rng.standard_normal(2000)))) == pytest.approx(0, abs=0.06)
-    assert health.momentum(np.exp(np.sin(t / 50))) > 0.99  # persistent drift
-    assert health.momentum(np.where(t % 2, 1.0, 2.0)) == pytest.approx(-1, abs=1e-3)  # alternation
+    assert dynamics.velocity(0.99 ** t[:50], t[:50]) == pytest.approx(0.01)
+    assert dynamics.velocity(0.99 ** t[:50], 5 * t[:50]) == pytest.approx(0.002)  # per user step
+    assert dynamics.momentum(np.exp(rng.standard_normal(2000))) == pytest.approx(-0.5, abs=0.05)  # noise
+    assert dynamics.momentum(np.exp(np.cumsum(rng.standard_normal(2000)))) == pytest.approx(0, abs=0.06)
+    assert dynamics.momentum(np.exp(np.sin(t / 50))) > 0.99  # persistent drift
+    assert dynamics.momentum(np.where(t % 2, 1.0, 2.0)) == pytest.approx(-1, abs=1e-3)  # alternation
     # a loss shedding 2% per step, then 1%: velocity of the window ~1.5%, adaptation -1%
     loss = np.concatenate([0.98 ** np.arange(51), 0.98**50 * 0.99 ** np.arange(1, 51)])
     g = np.exp(np.cumsum(0.1 * rng.standard_normal((101, 2)), axis=0))
     s, d = _dyn(loss, g=g)
     assert d.learning_velocity == pytest.approx(0.015, abs=1e-3)
     assert d.adaptation_rate == pytest.approx(-0.01, abs=1e-3)
-    assert d.gradient_momentum == pytest.approx(health.momentum(s.run.scalar("global_norm")[-100:]))
+    assert d.gradient_momentum == pytest.approx(dynamics.momentum(s.run.scalar("global_norm")[-100:]))
 
 
 def test_rates_are_per_user_step_when_steps_are_recorded_sparsely():
@@ -495,9 +495,9 @@ def test_rates_are_per_user_step_when_steps_are_recorded_sparsely():
     for every, trend, phase in ((1, "Converging", "Refinement"), (10, "Stable", "Plateau")):
         s = Series(synth(np.full((n, 2), 0.1), loss=loss, steps=np.arange(n) * every))
         fl = flow.flow_characteristics(s)
-        c = health.convergence(s, health.layer_health(s, fl, health.risk_factors(s, fl)))
+        c = dynamics.convergence(s, health.layer_health(s, fl, health.risk_factors(s, fl)))
         assert c.rel_change_per_step == pytest.approx(-0.005 / every, rel=1e-6)
         assert c.trend == trend  # 0.05% per user step is below plateau_rel_change
         assert (c.estimated_steps_to_convergence == 0) == (trend == "Stable")
-        d = health.dynamics(s)
+        d = dynamics.dynamics(s)
         assert d.rel_change_per_step == pytest.approx(-0.005 / every, rel=1e-6) and d.learning_phase == phase

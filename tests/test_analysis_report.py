@@ -241,7 +241,7 @@ def test_summary_gives_the_convergence_estimate():
 
 
 def test_an_unsteady_flat_forecast_says_why_it_is_uncertain():
-    from gradwidget.analysis.health import forecast
+    from gradwidget.analysis.stability import forecast
     from gradwidget.analysis.report import _outlook
 
     rng = np.random.default_rng(1)

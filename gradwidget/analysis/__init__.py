@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..run import Run
 from ..thresholds import as_thresholds
-from . import causes, evidence, flow, health, network, noise_scale, nonfinite, stats
+from . import causes, dynamics, evidence, flow, health, network, noise_scale, nonfinite, stats
 from .report import Report
 from .weights import analyze_weights, weights_from_module
 
@@ -59,7 +59,7 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None, max_
     factors = health.risk_factors(s, fl)
     hl = health.layer_health(s, fl, factors)
     regs = flow.regions(s)
-    dyn = health.dynamics(s)
+    dyn = dynamics.dynamics(s)
     loss = evidence.loss_evidence(run)
     ctx = causes.Context(s, factors, regs, dyn, loss, evidence.architecture(run))
     found = causes.diagnose(ctx)

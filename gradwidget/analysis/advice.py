@@ -17,7 +17,8 @@ import pandas as pd
 from .causes import PRIORITY_ORDER
 from .flow import Region
 from .groups import GroupCharacteristics, LayerGroup, layer_groups
-from .health import Dynamics, RiskFactor
+from .dynamics import Dynamics
+from .risk_factor import RiskFactor
 
 __all__ = [
     "ACTION_META",

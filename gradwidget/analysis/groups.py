@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .health import CORR_ROWS
+from .interplay import CORR_ROWS
 from .stats import Series, _quiet, block_mean, nanmedian, standardized
 
 

@@ -2,7 +2,7 @@
 and the network view, as the original crate's enhanced analysis had them. This module holds the
 layer level and the overall health; the network level lives in ``interplay`` (distribution of
 layer levels, layer interactions), ``dynamics`` (convergence, training dynamics with plateau
-detection) and ``stability`` (stability assessment and forecast), re-exported here.
+detection) and ``stability`` (stability assessment and forecast).
 
 Every number is measured from the Run: the neuron-activity ratio is 1 - the recorded zero fraction
 (the original crate derived it from the norm), convergence and plateaus come from slopes of the real series,
@@ -20,90 +20,19 @@ Fields of the original crate not carried over, and why:
 """
 
 from __future__ import annotations
-from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from .dynamics import (
-    Convergence,
-    Dynamics,
-    Plateau,
-    convergence,
-    dynamics,
-    fit_decay,
-    momentum,
-    steps_to_convergence,
-    velocity,
-)
 from .evidence import zero_by_design
-from .interplay import (
-    CORR_ROWS,
-    DISRUPTIVE_CORR,
-    INTERACTION_CORR,
-    TOP_PAIRS,
-    Distribution,
-    Interaction,
-    _interaction_type,
-    distribution,
-    energy_share,
-    interactions,
-)
-from .stability import FORECAST_CONFIDENCE, Forecast, InstabilitySource, Stability, forecast, stability
-from .stats import Series, _quiet, fmt_num as _fmt, log10_pos, lstsq_slope, nanmedian, quantiles, trend_fit
+from .risk_factor import RiskFactor
+from .stats import Series, _quiet, fmt_num as _fmt, log10_pos, lstsq_slope, nanmedian, quantiles
 
-__all__ = [
-    "CORR_ROWS",
-    "DISRUPTIVE_CORR",
-    "FORECAST_CONFIDENCE",
-    "HEALTH",
-    "INTERACTION_CORR",
-    "MAX_WARNING_FACTORS",
-    "TOP_PAIRS",
-    "Convergence",
-    "Distribution",
-    "Dynamics",
-    "Forecast",
-    "InstabilitySource",
-    "Interaction",
-    "Plateau",
-    "RiskFactor",
-    "Stability",
-    "_interaction_type",
-    "convergence",
-    "convergence_indicator",
-    "distribution",
-    "dynamics",
-    "energy_share",
-    "fit_decay",
-    "forecast",
-    "interactions",
-    "layer_health",
-    "momentum",
-    "overall_health",
-    "reference_level",
-    "risk_factors",
-    "stability",
-    "steps_to_convergence",
-    "trend_fit",
-    "update_ratio",
-    "velocity",
-]
 
 HEALTH = ("Healthy", "Warning", "Critical", "Unknown")
 #: a layer with more than this many risk factors is Critical even if none alone is (the original crate: > 2).
 MAX_WARNING_FACTORS = 2
-
-
-@dataclass
-class RiskFactor:
-    layer: str
-    kind: str  #: nonfinite, exploding, vanishing, dead, weak, hot, unstable, oscillating, lr_high, lr_low
-    severity: float  #: 0..1
-    critical: bool
-    evidence: str
 
 
 #: the "typical layer" that weak / hot layers are measured against: this quantile of the log levels

@@ -19,9 +19,9 @@ from ..jsonsafe import jsonable
 from ..origin import NonfiniteOrigin
 from ..run import Run
 from ..thresholds import Thresholds
-from . import advice, flow, health, network
+from . import advice, dynamics, flow, health, interplay, network, stability
 from .causes import Diagnosis
-from .health import FORECAST_CONFIDENCE
+from .stability import FORECAST_CONFIDENCE
 from .loss import LossEvidence
 from .noise_scale import NoiseScale
 from .stats import Series
@@ -198,7 +198,7 @@ def _hl(r: Report, s: Series):
 
 
 def _stability(r: Report, s: Series):
-    return health.stability(s, r.flow, r.risk_factors)
+    return stability.stability(s, r.flow, r.risk_factors)
 
 
 #: how each on-demand part is computed from the report and its shared views.
@@ -208,12 +208,12 @@ _PARTS = {
     "health": _hl,
     "risk_factors": lambda r, s: health.risk_factors(s, r.flow),
     "regions": lambda r, s: flow.regions(s),
-    "dynamics": lambda r, s: health.dynamics(s),
-    "convergence": lambda r, s: health.convergence(s, r.health),
+    "dynamics": lambda r, s: dynamics.dynamics(s),
+    "convergence": lambda r, s: dynamics.convergence(s, r.health),
     "network": lambda r, s: network.flow_network(s, r.flow),
     "critical_paths": lambda r, s: network.critical_paths(s),
-    "distribution": lambda r, s: health.distribution(s, (r.health["health"] != "Unknown").to_numpy()),
-    "interactions": lambda r, s: health.interactions(s),
+    "distribution": lambda r, s: interplay.distribution(s, (r.health["health"] != "Unknown").to_numpy()),
+    "interactions": lambda r, s: interplay.interactions(s),
     "stability": _stability,
     "groups": lambda r, s: advice.layer_groups(s, r.health),
     "suggestions": lambda r, s: advice.suggestions(r.risk_factors, r.regions),

@@ -13,7 +13,7 @@ import pandas as pd
 from .stats import Series, _quiet, fmt_num as _fmt, nanmedian, trend_fit
 
 if TYPE_CHECKING:
-    from .health import RiskFactor
+    from .risk_factor import RiskFactor
 
 
 @dataclass

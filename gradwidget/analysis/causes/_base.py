@@ -12,7 +12,8 @@ import numpy as np
 from ...origin import NonfiniteOrigin
 from ..evidence import Architecture, LossEvidence, is_embedding, update_ratio_series
 from ..flow import Region
-from ..health import Dynamics, RiskFactor
+from ..dynamics import Dynamics
+from ..risk_factor import RiskFactor
 from ..noise_scale import NoiseScale, noise_scale
 from ..stats import Series
 

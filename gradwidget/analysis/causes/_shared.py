@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...collect.loss_graph import LossGraph
-from ..health import RiskFactor
+from ..risk_factor import RiskFactor
 from ..loss import LOSS_SMOOTH_STEPS
 from ..stats import _quiet, trailing_median
 from ..trend import MIN_POINTS
