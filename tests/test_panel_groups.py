@@ -39,6 +39,24 @@ def many_layers(n: int = 450, steps: int = 6, seed: int = 0, hist: bool = True) 
     return run
 
 
+class StepRecorder:
+    """What GradientPanel needs of a recorder (on_step, run, log, attached): ``step(s, value)``
+    appends a step whose every gradient statistic is ``value`` and tells the panel."""
+
+    def __init__(self, run: Run):
+        self.run, self.on_step, self.attached = run, [], True
+
+    def log(self, **kw):
+        pass
+
+    def step(self, s: int, value: float = 0.01) -> None:
+        v = np.full((len(METRICS), self.run.n_layers), value, np.float32)
+        v[M["nonfinite"]] = 0
+        self.run.append(s, v)
+        for fn in self.on_step:
+            fn(self.run)
+
+
 def by_hand(values: np.ndarray, metric: str, groups, numel: np.ndarray) -> np.ndarray:
     """The documented merge, written out group by group (NaN members left out)."""
     out = np.full((values.shape[0], len(groups)), np.nan)
@@ -296,6 +314,18 @@ def _state(panel) -> dict:
     return out
 
 
+def _open(page, panel) -> None:
+    """The built bundle's view of ``panel`` in a blank page, through the bridge."""
+    from pathlib import Path
+
+    bundle = Path(__file__).resolve().parents[1] / "gradwidget" / "static" / "widget.js"
+    if not bundle.is_file():
+        pytest.skip("the front end is not built (npm --prefix js run build)")
+    page.set_content("<!doctype html><html><body style='margin:0'></body></html>")
+    page.evaluate(BRIDGE_JS, {"code": bundle.read_text(), "state": _state(panel)})
+    page.wait_for_function("() => window.gwView.image.rows > 0")
+
+
 def _sync(page, panel, wait: bool = True) -> list[dict]:
     """Hand what the page saved to the kernel (as a comm message would) and the kernel's state back;
     ``wait``: an action was taken, so wait until the page has saved something (no race with its redraw)."""
@@ -317,20 +347,13 @@ VIEW_ROWS_JS = """() => ({rows: window.gwView.meta.rows, names: window.gwView.me
 
 @pytest.mark.browser
 def test_the_page_draws_groups_and_expands_and_collapses_one_in_chromium():
-    from pathlib import Path
-
     from gw_browser import offline_page
 
-    bundle = Path(__file__).resolve().parents[1] / "gradwidget" / "static" / "widget.js"
-    if not bundle.is_file():
-        pytest.skip("the front end is not built (npm --prefix js run build)")
     run = many_layers()
     panel = GradientPanel(run, layer="blocks.20.lin0.weight")
     try:
         with offline_page() as (page, blocked):
-            page.set_content("<!doctype html><html><body style='margin:0'></body></html>")
-            page.evaluate(BRIDGE_JS, {"code": bundle.read_text(), "state": _state(panel)})
-            page.wait_for_function("() => window.gwView.image.rows > 0")
+            _open(page, panel)
             v = page.evaluate(VIEW_ROWS_JS)
             assert v["rows"] == 75 and v["names"][0] == "blocks.0 (6 tensors)" and v["image"] == 75
             assert v["layer"] == 20  # layer 120 is shown by its group's row
@@ -363,10 +386,7 @@ def test_the_page_draws_groups_and_expands_and_collapses_one_in_chromium():
             page.wait_for_function("() => window.gwView.meta.rows === 80")
             assert page.evaluate(VIEW_ROWS_JS)["names"][10] == "blocks.10.lin0.weight"
             # Enter on a table row's ▸ (keyboard focus) expands that row's group, not the selected row's
-            toggle = "table.gw-health tr[data-index='24'] button.gw-toggle"
-            page.locator(toggle).scroll_into_view_if_needed()  # the table repaints its rows on scroll:
-            page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-            page.locator(toggle).press("Enter")  # focus the repainted button, then press
+            page.locator("table.gw-health tr[data-index='24'] button.gw-toggle").press("Enter")
             assert _sync(page, panel)[-1] == {"expanded": [[60, 66], [24, 30]]}
             page.wait_for_function("() => window.gwView.meta.rows === 85")
             # a diagnosis' click selects its first layer and opens the group holding it
@@ -398,6 +418,60 @@ def test_the_page_draws_groups_and_expands_and_collapses_one_in_chromium():
                 arg=li,
             )
             assert page.evaluate("() => window.gwView.meta.layers[window.gwView.layer].name") == run.layer_names[li]
+        assert blocked == []
+    finally:
+        panel.close()
+
+
+#: the table row of the focused element and what it is: [data-index, class, text] (null: none focused).
+FOCUSED_JS = """() => { const a = document.activeElement, tr = a && a.closest('table.gw-health tbody tr');
+  return tr ? [tr.dataset.index, a.className, a.textContent] : null; }"""
+TWO_FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
+
+
+@pytest.mark.browser
+def test_a_focused_toggle_keeps_the_focus_while_the_table_repaints_in_chromium():
+    """A keyboard user's place in the health table: a focused ▸ is the same element after the table
+    scrolled far past it (it renders only the rows around its viewport) and after a training step
+    brought new numbers; Enter expands its group, and the focus moves to the ▾ that replaces it."""
+    import time
+
+    from gw_browser import offline_page
+
+    rec = StepRecorder(many_layers())
+    panel = GradientPanel(rec, max_rate=1000)
+    try:
+        with offline_page() as (page, blocked):
+            _open(page, panel)
+            row = "table.gw-health tr[data-index='12']"
+            page.locator(f"{row} button.gw-toggle").focus()
+            page.evaluate("() => { window.gwFocused = document.activeElement; }")
+            assert page.evaluate(FOCUSED_JS) == ["12", "gw-toggle", "▸"]
+            # to the end of the table: row 12 is far above the rows the viewport needs
+            page.evaluate(
+                "() => { const s = document.querySelector('.gw-table-scroll'); s.scrollTop = s.scrollHeight; }"
+            )
+            page.evaluate(TWO_FRAMES_JS)
+            assert page.evaluate("() => document.activeElement === window.gwFocused")
+            # a step arrives: the kernel's table has new numbers, the page repaints its rows
+            cells = page.locator(row).inner_text()
+            table = panel.table
+            rec.step(6, value=5.0)
+            deadline = time.monotonic() + 60  # the analysis runs on the panel's thread
+            while panel.table == table and time.monotonic() < deadline:
+                time.sleep(0.05)
+            _sync(page, panel, wait=False)
+            page.evaluate(TWO_FRAMES_JS)
+            assert page.locator(row).inner_text() != cells
+            assert page.evaluate("() => document.activeElement === window.gwFocused")
+            page.keyboard.press("Enter")
+            assert _sync(page, panel)[-1] == {"expanded": [[12, 18]]}
+            page.wait_for_function("() => window.gwView.meta.rows === 80")
+            assert page.evaluate(FOCUSED_JS) == ["12", "gw-toggle", "▾"]  # blocks.2.lin0.weight's ▾
+            page.keyboard.press("Enter")
+            assert _sync(page, panel)[-1] == {"expanded": []}
+            page.wait_for_function("() => window.gwView.meta.rows === 75")
+            assert page.evaluate(FOCUSED_JS) == ["12", "gw-toggle", "▸"]
         assert blocked == []
     finally:
         panel.close()
@@ -448,21 +522,7 @@ def test_a_hooked_model_of_many_tensors_trains_with_grouped_rows_kept_expanded()
 def test_while_training_a_grouped_panel_sends_new_columns_of_its_rows_and_a_new_layout_whole():
     import time
 
-    class Recorder:  # what GradientPanel needs of one: on_step, run, log, attached
-        def __init__(self, run):
-            self.run, self.on_step, self.attached = run, [], True
-
-        def log(self, **kw):
-            pass
-
-        def step(self, s):
-            v = np.full((len(METRICS), self.run.n_layers), 0.01, np.float32)
-            v[M["nonfinite"]] = 0
-            self.run.append(s, v)
-            for fn in self.on_step:
-                fn(self.run)
-
-    rec = Recorder(many_layers(steps=6, hist=False))
+    rec = StepRecorder(many_layers(steps=6, hist=False))
     panel = GradientPanel(rec, max_rate=1000)
     sent = []
     real = panel.send
