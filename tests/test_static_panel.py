@@ -224,3 +224,34 @@ def test_an_output_made_after_training_in_the_same_cell_is_not_updated_again(mon
     p._ipython_display_()
     p._after_cell()
     assert updated == [] and "cursor at step 109" in p.static_html
+
+
+@pytest.mark.slow
+def test_an_executed_notebook_keeps_the_trained_panel_in_the_output_shown_before_training(tmp_path):
+    """A real kernel (nbclient): the panel shown in one cell, trained in the next; the first cell's
+    saved output, read without widget state (plain ``--to html``), is the run as it ended: its last
+    step and its diagnoses."""
+    import html as html_lib
+
+    import nbformat
+    from nbclient import NotebookClient
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import torch\ntorch.set_num_threads(1)\nfrom gradwidget import GradientPanel\n"
+            "from gradwidget.demo import build_demo, train_demo\n"
+            "model, opt, data = build_demo()\npanel = GradientPanel(model, opt)\npanel"
+        ),
+        nbformat.v4.new_code_cell("train_demo(60, recorder=panel, model=model, optimizer=opt, data=data)"),
+        nbformat.v4.new_code_cell("print(int(panel.run.steps[-1]))\nfor d in panel.diagnoses: print(d['action'])"),
+    ]
+    NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    last, *actions = nb.cells[2].outputs[0]["text"].splitlines()
+    shown = nb.cells[0].outputs[0]["data"]
+    assert f"cursor at step {last}" in shown["text/html"] and "image/png" in shown
+    assert actions and all(html_lib.escape(a) in shown["text/html"] for a in actions)
+    nb.metadata.pop("widgets", None)
+    page, _ = HTMLExporter().from_notebook_node(nb)
+    assert f"cursor at step {last}" in page and "no step recorded yet" not in page
