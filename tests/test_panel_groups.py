@@ -12,6 +12,7 @@ from gradwidget import GradientPanel, plots
 from gradwidget.panel import payload as P
 from gradwidget.panel.rows import row_layout, toggled
 from gradwidget.run import METRICS, N_BINS, LayerInfo, Run
+from test_widget import FakeRecorder
 
 M = {m: i for i, m in enumerate(METRICS)}
 
@@ -37,24 +38,6 @@ def many_layers(n: int = 450, steps: int = 6, seed: int = 0, hist: bool = True) 
         h = rng.integers(0, 50, (n, N_BINS)).astype(np.uint32) if hist else None
         run.append(s, v, {"loss": 1.0 / (s + 1)}, hist=h)
     return run
-
-
-class StepRecorder:
-    """What GradientPanel needs of a recorder (on_step, run, log, attached): ``step(s, value)``
-    appends a step whose every gradient statistic is ``value`` and tells the panel."""
-
-    def __init__(self, run: Run):
-        self.run, self.on_step, self.attached = run, [], True
-
-    def log(self, **kw):
-        pass
-
-    def step(self, s: int, value: float = 0.01) -> None:
-        v = np.full((len(METRICS), self.run.n_layers), value, np.float32)
-        v[M["nonfinite"]] = 0
-        self.run.append(s, v)
-        for fn in self.on_step:
-            fn(self.run)
 
 
 def by_hand(values: np.ndarray, metric: str, groups, numel: np.ndarray) -> np.ndarray:
@@ -438,7 +421,7 @@ def test_a_focused_toggle_keeps_the_focus_while_the_table_repaints_in_chromium()
 
     from gw_browser import offline_page
 
-    rec = StepRecorder(many_layers())
+    rec = FakeRecorder(many_layers())
     panel = GradientPanel(rec, max_rate=1000)
     try:
         with offline_page() as (page, blocked):
@@ -522,7 +505,7 @@ def test_a_hooked_model_of_many_tensors_trains_with_grouped_rows_kept_expanded()
 def test_while_training_a_grouped_panel_sends_new_columns_of_its_rows_and_a_new_layout_whole():
     import time
 
-    rec = StepRecorder(many_layers(steps=6, hist=False))
+    rec = FakeRecorder(many_layers(steps=6, hist=False))
     panel = GradientPanel(rec, max_rate=1000)
     sent = []
     real = panel.send
