@@ -276,11 +276,12 @@ BRIDGE_JS = """async ({code, state}) => {
     for (const k of Object.keys(d)) for (const cb of handlers['change:' + k] || []) cb(); };
   const url = URL.createObjectURL(new Blob([code], {type: 'text/javascript'}));
   const mod = await import(url);
-  const el = document.createElement('div');
-  el.style.width = '1200px';
-  document.body.append(el);
-  mod.default.render({model, el});
-  window.gwView = el.gradwidget;
+  const show = () => { const el = document.createElement('div'); el.style.width = '1200px';
+    document.body.append(el); mod.default.render({model, el}); window.gwView = el.gradwidget; return el; };
+  let el = show();
+  // the output re-rendered in place (JupyterLab after an update_display): the old view's element
+  // is taken off the page, a new view of the same model is rendered
+  window.gwRerender = () => { el.remove(); el = show(); };
 }"""
 
 
@@ -416,7 +417,8 @@ TWO_FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnima
 def test_a_focused_toggle_keeps_the_focus_while_the_table_repaints_in_chromium():
     """A keyboard user's place in the health table: a focused ▸ is the same element after the table
     scrolled far past it (it renders only the rows around its viewport) and after a training step
-    brought new numbers; Enter expands its group, and the focus moves to the ▾ that replaces it."""
+    brought new numbers; Enter expands its group, and the focus moves to the ▾ that replaces it;
+    a view that replaces this one (the output updated in place) gives the focus back to the ▸."""
     import time
 
     from gw_browser import offline_page
@@ -455,6 +457,11 @@ def test_a_focused_toggle_keeps_the_focus_while_the_table_repaints_in_chromium()
             assert _sync(page, panel)[-1] == {"expanded": []}
             page.wait_for_function("() => window.gwView.meta.rows === 75")
             assert page.evaluate(FOCUSED_JS) == ["12", "gw-toggle", "▸"]
+            # the output re-rendered (a training cell ended): the new view gives the ▸ its focus back
+            page.evaluate("() => window.gwRerender()")
+            page.wait_for_function("() => window.gwView.root.contains(document.activeElement)")
+            assert page.evaluate(FOCUSED_JS) == ["12", "gw-toggle", "▸"]
+            assert page.evaluate("() => document.querySelectorAll('.gw-root').length") == 1
         assert blocked == []
     finally:
         panel.close()

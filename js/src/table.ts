@@ -37,6 +37,12 @@ export const COLUMNS: Column[] = [
   { key: "suggestion", label: "suggestion", kind: "text" },
 ];
 
+/** A row control (a ▸/▾) by its row's layer index and its class. */
+export interface ControlKey {
+  index: number;
+  cls: string;
+}
+
 export interface SortState {
   key: string;
   desc: boolean;
@@ -302,11 +308,9 @@ export class HealthTable {
    *  only their cells, and a control rebuilt or moved (a ▸ that became ▾, a new sort) gets the
    *  focus back. */
   private paint(): void {
-    const focus = this.focusedControl();
+    const focus = this.controlKey(this.activeElement());
     this.placeRows(focus ? this.shown.findIndex((r) => r.index === focus.index) : -1);
-    if (!focus) return;
-    const control = this.rendered.get(focus.index)?.tr.getElementsByClassName(focus.cls)[0] as HTMLElement | undefined;
-    if (control && control !== this.activeElement()) control.focus({ preventScroll: true });
+    if (focus) this.focusControl(focus);
   }
 
   private placeRows(keep: number): void {
@@ -355,12 +359,18 @@ export class HealthTable {
     return (this.el.getRootNode() as Document | ShadowRoot).activeElement ?? null;
   }
 
-  /** The row control that has the keyboard focus, by its row's layer index and its class (what
-   *  names the same control in a rebuilt row). */
-  private focusedControl(): { index: number; cls: string } | null {
-    const a = this.activeElement();
-    const tr = a instanceof HTMLElement && a.className && this.tbody.contains(a) ? a.closest("tr") : null;
-    return tr && tr.dataset.index !== undefined ? { index: Number(tr.dataset.index), cls: (a as HTMLElement).className } : null;
+  /** The row control `el` (a ▸/▾) by its row's layer index and its class: what names the same
+   *  control in a rebuilt row, or in another view of the table; null if `el` is none. */
+  controlKey(el: Element | null): ControlKey | null {
+    const tr = el instanceof HTMLElement && el.className && this.tbody.contains(el) ? el.closest("tr") : null;
+    return tr && tr.dataset.index !== undefined ? { index: Number(tr.dataset.index), cls: (el as HTMLElement).className } : null;
+  }
+
+  /** Give the keyboard focus to the control `key` names, if its row is rendered (false if not). */
+  focusControl(key: ControlKey): boolean {
+    const control = this.rendered.get(key.index)?.tr.getElementsByClassName(key.cls)[0] as HTMLElement | undefined;
+    if (control && control !== this.activeElement()) control.focus({ preventScroll: true });
+    return !!control;
   }
 
   private buildRow(r: Row): HTMLTableRowElement {
