@@ -321,21 +321,18 @@ export class HealthTable {
     for (let i = first; i < last; i++) {
       const r = this.shown[i];
       const texts = this.cols.map((c) => cellText(r[c.key], c.kind) + (c.key === "layer" ? groupMark(r) : ""));
-      let got = this.rendered.get(r.index);
-      if (!got) {
-        got = { tr: this.buildRow(r), texts };
-        this.rendered.set(r.index, got);
-      } else {
+      const got = this.rendered.get(r.index);
+      const tr = got ? got.tr : this.buildRow(r);
+      if (got) {
         // only the cells whose text changed (a step's new numbers): the others, and a focused ▸, stay
-        const { tr } = got;
-        this.cols.forEach((c, k) => texts[k] !== got!.texts[k] && tr.replaceChild(this.buildCell(r, c), tr.cells[k]));
+        for (let k = 0; k < texts.length; k++) if (texts[k] !== got.texts[k]) tr.replaceChild(this.buildCell(r, this.cols[k]), tr.cells[k]);
         tr.dataset.layer = r.layer;
-        got.texts = texts;
       }
+      this.rendered.set(r.index, { tr, texts });
       const on = r.index === this.selected;
-      got.tr.classList.toggle("gw-selected", on);
-      got.tr.setAttribute("aria-selected", String(on));
-      order.push(got.tr);
+      tr.classList.toggle("gw-selected", on);
+      tr.setAttribute("aria-selected", String(on));
+      order.push(tr);
     }
     const kept = new Set(order);
     for (const [k, v] of this.rendered) if (!kept.has(v.tr)) (v.tr.remove(), this.rendered.delete(k));
