@@ -439,10 +439,11 @@ def test_the_cursor_follows_the_last_action_and_the_cell_end_updates_the_saved_o
     state = page.evaluate(
         f"""() => {{ const v = {VIEW}; return [v.cursor, v.meta.cols - 1, v.meta.last_step,
         document.querySelectorAll('.jp-Notebook .jp-Cell:first-child .gw-root').length,
-        document.querySelector('input.gw-filter').value]; }}"""
+        document.querySelector('input.gw-filter').value, document.activeElement === v.root]; }}"""
     )
     assert state[0] == state[1] and state[2] == last, state
     assert state[3] == 1 and state[4] == "weight", state
+    assert state[5], state  # the new view has the keyboard focus the old one had (End was pressed on it)
     # the static panel of the trained run is in the widget state too (what --to gradwidget shows),
     # and in the saved file's first output
     saved = page.evaluate(f"() => String({VIEW}.model.get('static_html'))")
