@@ -419,8 +419,6 @@ def test_a_focused_toggle_keeps_the_focus_while_the_table_repaints_in_chromium()
     scrolled far past it (it renders only the rows around its viewport) and after a training step
     brought new numbers; Enter expands its group, and the focus moves to the ▾ that replaces it;
     a view that replaces this one (the output updated in place) gives the focus back to the ▸."""
-    import time
-
     from gw_browser import offline_page
 
     rec = FakeRecorder(many_layers())
@@ -440,11 +438,8 @@ def test_a_focused_toggle_keeps_the_focus_while_the_table_repaints_in_chromium()
             assert page.evaluate("() => document.activeElement === window.gwFocused")
             # a step arrives: the kernel's table has new numbers, the page repaints its rows
             cells = page.locator(row).inner_text()
-            table = panel.table
             rec.step(6, value=5.0)
-            deadline = time.monotonic() + 60  # the analysis runs on the panel's thread
-            while panel.table == table and time.monotonic() < deadline:
-                time.sleep(0.05)
+            panel.flush()  # the step's analysis, waited for
             _sync(page, panel, wait=False)
             page.evaluate(TWO_FRAMES_JS)
             assert page.locator(row).inner_text() != cells
