@@ -12,6 +12,7 @@ from gradwidget import GradientPanel, plots
 from gradwidget.panel import payload as P
 from gradwidget.panel.rows import row_layout, toggled
 from gradwidget.run import METRICS, N_BINS, LayerInfo, Run
+from test_widget import FakeRecorder
 
 M = {m: i for i, m in enumerate(METRICS)}
 
@@ -275,11 +276,12 @@ BRIDGE_JS = """async ({code, state}) => {
     for (const k of Object.keys(d)) for (const cb of handlers['change:' + k] || []) cb(); };
   const url = URL.createObjectURL(new Blob([code], {type: 'text/javascript'}));
   const mod = await import(url);
-  const el = document.createElement('div');
-  el.style.width = '1200px';
-  document.body.append(el);
-  mod.default.render({model, el});
-  window.gwView = el.gradwidget;
+  const show = () => { const el = document.createElement('div'); el.style.width = '1200px';
+    document.body.append(el); mod.default.render({model, el}); window.gwView = el.gradwidget; return el; };
+  let el = show();
+  // the output re-rendered in place (JupyterLab after an update_display): the old view's element
+  // is taken off the page, a new view of the same model is rendered
+  window.gwRerender = () => { el.remove(); el = show(); };
 }"""
 
 
@@ -294,6 +296,18 @@ def _state(panel) -> dict:
         v = getattr(panel, k)
         out[k] = {"__b64__": base64.b64encode(v).decode()} if t.kind == "bytes" else v
     return out
+
+
+def _open(page, panel) -> None:
+    """The built bundle's view of ``panel`` in a blank page, through the bridge."""
+    from pathlib import Path
+
+    bundle = Path(__file__).resolve().parents[1] / "gradwidget" / "static" / "widget.js"
+    if not bundle.is_file():
+        pytest.skip("the front end is not built (npm --prefix js run build)")
+    page.set_content("<!doctype html><html><body style='margin:0'></body></html>")
+    page.evaluate(BRIDGE_JS, {"code": bundle.read_text(), "state": _state(panel)})
+    page.wait_for_function("() => window.gwView.image.rows > 0")
 
 
 def _sync(page, panel, wait: bool = True) -> list[dict]:
@@ -317,20 +331,13 @@ VIEW_ROWS_JS = """() => ({rows: window.gwView.meta.rows, names: window.gwView.me
 
 @pytest.mark.browser
 def test_the_page_draws_groups_and_expands_and_collapses_one_in_chromium():
-    from pathlib import Path
-
     from gw_browser import offline_page
 
-    bundle = Path(__file__).resolve().parents[1] / "gradwidget" / "static" / "widget.js"
-    if not bundle.is_file():
-        pytest.skip("the front end is not built (npm --prefix js run build)")
     run = many_layers()
     panel = GradientPanel(run, layer="blocks.20.lin0.weight")
     try:
         with offline_page() as (page, blocked):
-            page.set_content("<!doctype html><html><body style='margin:0'></body></html>")
-            page.evaluate(BRIDGE_JS, {"code": bundle.read_text(), "state": _state(panel)})
-            page.wait_for_function("() => window.gwView.image.rows > 0")
+            _open(page, panel)
             v = page.evaluate(VIEW_ROWS_JS)
             assert v["rows"] == 75 and v["names"][0] == "blocks.0 (6 tensors)" and v["image"] == 75
             assert v["layer"] == 20  # layer 120 is shown by its group's row
@@ -363,10 +370,7 @@ def test_the_page_draws_groups_and_expands_and_collapses_one_in_chromium():
             page.wait_for_function("() => window.gwView.meta.rows === 80")
             assert page.evaluate(VIEW_ROWS_JS)["names"][10] == "blocks.10.lin0.weight"
             # Enter on a table row's ▸ (keyboard focus) expands that row's group, not the selected row's
-            toggle = "table.gw-health tr[data-index='24'] button.gw-toggle"
-            page.locator(toggle).scroll_into_view_if_needed()  # the table repaints its rows on scroll:
-            page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-            page.locator(toggle).press("Enter")  # focus the repainted button, then press
+            page.locator("table.gw-health tr[data-index='24'] button.gw-toggle").press("Enter")
             assert _sync(page, panel)[-1] == {"expanded": [[60, 66], [24, 30]]}
             page.wait_for_function("() => window.gwView.meta.rows === 85")
             # a diagnosis' click selects its first layer and opens the group holding it
@@ -398,6 +402,61 @@ def test_the_page_draws_groups_and_expands_and_collapses_one_in_chromium():
                 arg=li,
             )
             assert page.evaluate("() => window.gwView.meta.layers[window.gwView.layer].name") == run.layer_names[li]
+        assert blocked == []
+    finally:
+        panel.close()
+
+
+#: the table row of the focused element and what it is: [data-index, class, text] (null: none focused).
+FOCUSED_JS = """() => { const a = document.activeElement, tr = a && a.closest('table.gw-health tbody tr');
+  return tr ? [tr.dataset.index, a.className, a.textContent] : null; }"""
+TWO_FRAMES_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
+
+
+@pytest.mark.browser
+def test_a_focused_toggle_keeps_the_focus_while_the_table_repaints_in_chromium():
+    """A keyboard user's place in the health table: a focused ▸ is the same element after the table
+    scrolled far past it (it renders only the rows around its viewport) and after a training step
+    brought new numbers; Enter expands its group, and the focus moves to the ▾ that replaces it;
+    a view that replaces this one (the output updated in place) gives the focus back to the ▸."""
+    from gw_browser import offline_page
+
+    rec = FakeRecorder(many_layers())
+    panel = GradientPanel(rec, max_rate=1000)
+    try:
+        with offline_page() as (page, blocked):
+            _open(page, panel)
+            row = "table.gw-health tr[data-index='12']"
+            page.locator(f"{row} button.gw-toggle").focus()
+            page.evaluate("() => { window.gwFocused = document.activeElement; }")
+            assert page.evaluate(FOCUSED_JS) == ["12", "gw-toggle", "▸"]
+            # to the end of the table: row 12 is far above the rows the viewport needs
+            page.evaluate(
+                "() => { const s = document.querySelector('.gw-table-scroll'); s.scrollTop = s.scrollHeight; }"
+            )
+            page.evaluate(TWO_FRAMES_JS)
+            assert page.evaluate("() => document.activeElement === window.gwFocused")
+            # a step arrives: the kernel's table has new numbers, the page repaints its rows
+            cells = page.locator(row).inner_text()
+            rec.step(6, value=5.0)
+            panel.flush()  # the step's analysis, waited for
+            _sync(page, panel, wait=False)
+            page.evaluate(TWO_FRAMES_JS)
+            assert page.locator(row).inner_text() != cells
+            assert page.evaluate("() => document.activeElement === window.gwFocused")
+            page.keyboard.press("Enter")
+            assert _sync(page, panel)[-1] == {"expanded": [[12, 18]]}
+            page.wait_for_function("() => window.gwView.meta.rows === 80")
+            assert page.evaluate(FOCUSED_JS) == ["12", "gw-toggle", "▾"]  # blocks.2.lin0.weight's ▾
+            page.keyboard.press("Enter")
+            assert _sync(page, panel)[-1] == {"expanded": []}
+            page.wait_for_function("() => window.gwView.meta.rows === 75")
+            assert page.evaluate(FOCUSED_JS) == ["12", "gw-toggle", "▸"]
+            # the output re-rendered (a training cell ended): the new view gives the ▸ its focus back
+            page.evaluate("() => window.gwRerender()")
+            page.wait_for_function("() => window.gwView.root.contains(document.activeElement)")
+            assert page.evaluate(FOCUSED_JS) == ["12", "gw-toggle", "▸"]
+            assert page.evaluate("() => document.querySelectorAll('.gw-root').length") == 1
         assert blocked == []
     finally:
         panel.close()
@@ -448,21 +507,7 @@ def test_a_hooked_model_of_many_tensors_trains_with_grouped_rows_kept_expanded()
 def test_while_training_a_grouped_panel_sends_new_columns_of_its_rows_and_a_new_layout_whole():
     import time
 
-    class Recorder:  # what GradientPanel needs of one: on_step, run, log, attached
-        def __init__(self, run):
-            self.run, self.on_step, self.attached = run, [], True
-
-        def log(self, **kw):
-            pass
-
-        def step(self, s):
-            v = np.full((len(METRICS), self.run.n_layers), 0.01, np.float32)
-            v[M["nonfinite"]] = 0
-            self.run.append(s, v)
-            for fn in self.on_step:
-                fn(self.run)
-
-    rec = Recorder(many_layers(steps=6, hist=False))
+    rec = FakeRecorder(many_layers(steps=6, hist=False))
     panel = GradientPanel(rec, max_rate=1000)
     sent = []
     real = panel.send

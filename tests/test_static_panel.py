@@ -100,22 +100,28 @@ def test_the_static_panel_is_the_same_whichever_thread_finishes_first(monkeypatc
     assert "cursor at step 139" in html
 
 
-def test_a_panel_shown_before_training_updates_its_output_when_the_cell_ends(monkeypatch):
-    """``panel`` in one cell, training in the next: the output made before any step is updated
-    (IPython's update_display) with the static panel of the trained run."""
+@pytest.fixture
+def published(monkeypatch) -> list:
+    """IPython's display and its handles' update, recorded: ("display" | "update", data, thread name)."""
     import IPython.display
 
-    published = []
+    got: list = []
 
     class Handle:
         def update(self, data, metadata=None, raw=False):
-            published.append(("update", data))
+            got.append(("update", data, threading.current_thread().name))
 
     def display(data, metadata=None, raw=False, display_id=None):
-        published.append(("display", data))
+        got.append(("display", data, threading.current_thread().name))
         return Handle()
 
     monkeypatch.setattr(IPython.display, "display", display)
+    return got
+
+
+def test_a_panel_shown_before_training_updates_its_output_when_the_cell_ends(published):
+    """``panel`` in one cell, training in the next: the output made before any step is updated
+    (IPython's update_display) with the static panel of the trained run."""
     rec = FakeRecorder(synthetic_run(20, hist_every=5))
     p = GradientPanel(rec, max_rate=1000)
     rec.run = synthetic_run(0)  # nothing recorded yet when the panel is shown
@@ -125,7 +131,7 @@ def test_a_panel_shown_before_training_updates_its_output_when_the_cell_ends(mon
     for s in range(100, 120):
         rec.step(s)
     p._after_cell()
-    kind, data = published[-1]
+    kind, data, _ = published[-1]
     assert kind == "update" and data["application/vnd.jupyter.widget-view+json"]["model_id"] == p.model_id
     assert "cursor at step 119" in data["text/html"] and "gradwidget-diagnoses" in data["text/html"]
     n = len(published)
@@ -169,6 +175,27 @@ def test_where_a_front_end_draws_the_panel_the_cell_end_waits_for_nothing(monkey
     while "cursor at step 119" not in p.static_html and time.monotonic() < deadline:
         time.sleep(0.1)
     assert "cursor at step 119" in p.static_html and "gradwidget-diagnoses" in p.static_html
+
+
+def test_where_a_front_end_draws_the_panel_the_analysis_thread_updates_its_outputs(published):
+    """JupyterLab and Notebook 7 draw the panel shown before training; they apply an update from a
+    later cell to it too (their kernel connection forwards an update to every cell that showed its
+    display id). The end of the training cell waits for nothing; the analysis thread updates the
+    output once it has made the static panel of the final state, once a cell."""
+    rec = FakeRecorder(synthetic_run(0))
+    p = GradientPanel(rec, max_rate=1000)
+    p._ipython_display_()
+    p._on_page_message(p, {"kind": "rendered"}, [])
+    rec.run = synthetic_run(20, hist_every=5)
+    for s in range(100, 120):
+        rec.step(s)
+    p._after_cell()
+    assert p._worker.wait(60)
+    updates = [(data["text/html"], thread) for kind, data, thread in published if kind == "update"]
+    assert len(updates) == 1 and updates[0][1] == "gradwidget-analysis"
+    assert "cursor at step 119" in updates[0][0] and "gradwidget-diagnoses" in updates[0][0]
+    p._after_cell()  # a cell that recorded nothing: no update
+    assert p._worker.wait(60) and len(published) == 2
 
 
 def test_a_panel_shown_again_in_the_training_cell_updates_its_first_output_too(monkeypatch):
@@ -224,3 +251,34 @@ def test_an_output_made_after_training_in_the_same_cell_is_not_updated_again(mon
     p._ipython_display_()
     p._after_cell()
     assert updated == [] and "cursor at step 109" in p.static_html
+
+
+@pytest.mark.slow
+def test_an_executed_notebook_keeps_the_trained_panel_in_the_output_shown_before_training(tmp_path):
+    """A real kernel (nbclient): the panel shown in one cell, trained in the next; the first cell's
+    saved output, read without widget state (plain ``--to html``), is the run as it ended: its last
+    step and its diagnoses."""
+    import html as html_lib
+
+    import nbformat
+    from nbclient import NotebookClient
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import torch\ntorch.set_num_threads(1)\nfrom gradwidget import GradientPanel\n"
+            "from gradwidget.demo import build_demo, train_demo\n"
+            "model, opt, data = build_demo()\npanel = GradientPanel(model, opt)\npanel"
+        ),
+        nbformat.v4.new_code_cell("train_demo(60, recorder=panel, model=model, optimizer=opt, data=data)"),
+        nbformat.v4.new_code_cell("print(int(panel.run.steps[-1]))\nfor d in panel.diagnoses: print(d['action'])"),
+    ]
+    NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    last, *actions = nb.cells[2].outputs[0]["text"].splitlines()
+    shown = nb.cells[0].outputs[0]["data"]
+    assert f"cursor at step {last}" in shown["text/html"] and "image/png" in shown
+    assert actions and all(html_lib.escape(a) in shown["text/html"] for a in actions)
+    nb.metadata.pop("widgets", None)
+    page, _ = HTMLExporter().from_notebook_node(nb)
+    assert f"cursor at step {last}" in page and "no step recorded yet" not in page

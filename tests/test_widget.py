@@ -68,8 +68,10 @@ class FakeRecorder:
     def log(self, **kw):
         self.logged.append(kw)
 
-    def step(self, s):
-        vals = np.full((len(METRICS), self.run.n_layers), 0.01, np.float32)
+    def step(self, s, value: float = 0.01):
+        """A step whose every gradient statistic is ``value`` (none non-finite)."""
+        vals = np.full((len(METRICS), self.run.n_layers), value, np.float32)
+        vals[METRICS.index("nonfinite")] = 0
         self.run.append(s, vals)
         for fn in self.on_step:
             fn(self.run)

@@ -50,6 +50,11 @@ class PanelBackground(PanelBase):
         if final:
             with self._lock:
                 self._refresh_static()
+                run = self.run
+                due = self._outputs_due and run is not None and run.version == snap.version
+                self._outputs_due = self._outputs_due and not due
+            if due:
+                self._update_outputs()
 
     def _analyse_snapshot(self, snap: Run, final: bool = True) -> None:
         """Analyse a copy of the run (on the analysis thread) and send the table and diagnoses;
@@ -121,7 +126,7 @@ class PanelBackground(PanelBase):
         """The static panel of the run as it is now, made from its analysis (waited for, at most
         ``wait`` seconds; it runs on the analysis thread): the same output whatever thread finishes first."""
         run = self.run
-        if run is None or run.n_steps == 0:
+        if run is None or run.n_steps == 0 or self._worker.on_thread():  # the analysis thread has just made it
             return
         self._throttle.cancel()
         self._push(force=True)
@@ -132,13 +137,14 @@ class PanelBackground(PanelBase):
             self._refresh_static()
 
     def _after_cell(self) -> None:
-        """After a cell ran (IPython ``post_run_cell``), if it recorded steps. Where no front end
-        draws the panel (nbclient, ``nbconvert --execute``: the page never said ``rendered``), send
-        the final view, wait for the analysis of the final state, make the static panel from both
-        and update the outputs this panel was displayed in (``display.update_outputs``): the
-        executed notebook holds the run as it ended. Where a front end draws it, nothing is waited
-        for: the final view goes out now and the analysis thread makes the static panel (kept in
-        the widget state) right after the cell's reply, as the live panel's table."""
+        """After a cell ran (IPython ``post_run_cell``), if it recorded steps: the outputs this panel
+        was displayed in get the static panel of the run as it ended (``display._update_outputs``),
+        so that the saved notebook holds it. Where no front end draws the panel (nbclient,
+        ``nbconvert --execute``: the page never said ``rendered``), the final view is sent, the
+        analysis of the final state waited for and the outputs updated here. Where a front end
+        draws it, nothing is waited for: the final view goes out now, and the analysis thread,
+        right after the cell's reply, makes the static panel (into the widget state, as the live
+        panel's table) and then updates the outputs (once a cell, off the training thread)."""
         run = self.run
         if run is None or run.version == self._outputs_version:
             return
@@ -149,4 +155,5 @@ class PanelBackground(PanelBase):
         self._throttle.cancel()
         self._push(force=True)
         self._outputs_version = run.version
+        self._outputs_due = True
         self._worker.submit((P.snapshot(run), True), force=True, delay=AFTER_CELL_DELAY)

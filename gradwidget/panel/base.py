@@ -56,6 +56,7 @@ class PanelBase:
         _static_key: tuple | None
         _displays: list
         _outputs_version: int
+        _outputs_due: bool
         _views_seen: bool
         diagnoses: list
         static_html: str

@@ -4,9 +4,11 @@ where no widget runs, and the outputs kept current. A mixin of GradientPanel.
 A panel is usually shown before training (``panel`` in one cell, the loop in the next), when there
 is nothing to draw yet. It is therefore displayed with a display id (``_ipython_display_``), and
 after each cell that recorded steps the outputs it was shown in are updated (``_update_outputs``,
-IPython's ``update_display``) with the static panel of the run as it ended: a notebook saved or
+IPython's ``update_display``) with the static panel of the run as it ended: a notebook saved from
+JupyterLab or Notebook 7 (which apply an update from a later cell to the earlier output) or
 executed headless (nbclient, ``nbconvert --execute``) holds the final state in its outputs, not
-only in its widget state."""
+only in its widget state. Called from the main thread after the cell, or from the analysis thread
+once it has made the static panel (``background._after_cell``)."""
 
 from __future__ import annotations
 

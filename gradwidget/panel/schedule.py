@@ -140,6 +140,10 @@ class Worker:
                     self._next = time.monotonic() + max(self.min_gap, cost / self.share - cost)
                     self._cv.notify_all()
 
+    def on_thread(self) -> bool:
+        """Whether the caller is this worker's thread (which must never wait for its own jobs)."""
+        return threading.current_thread() is self._thread
+
     def _ready_at(self) -> float:
         return self._forced_at if self._forced else self._next
 

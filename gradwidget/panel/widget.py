@@ -160,6 +160,7 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
         self._static_key: tuple | None = None  # what static_html was made from
         self._displays: list = []  # [IPython display handle, run version it shows] of this panel's outputs
         self._outputs_version = -1  # the run's version those outputs show
+        self._outputs_due = False  # the analysis thread updates them after its next final static panel
         self._views_seen = False  # a front end drew this panel (its page said so)
         self._view: tuple | None = None  # (version, step, heat, flags, scale, cursor column, meta, col_steps) last sent
         self._report = None

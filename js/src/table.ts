@@ -1,7 +1,8 @@
 // Layer health table: sortable (click a header), filterable (type in the box), a health badge,
 // key statistics and the top suggestion. Clicking a row selects the layer everywhere. Past the
 // kernel's row cap a row may be a group of layers (`count`): its ▸ button expands it, and the ▾
-// button of a row shown inside an expanded group (`parent`) collapses that group.
+// button of a row shown inside an expanded group (`parent`) collapses that group. A long table
+// renders only the rows around its viewport; a focused ▸/▾ keeps the focus through every repaint.
 
 import { fmt } from "./colormap";
 import { HEALTH_COLORS, HEALTH_RANK, Row } from "./protocol";
@@ -35,6 +36,12 @@ export const COLUMNS: Column[] = [
   { key: "trend", label: "trend", kind: "text" },
   { key: "suggestion", label: "suggestion", kind: "text" },
 ];
+
+/** A row control (a ▸/▾) by its row's layer index and its class. */
+export interface ControlKey {
+  index: number;
+  cls: string;
+}
 
 export interface SortState {
   key: string;
@@ -106,11 +113,14 @@ export function cellText(v: unknown, kind: Column["kind"]): string {
 export const OVERSCAN = 40;
 const ROW_H = 21; // CSS px of a row until one has been measured
 
-/** The rows of `shown` that a viewport of `height` px scrolled to `top` needs, with OVERSCAN. */
-export function rowWindow(n: number, top: number, height: number, rowH: number): [number, number] {
-  const first = Math.max(0, Math.floor(top / rowH) - OVERSCAN);
-  const last = Math.min(n, Math.ceil((top + height) / rowH) + OVERSCAN);
-  return [first, Math.max(first, last)];
+/** The rows of `shown` that a viewport of `height` px scrolled to `top` needs, with OVERSCAN,
+ *  stretched to include row `keep` (the row whose control has the keyboard focus: it stays in the
+ *  page however far the table scrolls, so the focus is never dropped with it). */
+export function rowWindow(n: number, top: number, height: number, rowH: number, keep = -1): [number, number] {
+  let first = Math.max(0, Math.floor(top / rowH) - OVERSCAN);
+  let last = Math.max(first, Math.min(n, Math.ceil((top + height) / rowH) + OVERSCAN));
+  if (keep >= 0 && keep < n) [first, last] = [Math.min(first, keep), Math.max(last, keep + 1)];
+  return [first, last];
 }
 
 /** ▸ for a group row, ▾ for a row shown inside an expanded group, "" otherwise. */
@@ -140,8 +150,8 @@ export class HealthTable {
   private selected = -1;
   private cols: Column[] = COLUMNS;
   private colsKey = "";
-  /** rendered rows by layer index, with the text they show (unchanged rows are kept as they are) */
-  private rendered = new Map<number, { tr: HTMLTableRowElement; sig: string }>();
+  /** rendered rows by layer index, with the text of their cells (unchanged cells are kept as they are) */
+  private rendered = new Map<number, { tr: HTMLTableRowElement; texts: string[] }>();
   private rowH = 0;
   private raf = 0;
   /** the detail statistics are shown (the "more columns" button) */
@@ -190,7 +200,7 @@ export class HealthTable {
     });
   }
 
-  /** New rows from the kernel: rows whose text is unchanged keep their DOM nodes. */
+  /** New rows from the kernel: cells whose text is unchanged keep their DOM nodes. */
   setRows(rows: Row[]): void {
     this.rows = rows;
     const present = new Set<string>();
@@ -200,6 +210,7 @@ export class HealthTable {
     if (key !== this.colsKey) {
       this.colsKey = key;
       this.rendered.clear();
+      this.tbody.textContent = "";
       this.renderHead();
     }
     this.render();
@@ -291,86 +302,121 @@ export class HealthTable {
     this.paint();
   }
 
-  /** Put the window of rows the viewport needs into the tbody; spacing above and below stands for the rest. */
+  /** Put the window of rows the viewport needs into the tbody; spacing above and below stands for the
+   *  rest. A row control with the keyboard focus (a ▸/▾) keeps it: its row stays in the window, rows
+   *  already in order are not moved (moving a node drops its focus), a step's new numbers replace
+   *  only their cells, and a control rebuilt or moved (a ▸ that became ▾, a new sort) gets the
+   *  focus back. */
   private paint(): void {
+    const focus = this.controlKey(this.activeElement());
+    this.placeRows(focus ? this.shown.findIndex((r) => r.index === focus.index) : -1);
+    if (focus) this.focusControl(focus);
+  }
+
+  private placeRows(keep: number): void {
     const rowH = this.rowH || ROW_H;
     const n = this.shown.length;
-    const [first, last] = rowWindow(n, this.scroller.scrollTop, this.scroller.clientHeight || 300, rowH);
-    const keep = new Set<number>();
-    const frag = document.createDocumentFragment();
+    const [first, last] = rowWindow(n, this.scroller.scrollTop, this.scroller.clientHeight || 300, rowH, keep);
+    const order: HTMLTableRowElement[] = [];
     for (let i = first; i < last; i++) {
       const r = this.shown[i];
-      const sig = this.cols.map((c) => cellText(r[c.key], c.kind)).join("\u0001") + `\u0001${groupMark(r)}`;
-      let got = this.rendered.get(r.index);
-      if (!got || got.sig !== sig) {
-        got?.tr.remove();
-        got = { tr: this.buildRow(r), sig };
-        this.rendered.set(r.index, got);
+      const texts = this.cols.map((c) => cellText(r[c.key], c.kind) + (c.key === "layer" ? groupMark(r) : ""));
+      const got = this.rendered.get(r.index);
+      const tr = got ? got.tr : this.buildRow(r);
+      if (got) {
+        // only the cells whose text changed (a step's new numbers): the others, and a focused ▸, stay
+        for (let k = 0; k < texts.length; k++) if (texts[k] !== got.texts[k]) tr.replaceChild(this.buildCell(r, this.cols[k]), tr.cells[k]);
+        tr.dataset.layer = r.layer;
       }
+      this.rendered.set(r.index, { tr, texts });
       const on = r.index === this.selected;
-      got.tr.classList.toggle("gw-selected", on);
-      got.tr.setAttribute("aria-selected", String(on));
-      keep.add(r.index);
-      frag.append(got.tr);
+      tr.classList.toggle("gw-selected", on);
+      tr.setAttribute("aria-selected", String(on));
+      order.push(tr);
     }
-    for (const [k, v] of this.rendered) if (!keep.has(k)) (v.tr.remove(), this.rendered.delete(k));
-    this.tbody.append(frag); // moves kept rows into order; new ones are added
+    const kept = new Set(order);
+    for (const [k, v] of this.rendered) if (!kept.has(v.tr)) (v.tr.remove(), this.rendered.delete(k));
+    let at = this.tbody.firstChild;
+    for (const tr of order) {
+      if (tr === at) at = tr.nextSibling;
+      else this.tbody.insertBefore(tr, at);
+    }
     this.table.style.marginTop = `${first * rowH}px`;
     this.sizer.style.height = `${(n - last) * rowH}px`;
     if (!this.rowH && this.tbody.rows.length) {
       const h = this.tbody.rows[0].getBoundingClientRect().height;
       if (h > 0) {
         this.rowH = h;
-        if (Math.abs(h - rowH) > 0.5) this.paint();
+        if (Math.abs(h - rowH) > 0.5) this.placeRows(keep);
       }
     }
+  }
+
+  private activeElement(): Element | null {
+    return (this.el.getRootNode() as Document | ShadowRoot).activeElement ?? null;
+  }
+
+  /** The row control `el` (a ▸/▾) by its row's layer index and its class: what names the same
+   *  control in a rebuilt row, or in another view of the table; null if `el` is none. */
+  controlKey(el: Element | null): ControlKey | null {
+    const tr = el instanceof HTMLElement && el.className && this.tbody.contains(el) ? el.closest("tr") : null;
+    return tr && tr.dataset.index !== undefined ? { index: Number(tr.dataset.index), cls: (el as HTMLElement).className } : null;
+  }
+
+  /** Give the keyboard focus to the control `key` names, if its row is rendered (false if not). */
+  focusControl(key: ControlKey): boolean {
+    const control = this.rendered.get(key.index)?.tr.getElementsByClassName(key.cls)[0] as HTMLElement | undefined;
+    if (control && control !== this.activeElement()) control.focus({ preventScroll: true });
+    return !!control;
   }
 
   private buildRow(r: Row): HTMLTableRowElement {
     const tr = document.createElement("tr");
     tr.dataset.index = String(r.index);
     tr.dataset.layer = r.layer;
-    for (const c of this.cols) {
-      const td = document.createElement("td");
-      const v = r[c.key];
-      if (c.kind === "health") {
-        const badge = document.createElement("span");
-        const h = String(v ?? "Unknown");
-        badge.className = `gw-badge gw-${h.toLowerCase()}`;
-        badge.style.background = HEALTH_COLORS[h] ?? HEALTH_COLORS.Unknown;
-        badge.textContent = h;
-        td.append(badge);
-      } else {
-        td.textContent = cellText(v, c.kind);
-        if (c.kind === "num") td.className = "gw-num";
-        if (c.key === "layer") {
-          td.className = "gw-name";
-          td.title = String(v ?? "");
-          // a long name breaks after its dots, never inside a word (copying it gives the name)
-          td.textContent = "";
-          String(v ?? "").split(".").forEach((part, i, all) => {
-            td.append(part + (i < all.length - 1 ? "." : ""));
-            if (i < all.length - 1) td.append(document.createElement("wbr"));
-          });
-          const mark = groupMark(r);
-          if (mark) {
-            const b = document.createElement("button");
-            b.className = "gw-toggle";
-            b.textContent = mark;
-            const group = mark === "▸";
-            b.setAttribute("aria-expanded", String(!group));
-            b.title = group ? `expand: show the ${r.count} tensors of this group` : "collapse the group this layer is shown in";
-            b.setAttribute("aria-label", b.title);
-            td.prepend(b);
-          }
-        }
-        if (c.key === "suggestion") {
-          td.className = "gw-suggestion";
-          td.title = String(v ?? "");
-        }
-      }
-      tr.append(td);
-    }
+    for (const c of this.cols) tr.append(this.buildCell(r, c));
     return tr;
+  }
+
+  private buildCell(r: Row, c: Column): HTMLTableCellElement {
+    const td = document.createElement("td");
+    const v = r[c.key];
+    if (c.kind === "health") {
+      const badge = document.createElement("span");
+      const h = String(v ?? "Unknown");
+      badge.className = `gw-badge gw-${h.toLowerCase()}`;
+      badge.style.background = HEALTH_COLORS[h] ?? HEALTH_COLORS.Unknown;
+      badge.textContent = h;
+      td.append(badge);
+      return td;
+    }
+    td.textContent = cellText(v, c.kind);
+    if (c.kind === "num") td.className = "gw-num";
+    if (c.key === "layer") {
+      td.className = "gw-name";
+      td.title = String(v ?? "");
+      // a long name breaks after its dots, never inside a word (copying it gives the name)
+      td.textContent = "";
+      String(v ?? "").split(".").forEach((part, i, all) => {
+        td.append(part + (i < all.length - 1 ? "." : ""));
+        if (i < all.length - 1) td.append(document.createElement("wbr"));
+      });
+      const mark = groupMark(r);
+      if (mark) {
+        const b = document.createElement("button");
+        b.className = "gw-toggle";
+        b.textContent = mark;
+        const group = mark === "▸";
+        b.setAttribute("aria-expanded", String(!group));
+        b.title = group ? `expand: show the ${r.count} tensors of this group` : "collapse the group this layer is shown in";
+        b.setAttribute("aria-label", b.title);
+        td.prepend(b);
+      }
+    }
+    if (c.key === "suggestion") {
+      td.className = "gw-suggestion";
+      td.title = String(v ?? "");
+    }
+    return td;
   }
 }

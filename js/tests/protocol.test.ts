@@ -77,4 +77,10 @@ describe("table window", () => {
     expect(rowWindow(10, 0, 300, 20)).toEqual([0, 10]);
     expect(rowWindow(0, 0, 300, 20)).toEqual([0, 0]);
   });
+
+  it("stretches to keep the row whose control has the focus", () => {
+    expect(rowWindow(1000, 10_000, 300, 20, 3)).toEqual([3, 515 + OVERSCAN]);
+    expect(rowWindow(1000, 0, 300, 20, 900)).toEqual([0, 901]);
+    expect(rowWindow(1000, 0, 300, 20, 10)).toEqual([0, 15 + OVERSCAN]); // already in the window
+  });
 });

@@ -55,6 +55,11 @@ RUN_CELL_JS = """(i) => { const w = window.jupyterapp.shell.currentWidget;
 
 VIEW = "document.querySelector('.gw-root').parentElement.gradwidget"
 
+#: the text/html of cell i's outputs, as JupyterLab or Notebook 7 holds them (what the .ipynb gets when saved).
+OUTPUT_HTML_JS = """(i) => { const m = window.jupyterapp.shell.currentWidget.content.widgets[i].model.outputs;
+  const out = []; for (let k = 0; k < m.length; k++) out.push(String(m.get(k).data['text/html'] || ''));
+  return out; }"""
+
 #: pixels of the heatmap's rectangle on the main canvas: how many are opaque, how many colours.
 HEAT_PIXELS_JS = f"""() => {{
   const v = {VIEW}; const c = v.canvas; const L = v.layout; const dpr = c.width / L.width;

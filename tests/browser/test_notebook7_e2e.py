@@ -1,5 +1,6 @@
 """GradientPanel in Jupyter Notebook 7 (``jupyter notebook``, the notebook package): a real server,
-a real kernel, Debian's Chromium driven by Playwright; the panel must draw its canvas there too."""
+a real kernel, Debian's Chromium driven by Playwright; the panel must draw its canvas there too, and
+the output it was shown in before training must hold the trained run when the training cell ends."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/browser: lab
-from lab import HEAT_PIXELS_JS, KERNEL_IDLE_JS, RUN_CELL_JS, VIEW, notebook_page  # noqa: E402
+from lab import HEAT_PIXELS_JS, KERNEL_IDLE_JS, OUTPUT_HTML_JS, RUN_CELL_JS, VIEW, notebook_page  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -20,8 +21,8 @@ from gradwidget import GradientPanel
 from gradwidget.demo import build_demo, train_demo
 model, opt, data = build_demo()
 panel = GradientPanel(model, opt, max_rate=4)
-train_demo(40, recorder=panel, model=model, optimizer=opt, data=data)
-panel"""
+panel""",
+    "train_demo(40, recorder=panel, model=model, optimizer=opt, data=data);  # not shown again here",
 ]
 
 
@@ -34,7 +35,10 @@ def test_panel_draws_in_notebook_7(tmp_path):
             "() => { const r = document.querySelector('.gw-root'); return r && r.parentElement.gradwidget; }"
         )
         page.wait_for_function(KERNEL_IDLE_JS)
+        page.evaluate(RUN_CELL_JS, 1)
         page.wait_for_function(f"() => {VIEW}.meta.n_steps === 40 && {VIEW}.image.canvas !== null")
+        # the first cell's output gets the static panel of the trained run (an update from cell 1)
+        page.wait_for_function("(i) => (" + OUTPUT_HTML_JS + ")(i).some(h => h.includes('cursor at step 39'))", arg=0)
         page.wait_for_timeout(300)
         px = page.evaluate(HEAT_PIXELS_JS)
         assert px["opaque"] == px["total"] > 1000 and px["colours"] >= 20, px

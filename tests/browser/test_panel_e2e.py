@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/browser: lab
@@ -18,6 +19,7 @@ from lab import (
     HEAT_PIXELS_JS,
     KERNEL_EXEC_JS,
     KERNEL_IDLE_JS,
+    OUTPUT_HTML_JS,
     ROOT,
     RUN_CELL_JS,
     VIEW,  # noqa: E402
@@ -307,6 +309,17 @@ def test_colour_range_is_the_kernels(page):
     assert sent == pytest.approx([lo, hi], rel=1e-6)
 
 
+def while_training(page, done: str, read: str) -> list:
+    """[whether ``done`` came true while the kernel was busy, *``read``]: waits (generously: a loaded
+    machine may take seconds to draw) until ``done`` holds or the kernel is idle, and reads both from
+    the same poll. JavaScript expressions over ``v``, the first panel's view."""
+    return page.wait_for_function(
+        f"""() => {{ const v = {VIEW}, busy = !({KERNEL_IDLE_JS})(), done = !!({done});
+            return (done || !busy) && [done && busy, ...{read}]; }}""",
+        timeout=TIMEOUT_MS,
+    ).json_value()
+
+
 def test_clicks_and_scrubs_apply_at_once_while_the_cell_trains(page):
     """A training loop in a cell keeps the kernel from reading browser messages until it ends:
     the page must still show a clicked layer (row, histogram) and a scrubbed cursor at once, keep
@@ -323,10 +336,10 @@ def test_clicks_and_scrubs_apply_at_once_while_the_cell_trains(page):
         return {{index: Number(r.dataset.index), layer: r.dataset.layer}}; }}""")
     hist_before = page.evaluate(CANVAS_HASH_JS, "canvas.gw-hist")
     page.locator(f"table.gw-health tbody tr[data-index='{target['index']}']").click()
-    # at once (the next frame), not when the cell ends
-    page.wait_for_function(f"() => {VIEW}.histShown && {VIEW}.histShown.layer === {target['index']}", timeout=2000)
-    shown = page.evaluate(f"() => [{VIEW}.layer, {VIEW}.histShown.source, ({KERNEL_IDLE_JS})()]")
-    assert shown == [target["index"], "newest", False], shown  # drawn from every layer's newest histogram
+    # drawn while the cell still trains (from every layer's newest histogram), not when it ends
+    drawn = f"v.histShown && v.histShown.layer === {target['index']}"
+    shown = while_training(page, drawn, "[v.layer, v.histShown && v.histShown.source]")
+    assert shown == [True, target["index"], "newest"], shown
     assert page.locator("table.gw-health tr.gw-selected").get_attribute("data-layer") == target["layer"]
     hist_now = page.evaluate(CANVAS_HASH_JS, "canvas.gw-hist")
     assert hist_now["hash"] != hist_before["hash"] and hist_now["painted"] > 500
@@ -335,9 +348,8 @@ def test_clicks_and_scrubs_apply_at_once_while_the_cell_trains(page):
     page.keyboard.press("Home")
     assert page.evaluate(f"() => {VIEW}.cursor") == 0
     n0 = page.evaluate(f"() => {VIEW}.meta.n_steps")
-    page.wait_for_function(f"() => {VIEW}.meta.n_steps > {n0} + 3", timeout=10_000)  # updates kept coming
-    state = page.evaluate(f"() => [{VIEW}.cursor, {VIEW}.layer, ({KERNEL_IDLE_JS})()]")
-    assert state == [0, target["index"], False], state  # neither was pulled back
+    state = while_training(page, f"v.meta.n_steps > {n0} + 3", "[v.cursor, v.layer]")  # updates kept coming
+    assert state == [True, 0, target["index"]], state  # neither was pulled back
     page.locator(".jp-OutputArea-output").filter(has=page.locator(".gw-root")).first.screenshot(
         path=str(ARTIFACTS / "panel_clicked_while_training.png")
     )
@@ -394,12 +406,6 @@ def test_a_panel_of_many_tensors_expands_and_collapses_a_group_through_the_kerne
     assert kernel(page, "print(big_panel.expanded)").strip() == "[]"
 
 
-#: the saved outputs of cell i, as JupyterLab holds them (what the .ipynb gets when saved).
-OUTPUT_HTML_JS = """(i) => { const m = window.jupyterapp.shell.currentWidget.content.widgets[i].model.outputs;
-  const out = []; for (let k = 0; k < m.length; k++) out.push(String(m.get(k).data['text/html'] || ''));
-  return out; }"""
-
-
 def test_the_cursor_follows_the_last_action_and_the_cell_end_updates_the_saved_output(page):
     """Click step 8, then End (follow training) while the cell trains: when the cell ends the
     cursor stays on the newest step (it jumped back to 8: the kernel read "follow" with the step
@@ -423,20 +429,29 @@ def test_the_cursor_follows_the_last_action_and_the_cell_end_updates_the_saved_o
     page.wait_for_function(
         f"async () => (await ({KERNEL_EXEC_JS})('print(panel.step, panel.follow)')).trim() === '{last} True'"
     )
+    # the output of cell 0, shown before training, gets the static panel of the trained run (the
+    # analysis thread updates it after the cell; JupyterLab's kernel connection forwards an update
+    # to every cell that showed its display id): a notebook saved without widget state shows it
+    page.wait_for_function(
+        f"(i) => ({OUTPUT_HTML_JS})(i).some(h => h.includes('cursor at step {last}'))", arg=0, timeout=TIMEOUT_MS
+    )
     page.wait_for_timeout(2000)  # the updated output re-renders; the queued page messages are read
     state = page.evaluate(
         f"""() => {{ const v = {VIEW}; return [v.cursor, v.meta.cols - 1, v.meta.last_step,
         document.querySelectorAll('.jp-Notebook .jp-Cell:first-child .gw-root').length,
-        document.querySelector('input.gw-filter').value]; }}"""
+        document.querySelector('input.gw-filter').value, document.activeElement === v.root]; }}"""
     )
     assert state[0] == state[1] and state[2] == last, state
     assert state[3] == 1 and state[4] == "weight", state
-    # the static panel of the trained run is in the widget state (what --to gradwidget shows); the
-    # output of cell 0 is updated only by cell 0 itself here: JupyterLab applies update_display_data
-    # to the outputs of the cell that sent it (nbclient, VS Code and the classic notebook, to all)
+    assert state[5], state  # the new view has the keyboard focus the old one had (End was pressed on it)
+    # the static panel of the trained run is in the widget state too (what --to gradwidget shows),
+    # and in the saved file's first output
     saved = page.evaluate(f"() => String({VIEW}.model.get('static_html'))")
     assert "gradwidget-diagnoses" in saved and f"cursor at step {last}" in saved, saved[:300]
-    assert any("gradwidget-static" in h for h in page.evaluate(OUTPUT_HTML_JS, 0))
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    nb = nbformat.read(Path(kernel(page, "import os; print(os.getcwd())").strip()) / "panel.ipynb", as_version=4)
+    first = "".join(o.get("data", {}).get("text/html", "") for o in nb.cells[0].outputs)
+    assert f"cursor at step {last}" in first and "gradwidget-diagnoses" in first
     page.locator(".jp-OutputArea-output").filter(has=page.locator(".gw-root")).first.screenshot(
         path=str(ARTIFACTS / "panel_after_cell.png")
     )

@@ -14,7 +14,7 @@ import {
 import { decodeNoise, NoiseData } from "../noise";
 import { installStyle } from "../style";
 import { Intent } from "../sync";
-import { HealthTable } from "../table";
+import { ControlKey, HealthTable } from "../table";
 import { readTheme, Theme } from "../theme";
 import { DiagnosesList } from "./diagnoses";
 import { barValues, drawPanel } from "./draw";
@@ -22,6 +22,12 @@ import { buildSkeleton, diffLegendHtml, h, legendHtml, Skeleton } from "./dom";
 import { bindInput } from "./input";
 
 const STEP_SEND_MS = 60;
+
+/** A focused control, named so that another view of the same panel finds it (see focusKey). */
+interface FocusKey {
+  row: ControlKey | null;
+  cls: string;
+}
 
 export class PanelView {
   // data
@@ -79,6 +85,8 @@ export class PanelView {
   private lastSent = 0;
   private disposers: (() => void)[] = [];
   private disposed = false;
+  /** what had the keyboard focus when a front end took this view off the page */
+  private lostFocus: FocusKey | null = null;
 
   constructor(private model: PanelModel, private el: HTMLElement) {
     this.table = new HealthTable((i) => this.selectLayer(i, true), (i) => this.toggleGroup(this.rowOf(i)));
@@ -149,6 +157,14 @@ export class PanelView {
       m.save_changes();
     });
     bindInput(this, listen);
+    // the control that had the focus when the front end took this view off the page (it fires
+    // focusout before the removal): the view that takes over gives the focus back (adopt)
+    listen(this.dom.root, "focusout", (e) => {
+      const key = this.focusKey(e.target as Element);
+      queueMicrotask(() => {
+        if (!this.disposed && !this.dom.root.isConnected) this.lostFocus = key;
+      });
+    });
     // resize with the cell, follow theme switches
     const ro = new ResizeObserver(() => {
       this.imageDirty = true;
@@ -513,6 +529,21 @@ export class PanelView {
     this.dom.speedSel.value = String(old.speed);
     this.table.restore(old.table.state());
     this.schedule();
+    const active = (this.dom.root.getRootNode() as Document | ShadowRoot).activeElement;
+    if (old.lostFocus && (!active || active === document.body)) this.refocus(old.lostFocus);
+  }
+
+  /** `el` as what names the same control in another view of this panel: a table row's ▸/▾, or
+   *  a control by its class ("" for the panel itself, which takes the keyboard scrubbing). */
+  private focusKey(el: Element): FocusKey {
+    return { row: this.table.controlKey(el), cls: el === this.dom.root ? "" : el.className };
+  }
+
+  /** Give the keyboard focus to the control `key` names (the panel itself when it is not shown). */
+  private refocus(key: FocusKey): void {
+    if (key.row && this.table.focusControl(key.row)) return;
+    const el = key.cls && !key.row ? this.dom.root.getElementsByClassName(key.cls)[0] : null;
+    (el instanceof HTMLElement ? el : this.dom.root).focus({ preventScroll: true });
   }
 
   get isDisposed(): boolean {
