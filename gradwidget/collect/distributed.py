@@ -170,11 +170,17 @@ class DistContext:
 
     def owns(self, name: str, p: torch.Tensor) -> bool:
         """Whether this rank's local piece of ``p`` counts towards the global statistics: shards
-        always do; replicated copies count once (mesh coordinate 0 along replicated dimensions)."""
+        always do; replicated copies count once (mesh coordinate 0 along replicated dimensions). A
+        DTensor on a sub-mesh (FSDP's data-parallel dimension of a 2-D mesh, next to tensor
+        parallelism) has a copy on every other sub-mesh: the one holding the group's rank 0 counts."""
         if is_dtensor(p):
             from torch.distributed.tensor import Replicate
 
-            coord = p.device_mesh.get_coordinate() or []  # type: ignore[attr-defined]  # a DTensor
+            mesh = p.device_mesh  # type: ignore[attr-defined]  # a DTensor
+            first = dist.get_global_rank(self.group, 0) if self.group is not None else 0
+            if first not in mesh.mesh.flatten().tolist():
+                return False
+            coord = mesh.get_coordinate() or []
             return all(
                 c == 0
                 for c, pl in zip(coord, p.placements)  # type: ignore[attr-defined]
