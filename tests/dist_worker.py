@@ -4,7 +4,8 @@
 
 MODE is ``single`` (no process group), ``ddp``, ``fsdp2``, ``fsdp1``, ``fsdp1-flat`` (``use_orig_params=False``), ``hsdp`` (FSDP2 on a 2 x 1 replicate x shard
 mesh), ``tp`` (tensor parallel: ``parallelize_module`` with a column-wise then a row-wise linear layer,
-the other layers plain, every rank training on the whole batch) or ``plain`` (an unwrapped
+the other layers plain, every rank training on the whole batch), ``2d`` (FSDP2 and tensor parallelism on
+a 2 x W/2 mesh, the even MLP) or ``plain`` (an unwrapped
 model in a process group, every rank training on the whole batch). With a process group the
 rank, world size and rendezvous come from the usual environment variables (RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT), as torchrun sets them. Every mode trains the same model on the same
@@ -87,11 +88,10 @@ def _whole(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
-def parallelize(model: nn.Module, kind: str, world: int) -> None:
-    """Tensor parallelism over the ``world`` ranks: the Megatron pair (a column-wise linear layer
+def parallelize(model: nn.Module, kind: str, mesh) -> None:
+    """Tensor parallelism over the ranks of the 1-D ``mesh``: the Megatron pair (a column-wise linear layer
     feeding a row-wise one) in the MLP or the encoder layer's feed-forward; the block adds sequence
     parallelism (its LayerNorm on each rank's token, whose gradients are per-rank parts of a sum)."""
-    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -109,7 +109,20 @@ def parallelize(model: nn.Module, kind: str, world: int) -> None:
             "up": ColwiseParallel(input_layouts=Shard(1)),
             "down": RowwiseParallel(output_layouts=Replicate()),
         }
-    parallelize_module(model, init_device_mesh("cpu", (world,)), plan)
+    parallelize_module(model, mesh, plan)
+
+
+def share(x, y, mode: str, pattern: str, kind: str, rank: int, world: int):
+    """Rank ``rank``'s part of a global batch: its own rows (data parallel), or every row (tensor
+    parallel, and a plain model's replicas unless each takes its own data). 2d: the rows of its
+    data-parallel coordinate. Sequence parallelism (the block): every row, this rank's token."""
+    if mode == "2d":
+        return x[rank // (world // 2) :: 2], y[rank // (world // 2) :: 2]
+    if mode == "tp" and kind == "block":
+        return x.reshape(len(x), world, -1)[:, rank], y
+    if mode == "tp" or (mode == "plain" and pattern != "own-data"):
+        return x, y
+    return x[rank::world], y[rank::world]
 
 
 def train(
@@ -157,7 +170,19 @@ def train(
                 fully_shard(m, **kw)
         fully_shard(model, **kw)
     elif mode == "tp":
-        parallelize(model, model_kind, world)
+        from torch.distributed.device_mesh import init_device_mesh
+
+        parallelize(model, model_kind, init_device_mesh("cpu", (world,)))
+    elif mode == "2d":  # FSDP2 along the first dimension of a 2 x (world / 2) mesh, tensor parallelism along the second
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
+        parallelize(model, model_kind, mesh["tp"])
+        for m in model:
+            if isinstance(m, nn.Linear):
+                fully_shard(m, mesh=mesh["dp"])
+        fully_shard(model, mesh=mesh["dp"])
     elif mode in ("fsdp1", "fsdp1-flat"):
         from torch.distributed.fsdp import FullyShardedDataParallel
 
@@ -172,11 +197,7 @@ def train(
     )
     full_norms = []  # per step, each gradient's norm over the whole (logical) tensor
     for i, (x, y) in enumerate(batches(steps)):
-        # plain: every rank trains on the whole batch (replicas by construction), unless each takes its own
-        whole = mode == "tp" or (mode == "plain" and pattern != "own-data")
-        xb, yb = (x, y) if whole else (x[rank::world], y[rank::world])
-        if mode == "tp" and model_kind == "block":  # sequence parallelism: every row, this rank's token
-            xb = x.reshape(len(x), world, -1)[:, rank]
+        xb, yb = share(x, y, mode, pattern, model_kind, rank, world)
         if rank == nan_rank and i == 2:  # this rank's data holds a NaN at step 2
             xb = xb.clone()
             xb[0, 0] = float("nan")
@@ -190,7 +211,7 @@ def train(
             # (tensor parallel: the head, a plain parameter every rank holds whole)
             clipped = model.parameters() if mode != "tp" else list(model.children())[-1].parameters()
             torch.nn.utils.clip_grad_norm_(clipped, 0.05)
-        if mode == "tp":  # full_tensor(): a collective every rank enters
+        if mode in ("tp", "2d"):  # full_tensor(): a collective every rank enters
             full_norms.append({n: float(_whole(p.grad).norm()) for n, p in model.named_parameters()})
         if no_optimizer:  # a hand-written update: each backward is a step
             with torch.no_grad():
@@ -227,7 +248,7 @@ def train(
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["single", "ddp", "fsdp2", "fsdp1", "fsdp1-flat", "plain", "hsdp", "tp"])
+    ap.add_argument("mode", choices=["single", "ddp", "fsdp2", "fsdp1", "fsdp1-flat", "plain", "hsdp", "tp", "2d"])
     ap.add_argument("log_dir")
     ap.add_argument("out_dir")
     ap.add_argument("--steps", type=int, default=4)

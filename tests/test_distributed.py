@@ -265,10 +265,7 @@ def test_tensor_parallel_run_records_the_whole_tensors(model, compared, launch, 
     infos = launch("tp", tmp_path / "run", tmp_path / "out", "--model", model).wait()
     run = load_run(tmp_path / "run")  # written by rank 0, read back from its folder
     assert run.n_steps == 4 and run.meta["distributed"] == {"kind": "tensor_parallel", "world_size": 2}
-    # each recorded gradient norm is the norm of the whole gradient (DTensor.full_tensor()) the ranks held
-    for step, full in enumerate(infos[0]["full_grad_norms"]):
-        got = {name: float(run.metric("grad_norm")[step, run.layer_index(name)]) for name in full}
-        assert got == pytest.approx(full, rel=1e-5)
+    assert_whole_grad_norms(run, infos[0])
     ref = single_runs[model]
     assert_same_statistics(run, ref, hist_from=1e-6)  # every statistic, replicated pieces counted once
     assert [info.to_dict() for info in run.layers] == [info.to_dict() for info in ref.layers]  # autograd's order
@@ -279,6 +276,27 @@ def test_tensor_parallel_run_records_the_whole_tensors(model, compared, launch, 
     assert (replicas["layers_compared"], replicas["layers_not_compared"]) == (compared, len(ref.layers) - compared)
     assert replicas["steps_checked"] == 4 and replicas["diverged"] == []
     assert [d for d in analyze(run).diagnoses if d.cause == "replicas_diverged"] == []
+
+
+def test_fsdp_with_tensor_parallelism_counts_each_piece_once(launch, single_runs, tmp_path):
+    """FSDP2 along one dimension of a 2 x 2 mesh, tensor parallelism along the other (4 processes).
+    The head lives on the data-parallel sub-mesh only, so every tensor-parallel rank holds a copy of
+    it: it still counts once."""
+    infos = launch("2d", tmp_path / "run", tmp_path / "out", "--model", "even", world=4).wait()
+    run = load_run(tmp_path / "run")
+    assert run.meta["distributed"] == {"kind": "fsdp2", "world_size": 4}
+    assert_whole_grad_norms(run, infos[0])
+    assert_same_statistics(run, single_runs["even"], hist_from=1e-6)
+    replicas = run.meta["replicas"]  # only the row-wise bias is replicated along a mesh dimension
+    assert replicas["layers_compared"] == 1 and replicas["diverged"] == []
+
+
+def assert_whole_grad_norms(run, info: dict) -> None:
+    """Each recorded gradient norm is the norm of the whole gradient (``DTensor.full_tensor()``) the
+    ranks held, as a worker measured it."""
+    for step, full in enumerate(info["full_grad_norms"]):
+        got = {name: float(run.metric("grad_norm")[step, run.layer_index(name)]) for name in full}
+        assert got == pytest.approx(full, rel=1e-5)
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
