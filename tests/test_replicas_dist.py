@@ -85,6 +85,7 @@ def test_tensor_parallel_replicated_parts_are_still_checked(launch, tmp_path):  
     assert (record["layers_compared"], record["layers_not_compared"]) == (3, 3)
     (rec,) = found
     assert (rec.first_step, rec.ranks) == (2, [1])
+    assert rec.action.startswith("give the parameters every tensor-parallel rank holds whole")
     parts = {(e["layer"], e["part"]): e["first_step"] for e in record["diverged"]}
     assert parts[("4.weight", "grad")] == parts[("4.bias", "grad")] == 2
     assert parts[("4.weight", "weight")] == 3
