@@ -32,8 +32,8 @@ tensor parallelism, ``parallelize_module``: any model with DTensor parameters)
     reads them) is summed first, one all-reduce of that gradient (DTensor's ``redistribute``), so
     its statistics are those of the gradient the optimizer applies.
 
-    Cost per recorded step (``L`` layers, ``h`` = 1 on histogram steps, else 0): 2 collectives;
-    every rank contributes ``8 * L * (10 + N_BINS * h)`` bytes (``bytes_per_step``). A reduce is
+    Cost per recorded step (``L`` layers, ``h`` = 1 on histogram steps, else 0): 2 collectives (and
+    the all-reduce of each gradient with pending sums, above); every rank contributes ``8 * L * (10 + N_BINS * h)`` bytes (``bytes_per_step``). A reduce is
     combined along the backend's ring or tree, so what reaches rank 0 is one such message whatever
     the number of ranks (the gather this replaced brought ``world_size - 1`` of them to rank 0). With
     an optimizer and update norms on, the reduces run after ``optimizer.step()`` (in the step
