@@ -1,6 +1,7 @@
 """The statistics kernels both recorders run on a step's gradients (``collect/torch.py`` on whole
 tensors, ``collect/distributed.py`` on each rank's shards): fused norms, the exponent counts of the
-histogram, and the one packed device-to-host copy. Private to ``gradwidget.collect``.
+histogram, the one packed device-to-host copy, and what a rank holds of a DTensor (``local_piece``,
+``pending_sum``). Private to ``gradwidget.collect``.
 """
 
 from __future__ import annotations
