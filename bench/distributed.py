@@ -1,12 +1,14 @@
-"""Training-step overhead of recording under 2-process DDP (or FSDP2) on CPU, side by side.
+"""Training-step overhead of recording under 2-process DDP (or FSDP2, or tensor parallelism) on CPU, side by side.
 
 Two gloo processes train a small transformer language model. Variants run in interleaved blocks
 (bare, stats every step, + histograms every 10, + writing the run directory) so drift in machine
 load hits all of them alike; rank 0 reports the median step time and its ratio to bare. Under DDP
 rank 0 does the recording work while rank 1 does none, so rank 0's extra work shows up as the
-other rank waiting at the next all-reduce: the step time of both.
+other rank waiting at the next all-reduce: the step time of both. ``--tp``: every encoder layer's
+feed-forward split column-wise then row-wise across the ranks (``parallelize_module``), the rest
+plain; every rank trains on the same batch, as tensor parallelism needs.
 
-    python bench/distributed.py [--blocks 6] [--steps 10] [--fsdp] [--nproc 2]
+    python bench/distributed.py [--blocks 6] [--steps 10] [--fsdp | --tp] [--nproc 2]
 
 (it starts its processes itself; under torchrun it acts as one of them).
 """
@@ -51,9 +53,19 @@ def worker(args) -> None:
             for layer in model.encoder.layers:
                 fully_shard(layer)
             fully_shard(model)
+        elif args.tp:
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+            plan: dict = {}
+            for i in range(len(model.encoder.layers)):
+                plan[f"encoder.layers.{i}.linear1"] = ColwiseParallel()
+                plan[f"encoder.layers.{i}.linear2"] = RowwiseParallel()
+            parallelize_module(model, init_device_mesh("cpu", (world,)), plan)
         else:
             model = nn.parallel.DistributedDataParallel(model)
-        opt, step = lm_training(model, 1000, args.batch, args.seq, seed=rank)
+        opt, step = lm_training(model, 1000, args.batch, args.seq, seed=0 if args.tp else rank)
+        sharded = args.fsdp or args.tp  # every rank computes partial sums
 
         tmp = tempfile.mkdtemp(prefix="gw-bench-")
         variants = {
@@ -80,7 +92,7 @@ def worker(args) -> None:
                 if rec is not None:
                     rec.detach()
         # rank 0's recording work alone, on the same gradients (DDP: a rank-local cost, the others
-        # wait for it at the next all-reduce; FSDP: includes the gather, run on every rank)
+        # wait for it at the next all-reduce; FSDP, tensor parallel: includes the reduces, run on every rank)
         step(0)
         work = {}
         for name in ("stats every step", "+ histograms every 10"):
@@ -90,7 +102,7 @@ def worker(args) -> None:
             for _ in range(args.blocks * args.steps):
                 dist.barrier()
                 t = time.perf_counter()
-                if rec.run is not None or args.fsdp:
+                if rec.run is not None or sharded:
                     rec._on_step(before_update=True)
                     rec._post_step(opt, (), {})
                 ts.append(time.perf_counter() - t)
@@ -116,7 +128,7 @@ def worker(args) -> None:
             n_params = sum(p.numel() for p in model.parameters())  # a DTensor reports its global numel
             n_tensors = sum(1 for _ in model.parameters())
             med = {k: statistics.median(v) for k, v in times.items()}
-            kind = "FSDP2 fully_shard" if args.fsdp else "DDP"
+            kind = "FSDP2 fully_shard" if args.fsdp else "tensor parallel (feed-forwards)" if args.tp else "DDP"
             print(
                 f"{kind}, {world} processes (gloo, 1 thread each); transformer 2 x d128, {n_tensors} "
                 f"parameter tensors, ~{n_params / 1e6:.2f} M parameters; batch {args.batch}/rank x seq {args.seq}"
@@ -124,7 +136,7 @@ def worker(args) -> None:
             print(f"{'variant':26s} {'median step':>12s} {'vs bare':>8s}  (n={args.blocks * args.steps} steps each)")
             for k, v in med.items():
                 print(f"{k:26s} {v * 1e3:10.1f}ms {v / med['bare']:8.3f}x")
-            if args.fsdp:
+            if sharded:
                 from gradwidget.collect.distributed import bytes_per_step
 
                 print(
@@ -205,7 +217,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10, help="timed steps per block")
     ap.add_argument("--batch", type=int, default=8, help="sequences per rank")
     ap.add_argument("--seq", type=int, default=32)
-    ap.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard instead of DDP")
+    setup = ap.add_mutually_exclusive_group()
+    setup.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard instead of DDP")
+    setup.add_argument("--tp", action="store_true", help="tensor parallelism (parallelize_module) instead of DDP")
     ap.add_argument("--nproc", type=int, default=2, help="gloo processes to start (2, 4, 8: how cost grows)")
     args = ap.parse_args()
     if "RANK" in os.environ:

@@ -3,7 +3,9 @@
     python tests/dist_worker.py MODE LOG_DIR OUT_DIR [--steps N] [--delay S]
 
 MODE is ``single`` (no process group), ``ddp``, ``fsdp2``, ``fsdp1``, ``fsdp1-flat`` (``use_orig_params=False``), ``hsdp`` (FSDP2 on a 2 x 1 replicate x shard
-mesh) or ``plain`` (an unwrapped
+mesh), ``tp`` (tensor parallel: ``parallelize_module`` with a column-wise then a row-wise linear layer,
+the other layers plain, every rank training on the whole batch), ``2d`` (FSDP2 and tensor parallelism on
+a 2 x W/2 mesh, the even MLP) or ``plain`` (an unwrapped
 model in a process group, every rank training on the whole batch). With a process group the
 rank, world size and rendezvous come from the usual environment variables (RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT), as torchrun sets them. Every mode trains the same model on the same
@@ -45,12 +47,31 @@ class Transformer(nn.Module):
         return self.head(self.layer(self.embed(x.reshape(len(x), 5, 2))).mean(dim=1))
 
 
+class Block(nn.Module):
+    """A pre-norm feed-forward block and a head, as Megatron splits it with sequence parallelism:
+    the input (batch, 10) is read as 2 tokens of 5 features, each rank normalising its own token."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(5)
+        self.up = nn.Linear(5, 8)
+        self.down = nn.Linear(8, 5)
+        self.head = nn.Linear(5, 1)
+
+    def forward(self, x):
+        return self.head(self.down(torch.relu(self.up(self.norm(x.reshape(len(x), -1, 5))))).mean(dim=1))
+
+
 def make_model(kind: str = "mlp") -> nn.Module:
     torch.manual_seed(0)
     if kind == "transformer":
         return Transformer()
-    # odd widths: FSDP shards dim 0 unevenly, and some ranks hold empty shards (the 1-row head)
-    return nn.Sequential(nn.Linear(10, 7), nn.ReLU(), nn.Linear(7, 5), nn.Tanh(), nn.Linear(5, 1))
+    if kind == "block":
+        return Block()
+    # odd widths: FSDP shards dim 0 unevenly, and some ranks hold empty shards (the 1-row head);
+    # "even": a hidden width tensor parallelism splits in equal halves (it needs them)
+    hidden = 8 if kind == "even" else 7
+    return nn.Sequential(nn.Linear(10, hidden), nn.ReLU(), nn.Linear(hidden, 5), nn.Tanh(), nn.Linear(5, 1))
 
 
 def batches(steps: int):
@@ -58,6 +79,50 @@ def batches(steps: int):
     for _ in range(steps):
         x = torch.randn(GLOBAL_BATCH, 10, generator=g)
         yield x, x[:, :1] * 2 - x[:, 1:2]
+
+
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    """The logical tensor: a DTensor gathered from every rank, any other tensor itself."""
+    from torch.distributed.tensor import DTensor
+
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def parallelize(model: nn.Module, kind: str, mesh) -> None:
+    """Tensor parallelism over the ranks of the 1-D ``mesh``: the Megatron pair (a column-wise linear layer
+    feeding a row-wise one) in the MLP or the encoder layer's feed-forward; the block adds sequence
+    parallelism (its LayerNorm on each rank's token, whose gradients are per-rank parts of a sum)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    plan: dict = {"0": ColwiseParallel(), "2": RowwiseParallel()}
+    if kind == "transformer":
+        plan = {"layer.linear1": ColwiseParallel(), "layer.linear2": RowwiseParallel()}
+    elif kind == "block":
+        plan = {
+            "norm": SequenceParallel(),
+            "up": ColwiseParallel(input_layouts=Shard(1)),
+            "down": RowwiseParallel(output_layouts=Replicate()),
+        }
+    parallelize_module(model, mesh, plan)
+
+
+def share(x, y, mode: str, pattern: str, kind: str, rank: int, world: int):
+    """Rank ``rank``'s part of a global batch: its own rows (data parallel), or every row (tensor
+    parallel, and a plain model's replicas unless each takes its own data). 2d: the rows of its
+    data-parallel coordinate. Sequence parallelism (the block): every row, this rank's token."""
+    if mode == "2d":
+        return x[rank // (world // 2) :: 2], y[rank // (world // 2) :: 2]
+    if mode == "tp" and kind == "block":
+        return x.reshape(len(x), world, -1)[:, rank], y
+    if mode == "tp" or (mode == "plain" and pattern != "own-data"):
+        return x, y
+    return x[rank::world], y[rank::world]
 
 
 def train(
@@ -104,6 +169,20 @@ def train(
             if isinstance(m, (nn.Linear, nn.TransformerEncoderLayer)):
                 fully_shard(m, **kw)
         fully_shard(model, **kw)
+    elif mode == "tp":
+        from torch.distributed.device_mesh import init_device_mesh
+
+        parallelize(model, model_kind, init_device_mesh("cpu", (world,)))
+    elif mode == "2d":  # FSDP2 along the first dimension of a 2 x (world / 2) mesh, tensor parallelism along the second
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp"))
+        parallelize(model, model_kind, mesh["tp"])
+        for m in model:
+            if isinstance(m, nn.Linear):
+                fully_shard(m, mesh=mesh["dp"])
+        fully_shard(model, mesh=mesh["dp"])
     elif mode in ("fsdp1", "fsdp1-flat"):
         from torch.distributed.fsdp import FullyShardedDataParallel
 
@@ -116,10 +195,9 @@ def train(
         histogram_every=histogram_every,
         update_every=update_every,
     )
+    full_norms = []  # per step, each gradient's norm over the whole (logical) tensor
     for i, (x, y) in enumerate(batches(steps)):
-        # plain: every rank trains on the whole batch (replicas by construction), unless each takes its own
-        whole = mode == "plain" and pattern != "own-data"
-        xb, yb = (x, y) if whole else (x[rank::world], y[rank::world])
+        xb, yb = share(x, y, mode, pattern, model_kind, rank, world)
         if rank == nan_rank and i == 2:  # this rank's data holds a NaN at step 2
             xb = xb.clone()
             xb[0, 0] = float("nan")
@@ -130,7 +208,11 @@ def train(
             rec.log(loss=loss)
             loss.backward()
         if pattern == "clip" and rank == world - 1 and i >= 2:  # one rank clips after the sync
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+            # (tensor parallel: the head, a plain parameter every rank holds whole)
+            clipped = model.parameters() if mode != "tp" else list(model.children())[-1].parameters()
+            torch.nn.utils.clip_grad_norm_(clipped, 0.05)
+        if mode in ("tp", "2d"):  # full_tensor(): a collective every rank enters
+            full_norms.append({n: float(_whole(p.grad).norm()) for n, p in model.named_parameters()})
         if no_optimizer:  # a hand-written update: each backward is a step
             with torch.no_grad():
                 for p in model.parameters():
@@ -158,6 +240,7 @@ def train(
         "collectives": rec._dist.collectives if rec._dist is not None else 0,
         "bytes_sent": rec._dist.bytes_sent if rec._dist is not None else 0,
         "replica_bytes": rec._replicas.bytes_sent if rec._replicas is not None else 0,
+        "full_grad_norms": full_norms,
     }
     rec.detach()
     return info
@@ -165,7 +248,7 @@ def train(
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["single", "ddp", "fsdp2", "fsdp1", "fsdp1-flat", "plain", "hsdp"])
+    ap.add_argument("mode", choices=["single", "ddp", "fsdp2", "fsdp1", "fsdp1-flat", "plain", "hsdp", "tp", "2d"])
     ap.add_argument("log_dir")
     ap.add_argument("out_dir")
     ap.add_argument("--steps", type=int, default=4)
@@ -173,13 +256,13 @@ def main() -> None:
     ap.add_argument("--histogram-every", type=int, default=1)
     ap.add_argument("--update-every", type=int, default=1)
     ap.add_argument("--no-optimizer", action="store_true")
-    ap.add_argument("--model", choices=["mlp", "transformer"], default="mlp")
+    ap.add_argument("--model", choices=["mlp", "even", "transformer", "block"], default="mlp")
     ap.add_argument("--nan-rank", type=int, default=-1, help="this rank's data holds a NaN at step 2")
     ap.add_argument(
         "--pattern",
         choices=["", "to-dtype", "no-sync", "clip", "ddp-one-rank", "own-data", "ignored"],
         default="",
-        help="a way replicas fall out of sync (own-data: plain, the others: ddp)",
+        help="a way replicas fall out of sync (own-data: plain, clip: ddp or tp, the others: ddp)",
     )
     args = ap.parse_args()
     torch.set_num_threads(1)

@@ -1,4 +1,4 @@
-"""Recording under torch.distributed: 2 CPU processes (gloo) for DDP, FSDP2 and FSDP1.
+"""Recording under torch.distributed: 2 CPU processes (gloo) for DDP, FSDP2, FSDP1 and tensor parallelism.
 
 Every distributed run trains the same model on the same global batches as a single process (each
 rank takes half of each batch), so the per-layer statistics must equal the single-process ones.
@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gradwidget import analyze
 from gradwidget.storage import RunReader, load_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,10 +132,12 @@ def single_runs(tmp_path_factory):
     try:
         w.train("single", str(base / "opt"), 4, 0.0, 1, 1)
         w.train("single", str(base / "noopt"), 4, 0.0, 1, 1, no_optimizer=True)
-        w.train("single", str(base / "transformer"), 4, 0.0, 1, 1, model_kind="transformer")
+        for kind in ("transformer", "even", "block"):
+            w.train("single", str(base / kind), 4, 0.0, 1, 1, model_kind=kind)
+        w.train("single", str(base / "block-noopt"), 4, 0.0, 1, 1, no_optimizer=True, model_kind="block")
     finally:
         torch.set_num_threads(n)
-    return {k: load_run(base / k) for k in ("opt", "noopt", "transformer")}
+    return {k: load_run(base / k) for k in ("opt", "noopt", "transformer", "even", "block", "block-noopt")}
 
 
 def assert_same_statistics(run, ref, rtol=1e-5, hist_from: float = 0.0):
@@ -217,12 +220,14 @@ def test_two_process_run_equals_single_process(mode, launch, single_runs, tmp_pa
         assert replicas is None and r1["replica_bytes"] == 0
 
 
-@pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2", "tp"])
 def test_each_rank_traces_its_own_nan_origin_and_rank_0_reports_the_earliest(mode, launch, tmp_path):
-    """Rank 1's data holds a NaN at step 2. Rank 0's own forward and backward stay finite; it sees
-    the NaN only in the gradients synchronised from rank 1, so the origin it reports (and writes to
-    the run directory) is rank 1's: the model's input, step 2."""
-    infos = launch(mode, tmp_path / "run", tmp_path / "out", "--nan-rank", "1").wait()
+    """Rank 1's data holds a NaN at step 2. Rank 0's own forward and backward stay finite (tensor
+    parallel: until the row-wise layer's all-reduce, after rank 1's input); it sees the NaN only in
+    what is synchronised from rank 1, so the origin it reports (and writes to the run directory) is
+    rank 1's: the model's input, step 2."""
+    model = ["--model", "even"] if mode == "tp" else []
+    infos = launch(mode, tmp_path / "run", tmp_path / "out", "--nan-rank", "1", *model).wait()
     origin = load_run(tmp_path / "run").nonfinite_origin
     assert (origin.module, origin.step, origin.phase, origin.rank) == ("", 2, "input", 1)
     assert origin.module_type == "Sequential" and origin.inputs_finite is False
@@ -253,14 +258,58 @@ def test_sharded_transformer_equals_single_process(mode, launch, single_runs, tm
     ]
 
 
-@pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
-def test_without_optimizer_each_backward_is_a_step(mode, launch, single_runs, tmp_path):
+@pytest.mark.parametrize("model,compared", [("even", 3), ("transformer", 13), ("block", 5)])
+def test_tensor_parallel_run_records_the_whole_tensors(model, compared, launch, single_runs, tmp_path):
+    """``parallelize_module``'s column-wise and row-wise pieces next to plain layers (block: with
+    sequence parallelism's LayerNorm, whose gradients are per-rank parts of a sum). Every rank
+    trains on the whole batch, so the whole (logical) tensors are the single process's."""
+    infos = launch("tp", tmp_path / "run", tmp_path / "out", "--model", model).wait()
+    run = load_run(tmp_path / "run")  # written by rank 0, read back from its folder
+    assert run.n_steps == 4 and run.meta["distributed"] == {"kind": "tensor_parallel", "world_size": 2}
+    assert_whole_grad_norms(run, infos[0])
+    ref = single_runs[model]
+    # every statistic and histogram bin, replicated pieces counted once (the transformer's in_proj_bias:
+    # above round-off, as in test_sharded_transformer_equals_single_process)
+    assert_same_statistics(run, ref, hist_from=1e-6 if model == "transformer" else 0.0)
+    assert [info.to_dict() for info in run.layers] == [info.to_dict() for info in ref.layers]  # autograd's order
+    # two reduces a step, and the block's two LayerNorm gradients summed (an all-reduce each)
+    assert [i["collectives"] for i in infos] == [4 * (4 if model == "block" else 2)] * 2
+    # the shards differ by design and are not compared; the replicated parts agree
+    replicas = run.meta["replicas"]
+    assert (replicas["layers_compared"], replicas["layers_not_compared"]) == (compared, len(ref.layers) - compared)
+    assert replicas["steps_checked"] == 4 and replicas["diverged"] == []
+    assert [d for d in analyze(run).diagnoses if d.cause == "replicas_diverged"] == []
+
+
+def test_fsdp_with_tensor_parallelism_counts_each_piece_once(launch, single_runs, tmp_path):
+    """FSDP2 along one dimension of a 2 x 2 mesh, tensor parallelism along the other (4 processes).
+    The head lives on the data-parallel sub-mesh only, so every tensor-parallel rank holds a copy of
+    it: it still counts once."""
+    infos = launch("2d", tmp_path / "run", tmp_path / "out", "--model", "even", world=4).wait()
+    run = load_run(tmp_path / "run")
+    assert run.meta["distributed"] == {"kind": "fsdp2", "world_size": 4}
+    assert_whole_grad_norms(run, infos[0])
+    assert_same_statistics(run, single_runs["even"], hist_from=1e-6)
+    replicas = run.meta["replicas"]  # only the row-wise bias is replicated along a mesh dimension
+    assert replicas["layers_compared"] == 1 and replicas["diverged"] == []
+
+
+def assert_whole_grad_norms(run, info: dict) -> None:
+    """Each recorded gradient norm is the norm of the whole gradient (``DTensor.full_tensor()``) the
+    ranks held, as a worker measured it."""
+    for step, full in enumerate(info["full_grad_norms"]):
+        got = {name: float(run.metric("grad_norm")[step, run.layer_index(name)]) for name in full}
+        assert got == pytest.approx(full, rel=1e-5)
+
+
+@pytest.mark.parametrize("mode,model", [("ddp", "mlp"), ("fsdp2", "mlp"), ("tp", "block")])
+def test_without_optimizer_each_backward_is_a_step(mode, model, launch, single_runs, tmp_path):
     # DDP finishes its all-reduce in an end-of-backward callback: the recorder must read after it
-    launch(mode, tmp_path / "run", tmp_path / "out", "--no-optimizer").wait()
+    launch(mode, tmp_path / "run", tmp_path / "out", "--no-optimizer", "--model", model).wait()
     run = load_run(tmp_path / "run")
     assert run.n_steps == 4
     assert np.isnan(run.metric("update_norm")).all()
-    assert_same_statistics(run, single_runs["noopt"])
+    assert_same_statistics(run, single_runs["noopt" if model == "mlp" else f"{model}-noopt"])
 
 
 @pytest.mark.parametrize(

@@ -204,6 +204,11 @@ def test_the_action_fits_the_setup():
     plain = {"0": "replicated", "1": "replicated", "2": "replicated"}
     none = analyze(_run_with(_record(kinds=plain))).diagnoses[0]
     assert none.action.startswith("wrap the model in DistributedDataParallel (nothing averages the gradients")
+    assert "for each parameter)" in none.action
+    tp = {"0": "tensor_parallel", "1": "tensor_parallel", "2": "tensor_parallel"}
+    pieces = analyze(_run_with(_record(kinds=tp))).diagnoses[0]
+    assert pieces.action.startswith("give the parameters every tensor-parallel rank holds whole")
+    assert "DistributedDataParallel" not in pieces.action and "not the shards" in pieces.action
 
 
 def test_a_saved_run_folder_shows_it_in_the_report_the_cli_and_the_panel(tmp_path):

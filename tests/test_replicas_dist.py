@@ -18,8 +18,8 @@ pytestmark = pytest.mark.slow  # each test starts processes
 LAYERS = ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]
 
 
-def _replicas(tmp_path, mode, pattern, world, launch):  # noqa: F811
-    extra = ["--pattern", pattern] if pattern else []
+def _replicas(tmp_path, mode, pattern, world, launch, model="mlp"):  # noqa: F811
+    extra = ["--pattern", pattern, "--model", model] if pattern else ["--model", model]
     launch(mode, tmp_path / "run", tmp_path / "out", *extra, world=world).wait()
     run = load_run(tmp_path / "run")
     found = [r for r in analyze(run).diagnoses if r.cause == "replicas_diverged"]
@@ -75,3 +75,18 @@ def test_healthy_ddp_raises_nothing(pattern, world, compared, launch, tmp_path):
     assert found == [] and record["diverged"] == []
     assert record["ranks"] == list(range(world)) and record["steps_checked"] == 4
     assert (record["layers_compared"], record["layers_not_compared"]) == (compared, 6 - compared)
+
+
+def test_tensor_parallel_replicated_parts_are_still_checked(launch, tmp_path):  # noqa: F811
+    """Under tensor parallelism the head is a plain parameter every rank holds whole: rank 1 clipping
+    its gradient from step 2 on is found there, at step 2; the shards (different by design) are never
+    compared, the row-wise layer's replicated bias is."""
+    record, found = _replicas(tmp_path, "tp", "clip", 2, launch, model="even")
+    assert (record["layers_compared"], record["layers_not_compared"]) == (3, 3)
+    (rec,) = found
+    assert (rec.first_step, rec.ranks) == (2, [1])
+    assert rec.action.startswith("give the parameters every tensor-parallel rank holds whole")
+    parts = {(e["layer"], e["part"]): e["first_step"] for e in record["diverged"]}
+    assert parts[("4.weight", "grad")] == parts[("4.bias", "grad")] == 2
+    assert parts[("4.weight", "weight")] == 3
+    assert {layer for layer, _ in parts} <= {"2.bias", "4.weight", "4.bias"}  # never a shard

@@ -27,6 +27,7 @@ class ReplicaFinding:
     weights: bool  #: the weights differ (not only this step's gradients)
     wrapped: list[int]  #: ranks that wrap the model in DDP
     unwrapped: list[int]  #: ranks whose model no wrapper keeps in sync (a plain module)
+    tensor_parallel: bool = False  #: the ranks hold tensor-parallel pieces: only their replicated parts are compared
 
 
 def replica_finding(record: dict | None) -> ReplicaFinding | None:
@@ -53,7 +54,8 @@ def replica_finding(record: dict | None) -> ReplicaFinding | None:
     steps = [int(e["first_step"]) for e in entries if e.get("first_step") is not None]
     first = min(steps) if steps else None
     weights = any(e.get("part") == "weight" for e in entries)
-    return ReplicaFinding(layers, ranks, first, _evidence(record, entries, first), weights, wrapped, unwrapped)
+    tp = any(k == "tensor_parallel" for k in kinds.values())
+    return ReplicaFinding(layers, ranks, first, _evidence(record, entries, first), weights, wrapped, unwrapped, tp)
 
 
 def _step_key(step) -> float:

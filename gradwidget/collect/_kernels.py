@@ -1,17 +1,42 @@
 """The statistics kernels both recorders run on a step's gradients (``collect/torch.py`` on whole
 tensors, ``collect/distributed.py`` on each rank's shards): fused norms, the exponent counts of the
-histogram, and the one packed device-to-host copy. Private to ``gradwidget.collect``.
+histogram, the one packed device-to-host copy, and what a rank holds of a DTensor (``local_piece``,
+``pending_sum``). Private to ``gradwidget.collect``.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections import defaultdict
 
 import numpy as np
 import torch
 
 from ..run import HIST_LOG2_LO, N_BINS
+
+
+def is_dtensor(t: object) -> bool:
+    """Whether ``t`` is a DTensor (FSDP2's shards, tensor parallelism's pieces). Asked of
+    ``sys.modules``: no DTensor exists until something imported ``torch.distributed.tensor``, and
+    asking never imports it (a single process stays without it)."""
+    dt = sys.modules.get("torch.distributed.tensor")
+    return dt is not None and isinstance(t, dt.DTensor)
+
+
+def pending_sum(t: object) -> bool:
+    """Whether ``t`` is a DTensor whose ranks hold parts of a sum still to be done (a ``Partial``
+    placement: sequence parallelism's LayerNorm gradients, one part per rank's tokens)."""
+    if not is_dtensor(t):
+        return False
+    from torch.distributed.tensor import Partial
+
+    return any(isinstance(pl, Partial) for pl in t.placements)  # type: ignore[attr-defined]  # a DTensor
+
+
+def local_piece(t: torch.Tensor) -> torch.Tensor:
+    """What this process holds of ``t``: a DTensor's local tensor, any other tensor itself."""
+    return t.to_local() if is_dtensor(t) else t  # type: ignore[attr-defined]  # a DTensor
 
 
 def acc_dtype(tensors: list[torch.Tensor]) -> torch.dtype:

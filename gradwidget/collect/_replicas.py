@@ -10,8 +10,11 @@ What is compared (``fingerprint``): per parameter, the L2 norm of its weight (be
 and of its gradient (as ``optimizer.step()`` will use it), over the rank's local piece. Two
 float64 numbers per parameter. Parameters are compared only where ranks hold the same piece by
 design (``replica_codes``): a DTensor (FSDP2, tensor parallel) along its ``Replicate`` mesh
-dimensions only (HSDP's replicas); a sharded one (no ``Replicate`` dimension, or ``Partial``)
-never; a parameter FSDP1 manages never; any other parameter across every rank.
+dimensions only (HSDP's replicas, tensor parallelism's replicated biases); a sharded one (no
+``Replicate`` dimension, or ``Partial``) never; a parameter FSDP1 manages never; any other parameter
+across every rank (under tensor parallelism, the plain parameters each rank holds whole). A gradient
+still holding parts of a sum (``Partial``: sequence parallelism's LayerNorm gradients, each rank's
+from its own tokens) differs by design until the optimizer sums it: its weight is compared, not it.
 
 When (the schedule): at ``optimizer.step()`` (its pre-hook), on the steps the Recorder records
 (one in ``every``), on every rank, rank 0 included. Without an optimizer nothing is checked.
@@ -35,7 +38,7 @@ import numpy as np
 import torch
 
 from ..thresholds import Thresholds
-from ._kernels import HostCopy, norms
+from ._kernels import HostCopy, is_dtensor, local_piece, norms, pending_sum
 
 #: the numbers compared per parameter, in column order
 FINGERPRINT = ("weight", "grad")
@@ -45,23 +48,15 @@ NO_GRAD = -1.0
 MAX_ENTRIES = 256
 
 
-def _local(t: torch.Tensor) -> torch.Tensor:
-    from .distributed import _is_dtensor
-
-    return t.to_local() if _is_dtensor(t) else t  # type: ignore[attr-defined]  # a DTensor
-
-
 def replica_codes(params: list[torch.Tensor], apart: Callable[[int], bool]) -> np.ndarray:
     """Per parameter, which ranks must hold the same local piece: ranks with the same code (>= 0)
     must agree; -1 is never compared. ``apart(i)``: ranks hold parameter i apart by design (FSDP1's
     shards, parameters DDP was told to ignore)."""
-    from .distributed import _is_dtensor
-
     codes = np.zeros(len(params), np.int64)
     for i, p in enumerate(params):
         if apart(i):
             codes[i] = -1
-        elif _is_dtensor(p):
+        elif is_dtensor(p):
             from torch.distributed.tensor import Replicate, Shard
 
             placements = p.placements  # type: ignore[attr-defined]  # a DTensor
@@ -91,14 +86,16 @@ def fingerprint(params: list[torch.Tensor], codes: np.ndarray) -> np.ndarray:
         for i, p in enumerate(params):
             if codes[i] < 0:
                 continue
-            w = _local(p.detach())
+            w = local_piece(p.detach())
             if w.numel():
                 groups.setdefault((0, w.device, w.dtype), []).append((i, w))
             g = p.grad
             if g is None or g.is_sparse:
                 out[i, 1] = NO_GRAD
                 continue
-            g = _local(g)
+            if pending_sum(g):
+                continue  # each rank holds its own part of a sum: not compared (0 on every rank)
+            g = local_piece(g)
             if g.numel():
                 groups.setdefault((1, g.device, g.dtype), []).append((i, g))
         pack = HostCopy()

@@ -35,6 +35,11 @@ class ShardedStep:
     partials: np.ndarray
     measure: bool
 
+    @property
+    def label(self) -> int:
+        """The step number the run records it under (the user's, when given)."""
+        return int(self.pend.get("step", self.step_no))
+
 
 class _Steps(_RecorderState):
     """The Recorder's step machinery (a mixin: the state is the Recorder's)."""
@@ -241,7 +246,7 @@ class _Steps(_RecorderState):
                 self._replay.clear()  # a step not recorded is not replayed: its gradients are not read
             return
         if self._order is None:
-            if self._dist is not None and self._dist.sharded and self._fwd_modules:
+            if self._dist is not None and self._dist.order_from_forward and self._fwd_modules:
                 # sharded gradients arrive per FSDP group (FSDP1: without per-parameter hooks at all),
                 # not in autograd order: derive the order from the first forward instead
                 self._arrival = self._dist.fallback_arrival(

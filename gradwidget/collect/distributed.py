@@ -1,4 +1,5 @@
-"""Recording under ``torch.distributed``: DDP (replicated gradients) and FSDP (sharded gradients).
+"""Recording under ``torch.distributed``: DDP (replicated gradients), FSDP and tensor parallelism
+(sharded gradients).
 
 The torch ``Recorder`` calls :func:`attach` only when a default process group is initialised, so a
 single-process run never imports or pays for any of this.
@@ -12,8 +13,10 @@ Two modes:
     fingerprint per recorded step through the key-value store.) Without an optimizer, the step is read in an autograd
     end-of-backward callback queued behind DDP's own (which finishes the all-reduce).
 
-``sharded`` (FSDP2 ``fully_shard`` and FSDP1 ``FullyShardedDataParallel(use_orig_params=True)``)
-    Each rank holds a slice of every gradient. Per recorded step, each rank computes partial sums
+``sharded`` (FSDP2 ``fully_shard``, FSDP1 ``FullyShardedDataParallel(use_orig_params=True)`` and
+tensor parallelism, ``parallelize_module``: any model with DTensor parameters)
+    Each rank holds a slice of every gradient (tensor parallelism: of the DTensor ones; its plain
+    parameters are replicated, counted once). Per recorded step, each rank computes partial sums
     over its own slices (as FSDP's ``clip_grad_norm_`` does for the total norm, but per tensor and
     for every statistic): sum of squares, sum of |g|, max |g|, count of zeros, sum, count of
     non-finite entries, a has-a-gradient flag, the weight's and the update's sums of squares and,
@@ -21,10 +24,16 @@ Two modes:
     packed into one tensor and combined into rank 0 by two reduces: a SUM over the packed tensor
     and a MAX over its max |g| column (maxima do not add). Rank 0 forms the statistics with the
     unsharded element counts, so norms, means, std and zero fractions equal those of the unsharded
-    model.
+    model. A DTensor held whole on several ranks (a ``Replicate`` mesh dimension: tensor parallelism's
+    row-wise bias, HSDP's replicas) is counted once, by mesh coordinate 0 of those dimensions.
 
-    Cost per recorded step (``L`` layers, ``h`` = 1 on histogram steps, else 0): 2 collectives;
-    every rank contributes ``8 * L * (10 + N_BINS * h)`` bytes (``bytes_per_step``). A reduce is
+    A gradient still holding pending sums (a ``Partial`` placement: sequence parallelism's LayerNorm
+    weights, whose gradient each rank computes from its own tokens; the optimizer sums them when it
+    reads them) is summed first, one all-reduce of that gradient (DTensor's ``redistribute``), so
+    its statistics are those of the gradient the optimizer applies.
+
+    Cost per recorded step (``L`` layers, ``h`` = 1 on histogram steps, else 0): 2 collectives (and
+    the all-reduce of each gradient with pending sums, above); every rank contributes ``8 * L * (10 + N_BINS * h)`` bytes (``bytes_per_step``). A reduce is
     combined along the backend's ring or tree, so what reaches rank 0 is one such message whatever
     the number of ranks (the gather this replaced brought ``world_size - 1`` of them to rank 0). With
     an optimizer and update norms on, the reduces run after ``optimizer.step()`` (in the step
@@ -33,7 +42,8 @@ Two modes:
 Only rank 0 writes the run directory and holds the recorded ``Run``; on the other ranks
 ``recorder.run`` is ``None``.
 
-Layer order under FSDP comes from the first forward pass (see ``DistContext.fallback_arrival``):
+Layer order under FSDP (not tensor parallelism, whose per-parameter hooks fire in autograd's order)
+comes from the first forward pass (see ``DistContext.fallback_arrival``):
 FSDP hands over gradients per shard group, not in autograd's order.
 
 Layer names: DDP's wrapper is unwrapped (no ``module.`` prefix); FSDP1's ``_fsdp_wrapped_module``,
@@ -51,7 +61,16 @@ import torch.distributed as dist
 from torch import nn
 
 from ..run import METRICS, N_BINS
-from ._kernels import HostCopy, exponent_counts, grad_rows, norms, octave_bins
+from ._kernels import (
+    HostCopy,
+    exponent_counts,
+    grad_rows,
+    is_dtensor,
+    local_piece,
+    norms,
+    octave_bins,
+    pending_sum,
+)
 from ._norm_range import exact_norms, untrusted_norms
 
 #: path components inserted by wrappers, dropped from layer and module names.
@@ -92,18 +111,6 @@ def bytes_per_step(n_layers: int, with_hist: bool) -> int:
     return 8 * n_layers * (len(PARTIALS) + 1 + (N_BINS if with_hist else 0))
 
 
-def _is_dtensor(t) -> bool:
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover - torch without DTensor
-        return False
-    return isinstance(t, DTensor)
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if _is_dtensor(t) else t  # type: ignore[attr-defined]  # a DTensor
-
-
 def _fsdp1_class():
     try:
         from torch.distributed.fsdp import FullyShardedDataParallel
@@ -117,12 +124,14 @@ class DistContext:
 
     def __init__(self, model: nn.Module, kind: str, group=None) -> None:
         self.model = model  # the module whose parameters are recorded (DDP unwrapped)
-        self.kind = kind  # "ddp", "replicated", "fsdp2" or "fsdp1"
+        self.kind = kind  # "ddp", "replicated", "fsdp2", "fsdp1" or "tensor_parallel"
         self.group = group
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self.is_writer = self.rank == 0
-        self.sharded = kind in ("fsdp2", "fsdp1")
+        self.sharded = kind in ("fsdp2", "fsdp1", "tensor_parallel")
+        #: gradients arrive per FSDP group, not in autograd's order: layer order from the first forward
+        self.order_from_forward = kind in ("fsdp2", "fsdp1")
         #: True on ranks that record nothing at all (replicated mode, rank != 0)
         self.inert = not self.sharded and not self.is_writer
         self.bytes_sent = 0  # bytes this rank sent in collectives issued by the recorder
@@ -161,11 +170,17 @@ class DistContext:
 
     def owns(self, name: str, p: torch.Tensor) -> bool:
         """Whether this rank's local piece of ``p`` counts towards the global statistics: shards
-        always do; replicated copies count once (mesh coordinate 0 along replicated dimensions)."""
-        if _is_dtensor(p):
+        always do; replicated copies count once (mesh coordinate 0 along replicated dimensions). A
+        DTensor on a sub-mesh (FSDP's data-parallel dimension of a 2-D mesh, next to tensor
+        parallelism) has a copy on every other sub-mesh: the one holding the group's rank 0 counts."""
+        if is_dtensor(p):
             from torch.distributed.tensor import Replicate
 
-            coord = p.device_mesh.get_coordinate() or []  # type: ignore[attr-defined]  # a DTensor
+            mesh = p.device_mesh  # type: ignore[attr-defined]  # a DTensor
+            first = dist.get_global_rank(self.group, 0) if self.group is not None else 0
+            if first not in mesh.mesh.flatten().tolist():
+                return False
+            coord = mesh.get_coordinate() or []
             return all(
                 c == 0
                 for c, pl in zip(coord, p.placements)  # type: ignore[attr-defined]
@@ -217,12 +232,12 @@ class DistContext:
 
     def update_buffers(self, params: list[torch.Tensor]):
         """(local views, snapshot buffers) for the update norm, on this rank's pieces only."""
-        loc = [_local(p.detach()) for p in params]
+        loc = [local_piece(p.detach()) for p in params]
         return params, [torch.empty_like(t) for t in loc]
 
     def snapshot(self, update_bufs) -> None:
         params, bufs = update_bufs
-        torch._foreach_copy_(bufs, [_local(p.detach()) for p in params])
+        torch._foreach_copy_(bufs, [local_piece(p.detach()) for p in params])
 
     def local_partials(self, params: list[torch.Tensor], with_hist: bool, foreach_all: bool, also=None) -> np.ndarray:
         """``(L, len(PARTIALS) [+ N_BINS])`` float64 partial sums of this rank's pieces, columns in
@@ -233,17 +248,18 @@ class DistContext:
         wgroups: dict = {}
         ggroups: dict = {}
         for c, pi in enumerate(self._order):
+            p = params[pi]
+            g = p.grad
+            if g is not None and not g.is_sparse:
+                g = local_piece(self._summed(g))  # on every rank: summing pending parts is a collective
             if not self._owned[c]:
                 continue
-            p = params[pi]
-            w = _local(p.detach())
+            w = local_piece(p.detach())
             if w.numel():
                 wgroups.setdefault((w.device, w.dtype), []).append((c, w))
-            g = p.grad
             if g is None or g.is_sparse:
                 continue
             P[c, _P["has_grad"]] = 1.0
-            g = _local(g)
             if g.numel():
                 ggroups.setdefault((g.device, g.dtype), []).append((c, g))
         pack = HostCopy()  # one host copy per device for weights, gradients and histograms
@@ -284,9 +300,21 @@ class DistContext:
                 P[cols, len(PARTIALS) :] = octave_bins(pack.get(counts), n - zeros)
         return P
 
+    def _summed(self, g: torch.Tensor) -> torch.Tensor:
+        """``g`` with its pending sums done (``pending_sum``: ``Partial`` placements redistributed to
+        ``Replicate``, one all-reduce of ``g``), as the optimizer will read it."""
+        if not pending_sum(g):
+            return g
+        from torch.distributed.tensor import Partial, Replicate
+
+        self.collectives += 1
+        self.bytes_sent += local_piece(g).numel() * g.element_size()
+        placements = [Replicate() if isinstance(pl, Partial) else pl for pl in g.placements]  # type: ignore[attr-defined]
+        return g.redistribute(g.device_mesh, placements)  # type: ignore[attr-defined]  # a DTensor
+
     def local_update_sumsq(self, update_bufs, update_cols: np.ndarray, P: np.ndarray) -> None:
         params, bufs = update_bufs
-        torch._foreach_sub_(bufs, [_local(p.detach()) for p in params])
+        torch._foreach_sub_(bufs, [local_piece(p.detach()) for p in params])
         if not bufs:
             return
         sq = norms(bufs).double().cpu().numpy() ** 2
@@ -382,8 +410,11 @@ def attach(model: nn.Module, optimizer=None, group=None) -> DistContext:
                 "pass the optimizer, Recorder(model, optimizer), or use FSDP2's fully_shard"
             )
         return DistContext(model, "fsdp1", group)
-    if any(_is_dtensor(p) for p in model.parameters()):
-        return DistContext(model, "fsdp2", group)
+    if any(is_dtensor(p) for p in model.parameters()):
+        from torch.distributed.fsdp import FSDPModule
+
+        fsdp2 = any(isinstance(m, FSDPModule) for m in model.modules())  # with or without tensor parallelism
+        return DistContext(model, "fsdp2" if fsdp2 else "tensor_parallel", group)
     return DistContext(model, "replicated", group)
 
 

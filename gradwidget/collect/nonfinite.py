@@ -43,6 +43,7 @@ from torch import nn
 
 from ..run import NonfiniteOrigin
 from ._hooks import Hook
+from ._kernels import local_piece
 from ._origin import IN, LOSS, OUT, PASS, RECV, earliest, find_origin
 
 __all__ = ["NonfiniteTracer", "StepTrace", "earliest", "find_origin"]
@@ -98,7 +99,9 @@ def _reduce(t: torch.Tensor) -> torch.Tensor:
 
 def _sum(t: torch.Tensor) -> torch.Tensor:
     """The sum, accumulated in float32 or wider (a half sum overflows at 65504; asking float32 of a
-    float32 tensor takes a path twice as slow as plain ``sum``)."""
+    float32 tensor takes a path twice as slow as plain ``sum``). A DTensor (inside a tensor-parallel
+    module) is summed over this rank's piece: each rank traces its own origin."""
+    t = local_piece(t)
     return t.sum() if t.dtype in (torch.float32, torch.float64) else t.sum(dtype=torch.float32)
 
 

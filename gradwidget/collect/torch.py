@@ -296,6 +296,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
             return
 
         def label() -> int | None:
+            st = self._dist_step  # a sharded step waiting for its update norms: not in the run yet
+            if st is not None:
+                return st.label
             run = self.run
             return int(run.steps[-1]) if run is not None and run.n_steps else None
 

@@ -15,7 +15,8 @@ set: see ``Thresholds.replica_tolerance``.
 Always Critical, confidence 1.0: healthy replicas are bit-identical, so any recorded difference is
 each rank training its own model from that step. Explains nothing (a symptom it causes, e.g. a loss
 that differs per rank, is not measured). Its action names what breaks DDP's sync in this setup
-(DDP on some ranks only, no wrapper, or what bypasses the wrapper) and how to recover.
+(DDP on some ranks only, no wrapper, or what bypasses the wrapper; under tensor parallelism, what
+gives the parts every rank holds whole different updates) and how to recover.
 """
 
 from __future__ import annotations
@@ -42,10 +43,19 @@ def action(d: Diagnosis, c: Context) -> str:
     """Make the replicas agree again: what breaks their sync in this setup, then how to recover."""
     f = _finding(c)
     since = f" saved before step {d.first_step}" if d.first_step is not None else ""
+    which = "each replicated parameter, not the shards" if f is not None and f.tensor_parallel else "each parameter"
     recover = (
         f"; then restart from a checkpoint{since}, or copy rank 0's weights to every rank "
-        "(torch.distributed.broadcast(p.data, src=0) for each parameter)"
+        f"(torch.distributed.broadcast(p.data, src=0) for {which})"
     )
+    if f is not None and f.tensor_parallel:
+        return (
+            "give the parameters every tensor-parallel rank holds whole (layers not parallelised, row-wise "
+            "biases, norms) the same gradient and update on every rank: the same batch on each, gradient "
+            "clipping by one total norm over all ranks or none, any change to .grad alike everywhere "
+            "(DeepSpeed PR 1801: clipping left BLOOM's LayerNorm weights out of sync across its tensor-parallel "
+            "ranks)" + recover
+        )
     if f is not None and f.unwrapped and f.wrapped:
         ranks = ", ".join(map(str, f.unwrapped))
         return f"wrap the model in DistributedDataParallel on every rank, alike (rank(s) {ranks} do not)" + recover
