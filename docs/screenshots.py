@@ -211,7 +211,7 @@ def shoot_panel(run_dir: Path, out: Path, work: Path, timeout: float = 180, name
     with jupyter_lab(work, timeout=timeout) as base, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            ctx = browser.new_context(viewport={"width": 1500, "height": 1100})
+            ctx = browser.new_context(viewport={"width": 1500, "height": 1800})  # the whole panel in view
             ctx.route(
                 "**/*", lambda r: r.continue_() if r.request.url.startswith((base, "data:", "blob:")) else r.abort()
             )
