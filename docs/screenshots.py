@@ -1,10 +1,15 @@
-"""Screenshots for the README, made from today's build: the live panel in JupyterLab on the demo
-(``panel.png``) and on a Hugging Face GPT-2 (tiny config) trained with a learning rate 30x too high
-(``panel_gpt2.png``, the zoo's case), the static panel of an exported notebook (``static.png``:
-the README's workflow executed headless, exported with plain ``nbconvert --to html`` without widget
-state) and the HTML report (``report.png``).
+"""Screenshots for the README and docs/exporting.md, made from today's build:
 
-    python docs/screenshots.py [--out docs] [--steps 200] [--only report|panel|gpt2|static]
+* ``report``: the HTML report of the demo run (``report.png``);
+* ``panel``, ``gpt2``: the live panel in JupyterLab on the demo (``panel.png``) and on a Hugging Face
+  GPT-2 (tiny config) trained with a learning rate 30x too high (``panel_gpt2.png``, the zoo's case);
+* ``exports``, ``exports_gpt2``: a notebook executed headless (nbclient) and exported, its static
+  panel photographed: plain ``nbconvert --to html`` without the widget state (``static.png``,
+  ``static_gpt2.png``) and ``nbconvert --to gradwidget`` with it (``exported.png``,
+  ``exported_gpt2.png``); the demo's notebook is the README's workflow (the panel shown before
+  training), the GPT-2's opens the run of ``gpt2`` (``GradientPanel.from_run``).
+
+    python docs/screenshots.py [--out docs] [--steps 200] [--only report|panel|gpt2|exports|exports_gpt2]
 
 Each is photographed in headless Chromium with the network off; ``tests/test_screenshots.py``
 runs this and checks what each drew.
@@ -13,6 +18,7 @@ runs this and checks what each drew.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import tempfile
@@ -78,8 +84,11 @@ def train_gpt2(run_dir: Path) -> str:
     return case.id
 
 
+#: how many steps the exported demo notebook trains.
+DEMO_STEPS = 120
+
 #: the README's workflow: the panel shown before training, the loop in the next cell.
-STATIC_CELLS = [
+DEMO_CELLS = [
     """import torch
 from gradwidget import GradientPanel
 from gradwidget.demo import build_demo, train_demo
@@ -87,55 +96,120 @@ torch.manual_seed(0)
 model, opt, data = build_demo()
 panel = GradientPanel(model, opt)
 panel""",
-    "run = train_demo(120, recorder=panel, model=model, optimizer=opt, data=data)",
+    f"run = train_demo({DEMO_STEPS}, recorder=panel, model=model, optimizer=opt, data=data)",
 ]
 
 
-def shoot_static(out: Path, work: Path, timeout: float = 300) -> dict:
-    """Execute the README's workflow headless (nbclient), drop the saved widget state, export with
-    plain ``nbconvert --to html`` and photograph the panel's output offline."""
-    from nbclient import NotebookClient
-    from nbconvert import HTMLExporter
+def demo_layers() -> list[str]:
+    """The names of the demo model's parameters: the layers its panel must name."""
+    from gradwidget.demo import build_demo
+
+    return [name for name, _ in build_demo()[0].named_parameters()]
+
+
+def notebook(cells: list[str]):
+    """A notebook of code ``cells`` for the python3 kernel."""
     from nbformat.v4 import new_code_cell, new_notebook
 
-    nb = new_notebook(cells=[new_code_cell(c) for c in STATIC_CELLS])
+    nb = new_notebook(cells=[new_code_cell(c) for c in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+def execute(cells: list[str], timeout: float):
+    """A notebook of ``cells`` executed headless by nbclient, which saves the widget state as
+    ``jupyter nbconvert --execute`` does."""
+    from nbclient import NotebookClient
+
+    nb = notebook(cells)
     NotebookClient(nb, timeout=int(timeout), kernel_name="python3").execute()
-    nb.metadata.pop("widgets", None)  # as GitHub or a front end that keeps no widget state sees it
-    body, _ = HTMLExporter().from_notebook_node(nb)
-    html = work / "static.html"
-    html.write_text(body, encoding="utf-8")
+    return nb
+
+
+def export_plain(nb) -> str:
+    """Plain ``nbconvert --to html`` of the notebook without its widget state (as GitHub, or a
+    front end that keeps no widget state, has it)."""
+    from nbconvert import HTMLExporter
+
+    nb = copy.deepcopy(nb)
+    nb.metadata.pop("widgets", None)
+    return HTMLExporter().from_notebook_node(nb)[0]
+
+
+def export_gradwidget(nb) -> str:
+    """``nbconvert --to gradwidget`` (the package's exporter) of the notebook, widget state kept."""
+    from gradwidget.export import export_html
+
+    return export_html(copy.deepcopy(nb))
+
+
+#: the exported pictures: file stem -> how the page is made.
+EXPORTS = {"static": export_plain, "exported": export_gradwidget}
+
+#: what the first visible static panel of the page shows: the layer names beside the heatmap, each
+#: diagnosis (its head line, its action, whether either is cut off), the health table's rows, the image.
+STATIC_JS = """() => {
+  const s = Array.from(document.querySelectorAll('.gradwidget-static')).find(e => e.offsetParent !== null);
+  if (!s) return null;
+  const whole = e => e.scrollWidth <= e.clientWidth + 1;
+  const img = s.querySelector('img.gradwidget-panel-image');
+  const box = s.getBoundingClientRect();
+  return {
+    title: s.firstElementChild.textContent,
+    names: Array.from(s.querySelectorAll('svg text title'), t => t.textContent),
+    diagnoses: Array.from(s.querySelectorAll('.gradwidget-diagnosis'), d => ({
+      head: d.children[0].textContent, action: d.children[1].textContent,
+      evidence: d.querySelector('details') !== null, whole: whole(d.children[0]) && whole(d.children[1])})),
+    rows: Array.from(s.querySelectorAll('table.gradwidget-health tr[data-layer]'), tr => tr.dataset.layer),
+    image: {w: img.naturalWidth, h: img.naturalHeight, shown_w: img.width, shown_h: img.height},
+    box: {w: Math.round(box.width), h: Math.round(box.height)},
+    in_export_wrap: s.closest('.gradwidget-export') !== null,
+  };
+}"""
+
+
+def photograph_static(html: Path, png: Path) -> dict:
+    """The page's visible static panel, photographed offline, and what it shows (``STATIC_JS``)."""
     with offline_page(viewport={"width": 1000, "height": 1400}) as (page, blocked):
         page.goto(html.as_uri())
         page.wait_for_load_state("load")
-        static = page.locator(".gradwidget-static").first
-        static.screenshot(path=str(out / "static.png"))
-        seen = page.evaluate(
-            """() => { const s = document.querySelector('.gradwidget-static');
-              return {names: s.querySelectorAll('svg text title').length,
-                      diagnoses: s.querySelectorAll('.gradwidget-diagnosis').length,
-                      rows: s.querySelectorAll('table.gradwidget-health tr[data-layer]').length,
-                      image: s.querySelector('img.gradwidget-panel-image').naturalWidth}; }"""
-        )
-    # nbconvert's template asks a CDN for require.js and MathJax (refused here): the panel needs neither
-    return {"static_png": str(out / "static.png"), "static_blocked": blocked, "static": seen}
+        seen = page.evaluate(STATIC_JS)
+        if seen is None:
+            raise SystemExit(f"{html}: no visible static panel")
+        page.locator(".gradwidget-static:visible").first.screenshot(path=str(png))
+    # nbconvert's template asks a CDN for require.js, MathJax and (with widget state) html-manager:
+    # refused here; the static panel needs none of them
+    return {"png": str(png), "blocked": blocked, "seen": seen}
+
+
+def shoot_exports(cells: list[str], expect: dict, out: Path, work: Path, suffix: str = "") -> dict:
+    """Execute ``cells`` headless, export the notebook each way of ``EXPORTS`` and photograph its
+    static panel (``static{suffix}.png``, ``exported{suffix}.png``). ``expect``: what the trained
+    run is (its ``layers`` and ``last_step``), passed on for the tests to check the pictures with."""
+    from gradwidget.export import WIDGET_STATE
+
+    nb = execute(cells, timeout=300)
+    shots: dict = {"expect": expect}
+    for stem, export in EXPORTS.items():
+        body = export(nb)
+        html = work / f"{stem}{suffix}.html"
+        html.write_text(body, encoding="utf-8")
+        shots[stem] = photograph_static(html, out / f"{stem}{suffix}.png") | {"widget_state": WIDGET_STATE in body}
+    return shots
 
 
 def shoot_panel(run_dir: Path, out: Path, work: Path, timeout: float = 180, name: str = "panel.png") -> dict:
     import nbformat
-    from nbformat.v4 import new_code_cell, new_notebook
     from playwright.sync_api import sync_playwright
 
     from lab import KERNEL_READY_JS, jupyter_lab  # tests/browser/lab.py: the e2e tests' JupyterLab
 
-    nb = new_notebook(cells=[new_code_cell(PANEL_CELL.format(run=str(run_dir)))])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, work / "panel.ipynb")
+    nbformat.write(notebook([PANEL_CELL.format(run=str(run_dir))]), work / "panel.ipynb")
     ms = timeout * 1000
     with jupyter_lab(work, timeout=timeout) as base, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            ctx = browser.new_context(viewport={"width": 1500, "height": 1100})
+            ctx = browser.new_context(viewport={"width": 1500, "height": 1800})  # the whole panel in view
             ctx.route(
                 "**/*", lambda r: r.continue_() if r.request.url.startswith((base, "data:", "blob:")) else r.abort()
             )
@@ -160,31 +234,43 @@ def shoot_panel(run_dir: Path, out: Path, work: Path, timeout: float = 180, name
     return {"panel_png": str(out / name), "canvases": canvases, "diagnoses": diagnoses}
 
 
+#: what ``--only`` picks: each makes the pictures named in the module's docstring.
+PICTURES = ["report", "panel", "gpt2", "exports", "exports_gpt2"]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "docs"), help="folder for the PNGs")
     ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--only", choices=["report", "panel", "gpt2", "static"], help="make one screenshot only")
+    ap.add_argument("--only", choices=PICTURES, help="make one group of screenshots only")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    wanted = [args.only] if args.only else PICTURES
     with tempfile.TemporaryDirectory(prefix="gradwidget-shots-") as tmp:
         work = Path(tmp)
-        run_dir = work / "demo-run"
+        run_dir, gpt2 = work / "demo-run", work / "gpt2-run"
         info: dict = {}
-        if args.only in (None, "report", "panel"):
+        if "report" in wanted or "panel" in wanted:
             train(run_dir, args.steps)
-        if args.only in (None, "report"):
+        if "report" in wanted:
             info.update(shoot_report(run_dir, out, work))
-        if args.only in (None, "panel"):
+            info.pop("report_html")
+        if "panel" in wanted:
             info.update(shoot_panel(run_dir, out, work))
-        if args.only in (None, "gpt2"):
-            gpt2 = work / "gpt2-run"
+        if "gpt2" in wanted or "exports_gpt2" in wanted:
             info["gpt2_case"] = train_gpt2(gpt2)
+        if "gpt2" in wanted:
             info["gpt2"] = shoot_panel(gpt2, out, work, name="panel_gpt2.png")
-        if args.only in (None, "static"):
-            info.update(shoot_static(out, work))
-        info.pop("report_html", None)
+        if "exports" in wanted:
+            expect = {"layers": demo_layers(), "last_step": DEMO_STEPS - 1}
+            info["exports"] = shoot_exports(DEMO_CELLS, expect, out, work)
+        if "exports_gpt2" in wanted:
+            from gradwidget.storage import load_run
+
+            run = load_run(gpt2)
+            expect = {"layers": run.layer_names, "last_step": int(run.steps[-1])}
+            info["exports_gpt2"] = shoot_exports([PANEL_CELL.format(run=str(gpt2))], expect, out, work, "_gpt2")
     print(json.dumps(info))
     return 0
 

@@ -1,6 +1,9 @@
-"""The README's screenshots come from the demo, made by docs/screenshots.py: the static report (in
-Chromium, offline) and the live panel (in JupyterLab). Set GRADWIDGET_UPDATE_DOCS=1 to write them
-into docs/ (what the README shows); otherwise they go to a temporary folder and are only checked."""
+"""The screenshots in the README and docs/exporting.md, made by docs/screenshots.py and checked for
+what each shows: the report (Chromium, offline), the live panel in JupyterLab (the demo, and a
+GPT-2 with its diagnosis) and the static panel of exported notebooks (the demo's and the GPT-2's,
+plain --to html without widget state and --to gradwidget), read from the exported page's DOM. Set
+GRADWIDGET_UPDATE_DOCS=1 to write them into docs/; otherwise they go to a temporary folder and are
+only checked."""
 
 import json
 import os
@@ -80,11 +83,49 @@ def test_gpt2_panel_screenshot_shows_its_diagnosis(tmp_path):
     assert w >= 400 and h >= 300
 
 
-def test_exported_static_panel_screenshot(tmp_path):
-    """The README's workflow executed headless and exported with plain --to html, no widget state:
-    the static panel of the trained run, every layer named, its diagnosis and health table."""
-    info = _run(["--only", "static"], tmp_path)
-    seen = info["static"]
-    assert seen["names"] == 24 and seen["rows"] == 24 and seen["diagnoses"] >= 1 and seen["image"] >= 400, seen
-    w, h = _png_size(info["static_png"])
-    assert w >= 600 and h >= 500
+@pytest.fixture(scope="module")
+def demo_exports(tmp_path_factory) -> dict:
+    """The README's workflow executed headless and exported both ways (static.png, exported.png)."""
+    return _run(["--only", "exports"], tmp_path_factory.mktemp("exports"))["exports"]
+
+
+@pytest.fixture(scope="module")
+def gpt2_exports(tmp_path_factory) -> dict:
+    """A notebook opening the zoo's GPT-2 lr_too_high run, executed headless and exported both ways
+    (static_gpt2.png, exported_gpt2.png)."""
+    pytest.importorskip("transformers")
+    return _run(["--only", "exports_gpt2"], tmp_path_factory.mktemp("exports_gpt2"))["exports_gpt2"]
+
+
+def _check_export_shot(exports: dict, stem: str, cause: str) -> None:
+    """What a photographed static panel shows, read from the exported page's DOM: the trained run
+    (its last step under the cursor), every layer named beside the heatmap in model order and in the
+    health table, the diagnosis whole with its action and evidence, a heatmap image tall enough for
+    every row; ``exported`` (``--to gradwidget``) is the page made with the saved widget state, whose
+    static copy stands in for the live widget, ``static`` (plain ``--to html``) the one without."""
+    expect, shot = exports["expect"], exports[stem]
+    seen, layers = shot["seen"], expect["layers"]
+    last = expect["last_step"]
+    assert f"steps 0–{last}" in seen["title"] and f"cursor at step {last}" in seen["title"], seen["title"]
+    assert seen["names"] == layers, seen["names"]
+    assert sorted(seen["rows"]) == sorted(layers), seen["rows"]
+    found = [d for d in seen["diagnoses"] if d["head"].startswith(cause)]
+    assert found, seen["diagnoses"]
+    d = found[0]
+    assert "since step" in d["head"] and d["action"].startswith("→ ") and len(d["action"]) > 30, d
+    assert d["whole"] and d["evidence"], d
+    image = seen["image"]
+    assert image["w"] >= 600 and image["shown_w"] >= 600 and image["shown_h"] >= 12 * len(layers), image
+    assert shot["widget_state"] is (stem == "exported") and seen["in_export_wrap"] is (stem == "exported")
+    w, h = _png_size(shot["png"])
+    assert abs(w - seen["box"]["w"]) <= 2 and abs(h - seen["box"]["h"]) <= 2 and h > image["shown_h"], (w, h, seen)
+
+
+@pytest.mark.parametrize("stem", ["static", "exported"])
+def test_demo_export_screenshot(demo_exports, stem):
+    _check_export_shot(demo_exports, stem, "vanishing")
+
+
+@pytest.mark.parametrize("stem", ["static", "exported"])
+def test_gpt2_export_screenshot(gpt2_exports, stem):
+    _check_export_shot(gpt2_exports, stem, "lr too high")
