@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ._hooks import remove_tensor_hooks
+
 if TYPE_CHECKING:
     from ._kernels import HostCopy
 
@@ -136,5 +138,5 @@ class GradResetCheck:
         return {"layer": self.name, "checked": self.checked, "carried": self.carried, "first_step": self.first_step}
 
     def remove(self) -> None:
-        self._handle.remove()
+        remove_tensor_hooks([self._handle], [self.param])
         self._fresh = self._last = self._dots = self._queued = None

@@ -34,6 +34,7 @@ from torch import nn
 
 from ..noise_series import NoiseSeries
 from ._groups import STACK_NUMEL
+from ._hooks import remove_tensor_hooks
 from ._kernels import HostCopy, acc_dtype, norms, stored_values
 
 #: "auto" keeps its hooks this many steps; with one batch size on every one, it removes them (one:
@@ -126,8 +127,7 @@ class NoiseProbe:
             self._fwd_handle = self._model.register_forward_pre_hook(self._forward, with_kwargs=True)
 
     def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
+        remove_tensor_hooks(self._handles, self.params)
         if self._fwd_handle is not None:
             self._fwd_handle.remove()
         self._handles, self.armed, self._fwd_handle = [], False, None

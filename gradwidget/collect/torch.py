@@ -38,6 +38,7 @@ from ..storage import check_log_dir, resume_point
 from ..thresholds import as_thresholds
 from ._changes import ModelWatch
 from ._graph import _GraphEdges
+from ._hooks import remove_tensor_hooks
 from ._inputs import (
     _bytes_arg,
     _check_number,
@@ -385,8 +386,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
             self._record_unstepped()
         if self._attached and self._dist is None:
             self._finish_unstepped()
-        for h in self._handles + self._opt_handles + self._grad_handles + self._graph_handles:
+        for h in self._handles + self._opt_handles + self._graph_handles:
             h.remove()
+        remove_tensor_hooks(self._grad_handles, self._params)
         self._handles, self._opt_handles, self._grad_handles, self._graph_handles = [], [], [], []
         if self._watch is not None:
             self._watch.remove()
