@@ -40,8 +40,14 @@ class _Steps(_RecorderState):
     """The Recorder's step machinery (a mixin: the state is the Recorder's)."""
 
     # ------------------------------------------------------------------ hooks
-    def _make_grad_hook(self, i: int):
-        def hook(p):
+    def _hook_arrival(self, i: int, p: torch.Tensor) -> None:
+        """Note when parameter ``i``'s gradient arrives (the first backward's order fixes the columns)
+        and, without an optimizer, end the step when its backward ends. With an optimizer the hooks
+        are removed after the first step: tensor hooks then, whose dict ``remove_tensor_hooks``
+        can unhook from autograd (a removed post-accumulate-grad hook leaves its dict called for
+        every parameter in every backward); without one they stay, after accumulation."""
+
+        def hook(_):
             if self._order is None and i not in self._arrival_set:
                 self._arrival.append(i)
                 self._arrival_set.add(i)
@@ -49,7 +55,8 @@ class _Steps(_RecorderState):
                 self._in_backward = True
                 torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
 
-        return hook
+        register = p.register_post_accumulate_grad_hook if self.optimizer is None else p.register_hook
+        self._grad_handles.append(register(hook))
 
     def _end_of_backward(self) -> None:
         if self._dist is not None and not self._requeued:

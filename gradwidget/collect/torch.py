@@ -275,7 +275,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
                 if nn.parameter.is_lazy(p):  # nn.LazyLinear: no shape before the first forward
                     lazy.append(i)
                 else:
-                    self._grad_handles.append(p.register_post_accumulate_grad_hook(self._make_grad_hook(i)))
+                    self._hook_arrival(i, p)
         if lazy and self._watch is not None:
             self._watch.watch_lazy(lazy)
         self._register_optimizer()
