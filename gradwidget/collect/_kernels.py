@@ -33,17 +33,19 @@ def grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
     accumulated in ``acc_dtype`` whatever the gradients' dtype.
 
     On CUDA the multi-tensor ``_foreach_norm`` kernels are fastest for every order; on CPU they are
-    only fast for the L2 norm, while per-tensor ``abs().sum()``, ``aminmax`` and ``count_nonzero``
+    only fast for the L2 norm, while per-tensor ``abs()`` (then its sum and max) and ``count_nonzero``
     are 2-15x faster (bench/overhead.py), so CPU uses those. None of them syncs with the host.
     """
     acc = acc_dtype(grads)
     l2 = norms(grads, 2)
     if foreach_all:
         l1, linf, nnz = norms(grads, 1), norms(grads, math.inf), norms(grads, 0)
-    else:
-        l1 = torch.stack([g.abs().sum(dtype=acc) for g in grads])
-        lo, hi = (torch.stack(x) for x in zip(*[torch.aminmax(g) for g in grads]))
-        linf = torch.maximum(-lo, hi)
+    else:  # |g| once for L1 and max |g| (one buffer alive at a time: no fresh pages for a list of them)
+        l1_linf = []
+        for g in grads:
+            a = g.abs()
+            l1_linf += (a.sum(dtype=acc), a.amax().to(acc))
+        l1, linf = torch.stack(l1_linf).view(-1, 2).unbind(1)
         nnz = torch.stack([torch.count_nonzero(g) for g in grads])
     sums = torch.stack([g.sum(dtype=acc) for g in grads])
     return torch.stack([r.to(torch.float64) for r in (l2, l1, linf, nnz, sums)])
