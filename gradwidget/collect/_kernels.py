@@ -41,7 +41,7 @@ def grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
     if foreach_all:
         l1, linf, nnz = norms(grads, 1), norms(grads, math.inf), norms(grads, 0)
     else:  # |g| once for L1 and max |g| (one buffer alive at a time: no fresh pages for a list of them)
-        l1_linf = []
+        l1_linf: list[torch.Tensor] = []
         for g in grads:
             a = g.abs()
             l1_linf += (a.sum(dtype=acc), a.amax().to(acc))

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import functools
-import operator
 import sys
 import warnings
 from dataclasses import dataclass
@@ -16,13 +15,12 @@ import torch
 
 from .._warnings import GradwidgetWarning
 from ..run import NonfiniteOrigin
+from ._groups import grad_of
 from ._kernels import HostCopy
 from ._noise import append_noise
 from ._replay import MAX_MISSES
 from ._stats import _M
 from ._state import _RecorderState
-
-_GRAD = operator.attrgetter("grad")
 
 
 @dataclass
@@ -151,7 +149,7 @@ class _Steps(_RecorderState):
         """Which gradient tensors exist and their in-place version counters: backward changes it
         (new tensors, or accumulation into zeroed ones), a second zero_grad does not. Taken at
         every zero_grad, so kept to one pass of C-level iteration over the parameters."""
-        grads = list(map(_GRAD, self._params))
+        grads = list(map(grad_of, self._params))
         return tuple(map(id, grads)), tuple(g._version for g in grads if g is not None)
 
     def _record_unstepped(self) -> None:
