@@ -9,6 +9,10 @@ host sync each) and ``torch.histc`` per tensor.
 
     python bench/overhead.py [--blocks 6] [--steps 10] [--trainer] [--compiled] [--large [--device cuda]]
 
+``--paired llama tiny transformer``: the recording's cost resolved on a shared machine (many short
+interleaved blocks, ratios in CPU and wall-clock time with bootstrap 95% intervals: ``paired.py``),
+at the defaults and for the noise scale under gradient accumulation; ``tiny``: 2,000 x Linear(2, 2).
+
 ``--trainer``: a Hugging Face ``Trainer`` step (tiny GPT-2, gradient accumulation 2, clipping on)
 with and without ``GradwidgetCallback``, interleaved. ``--compiled``: the transformer above under
 ``torch.compile``, with and without a Recorder, with dynamo's graph and graph-break counts.
