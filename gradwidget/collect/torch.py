@@ -94,7 +94,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         or loss are non-finite is replayed under hooks on every module before the optimizer applies
         it (``gradwidget.collect._replay``; a finite step pays one hook on the root module); the
         per-module tracer also runs on alternate warm-up steps and stays only if steps with it take
-        at most 1.02x the steps without (``_trace_cost``: wall clock, paired, medians). A NaN made
+        0.98-1.02x the steps without (``_trace_cost``: wall clock and CPU time, paired, medians). A NaN made
         at a step not recorded (``every`` > 1) is not located: the run says so. ``True``: the
         per-module tracer on every step, recorded or not (``gradwidget.collect.nonfinite``: tens of
         microseconds of Python per module call; 1.2-1.3x a bare step for a small transformer on
