@@ -128,6 +128,7 @@ def block(mode, n):
     model, opt = nets[mode]
     times = []
     cb0 = getattr(panel, "training_thread_s", float("nan"))
+    c0, th0 = time.process_time(), time.thread_time()
     t0 = time.perf_counter()
     for _ in range(n):
         s = time.perf_counter()
@@ -142,7 +143,8 @@ def block(mode, n):
         opt.step()
         times.append((time.perf_counter() - s) * 1e3)
     cb = (getattr(panel, "training_thread_s", float("nan")) - cb0) * 1e3 if mode == "panel" else 0.0
-    return {{"mode": mode, "loop_ms": (time.perf_counter() - t0) * 1e3, "step_ms": times, "cb_ms": cb}}
+    return {{"mode": mode, "loop_ms": (time.perf_counter() - t0) * 1e3, "step_ms": times, "cb_ms": cb,
+            "cpu_ms": (time.process_time() - c0) * 1e3, "thread_cpu_ms": (time.thread_time() - th0) * 1e3}}
 
 def big_run(L, S):
     names = [f"blocks.{{j // 4}}.layer{{j % 4}}.weight" for j in range(L)]
@@ -294,6 +296,9 @@ def run_bench(args) -> dict:
         cell = {m: [b["wall_ms"] for b in by[m]] for m in modes}
         post = {m: [b["wall_ms"] - b["loop_ms"] for b in by[m]] for m in modes}
         rounds_ratio = [p["wall_ms"] / r["wall_ms"] for p, r in zip(by["panel"], by["recorder"])]
+        # CPU time over the loop, each round's panel block against its recorder block: the kernel
+        # process (every thread: the analysis, the sends, ipykernel's) and the training thread alone
+        cpu_ratio = {k: [p[k] / r[k] for p, r in zip(by["panel"], by["recorder"])] for k in ("cpu_ms", "thread_cpu_ms")}
         out["training"] = {
             "ms_per_step_median": {m: round(med(steps[m]), 2) for m in modes},
             "ms_per_step_mean": {m: round(mean(steps[m]), 2) for m in modes},
@@ -302,6 +307,8 @@ def run_bench(args) -> dict:
             "cell_ms_mean": {m: round(mean(cell[m]), 1) for m in modes},
             "post_cell_ms_median": {m: round(med(post[m]), 1) for m in modes},
             "panel_over_recorder_cell_by_round": [round(x, 3) for x in rounds_ratio],
+            "panel_over_recorder_cpu_by_round": [round(x, 3) for x in cpu_ratio["cpu_ms"]],
+            "panel_over_recorder_thread_cpu_by_round": [round(x, 3) for x in cpu_ratio["thread_cpu_ms"]],
             # the panel's own work on the training thread (GradientPanel.training_thread_s): sends,
             # encoding, the run's copy for the analysis; the analysis thread's GIL time is not in it
             "panel_training_thread_share_by_block": [
@@ -309,6 +316,9 @@ def run_bench(args) -> dict:
             ],
         }
         tr = out["training"]
+        # how each recorder looks for a NaN origin: "auto" keeps the per-module tracer only where it
+        # measured it free, and a kept tracer would be the recorder's cost, not the panel's
+        tr["tracing"] = kexec("print(json.dumps([rec.tracing_text(), panel.recorder.tracing_text()]))")["out"].strip()
         tr["ratios"] = {
             "step_median_panel/bare": tr["ms_per_step_median"]["panel"] / tr["ms_per_step_median"]["bare"],
             "step_mean_panel/bare": tr["ms_per_step_mean"]["panel"] / tr["ms_per_step_mean"]["bare"],
@@ -317,6 +327,8 @@ def run_bench(args) -> dict:
             "step_mean_panel/recorder": tr["ms_per_step_mean"]["panel"] / tr["ms_per_step_mean"]["recorder"],
             "cell_median_panel/recorder": tr["cell_ms_median"]["panel"] / tr["cell_ms_median"]["recorder"],
             "cell_mean_panel/recorder": tr["cell_ms_mean"]["panel"] / tr["cell_ms_mean"]["recorder"],
+            "cpu_median_panel/recorder": med(cpu_ratio["cpu_ms"]),
+            "thread_cpu_median_panel/recorder": med(cpu_ratio["thread_cpu_ms"]),
         }
         tr["ratios"] = {k: round(v, 3) for k, v in tr["ratios"].items()}
         # traffic and long tasks in the panel's blocks
@@ -484,6 +496,13 @@ def main(argv=None) -> int:
         "ratios", tr["ratios"], "panel/recorder cell by round", tr["panel_over_recorder_cell_by_round"], file=sys.stderr
     )
     print("panel's share of the training thread by block", tr["panel_training_thread_share_by_block"], file=sys.stderr)
+    print(
+        "panel/recorder CPU by round: process",
+        tr["panel_over_recorder_cpu_by_round"],
+        "training thread",
+        tr["panel_over_recorder_thread_cpu_by_round"],
+        file=sys.stderr,
+    )
     print("traffic", res["traffic"], "latency", res["latency_ms"], file=sys.stderr)
     if "big" in res:
         print("big run", res["big"], "table", res["table_rerender"], file=sys.stderr)

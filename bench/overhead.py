@@ -9,6 +9,10 @@ host sync each) and ``torch.histc`` per tensor.
 
     python bench/overhead.py [--blocks 6] [--steps 10] [--trainer] [--compiled] [--large [--device cuda]]
 
+``--paired llama tiny transformer``: the recording's cost resolved on a shared machine (many short
+interleaved blocks, ratios in CPU and wall-clock time with bootstrap 95% intervals: ``paired.py``),
+at the defaults and for the noise scale under gradient accumulation; ``tiny``: 2,000 x Linear(2, 2).
+
 ``--trainer``: a Hugging Face ``Trainer`` step (tiny GPT-2, gradient accumulation 2, clipping on)
 with and without ``GradwidgetCallback``, interleaved. ``--compiled``: the transformer above under
 ``torch.compile``, with and without a Recorder, with dynamo's graph and graph-break counts.
@@ -283,7 +287,18 @@ COMPARE_VARIANTS = (
     "wandb.watch(log='all', log_freq=10)",
     "TensorBoard histograms every 10",
     "grad norms only (foreach: the floor)",
+    "bare, 2 micro-batches",
+    "gradwidget noise scale, 2 micro-batches",
 )
+#: the variant each one is compared with (bare unless named here): gradient accumulation's own
+#: cost is not the noise scale's
+BASELINE = {"gradwidget noise scale, 2 micro-batches": "bare, 2 micro-batches"}
+#: the variants whose step accumulates the gradient of two half batches
+ACCUMULATING = ("bare, 2 micro-batches", "gradwidget noise scale, 2 micro-batches")
+
+
+#: the thousands of tiny modules of ``--paired tiny`` (``Linear(2, 2)``: twice as many tensors)
+TINY_MODULES = 2000
 
 
 def llama_model(vocab: int = 2000, seed: int = 0):
@@ -315,26 +330,47 @@ class Comparison:
         self.which, self.batch, self.seq = which, batch, seq
         self.vocab = 2000
         g = torch.Generator().manual_seed(0)
-        self.data = [torch.randint(0, self.vocab, (batch, seq + 1), generator=g) for _ in range(8)]
+        if which == "tiny":  # thousands of tiny modules: SGD, as bench/scale.py
+            self.data = [torch.randn(batch, 2, generator=g) for _ in range(8)]
+        else:
+            self.data = [torch.randint(0, self.vocab, (batch, seq + 1), generator=g) for _ in range(8)]
         self.loss_fn = nn.CrossEntropyLoss()
         self.log_dir = log_dir
         self.setups = {v: self._setup(v) for v in variants}
         self.calls = dict.fromkeys(variants, 0)
 
     def model(self):
+        if self.which == "tiny":
+            torch.manual_seed(0)
+            return nn.Sequential(*[nn.Linear(2, 2) for _ in range(TINY_MODULES)])
         return llama_model(self.vocab) if self.which == "llama" else make_model(vocab=self.vocab)
+
+    def optimizer(self, model):
+        if self.which == "tiny":
+            return torch.optim.SGD(model.parameters(), lr=1e-3)
+        return torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def _loss(self, model, b):
+        if self.which == "tiny":
+            return model(b).square().mean()
+        if self.which == "llama":
+            return model(input_ids=b[:, :-1], labels=b[:, :-1]).loss
+        return self.loss_fn(model(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten())
 
     def _setup(self, variant: str):
         import tempfile
 
         model = self.model()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        opt = self.optimizer(model)
         inst, log = None, None
         if variant == "gradwidget defaults":
             inst = Recorder(model, opt)
             log = inst.log
         elif variant == "gradwidget, trace_nonfinite=False":
             inst = Recorder(model, opt, trace_nonfinite=False)
+            log = inst.log
+        elif variant == "gradwidget noise scale, 2 micro-batches":
+            inst = Recorder(model, opt, noise_scale=True)
             log = inst.log
         elif variant == "gradwidget panel on screen":
             from gradwidget import GradientPanel
@@ -387,11 +423,10 @@ class Comparison:
         self.calls[variant] = i + 1
         b = self.data[i % len(self.data)]
         opt.zero_grad(set_to_none=True)
-        if self.which == "llama":
-            loss = model(input_ids=b[:, :-1], labels=b[:, :-1]).loss
-        else:
-            loss = self.loss_fn(model(b[:, :-1]).flatten(0, 1), b[:, 1:].flatten())
-        loss.backward()
+        parts = b.chunk(2) if variant in ACCUMULATING else (b,)
+        for part in parts:
+            loss = self._loss(model, part) / len(parts)
+            loss.backward()
         if log is not None:
             log(loss)
         opt.step()
@@ -413,7 +448,7 @@ class Comparison:
         out = {}
         for name in ("fresh Recorder", "fresh bare"):
             model = self.model()
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            opt = self.optimizer(model)
             t = time.perf_counter()
             rec = Recorder(model, opt) if name == "fresh Recorder" else None
             build = time.perf_counter() - t
@@ -435,6 +470,8 @@ class Comparison:
         model = self.setups["bare"][0]
         n = sum(p.numel() for p in model.parameters())
         k = sum(1 for _ in model.parameters())
+        if self.which == "tiny":
+            return f"{TINY_MODULES:,} x Linear(2, 2), SGD: {k:,} parameter tensors, batch {self.batch}"
         name = "Llama-style LlamaForCausalLM 4 x d128" if self.which == "llama" else "bench transformer 4 x d256"
         return f"{name}: {k} parameter tensors, {n / 1e6:.1f} M parameters, batch {self.batch} x seq {self.seq}"
 
@@ -466,7 +503,6 @@ def compare_table(blocks: list[dict], title: str) -> dict:
     by = {v: [b for b in blocks if b["variant"] == v] for v in variants}
     mean = {v: [b["loop_s"] / len(b["step_s"]) for b in by[v]] for v in variants}
     cpu = {v: [b["cpu_s"] / len(b["step_s"]) for b in by[v]] for v in variants}
-    base, base_cpu = statistics.median(mean["bare"]), statistics.median(cpu["bare"])
     print(title)
     print(
         f"  {'variant':38s} {'mean step':>10s} {'vs bare':>8s} {'rounds (min-max)':>18s} {'median step':>12s} "
@@ -474,8 +510,10 @@ def compare_table(blocks: list[dict], title: str) -> dict:
     )
     res = {}
     for v in variants:
+        ref = BASELINE.get(v, "bare")
+        base, base_cpu = statistics.median(mean[ref]), statistics.median(cpu[ref])
         m, c = statistics.median(mean[v]), statistics.median(cpu[v])
-        per_round = [a / b for a, b in zip(mean[v], mean["bare"])]
+        per_round = [a / b for a, b in zip(mean[v], mean[ref])]
         med = statistics.median([x for b in by[v] for x in b["step_s"]])
         res[v] = {
             "mean_ms": m * 1e3,
@@ -491,7 +529,9 @@ def compare_table(blocks: list[dict], title: str) -> dict:
         )
     print(
         "  (mean step: the loop's time over its steps, median over blocks; CPU: this process's CPU time, "
-        "all its threads; wandb's service process is not in it)"
+        "all its threads; wandb's service process is not in it; "
+        + "; ".join(f"{v} against {b}" for v, b in BASELINE.items())
+        + ")"
     )
     return res
 
@@ -521,6 +561,33 @@ def compare_in_process(which: str, rounds: int, steps: int, batch: int, seq: int
     print_first_steps(first)
     cmp.close()
     return res
+
+
+#: the variants of ``--paired`` (the recording's own cost, and the noise scale's under accumulation)
+PAIRED_VARIANTS = ("bare", "gradwidget defaults", "bare, 2 micro-batches", "gradwidget noise scale, 2 micro-batches")
+
+
+def compare_paired(which: str, rounds: int, per_block: int, batch: int, seq: int) -> dict:
+    """The recording's cost resolved on a shared machine (``paired``): many short interleaved
+    blocks, each variant's per-round ratio to its baseline in CPU and wall-clock time, the median
+    with its bootstrap 95% interval and interquartile range."""
+    import functools
+
+    from paired import interleaved_rounds, ratio_summary, summary_text
+
+    cmp = Comparison(which, batch, seq, PAIRED_VARIANTS)
+    for v in PAIRED_VARIANTS:  # warm-up: "auto" decides about its tracer in its first 9 steps
+        cmp.block(v, 12)
+    res = interleaved_rounds({v: functools.partial(cmp._step, v) for v in PAIRED_VARIANTS}, rounds, per_block)
+    print(f"{cmp.describe()} (in-process, {rounds} rounds of {per_block} steps per variant)")
+    out = {}
+    for v in PAIRED_VARIANTS:
+        ref = BASELINE.get(v, "bare")
+        if v != ref and v not in BASELINE.values():
+            out[v] = ratio_summary(res[v], res[ref])
+            print(f"  {v} / {ref}: {summary_text(out[v])}")
+    cmp.close()
+    return out
 
 
 SETUP_CELL = """
@@ -602,7 +669,15 @@ def main() -> None:
         choices=["transformer", "llama"],
         help="the comparison of issue 22 (bare, gradwidget, the panel, wandb, TensorBoard, the floor) on these models",
     )
-    ap.add_argument("--runs", type=int, default=3, help="--compare: runs of each model")
+    ap.add_argument(
+        "--paired",
+        nargs="*",
+        choices=["transformer", "llama", "tiny"],
+        help="the recording's cost on these models in many short interleaved blocks (CPU and wall-clock "
+        "ratios with their 95%% intervals; tiny: 2,000 x Linear(2, 2))",
+    )
+    ap.add_argument("--rounds", type=int, default=40, help="--paired: rounds of one block per variant")
+    ap.add_argument("--runs", type=int, default=3, help="--compare, --paired: runs of each model")
     ap.add_argument("--no-kernel", action="store_true", help="--compare in this process, without the panel")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -611,7 +686,11 @@ def main() -> None:
             print(f"--- {which}, run {r + 1} of {args.runs}", flush=True)
             run = compare_in_process if args.no_kernel else compare_in_kernel
             run(which, args.blocks, args.steps, args.batch, args.seq)
-    if args.compare is not None:
+    for which in args.paired or ():
+        for r in range(args.runs):
+            print(f"--- {which}, run {r + 1} of {args.runs}", flush=True)
+            compare_paired(which, args.rounds, 2, 8 if which == "tiny" else args.batch, args.seq)
+    if args.compare is not None or args.paired is not None:
         return
     if args.large:
         large_ratio(args.blocks, args.steps, args.device)

@@ -101,7 +101,7 @@ class ModelWatch:
             if nn.parameter.is_lazy(p):
                 left.append(i)
             elif rec._order is None:
-                rec._grad_handles.append(p.register_post_accumulate_grad_hook(rec._make_grad_hook(i)))
+                rec._hook_arrival(i, p)
         lazy[:] = left
         if not left and self._lazy_handle is not None:
             self._lazy_handle.remove()
@@ -158,7 +158,7 @@ class ModelWatch:
             rec._params[i] = new
             rec._pindex[id(new)] = i
             if rec.optimizer is None or rec._order is None:  # arrival hooks still needed
-                rec._grad_handles.append(new.register_post_accumulate_grad_hook(rec._make_grad_hook(i)))
+                rec._hook_arrival(i, new)
         if rebound and rec._order is not None:
             rec._ordered = [rec._params[i] for i in rec._order]
             rec._wplan = rec._gplan = None

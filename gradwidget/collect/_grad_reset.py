@@ -6,7 +6,7 @@ the previous step consumed. Not reset: ``a = b`` (1, or the common factor of an 
 clipping, AMP's unscale). Reset: ``a = 0``. Gradient accumulation over micro-batches,
 ``model.zero_grad()``, ``set_to_none`` or in-place zeroing all read as reset; a gradient the fit does
 not explain (zeroed between two backwards of one step, written by hand) is not called carried.
-Costs one small tensor's copy and six dot products a step, brought to the host in the step's one
+Costs one small tensor's copy and a 3 x 3 Gram matrix a step, brought to the host in the step's one
 copy. Kept in ``run.meta["grad_reset"]`` (docs/run-format.md).
 """
 
@@ -16,6 +16,8 @@ import math
 from typing import TYPE_CHECKING
 
 import torch
+
+from ._hooks import remove_tensor_hooks
 
 if TYPE_CHECKING:
     from ._kernels import HostCopy
@@ -29,6 +31,9 @@ FIT_RESIDUAL = 0.1
 #: carried: the last gradient's coefficient is at least this share of this step's (1 when carried,
 #: 0 when reset)
 CARRIED_SHARE = 0.5
+#: where ``carried``'s six dot products (ll, ff, lf, gl, gf, gg) sit in the flattened Gram matrix of
+#: the rows (last, fresh, gradient)
+_DOTS = [0, 4, 1, 6, 7, 8]
 #: the last and this step's gradients point the same way (|cos| above this): the fit cannot tell
 COLLINEAR = 1 - 1e-6
 
@@ -102,7 +107,8 @@ class GradResetCheck:
             now = g.detach().to(torch.float64, copy=True).reshape(-1)
             if last is not None and last.shape == now.shape:
                 f = torch.zeros_like(now) if fresh is None or fresh.numel() != now.numel() else fresh.reshape(-1)
-                self._dots = torch.stack([last @ last, f @ f, last @ f, now @ last, now @ f, now @ now])
+                m = torch.stack([last, f, now])
+                self._dots = (m @ m.T).reshape(-1)[_DOTS]  # the six dot products in two ops
             self._last = now
 
     def queue(self, pack: HostCopy) -> None:
@@ -136,5 +142,5 @@ class GradResetCheck:
         return {"layer": self.name, "checked": self.checked, "carried": self.carried, "first_step": self.first_step}
 
     def remove(self) -> None:
-        self._handle.remove()
+        remove_tensor_hooks([self._handle], [self.param])
         self._fresh = self._last = self._dots = self._queued = None

@@ -33,3 +33,17 @@ def _nothing(*args, **kwargs) -> None:
 def inert() -> Hook:
     """The hook a copied module holds in place of the Recorder's: it does nothing."""
     return Hook(_nothing)
+
+
+def remove_tensor_hooks(handles: list, tensors) -> None:
+    """Remove the tensor hooks (``register_hook``) ``handles`` put on ``tensors``, and the hook dicts
+    left empty on them. Removing a handle empties its dict but leaves the dict hooked into autograd,
+    which then takes the GIL and walks it for every tensor in every backward (issue 22: +6% on the
+    step of 2,000 ``Linear(2, 2)`` for the noise probe's hooks); setting an empty dict to None
+    unhooks it. (A post-accumulate-grad hook's dict cannot be unhooked so: use those only where
+    they stay.) A dict that still holds someone else's hook is left as it is."""
+    for h in handles:
+        h.remove()
+    for t in tensors:
+        if getattr(t, "_backward_hooks", None) == {}:
+            t._backward_hooks = None

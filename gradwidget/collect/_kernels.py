@@ -6,6 +6,7 @@ histogram, the one packed device-to-host copy, and what a rank holds of a DTenso
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections import defaultdict
@@ -57,17 +58,19 @@ def grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
     accumulated in ``acc_dtype`` whatever the gradients' dtype.
 
     On CUDA the multi-tensor ``_foreach_norm`` kernels are fastest for every order; on CPU they are
-    only fast for the L2 norm, while per-tensor ``abs().sum()``, ``aminmax`` and ``count_nonzero``
+    only fast for the L2 norm, while per-tensor ``abs()`` (then its sum and max) and ``count_nonzero``
     are 2-15x faster (bench/overhead.py), so CPU uses those. None of them syncs with the host.
     """
     acc = acc_dtype(grads)
     l2 = norms(grads, 2)
     if foreach_all:
         l1, linf, nnz = norms(grads, 1), norms(grads, math.inf), norms(grads, 0)
-    else:
-        l1 = torch.stack([g.abs().sum(dtype=acc) for g in grads])
-        lo, hi = (torch.stack(x) for x in zip(*[torch.aminmax(g) for g in grads]))
-        linf = torch.maximum(-lo, hi)
+    else:  # |g| once for L1 and max |g| (one buffer alive at a time: no fresh pages for a list of them)
+        l1_linf: list[torch.Tensor] = []
+        for g in grads:
+            a = g.abs()
+            l1_linf += (a.sum(dtype=acc), a.amax().to(acc))
+        l1, linf = torch.stack(l1_linf).view(-1, 2).unbind(1)
         nnz = torch.stack([torch.count_nonzero(g) for g in grads])
     sums = torch.stack([g.sum(dtype=acc) for g in grads])
     return torch.stack([r.to(torch.float64) for r in (l2, l1, linf, nnz, sums)])
@@ -113,13 +116,14 @@ def stored_values(g: torch.Tensor) -> torch.Tensor:
 
 
 def exponent_counts(grads: list[torch.Tensor]) -> torch.Tensor:
-    """``(len(grads), 256)`` counts of the float32 biased exponents of |g|, on the device: one shift
-    and one bincount per tensor instead of a log10 and a histc (3x faster than torch.histc)."""
+    """``(len(grads), OCTAVE_COLUMNS)`` octave counts of |g| (``octaves``), on the device: one shift and
+    one bincount of the float32 biased exponents per tensor instead of a log10 and a histc (3x
+    faster than torch.histc)."""
     counts = []
     for g in grads:
         bits = g.detach().float().reshape(-1).view(torch.int32)
         counts.append(count_values(torch.bitwise_right_shift(bits, 23).bitwise_and_(255), 256))
-    return torch.stack(counts)
+    return octaves(torch.stack(counts))
 
 
 def count_values(idx: torch.Tensor, n: int) -> torch.Tensor:
@@ -143,19 +147,37 @@ def stacked_exponent_counts(x: torch.Tensor) -> torch.Tensor:
     bits = x.float().view(torch.int32)
     e = torch.bitwise_right_shift(bits, 23).bitwise_and_(255)
     e += torch.arange(0, 256 * k, 256, device=x.device, dtype=e.dtype).unsqueeze(1)
-    return count_values(e.reshape(-1), 256 * k).view(k, 256)
+    return octaves(count_values(e.reshape(-1), 256 * k).view(k, 256))
+
+
+#: where each float32 biased exponent's count goes: ``e`` in 1..254 holds
+#: ``2**(e-127) <= |g| < 2**(e-126)``, an octave of the Run's histogram (clipped to its ends); 0
+#: holds zeros and subnormals (not counted here: ``octave_bins`` derives them), 255 Inf/NaN
+_OCTAVE_OF_EXPONENT = [N_BINS] + [min(max(e - 127 - HIST_LOG2_LO, 0), N_BINS - 1) for e in range(1, 255)] + [N_BINS + 1]
+#: octave counts per tensor: the Run's ``N_BINS``, then zeros and subnormals, then Inf/NaN
+OCTAVE_COLUMNS = N_BINS + 2
+
+
+def octaves(counts: torch.Tensor) -> torch.Tensor:
+    """``(k, 256)`` exponent counts summed into ``(k, OCTAVE_COLUMNS)`` on the device (one small op):
+    a quarter of the host copy, and no per-tensor work on the host (issue 22: thousands of tiny
+    tensors spent 6 ms a histogram step there)."""
+    return counts.new_zeros((counts.shape[0], OCTAVE_COLUMNS)).index_add_(1, _octave_index(counts.device), counts)
+
+
+@functools.lru_cache(maxsize=None)
+def _octave_index(device: torch.device) -> torch.Tensor:
+    """``_OCTAVE_OF_EXPONENT`` on ``device``, made once (a copy to a GPU per step could wait on it)."""
+    return torch.tensor(_OCTAVE_OF_EXPONENT, device=device)
 
 
 def octave_bins(c: np.ndarray, nonzero: np.ndarray) -> np.ndarray:
-    """The Run's octave-bin histograms from host exponent counts ``c`` (tensors, 256)."""
+    """The Run's octave-bin histograms from host octave counts ``c`` (tensors, OCTAVE_COLUMNS):
+    the subnormals (non-zero, yet no octave and not Inf/NaN) go to the lowest bin."""
     c = c.astype(np.int64)
-    out = np.zeros((c.shape[0], N_BINS), np.int64)
-    # biased exponent e (1..254) holds 2**(e-127) <= |g| < 2**(e-126); 0 holds zeros and
-    # subnormals, 255 holds Inf/NaN (not counted)
-    idx = np.clip(np.arange(1, 255) - 127 - HIST_LOG2_LO, 0, N_BINS - 1)
-    np.add.at(out.T, idx, c[:, 1:255].T)
-    subnormal = np.maximum(0, nonzero.astype(np.int64) - c[:, 1:256].sum(axis=1))
-    out[:, 0] += subnormal
+    out = c[:, :N_BINS].copy()
+    counted = out.sum(axis=1) + c[:, N_BINS + 1]
+    out[:, 0] += np.maximum(0, nonzero.astype(np.int64) - counted)
     return out.astype(np.uint32)
 
 

@@ -33,7 +33,8 @@ import torch
 from torch import nn
 
 from ..noise_series import NoiseSeries
-from ._groups import STACK_NUMEL
+from ._groups import STACK_NUMEL, grad_of
+from ._hooks import remove_tensor_hooks
 from ._kernels import HostCopy, acc_dtype, norms, stored_values
 
 #: "auto" keeps its hooks this many steps; with one batch size on every one, it removes them (one:
@@ -114,7 +115,12 @@ class NoiseProbe:
         self.armed = True
         for i, p in enumerate(self.params):
             if p.requires_grad and not nn.parameter.is_lazy(p):  # a lazy module's: no tensor to hook yet
-                self._handles.append(p.register_hook(partial(self._incoming, i)))
+                # kept for one fused norm at the end of the backward: nothing changes it before then in
+                # one process (the first increment becomes p.grad; a later one is added to it). Under
+                # DDP the all-reduce writes the averaged gradient into p.grad (the first increment)
+                # before that, so every norm there is taken in the hook
+                small = p.numel() <= STACK_NUMEL and self.world_size == 1
+                self._handles.append(p.register_hook(partial(self._keep if small else self._reduce, i)))
         if self.mode is True or self.world_size > 1 or self.two_sizes_seen:
             self._watch_input()
 
@@ -126,8 +132,7 @@ class NoiseProbe:
             self._fwd_handle = self._model.register_forward_pre_hook(self._forward, with_kwargs=True)
 
     def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
+        remove_tensor_hooks(self._handles, self.params)
         if self._fwd_handle is not None:
             self._fwd_handle.remove()
         self._handles, self.armed, self._fwd_handle = [], False, None
@@ -137,23 +142,26 @@ class NoiseProbe:
         if torch.is_grad_enabled():  # an evaluation under no_grad is no training batch
             self.input_batch = first_dim(args, kwargs)
 
-    def _incoming(self, i: int, g: torch.Tensor) -> None:
+    def _begin_backward(self) -> None:
+        self._in_bwd = True
+        self._sizes.append(self._batch_now())
+        torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+
+    def _keep(self, i: int, g: torch.Tensor) -> None:
+        """A small parameter's increment, kept for the fused norm at the end of the backward (the
+        hook runs for every parameter in every backward: kept to two appends)."""
         if not self._in_bwd:
-            self._in_bwd = True
-            self._sizes.append(self._batch_now())
-            torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+            self._begin_backward()
+        self._small_i.append(i)
+        self._small_g.append(g)
+
+    def _reduce(self, i: int, g: torch.Tensor) -> None:
+        """A large parameter's increment (any under DDP), reduced to its norm now."""
+        if not self._in_bwd:
+            self._begin_backward()
         v = stored_values(g.detach())
-        self._seen.add(i)
-        if v.numel() <= STACK_NUMEL and self.world_size == 1:
-            # kept for one fused norm at the end of this backward: nothing changes it before then in
-            # one process (the first increment becomes p.grad; a later one is added to it). Under
-            # DDP the all-reduce writes the averaged gradient into p.grad (the first increment)
-            # before that, so every norm there is taken in the hook
-            self._small_i.append(i)
-            self._small_g.append(v)
-        else:
-            self._big_i.append(i)
-            self._big_n.append(torch.linalg.vector_norm(v, 2, dtype=acc_dtype([v])))
+        self._big_i.append(i)
+        self._big_n.append(torch.linalg.vector_norm(v, 2, dtype=acc_dtype([v])))
 
     def _batch_now(self) -> int | None:
         if self.user_batch is not None:
@@ -171,7 +179,7 @@ class NoiseProbe:
         with torch.no_grad():
             parts, idx = [], []
             if self._small_g:
-                parts.append(norms(self._small_g).to(torch.float64))
+                parts.append(norms([stored_values(g) for g in self._small_g]).to(torch.float64))
                 idx += self._small_i
             if self._big_n:
                 parts.append(torch.stack(self._big_n).to(torch.float64))
@@ -179,15 +187,16 @@ class NoiseProbe:
             self._small_i, self._small_g, self._big_i, self._big_n = [], [], [], []
             if not parts:
                 return
+            self._seen.update(idx)
             dev = parts[0].device
             incr = torch.zeros(len(self.params), dtype=torch.float64, device=dev)
             incr[self._index(idx, dev)] = torch.cat([t.to(dev) for t in parts]).square()
             self._incr_sq = incr if self._incr_sq is None else self._incr_sq.add_(incr)
-            got = [(j, p.grad) for j, p in enumerate(self.params) if p.grad is not None]
+            grads = list(map(grad_of, self.params))
+            cols = [j for j, g in enumerate(grads) if g is not None]
             acc = torch.zeros_like(incr)
-            if got:
-                cols, grads = zip(*got)
-                acc[self._index(cols, dev)] = norms([stored_values(g) for g in grads]).to(dev).double().square()
+            if cols:
+                acc[self._index(cols, dev)] = norms([stored_values(grads[j]) for j in cols]).to(dev).double().square()
             self._acc_sq = acc
         self._k += 1
 

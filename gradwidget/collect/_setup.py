@@ -12,6 +12,7 @@ from .._warnings import GradwidgetWarning
 from ..noise_series import noise_dtype
 from ..run import METRICS, N_BINS, SCALARS, LayerInfo, Run
 from ._grad_reset import GradResetCheck
+from ._hooks import remove_tensor_hooks
 from ._groups import UpdateSnapshot
 from ._inputs import _module_of
 from ._state import _RecorderState
@@ -132,8 +133,7 @@ class _Setup(_RecorderState):
             self._open_writer()
         # with an optimizer, arrival hooks are only needed once: drop them to keep steps cheap
         if self.optimizer is not None:
-            for h in self._grad_handles:
-                h.remove()
+            remove_tensor_hooks(self._grad_handles, self._params)
             self._grad_handles = []
 
     def _plan_updates(self) -> None:

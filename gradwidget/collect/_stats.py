@@ -90,7 +90,7 @@ class _Statistics(_RecorderState):
         assert wplan is not None and gplan is not None  # planned by _queue_stats
         pack = HostCopy()
         wparts = [(cols, pack.add(stacked_norms(stacked(owners)))) for cols, owners in wplan.stacks]
-        wparts += [(cols, pack.add(norms([p.detach() for p in owners]))) for cols, owners in wplan.rest.values()]
+        wparts += [(cols, pack.add(norms(owners))) for cols, owners in wplan.rest.values()]
         gparts = []
         for cols, owners in gplan.stacks:
             grads = [p.grad for p in owners]

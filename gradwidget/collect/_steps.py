@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import functools
-import operator
 import sys
 import warnings
 from dataclasses import dataclass
@@ -16,13 +15,12 @@ import torch
 
 from .._warnings import GradwidgetWarning
 from ..run import NonfiniteOrigin
+from ._groups import grad_of
 from ._kernels import HostCopy
 from ._noise import append_noise
 from ._replay import MAX_MISSES
 from ._stats import _M
 from ._state import _RecorderState
-
-_GRAD = operator.attrgetter("grad")
 
 
 @dataclass
@@ -45,8 +43,14 @@ class _Steps(_RecorderState):
     """The Recorder's step machinery (a mixin: the state is the Recorder's)."""
 
     # ------------------------------------------------------------------ hooks
-    def _make_grad_hook(self, i: int):
-        def hook(p):
+    def _hook_arrival(self, i: int, p: torch.Tensor) -> None:
+        """Note when parameter ``i``'s gradient arrives (the first backward's order fixes the columns)
+        and, without an optimizer, end the step when its backward ends. With an optimizer the hooks
+        are removed after the first step: tensor hooks then, whose dict ``remove_tensor_hooks``
+        can unhook from autograd (a removed post-accumulate-grad hook leaves its dict called for
+        every parameter in every backward); without one they stay, after accumulation."""
+
+        def hook(_):
             if self._order is None and i not in self._arrival_set:
                 self._arrival.append(i)
                 self._arrival_set.add(i)
@@ -54,7 +58,8 @@ class _Steps(_RecorderState):
                 self._in_backward = True
                 torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
 
-        return hook
+        register = p.register_post_accumulate_grad_hook if self.optimizer is None else p.register_hook
+        self._grad_handles.append(register(hook))
 
     def _end_of_backward(self) -> None:
         if self._dist is not None and not self._requeued:
@@ -149,7 +154,7 @@ class _Steps(_RecorderState):
         """Which gradient tensors exist and their in-place version counters: backward changes it
         (new tensors, or accumulation into zeroed ones), a second zero_grad does not. Taken at
         every zero_grad, so kept to one pass of C-level iteration over the parameters."""
-        grads = list(map(_GRAD, self._params))
+        grads = list(map(grad_of, self._params))
         return tuple(map(id, grads)), tuple(g._version for g in grads if g is not None)
 
     def _record_unstepped(self) -> None:

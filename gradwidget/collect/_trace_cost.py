@@ -55,14 +55,23 @@ class TraceCost:
     @property
     def too_dear(self) -> bool:
         """Whether ``"auto"`` takes the tracer off: either clock shows it over ``TRACER_SHARE`` (the
-        module constant read now, so a test can set it)."""
-        return not (self.ratio <= TRACER_SHARE and self.cpu_ratio <= TRACER_SHARE)
+        module constant read now, so a test can set it), or as far under 1 (``unmeasured``)."""
+        return self.unmeasured or not (self.ratio <= TRACER_SHARE and self.cpu_ratio <= TRACER_SHARE)
+
+    @property
+    def unmeasured(self) -> bool:
+        """Hooks only add work: a tracer that measured cheaper than none, by more than the budget's
+        margin, measured other work done on the steps without it (a panel's first updates, another
+        process), not itself (issue 22: a panel's recorder kept a tracer at 0.83x that cost 1.2x)."""
+        floor = 2 - TRACER_SHARE
+        return self.ratio < floor or self.cpu_ratio < floor
 
     def text(self) -> str:
         return (
             f"steps took {self.ratio:.2f}x with its hooks ({self.on_s * 1e3:,.1f} ms against "
             f"{self.off_s * 1e3:,.1f} ms, medians of up to {MEASURED_PAIRS} each; {self.cpu_ratio:.2f}x in CPU time; "
-            f"{self.calls:,.0f} module calls per step)"
+            f"{self.calls:,.0f} module calls per step"
+            + ("; cheaper than none: other work measured, not its cost)" if self.unmeasured else ")")
         )
 
 

@@ -38,6 +38,7 @@ from ..storage import check_log_dir, resume_point
 from ..thresholds import as_thresholds
 from ._changes import ModelWatch
 from ._graph import _GraphEdges
+from ._hooks import remove_tensor_hooks
 from ._inputs import (
     _bytes_arg,
     _check_number,
@@ -93,7 +94,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
         or loss are non-finite is replayed under hooks on every module before the optimizer applies
         it (``gradwidget.collect._replay``; a finite step pays one hook on the root module); the
         per-module tracer also runs on alternate warm-up steps and stays only if steps with it take
-        at most 1.02x the steps without (``_trace_cost``: wall clock, paired, medians). A NaN made
+        0.98-1.02x the steps without (``_trace_cost``: wall clock and CPU time, paired, medians). A NaN made
         at a step not recorded (``every`` > 1) is not located: the run says so. ``True``: the
         per-module tracer on every step, recorded or not (``gradwidget.collect.nonfinite``: tens of
         microseconds of Python per module call; 1.2-1.3x a bare step for a small transformer on
@@ -274,7 +275,7 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
                 if nn.parameter.is_lazy(p):  # nn.LazyLinear: no shape before the first forward
                     lazy.append(i)
                 else:
-                    self._grad_handles.append(p.register_post_accumulate_grad_hook(self._make_grad_hook(i)))
+                    self._hook_arrival(i, p)
         if lazy and self._watch is not None:
             self._watch.watch_lazy(lazy)
         self._register_optimizer()
@@ -388,8 +389,9 @@ class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
             self._record_unstepped()
         if self._attached and self._dist is None:
             self._finish_unstepped()
-        for h in self._handles + self._opt_handles + self._grad_handles + self._graph_handles:
+        for h in self._handles + self._opt_handles + self._graph_handles:
             h.remove()
+        remove_tensor_hooks(self._grad_handles, self._params)
         self._handles, self._opt_handles, self._grad_handles, self._graph_handles = [], [], [], []
         if self._watch is not None:
             self._watch.remove()
