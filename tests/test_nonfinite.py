@@ -362,7 +362,7 @@ def test_gpt2_at_a_too_high_learning_rate_one_origin_instead_of_52_critical_laye
 
 def _trace(events, calls, loss=None, skipped=False):
     """A StepTrace from (call, kind, value) events and (module index, parent call) calls."""
-    from gradwidget.collect.nonfinite import StepTrace
+    from gradwidget.collect._origin import StepTrace
 
     return StepTrace(
         7,
@@ -394,7 +394,7 @@ NAMES, TYPES = ["", "a", "b"], ["Net", "Linear", "Sqrt"]
     ],
 )
 def test_find_origin_reads_the_first_nonfinite_event(events, expected):
-    from gradwidget.collect.nonfinite import find_origin
+    from gradwidget.collect._origin import find_origin
 
     o = find_origin(_trace(events, [(0, -1), (1, 0), (2, 0)]), NAMES, TYPES)
     assert (o.module, o.phase, o.step) == (*expected, 7)
@@ -402,7 +402,7 @@ def test_find_origin_reads_the_first_nonfinite_event(events, expected):
 
 
 def test_find_origin_without_a_nonfinite_event():
-    from gradwidget.collect.nonfinite import find_origin
+    from gradwidget.collect._origin import find_origin
 
     calls = [(0, -1), (1, 0), (2, 0)]
     finite = [(0, 0, 1.0), (1, 1, 1.0), (1, 2, 1.0), (1, 3, 1.0)]
@@ -420,7 +420,7 @@ def test_find_origin_without_a_nonfinite_event():
 
 
 def test_earliest_of_several_ranks():
-    from gradwidget.collect.nonfinite import earliest
+    from gradwidget.collect._origin import earliest
 
     def o(step, phase, rank, inferred=False):
         return NonfiniteOrigin(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -10,7 +11,27 @@ import numpy as np
 from ..run import NONFINITE_PHASES, NonfiniteOrigin
 
 if TYPE_CHECKING:
-    from .nonfinite import StepTrace
+    import torch
+
+
+@dataclass
+class StepTrace:
+    """One step's events: ``kinds``/``calls`` per event (host), their values (device, then host),
+    and per call its module index and enclosing call (-1: called from outside any module)."""
+
+    step: int
+    values: torch.Tensor | None
+    kinds: np.ndarray
+    calls: np.ndarray
+    call_module: np.ndarray
+    call_parent: np.ndarray
+    loss: float | None = None
+    host: np.ndarray | None = None
+    #: the optimizer did not take this step (AMP's GradScaler skips one whose gradients overflowed)
+    skipped: bool = False
+    #: the logged loss was a tensor with no autograd graph (a validation loss under no_grad)
+    loss_outside_training: bool = False
+
 
 #: event kinds: a module's input / output in the forward, the gradient it received / passed on
 IN, OUT, RECV, PASS, LOSS = range(5)

@@ -373,7 +373,7 @@ class _Steps(_RecorderState):
             return
         self._note_tracing()
         if self._exchange is not None:
-            from .nonfinite import earliest
+            from ._origin import earliest
 
             origin = earliest([NonfiniteOrigin.from_dict(d) for d in self._exchange.gather()])
         if origin is not None and origin != self.run.nonfinite_origin:

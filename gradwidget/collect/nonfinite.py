@@ -35,7 +35,6 @@ hooks compile to nothing, so the graph is not broken at every module): no origin
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -44,9 +43,9 @@ from torch import nn
 from ..run import NonfiniteOrigin
 from ._hooks import Hook
 from ._kernels import local_piece
-from ._origin import IN, LOSS, OUT, PASS, RECV, earliest, find_origin
+from ._origin import IN, LOSS, OUT, PASS, RECV, StepTrace, find_origin
 
-__all__ = ["NonfiniteTracer", "StepTrace", "earliest", "find_origin"]
+__all__ = ["NonfiniteTracer"]
 
 #: nested outputs (tuples, dicts, Hugging Face ModelOutput) are searched this deep for tensors
 _MAX_DEPTH = 4
@@ -112,25 +111,6 @@ def _stack(vals: list[torch.Tensor], join=torch.stack) -> torch.Tensor:
     if any(v.device != dev for v in vals):
         vals = [v.to(dev) for v in vals]
     return join(vals) if len(vals) > 1 or join is torch.stack else vals[0]
-
-
-@dataclass
-class StepTrace:
-    """One step's events: ``kinds``/``calls`` per event (host), their values (device, then host),
-    and per call its module index and enclosing call (-1: called from outside any module)."""
-
-    step: int
-    values: torch.Tensor | None
-    kinds: np.ndarray
-    calls: np.ndarray
-    call_module: np.ndarray
-    call_parent: np.ndarray
-    loss: float | None = None
-    host: np.ndarray | None = None
-    #: the optimizer did not take this step (AMP's GradScaler skips one whose gradients overflowed)
-    skipped: bool = False
-    #: the logged loss was a tensor with no autograd graph (a validation loss under no_grad)
-    loss_outside_training: bool = False
 
 
 class NonfiniteTracer:
