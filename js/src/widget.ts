@@ -16,14 +16,22 @@ export { PanelView };
  *  the old one's state (the user's cursor, selection, table) and disposes it. */
 const VIEWS = new Set<PanelView>();
 
-function takeOver(view: PanelView): void {
-  if (view.isDisposed || !view.root.isConnected) return;
+/** When a new view looks for the one it replaces: the front end attaches the new view and detaches
+ *  the old one when it gets to it, seconds later on a busy page, so it keeps looking for a while. */
+const TAKE_OVER_AT_MS = [0, 50, 300, 1500, 3000, 6000, 10000, 20000, 40000];
+
+/** Whether `view` took over a detached view of its model (then it stops looking). */
+function takeOver(view: PanelView): boolean {
+  if (view.isDisposed || !view.root.isConnected) return false;
+  let took = false;
   for (const old of Array.from(VIEWS)) {
     if (old === view || old.isDisposed || !old.shown || old.root.isConnected || !old.sameModel(view)) continue;
     view.adopt(old);
     old.dispose();
     VIEWS.delete(old);
+    took = true;
   }
+  return took;
 }
 
 function render({ model, el, signal }: { model: PanelModel; el: HTMLElement; signal?: AbortSignal }): () => void {
@@ -31,8 +39,9 @@ function render({ model, el, signal }: { model: PanelModel; el: HTMLElement; sig
   // tests and the benchmark reach the view through the element
   (el as HTMLElement & { gradwidget?: PanelView }).gradwidget = view;
   VIEWS.add(view);
-  // the old view is detached once the new one is in the page: look a few times
-  const timers = [0, 50, 300, 1500].map((ms) => setTimeout(() => takeOver(view), ms));
+  // the old view is detached once the new one is in the page: look a few times, until one is found
+  const timers: ReturnType<typeof setTimeout>[] = [];
+  for (const ms of TAKE_OVER_AT_MS) timers.push(setTimeout(() => takeOver(view) && timers.forEach(clearTimeout), ms));
   const release = () => {
     timers.forEach(clearTimeout);
     VIEWS.delete(view);

@@ -435,7 +435,14 @@ def test_the_cursor_follows_the_last_action_and_the_cell_end_updates_the_saved_o
     page.wait_for_function(
         f"(i) => ({OUTPUT_HTML_JS})(i).some(h => h.includes('cursor at step {last}'))", arg=0, timeout=TIMEOUT_MS
     )
-    page.wait_for_timeout(2000)  # the updated output re-renders; the queued page messages are read
+    # the updated output re-renders and its new view takes over the old one's state (when the page
+    # gets to it: a busy page detaches the old view late) and reads the queued page messages
+    page.wait_for_function(
+        f"""() => {{ const roots = document.querySelectorAll('.jp-Notebook .jp-Cell:first-child .gw-root');
+        const v = roots.length === 1 ? {VIEW} : null;
+        return !!v && document.querySelector('input.gw-filter').value === 'weight' && v.cursor === v.meta.cols - 1; }}""",
+        timeout=TIMEOUT_MS,
+    )
     state = page.evaluate(
         f"""() => {{ const v = {VIEW}; return [v.cursor, v.meta.cols - 1, v.meta.last_step,
         document.querySelectorAll('.jp-Notebook .jp-Cell:first-child .gw-root').length,
