@@ -20,15 +20,22 @@ const VIEWS = new Set<PanelView>();
  *  the old one when it gets to it, seconds later on a busy page, so it keeps looking for a while. */
 const TAKE_OVER_AT_MS = [0, 50, 300, 1500, 3000, 6000, 10000, 20000, 40000];
 
-/** Whether `view` took over a detached view of its model (then it stops looking). */
+/** Views their front end released (disposed) while shown, and when: a front end that replaces an
+ *  output may release the old view before the new one is on the page; what the user set there is
+ *  still read by the view that replaces it, for as long as the new one keeps looking. */
+const RELEASED = new Set<PanelView>();
+
+/** Whether `view` took over a detached (or just released) view of its model (then it stops looking). */
 function takeOver(view: PanelView): boolean {
   if (view.isDisposed || !view.root.isConnected) return false;
   let took = false;
   for (const old of Array.from(VIEWS)) {
-    if (old === view || old.isDisposed || !old.shown || old.root.isConnected || !old.sameModel(view)) continue;
+    if (old === view || (old.isDisposed && !RELEASED.has(old))) continue;
+    if (!old.shown || old.root.isConnected || !view.sameModel(old)) continue;
     view.adopt(old);
     old.dispose();
     VIEWS.delete(old);
+    RELEASED.delete(old);
     took = true;
   }
   return took;
@@ -44,8 +51,16 @@ function render({ model, el, signal }: { model: PanelModel; el: HTMLElement; sig
   for (const ms of TAKE_OVER_AT_MS) timers.push(setTimeout(() => takeOver(view) && timers.forEach(clearTimeout), ms));
   const release = () => {
     timers.forEach(clearTimeout);
-    VIEWS.delete(view);
     view.dispose();
+    if (!view.shown) {
+      VIEWS.delete(view);
+      return;
+    }
+    RELEASED.add(view);  // for the view that replaces it, while it looks
+    setTimeout(() => {
+      VIEWS.delete(view);
+      RELEASED.delete(view);
+    }, TAKE_OVER_AT_MS[TAKE_OVER_AT_MS.length - 1] + 1000);
   };
   signal?.addEventListener("abort", release, { once: true });
   return () => {

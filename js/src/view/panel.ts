@@ -511,9 +511,10 @@ export class PanelView {
     }
   }
 
-  /** Whether `other` shows the same kernel model (two views of one model share its values). */
+  /** Whether `other` (shown now, or released by its front end) shows the same kernel model (two
+   *  views of one model share its values). */
   sameModel(other: PanelView): boolean {
-    return !this.disposed && !other.disposed && this.model.get("meta") === other.model.get("meta");
+    return !this.disposed && this.model.get("meta") === other.model.get("meta");
   }
 
   /** Take over what the user did in `old` (a view of the same model that its front end replaced:
