@@ -6,7 +6,7 @@
 import { Binary, asFloat64, byteLength } from "./decode";
 import { fmt } from "./colormap";
 import { Rect } from "./layout";
-import { drawLogGrid } from "./series";
+import { drawCursor, drawGappedLine, drawLogGrid } from "./series";
 import { beginPlot, Theme } from "./theme";
 
 export interface NoiseData {
@@ -93,36 +93,13 @@ export function drawNoise(
   ctx.stroke();
   ctx.setLineDash([]);
   // B_simple, with gaps where not yet measurable
-  ctx.strokeStyle = t.accent;
-  ctx.lineWidth = 1.5;
-  ctx.beginPath();
-  let pen = false;
-  for (let i = 0; i < n; i++) {
-    const v = d.b[i];
-    if (v > 0 && v < Infinity) {
-      if (pen) ctx.lineTo(X(d.steps[i]), Y(v));
-      else ctx.moveTo(X(d.steps[i]), Y(v));
-      pen = true;
-    } else pen = false;
-  }
-  ctx.stroke();
+  drawGappedLine(ctx, n, (i) => X(d.steps[i]), (i) => d.b[i], Y, t);
   // cursor and the value at it
   if (step >= x0 && step <= x1) {
-    const cx = X(step);
-    ctx.strokeStyle = t.cursor;
-    ctx.lineWidth = 1;
-    ctx.beginPath();
-    ctx.moveTo(cx, r.y);
-    ctx.lineTo(cx, r.y + r.h);
-    ctx.stroke();
     let k = -1;
     for (let i = 0; i < n && d.steps[i] <= step; i++) k = i;
-    if (k >= 0) {
-      ctx.fillStyle = t.fg;
-      ctx.textAlign = cx > r.x + r.w / 2 ? "right" : "left";
-      ctx.textBaseline = "top";
-      ctx.fillText(`B_simple ${fmt(d.b[k])} · batch ${fmt(d.batch[k])}`, cx + (cx > r.x + r.w / 2 ? -4 : 4), r.y + 3);
-    }
+    const label = k >= 0 ? `B_simple ${fmt(d.b[k])} · batch ${fmt(d.batch[k])}` : "";
+    drawCursor(ctx, r, X(step), label, t);
   }
   ctx.restore();
 }

@@ -83,38 +83,53 @@ export function drawSeries(
     ctx.fillText(th.label, r.x + 3, y - 1);
   }
   // the line; gaps where values are missing, non-finite drawn as marks at the top
-  ctx.strokeStyle = t.accent;
-  ctx.lineWidth = 1.5;
-  ctx.beginPath();
-  let pen = false;
-  for (let i = 0; i < n; i++) {
-    const v = ys[i];
-    if (v > 0 && v < Infinity) {
-      const x = X(i);
-      const y = Y(v);
-      if (pen) ctx.lineTo(x, y);
-      else ctx.moveTo(x, y);
-      pen = true;
-    } else pen = false;
-  }
-  ctx.stroke();
+  drawGappedLine(ctx, n, X, (i) => ys[i], Y, t);
   ctx.fillStyle = "#ff00ff";
   for (let i = 0; i < n; i++) {
     const v = ys[i];
     if (v !== v || v === Infinity) ctx.fillRect(X(i) - 1.5, r.y + 1, 3, 6);
   }
-  // cursor
-  const cx = X(Math.max(0, Math.min(n - 1, cursor)));
+  const k = Math.max(0, Math.min(n - 1, cursor));
+  drawCursor(ctx, r, X(k), fmt(ys[k]), t);
+  ctx.restore();
+}
+
+/** A series' line through its positive finite values, lifting the pen over the others (gaps). */
+export function drawGappedLine(
+  ctx: CanvasRenderingContext2D,
+  n: number,
+  X: (i: number) => number,
+  value: (i: number) => number,
+  Y: (v: number) => number,
+  t: Theme,
+): void {
+  ctx.strokeStyle = t.accent;
+  ctx.lineWidth = 1.5;
+  ctx.beginPath();
+  let pen = false;
+  for (let i = 0; i < n; i++) {
+    const v = value(i);
+    if (v > 0 && v < Infinity) {
+      if (pen) ctx.lineTo(X(i), Y(v));
+      else ctx.moveTo(X(i), Y(v));
+      pen = true;
+    } else pen = false;
+  }
+  ctx.stroke();
+}
+
+/** The step cursor at `cx` across plot `r`, with `label` beside it on the side with more room. */
+export function drawCursor(ctx: CanvasRenderingContext2D, r: Rect, cx: number, label: string, t: Theme): void {
   ctx.strokeStyle = t.cursor;
   ctx.lineWidth = 1;
   ctx.beginPath();
   ctx.moveTo(cx, r.y);
   ctx.lineTo(cx, r.y + r.h);
   ctx.stroke();
-  const v = ys[Math.max(0, Math.min(n - 1, cursor))];
+  if (!label) return;
+  const left = cx > r.x + r.w / 2;
   ctx.fillStyle = t.fg;
-  ctx.textAlign = cx > r.x + r.w / 2 ? "right" : "left";
+  ctx.textAlign = left ? "right" : "left";
   ctx.textBaseline = "top";
-  ctx.fillText(fmt(v), cx + (cx > r.x + r.w / 2 ? -4 : 4), r.y + 3);
-  ctx.restore();
+  ctx.fillText(label, cx + (left ? -4 : 4), r.y + 3);
 }
