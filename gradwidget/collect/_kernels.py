@@ -58,22 +58,27 @@ def grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
     accumulated in ``acc_dtype`` whatever the gradients' dtype.
 
     On CUDA the multi-tensor ``_foreach_norm`` kernels are fastest for every order; on CPU they are
-    only fast for the L2 norm, while per-tensor ``abs()`` (then its sum and max) and ``count_nonzero``
-    are 2-15x faster (bench/overhead.py), so CPU uses those. None of them syncs with the host.
+    only fast for the L2 norm, while per-tensor ``abs()`` (then its norms, max and count) and ``sum``
+    are 2-15x faster (bench/overhead.py), so CPU uses those, all five on one tensor before the next:
+    it is read from memory once and then from cache (6-10% faster than five passes over all of
+    them). None of them syncs with the host.
     """
     acc = acc_dtype(grads)
-    l2 = norms(grads, 2)
     if foreach_all:
-        l1, linf, nnz = norms(grads, 1), norms(grads, math.inf), norms(grads, 0)
-    else:  # |g| once for L1 and max |g| (one buffer alive at a time: no fresh pages for a list of them)
-        l1_linf: list[torch.Tensor] = []
-        for g in grads:
-            a = g.abs()
-            l1_linf += (a.sum(dtype=acc), a.amax().to(acc))
-        l1, linf = torch.stack(l1_linf).view(-1, 2).unbind(1)
-        nnz = torch.stack([torch.count_nonzero(g) for g in grads])
-    sums = torch.stack([g.sum(dtype=acc) for g in grads])
-    return torch.stack([r.to(torch.float64) for r in (l2, l1, linf, nnz, sums)])
+        l2, l1, linf, nnz = (norms(grads, o) for o in (2, 1, math.inf, 0))
+        sums = torch.stack([g.sum(dtype=acc) for g in grads])
+        return torch.stack([r.to(torch.float64) for r in (l2, l1, linf, nnz, sums)])
+    rows: list[torch.Tensor] = []
+    for g in grads:  # one |g| buffer alive at a time: no fresh pages for a list of them
+        a = g.abs()
+        rows += (
+            torch.linalg.vector_norm(a, 2, dtype=acc),
+            a.sum(dtype=acc),
+            a.amax().to(acc),
+            torch.count_nonzero(a).to(acc),
+            g.sum(dtype=acc),
+        )
+    return torch.stack(rows).view(-1, 5).t().to(torch.float64)
 
 
 def stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
