@@ -59,7 +59,7 @@ def test_every_statistic_equals_the_per_tensor_one_across_stacks_and_the_rest():
             before.append({n: p.detach().clone() for n, p in model.named_parameters()})
             opt.step()
             after.append({n: p.detach().clone() for n, p in model.named_parameters()})
-        stacks = [len(cols) for cols, _ in rec._gplan.stacks]
+        stacks = [len(cols) for cols, _ in rec._stats._gplan.stacks]
     assert sorted(stacks)[-2:] == [12, 13]  # the tiny weights; their biases with the head's
     run = rec.run
     for s, grads in enumerate(seen):

@@ -35,6 +35,7 @@ from torch import nn
 from .._warnings import GradwidgetWarning
 from ._hooks import Hook
 from ._inputs import _clean_compiled, _module_of
+from ._stats import StepStatistics
 
 
 def _weak(method) -> Hook:
@@ -160,8 +161,7 @@ class ModelWatch:
             if rec.optimizer is None or rec._order is None:  # arrival hooks still needed
                 rec._hook_arrival(i, new)
         if rebound and rec._order is not None:
-            rec._ordered = [rec._params[i] for i in rec._order]
-            rec._wplan = rec._gplan = None
+            rec._stats = StepStatistics([rec._params[i] for i in rec._order], rec.foreach_all)
             rec._plan_updates()
         if (added or reshaped or gone) and not self._told_change:
             self._told_change = True
@@ -204,7 +204,7 @@ class ModelWatch:
             return
         # a ``.grad`` left on a parameter frozen since (peft freezes a trained base without clearing
         # it) is read at every step too: unfrozen means it requires a gradient again
-        woke = [c for c in self._frozen[has].tolist() if rec._ordered[c].requires_grad]
+        woke = [c for c in self._frozen[has].tolist() if rec._stats.ordered[c].requires_grad]
         if not woke:
             return
         self._frozen = np.setdiff1d(self._frozen, woke).astype(np.intp)

@@ -10,16 +10,12 @@ import os
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import nn
 
 from .._warnings import GradwidgetWarning
-
-if TYPE_CHECKING:
-    from .torch import Recorder
 
 
 def _compiling() -> bool:
@@ -216,7 +212,7 @@ def _hands_over(model: nn.Module, log_dir) -> bool:
         return False
 
 
-def _replace_attached(model: nn.Module, new: "Recorder") -> None:
+def _replace_attached(model: nn.Module, new: object) -> None:
     """Detach the Recorder still attached to ``model`` (re-running a notebook cell that builds a
     Recorder or GradientPanel would otherwise stack recorders that all keep recording)."""
     ref = _ATTACHED.get(model)

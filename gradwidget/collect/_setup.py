@@ -16,6 +16,7 @@ from ._hooks import remove_tensor_hooks
 from ._groups import UpdateSnapshot
 from ._inputs import _module_of
 from ._state import _RecorderState
+from ._stats import StepStatistics
 
 
 class _Setup(_RecorderState):
@@ -125,8 +126,7 @@ class _Setup(_RecorderState):
                 self.run.meta["model"] = type_name(self.model)
                 self.run.meta["distributed"] = {"kind": self._dist.kind, "world_size": self._dist.world_size}
         self._col_of = {pi: c for c, pi in enumerate(self._order)}
-        self._ordered = [self._params[i] for i in self._order]  # the parameter of each column
-        self._wplan = self._gplan = None
+        self._stats = StepStatistics([self._params[i] for i in self._order], self.foreach_all)
         self._unused_cols = [c for c, layer in enumerate(layers) if layer.status == "unused"]
         self._plan_updates()
         if self.log_dir is not None and self.run is not None:

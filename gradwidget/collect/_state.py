@@ -1,6 +1,8 @@
-"""The state the Recorder's parts share (``torch``, ``_steps``, ``_stats``, ``_graph``), declared
+"""The state the Recorder's parts share (``torch``, ``_setup``, ``_steps``, ``_graph``), declared
 once with its types: each part is a mixin of ``Recorder`` reading and writing these attributes,
-which ``Recorder.__init__`` and the first step (``_start``) set. Nothing here runs."""
+which ``Recorder.__init__`` and the first step (``_start``) set; the parts that own their state
+(``_stats.StepStatistics``, ``_noise.NoiseProbe``, ``_grad_reset.GradResetCheck``, ...) are held
+here. Nothing here runs."""
 
 from __future__ import annotations
 
@@ -15,13 +17,12 @@ if TYPE_CHECKING:
     from ..storage import ResumePoint, RunWriter
     from ..thresholds import Thresholds
     from ._grad_reset import GradResetCheck
-    from ._groups import Plan
+    from ._stats import StepStatistics
     from ._inputs import OptimizerExtra
     from ._noise import NoiseProbe, NoiseStep
     from ._replay import StepReplay
     from ._replica_exchange import ReplicaExchange
-    from ._steps import ShardedStep
-    from .distributed import DistContext, OriginExchange
+    from .distributed import DistContext, OriginExchange, ShardedStep
     from .loss_graph import LossGraphProbe
     from ._trace_cost import PairedMeter, TraceCost
     from .nonfinite import NonfiniteTracer
@@ -69,15 +70,13 @@ class _RecorderState:
     _tied: dict[int, tuple[str, ...]]
     _pindex: dict[int, int]
     _order: list[int] | None
-    _ordered: list[torch.Tensor]
+    _stats: StepStatistics  # the statistics of each column's parameter (set at the first step)
     _col_of: dict[int, int]
     _unused_cols: list[int]
     _update_cols: np.ndarray
     _update_bufs: Any  # an UpdateSnapshot, or the sharded path's (params, buffers)
     _reset_check: GradResetCheck | None
     _step_hooks: bool
-    _gplan: Plan | None
-    _wplan: Plan | None
     # hooks and step bookkeeping
     _attached: bool
     _handles: list[Any]
@@ -110,7 +109,6 @@ class _RecorderState:
         def attached(self) -> bool: ...
         def _window(self, n_layers: int) -> int | None: ...
         def _warn_window(self) -> None: ...
-        def _collect(self, with_hist: bool, loss=None) -> tuple[np.ndarray, np.ndarray | None, Any]: ...
         def _finish_capture(self) -> None: ...
         def _capture_late_edges(self) -> None: ...
         def _adopt_late_layers(self, values: np.ndarray) -> None: ...

@@ -1,18 +1,20 @@
-"""A recorded step's statistics, for the Recorder (``collect/torch.py``): weight norms, gradient
-statistics and histogram exponent counts of every column, queued by the plans of ``_groups`` and
-brought to the host in one packed copy per device.
+"""A recorded step's statistics (``StepStatistics``, owned by the Recorder of ``collect/torch.py``):
+weight norms, gradient statistics and histogram exponent counts of every column, queued by the
+plans of ``_groups`` and brought to the host in one packed copy per device, with what else rides
+in that copy (the loss, the NaN tracer's flags, the noise probe's and the zero_grad check's
+vectors).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from ..run import METRICS, N_BINS
 from ._groups import Plan, detached, grad_of
-from ._noise import NoiseProbe
 from ._norm_range import exact_norms, untrusted_norms
 from ._kernels import (
     HostCopy,
@@ -26,35 +28,38 @@ from ._kernels import (
     stacked_rows,
     stored_values,
 )
-from ._state import _RecorderState
 
 #: row of each metric in a step's ``(METRICS, L)`` values
 _M = {name: i for i, name in enumerate(METRICS)}
 
 
-class _Statistics(_RecorderState):
-    """The Recorder's statistics (a mixin: the state is the Recorder's)."""
+class StepStatistics:
+    """The statistics of ``ordered`` (the parameter of each column): the plans that group them are
+    kept from step to step and made again when one goes stale (a gradient appeared or vanished, a
+    parameter moved). A new instance when the columns change."""
 
-    def _collect(self, with_hist: bool, loss=None) -> tuple[np.ndarray, np.ndarray | None, object]:
-        """This step's ``(METRICS, L)`` values, ``(L, N_BINS)`` histogram (on histogram steps) and
-        loss (a tensor loss read in the same copy): weight norms, gradient statistics, exponent
-        counts and the loss are packed per device and copied to the host once."""
-        assert self._order is not None  # set by the first step, before any is collected
-        L = len(self._order)
+    def __init__(self, ordered: list[torch.Tensor], foreach_all: bool) -> None:
+        self.ordered = ordered
+        self.foreach_all = foreach_all  # _foreach_norm for every statistic (the CUDA path) on CPU too
+        self._wplan: Plan | None = None
+        self._gplan: Plan | None = None
+
+    def collect(
+        self, with_hist: bool, loss=None, riders: tuple[Callable[[HostCopy], None], ...] = ()
+    ) -> tuple[np.ndarray, np.ndarray | None, object, HostCopy]:
+        """This step's ``(METRICS, L)`` values, ``(L, N_BINS)`` histogram (on histogram steps), loss
+        (a tensor loss read in the same copy) and the fetched copy: weight norms, gradient
+        statistics, exponent counts, the loss and what each of ``riders`` queues in it are copied to
+        the host once; a rider reads its part from the returned copy."""
+        L = len(self.ordered)
         out = np.full((len(METRICS), L), np.nan, np.float32)
         hist = np.zeros((L, N_BINS), np.uint32) if with_hist else None
         with torch.no_grad():
-            pack, wparts, gparts = self._queue_stats(with_hist)
+            pack, wparts, gparts = self._queue(with_hist)
             loss_at = pack.add(loss.detach().float().mean()) if isinstance(loss, torch.Tensor) else None
-        if self._tracer is not None:
-            self._tracer.queue(pack)  # the traced steps' finiteness rides in the same copy
-        noise = self._noise_step  # the gradient at two batch sizes (``_noise``), in the same copy
-        if noise is not None:
-            NoiseProbe.queue(noise, pack)
-        if self._reset_check is not None:
-            self._reset_check.queue(pack)
+        for ride in riders:
+            ride(pack)
         pack.fetch()
-        self._noise_row = self._noise.row(noise, pack, self._order) if noise is not None and self._noise else None
         for cols, at in wparts:
             out[_M["weight_norm"], cols] = pack.get(at)
         if gparts:  # every group's rows at once: the numpy work per step does not grow with groups
@@ -67,17 +72,16 @@ class _Statistics(_RecorderState):
             if hist is not None:
                 nonzero = numels * (1.0 - out[_M["zero_frac"], cols])
                 hist[cols] = octave_bins(np.concatenate([pack.get(part[4]) for part in gparts]), nonzero)
-        return out, hist, (float(pack.get(loss_at)) if loss_at is not None else loss)
+        return out, hist, (float(pack.get(loss_at)) if loss_at is not None else loss), pack
 
-    def _queue_stats(self, with_hist: bool) -> tuple[HostCopy, list, list]:
+    def _queue(self, with_hist: bool) -> tuple[HostCopy, list, list]:
         """Queue the weight norms and gradient statistics of every column in a new host copy, by the
-        plans of ``_groups`` (kept from step to step); a plan gone stale (a gradient appeared or
-        vanished, a parameter moved) fails or shows here, and the step is planned again."""
+        plans; a plan gone stale fails or shows here, and the step is planned again."""
         for attempt in range(2):
             if attempt or self._wplan is None:
-                self._wplan = Plan(self._ordered, detached)
+                self._wplan = Plan(self.ordered, detached)
             if attempt or self._gplan is None or not self._gplan.current():
-                self._gplan = Plan(self._ordered, grad_of)
+                self._gplan = Plan(self.ordered, grad_of)
             try:
                 return self._queue_planned(with_hist)
             except (TypeError, RuntimeError, AttributeError):
@@ -87,7 +91,7 @@ class _Statistics(_RecorderState):
 
     def _queue_planned(self, with_hist: bool) -> tuple[HostCopy, list, list]:
         wplan, gplan = self._wplan, self._gplan
-        assert wplan is not None and gplan is not None  # planned by _queue_stats
+        assert wplan is not None and gplan is not None  # planned by _queue
         pack = HostCopy()
         wparts = [(cols, pack.add(stacked_norms(stacked(owners)))) for cols, owners in wplan.stacks]
         wparts += [(cols, pack.add(norms(owners))) for cols, owners in wplan.rest.values()]

@@ -7,8 +7,6 @@ from __future__ import annotations
 import functools
 import sys
 import warnings
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -17,26 +15,11 @@ from .._warnings import GradwidgetWarning
 from ..run import NonfiniteOrigin
 from ._groups import grad_of
 from ._kernels import HostCopy
-from ._noise import append_noise
+from ._noise import NoiseProbe, append_noise
 from ._replay import MAX_MISSES
 from ._stats import _M
+from .distributed import ShardedStep
 from ._state import _RecorderState
-
-
-@dataclass
-class ShardedStep:
-    """A sharded step between its partial sums and the one collective that combines them (which
-    waits for the optimizer's post-hook when the step measures update norms)."""
-
-    step_no: int
-    pend: dict[str, Any]
-    partials: np.ndarray
-    measure: bool
-
-    @property
-    def label(self) -> int:
-        """The step number the run records it under (the user's, when given)."""
-        return int(self.pend.get("step", self.step_no))
 
 
 class _Steps(_RecorderState):
@@ -275,7 +258,13 @@ class _Steps(_RecorderState):
         # a logged loss tensor without an autograd graph (a validation loss under no_grad) is not the
         # training's: a NaN in it alone is no origin to replay (``StepTrace.loss_outside_training``)
         outside = isinstance(logged, torch.Tensor) and not logged.requires_grad
-        values, hist, loss = self._collect(with_hist, logged)
+        assert self._order is not None  # set by the first step, before any is collected
+        noise = self._noise_step  # the gradient at two batch sizes (``_noise``), in the same copy
+        riders = [r.queue for r in (self._tracer, self._reset_check) if r is not None]
+        if noise is not None:
+            riders.append(functools.partial(NoiseProbe.queue, noise))
+        values, hist, loss, pack = self._stats.collect(with_hist, logged, tuple(riders))
+        self._noise_row = self._noise.row(noise, pack, self._order) if noise is not None and self._noise else None
         if loss is not None:
             pend["loss"] = loss
         measure = before_update and self._update_bufs is not None and self._recorded % self.update_every == 0
@@ -422,7 +411,7 @@ class _Steps(_RecorderState):
             return False
         # a norm overflows float32 long before its entries do (entries of 1e20): look at those tensors
         suspect = np.flatnonzero(~np.isfinite(values[_M["weight_norm"]]))
-        return any(not bool(torch.isfinite(self._ordered[c]).all()) for c in suspect)
+        return any(not bool(torch.isfinite(self._stats.ordered[c]).all()) for c in suspect)
 
     def _stop_looking(self) -> None:
         """Take the NaN tracer's and the replay's hooks off (an origin found, or the recorder detached)."""

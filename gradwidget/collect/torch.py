@@ -55,7 +55,6 @@ from ._inputs import (
 )
 from ._kernels import norms
 from ._noise import NoiseProbe, split_backward
-from ._stats import _Statistics
 from ._setup import _Setup
 from ._steps import _Steps
 from .loss_graph import LossGraphProbe
@@ -66,7 +65,7 @@ from .nonfinite import NonfiniteTracer
 __all__ = ["Recorder", "norms"]  # norms: the fused kernel, for the trainer callbacks
 
 
-class Recorder(_Setup, _Steps, _Statistics, _GraphEdges):
+class Recorder(_Setup, _Steps, _GraphEdges):
     """Hooks a model (and optionally its optimizer) and records per-layer gradient statistics.
 
     Parameters
