@@ -212,7 +212,7 @@ class ModelWatch:
         nxt = 1 + max(info.backward_index for info in run.layers)
         for k, c in enumerate(woke):
             run.layers[c].status, run.layers[c].backward_index = "trainable", nxt + k
-            rec._edge_wanted.add(_module_of(rec.model, rec._names[rec._order[c]])[0])
+            rec._graph.wanted.add(_module_of(rec.model, rec._names[rec._order[c]])[0])
         rec._plan_updates()
         if rec._writer is not None:
             rec._writer.write_meta()

@@ -6,38 +6,56 @@ layer first used later), and the graph between them is walked once.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
-import numpy as np
 import torch
+from torch import nn
 
-from ._inputs import _compiling, _module_of
-from ._stats import _M
 from ._hooks import Hook
-from ._state import _RecorderState
+from ._inputs import _compiling, _module_of
 
 _MAX_GRAPH_VISITS = 200_000
 #: forwards captured again, at most, to find the edges of layers first used after the first step
 _LATE_CAPTURES = 16
 
 
-class _GraphEdges(_RecorderState):
-    """The Recorder's backward-graph capture (a mixin: the state is the Recorder's)."""
+class GraphCapture:
+    """The edges between ``model``'s parameter-owning modules, from the grad_fns their forwards
+    consume and produce. ``order_pending()`` says whether the Recorder still needs the modules in
+    first-forward order (``fwd_modules``); ``on_captured()`` runs after each capture."""
 
-    def _install_graph_capture(self) -> None:
+    def __init__(self, model: nn.Module, order_pending: Callable[[], bool], on_captured: Callable[[], None]) -> None:
+        self.model = model
+        self.edges: set[tuple[str, str]] | None = None  # (source module, consuming module)
+        self.fwd_modules: list[str] = []  # parameter-owning modules in first-forward order
+        self.wanted: set[str] = set()  # modules of late layers whose edges are still unknown
+        self.capturing = False
+        self._order_pending = order_pending
+        self._on_captured = on_captured
+        self._late_captures = 0
+        self._mod_in: dict[str, list] = {}
+        self._mod_out: dict = {}
+        self._handles: list = []
+
+    @property
+    def seen(self) -> bool:
+        """Whether a forward hook saw a tensor with its graph (none does inside torch.compile)."""
+        return bool(self._mod_in or self._mod_out)
+
+    def install(self) -> None:
         """Forward hooks that, on the first forward with autograd on, note which module output
         each parameter-owning module consumes. Removed once captured."""
         owners = {name: m for name, m in self.model.named_modules() if any(True for _ in m.parameters(recurse=False))}
-        self._mod_in: dict[str, list] = {}
-        self._mod_out: dict = {}
-        self._capturing = True
+        self._mod_in, self._mod_out = {}, {}
+        self.capturing = True
 
         def pre(name):
             def f(mod, args, kwargs=None):
                 if _compiling():  # reading grad_fn inside a compiled region breaks its graph
                     return
-                if torch.is_grad_enabled() and self._capturing:
-                    if name not in self._mod_in and self._order is None:
-                        self._fwd_modules.append(name)
+                if torch.is_grad_enabled() and self.capturing:
+                    if name not in self._mod_in and self._order_pending():
+                        self.fwd_modules.append(name)
                     fns = []
                     for a in list(args) + list((kwargs or {}).values()):
                         if isinstance(a, torch.Tensor) and a.grad_fn is not None:
@@ -50,7 +68,7 @@ class _GraphEdges(_RecorderState):
             def f(mod, args, output):
                 if _compiling():
                     return
-                if torch.is_grad_enabled() and self._capturing:
+                if torch.is_grad_enabled() and self.capturing:
                     outs = output if isinstance(output, (tuple, list)) else (output,)
                     for o in outs:
                         if isinstance(o, torch.Tensor) and o.grad_fn is not None:
@@ -60,59 +78,40 @@ class _GraphEdges(_RecorderState):
 
         def root_done(mod, args, output):
             if not _compiling() and torch.is_grad_enabled() and self._mod_out:
-                self._finish_capture()
+                self.finish()
 
         for name, m in owners.items():
-            self._graph_handles.append(m.register_forward_pre_hook(Hook(pre(name))))
-            self._graph_handles.append(m.register_forward_hook(Hook(post(name))))
-        self._graph_handles.append(self.model.register_forward_hook(Hook(root_done)))
+            self._handles.append(m.register_forward_pre_hook(Hook(pre(name))))
+            self._handles.append(m.register_forward_hook(Hook(post(name))))
+        self._handles.append(self.model.register_forward_hook(Hook(root_done)))
 
-    def _finish_capture(self) -> None:
+    def finish(self) -> None:
         """Turn what the forward hooks saw into module edges, then remove the hooks and drop the
         grad_fns they hold (and the activations those keep alive). Runs when the root module's
         forward returns or, for models whose root forward never runs (an ``nn.ModuleDict`` whose
         submodules are called directly), at the first step, whatever was seen by then."""
-        if not self._capturing:
+        if not self.capturing:
             return
-        self._capturing = False
-        self._edges_mod = (self._edges_mod or set()) | self._walk_edges()
-        self._edge_wanted -= set(self._mod_in) | set(self._mod_out.values())
+        self.capturing = False
+        self.edges = (self.edges or set()) | self._walk()
+        self.wanted -= set(self._mod_in) | set(self._mod_out.values())
         self._mod_in, self._mod_out = {}, {}
-        for h in self._graph_handles:
-            h.remove()
-        self._graph_handles = []
-        if self.run is not None:  # graph captured after the first step: store it now
-            self.run.edges = np.asarray(self._layer_edges(), np.int32).reshape(-1, 2)
-            if self._writer is not None:
-                self._writer.write_meta()
+        self.remove()
+        self._on_captured()
 
-    def _capture_late_edges(self) -> None:
+    def capture_late(self) -> None:
         """Capture the next forward's graph again while a layer first used after the first step has
         no edges yet; at most ``_LATE_CAPTURES`` times, since a layer used once may never return."""
-        if self._edge_wanted and not self._capturing and self._late_captures < _LATE_CAPTURES:
+        if self.wanted and not self.capturing and self._late_captures < _LATE_CAPTURES:
             self._late_captures += 1
-            self._install_graph_capture()
+            self.install()
 
-    def _adopt_late_layers(self, values: np.ndarray) -> None:
-        """A layer marked unused at the first step that now has a gradient becomes trainable, placed
-        after the layers of the first backward (its real arrival order was not observed), and the
-        next forward is captured for its edges; the run directory's meta is rewritten."""
-        has = ~np.isnan(values[_M["nonfinite"]])
-        late = [c for c in self._unused_cols if has[c]]
-        if not late:
-            return
-        run, order = self.run, self._order
-        assert run is not None and order is not None  # only the recording rank, after the first step
-        self._unused_cols = [c for c in self._unused_cols if not has[c]]
-        nxt = 1 + max(layer.backward_index for layer in run.layers)
-        for k, c in enumerate(late):
-            run.layers[c].status, run.layers[c].backward_index = "trainable", nxt + k
-            self._edge_wanted.add(_module_of(self.model, self._names[order[c]])[0])
-        self._capture_late_edges()
-        if self._writer is not None:
-            self._writer.write_meta()
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
 
-    def _walk_edges(self) -> set[tuple[str, str]]:
+    def _walk(self) -> set[tuple[str, str]]:
         edges: set[tuple[str, str]] = set()
         visits = 0
         for name, fns in self._mod_in.items():
@@ -132,12 +131,12 @@ class _GraphEdges(_RecorderState):
                         stack.append(nxt)
         return edges
 
-    def _layer_edges(self) -> list[tuple[int, int]]:
-        if not self._edges_mod or self._order is None:
+    def layer_edges(self, order: list[int] | None, names: list[str]) -> list[tuple[int, int]]:
+        """The edges between columns (``order``: column -> index into ``names``, the parameters'
+        names): every parameter of a source module to every parameter of its consumer."""
+        if not self.edges or order is None:
             return []
         by_mod: dict[str, list[int]] = defaultdict(list)
-        for c, pi in enumerate(self._order):
-            by_mod[_module_of(self.model, self._names[pi])[0]].append(c)
-        return sorted(
-            {(a, b) for src, dst in self._edges_mod for a in by_mod.get(src, ()) for b in by_mod.get(dst, ())}
-        )
+        for c, pi in enumerate(order):
+            by_mod[_module_of(self.model, names[pi])[0]].append(c)
+        return sorted({(a, b) for src, dst in self.edges for a in by_mod.get(src, ()) for b in by_mod.get(dst, ())})

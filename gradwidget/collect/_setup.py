@@ -55,7 +55,7 @@ class _Setup(_RecorderState):
     def _start(self) -> None:
         """Fix the columns (depth order = reverse of gradient arrival) and create the Run."""
         arrived = self._arrival
-        if self._capturing and not (self._mod_in or self._mod_out):
+        if self._graph.capturing and not self._graph.seen:
             # no forward hook ran outside a compiled graph (torch.compile): gradients arrived in the
             # compiled backward's output order, not the graph's; the model's own order is closer
             arrived = sorted(arrived, reverse=True)
@@ -107,7 +107,7 @@ class _Setup(_RecorderState):
                 layers,
                 thresholds=self.thresholds,
                 max_steps=self._window(len(layers)),
-                edges=self._layer_edges(),
+                edges=self._graph.layer_edges(self._order, self._names),
                 meta={
                     "model": type(self.model).__name__,
                     "optimizer": type(self.optimizer).__name__ if self.optimizer is not None else None,

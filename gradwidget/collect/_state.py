@@ -1,7 +1,7 @@
-"""The state the Recorder's parts share (``torch``, ``_setup``, ``_steps``, ``_graph``), declared
+"""The state the Recorder's parts share (``torch``, ``_setup``, ``_steps``), declared
 once with its types: each part is a mixin of ``Recorder`` reading and writing these attributes,
 which ``Recorder.__init__`` and the first step (``_start``) set; the parts that own their state
-(``_stats.StepStatistics``, ``_noise.NoiseProbe``, ``_grad_reset.GradResetCheck``, ...) are held
+(``_stats.StepStatistics``, ``_graph.GraphCapture``, ``_noise.NoiseProbe``, ``_grad_reset.GradResetCheck``, ...) are held
 here. Nothing here runs."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ..storage import ResumePoint, RunWriter
     from ..thresholds import Thresholds
     from ._grad_reset import GradResetCheck
+    from ._graph import GraphCapture
     from ._stats import StepStatistics
     from ._inputs import OptimizerExtra
     from ._noise import NoiseProbe, NoiseStep
@@ -70,6 +71,7 @@ class _RecorderState:
     _tied: dict[int, tuple[str, ...]]
     _pindex: dict[int, int]
     _order: list[int] | None
+    _graph: GraphCapture  # the layers' data-flow edges
     _stats: StepStatistics  # the statistics of each column's parameter (set at the first step)
     _col_of: dict[int, int]
     _unused_cols: list[int]
@@ -81,7 +83,6 @@ class _RecorderState:
     _attached: bool
     _handles: list[Any]
     _grad_handles: list[Any]
-    _graph_handles: list[Any]
     _arrival: list[int]
     _arrival_set: set[int]
     _in_backward: bool
@@ -90,14 +91,6 @@ class _RecorderState:
     _pending: dict[str, Any]
     _dist_step: ShardedStep | None
     _own_zero_grad: Any
-    # backward-graph capture
-    _fwd_modules: list[str]
-    _capturing: bool
-    _mod_in: dict[str, list]
-    _mod_out: dict[Any, str]
-    _edges_mod: set[tuple[str, str]] | None
-    _edge_wanted: set[str]
-    _late_captures: int
 
     if TYPE_CHECKING:  # methods one part calls on another
 
@@ -109,11 +102,6 @@ class _RecorderState:
         def attached(self) -> bool: ...
         def _window(self, n_layers: int) -> int | None: ...
         def _warn_window(self) -> None: ...
-        def _finish_capture(self) -> None: ...
-        def _capture_late_edges(self) -> None: ...
-        def _adopt_late_layers(self, values: np.ndarray) -> None: ...
-        def _layer_edges(self) -> list[tuple[int, int]]: ...
-        def _install_graph_capture(self) -> None: ...
         def _pre_step(self, optimizer, args, kwargs) -> tuple[tuple, dict] | None: ...
         def _post_step(self, optimizer, args, kwargs) -> None: ...
         def _inert_step(self, optimizer, args, kwargs) -> None: ...

@@ -14,6 +14,7 @@ import torch
 from .._warnings import GradwidgetWarning
 from ..run import NonfiniteOrigin
 from ._groups import grad_of
+from ._inputs import _module_of
 from ._kernels import HostCopy
 from ._noise import NoiseProbe, append_noise
 from ._replay import MAX_MISSES
@@ -214,9 +215,9 @@ class _Steps(_RecorderState):
             self._finish_step()
         if self._watch is not None:
             self._watch.before_step()  # parameters re-created, an optimizer's parameters changed
-        if self._capturing and (self._mod_in or self._mod_out):  # else (LBFGS's first step() runs
-            self._finish_capture()  # before its closure) keep watching
-        self._capture_late_edges()
+        if self._graph.capturing and self._graph.seen:  # else (LBFGS's first step() runs before its
+            self._graph.finish()  # closure) keep watching
+        self._graph.capture_late()
         step_no = self._count
         self._count += 1
         if self._tracer is not None:
@@ -234,11 +235,11 @@ class _Steps(_RecorderState):
                 self._replay.clear()  # a step not recorded is not replayed: its gradients are not read
             return
         if self._order is None:
-            if self._dist is not None and self._dist.order_from_forward and self._fwd_modules:
+            if self._dist is not None and self._dist.order_from_forward and self._graph.fwd_modules:
                 # sharded gradients arrive per FSDP group (FSDP1: without per-parameter hooks at all),
                 # not in autograd order: derive the order from the first forward instead
                 self._arrival = self._dist.fallback_arrival(
-                    self._names, self._params, self._fwd_modules, set(self._arrival) if self._arrival else None
+                    self._names, self._params, self._graph.fwd_modules, set(self._arrival) if self._arrival else None
                 )
             if not self._arrival:
                 if self._watch is not None and self.optimizer is not None:
@@ -535,6 +536,32 @@ class _Steps(_RecorderState):
         self._append_step(st.step_no, st.pend, values, hist)
         self._trace_origin(values)
         self._finish_step()
+
+    def _store_edges(self) -> None:
+        """The layer edges a capture found, into the run (a capture after the first step: a late layer)."""
+        if self.run is not None:
+            self.run.edges = np.asarray(self._graph.layer_edges(self._order, self._names), np.int32).reshape(-1, 2)
+            if self._writer is not None:
+                self._writer.write_meta()
+
+    def _adopt_late_layers(self, values: np.ndarray) -> None:
+        """A layer marked unused at the first step that now has a gradient becomes trainable, placed
+        after the layers of the first backward (its real arrival order was not observed), and the
+        next forward is captured for its edges; the run directory's meta is rewritten."""
+        has = ~np.isnan(values[_M["nonfinite"]])
+        late = [c for c in self._unused_cols if has[c]]
+        if not late:
+            return
+        run, order = self.run, self._order
+        assert run is not None and order is not None  # only the recording rank, after the first step
+        self._unused_cols = [c for c in self._unused_cols if not has[c]]
+        nxt = 1 + max(layer.backward_index for layer in run.layers)
+        for k, c in enumerate(late):
+            run.layers[c].status, run.layers[c].backward_index = "trainable", nxt + k
+            self._graph.wanted.add(_module_of(self.model, self._names[order[c]])[0])
+        self._graph.capture_late()
+        if self._writer is not None:
+            self._writer.write_meta()
 
     def _finish_step(self) -> None:
         run = self.run

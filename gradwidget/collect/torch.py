@@ -37,7 +37,7 @@ from ..run import Run, _as_step
 from ..storage import check_log_dir, resume_point
 from ..thresholds import as_thresholds
 from ._changes import ModelWatch
-from ._graph import _GraphEdges
+from ._graph import GraphCapture
 from ._hooks import remove_tensor_hooks
 from ._inputs import (
     _bytes_arg,
@@ -65,7 +65,7 @@ from .nonfinite import NonfiniteTracer
 __all__ = ["Recorder", "norms"]  # norms: the fused kernel, for the trainer callbacks
 
 
-class Recorder(_Setup, _Steps, _GraphEdges):
+class Recorder(_Setup, _Steps):
     """Hooks a model (and optionally its optimizer) and records per-layer gradient statistics.
 
     Parameters
@@ -231,15 +231,10 @@ class Recorder(_Setup, _Steps, _GraphEdges):
         self._pending: dict = {}
         self._order: list[int] | None = None  # column -> parameter index
         self._writer = None
-        self._edges_mod: set[tuple[str, str]] | None = None
         self._update_bufs = None
         self._reset_check = None  # the zero_grad check (``_grad_reset``), planned with the update norms
         self._attached = True
-        self._fwd_modules: list[str] = []  # parameter-owning modules in first-forward order
-        self._graph_handles: list = []
-        self._capturing = False
-        self._edge_wanted: set[str] = set()  # modules of late layers whose edges are still unknown
-        self._late_captures = 0
+        self._graph = GraphCapture(model, lambda: self._order is None, self._store_edges)  # layer edges
         self._unused_cols: list[int] = []
         self._tracer: NonfiniteTracer | None = None
         self._replay: StepReplay | None = None  # "auto": the origin by replaying the first non-finite step
@@ -278,7 +273,7 @@ class Recorder(_Setup, _Steps, _GraphEdges):
         if lazy and self._watch is not None:
             self._watch.watch_lazy(lazy)
         self._register_optimizer()
-        self._install_graph_capture()
+        self._graph.install()
         self._loss_probe = LossGraphProbe(model)
         if trace_nonfinite == "auto" and self._dist is None:
             self._replay = StepReplay(model)
@@ -388,10 +383,11 @@ class Recorder(_Setup, _Steps, _GraphEdges):
             self._record_unstepped()
         if self._attached and self._dist is None:
             self._finish_unstepped()
-        for h in self._handles + self._opt_handles + self._graph_handles:
+        for h in self._handles + self._opt_handles:
             h.remove()
+        self._graph.remove()
         remove_tensor_hooks(self._grad_handles, self._params)
-        self._handles, self._opt_handles, self._grad_handles, self._graph_handles = [], [], [], []
+        self._handles, self._opt_handles, self._grad_handles = [], [], []
         if self._watch is not None:
             self._watch.remove()
         if self._exchange is not None and self.run is not None:
