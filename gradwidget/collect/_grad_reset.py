@@ -89,6 +89,11 @@ class GradResetCheck:
 
     def _see(self, grad: torch.Tensor) -> None:
         g = grad.detach()
+        if self.param.grad is None:
+            # reset since the last backward (zero_grad(), set_to_none): what earlier backwards of this
+            # step brought is gone (a GAN's generator backward through the discriminator after the
+            # discriminator's step, then its zero_grad), and the gradient starts from this one
+            self._fresh = None
         if self._fresh is None or self._fresh.shape != g.shape:
             self._fresh = g.to(torch.float64, copy=True)
         else:
