@@ -57,6 +57,7 @@ __all__ = [
     "is_embedding",
     "layer_levels",
     "loss_evidence",
+    "moved_by_another",
     "never_updated",
     "output_weight",
     "update_ratio_series",
@@ -194,6 +195,21 @@ def never_updated(run: Run) -> np.ndarray:
         had_grad = (np.isfinite(g[rows]) & (g[rows] > 0)).mean(axis=0) > 0.5
         still = ~(np.nan_to_num(un[rows], nan=0.0) > 0).any(axis=0)
     return had_grad & still & run.trainable_mask()
+
+
+def moved_by_another(run: Run) -> np.ndarray:
+    """Per layer: the optimizer the Recorder was given never held it (no update norm measured), yet
+    its weights changed between recorded steps (its weight norm is not one value: the norm of an
+    unchanged tensor is computed alike every step). Another optimizer steps it (a GAN's generator
+    beside the discriminator's), or the user's own code."""
+    L = run.n_layers
+    if run.n_steps < 2:
+        return np.zeros(L, bool)
+    un, wn = run.metric("update_norm"), run.metric("weight_norm")
+    with _quiet(), np.errstate(invalid="ignore"):
+        never_measured = ~np.isfinite(un).any(axis=0)
+        changed = np.nanmax(wn, axis=0) != np.nanmin(wn, axis=0)
+    return never_measured & np.isfinite(wn).any(axis=0) & changed
 
 
 #: optimizers whose first step moves every entry by about the learning rate whatever its gradient

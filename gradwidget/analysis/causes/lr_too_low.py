@@ -78,8 +78,19 @@ def _slow_steady_fall(c: Context) -> float | None:
     return float(-tr.slope * 100 / L.start)
 
 
+#: weights in these dtypes drop an update below half their spacing (bfloat16: 2**-8 of the weight)
+LOW_PRECISION = ("bfloat16", "float16")
+
+
 def action(d: Diagnosis, c: Context) -> str:
-    return f"raise the learning rate 10-100x{lr_text(c.run)}"
+    text = f"raise the learning rate 10-100x{lr_text(c.run)}"
+    low = sorted({info.dtype for info in c.run.layers if info.dtype in LOW_PRECISION and info.status == "trainable"})
+    if low:
+        text += (
+            f"; the weights are {' and '.join(low)}, which round away an update much smaller than the weight: "
+            "keep float32 weights and train under torch.autocast instead"
+        )
+    return text
 
 
 RULE = CauseRule(
