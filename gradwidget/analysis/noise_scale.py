@@ -147,6 +147,11 @@ def smoothed(g2: np.ndarray, tr: np.ndarray, span: int = EMA_STEPS) -> tuple[np.
         lo = np.where(resolved, b - Z95 * se_b, (ms - Z95 * se_s) / (mg + Z95 * se_g))
         lo = np.where(np.isfinite(lo), np.maximum(lo, 0.0), 0.0)
         hi = np.where(resolved, b + Z95 * se_b, np.inf)
+        # tr(Σ) is a sum of variances: a smoothed estimate not above 0 measured nothing B_simple can
+        # be read from (too few rows, or a big gradient holding more than its micro-batches: past
+        # steps' gradients never reset). Unknown, not a negative batch size
+        known = ms > 0
+        b, hi, lo = np.where(known, b, np.nan), np.where(known, hi, np.nan), np.where(known, lo, 0.0)
     # B_simple is NaN where the smoothed |G|² is not above 0; its lower bound may still say much
     return b, np.where(np.isfinite(ms), lo, np.nan), np.where(np.isfinite(ms), hi, np.nan)
 
