@@ -86,6 +86,7 @@ class NoiseProbe:
     _k: int
     _sizes: list[int | None]
     _seen: set[int]
+    _first_seen: int | None  # a parameter this step's first backward reached
 
     def __init__(
         self, model: nn.Module, params: list[torch.Tensor], batch_size: int | None, world_size: int = 1, mode="auto"
@@ -143,6 +144,10 @@ class NoiseProbe:
             self.input_batch = first_dim(args, kwargs)
 
     def _begin_backward(self) -> None:
+        if self._k and self._first_seen is not None and self.params[self._first_seen].grad is None:
+            # zero_grad (set_to_none) between two backwards of one step: what the earlier ones
+            # brought is gone from the gradient the step uses, so they are no part of its sizes
+            self._reset_step()
         self._in_bwd = True
         self._sizes.append(self._batch_now())
         torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
@@ -188,6 +193,8 @@ class NoiseProbe:
             if not parts:
                 return
             self._seen.update(idx)
+            if self._first_seen is None:
+                self._first_seen = idx[0]
             dev = parts[0].device
             incr = torch.zeros(len(self.params), dtype=torch.float64, device=dev)
             incr[self._index(idx, dev)] = torch.cat([t.to(dev) for t in parts]).square()
@@ -226,6 +233,7 @@ class NoiseProbe:
         self._incr_sq = self._acc_sq = None
         self._k = 0
         self._sizes, self._seen = [], set()
+        self._first_seen = None
 
     def end_step(self) -> NoiseStep | None:
         """Close this optimizer step: its vectors when it saw two batch sizes, else None (and, in
@@ -239,7 +247,9 @@ class NoiseProbe:
             return None
         if k * self.world_size < 2:
             self._one_size += 1
-            if self.mode == "auto" and self._one_size >= ONE_SIZE_STEPS:
+            # "auto" gives up only before it saw two sizes: a later step of one backward (an epoch's
+            # last, short accumulation) is no reason to stop measuring
+            if self.mode == "auto" and self._one_size >= ONE_SIZE_STEPS and not self.two_sizes_seen:
                 self.one_size_note = ONE_SIZE_TEXT
                 self.remove()
             return None

@@ -15,7 +15,7 @@ from .._warnings import GradwidgetWarning
 from ..run import NonfiniteOrigin
 from ._groups import grad_of
 from ._inputs import _module_of
-from ._kernels import HostCopy
+from ._kernels import HostCopy, stored_values
 from ._noise import NoiseProbe, append_noise
 from ._replay import MAX_MISSES
 from ._stats import _M
@@ -142,10 +142,28 @@ class _Steps(_RecorderState):
         return tuple(map(id, grads)), tuple(g._version for g in grads if g is not None)
 
     def _record_unstepped(self) -> None:
-        """Record the gradients of a backward that no optimizer step consumed (a skipped AMP step)."""
+        """Record the gradients of a backward that no optimizer step consumed: a step AMP's
+        GradScaler skipped, which it does only for Inf/NaN gradients. Finite ones that zero_grad
+        drops (``zero_grad()`` inside a gradient-accumulation loop) are no step: counted in
+        ``run.meta["discarded_backwards"]``, not recorded as steps of their own."""
         if not self._stepped and self._grad_mark() != self._zero_mark:
             self._stepped = True
+            if self._all_finite():
+                self._discarded += 1
+                if self.run is not None:
+                    self.run.meta["discarded_backwards"] = self._discarded
+                return
             self._on_step()
+
+    def _all_finite(self) -> bool:
+        """Whether every gradient is finite (one fused norm and one host read: only on a zero_grad
+        that drops gradients no step used)."""
+        grads = [stored_values(g) for g in map(grad_of, self._params) if g is not None]
+        if not grads:
+            return True
+        return bool(torch.stack(torch._foreach_norm(grads)).isfinite().all())
+
+    _discarded = 0  # backwards whose finite gradients zero_grad dropped before any optimizer step
 
     def _nested_step(self, caller) -> bool:
         """Is this step() call inside another one being recorded (an optimizer subclass whose step
