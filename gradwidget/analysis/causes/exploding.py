@@ -82,7 +82,7 @@ def action(d: Diagnosis, c: Context) -> str:
     if c.arch.has_recurrent:
         return (
             "clip the gradient norm (clip_grad_norm_) and initialise the recurrent weights smaller "
-            "(orthogonal, the default init)"
+            "(orthogonal, or PyTorch's default uniform ±1/sqrt(hidden_size))"
         )
     if not c.arch.has_norm:
         return (
