@@ -76,10 +76,14 @@ def output_bias_grad(run) -> float:
 
 
 def lr_text(run) -> str:
-    """The learning rate in use, when the run logged one."""
+    """The learning rate in use, when the run logged one, and its peak when a schedule moved it
+    well away from that (the rate a user set is the peak: a decayed last value alone misleads)."""
     lr = run.scalar("lr") if run.n_steps else np.zeros(0)
     lr = lr[np.isfinite(lr)]
-    return f" (now {lr[-1]:.3g})" if lr.size else ""
+    if not lr.size:
+        return ""
+    peak = float(lr.max())
+    return f" (now {lr[-1]:.3g}, {peak:.3g} at its peak)" if peak > 1.5 * lr[-1] else f" (now {lr[-1]:.3g})"
 
 
 def _typical_norm(run) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..evidence import LOSS_SPIKE, adaptive_optimizer, weight_growth
+from ..evidence import LOSS_SMOOTH_STEPS, LOSS_SPIKE, adaptive_optimizer, weight_growth
 from ..stats import _quiet, dead_flags
 from ..stats import fmt_num as _fmt
 from ._base import CauseRule, Context, Diagnosis
@@ -29,8 +29,9 @@ def find(c: Context) -> Diagnosis | None:
         signals.append(
             (
                 L.rebound_step,
-                f"the loss climbed back to {L.rebound_to:.3g} at step {L.rebound_step} "
-                f"after reaching {L.rebound_from:.3g} (it started at {L.start:.3g})",
+                f"the loss (its median over the last {LOSS_SMOOTH_STEPS} steps) climbed back to "
+                f"{L.rebound_to:.3g} at step {L.rebound_step} after reaching {L.rebound_from:.3g} (the median "
+                f"of its first steps: {L.start:.3g})",
             )
         )
     if L.logged and L.spike_share >= LOSS_SPIKE_SHARE:
