@@ -56,6 +56,7 @@ __all__ = [
     "input_rms",
     "is_embedding",
     "layer_levels",
+    "line_search_optimizer",
     "loss_evidence",
     "moved_by_another",
     "never_updated",
@@ -218,6 +219,17 @@ def moved_by_another(run: Run) -> np.ndarray:
 ADAPTIVE_OPTIMIZERS = re.compile(
     r"^(Adam|AdamW|Adamax|NAdam|RAdam|SparseAdam|Adagrad|Adadelta|RMSprop|Adafactor|Lion)", re.I
 )
+
+
+#: optimizers that choose each step's length by a line search (the learning rate is its first trial
+#: scale): an update's size against the weights says nothing of a learning rate set too high.
+LINE_SEARCH_OPTIMIZERS = re.compile(r"^LBFGS", re.I)
+
+
+def line_search_optimizer(run: Run) -> bool:
+    """The run's optimizer (its class name in ``run.meta``) sets its step length by a line search."""
+    name = run.meta.get("optimizer") if isinstance(run.meta, dict) else None
+    return isinstance(name, str) and bool(LINE_SEARCH_OPTIMIZERS.match(name))
 
 
 def adaptive_optimizer(run: Run) -> bool:

@@ -29,6 +29,9 @@ LOSS_FLAT = 0.05
 #: the loss "rebounds" when it climbs above its lowest value so far by this share of where it
 #: started (a spike or a divergence; batch noise on a falling loss stays well under it).
 LOSS_REBOUND = 0.5
+#: the loss "converged" when its end is at or below this share of its start: four decades, which no
+#: zoo run falls (healthy or not). Its gradients are then small because it is (they scale with it).
+LOSS_CONVERGED = 1e-4
 
 
 @dataclass
@@ -49,6 +52,7 @@ class LossEvidence:
     spike_share: float = 0.0  #: share of steps after the first few above LOSS_SPIKE x start
     spike_step: int | None = None  #: the first of them
     plateau_level: float = float("nan")  #: end / start (how far the loss came down, 1 = not at all)
+    converged: bool = False  #: a positive loss that ended at or below LOSS_CONVERGED x its start
     trend: Trend | None = None  #: Theil-Sen trend of the finite loss over the steps (None: too few values)
     diverged: bool = False  #: went NaN/Inf, or rebounded and ended above where it started
 
@@ -122,6 +126,7 @@ def loss_evidence(run: Run) -> LossEvidence:
         rebound_from=float(runmin[j]) if j is not None else float("nan"),
         nonfinite_step=nonfinite_step,
         plateau_level=float(end / start) if start > 0 else float("nan"),
+        converged=bool(start > 0 and 0 <= end <= LOSS_CONVERGED * start),
         trend=trend,
         diverged=nonfinite_step is not None or (j is not None and end > start),
     )

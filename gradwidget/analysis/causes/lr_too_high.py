@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..evidence import LOSS_SMOOTH_STEPS, LOSS_SPIKE, adaptive_optimizer, weight_growth
+from ..evidence import LOSS_SMOOTH_STEPS, LOSS_SPIKE, adaptive_optimizer, line_search_optimizer, weight_growth
 from ..stats import _quiet, dead_flags
 from ..stats import fmt_num as _fmt
 from ._base import CauseRule, Context, Diagnosis
@@ -47,7 +47,9 @@ def find(c: Context) -> Diagnosis | None:
     clean = L.logged and L.fell and L.rebound_step is None and L.spike_share < LOSS_SPIKE_SHARE
     too_high = t.update_ratio_high if L.logged and not clean else UPDATE_RATIO_UNLOGGED
     steps_u, ratio = c.update_ratio
-    hi = np.flatnonzero(ratio > too_high)
+    # a line search (LBFGS) sets each step's length itself: its steps' size is no learning rate's
+    sized_by_lr = not line_search_optimizer(run)
+    hi = np.flatnonzero(ratio > too_high) if sized_by_lr else np.zeros(0, int)
     if adaptive_optimizer(run):  # an adaptive optimizer's first step is lr per entry, whatever the gradient
         hi = hi[hi > 0]
     if hi.size:
@@ -61,7 +63,7 @@ def find(c: Context) -> Diagnosis | None:
     wg = weight_growth(run)
     with _quiet():
         med_growth = float(np.nanmedian(wg[c.s.trainable])) if np.isfinite(wg[c.s.trainable]).any() else np.nan
-    if med_growth > t.weight_blowup:
+    if med_growth > t.weight_blowup and sized_by_lr:
         w = run.metric("weight_norm")
         with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
             rows = np.flatnonzero(np.nanmedian(w / w[0], axis=1) > t.weight_blowup) if run.n_steps else np.zeros(0, int)

@@ -26,7 +26,7 @@ SLOW_FALL_MAX_UPDATE = 2e-3
 def find(c: Context) -> Diagnosis | None:
     run, L, t = c.run, c.loss, c.t
     steps_u, ratio = c.update_ratio
-    if not ratio.size or not np.isfinite(ratio).any():
+    if not ratio.size or not np.isfinite(ratio).any() or L.converged:  # converged: the rate did its job
         return None
     med = float(np.nanmedian(ratio))
     loss = f"; the loss moved from {L.start:.3g} to {L.end:.3g}" if L.logged else ""

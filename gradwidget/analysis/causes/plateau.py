@@ -18,7 +18,7 @@ STUCK_LOSS_LEVEL = 0.6
 
 def find(c: Context) -> Diagnosis | None:
     p, L = c.dyn.plateau, c.loss
-    if not p.is_plateau:
+    if not p.is_plateau or L.converged:  # flat at a ten-thousandth of its start: converged, not stuck
         return None
     stuck = L.logged and np.isfinite(L.plateau_level) and L.plateau_level > STUCK_LOSS_LEVEL and not _fine_tuning(c)
     what = (

@@ -109,7 +109,10 @@ def _fading_with_depth(c: Context) -> Diagnosis | None:
 
 def find(c: Context) -> Diagnosis | None:
     run, t = c.run, c.t
-    fs = {f.layer: f for f in c.factors if f.kind in ("vanishing", "weak")}
+    # a converged loss (``LossEvidence.converged``) has small gradients because it is small: the
+    # absolute bound on |g| says nothing of fading there; the measures against other layers still do
+    kinds = ("weak",) if c.loss.converged else ("vanishing", "weak")
+    fs = {f.layer: f for f in c.factors if f.kind in kinds}
     member = np.array([n in fs for n in run.layer_names]) & ~c.embedding
     # an input side frozen on purpose (fine-tuning) is not a member, as an embedding table there is
     # not: a partly frozen network reads as the same network unfrozen
