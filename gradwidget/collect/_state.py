@@ -2,10 +2,11 @@
 once with its types: each part is a mixin of ``Recorder`` reading and writing these attributes,
 which ``Recorder.__init__`` and the first step (``_start``) set; the parts that own their state
 (``_stats.StepStatistics``, ``_graph.GraphCapture``, ``_noise.NoiseProbe``, ``_grad_reset.GradResetCheck``, ...) are held
-here. Nothing here runs."""
+here, with ``ShardedStep`` (a sharded step waiting for its collective). Nothing here runs."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -23,10 +24,26 @@ if TYPE_CHECKING:
     from ._noise import NoiseProbe, NoiseStep
     from ._replay import StepReplay
     from ._replica_exchange import ReplicaExchange
-    from .distributed import DistContext, OriginExchange, ShardedStep
+    from .distributed import DistContext, OriginExchange
     from .loss_graph import LossGraphProbe
     from ._trace_cost import PairedMeter, TraceCost
     from .nonfinite import NonfiniteTracer
+
+
+@dataclass
+class ShardedStep:
+    """A sharded step between its partial sums and the one collective that combines them (which
+    waits for the optimizer's post-hook when the step measures update norms)."""
+
+    step_no: int
+    pend: dict[str, Any]
+    partials: np.ndarray
+    measure: bool
+
+    @property
+    def label(self) -> int:
+        """The step number the run records it under (the user's, when given)."""
+        return int(self.pend.get("step", self.step_no))
 
 
 class _RecorderState:

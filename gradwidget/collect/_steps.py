@@ -19,8 +19,7 @@ from ._kernels import HostCopy, stored_values
 from ._noise import NoiseProbe, append_noise
 from ._replay import MAX_MISSES
 from ._stats import _M
-from .distributed import ShardedStep
-from ._state import _RecorderState
+from ._state import ShardedStep, _RecorderState
 
 
 class _Steps(_RecorderState):

@@ -53,7 +53,6 @@ components are dropped, so names match the single-process model. FSDP2 keeps the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -118,22 +117,6 @@ def _fsdp1_class():
     except ImportError:  # pragma: no cover
         return None
     return FullyShardedDataParallel
-
-
-@dataclass
-class ShardedStep:
-    """A sharded step between its partial sums and the one collective that combines them (which
-    waits for the optimizer's post-hook when the step measures update norms)."""
-
-    step_no: int
-    pend: dict[str, Any]
-    partials: np.ndarray
-    measure: bool
-
-    @property
-    def label(self) -> int:
-        """The step number the run records it under (the user's, when given)."""
-        return int(self.pend.get("step", self.step_no))
 
 
 class DistContext:
