@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/browser: lab
 from lab import (
@@ -437,12 +438,18 @@ def test_the_cursor_follows_the_last_action_and_the_cell_end_updates_the_saved_o
     )
     # the updated output re-renders and its new view takes over the old one's state (when the page
     # gets to it: a busy page detaches the old view late) and reads the queued page messages
-    page.wait_for_function(
-        f"""() => {{ const roots = document.querySelectorAll('.jp-Notebook .jp-Cell:first-child .gw-root');
+    took_over = f"""() => {{ const roots = document.querySelectorAll('.jp-Notebook .jp-Cell:first-child .gw-root');
         const v = roots.length === 1 ? {VIEW} : null;
-        return !!v && document.querySelector('input.gw-filter').value === 'weight' && v.cursor === v.meta.cols - 1; }}""",
-        timeout=TIMEOUT_MS,
-    )
+        return !!v && document.querySelector('input.gw-filter').value === 'weight' && v.cursor === v.meta.cols - 1; }}"""
+    try:
+        page.wait_for_function(took_over, timeout=TIMEOUT_MS)
+    except PlaywrightTimeoutError:  # say which part did not hold
+        seen = page.evaluate(
+            f"""() => {{ const v = {VIEW}; return {{roots: document.querySelectorAll('.jp-Notebook .jp-Cell:first-child .gw-root').length,
+            filter: document.querySelector('input.gw-filter').value, cursor: v.cursor, cols: v.meta.cols,
+            step: v.model.get('step'), follow: v.model.get('follow'), pending: v.intent.step}}; }}"""
+        )
+        raise AssertionError(f"the new view did not take the old one's state over: {seen}") from None
     state = page.evaluate(
         f"""() => {{ const v = {VIEW}; return [v.cursor, v.meta.cols - 1, v.meta.last_step,
         document.querySelectorAll('.jp-Notebook .jp-Cell:first-child .gw-root').length,

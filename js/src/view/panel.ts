@@ -524,7 +524,10 @@ export class PanelView {
     this.intent.step = old.intent.step;
     this.intent.follow = old.intent.follow;
     this.intent.layer = old.intent.layer;
-    if (old.intent.step !== null || old.cursor !== this.cursor) this.cursor = Math.min(old.cursor, Math.max(0, this.meta.cols - 1));
+    // the cursor from the adopted intent against this view's data, not the old view's column: a
+    // view the page took off may not have drawn the last update, and its column for "follow" (the
+    // newest then) is an older step now
+    this.cursor = this.cursorColumn();
     if (old.layerIndex >= 0) this.setLayerIndex(old.layerIndex);
     this.speed = old.speed;
     this.dom.speedSel.value = String(old.speed);
