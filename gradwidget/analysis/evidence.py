@@ -58,10 +58,10 @@ __all__ = [
     "layer_levels",
     "line_search_optimizer",
     "loss_evidence",
-    "moved_by_another",
     "never_updated",
     "output_weight",
     "update_ratio_series",
+    "weights_moved",
     "weight_growth",
     "zero_by_design",
 ]
@@ -198,19 +198,14 @@ def never_updated(run: Run) -> np.ndarray:
     return had_grad & still & run.trainable_mask()
 
 
-def moved_by_another(run: Run) -> np.ndarray:
-    """Per layer: the optimizer the Recorder was given never held it (no update norm measured), yet
-    its weights changed between recorded steps (its weight norm is not one value: the norm of an
-    unchanged tensor is computed alike every step). Another optimizer steps it (a GAN's generator
-    beside the discriminator's), or the user's own code."""
-    L = run.n_layers
+def weights_moved(run: Run) -> np.ndarray:
+    """Per layer: its weights changed between recorded steps, whatever moved them (its weight norm
+    is not one value: the norm of an unchanged tensor is computed alike every step)."""
     if run.n_steps < 2:
-        return np.zeros(L, bool)
-    un, wn = run.metric("update_norm"), run.metric("weight_norm")
+        return np.zeros(run.n_layers, bool)
+    wn = run.metric("weight_norm")
     with _quiet(), np.errstate(invalid="ignore"):
-        never_measured = ~np.isfinite(un).any(axis=0)
-        changed = np.nanmax(wn, axis=0) != np.nanmin(wn, axis=0)
-    return never_measured & np.isfinite(wn).any(axis=0) & changed
+        return np.isfinite(wn).any(axis=0) & (np.nanmax(wn, axis=0) != np.nanmin(wn, axis=0))
 
 
 #: optimizers whose first step moves every entry by about the learning rate whatever its gradient
@@ -226,17 +221,20 @@ ADAPTIVE_OPTIMIZERS = re.compile(
 LINE_SEARCH_OPTIMIZERS = re.compile(r"^LBFGS", re.I)
 
 
-def line_search_optimizer(run: Run) -> bool:
-    """The run's optimizer (its class name in ``run.meta``) sets its step length by a line search."""
+def _optimizer_is(run: Run, kinds: re.Pattern) -> bool:
+    """The run's optimizer (``run.meta["optimizer"]``, its class name) is one of ``kinds``."""
     name = run.meta.get("optimizer") if isinstance(run.meta, dict) else None
-    return isinstance(name, str) and bool(LINE_SEARCH_OPTIMIZERS.match(name))
+    return isinstance(name, str) and bool(kinds.match(name))
+
+
+def line_search_optimizer(run: Run) -> bool:
+    """The run's optimizer sets its step length by a line search."""
+    return _optimizer_is(run, LINE_SEARCH_OPTIMIZERS)
 
 
 def adaptive_optimizer(run: Run) -> bool:
-    """The run's optimizer (``run.meta["optimizer"]``, its class name) scales each entry's step by
-    its own gradient history."""
-    name = run.meta.get("optimizer") if isinstance(run.meta, dict) else None
-    return isinstance(name, str) and bool(ADAPTIVE_OPTIMIZERS.match(name))
+    """The run's optimizer scales each entry's step by its own gradient history."""
+    return _optimizer_is(run, ADAPTIVE_OPTIMIZERS)
 
 
 def update_ratio_series(run: Run) -> tuple[np.ndarray, np.ndarray]:

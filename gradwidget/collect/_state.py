@@ -1,8 +1,9 @@
 """The state the Recorder's parts share (``torch``, ``_setup``, ``_steps``), declared
 once with its types: each part is a mixin of ``Recorder`` reading and writing these attributes,
 which ``Recorder.__init__`` and the first step (``_start``) set; the parts that own their state
-(``_stats.StepStatistics``, ``_graph.GraphCapture``, ``_noise.NoiseProbe``, ``_grad_reset.GradResetCheck``, ...) are held
-here, with ``ShardedStep`` (a sharded step waiting for its collective). Nothing here runs."""
+(``_stats.StepStatistics``, ``_graph.GraphCapture``, ``_noise.NoiseProbe``,
+``_grad_reset.GradResetCheck``, ...) are held here, with ``ShardedStep`` (a sharded step waiting
+for its collective). Nothing here runs."""
 
 from __future__ import annotations
 

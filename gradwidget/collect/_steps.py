@@ -15,7 +15,7 @@ from .._warnings import GradwidgetWarning
 from ..run import NonfiniteOrigin
 from ._groups import grad_of
 from ._inputs import _module_of
-from ._kernels import HostCopy, stored_values
+from ._kernels import HostCopy, norms, stored_values
 from ._noise import NoiseProbe, append_noise
 from ._replay import MAX_MISSES
 from ._stats import _M
@@ -158,9 +158,7 @@ class _Steps(_RecorderState):
         """Whether every gradient is finite (one fused norm and one host read: only on a zero_grad
         that drops gradients no step used)."""
         grads = [stored_values(g) for g in map(grad_of, self._params) if g is not None]
-        if not grads:
-            return True
-        return bool(torch.stack(torch._foreach_norm(grads)).isfinite().all())
+        return not grads or bool(norms(grads).isfinite().all())
 
     _discarded = 0  # backwards whose finite gradients zero_grad dropped before any optimizer step
 

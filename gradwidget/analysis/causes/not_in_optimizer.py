@@ -1,7 +1,7 @@
 """``not_in_optimizer``: parameters that get gradients the optimizer never applies. Reads whether
 the optimizer moved each parameter while it moved others (``evidence.never_updated``), for the
 parameters it does not hold (no update norm was measured) and whose weights stayed as they were:
-weights that moved were stepped by another optimizer (``evidence.moved_by_another``), and a
+weights that moved were stepped by another optimizer (``evidence.weights_moved``), and a
 parameter it holds that never moved lost its updates some other way (below a bfloat16 weight's
 precision, a learning rate of 0), which adding it to the optimizer would not change."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..evidence import moved_by_another, never_updated
+from ..evidence import never_updated, weights_moved
 from ._base import CauseRule, Context, Diagnosis
 from ._shared import names_of, start_step, tensors
 
@@ -21,7 +21,7 @@ def find(c: Context) -> Diagnosis | None:
     starved = (ex["vanishing_share"] >= t.minor_issue_ratio) | (ex["dead_share"] >= t.minor_issue_ratio)
     with np.errstate(invalid="ignore"):
         held = np.isfinite(run.metric("update_norm")).any(axis=0)
-    m = never_updated(run) & ~held & ~moved_by_another(run) & ~starved
+    m = never_updated(run) & ~held & ~weights_moved(run) & ~starved
     if not m.any():
         return None
     idx = np.flatnonzero(m)
