@@ -32,7 +32,8 @@ FIT_RESIDUAL = 0.1
 #: 0 when reset)
 CARRIED_SHARE = 0.5
 #: where ``carried``'s six dot products (ll, ff, lf, gl, gf, gg) sit in the flattened Gram matrix of
-#: the rows (last, fresh, gradient)
+#: the rows (last, fresh, gradient); picked on the host: indexing a GPU tensor by a host list copies
+#: the index to the device and waits for it (a second host sync per recorded step, bench/gpu.py)
 _DOTS = [0, 4, 1, 6, 7, 8]
 #: the last and this step's gradients point the same way (|cos| above this): the fit cannot tell
 COLLINEAR = 1 - 1e-6
@@ -113,7 +114,7 @@ class GradResetCheck:
             if last is not None and last.shape == now.shape:
                 f = torch.zeros_like(now) if fresh is None or fresh.numel() != now.numel() else fresh.reshape(-1)
                 m = torch.stack([last, f, now])
-                self._dots = (m @ m.T).reshape(-1)[_DOTS]  # the six dot products in two ops
+                self._dots = (m @ m.T).reshape(-1)  # the Gram matrix: its six dot products in one op
             self._last = now
 
     def queue(self, pack: HostCopy) -> None:
@@ -127,7 +128,7 @@ class GradResetCheck:
         queued, self._queued = self._queued, None
         if queued is None:
             return False
-        verdict = carried(*(float(v) for v in queued[0].get(queued[1])))
+        verdict = carried(*(float(v) for v in queued[0].get(queued[1])[_DOTS]))
         if verdict is None:
             return False
         self.checked += 1
