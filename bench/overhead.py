@@ -325,15 +325,21 @@ class Comparison:
     times n steps of one. Run in-process, or inside a Jupyter kernel whose page shows the panel
     (``compare_in_kernel``)."""
 
-    def __init__(self, which: str, batch: int, seq: int, variants=COMPARE_VARIANTS, log_dir: str = "/tmp") -> None:
+    def __init__(
+        self, which: str, batch: int, seq: int, variants=COMPARE_VARIANTS, log_dir: str = "/tmp", device: str = "cpu"
+    ) -> None:
         torch.set_num_threads(1)
         self.which, self.batch, self.seq = which, batch, seq
-        self.vocab = 2000
+        self.device = torch.device(device)
+        #: each timed step ends with a device synchronize (every variant alike), so it is the GPU's time
+        self.sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        self.vocab = 16000 if which == "large" else 2000
         g = torch.Generator().manual_seed(0)
         if which == "tiny":  # thousands of tiny modules: SGD, as bench/scale.py
             self.data = [torch.randn(batch, 2, generator=g) for _ in range(8)]
         else:
             self.data = [torch.randint(0, self.vocab, (batch, seq + 1), generator=g) for _ in range(8)]
+        self.data = [b.to(self.device) for b in self.data]
         self.loss_fn = nn.CrossEntropyLoss()
         self.log_dir = log_dir
         self.setups = {v: self._setup(v) for v in variants}
@@ -342,8 +348,14 @@ class Comparison:
     def model(self):
         if self.which == "tiny":
             torch.manual_seed(0)
-            return nn.Sequential(*[nn.Linear(2, 2) for _ in range(TINY_MODULES)])
-        return llama_model(self.vocab) if self.which == "llama" else make_model(vocab=self.vocab)
+            model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(TINY_MODULES)])
+        elif self.which == "llama":
+            model = llama_model(self.vocab)
+        elif self.which == "large":  # the ~100M-parameter transformer of --large
+            model = make_model(d=768, layers=12, vocab=self.vocab)
+        else:
+            model = make_model(vocab=self.vocab)
+        return model.to(self.device)
 
     def optimizer(self, model):
         if self.which == "tiny":
@@ -430,6 +442,7 @@ class Comparison:
         if log is not None:
             log(loss)
         opt.step()
+        self.sync()
 
     def block(self, variant: str, n: int) -> dict:
         """n steps of ``variant``: each step's seconds and the loop's."""
@@ -470,10 +483,16 @@ class Comparison:
         model = self.setups["bare"][0]
         n = sum(p.numel() for p in model.parameters())
         k = sum(1 for _ in model.parameters())
+        on = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "CPU"
         if self.which == "tiny":
-            return f"{TINY_MODULES:,} x Linear(2, 2), SGD: {k:,} parameter tensors, batch {self.batch}"
-        name = "Llama-style LlamaForCausalLM 4 x d128" if self.which == "llama" else "bench transformer 4 x d256"
-        return f"{name}: {k} parameter tensors, {n / 1e6:.1f} M parameters, batch {self.batch} x seq {self.seq}"
+            return f"{TINY_MODULES:,} x Linear(2, 2), SGD: {k:,} parameter tensors, batch {self.batch}, on {on}"
+        name = {
+            "llama": "Llama-style LlamaForCausalLM 4 x d128",
+            "large": "transformer 12 x d768",
+        }.get(self.which, "bench transformer 4 x d256")
+        return (
+            f"{name}: {k} parameter tensors, {n / 1e6:.1f} M parameters, batch {self.batch} x seq {self.seq}, on {on}"
+        )
 
     def close(self) -> None:
         for v, (_, _, inst, _) in self.setups.items():
@@ -567,25 +586,51 @@ def compare_in_process(which: str, rounds: int, steps: int, batch: int, seq: int
 PAIRED_VARIANTS = ("bare", "gradwidget defaults", "bare, 2 micro-batches", "gradwidget noise scale, 2 micro-batches")
 
 
-def compare_paired(which: str, rounds: int, per_block: int, batch: int, seq: int) -> dict:
+#: on a GPU, also: the recording without the NaN tracer, and the floor (fused norms, one host copy)
+GPU_PAIRED_VARIANTS = PAIRED_VARIANTS + ("gradwidget, trace_nonfinite=False", "grad norms only (foreach: the floor)")
+
+
+def step_host_syncs(cmp: "Comparison", variant: str) -> int:
+    """The host syncs one step of ``variant`` makes (CUDA), the step-end synchronize every variant
+    has for timing left out."""
+    sync, cmp.sync = cmp.sync, (lambda: None)
+    try:
+        return host_syncs(lambda: cmp._step(variant))
+    finally:
+        cmp.sync = sync
+        sync()
+
+
+def compare_paired(which: str, rounds: int, per_block: int, batch: int, seq: int, device: str = "cpu") -> dict:
     """The recording's cost resolved on a shared machine (``paired``): many short interleaved
     blocks, each variant's per-round ratio to its baseline in CPU and wall-clock time, the median
-    with its bootstrap 95% interval and interquartile range."""
+    with its bootstrap 95% interval and interquartile range. On CUDA each step ends with a
+    synchronize (wall-clock is the GPU's time; CPU is the host's work) and each variant's host
+    syncs per step are counted."""
     import functools
 
     from paired import interleaved_rounds, ratio_summary, summary_text
 
-    cmp = Comparison(which, batch, seq, PAIRED_VARIANTS)
-    for v in PAIRED_VARIANTS:  # warm-up: "auto" decides about its tracer in its first 9 steps
+    cuda = torch.device(device).type == "cuda"
+    variants = GPU_PAIRED_VARIANTS if cuda else PAIRED_VARIANTS
+    cmp = Comparison(which, batch, seq, variants, device=device)
+    for v in variants:  # warm-up: "auto" decides about its tracer in its first 9 steps
         cmp.block(v, 12)
-    res = interleaved_rounds({v: functools.partial(cmp._step, v) for v in PAIRED_VARIANTS}, rounds, per_block)
+    syncs = {v: step_host_syncs(cmp, v) for v in variants} if cuda else {}
+    res = interleaved_rounds({v: functools.partial(cmp._step, v) for v in variants}, rounds, per_block)
     print(f"{cmp.describe()} (in-process, {rounds} rounds of {per_block} steps per variant)")
+    if cuda:
+        bare_ms = statistics.median(w for w, _ in res["bare"]) / per_block * 1e3
+        print(f"  bare step {bare_ms:.2f} ms (wall, GPU synchronized); host syncs per step: {syncs}")
     out = {}
-    for v in PAIRED_VARIANTS:
+    for v in variants:
         ref = BASELINE.get(v, "bare")
         if v != ref and v not in BASELINE.values():
             out[v] = ratio_summary(res[v], res[ref])
             print(f"  {v} / {ref}: {summary_text(out[v])}")
+    for v, (_, _, inst, _) in cmp.setups.items():
+        if v.startswith("gradwidget"):
+            print(f"  {v}: {inst!r}")
     cmp.close()
     return out
 
@@ -672,9 +717,9 @@ def main() -> None:
     ap.add_argument(
         "--paired",
         nargs="*",
-        choices=["transformer", "llama", "tiny"],
+        choices=["transformer", "llama", "tiny", "large"],
         help="the recording's cost on these models in many short interleaved blocks (CPU and wall-clock "
-        "ratios with their 95%% intervals; tiny: 2,000 x Linear(2, 2))",
+        "ratios with their 95%% intervals; tiny: 2,000 x Linear(2, 2); large: 12 x d768) on --device",
     )
     ap.add_argument("--rounds", type=int, default=40, help="--paired: rounds of one block per variant")
     ap.add_argument("--runs", type=int, default=3, help="--compare, --paired: runs of each model")
@@ -689,7 +734,7 @@ def main() -> None:
     for which in args.paired or ():
         for r in range(args.runs):
             print(f"--- {which}, run {r + 1} of {args.runs}", flush=True)
-            compare_paired(which, args.rounds, 2, 8 if which == "tiny" else args.batch, args.seq)
+            compare_paired(which, args.rounds, 2, 8 if which == "tiny" else args.batch, args.seq, args.device)
     if args.compare is not None or args.paired is not None:
         return
     if args.large:

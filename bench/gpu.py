@@ -1,0 +1,309 @@
+"""The Recorder on a CUDA device: its numbers, its NaN origin and its host syncs, checked there.
+
+The test suite runs on CPU; this is the check of the GPU path, run where a GPU is lent:
+
+    python bench/gpu.py [--device cuda]
+
+1. **Exact numbers**: a Hugging Face GPT-2 (tiny config) and a ReLU MLP trained on the device, in
+   float32, under float16 autocast with a ``GradScaler``, and with bfloat16 weights; each step's
+   gradients as the optimizer sees them (after unscaling) are copied to the host in float64 and
+   every recorded statistic is compared with the one computed there (and the update norms with
+   the weights' change).
+2. **Where the NaN started**: the cases of ``tests/nonfinite_cases.py`` (forward, backward, loss,
+   bf16 autocast, GPT-2, checkpointing) trained on the device with ``trace_nonfinite=True`` and at
+   the default ("auto"): the origin found against the one expected.
+3. **Host syncs**: how many times one recorded step makes the host wait for the GPU (defaults,
+   histogram steps, a bare step for reference).
+
+Prints a line per check and ``FAILED`` for any that does not hold; exits 1 if any failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from overhead import host_syncs, lm_training, make_model  # noqa: E402
+
+from gradwidget.collect.torch import Recorder  # noqa: E402
+
+FAILED: list[str] = []
+
+
+def check(ok: bool, what: str) -> None:
+    print(("ok      " if ok else "FAILED  ") + what, flush=True)
+    if not ok:
+        FAILED.append(what)
+
+
+STATS = ("grad_norm", "mean_abs", "max_abs", "std", "zero_frac", "weight_norm")
+
+
+def reference_rows(model: nn.Module) -> dict[str, dict[str, float]]:
+    """Every statistic of each parameter's gradient, from a float64 host copy, by name."""
+    out = {}
+    for n, p in model.named_parameters():
+        if p.grad is None:
+            continue
+        g = p.grad.detach().double().cpu().flatten()
+        out[n] = {
+            "grad_norm": g.norm().item(),
+            "mean_abs": g.abs().mean().item(),
+            "max_abs": g.abs().max().item(),
+            "std": g.std(unbiased=False).item(),  # the population std, as recorded
+            "zero_frac": (g == 0).double().mean().item(),
+            "weight_norm": p.detach().double().cpu().norm().item(),
+        }
+    return out
+
+
+def as_arrays(refs: list[dict], names: list[str]) -> dict[str, np.ndarray]:
+    """``(steps, layers)`` arrays of each statistic, layers in the run's order."""
+    return {k: np.array([[r[n][k] for n in names] for r in refs]) for k in STATS}
+
+
+def gpt2(dev):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=128, n_positions=32)
+    return GPT2LMHeadModel(cfg).to(dev)
+
+
+def mlp(dev):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)).to(dev)
+
+
+def exact_numbers(dev: torch.device, make, style: str, steps: int = 6) -> None:
+    """Train ``steps`` steps; compare each recorded row with the float64 reference."""
+    model = make(dev)
+    if style == "bfloat16 weights":
+        model = model.to(torch.bfloat16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler(dev.type) if style == "float16 autocast + GradScaler" else None
+    rec = Recorder(model, opt, histogram_every=1, trace_nonfinite=False)
+    g = torch.Generator().manual_seed(0)
+    refs, updates = [], []
+    for i in range(steps):
+        opt.zero_grad(set_to_none=True)
+        if make is gpt2:
+            x = torch.randint(0, 128, (4, 24), generator=g).to(dev)
+            with torch.autocast(dev.type, dtype=torch.float16, enabled=scaler is not None):
+                loss = model(input_ids=x, labels=x).loss
+        else:
+            x = torch.randn(16, 32, generator=g).to(dev).to(next(model.parameters()).dtype)
+            y = torch.randint(0, 10, (16,), generator=g).to(dev)
+            with torch.autocast(dev.type, dtype=torch.float16, enabled=scaler is not None):
+                loss = nn.functional.cross_entropy(model(x).float(), y)
+        before = {n: p.detach().double().cpu().clone() for n, p in model.named_parameters()}
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)  # what the optimizer sees, and what the Recorder records
+            refs.append(reference_rows(model))
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            refs.append(reference_rows(model))
+            opt.step()
+        rec.log(loss=loss)
+        params = dict(model.named_parameters())
+        updates.append({n: (p.detach().double().cpu() - before[n]).norm().item() for n, p in params.items()})
+    rec.detach()
+    run = rec.run
+    names = run.layer_names
+    ref = as_arrays(refs, names)
+    label = f"{make.__name__} ({len(run.layer_names)} tensors), {style}"
+    check(run.n_steps == steps, f"{label}: {run.n_steps} of {steps} steps recorded")
+    # a step GradScaler skipped (Inf in float16) is recorded with its non-finite counts: compared
+    # where the reference is finite
+    finite = np.all([np.isfinite(v).all(axis=1) for v in ref.values()], axis=0)
+    check(finite.sum() >= steps // 2, f"{label}: {int(finite.sum())} of {steps} steps with finite gradients")
+    tol = {"zero_frac": 1e-6}  # a count over numel: exact; the rest float32 sums of float32 or narrower
+    for k, want in ref.items():
+        got = run.metric(k)[: len(refs)].astype(np.float64)[finite]
+        want = want[finite]
+        e = float(np.nanmax(np.abs(got - want) / np.maximum(np.abs(want), 1e-30)))
+        check(e <= tol.get(k, 1e-4), f"{label}: {k} worst relative error {e:.1e}")
+    upd = run.metric("update_norm")[: len(updates)].astype(np.float64)
+    want = np.array([[u[n] for n in names] for u in updates])
+    measured = np.isfinite(upd)
+    err = np.abs(upd[measured] - want[measured]) / np.maximum(want[measured], 1e-30)
+    worst = float(err.max()) if measured.any() else float("nan")
+    check(measured.any() and worst <= 1e-3, f"{label}: update_norm on {int(measured.sum())} cells, worst {worst:.1e}")
+    nonfinite = run.metric("nonfinite")[: len(refs)][finite]
+    check(int(nonfinite.sum()) == 0, f"{label}: no non-finite count on finite gradients")
+    sizes = np.array([params[n].numel() for n in names])
+    nonzero = np.rint((1 - ref["zero_frac"]) * sizes[None, :]).astype(np.int64)
+    counts = run.hist.sum(axis=-1)[: len(refs)].astype(np.int64)
+    check(
+        np.array_equal(counts[finite], nonzero[finite]),
+        f"{label}: each histogram counts the layer's nonzero entries",
+    )
+
+
+def nan_origin(dev: torch.device) -> None:
+    """The non-finite cases on the device: the origin named, with tracing on and by default."""
+    import nonfinite_cases as nc
+
+    def train(case, **kw):
+        torch.manual_seed(0)
+        model = case.make().to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=case.lr)
+        rec = Recorder(model, opt, **kw)
+        for i in range(nc.STEPS):
+            if i == nc.BAD and case.before_bad is not None:
+                case.before_bad(model)
+            opt.zero_grad()
+            x = case.data(i == nc.BAD).to(dev)
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=case.autocast):
+                if x.dtype == torch.long:
+                    loss = model(input_ids=x, labels=x).loss
+                else:
+                    loss = case.loss(model(x), i == nc.BAD)
+            loss.backward()
+            rec.log(loss=loss)
+            opt.step()
+        rec.detach()
+        return rec.run
+
+    for name, case in nc.CASES.items():
+        for kw in ({"trace_nonfinite": True}, {}):
+            run = train(case, **kw)
+            o = run.nonfinite_origin
+            got = (o.module, o.step, o.phase) if o is not None else None
+            how = "trace_nonfinite=True" if kw else "defaults"
+            # a case can stay finite on another device (its kernels round and accumulate
+            # otherwise): then no origin is the right answer
+            went = bool(run.metric("nonfinite").sum() > 0 or not np.isfinite(run.scalar("loss")).all())
+            want = case.expected if went else None
+            check(got == want, f"NaN origin, {name}, {how}: {got} (expected {want}; the run went non-finite: {went})")
+
+
+def syncs_per_step(dev: torch.device) -> None:
+    model = gpt2(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randint(0, 128, (4, 24)).to(dev)
+
+    def step(rec=None):
+        opt.zero_grad(set_to_none=True)
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        if rec is not None:
+            rec.log(loss=loss)
+        opt.step()
+
+    for _ in range(3):
+        step()
+    bare = host_syncs(step)
+    rec = Recorder(model, opt, histogram_every=10)
+    for _ in range(12):  # past "auto"'s warm-up; the next step is step 12: no histogram
+        step(rec)
+    plain = host_syncs(lambda: step(rec))
+    for _ in range(7):
+        step(rec)
+    hist = host_syncs(lambda: step(rec))  # step 20: a histogram step
+    rec.detach()
+    print(f"host syncs per step: bare {bare}, recorded {plain}, recorded with a histogram {hist}", flush=True)
+    check(plain - bare <= 1, f"a recorded step adds at most one host sync ({plain - bare})")
+
+
+def profile(dev: torch.device) -> None:
+    """Where a recorded step's extra time goes on the device: the ops the Recorder adds (CPU time
+    and calls per step, from torch.profiler, bare step subtracted) and the Python stack of every host
+    sync one recorded step makes."""
+    import traceback
+    import warnings
+
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    cuda = dev.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    model = (make_model(d=768, layers=12, vocab=16000) if cuda else make_model(d=64, layers=2, vocab=16000)).to(dev)
+    opt, step = lm_training(model, 16000, 8, 256, n_batches=4, device=dev)
+    n = 10
+
+    def ops(rec) -> dict:
+        for i in range(3):
+            step(i, rec)
+        sync()
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with torch_profile(activities=activities) as prof:
+            for i in range(n):
+                step(i, rec)
+            sync()
+        return {e.key: (e.count / n, e.self_cpu_time_total / n / 1e3) for e in prof.key_averages()}
+
+    bare = ops(None)
+    rec = Recorder(model, opt, trace_nonfinite=False)
+    for i in range(12):
+        step(i, rec)
+    recorded = ops(rec)
+    extra = {k: (c - bare.get(k, (0, 0))[0], t - bare.get(k, (0, 0))[1]) for k, (c, t) in recorded.items()}
+    print("ops the Recorder adds per step (calls, self CPU ms), largest CPU first:")
+    for k, (c, t) in sorted(extra.items(), key=lambda kv: -kv[1][1])[:30]:
+        print(f"  {k[:60]:60s} {c:8.1f} {t:8.3f}")
+    total = sum(t for _, t in extra.values())
+    launches = sum(c for k, (c, _) in extra.items() if k.startswith("cudaLaunchKernel"))
+    print(f"  total extra self CPU {total:.2f} ms per step; extra kernel launches {launches:.0f}")
+    if not cuda:
+        return
+    torch.cuda.synchronize()
+    stacks = []
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if "synchroniz" in str(message):
+            stacks.append("".join(traceback.format_stack(limit=12)[:-2]))
+
+    old = warnings.showwarning
+    warnings.showwarning = show
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = show
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step(20, rec)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    warnings.showwarning = old
+    rec.detach()
+    print(f"host syncs in one recorded step: {len(stacks)}")
+    for s in stacks:
+        print("---\n" + s)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--profile", action="store_true", help="only: where a recorded step's time goes")
+    args = ap.parse_args()
+    if args.profile:
+        profile(torch.device(args.device))
+        return
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("bench/gpu.py checks the CUDA path: no CUDA device here (--device cpu: a dry run of the checks)")
+    on = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU (a dry run: the checks are for CUDA)"
+    print(f"torch {torch.__version__} on {on}", flush=True)
+    for make in (gpt2, mlp):
+        for style in ("float32", "float16 autocast + GradScaler", "bfloat16 weights"):
+            exact_numbers(dev, make, style)
+    nan_origin(dev)
+    if dev.type == "cuda":
+        syncs_per_step(dev)
+    print(f"{len(FAILED)} checks failed" if FAILED else "all checks held", flush=True)
+    sys.exit(1 if FAILED else 0)
+
+
+if __name__ == "__main__":
+    main()
