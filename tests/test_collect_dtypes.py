@@ -35,6 +35,8 @@ def _targets(dtype):
         "normal_mean_100_std_300": (100 + 300 * normal).to(dtype),
         "tiny_1e-5": (1e-5 * normal).to(dtype),
         "with_zeros": torch.where(normal > 0, 2.0 * normal, torch.zeros_like(normal)).to(dtype),
+        # -0.0 is a zero though its sign bit is set (zeros are counted over |g|'s bits)
+        "with_negative_zeros": torch.where(normal > 0, 2.0 * normal, torch.full_like(normal, -0.0)).to(dtype),
     }
 
 
@@ -73,6 +75,18 @@ def test_statistics_match_a_float64_reference(dtype, case, foreach_all):
     np.testing.assert_array_equal(run.hist[0, 0], log_hist(ref))
     assert not run.nonfinite().any()
     assert run.exploding()[0, 0] == (a.max() > run.thresholds.exploding)  # 300 is not exploding
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_nonzero_counts_over_bits_equal_counts_over_values(dtype):
+    """``count_nonzero_abs`` counts |g| as integers: -0.0 is a zero, subnormals, NaN and Inf are not."""
+    from gradwidget.collect._kernels import count_nonzero_abs
+
+    tiny = torch.finfo(dtype).tiny / 4  # a subnormal
+    g = torch.tensor([0.0, -0.0, 1.5, -2.0, tiny, -tiny, float("nan"), float("inf"), -float("inf")], dtype=dtype)
+    assert count_nonzero_abs(g.abs()).item() == torch.count_nonzero(g).item() == 7
+    rows = torch.stack([g, -g, torch.zeros_like(g)])
+    assert count_nonzero_abs(rows.abs(), dim=1).tolist() == [7, 7, 0]
 
 
 def test_float16_update_norm_does_not_overflow():
