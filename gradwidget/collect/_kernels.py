@@ -68,15 +68,20 @@ def grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
         l2, l1, linf, nnz = (norms(grads, o) for o in (2, 1, math.inf, 0))
         sums = torch.stack([g.sum(dtype=acc) for g in grads])
         return torch.stack([r.to(torch.float64) for r in (l2, l1, linf, nnz, sums)])
-    l2, l1, linf, nnz, sums = [], [], [], [], []  # each statistic stacked and converted once
+    # one list per statistic, each stacked and converted once
+    l2s: list[torch.Tensor] = []
+    l1s: list[torch.Tensor] = []
+    maxes: list[torch.Tensor] = []
+    counts: list[torch.Tensor] = []
+    totals: list[torch.Tensor] = []
     for g in grads:  # one |g| buffer alive at a time: no fresh pages for a list of them
         a = g.abs()
-        l2.append(torch.linalg.vector_norm(a, 2, dtype=acc))
-        l1.append(a.sum(dtype=acc))
-        linf.append(a.amax())
-        nnz.append(count_nonzero_abs(a))
-        sums.append(g.sum(dtype=acc))
-    return torch.stack([torch.stack(r).to(torch.float64) for r in (l2, l1, linf, nnz, sums)])
+        l2s.append(torch.linalg.vector_norm(a, 2, dtype=acc))
+        l1s.append(a.sum(dtype=acc))
+        maxes.append(a.amax())
+        counts.append(count_nonzero_abs(a))
+        totals.append(g.sum(dtype=acc))
+    return torch.stack([torch.stack(r).to(torch.float64) for r in (l2s, l1s, maxes, counts, totals)])
 
 
 #: the integer type of each float type's size: |g| is zero exactly where its bits are (abs clears
