@@ -129,7 +129,33 @@ def test_the_meter_pairs_steps_and_compares_medians():
     assert got[:-1] == [None] * (DECIDED - 1) and cost is not None and cost.step == DECIDED - 1
     assert cost.on_s == pytest.approx(0.12) and cost.off_s == pytest.approx(0.1) and cost.ratio == pytest.approx(1.2)
     assert cost.cpu_ratio == pytest.approx(1.2) and cost.calls == 7 and cost.too_dear
+    assert cost.wall_upper == pytest.approx(1.2) and cost.cpu_upper == pytest.approx(1.2)
+    assert cost.pairs == _trace_cost.MEASURED_PAIRS
     assert meter.end_step(DECIDED, 7) is None  # decided once
+
+
+def _measure(times_on: list[float], times_off: list[float]):
+    """A meter fed steps with and without the hooks in turn (after a slow warm-up step)."""
+    now = [0.0]
+    meter = PairedMeter(clock=lambda: now[0], cpu_clock=lambda: now[0])
+    meter.restart()
+    on, off = iter(times_on), iter(times_off)
+    cost = None
+    for step in range(DECIDED):
+        now[0] += 5.0 if step < _trace_cost.WARMUP_STEPS else next(on if meter.tracing else off)
+        cost = meter.end_step(step, 7) or cost
+        meter.restart()
+    return cost
+
+
+def test_a_tracer_is_kept_only_when_every_pair_shows_it_within_its_share():
+    """The medians alone say 1.00x, but one pair took 1.10x: the noise does not let the tracer be
+    called free (the largest of four paired ratios bounds its cost with 94% confidence)."""
+    noisy = _measure([0.100, 0.110, 0.100, 0.100], [0.100, 0.100, 0.100, 0.100])
+    assert noisy.ratio == pytest.approx(1.0) and noisy.wall_upper == pytest.approx(1.1)
+    assert noisy.too_dear and "at most 1.10x" in noisy.text()
+    steady = _measure([0.101, 0.1015, 0.100, 0.1005], [0.100, 0.100, 0.100, 0.100])
+    assert steady.wall_upper == pytest.approx(1.015) and not steady.too_dear
 
 
 def test_a_tracer_far_over_budget_is_taken_off_after_one_pair():

@@ -6,9 +6,14 @@ which costs a finite step almost nothing. The per-module tracer (what ``True`` r
 also sees steps that are not recorded (``every`` > 1) and models a replay cannot run again; "auto"
 keeps it too where it is free, and only there. Whether it is free is measured the only honest way:
 steps with its hooks and without them, alternated during the warm-up (paired, so that a busy
-machine hits both alike), compared by their medians, in wall-clock time and in the process's CPU
-time: both must show it free. Wall time alone, on a shared machine, read 0.73x for a tracer that
-costs 1.1x (four steps of each, other processes' bursts); CPU time alone misses a GPU's waits. Its hooks' own run time would miss most
+machine hits both alike), in wall-clock time and in the process's CPU time, and it stays only if
+every pair (a step with the hooks over the step without them beside it) shows it within its share,
+on both clocks. The largest of ``n`` paired ratios lies below the median of their distribution with probability
+``2**-n`` only, so at ``MEASURED_PAIRS = 4`` it bounds the tracer's cost from above with 94%
+confidence, where a ratio of medians of four steps each bounds nothing (other processes slow a step
+by 20-40% on a shared machine: bench/paired.py). Wall time alone, on a shared machine, read 0.73x
+for a tracer that costs 1.1x (four steps of each, other processes' bursts); CPU time alone misses a
+GPU's waits. Its hooks' own run time would miss most
 of the cost: what hooks cost PyTorch (the slow path of every module call, the backward hooks'
 wrappers, dispatch), measured in a Jupyter kernel at 1.35x a bare step while the hooks timed
 themselves at 10% (issue 22). The hooks are put on and taken off between steps, and the clock is
@@ -47,6 +52,11 @@ class TraceCost:
     off_s: float  #: median wall seconds of a step without them
     calls: float  #: module calls traced per step
     cpu_ratio: float = 1.0  #: the same ratio in the process's CPU time
+    #: the largest paired ratio (a step with the hooks over the step without them beside it), wall
+    #: and CPU: the upper confidence bound of the cost (None: the ratio of medians stands for it)
+    wall_upper: float | None = None
+    cpu_upper: float | None = None
+    pairs: int = 0  #: the pairs the bounds are taken over
 
     @property
     def ratio(self) -> float:
@@ -54,9 +64,12 @@ class TraceCost:
 
     @property
     def too_dear(self) -> bool:
-        """Whether ``"auto"`` takes the tracer off: either clock shows it over ``TRACER_SHARE`` (the
-        module constant read now, so a test can set it), or as far under 1 (``unmeasured``)."""
-        return self.unmeasured or not (self.ratio <= TRACER_SHARE and self.cpu_ratio <= TRACER_SHARE)
+        """Whether ``"auto"`` takes the tracer off: either clock's upper bound is over
+        ``TRACER_SHARE`` (the module constant read now, so a test can set it), or a ratio of
+        medians is as far under 1 (``unmeasured``)."""
+        wall = self.ratio if self.wall_upper is None else self.wall_upper
+        cpu = self.cpu_ratio if self.cpu_upper is None else self.cpu_upper
+        return self.unmeasured or not (wall <= TRACER_SHARE and cpu <= TRACER_SHARE)
 
     @property
     def unmeasured(self) -> bool:
@@ -70,7 +83,12 @@ class TraceCost:
         return (
             f"steps took {self.ratio:.2f}x with its hooks ({self.on_s * 1e3:,.1f} ms against "
             f"{self.off_s * 1e3:,.1f} ms, medians of up to {MEASURED_PAIRS} each; {self.cpu_ratio:.2f}x in CPU time; "
-            f"{self.calls:,.0f} module calls per step"
+            + (
+                f"at most {self.wall_upper:.2f}x and {self.cpu_upper:.2f}x over its {self.pairs} pairs; "
+                if self.wall_upper is not None and self.cpu_upper is not None
+                else ""
+            )
+            + f"{self.calls:,.0f} module calls per step"
             + ("; cheaper than none: other work measured, not its cost)" if self.unmeasured else ")")
         )
 
@@ -115,6 +133,9 @@ class PairedMeter:
                 statistics.median(self._off),
                 statistics.fmean(self._calls),
                 statistics.median(self._cpu_on) / off_cpu if off_cpu > 0 else 1.0,
+                wall_upper=largest_ratio(self._on, self._off),
+                cpu_upper=largest_ratio(self._cpu_on, self._cpu_off),
+                pairs=min(len(self._on), len(self._off)),
             )
         if self._ended >= WARMUP_STEPS:
             self.tracing = not self.tracing
@@ -129,3 +150,9 @@ class PairedMeter:
     def restart(self) -> None:
         """Start the next step's clock (after the hooks were put on or taken off)."""
         self._last, self._last_cpu = self.clock(), self.cpu_clock()
+
+
+def largest_ratio(on: list[float], off: list[float]) -> float:
+    """The largest ratio of a step with the hooks to the step without them measured beside it
+    (the steps alternate, so the ``i``-th of each are neighbours)."""
+    return max((a / b if b > 0 else float("inf")) for a, b in zip(on, off))
