@@ -155,31 +155,10 @@ def nan_origin(dev: torch.device) -> None:
     """The non-finite cases on the device: the origin named, with tracing on and by default."""
     import nonfinite_cases as nc
 
-    def train(case, **kw):
-        torch.manual_seed(0)
-        model = case.make().to(dev)
-        opt = torch.optim.SGD(model.parameters(), lr=case.lr)
-        rec = Recorder(model, opt, **kw)
-        for i in range(nc.STEPS):
-            if i == nc.BAD and case.before_bad is not None:
-                case.before_bad(model)
-            opt.zero_grad()
-            x = case.data(i == nc.BAD).to(dev)
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=case.autocast):
-                if x.dtype == torch.long:
-                    loss = model(input_ids=x, labels=x).loss
-                else:
-                    loss = case.loss(model(x), i == nc.BAD)
-            loss.backward()
-            rec.log(loss=loss)
-            opt.step()
-        rec.detach()
-        return rec.run
-
     for name, case in nc.CASES.items():
         for kw in ({"trace_nonfinite": True}, {}):
-            run = train(case, **kw)
-            o = run.nonfinite_origin
+            o = nc.train(case, device=dev, **kw)
+            run = nc.train.last.run
             got = (o.module, o.step, o.phase) if o is not None else None
             how = "trace_nonfinite=True" if kw else "defaults"
             # a case can stay finite on another device (its kernels round and accumulate

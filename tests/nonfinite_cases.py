@@ -196,25 +196,26 @@ CASES: dict[str, Case] = {
 }
 
 
-def _forward_loss(model, case, i):
-    x = case.data(i == BAD)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=case.autocast):
+def _forward_loss(model, case, i, device="cpu"):
+    x = case.data(i == BAD).to(device)
+    with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=case.autocast):
         if isinstance(x, torch.Tensor) and x.dtype == torch.long:  # a language model: loss inside
             return model(input_ids=x, labels=x).loss
         return case.loss(model(x), i == BAD)
 
 
-def train(case: Case, steps: int = STEPS, **recorder_kw):
-    """Train ``case`` for ``steps`` steps under a Recorder; its run's ``nonfinite_origin``."""
+def train(case: Case, steps: int = STEPS, device="cpu", **recorder_kw):
+    """Train ``case`` for ``steps`` steps under a Recorder on ``device`` (bench/gpu.py: CUDA); its
+    run's ``nonfinite_origin``."""
     torch.manual_seed(0)
-    model = case.make()
+    model = case.make().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=case.lr)
     rec = Recorder(model, opt, **recorder_kw)
     for i in range(steps):
         if i == BAD and case.before_bad is not None:
             case.before_bad(model)
         opt.zero_grad()
-        loss = _forward_loss(model, case, i)
+        loss = _forward_loss(model, case, i, device)
         loss.backward()
         rec.log(loss=loss)
         opt.step()
