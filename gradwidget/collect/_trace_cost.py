@@ -8,14 +8,14 @@ keeps it too where it is free, and only there. Whether it is free is measured th
 steps with its hooks and without them, alternated during the warm-up (paired, so that a busy
 machine hits both alike), in wall-clock time and in the process's CPU time, and it stays only if
 every pair (a step with the hooks over the step without them beside it) shows it within its share,
-on both clocks. The largest of ``n`` paired ratios lies below the median of their distribution with probability
-``2**-n`` only, so at ``MEASURED_PAIRS = 4`` it bounds the tracer's cost from above with 94%
-confidence, where a ratio of medians of four steps each bounds nothing (other processes slow a step
-by 20-40% on a shared machine: bench/paired.py). Wall time alone, on a shared machine, read 0.73x
-for a tracer that costs 1.1x (four steps of each, other processes' bursts); CPU time alone misses a
-GPU's waits. Its hooks' own run time would miss most
-of the cost: what hooks cost PyTorch (the slow path of every module call, the backward hooks'
-wrappers, dispatch), measured in a Jupyter kernel at 1.35x a bare step while the hooks timed
+on both clocks. The largest of ``n`` paired ratios lies below the median of their distribution
+with probability ``2**-n`` only, so at ``MEASURED_PAIRS = 4`` it bounds the tracer's cost from
+above with 94% confidence, where a ratio of medians of four steps each bounds nothing (other
+processes slow a step by 20-40% on a shared machine: bench/paired.py). Wall time alone, on a
+shared machine, read 0.73x for a tracer that costs 1.1x (four steps of each, other processes'
+bursts); CPU time alone misses a GPU's waits. Its hooks' own run time would miss most of the cost:
+what hooks cost PyTorch (the slow path of every module call, the backward hooks' wrappers,
+dispatch), measured in a Jupyter kernel at 1.35x a bare step while the hooks timed
 themselves at 10% (issue 22). The hooks are put on and taken off between steps, and the clock is
 read after that, so the switching is in neither.
 
