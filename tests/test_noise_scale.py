@@ -88,6 +88,79 @@ def test_estimate_matches_per_example_ground_truth():
     assert lo <= exact <= hi and abs(b / exact - 1) < 0.3
 
 
+class Mixed(nn.Module):
+    """Every path the probe measures an increment by: same-shape small tensors (stacked, most of them
+    without a hook), a tensor past STACK_NUMEL (its hook), small ones of a shape of their own, a
+    sparse embedding gradient and a parameter no backward reaches."""
+
+    def __init__(self, sparse_stacked=False):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(6, 6) for _ in range(5))
+        self.big = nn.Linear(6, 1000)
+        self.head = nn.Linear(1000, 3)
+        # shape (9, 6): alone, or beside another (9, 6) tensor when a stack holds a sparse gradient
+        self.emb = nn.Embedding(9, 6, sparse=True)
+        self.twin = nn.Parameter(torch.randn(9, 6)) if sparse_stacked else None
+        self.unused = nn.Parameter(torch.randn(6, 6))
+
+    def forward(self, x):
+        h = self.emb(x[:, 0].long().abs() % 9) + x
+        if self.twin is not None:
+            h = h + self.twin[0]
+        for b in self.blocks:
+            h = torch.tanh(b(h))
+        return self.head(torch.relu(self.big(h)))
+
+
+def micro_grads(model, xs, ys):
+    """Each micro-batch's gradient (dense), one ``autograd.grad`` each, the loss divided as trained."""
+    params = [p for p in model.parameters()]
+    out = []
+    for x, y in zip(xs, ys):
+        loss = F.cross_entropy(model(x), y) / len(xs)
+        gs = torch.autograd.grad(loss, params, allow_unused=True)
+        out.append([None if g is None else (g.to_dense() if g.is_sparse else g) for g in gs])
+    return params, out
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+@pytest.mark.parametrize("sparse_stacked", [False, True])
+def test_each_increment_and_the_accumulated_gradient_are_measured_exactly(set_to_none, sparse_stacked):
+    """The noise row's per-parameter squared norms against each micro-batch's gradient computed
+    apart: the mean over the micro-batches and the accumulated one, for every path."""
+    torch.manual_seed(0)
+    model = Mixed(sparse_stacked)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    rec = Recorder(model, opt, noise_scale=True, batch_size=8, histogram_every=0)
+    names = [n for n, _ in model.named_parameters()]
+    gen = torch.Generator().manual_seed(1)
+    for step in range(3):
+        xs = [torch.randn(8, 6, generator=gen) for _ in range(3)]
+        ys = [torch.randint(0, 3, (8,), generator=gen) for _ in range(3)]
+        params, per = micro_grads(model, xs, ys)
+        opt.zero_grad(set_to_none=set_to_none)
+        for x, y in zip(xs, ys):
+            (F.cross_entropy(model(x), y) / 3).backward()
+        opt.step()
+        if sparse_stacked and step == 0:
+            assert rec.run.noise is None  # the stack that held a sparse gradient failed: no row
+            continue
+        row = rec.run.noise.rows[-1]
+        assert row["n_small"] == 3 and row["b_small"] == 8 and row["b_big"] == 24
+        for name, p, grads in zip(names, params, zip(*per)):
+            col = [info.name for info in rec.run.layers].index(name)
+            small, big = row["small_sq"][col], row["big_sq"][col]
+            if name == "unused":  # no gradient: no number (with set_to_none=False, its zeros)
+                assert (np.isnan(small) and np.isnan(big)) or (not set_to_none and small == big == 0)
+                continue
+            # both in the units of one micro-batch's gradient (the loss was divided by 3)
+            want_small = np.mean([float(g.double().pow(2).sum()) for g in grads])
+            want_big = float(sum(g.double() for g in grads).pow(2).sum()) / 9
+            assert small == pytest.approx(want_small, rel=2e-5), name
+            assert big == pytest.approx(want_big, rel=2e-5), name
+    rec.detach()
+
+
 def test_loss_division_and_batch_size_sources_do_not_change_the_estimate():
     """The increments and the accumulated gradient are in the same units, whatever the loss is divided
     by; the batch size from the input, the Recorder argument or rec.log is the same number."""

@@ -1,12 +1,18 @@
 """The gradient at two batch sizes, from what training already computes (issue 26): the raw
 material of the gradient noise scale (McCandlish et al. 2018, appendix A), with no extra backward.
 
-- **Gradient accumulation**: every backward between two optimizer steps adds one micro-batch's
-  gradient to ``p.grad``. A tensor hook on each parameter sees that increment before it is added;
-  its squared norm is taken on the device (in one process, tensors of at most ``STACK_NUMEL``
-  entries kept until the end of the backward and reduced in one fused ``_foreach_norm``, the others
-  reduced in the hook), and at the end of each backward one more fused norm reads the accumulated
-  gradient.
+- **Gradient accumulation** (one process): every backward between two optimizer steps adds one
+  micro-batch's gradient to ``p.grad``. At the end of each backward one fused pass reads the
+  accumulated gradient; the increment is measured where it costs least (issue 26: a hook and a norm
+  per parameter per backward cost 3% of a Llama-style step and 55% of one of 2,000 tiny layers):
+  small tensors of one shape are stacked (``_groups.Plan``) and their increment is the difference of
+  the stack at the end and at the start of the backward, so most of them need no hook at all (the
+  first and last of a stack keep one, to see a backward begin); a parameter with no gradient yet
+  gets the increment as its gradient, read in that same end-of-backward pass; any other increment
+  is reduced to its norm in the parameter's tensor hook, before it is added (it is gone after).
+  A backward that adds nothing to ``.grad`` (``torch.autograd.grad``) is no micro-batch.
+  (A backward that reaches no hooked parameter, only the unhooked middle of stacks, would go
+  unseen: none in the models we know, where every backward reaches a stack's ends or a large tensor.)
 - **DDP**: the increment is this rank's local gradient, before the all-reduce; the gradient read
   after DDP's end-of-backward callback is the synchronised one, over ``world_size`` times the batch.
 
@@ -33,9 +39,9 @@ import torch
 from torch import nn
 
 from ..noise_series import NoiseSeries
-from ._groups import STACK_NUMEL, grad_of
+from ._groups import Plan, detached, grad_of
 from ._hooks import remove_tensor_hooks
-from ._kernels import HostCopy, acc_dtype, norms, stored_values
+from ._kernels import HostCopy, acc_dtype, norms, stacked, stacked_norms, stored_values
 
 #: "auto" keeps its hooks this many steps; with one batch size on every one, it removes them (one:
 #: accumulation shows at the first step, and the hooks then cost nothing in the steps NaN tracing's
@@ -75,18 +81,20 @@ def first_dim(args, kwargs) -> int | None:
 class NoiseProbe:
     """Hooks that see each backward's gradient increment and the accumulated gradient of ``params``."""
 
-    # this step's state (``_reset_step``): per backward, the small increments kept for one fused norm
-    # and the large ones' norms; per step, the sums over its backwards
-    _small_i: list[int]
-    _small_g: list[torch.Tensor]
+    # this step's state (``_reset_step``): per backward, the parameters its hooks saw, the fresh
+    # ones (no gradient before it) and the others' increment norms; per step, the sums over its backwards
+    _seen_now: list[int]
+    _fresh: list[int]
     _big_i: list[int]
     _big_n: list[torch.Tensor]
+    _starts: list[torch.Tensor | None]
     _incr_sq: torch.Tensor | None
     _acc_sq: torch.Tensor | None
     _k: int
     _sizes: list[int | None]
     _seen: set[int]
     _first_seen: int | None  # a parameter this step's first backward reached
+    _lost: bool  # an increment this step was not measured (a stack that failed): no row
 
     def __init__(
         self, model: nn.Module, params: list[torch.Tensor], batch_size: int | None, world_size: int = 1, mode="auto"
@@ -102,6 +110,20 @@ class NoiseProbe:
         self._indices: dict = {}
         self._one_size = 0  # consecutive steps with one batch size ("auto")
         self.one_size_note: str | None = None
+        # in one process the small parameters of one shape are stacked: their increment is the
+        # difference of the stack at the end and at the start of the backward (no work in their
+        # hooks, one kernel for thousands of them). Under DDP the all-reduce writes the averaged
+        # gradient into p.grad before the end of the backward, so every increment is reduced in its hook
+        self._plan = Plan(params, detached) if world_size == 1 else None
+        self._stacked = np.zeros(len(params), bool)
+        # a stacked parameter's hook would only say that a backward began (issue 26: 4,000 hooks
+        # cost the step of 2,000 Linear(2, 2) 12%); the first and last of a stack keep one
+        self._hooked = np.ones(len(params), bool)
+        for cols, _ in self._plan.stacks if self._plan is not None else ():
+            self._stacked[cols] = True
+            self._hooked[cols[1:-1]] = False
+        self._rest = [c for c in range(len(params)) if not self._stacked[c]]
+        self._zeros: list[torch.Tensor] = []  # one per stack, for a member without a gradient
         self._reset_step()
         self._in_bwd = False
         self.armed = self._once = False
@@ -114,16 +136,15 @@ class NoiseProbe:
             return
         self._once = once
         self.armed = True
-        for i, p in enumerate(self.params):
-            if p.requires_grad and not nn.parameter.is_lazy(p):  # a lazy module's: no tensor to hook yet
-                # kept for one fused norm at the end of the backward: nothing changes it before then in
-                # one process (the first increment becomes p.grad; a later one is added to it). Under
-                # DDP the all-reduce writes the averaged gradient into p.grad (the first increment)
-                # before that, so every norm there is taken in the hook
-                small = p.numel() <= STACK_NUMEL and self.world_size == 1
-                self._handles.append(p.register_hook(partial(self._keep if small else self._reduce, i)))
+        self._hook(np.flatnonzero(self._hooked))
         if self.mode is True or self.world_size > 1 or self.two_sizes_seen:
             self._watch_input()
+
+    def _hook(self, which) -> None:
+        for i in which:
+            p = self.params[i]
+            if p.requires_grad and not nn.parameter.is_lazy(p):  # a lazy module's: no tensor to hook yet
+                self._handles.append(p.register_hook(partial(self._grad, int(i))))
 
     def _watch_input(self) -> None:
         """Read the batch size off the model's input (a forward pre-hook on the root module), unless
@@ -143,27 +164,32 @@ class NoiseProbe:
         if torch.is_grad_enabled():  # an evaluation under no_grad is no training batch
             self.input_batch = first_dim(args, kwargs)
 
-    def _begin_backward(self) -> None:
+    def _begin_backward(self, i: int) -> None:
         if self._k and self._first_seen is not None and self.params[self._first_seen].grad is None:
             # zero_grad (set_to_none) between two backwards of one step: what the earlier ones
             # brought is gone from the gradient the step uses, so they are no part of its sizes
             self._reset_step()
         self._in_bwd = True
+        g = self.params[i].grad
+        self._witness = (i, g, None if g is None else g._version)
         self._sizes.append(self._batch_now())
+        if self._k == 0:  # the stacks as the step found them (zeroed or not): the first start
+            self._starts = [self._stack(j) for j in range(len(self._stack_plan()))]
         torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
 
-    def _keep(self, i: int, g: torch.Tensor) -> None:
-        """A small parameter's increment, kept for the fused norm at the end of the backward (the
-        hook runs for every parameter in every backward: kept to two appends)."""
+    def _grad(self, i: int, g: torch.Tensor) -> None:
+        """Parameter ``i``'s increment ``g`` (the hook runs for every parameter in every backward:
+        kept short). A stacked one is measured at the end of the backward; one without a gradient
+        yet (one process) will have ``g`` as its gradient, measured then too; any other is reduced
+        to its norm now (``g`` is gone once it is added)."""
         if not self._in_bwd:
-            self._begin_backward()
-        self._small_i.append(i)
-        self._small_g.append(g)
-
-    def _reduce(self, i: int, g: torch.Tensor) -> None:
-        """A large parameter's increment (any under DDP), reduced to its norm now."""
-        if not self._in_bwd:
-            self._begin_backward()
+            self._begin_backward(i)
+        self._seen_now.append(i)
+        if self._stacked[i]:
+            return
+        if self.world_size == 1 and self.params[i].grad is None:
+            self._fresh.append(i)
+            return
         v = stored_values(g.detach())
         self._big_i.append(i)
         self._big_n.append(torch.linalg.vector_norm(v, 2, dtype=acc_dtype([v])))
@@ -173,6 +199,39 @@ class NoiseProbe:
             return self.user_batch
         return self.fixed_batch if self.fixed_batch is not None else self.input_batch
 
+    def _stack_plan(self) -> list:
+        return self._plan.stacks if self._plan is not None else []
+
+    def _stack(self, j: int) -> torch.Tensor | None:
+        """Stack ``j``'s gradients now as the rows of one matrix (a member without one as zeros);
+        None when none has one. A stack that cannot be made (a sparse gradient, a parameter
+        resized) ends stacking for good: its parameters are measured in their hooks from then on."""
+        owners = self._plan.stacks[j][1] if self._plan is not None else []
+        grads = list(map(grad_of, owners))
+        missing = [g is None for g in grads]
+        if all(missing):
+            return None
+        try:
+            if any(missing):
+                if j >= len(self._zeros):
+                    self._zeros = [torch.zeros_like(ow[0]).detach() for _, ow in self._stack_plan()]
+                grads = [self._zeros[j] if g is None else g for g in grads]
+            return stacked(grads)
+        except (TypeError, RuntimeError):
+            self._unstack()
+            return None
+
+    def _unstack(self) -> None:
+        self._lost = True
+        unhooked = np.flatnonzero(~self._hooked)
+        self._plan = None
+        self._stacked[:] = False
+        self._hooked[:] = True
+        self._rest = list(range(len(self.params)))
+        self._starts = []
+        if self.armed:  # every parameter's increment is measured in its hook from now on
+            self._hook(unhooked)
+
     def _end_backward(self) -> None:
         if self.world_size > 1 and not self._requeued:
             # DDP queues its own end-of-backward callback (finishing the all-reduce) after ours:
@@ -181,34 +240,53 @@ class NoiseProbe:
             torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
             return
         self._requeued = self._in_bwd = False
+        seen, fresh, big_i, big_n = self._seen_now, self._fresh, self._big_i, self._big_n
+        self._seen_now, self._fresh, self._big_i, self._big_n = [], [], [], []
+        if not seen or not self._accumulated():
+            return
+        self._seen.update(seen)
+        if self._first_seen is None:
+            self._first_seen = seen[0]
         with torch.no_grad():
-            parts, idx = [], []
-            if self._small_g:
-                parts.append(norms([stored_values(g) for g in self._small_g]).to(torch.float64))
-                idx += self._small_i
-            if self._big_n:
-                parts.append(torch.stack(self._big_n).to(torch.float64))
-                idx += self._big_i
-            self._small_i, self._small_g, self._big_i, self._big_n = [], [], [], []
-            if not parts:
-                return
-            self._seen.update(idx)
-            if self._first_seen is None:
-                self._first_seen = idx[0]
-            dev = parts[0].device
-            incr = torch.zeros(len(self.params), dtype=torch.float64, device=dev)
-            incr[self._index(idx, dev)] = torch.cat([t.to(dev) for t in parts]).square()
-            self._incr_sq = incr if self._incr_sq is None else self._incr_sq.add_(incr)
             grads = list(map(grad_of, self.params))
-            cols = [j for j, g in enumerate(grads) if g is not None]
+            dev = next(g for g in grads if g is not None).device
+            incr = torch.zeros(len(self.params), dtype=torch.float64, device=dev)
             acc = torch.zeros_like(incr)
+            ends = [self._stack(j) for j in range(len(self._stack_plan()))]
+            for (cols, _), start, end in zip(self._stack_plan(), self._starts, ends):
+                if end is None:
+                    continue
+                at = self._index(cols, dev)
+                acc[at] = stacked_norms(end).to(dev).double().square()
+                incr[at] = acc[at] if start is None else stacked_norms(end - start).to(dev).double().square()
+            self._starts = ends
+            cols = [c for c in self._rest if grads[c] is not None]
             if cols:
-                acc[self._index(cols, dev)] = norms([stored_values(grads[j]) for j in cols]).to(dev).double().square()
+                acc[self._index(cols, dev)] = norms([stored_values(grads[c]) for c in cols]).to(dev).double().square()
+            if fresh:
+                at = self._index(fresh, dev)
+                incr[at] = acc[at]
+            if big_n:
+                incr[self._index(big_i, dev)] = torch.stack([n.to(dev) for n in big_n]).double().square()
+            self._incr_sq = incr if self._incr_sq is None else self._incr_sq.add_(incr)
             self._acc_sq = acc
         self._k += 1
 
     _requeued = False
     two_sizes_seen = False
+    _witness: tuple = (0, None, None)
+
+    def _accumulated(self) -> bool:
+        """Whether this backward added to ``.grad``: not ``torch.autograd.grad`` (a gradient penalty,
+        a reference computed apart), whose gradients fire the hooks and go nowhere. Asked of the
+        parameter that began it: its gradient is a new tensor or was added to in place. If not,
+        the backward is no micro-batch: forgotten."""
+        i, before, version = self._witness
+        g = self.params[i].grad
+        if g is not None and (g is not before or g._version != version):
+            return True
+        self._sizes.pop()
+        return False
 
     def _index(self, idx, dev: torch.device) -> torch.Tensor:
         """``idx`` as an index tensor on ``dev``, made once per distinct list (the arrival order
@@ -229,7 +307,9 @@ class NoiseProbe:
 
     # ------------------------------------------------------------------ steps
     def _reset_step(self) -> None:
-        self._small_i, self._small_g, self._big_i, self._big_n = [], [], [], []
+        self._seen_now, self._fresh, self._big_i, self._big_n = [], [], [], []
+        self._starts = []
+        self._lost = False
         self._incr_sq = self._acc_sq = None
         self._k = 0
         self._sizes, self._seen = [], set()
@@ -239,11 +319,12 @@ class NoiseProbe:
         """Close this optimizer step: its vectors when it saw two batch sizes, else None (and, in
         "auto", after ``ONE_SIZE_STEPS`` such steps in a row, the hooks are removed)."""
         k, incr, acc, sizes, seen = self._k, self._incr_sq, self._acc_sq, self._sizes, self._seen
+        lost = self._lost
         self._reset_step()
         self.user_batch = None
         if self._once:  # armed for one split step only
             self.remove()
-        if k == 0 or incr is None or acc is None:
+        if k == 0 or incr is None or acc is None or lost:
             return None
         if k * self.world_size < 2:
             self._one_size += 1
@@ -259,6 +340,8 @@ class NoiseProbe:
             self._watch_input()  # "auto": from the next step on (this one's batch size may be unknown)
         mask = np.zeros(len(self.params), bool)
         mask[list(seen)] = True
+        for cols, owners in self._stack_plan():  # most have no hook: those with a gradient now
+            mask[cols] = [p.grad is not None for p in owners]
         return NoiseStep(incr, acc, k, list(sizes), mask)
 
     @staticmethod
