@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from ..noise_series import NoiseSeries
-from ._groups import Plan, detached, grad_of
+from ._groups import Plan, grad_of
 from ._hooks import remove_tensor_hooks
 from ._kernels import HostCopy, acc_dtype, norms, stacked, stacked_norms, stored_values
 
@@ -78,6 +78,11 @@ def first_dim(args, kwargs) -> int | None:
     return None
 
 
+def _shaped(p: torch.Tensor) -> torch.Tensor | None:
+    """What a stack is planned from: the parameter, unless a lazy module has not shaped it yet."""
+    return None if nn.parameter.is_lazy(p) else p.detach()
+
+
 class NoiseProbe:
     """Hooks that see each backward's gradient increment and the accumulated gradient of ``params``."""
 
@@ -114,7 +119,7 @@ class NoiseProbe:
         # difference of the stack at the end and at the start of the backward (no work in their
         # hooks, one kernel for thousands of them). Under DDP the all-reduce writes the averaged
         # gradient into p.grad before the end of the backward, so every increment is reduced in its hook
-        self._plan = Plan(params, detached) if world_size == 1 else None
+        self._plan = Plan(params, _shaped) if world_size == 1 else None
         self._stacked = np.zeros(len(params), bool)
         # a stacked parameter's hook would only say that a backward began (issue 26: 4,000 hooks
         # cost the step of 2,000 Linear(2, 2) 12%); the first and last of a stack keep one
