@@ -310,6 +310,19 @@ def test_panel_sends_the_noise_series_and_its_words():
     np.testing.assert_array_equal(rows[0], ns.steps)
     np.testing.assert_array_equal(rows[1], ns.b_simple)
     assert (rows[4] == 32).all() and p.noise_text.startswith("Gradient noise scale B_simple")
+    assert ". By module: bias ≈" in p.noise_text  # one Linear: its weight and bias apart
+    # modules apart: the text names the lowest and the highest of them (the report tables all)
+    torch.manual_seed(0)
+    deep = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(10, 10), nn.Tanh())], nn.Linear(10, 4))
+    opt = torch.optim.SGD(deep.parameters(), lr=0.0)
+    rec = Recorder(deep, opt)
+    accumulate(rec, deep, opt, X, Y, steps=40, b=16, micro=2)
+    rec.detach()
+    p = GradientPanel(rec.run)
+    est = {k: v for k, v in p.report.noise_scale.groups.items() if np.isfinite(v[0])}
+    low, high = min(est, key=lambda k: est[k][0]), max(est, key=lambda k: est[k][0])
+    assert len(est) == 5 and low != high
+    assert f"of 5: lowest {low} ≈ {est[low][0]:,.0f}" in p.noise_text and f"highest {high} ≈" in p.noise_text
     empty = GradientPanel(make_run_without_noise())
     assert empty.report is not None and empty.noise == b"" and empty.noise_text == ""
 

@@ -124,6 +124,22 @@ class NoiseScale:
             f"(seen at {self.b_small:,.0f} and {self.b_big:,.0f}{'; ' + self.how if self.how else ''})"
         )
 
+    def groups_text(self) -> str:
+        """The per-module estimates in one line: every module when there are at most three with an
+        estimate, else the lowest and the highest (where a batch size helps the least and the
+        most parts of the model); "" with none."""
+        done = sorted(((b, k, lo, hi) for k, (b, lo, hi) in self.groups.items() if np.isfinite(b)), key=lambda t: t[0])
+        if not done:
+            return ""
+
+        def one(b, k, lo, hi):
+            span = f"{lo:,.0f}–{hi:,.0f}" if np.isfinite(hi) else f"at least {lo:,.0f}"
+            return f"{k} ≈ {b:,.0f} ({span})"
+
+        if len(done) <= 3:
+            return "by module: " + "; ".join(one(*t) for t in done)
+        return f"by module, of {len(done)}: lowest {one(*done[0])}, highest {one(*done[-1])}"
+
 
 def smoothed(g2: np.ndarray, tr: np.ndarray, span: int = EMA_STEPS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(B_simple, lo, hi)`` per row (and column) from per-row ``|G|²`` and ``tr(Σ)`` estimates:

@@ -1,6 +1,7 @@
 """The gradient noise scale for the page (``noise`` and ``noise_text`` traits): per measured step,
 B_simple, its 95% interval and the batch per step, from the report (``analyze(run).noise_scale``),
-thinned to at most ``MAX_NOISE_POINTS``; in words, the estimate or why there is none."""
+thinned to at most ``MAX_NOISE_POINTS``; in words, the estimate (and the modules where it is lowest
+and highest) or why there is none."""
 
 from __future__ import annotations
 
@@ -19,5 +20,6 @@ def noise_values(report) -> dict:
         return {"noise": b"", "noise_text": why}
     keep = np.unique(np.linspace(0, ns.rows - 1, min(ns.rows, MAX_NOISE_POINTS)).round().astype(np.int64))
     rows = np.stack([ns.steps, ns.b_simple, ns.lo, ns.hi, np.full(ns.rows, ns.b_big)])[:, keep]
-    text = ns.text()
-    return {"noise": rows.astype(np.float64), "noise_text": text[:1].upper() + text[1:]}
+    # sentences: the estimate, then its lowest and highest modules (the report tables every module)
+    text = ". ".join(t[:1].upper() + t[1:] for t in (ns.text(), ns.groups_text()) if t)
+    return {"noise": rows.astype(np.float64), "noise_text": text}
