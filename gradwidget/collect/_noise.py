@@ -255,26 +255,34 @@ class NoiseProbe:
         with torch.no_grad():
             grads = list(map(grad_of, self.params))
             dev = next(g for g in grads if g is not None).device
-            incr = torch.zeros(len(self.params), dtype=torch.float64, device=dev)
-            acc = torch.zeros_like(incr)
+            acc_parts: list[torch.Tensor] = []
+            incr_parts: list[torch.Tensor] = []
+            acc_cols: list[int] = []
+            incr_cols: list[int] = []
             ends = [self._stack(j) for j in range(len(self._stack_plan()))]
             for (cols, _), start, end in zip(self._stack_plan(), self._starts, ends):
-                if end is None:
-                    continue
-                at = self._index(cols, dev)
-                acc[at] = stacked_norms(end).to(dev).double().square()
-                incr[at] = acc[at] if start is None else stacked_norms(end - start).to(dev).double().square()
+                if end is not None:
+                    a = stacked_norms(end)
+                    acc_parts.append(a)
+                    incr_parts.append(a if start is None else stacked_norms(end - start))
+                    acc_cols += cols
+                    incr_cols += cols
             self._starts = ends
             cols = [c for c in self._rest if grads[c] is not None]
             if cols:
-                acc[self._index(cols, dev)] = norms([stored_values(grads[c]) for c in cols]).to(dev).double().square()
-            if fresh:
-                at = self._index(fresh, dev)
-                incr[at] = acc[at]
+                a = norms([stored_values(grads[c]) for c in cols])
+                acc_parts.append(a)
+                acc_cols += cols
+                if fresh:  # their increment is their gradient: the same norms
+                    at = {c: k for k, c in enumerate(cols)}
+                    incr_parts.append(a[self._index([at[c] for c in fresh], a.device)])
+                    incr_cols += fresh
             if big_n:
-                incr[self._index(big_i, dev)] = torch.stack([n.to(dev) for n in big_n]).double().square()
+                incr_parts.append(torch.stack([n.to(dev) for n in big_n]))
+                incr_cols += big_i
+            incr = self._scattered(incr_parts, incr_cols, dev)
             self._incr_sq = incr if self._incr_sq is None else self._incr_sq.add_(incr)
-            self._acc_sq = acc
+            self._acc_sq = self._scattered(acc_parts, acc_cols, dev)
         self._k += 1
 
     _requeued = False
@@ -292,6 +300,14 @@ class NoiseProbe:
             return True
         self._sizes.pop()
         return False
+
+    def _scattered(self, parts: list[torch.Tensor], cols: list[int], dev: torch.device) -> torch.Tensor:
+        """The squares of the norms ``parts`` (concatenated) at columns ``cols`` of a ``(P,)`` float64
+        vector, zero elsewhere: one concatenation and one scatter."""
+        out = torch.zeros(len(self.params), dtype=torch.float64, device=dev)
+        if parts:
+            out[self._index(cols, dev)] = torch.cat([t.to(dev, torch.float64) for t in parts]).square()
+        return out
 
     def _index(self, idx, dev: torch.device) -> torch.Tensor:
         """``idx`` as an index tensor on ``dev``, made once per distinct list (the arrival order
