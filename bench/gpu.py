@@ -13,7 +13,10 @@ The test suite runs on CPU; this is the check of the GPU path, run where a GPU i
    bf16 autocast, GPT-2, checkpointing) trained on the device with ``trace_nonfinite=True`` and at
    the default ("auto"): the origin found against the one expected.
 3. **Host syncs**: how many times one recorded step makes the host wait for the GPU (defaults,
-   histogram steps, a bare step for reference).
+   histogram steps, the noise probe under accumulation, a bare step for reference).
+4. **The noise probe** (gradient accumulation, ``noise_scale=True``): each row's per-tensor squared
+   norms against every micro-batch's gradient computed apart, for GPT-2, the MLP and 24 small
+   layers (the stacked path), in the three styles above.
 
 Prints a line per check and ``FAILED`` for any that does not hold; exits 1 if any failed.
 """
@@ -151,6 +154,76 @@ def exact_numbers(dev: torch.device, make, style: str, steps: int = 6) -> None:
     )
 
 
+def tiny_layers(dev):
+    """Many small tensors of few shapes: the noise probe's stacked path (most without a hook)."""
+    torch.manual_seed(0)
+    return nn.Sequential(*[m for _ in range(24) for m in (nn.Linear(32, 32), nn.Tanh())], nn.Linear(32, 10)).to(dev)
+
+
+def noise_numbers(dev: torch.device, make, style: str, steps: int = 3, micro: int = 3) -> None:
+    """Gradient accumulation with the noise probe on: each row's per-tensor squared norms (the mean
+    over micro-batches, and the accumulated gradient's) against each micro-batch's gradient computed
+    apart (``torch.autograd.grad``, which the probe must not count as a micro-batch), in float64."""
+    model = make(dev).train(False)  # no dropout: the gradients computed apart are the same ones
+    if style == "bfloat16 weights":
+        model = model.to(torch.bfloat16)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler(dev.type, init_scale=2.0**10) if "GradScaler" in style else None
+    rec = Recorder(model, opt, noise_scale=True, batch_size=8, trace_nonfinite=False)
+    params = [p for _, p in model.named_parameters()]
+    names = [n for n, _ in model.named_parameters()]
+    g = torch.Generator().manual_seed(0)
+    worst, rows, k_ok = 0.0, 0, True
+    for _ in range(steps):
+        batches = []
+        for _ in range(micro):
+            if make is gpt2:
+                batches.append((torch.randint(0, 128, (8, 24), generator=g).to(dev),))
+            else:
+                x = torch.randn(8, 32, generator=g).to(dev).to(next(model.parameters()).dtype)
+                batches.append((x, torch.randint(0, 10, (8,), generator=g).to(dev)))
+
+        def loss_of(b):
+            with torch.autocast(dev.type, dtype=torch.float16, enabled=scaler is not None):
+                loss = (
+                    model(input_ids=b[0], labels=b[0]).loss
+                    if make is gpt2
+                    else (nn.functional.cross_entropy(model(b[0]).float(), b[1]))
+                )
+            loss = loss / micro
+            return scaler.scale(loss) if scaler is not None else loss  # the row is in scaled units
+
+        per = [[gr.double() for gr in torch.autograd.grad(loss_of(b), params)] for b in batches]
+        opt.zero_grad(set_to_none=True)
+        for b in batches:
+            loss_of(b).backward()
+        # the accumulated gradient as the backwards left it (with bfloat16 weights, summed in
+        # bfloat16: its rounding is the optimizer's gradient, not an error of the probe)
+        acc = [p.grad.double() for p in params]
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        row = rec.run.noise.rows[-1] if rec.run.noise is not None else None
+        if row is None:
+            continue
+        rows += 1
+        k_ok &= int(row["n_small"]) == micro
+        col = {n: c for c, n in enumerate(rec.run.layer_names)}
+        for j, n in enumerate(names):
+            want_small = float(np.mean([float(gs[j].pow(2).sum()) for gs in per]))
+            want_big = float(acc[j].pow(2).sum()) / micro**2
+            for got, want in ((row["small_sq"][col[n]], want_small), (row["big_sq"][col[n]], want_big)):
+                if np.isfinite(want) and want > 0:
+                    worst = max(worst, abs(float(got) / want - 1))
+    rec.detach()
+    label = f"noise probe, {make.__name__} ({len(params)} tensors), {style}, {micro} micro-batches"
+    check(rows == steps and k_ok, f"{label}: {rows} of {steps} rows, each of {micro} micro-batches")
+    # float32 norms of float32 gradients (bfloat16 weights: of bfloat16 ones, summed in float32)
+    check(worst <= 1e-4, f"{label}: worst relative error of the squared norms {worst:.1e}")
+
+
 def nan_origin(dev: torch.device) -> None:
     """The non-finite cases on the device: the origin named, with tracing on and by default."""
     import nonfinite_cases as nc
@@ -194,6 +267,22 @@ def syncs_per_step(dev: torch.device) -> None:
     rec.detach()
     print(f"host syncs per step: bare {bare}, recorded {plain}, recorded with a histogram {hist}", flush=True)
     check(plain - bare <= 1, f"a recorded step adds at most one host sync ({plain - bare})")
+
+    def accumulating(rec=None):  # two half batches a step: the noise probe at work
+        opt.zero_grad(set_to_none=True)
+        for half in x.chunk(2):
+            (model(input_ids=half, labels=half).loss / 2).backward()
+        opt.step()
+
+    bare2 = host_syncs(accumulating)
+    rec = Recorder(model, opt, noise_scale=True, histogram_every=0)
+    for _ in range(12):
+        accumulating(rec)
+    noisy = host_syncs(lambda: accumulating(rec))
+    kept = rec.run.noise is not None and len(rec.run.noise) >= 12
+    rec.detach()
+    print(f"host syncs per accumulating step: bare {bare2}, recorded with the noise probe {noisy}", flush=True)
+    check(kept and noisy - bare2 <= 1, f"the noise probe adds no host sync ({noisy - bare2} with the step's copy)")
 
 
 def profile(dev: torch.device) -> None:
@@ -277,6 +366,9 @@ def main() -> None:
     for make in (gpt2, mlp):
         for style in ("float32", "float16 autocast + GradScaler", "bfloat16 weights"):
             exact_numbers(dev, make, style)
+    for make in (gpt2, mlp, tiny_layers):
+        for style in ("float32", "float16 autocast + GradScaler", "bfloat16 weights"):
+            noise_numbers(dev, make, style)
     nan_origin(dev)
     if dev.type == "cuda":
         syncs_per_step(dev)
