@@ -161,6 +161,34 @@ def test_each_increment_and_the_accumulated_gradient_are_measured_exactly(set_to
     rec.detach()
 
 
+def test_a_model_frozen_at_both_ends_of_its_stacks_is_still_measured():
+    """Every tensor small and of two shapes (two stacks), the first and last layers frozen: the
+    hooks that see a backward begin sit on trainable members, and the numbers are exact."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(5) for m in (nn.Linear(6, 6), nn.Tanh())])
+    for k in (0, 8):  # the first and the last Linear
+        model[k].requires_grad_(False)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(trainable, lr=0.0)
+    rec = Recorder(model, opt, noise_scale=True, batch_size=8)
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(3):
+        xs = [torch.randn(8, 6, generator=gen) for _ in range(2)]
+        per = [torch.autograd.grad(model(x).square().mean() / 2, trainable) for x in xs]
+        opt.zero_grad()
+        for x in xs:
+            (model(x).square().mean() / 2).backward()
+        opt.step()
+    rec.detach()
+    row = rec.run.noise.rows[-1]
+    assert len(rec.run.noise) == 3 and row["n_small"] == 2
+    names = [info.name for info in rec.run.layers]
+    for (name, p), grads in zip([(n, p) for n, p in model.named_parameters() if p.requires_grad], zip(*per)):
+        col = names.index(name)
+        assert row["small_sq"][col] == pytest.approx(np.mean([float(g.double().pow(2).sum()) for g in grads]), rel=2e-5)
+        assert row["big_sq"][col] == pytest.approx(float(sum(g.double() for g in grads).pow(2).sum()) / 4, rel=2e-5)
+
+
 def test_loss_division_and_batch_size_sources_do_not_change_the_estimate():
     """The increments and the accumulated gradient are in the same units, whatever the loss is divided
     by; the batch size from the input, the Recorder argument or rec.log is the same number."""

@@ -7,7 +7,7 @@ material of the gradient noise scale (McCandlish et al. 2018, appendix A), with 
   per parameter per backward cost 3% of a Llama-style step and 55% of one of 2,000 tiny layers):
   small tensors of one shape are stacked (``_groups.Plan``) and their increment is the difference of
   the stack at the end and at the start of the backward, so most of them need no hook at all (the
-  first and last of a stack keep one, to see a backward begin); a parameter with no gradient yet
+  first and last trainable ones of a stack keep one, to see a backward begin); a parameter with no gradient yet
   gets the increment as its gradient, read in that same end-of-backward pass; any other increment
   is reduced to its norm in the parameter's tensor hook, before it is added (it is gone after).
   A backward that adds nothing to ``.grad`` (``torch.autograd.grad``) is no micro-batch.
@@ -122,11 +122,14 @@ class NoiseProbe:
         self._plan = Plan(params, _shaped) if world_size == 1 else None
         self._stacked = np.zeros(len(params), bool)
         # a stacked parameter's hook would only say that a backward began (issue 26: 4,000 hooks
-        # cost the step of 2,000 Linear(2, 2) 12%); the first and last of a stack keep one
+        # cost the step of 2,000 Linear(2, 2) 12%); the first and last trainable ones of a stack
+        # keep one (a stack's frozen ends, as in a model frozen up to some layer, would see nothing)
         self._hooked = np.ones(len(params), bool)
         for cols, _ in self._plan.stacks if self._plan is not None else ():
             self._stacked[cols] = True
-            self._hooked[cols[1:-1]] = False
+            self._hooked[cols] = False
+            trainable = [c for c in cols if params[c].requires_grad]
+            self._hooked[trainable[:1] + trainable[-1:]] = True
         self._rest = [c for c in range(len(params)) if not self._stacked[c]]
         self._zeros: list[torch.Tensor] = []  # one per stack, for a member without a gradient
         self._reset_step()
