@@ -25,6 +25,7 @@ from .fallback import (
     static_fallback_html,
     static_mimebundle,
 )
+from .analysis.noise_scale import no_estimate_note
 from .run import Run
 
 __all__ = [
@@ -206,8 +207,10 @@ def _noise_html(report) -> str:
     not measured; empty for a report without the field."""
     ns = getattr(report, "noise_scale", None)
     if ns is None:
-        why = next((n for n in getattr(report, "notes", []) if "only one batch size" in n), None)
-        return f'<h2 id="noise-scale">Batch size</h2><div class="card"><p>{_esc(why)}.</p></div>' if why else ""
+        why = no_estimate_note(report.run)
+        if not why:
+            return ""
+        return f'<h2 id="noise-scale">Batch size</h2><div class="card"><p>{_esc(why)}.</p></div>'
     groups = "".join(
         f"<tr><td>{_esc(k)}</td><td>{b:,.0f}</td><td>{lo:,.0f}–{hi:,.0f}</td></tr>"
         for k, (b, lo, hi) in ns.groups.items()

@@ -178,6 +178,9 @@ def test_two_process_run_equals_single_process(mode, launch, single_runs, tmp_pa
     # hsdp: FSDP2 on a 2 x 1 (replicate x shard) mesh, each rank a full replica: counted once
     kind = {"plain": "replicated", "hsdp": "fsdp2"}.get(mode, mode)
     assert run.meta["distributed"] == {"kind": kind, "world_size": 2}
+    if kind in ("fsdp2", "fsdp1"):  # the noise scale ("auto") cannot be had there: said, not absent
+        assert f"not measured under {kind}" in run.meta["noise_scale"]["unavailable"]
+        assert any(f"not measured under {kind}" in n for n in analyze(run).notes)
     # the same names, order, shapes, module types and data-flow edges as the single-process run
     assert [info.to_dict() for info in run.layers] == [info.to_dict() for info in ref.layers]
     np.testing.assert_array_equal(run.edges, ref.edges)

@@ -47,7 +47,7 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None, max_
             f"{run.history.n_steps} older, decimated rows are in run.history"
         )
     notes.extend(
-        n for n in (network.dropped_edges_note(run), network.cycle_note(run), noise_scale.one_size_note(run)) if n
+        n for n in (network.dropped_edges_note(run), network.cycle_note(run), noise_scale.no_estimate_note(run)) if n
     )
     s = stats.Series(run, max_rows)
     if run.n_steps > max_rows:

@@ -221,8 +221,9 @@ def noise_scale(run, span: int = EMA_STEPS) -> NoiseScale | None:
     )
 
 
-def one_size_note(run) -> str | None:
-    """Why the run has no noise scale, when the recorder saw only one batch size."""
-    meta = run.meta.get("noise_scale") or {}
-    note = meta.get("one_size")
+def no_estimate_note(run) -> str | None:
+    """Why the run has no noise scale, as its recorder said: it saw only one batch size
+    (``one_size``), or it could not look (``unavailable``: a sharded model)."""
+    meta = (getattr(run, "meta", None) or {}).get("noise_scale") or {}
+    note = meta.get("one_size") or meta.get("unavailable")
     return note if isinstance(note, str) else None

@@ -57,6 +57,16 @@ ONE_SIZE_TEXT = (
 )
 
 
+#: what ``run.meta["noise_scale"]["unavailable"]`` says of a sharded model ({kind}: FSDP's or tensor
+#: parallelism's): a backward's increment reaches the sharded gradient already summed over the ranks,
+#: and no hook sees it apart from the accumulated one
+SHARDED_TEXT = (
+    "the gradient noise scale is not measured under {kind}: its sharded gradients arrive already "
+    "reduced over the ranks, where no hook sees one micro-batch's gradient apart from the "
+    "accumulated one; DDP (or one process with gradient accumulation) measures it"
+)
+
+
 @dataclass
 class NoiseStep:
     """One step's device vectors, before its host copy: the sum over its backwards of each

@@ -125,6 +125,8 @@ class _Setup(_RecorderState):
 
                 self.run.meta["model"] = type_name(self.model)
                 self.run.meta["distributed"] = {"kind": self._dist.kind, "world_size": self._dist.world_size}
+            if self._noise_off is not None:
+                self.run.meta["noise_scale"] = {"unavailable": self._noise_off}
         self._col_of = {pi: c for c, pi in enumerate(self._order)}
         self._stats = StepStatistics([self._params[i] for i in self._order], self.foreach_all)
         self._unused_cols = [c for c, layer in enumerate(layers) if layer.status == "unused"]

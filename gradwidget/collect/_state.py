@@ -79,6 +79,7 @@ class _RecorderState:
     _loss_probe: LossGraphProbe | None
     _replicas: ReplicaExchange | None
     _noise: NoiseProbe | None
+    _noise_off: str | None
     _noise_step: NoiseStep | None
     _noise_row: tuple | None
     _watch: Any  # a _changes.ModelWatch, or None under torch.distributed

@@ -54,7 +54,7 @@ from ._inputs import (
     _unwrapped_optimizer,
 )
 from ._kernels import norms
-from ._noise import NoiseProbe, split_backward
+from ._noise import SHARDED_TEXT, NoiseProbe, split_backward
 from ._setup import _Setup
 from ._steps import _Steps
 from .loss_graph import LossGraphProbe
@@ -245,6 +245,7 @@ class Recorder(_Setup, _Steps):
         self._exchange = None  # distributed: where the ranks' non-finite origins meet
         self._loss_probe = None
         self._noise: NoiseProbe | None = None
+        self._noise_off: str | None = None  # why there is no noise probe, when one was asked for
         self._noise_step = self._noise_row = None
         if self._dist is not None and trace_nonfinite:
             self._exchange = self._dist.origin_exchange()
@@ -280,6 +281,8 @@ class Recorder(_Setup, _Steps):
         if noise_scale and (self._dist is None or not self._dist.sharded):
             world = self._dist.world_size if self._dist is not None and self._dist.kind == "ddp" else 1
             self._noise = NoiseProbe(model, self._params, batch_size, world, noise_scale)
+        elif noise_scale and self._dist is not None:  # sharded: said in the run, not silently absent
+            self._noise_off = SHARDED_TEXT.format(kind=self._dist.kind)
         if trace_nonfinite:
             self._tracer = NonfiniteTracer(model)
         self._attach_replica_check()  # after the step pre-hook: rank 0 labels the step it recorded

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..analysis.noise_scale import no_estimate_note
+
 #: the most points of the noise-scale series sent to the page (a small chart: one per few pixels)
 MAX_NOISE_POINTS = 512
 
@@ -16,7 +18,7 @@ def noise_values(report) -> dict:
     noise scale); ``PanelBase._set`` encodes the array by the protocol."""
     ns = getattr(report, "noise_scale", None)
     if ns is None or not ns.rows:
-        why = next((n for n in getattr(report, "notes", []) if "only one batch size" in n), "")
+        why = no_estimate_note(getattr(report, "run", None)) or ""
         return {"noise": b"", "noise_text": why}
     keep = np.unique(np.linspace(0, ns.rows - 1, min(ns.rows, MAX_NOISE_POINTS)).round().astype(np.int64))
     rows = np.stack([ns.steps, ns.b_simple, ns.lo, ns.hi, np.full(ns.rows, ns.b_big)])[:, keep]
