@@ -2,6 +2,8 @@
 accumulated one; the estimate matches B_simple computed exactly from per-example gradients; the run
 keeps, saves and reloads the series; analyze() names a batch far from it; one batch size is said."""
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -187,6 +189,84 @@ def test_a_model_frozen_at_both_ends_of_its_stacks_is_still_measured():
         col = names.index(name)
         assert row["small_sq"][col] == pytest.approx(np.mean([float(g.double().pow(2).sum()) for g in grads]), rel=2e-5)
         assert row["big_sq"][col] == pytest.approx(float(sum(g.double() for g in grads).pow(2).sum()) / 4, rel=2e-5)
+
+
+class Checkpointed(nn.Module):
+    """Activation checkpointing with its parameters' first gradients inside the recomputation (no
+    parameter after the checkpointed blocks): with ``use_reentrant=True`` each block's backward is
+    a graph task run inside a node of the outer one."""
+
+    def __init__(self, reentrant):
+        super().__init__()
+        self.embed = nn.Linear(16, 300)  # > STACK_NUMEL: a hooked tensor, reached last
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16)) for _ in range(3))
+        self.reentrant = reentrant  # None: no checkpointing (the reference)
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        h = self.embed(x)[:, :16]
+        for b in self.blocks:
+            h = b(h) if self.reentrant is None else checkpoint(b, h, use_reentrant=self.reentrant)
+        return h.square().mean()
+
+
+def gpt2_model(checkpointing: bool):
+    """A tiny Hugging Face GPT-2 (every tensor small: all stacked), with its own gradient
+    checkpointing on (reentrant by default there) or off, and its twin for the reference."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
+    )
+    model = transformers.GPT2LMHeadModel(cfg)
+    ref = copy.deepcopy(model)
+    if checkpointing:
+        model.gradient_checkpointing_enable()
+    return model, ref, lambda m, x: m(input_ids=x, labels=x).loss
+
+
+@pytest.mark.parametrize("case", ["reentrant", "non-reentrant", "gpt2", "gpt2, no checkpointing"])
+def test_activation_checkpointing_is_one_micro_batch_per_backward(case):
+    """The gradient at two batch sizes under activation checkpointing: each micro-batch counted once
+    and its numbers exact (against an identical model without checkpointing)."""
+    if case.startswith("gpt2"):
+        model, ref, loss_of = gpt2_model(checkpointing=case == "gpt2")
+
+        def batch(gen):
+            return torch.randint(0, 64, (4, 12), generator=gen)
+    else:
+        torch.manual_seed(0)
+        model = Checkpointed(case == "reentrant")
+        ref = copy.deepcopy(model)
+        ref.reentrant = None
+
+        def loss_of(m, x):
+            return m(x)
+
+        def batch(gen):
+            return torch.randn(4, 16, generator=gen)
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    rec = Recorder(model, opt, noise_scale=True, batch_size=4)
+    gen = torch.Generator().manual_seed(0)
+    ref_params = list(ref.parameters())
+    for _ in range(3):
+        xs = [batch(gen) for _ in range(2)]
+        per = [torch.autograd.grad(loss_of(ref, x) / 2, ref_params) for x in xs]
+        opt.zero_grad()
+        for x in xs:
+            (loss_of(model, x) / 2).backward()
+        opt.step()
+    rec.detach()
+    rows = rec.run.noise.rows
+    assert len(rows) == 3 and list(rows["n_small"]) == [2, 2, 2]
+    col = {info.name: c for c, info in enumerate(rec.run.layers)}
+    for (name, _), grads in zip(ref.named_parameters(), zip(*per)):
+        small = np.mean([float(g.double().pow(2).sum()) for g in grads])
+        big = float(sum(g.double() for g in grads).pow(2).sum()) / 4
+        assert rows["small_sq"][-1][col[name]] == pytest.approx(small, rel=1e-4, abs=1e-12), name
+        assert rows["big_sq"][-1][col[name]] == pytest.approx(big, rel=1e-4, abs=1e-12), name
 
 
 def test_loss_division_and_batch_size_sources_do_not_change_the_estimate():

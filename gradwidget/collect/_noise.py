@@ -6,13 +6,12 @@ material of the gradient noise scale (McCandlish et al. 2018, appendix A), with 
   accumulated gradient; the increment is measured where it costs least (issue 26: a hook and a norm
   per parameter per backward cost 3% of a Llama-style step and 55% of one of 2,000 tiny layers):
   small tensors of one shape are stacked (``_groups.Plan``) and their increment is the difference of
-  the stack at the end and at the start of the backward, so most of them need no hook at all (the
-  first and last trainable ones of a stack keep one, to see a backward begin); a parameter with no gradient yet
-  gets the increment as its gradient, read in that same end-of-backward pass; any other increment
-  is reduced to its norm in the parameter's tensor hook, before it is added (it is gone after).
-  A backward that adds nothing to ``.grad`` (``torch.autograd.grad``) is no micro-batch.
-  (A backward that reaches no hooked parameter, only the unhooked middle of stacks, would go
-  unseen: none in the models we know, where every backward reaches a stack's ends or a large tensor.)
+  the stack at the end and at the start of the backward (their hooks only say that a backward
+  began, so that the start is read before any of them takes its gradient); a parameter with no
+  gradient yet gets the increment as its gradient, read in that same end-of-backward pass; any
+  other increment is reduced to its norm in the parameter's tensor hook, before it is added (it is
+  gone after). A backward that adds nothing to ``.grad`` (``torch.autograd.grad``) is no
+  micro-batch; one run inside another's node (reentrant activation checkpointing) is part of it.
 - **DDP**: the increment is this rank's local gradient, before the all-reduce; the gradient read
   after DDP's end-of-backward callback is the synchronised one, over ``world_size`` times the batch.
 
@@ -30,8 +29,10 @@ of one micro-batch) or, by default, the first dimension of the first tensor the 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from functools import partial
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -93,6 +94,21 @@ def _shaped(p: torch.Tensor) -> torch.Tensor | None:
     return None if nn.parameter.is_lazy(p) else p.detach()
 
 
+#: the Python frame of an autograd Function's backward: a backward that ends while one is on the
+#: stack ran inside a node of another backward (reentrant checkpointing)
+_FUNCTION_BACKWARD = torch.autograd.function.BackwardCFunction.apply.__code__
+
+
+def _inside_a_backward() -> bool:
+    """Whether this runs inside an autograd Function's backward (a nested graph task)."""
+    f: FrameType | None = sys._getframe(1)
+    while f is not None:
+        if f.f_code is _FUNCTION_BACKWARD:
+            return True
+        f = f.f_back
+    return False
+
+
 class NoiseProbe:
     """Hooks that see each backward's gradient increment and the accumulated gradient of ``params``."""
 
@@ -130,20 +146,19 @@ class NoiseProbe:
         # hooks, one kernel for thousands of them). Under DDP the all-reduce writes the averaged
         # gradient into p.grad before the end of the backward, so every increment is reduced in its hook
         self._plan = Plan(params, _shaped) if world_size == 1 else None
+        # Every parameter keeps its hook, a stacked one's only to say that a backward began: the
+        # stack's start must be read before any of its members takes this backward's gradient, and
+        # whichever parameter a backward reaches first may be one (a final LayerNorm's weight
+        # among the blocks' norms; inside a checkpointed block). Without them, 2,000 Linear(2, 2)
+        # step 12% faster and GPT-2's final norm read wrong.
         self._stacked = np.zeros(len(params), bool)
-        # a stacked parameter's hook would only say that a backward began (issue 26: 4,000 hooks
-        # cost the step of 2,000 Linear(2, 2) 12%); the first and last trainable ones of a stack
-        # keep one (a stack's frozen ends, as in a model frozen up to some layer, would see nothing)
-        self._hooked = np.ones(len(params), bool)
         for cols, _ in self._plan.stacks if self._plan is not None else ():
             self._stacked[cols] = True
-            self._hooked[cols] = False
-            trainable = [c for c in cols if params[c].requires_grad]
-            self._hooked[trainable[:1] + trainable[-1:]] = True
         self._rest = [c for c in range(len(params)) if not self._stacked[c]]
         self._zeros: list[torch.Tensor] = []  # one per stack, for a member without a gradient
         self._reset_step()
         self._in_bwd = False
+        self._open: set[int] = set()  # graph tasks of this backward whose end is still to come
         self.armed = self._once = False
         self.arm()
 
@@ -154,15 +169,11 @@ class NoiseProbe:
             return
         self._once = once
         self.armed = True
-        self._hook(np.flatnonzero(self._hooked))
+        for i, p in enumerate(self.params):
+            if p.requires_grad and not nn.parameter.is_lazy(p):  # a lazy module's: no tensor to hook yet
+                self._handles.append(p.register_hook(partial(self._grad, i)))
         if self.mode is True or self.world_size > 1 or self.two_sizes_seen:
             self._watch_input()
-
-    def _hook(self, which) -> None:
-        for i in which:
-            p = self.params[i]
-            if p.requires_grad and not nn.parameter.is_lazy(p):  # a lazy module's: no tensor to hook yet
-                self._handles.append(p.register_hook(partial(self._grad, int(i))))
 
     def _watch_input(self) -> None:
         """Read the batch size off the model's input (a forward pre-hook on the root module), unless
@@ -193,15 +204,43 @@ class NoiseProbe:
         self._sizes.append(self._batch_now())
         if self._k == 0:  # the stacks as the step found them (zeroed or not): the first start
             self._starts = [self._stack(j) for j in range(len(self._stack_plan()))]
-        torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+
+    def _enter_task(self, task: int, i: int) -> None:
+        """A hook ran in graph task ``task`` for the first time. One backward can run several:
+        reentrant activation checkpointing (``use_reentrant=True``, Hugging Face's default) runs a
+        backward inside a node of the outer one, and whichever of them ends first must not end the
+        micro-batch. A task started after every task of this backward ended, not from inside
+        another's node, is the next backward: the one before it is finished first (nothing of the
+        new one has been added yet)."""
+        if self._in_bwd and not self._open and task > self._last_task and not _inside_a_backward():
+            self._finish()
+        if not self._in_bwd:
+            self._begin_backward(i)
+        self._open.add(task)
+        self._last_task = max(self._last_task, task)
+        torch.autograd.Variable._execution_engine.queue_callback(partial(self._task_end, task, True))
+
+    def _task_end(self, task: int, first: bool) -> None:
+        """Graph task ``task`` ended (its final callback). The backward ends with the last of its
+        tasks, unless this one ran inside another backward's node: then the outer one goes on, and
+        its own end (queued when one of its hooks runs), the next backward or the step finishes it."""
+        if self.world_size > 1 and first:
+            # DDP queues its own end-of-backward callback (finishing the all-reduce) after ours:
+            # run once more behind it, so the synchronised gradient is read
+            torch.autograd.Variable._execution_engine.queue_callback(partial(self._task_end, task, False))
+            return
+        self._open.discard(task)
+        if self._in_bwd and not self._open and not _inside_a_backward():
+            self._finish()
 
     def _grad(self, i: int, g: torch.Tensor) -> None:
         """Parameter ``i``'s increment ``g`` (the hook runs for every parameter in every backward:
         kept short). A stacked one is measured at the end of the backward; one without a gradient
         yet (one process) will have ``g`` as its gradient, measured then too; any other is reduced
         to its norm now (``g`` is gone once it is added)."""
-        if not self._in_bwd:
-            self._begin_backward(i)
+        task = torch._C._current_graph_task_id()
+        if task not in self._open:
+            self._enter_task(task, i)
         self._seen_now.append(i)
         if self._stacked[i]:
             return
@@ -241,23 +280,15 @@ class NoiseProbe:
 
     def _unstack(self) -> None:
         self._lost = True
-        unhooked = np.flatnonzero(~self._hooked)
         self._plan = None
-        self._stacked[:] = False
-        self._hooked[:] = True
+        self._stacked[:] = False  # every increment measured in its hook from now on
         self._rest = list(range(len(self.params)))
         self._starts = []
-        if self.armed:  # every parameter's increment is measured in its hook from now on
-            self._hook(unhooked)
 
-    def _end_backward(self) -> None:
-        if self.world_size > 1 and not self._requeued:
-            # DDP queues its own end-of-backward callback (finishing the all-reduce) after ours:
-            # run once more behind it, so the synchronised gradient is read
-            self._requeued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
-            return
-        self._requeued = self._in_bwd = False
+    def _finish(self) -> None:
+        """The end of one backward (one micro-batch): measure what it added."""
+        self._in_bwd = False
+        self._open = set()
         seen, fresh, big_i, big_n = self._seen_now, self._fresh, self._big_i, self._big_n
         self._seen_now, self._fresh, self._big_i, self._big_n = [], [], [], []
         if not seen or not self._accumulated():
@@ -298,8 +329,8 @@ class NoiseProbe:
             self._acc_sq = self._scattered(acc_parts, acc_cols, dev)
         self._k += 1
 
-    _requeued = False
     two_sizes_seen = False
+    _last_task = -1  # the newest graph task a hook ran in
     _witness: tuple = (0, None, None)
 
     def _accumulated(self) -> bool:
@@ -352,6 +383,8 @@ class NoiseProbe:
     def end_step(self) -> NoiseStep | None:
         """Close this optimizer step: its vectors when it saw two batch sizes, else None (and, in
         "auto", after ``ONE_SIZE_STEPS`` such steps in a row, the hooks are removed)."""
+        if self._in_bwd and not self._open:  # a backward whose last task ran inside another's node
+            self._finish()
         k, incr, acc, sizes, seen = self._k, self._incr_sq, self._acc_sq, self._sizes, self._seen
         lost = self._lost
         self._reset_step()
