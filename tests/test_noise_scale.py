@@ -212,8 +212,9 @@ class Checkpointed(nn.Module):
 
 
 def gpt2_model(checkpointing: bool):
-    """A tiny Hugging Face GPT-2 (every tensor small: all stacked), with its own gradient
-    checkpointing on (reentrant by default there) or off, and its twin for the reference."""
+    """A tiny Hugging Face GPT-2 (every tensor small: all stacked), with its own activation
+    checkpointing on (reentrant, as older transformers did by default) or off, and its twin for
+    the reference."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     cfg = transformers.GPT2Config(
@@ -222,16 +223,16 @@ def gpt2_model(checkpointing: bool):
     model = transformers.GPT2LMHeadModel(cfg)
     ref = copy.deepcopy(model)
     if checkpointing:
-        model.gradient_checkpointing_enable()
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
     return model, ref, lambda m, x: m(input_ids=x, labels=x).loss
 
 
-@pytest.mark.parametrize("case", ["reentrant", "non-reentrant", "gpt2", "gpt2, no checkpointing"])
+@pytest.mark.parametrize("case", ["reentrant", "non-reentrant", "gpt2, reentrant", "gpt2, no checkpointing"])
 def test_activation_checkpointing_is_one_micro_batch_per_backward(case):
     """The gradient at two batch sizes under activation checkpointing: each micro-batch counted once
     and its numbers exact (against an identical model without checkpointing)."""
     if case.startswith("gpt2"):
-        model, ref, loss_of = gpt2_model(checkpointing=case == "gpt2")
+        model, ref, loss_of = gpt2_model(checkpointing=case == "gpt2, reentrant")
 
         def batch(gen):
             return torch.randint(0, 64, (4, 12), generator=gen)

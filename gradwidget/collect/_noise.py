@@ -207,7 +207,7 @@ class NoiseProbe:
 
     def _enter_task(self, task: int, i: int) -> None:
         """A hook ran in graph task ``task`` for the first time. One backward can run several:
-        reentrant activation checkpointing (``use_reentrant=True``, Hugging Face's default) runs a
+        reentrant activation checkpointing (``use_reentrant=True``, long PyTorch's and transformers' default) runs a
         backward inside a node of the outer one, and whichever of them ends first must not end the
         micro-batch. A task started after every task of this backward ended, not from inside
         another's node, is the next backward: the one before it is finished first (nothing of the
