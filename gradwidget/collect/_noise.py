@@ -207,9 +207,9 @@ class NoiseProbe:
 
     def _enter_task(self, task: int, i: int) -> None:
         """A hook ran in graph task ``task`` for the first time. One backward can run several:
-        reentrant activation checkpointing (``use_reentrant=True``, long PyTorch's and transformers' default) runs a
-        backward inside a node of the outer one, and whichever of them ends first must not end the
-        micro-batch. A task started after every task of this backward ended, not from inside
+        reentrant activation checkpointing (``use_reentrant=True``, long the default of PyTorch and
+        transformers) runs a backward inside a node of the outer one, and whichever of them ends
+        first must not end the micro-batch. A task started after every task of this backward ended, not from inside
         another's node, is the next backward: the one before it is finished first (nothing of the
         new one has been added yet)."""
         if self._in_bwd and not self._open and task > self._last_task and not _inside_a_backward():
@@ -407,8 +407,6 @@ class NoiseProbe:
             self._watch_input()  # "auto": from the next step on (this one's batch size may be unknown)
         mask = np.zeros(len(self.params), bool)
         mask[list(seen)] = True
-        for cols, owners in self._stack_plan():  # most have no hook: those with a gradient now
-            mask[cols] = [p.grad is not None for p in owners]
         return NoiseStep(incr, acc, k, list(sizes), mask)
 
     @staticmethod
