@@ -12,6 +12,8 @@ host sync each) and ``torch.histc`` per tensor.
 ``--paired llama tiny transformer``: the recording's cost resolved on a shared machine (many short
 interleaved blocks, ratios in CPU and wall-clock time with bootstrap 95% intervals: ``paired.py``),
 at the defaults and for the noise scale under gradient accumulation; ``tiny``: 2,000 x Linear(2, 2).
+Each ratio is taken over a group of rounds that spans a whole period of what the recorders do one
+step in N (histograms, update norms, the noise scale), so that work is in every ratio.
 
 ``--trainer``: a Hugging Face ``Trainer`` step (tiny GPT-2, gradient accumulation 2, clipping on)
 with and without ``GradwidgetCallback``, interleaved. ``--compiled``: the transformer above under
@@ -24,6 +26,7 @@ with the host syncs of one recorded step counted by ``torch.cuda.set_sync_debug_
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 import warnings
@@ -601,6 +604,15 @@ def step_host_syncs(cmp: "Comparison", variant: str) -> int:
         sync()
 
 
+def periodic_steps(inst) -> list[int]:
+    """The periods, in steps, of what a Recorder ``inst`` does one recorded step in N (histograms,
+    update norms, the noise scale); none for a bare variant or another tool."""
+    if not isinstance(inst, Recorder):
+        return [1]
+    noise = getattr(inst._noise, "every", 1) if inst._noise is not None and inst._noise.armed else 1
+    return [inst.every * max(n, 1) for n in (inst.histogram_every, inst.update_every, noise)]
+
+
 def compare_paired(which: str, rounds: int, per_block: int, batch: int, seq: int, device: str = "cpu") -> dict:
     """The recording's cost resolved on a shared machine (``paired``): many short interleaved
     blocks, each variant's per-round ratio to its baseline in CPU and wall-clock time, the median
@@ -617,8 +629,15 @@ def compare_paired(which: str, rounds: int, per_block: int, batch: int, seq: int
     for v in variants:  # warm-up: "auto" decides about its tracer in its first 9 steps
         cmp.block(v, 12)
     syncs = {v: step_host_syncs(cmp, v) for v in variants} if cuda else {}
+    # every ratio over a whole period of what the recorders do one step in N (paired.py)
+    period = math.lcm(*(n for v in variants for n in periodic_steps(cmp.setups[v][2])))
+    group = period // math.gcd(period, per_block)  # rounds whose steps make whole periods
+    rounds = -(-rounds // group) * group
     res = interleaved_rounds({v: functools.partial(cmp._step, v) for v in variants}, rounds, per_block)
-    print(f"{cmp.describe()} (in-process, {rounds} rounds of {per_block} steps per variant)")
+    print(
+        f"{cmp.describe()} (in-process, {rounds} rounds of {per_block} steps per variant; "
+        f"ratios over groups of {group} rounds: the recorders' work repeats every {period} steps)"
+    )
     if cuda:
         bare_ms = statistics.median(w for w, _ in res["bare"]) / per_block * 1e3
         print(f"  bare step {bare_ms:.2f} ms (wall, GPU synchronized); host syncs per step: {syncs}")
@@ -626,7 +645,7 @@ def compare_paired(which: str, rounds: int, per_block: int, batch: int, seq: int
     for v in variants:
         ref = BASELINE.get(v, "bare")
         if v != ref and v not in BASELINE.values():
-            out[v] = ratio_summary(res[v], res[ref])
+            out[v] = ratio_summary(res[v], res[ref], group)
             print(f"  {v} / {ref}: {summary_text(out[v])}")
     for v, (_, _, inst, _) in cmp.setups.items():
         if v.startswith("gradwidget"):
@@ -721,7 +740,9 @@ def main() -> None:
         help="the recording's cost on these models in many short interleaved blocks (CPU and wall-clock "
         "ratios with their 95%% intervals; tiny: 2,000 x Linear(2, 2); large: 12 x d768) on --device",
     )
-    ap.add_argument("--rounds", type=int, default=40, help="--paired: rounds of one block per variant")
+    ap.add_argument(
+        "--rounds", type=int, default=120, help="--paired: rounds of one block per variant (a multiple of a period's)"
+    )
     ap.add_argument("--runs", type=int, default=3, help="--compare, --paired: runs of each model")
     ap.add_argument("--no-kernel", action="store_true", help="--compare in this process, without the panel")
     args = ap.parse_args()
