@@ -19,21 +19,25 @@
 
     python bench/noise_scale.py [--seeds 5] [--steps 200] [--b 64] [--models logreg,mlp,cnn,gpt2] [--sweep] [--cost]
 
-Measured on the development machine (busy, 2 cores; the tables are in README.md and docs/costs.md):
-4 x 64 per step, 200 steps, 5 seeds (GPT-2: 3 seeds, 120 steps). Median relative error of the panel's
-value (EMA over 20 steps) against the exact B_simple, ± its sd over seeds: at initialisation -0.2% ±
-3.8% (logistic regression, exact 31), -1.1% ± 3.1% (MLP, 29), -2.2% ± 6.7% (CNN, 93), +0.6% ± 3.8%
-(GPT-2, 26); after 300 SGD steps +10.6% ± 13.0% (898), -0.9% ± 22.5% (1,152), +17.3% ± 22.9% (236),
-+0.1% ± 4.0% (72); averaged over every step the error is within 3% (sd 0.7-11%); the exact value lay
-inside the 95% interval in 35 of 36 runs. Sweep (training loss 0.05): steps 586, 296, 146, 89, 51,
-37, 27, 25, 22 for batches 8 ... 2,048; fitted B_crit 268; exact B_simple along a reference run 29 at
-the start, median 456. Cost: the noise hooks 1.066x (MLP, 6 tensors) and 1.033x (bench transformer)
-a recorded accumulation step; split_backward 1.32x and 1.19x the step it splits.
+Measured on the development machine (2 cores; the tables are in README.md and docs/costs.md):
+``--b 64 --seeds 20`` (GPT-2: ``--seeds 5 --steps 120``), at the default cadence (one step in 4
+measured). Median relative error of the panel's value (EMA over 20 measured steps) against the
+exact B_simple, ± its sd over seeds: at initialisation -2.6% ± 3.0% (logistic regression, exact
+31), -1.3% ± 3.5% (MLP, 29), -5.6% ± 6.6% (CNN, 95), -0.3% ± 3.7% (GPT-2, 28); after 300 SGD
+steps +5.7% ± 51% (927), +4.3% ± 42% (918), -3.0% ± 55% (250), -0.2% ± 1.6% (GPT-2, 26); the
+exact value inside the 95% interval in 117 of 130 runs (every step measured, ``noise_every=1``:
+114 of the 120 without GPT-2, against 108).
+Sweep (training loss 0.05): steps 586, 296, 146, 89, 51, 37, 27, 25, 22 for batches 8 ... 2,048;
+fitted B_crit 268; exact B_simple along a reference run 29 at the start, median 456. Cost
+(``--cost``, blocks of 20 steps): the noise scale 1.024x (MLP, 6 tensors) and 1.005x (bench
+transformer) a recorded accumulation step without it; split_backward 1.41x and 1.13x the step it
+splits.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -45,6 +49,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from gradwidget.analysis.noise_scale import noise_scale
+from gradwidget.collect._noise import NOISE_EVERY
 from gradwidget.collect.torch import Recorder
 
 F = nn.functional
@@ -333,19 +338,22 @@ def sweep(target: float, batches, lrs, max_steps: int) -> None:
 
 # --------------------------------------------------------------------------- cost
 def _timed(fn, n):
-    out = []
+    """One block: the mean seconds of ``n`` calls of ``fn`` (work done one step in N is in it when
+    ``n`` spans its period; a median over single steps would leave it out)."""
+    t = time.perf_counter()
     for _ in range(n):
-        t = time.perf_counter()
         fn()
-        out.append(time.perf_counter() - t)
-    return out
+    return [(time.perf_counter() - t) / n]
 
 
-def cost_rows(kind: str = "mlp", repeats: int = 30, micro: int = 4) -> None:
-    """Median step times, interleaved in blocks of 5 steps: accumulation with no Recorder, with
-    noise_scale off and on; one backward vs split_backward in two (both under a Recorder whose
-    "auto" hooks went after the first step). ``kind``: "mlp" (digits, 64-512-512-10, batch 64) or
-    "transformer" (bench/overhead.py's LM, 4 x d256, batch 4 x 64 tokens)."""
+def cost_rows(kind: str = "mlp", repeats: int = 12, micro: int = 4) -> None:
+    """Step times, the median over interleaved blocks of each block's mean step: accumulation with no
+    Recorder, with noise_scale off and on; one backward vs split_backward in two (both under a
+    Recorder whose "auto" hooks went after the first step). A block is a whole period of what the
+    Recorder does one step in N (update norms every 10 steps, the noise scale one in
+    ``NOISE_EVERY``), after one untimed step of a fresh Recorder (its set-up). ``kind``: "mlp"
+    (digits, 64-512-512-10, batch 64) or "transformer" (bench/overhead.py's LM, 4 x d256, batch
+    4 x 64 tokens)."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
@@ -396,25 +404,31 @@ def cost_rows(kind: str = "mlp", repeats: int = 30, micro: int = 4) -> None:
         opt.step()
 
     kw = dict(histogram_every=0, trace_nonfinite=False, update_every=10)
+    period = math.lcm(NOISE_EVERY, kw["update_every"])
     times: dict[str, list[float]] = {k: [] for k in ("bare", "off", "on", "plain", "split")}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for _ in range(repeats):
-            times["bare"] += _timed(accum_step, 5)
+            times["bare"] += _timed(accum_step, period)
             rec = Recorder(model, opt, noise_scale=False, **kw)
-            times["off"] += _timed(accum_step, 5)
+            accum_step()
+            times["off"] += _timed(accum_step, period)
             rec.detach()
             rec = Recorder(model, opt, noise_scale=True, **kw)
-            times["on"] += _timed(accum_step, 5)
+            accum_step()
+            times["on"] += _timed(accum_step, period)
             rec.detach()
             rec = Recorder(model, opt, noise_scale="auto", **kw)
             plain_step()  # the first step: "auto" sees one batch size and removes its hooks
-            times["plain"] += _timed(plain_step, 5)
-            times["split"] += _timed(lambda: split_step(rec), 5)
+            times["plain"] += _timed(plain_step, period)
+            times["split"] += _timed(lambda: split_step(rec), period)
             rec.detach()
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     n = sum(p.numel() for p in model.parameters())
-    print(f"{what} ({n:,} parameters, {len(list(model.parameters()))} tensors), 1 thread, {repeats} x 5 steps each")
+    print(
+        f"{what} ({n:,} parameters, {len(list(model.parameters()))} tensors), 1 thread, "
+        f"{repeats} blocks of {period} steps each (the noise scale measured one step in {NOISE_EVERY})"
+    )
     print("| step | median ms | ratio |")
     print("| --- | ---: | ---: |")
     print(f"| {micro} micro-batches, no Recorder | {med['bare']:.2f} | 1.00x |")

@@ -194,6 +194,7 @@ def train(
         log_dir=log_dir,
         histogram_every=histogram_every,
         update_every=update_every,
+        noise_every=1,  # every step's noise row, to compare with the single process step by step
     )
     full_norms = []  # per step, each gradient's norm over the whole (logical) tensor
     for i, (x, y) in enumerate(batches(steps)):

@@ -181,6 +181,8 @@ def test_a_new_recorder_on_the_same_model_detaches_the_old_one():
         ({"histogram_every": -1}, ValueError, "histogram_every must be a non-negative int, got -1"),
         ({"histogram_every": "10"}, TypeError, "histogram_every must be a non-negative int, got str"),
         ({"update_every": 0}, ValueError, "update_every must be a positive int"),
+        ({"noise_every": 0}, ValueError, "noise_every must be a positive int, got 0"),
+        ({"noise_every": 2.5}, TypeError, "noise_every must be a positive int, got float 2.5"),
         ({"max_steps": "all"}, TypeError, "max_steps must be 'auto', None or a positive int, got str 'all'"),
         ({"max_steps": -5}, ValueError, "max_steps must be 'auto', None or a positive int, got -5"),
     ],

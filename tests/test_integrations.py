@@ -206,10 +206,15 @@ def test_hf_trainer_torch_compile_adds_no_graph_break(tmp_path):
 def test_hf_trainer_accumulation_gives_the_noise_scale(tmp_path):
     """Accumulation over 2 micro-batches of 4: the Recorder sees the gradient at batch 4 and 8 (the
     model's forward tells the size, read from the second step on) and ``analyze`` estimates
-    B_simple from them."""
+    B_simple from them. At the default cadence (one step in ``NOISE_EVERY``) through the Trainer's
+    own step marks, and at every step."""
     from gradwidget import analyze
+    from gradwidget.collect._noise import NOISE_EVERY
 
-    cb, _ = hf_train(tmp_path, max_steps=12)
+    # (NaN tracing off: while "auto" times its tracer, the first ten steps are all measured)
+    cb, _ = hf_train(tmp_path / "default", max_steps=12, trace_nonfinite=False)
+    assert len(cb.run.noise) == 3 and list(cb.run.noise.rows["step"]) == list(cb.run.steps[::NOISE_EVERY])
+    cb, _ = hf_train(tmp_path, max_steps=12, noise_every=1)
     rows = cb.run.noise.rows[1:]
     assert len(rows) == 11 and (rows["n_small"] == 2).all()
     assert (rows["b_small"] == 4).all() and (rows["b_big"] == 8).all()
@@ -455,12 +460,14 @@ def test_lightning_accumulation_gives_the_noise_scale():
     each micro-batch's size, so accumulation over 2 batches of 8 gives the gradient at 8 and 16;
     the accumulated gradient is the one Lightning steps with (up to the estimator's fixed scale)."""
     from gradwidget import analyze
+    from gradwidget.collect._noise import NOISE_EVERY
 
-    cb, spy = lit_fit(max_steps=12)
+    cb, spy = lit_fit(max_steps=12, trace_nonfinite=False)  # the default cadence: one step in NOISE_EVERY
     rows = cb.run.noise.rows
     assert cb.run.meta["noise_scale"]["batch_size"] == "log"
-    assert len(rows) == 12 and (rows["b_small"] == 8).all() and (rows["b_big"] == 16).all()
-    seen = np.array([sum(v * v for v in step.values()) for step in spy.norms])
+    assert len(rows) == 3 and list(rows["step"]) == list(cb.run.steps[::NOISE_EVERY])  # the trainer's step labels
+    assert (rows["b_small"] == 8).all() and (rows["b_big"] == 16).all()
+    seen = np.array([sum(v * v for v in step.values()) for step in spy.norms])[::NOISE_EVERY]
     ratio = rows["big_total"] / seen
     np.testing.assert_allclose(ratio, ratio[0], rtol=1e-4)  # one scale for every step
     est = analyze(cb.run).noise_scale

@@ -77,11 +77,16 @@ def test_estimate_matches_per_example_ground_truth():
     model = nn.Linear(10, 4)
     exact = exact_b_simple(model, X, Y)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    rec = Recorder(model, opt)
+    rec = Recorder(model, opt, noise_every=1)
     accumulate(rec, model, opt, X, Y, steps=120, b=16, micro=4)
     rec.detach()
     assert len(rec.run.noise) == 120 and np.isnan(rec.run.noise.rows["b_small"][0])  # read from step 1 on
-    assert rec.run.meta["noise_scale"] == {"batch_size": "input", "two_sizes": "accumulation", "world_size": 1}
+    assert rec.run.meta["noise_scale"] == {
+        "batch_size": "input",
+        "two_sizes": "accumulation",
+        "world_size": 1,
+        "every": 1,
+    }
     whole = noise_scale(rec.run, span=120)  # averaged over every step: the bias, not the EMA's spread
     assert whole.b_small == 16 and whole.b_big == 64
     assert whole.last[0] == pytest.approx(exact, rel=0.1)
@@ -133,7 +138,7 @@ def test_each_increment_and_the_accumulated_gradient_are_measured_exactly(set_to
     torch.manual_seed(0)
     model = Mixed(sparse_stacked)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    rec = Recorder(model, opt, noise_scale=True, batch_size=8, histogram_every=0)
+    rec = Recorder(model, opt, noise_scale=True, noise_every=1, batch_size=8, histogram_every=0)
     names = [n for n, _ in model.named_parameters()]
     gen = torch.Generator().manual_seed(1)
     for step in range(3):
@@ -172,7 +177,7 @@ def test_a_model_frozen_at_both_ends_of_its_stacks_is_still_measured():
         model[k].requires_grad_(False)
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(trainable, lr=0.0)
-    rec = Recorder(model, opt, noise_scale=True, batch_size=8)
+    rec = Recorder(model, opt, noise_scale=True, noise_every=1, batch_size=8)
     gen = torch.Generator().manual_seed(2)
     for _ in range(3):
         xs = [torch.randn(8, 6, generator=gen) for _ in range(2)]
@@ -249,7 +254,7 @@ def test_activation_checkpointing_is_one_micro_batch_per_backward(case):
             return torch.randn(4, 16, generator=gen)
 
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    rec = Recorder(model, opt, noise_scale=True, batch_size=4)
+    rec = Recorder(model, opt, noise_scale=True, noise_every=1, batch_size=4)
     gen = torch.Generator().manual_seed(0)
     ref_params = list(ref.parameters())
     for _ in range(3):
@@ -288,6 +293,60 @@ def test_loss_division_and_batch_size_sources_do_not_change_the_estimate():
     assert out[1][0] == pytest.approx(out[0][0], rel=1e-5) and out[2][0] == pytest.approx(out[0][0], rel=1e-5)
 
 
+def test_the_probe_measures_one_recorded_step_in_noise_every():
+    """The default cadence (and one with ``every`` > 1) gives exactly the rows of a probe measuring
+    every step, at the steps it measures: the hooks of the steps between add nothing to them. While
+    "auto" times the NaN tracer on alternate steps, every step is measured (both sides of its pairs
+    alike), then one in ``noise_every``."""
+    from gradwidget.collect._noise import NOISE_EVERY
+
+    X, Y = blobs()
+    rows = {}
+    for kw in ({"noise_every": 1}, {}, {"every": 2, "noise_every": 2}, {"trace_nonfinite": "auto"}):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(10, 8), nn.Tanh(), nn.Linear(8, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the same gradients in every run
+        rec = Recorder(model, opt, **{"trace_nonfinite": False, **kw})
+        if "trace_nonfinite" in kw:
+            # measured its tracer for sure: the pairs never end early (a hooked step is no dearer)
+            rec._trace_meter.clock = rec._trace_meter.cpu_clock = iter(range(10**6)).__next__
+        accumulate(rec, model, opt, X, Y, steps=13, b=8, micro=3)
+        rec.detach()
+        rows[tuple(kw.items())] = rec.run.noise.rows
+        assert rec.run.meta["noise_scale"]["every"] == kw.get("noise_every", NOISE_EVERY)
+    every, default, cadenced, timed = rows.values()
+    assert NOISE_EVERY > 1 and list(default["step"]) == list(range(0, 13, NOISE_EVERY))
+    assert list(cadenced["step"]) == [0, 4, 8, 12]
+    # the warm-up step, 4 pairs, and the step after the one that decided (set before it decides)
+    assert list(timed["step"]) == [*range(10), *range(12, 13, NOISE_EVERY)]
+    for got in (default, cadenced, timed):
+        want = every[np.isin(every["step"], got["step"])]
+        for field in ("b_small", "b_big", "n_small", "small_sq", "big_sq"):
+            np.testing.assert_array_equal(got[field], want[field], err_msg=field)
+    ns = noise_scale(rec.run.slice(slice(0, 12)))  # the timed run: steps 1-9 (step 0 has no batch size yet)
+    assert ns.every == NOISE_EVERY and f"EMA over 9 of 9 measured steps (one in {NOISE_EVERY})" in ns.text()
+
+
+def test_split_backward_measures_its_step_whatever_the_cadence():
+    X, Y = blobs()
+    torch.manual_seed(0)
+    model = nn.Linear(10, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    rec = Recorder(model, opt, noise_scale=True)  # hooked on every step, measuring one in NOISE_EVERY
+    gen = torch.Generator().manual_seed(0)
+    for step in range(6):
+        opt.zero_grad()
+        idx = torch.randint(0, len(X), (16,), generator=gen)
+        if step == 2:
+            rec.split_backward(lambda x, y: F.cross_entropy(model(x), y), X[idx], Y[idx])
+        else:
+            F.cross_entropy(model(X[idx]), Y[idx]).backward()
+        opt.step()
+    rec.detach()
+    rows = rec.run.noise.rows
+    assert list(rows["step"]) == [2] and rows["b_small"][0] == 8 and rows["b_big"][0] == 16
+
+
 def test_one_batch_size_is_said_and_split_backward_opts_in():
     X, Y = blobs()
     torch.manual_seed(0)
@@ -320,7 +379,7 @@ def test_noise_rows_saved_followed_and_reloaded(tmp_path):
     torch.manual_seed(0)
     model = nn.Linear(10, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    rec = Recorder(model, opt, log_dir=tmp_path / "r")
+    rec = Recorder(model, opt, log_dir=tmp_path / "r", noise_every=1)
     accumulate(rec, model, opt, X, Y, steps=5, b=8, micro=2)
     reader = RunReader(tmp_path / "r")
     assert len(reader.run.noise) == 5
@@ -347,7 +406,7 @@ def test_batch_far_above_the_noise_scale_is_named_and_a_matched_batch_is_not():
         torch.manual_seed(0)
         model = nn.Linear(10, 4)
         opt = torch.optim.SGD(model.parameters(), lr=0.0)
-        rec = Recorder(model, opt)
+        rec = Recorder(model, opt, noise_every=1)
         accumulate(rec, model, opt, X, Y, steps=25, b=b, micro=micro)
         rec.detach()
         rep = analyze(rec.run)
@@ -410,7 +469,7 @@ def test_panel_sends_the_noise_series_and_its_words():
     torch.manual_seed(0)
     model = nn.Linear(10, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    rec = Recorder(model, opt)
+    rec = Recorder(model, opt, noise_every=1)
     accumulate(rec, model, opt, X, Y, steps=12, b=16, micro=2)
     rec.detach()
     p = GradientPanel(rec.run)
@@ -424,7 +483,7 @@ def test_panel_sends_the_noise_series_and_its_words():
     torch.manual_seed(0)
     deep = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(10, 10), nn.Tanh())], nn.Linear(10, 4))
     opt = torch.optim.SGD(deep.parameters(), lr=0.0)
-    rec = Recorder(deep, opt)
+    rec = Recorder(deep, opt, noise_every=1)
     accumulate(rec, deep, opt, X, Y, steps=40, b=16, micro=2)
     rec.detach()
     p = GradientPanel(rec.run)

@@ -160,7 +160,7 @@ def test_a_short_last_accumulation_does_not_end_the_noise_scale():
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 3))
     opt = torch.optim.SGD(m.parameters(), lr=0.05)
-    rec = Recorder(m, opt)
+    rec = Recorder(m, opt, noise_every=1)
     for step in range(24):
         _sign_step(m, opt, rec, micro=1 if step % 8 == 7 else 2)  # 8 steps an "epoch", its last one short
     rec.detach()

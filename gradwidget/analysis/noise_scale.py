@@ -87,6 +87,13 @@ class NoiseScale:
     groups: dict = field(default_factory=dict)  #: module prefix -> (b_simple, lo, hi) at the last row
     ema_steps: int = EMA_STEPS
     how: str = ""  #: how the two sizes were seen and where the batch size came from
+    every: int = 1  #: the probe measured one recorded step in this many (``Recorder(noise_every=...)``)
+
+    @property
+    def window_text(self) -> str:
+        """What the estimate averages, in words: "EMA over 20 of 57 measured steps (one in 4)"."""
+        cadence = f" (one in {self.every})" if self.every > 1 else ""
+        return f"EMA over {min(self.ema_steps, self.rows)} of {self.rows} measured steps{cadence}"
 
     @property
     def last(self) -> tuple[float, float, float]:
@@ -106,6 +113,7 @@ class NoiseScale:
             "ema_steps": self.ema_steps,
             "groups": {k: list(v) for k, v in self.groups.items()},
             "how": self.how,
+            "every": self.every,
         }
 
     def text(self) -> str:
@@ -114,13 +122,13 @@ class NoiseScale:
         if not np.isfinite(b):
             floor = f", at least {lo:,.0f} examples" if lo > 0 else ""
             return (
-                f"gradient noise scale: |G|² not yet above 0 ({self.rows} steps measured{floor}), "
+                f"gradient noise scale: |G|² not yet above 0 ({self.window_text}{floor}), "
                 f"batch {self.b_big:,.0f} per step"
             )
         span = f"{lo:,.0f}–{hi:,.0f}" if np.isfinite(hi) else f"at least {lo:,.0f}"
         return (
-            f"gradient noise scale B_simple ≈ {b:,.0f} examples (95% interval {span}; EMA over "
-            f"{self.ema_steps} steps of {self.rows}), batch {self.b_big:,.0f} per step "
+            f"gradient noise scale B_simple ≈ {b:,.0f} examples (95% interval {span}; "
+            f"{self.window_text}), batch {self.b_big:,.0f} per step "
             f"(seen at {self.b_small:,.0f} and {self.b_big:,.0f}{'; ' + self.how if self.how else ''})"
         )
 
@@ -204,6 +212,7 @@ def noise_scale(run, span: int = EMA_STEPS) -> NoiseScale | None:
         gb, glo, ghi = smoothed(gg, gt, span)
         groups = {k: (float(gb[-1, j]), float(glo[-1, j]), float(ghi[-1, j])) for j, k in enumerate(by)}
     meta = run.meta.get("noise_scale") or {}
+    every = meta.get("every", 1)
     how = ", ".join(
         f"{k.replace('_', ' ')}: {meta[k]}" for k in ("two_sizes", "batch_size") if isinstance(meta.get(k), str)
     )
@@ -218,6 +227,7 @@ def noise_scale(run, span: int = EMA_STEPS) -> NoiseScale | None:
         groups=groups,
         ema_steps=span,
         how=how,
+        every=every if isinstance(every, int) and not isinstance(every, bool) and every >= 1 else 1,
     )
 
 

@@ -21,6 +21,13 @@ in one process) there is nothing to compare: ``"auto"`` then removes the hooks a
 ``ONE_SIZE_STEPS`` steps and notes it in ``run.meta["noise_scale"]``; ``Recorder.split_backward``
 runs one step's backward in parts (the cheapest opt-in: the same examples, no extra backward).
 
+The noise scale moves slowly (it grows as the loss falls), and the estimate is a moving average over
+rows anyway: the probe measures one recorded step in ``every`` (``NOISE_EVERY`` by default), and on
+the others its hooks return at once (the Recorder sets ``measuring``). That divides its cost by
+``every`` (the Llama-style model of bench/overhead.py: 2.0 -> 0.6 ms of a 60 ms two-micro-batch
+step) and leaves the estimate's precision as it was: the moving average spans the same number of
+rows, each the same number as before, over more steps (docs/costs.md).
+
 The batch size is the user's (``Recorder(batch_size=...)`` or ``rec.log(batch_size=...)``, the size
 of one micro-batch) or, by default, the first dimension of the first tensor the model is called with
 (a forward pre-hook on the root module), read at the start of each backward.
@@ -48,6 +55,11 @@ from ._kernels import HostCopy, acc_dtype, norms, stacked, stacked_norms, stored
 #: accumulation shows at the first step, and the hooks then cost nothing in the steps NaN tracing's
 #: "auto" times, nor stay on a model whose forward hooks a user counts)
 ONE_SIZE_STEPS = 1
+
+#: the probe measures one recorded step in this many by default (``Recorder(noise_every=...)``): a
+#: quarter of its cost, and its first estimate (``analysis.noise_scale.MIN_ROWS`` rows) after
+#: 40 recorded steps instead of 10; 1 measures every step
+NOISE_EVERY = 4
 
 #: what ``run.meta["noise_scale"]["one_size"]`` says when only one batch size is seen
 ONE_SIZE_TEXT = (
@@ -128,9 +140,18 @@ class NoiseProbe:
     _lost: bool  # an increment this step was not measured (a stack that failed): no row
 
     def __init__(
-        self, model: nn.Module, params: list[torch.Tensor], batch_size: int | None, world_size: int = 1, mode="auto"
+        self,
+        model: nn.Module,
+        params: list[torch.Tensor],
+        batch_size: int | None,
+        world_size: int = 1,
+        mode="auto",
+        every: int = NOISE_EVERY,
     ) -> None:
-        self.params, self.world_size, self.mode = params, world_size, mode
+        self.params, self.world_size, self.mode, self.every = params, world_size, mode, every
+        #: whether this step is measured (set by the Recorder at each step's end for the next one:
+        #: one recorded step in ``every``); the hooks of an unmeasured step return at once
+        self.measuring = True
         self.fixed_batch = batch_size
         self.user_batch: int | None = None  # rec.log(batch_size=...): this step's micro-batch size
         self.input_batch: int | None = None
@@ -238,6 +259,8 @@ class NoiseProbe:
         kept short). A stacked one is measured at the end of the backward; one without a gradient
         yet (one process) will have ``g`` as its gradient, measured then too; any other is reduced
         to its norm now (``g`` is gone once it is added)."""
+        if not self.measuring:
+            return
         task = torch._C._current_graph_task_id()
         if task not in self._open:
             self._enter_task(task, i)
@@ -434,6 +457,7 @@ class NoiseProbe:
             "batch_size": self.source,
             "two_sizes": "ddp and accumulation" if self.world_size > 1 else "accumulation",
             "world_size": self.world_size,
+            "every": self.every,
         }
         if self.one_size_note is not None:
             out["one_size"] = self.one_size_note

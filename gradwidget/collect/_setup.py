@@ -215,6 +215,6 @@ class _Setup(_RecorderState):
         if self.histogram_every:
             per_step += 4 * N_BINS * n_layers / self.histogram_every
         noise = getattr(self, "_noise", None)
-        if noise is not None and noise.keeps_rows:  # run.noise: a row a step
-            per_step += noise_dtype(n_layers).itemsize
+        if noise is not None and noise.keeps_rows:  # run.noise: a row a measured step
+            per_step += noise_dtype(n_layers).itemsize / noise.every
         return max(1000, int(self.memory_budget / (2 * per_step)))

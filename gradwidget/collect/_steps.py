@@ -242,7 +242,13 @@ class _Steps(_RecorderState):
                 self._pending.get("loss"),
                 skipped=self.optimizer is not None and not before_update,
             )
-        self._noise_step = self._noise.end_step() if self._noise is not None else None
+        self._noise_step = None
+        if self._noise is not None:
+            self._noise_step = self._noise.end_step()
+            # the next step is measured if it is one recorded step in the probe's ``every``, and
+            # every step while "auto" times the NaN tracer (its pairs of steps then carry the
+            # probe's work on both sides, not on every other pair's step without the tracer)
+            self._noise.measuring = self._count % (self.every * self._noise.every) == 0 or self._trace_meter is not None
         if before_update and self._reset_check is not None:
             self._reset_check.at_step()
         if step_no % self.every:

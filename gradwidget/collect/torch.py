@@ -54,7 +54,7 @@ from ._inputs import (
     _unwrapped_optimizer,
 )
 from ._kernels import norms
-from ._noise import SHARDED_TEXT, NoiseProbe, split_backward
+from ._noise import NOISE_EVERY, SHARDED_TEXT, NoiseProbe, split_backward
 from ._setup import _Setup
 from ._steps import _Steps
 from .loss_graph import LossGraphProbe
@@ -105,6 +105,9 @@ class Recorder(_Setup, _Steps):
         ``"auto"`` (default) removes its hooks after a first step of one batch size (one backward a step,
         one process) and says so in ``run.meta["noise_scale"]``; ``split_backward`` opts a step in.
         True always hooks, False never. Not under FSDP.
+    noise_every: measure the noise scale at one recorded step in this many (default 4: the estimate
+        is a moving average over measured steps, and the noise scale moves slowly; 1/4 of the
+        probe's cost, its first estimate after 40 recorded steps instead of 10; docs/costs.md).
     batch_size: the examples in one micro-batch (one backward); None (default) reads it from the
         first dimension of the first tensor the model is called with. ``log(batch_size=...)``
         sets it for one step.
@@ -145,6 +148,7 @@ class Recorder(_Setup, _Steps):
         trace_nonfinite: bool | str = "auto",
         step_hooks: bool = True,
         noise_scale: bool | str = "auto",
+        noise_every: int = NOISE_EVERY,
         batch_size: int | None = None,
         resume: bool = False,
     ) -> None:
@@ -163,6 +167,7 @@ class Recorder(_Setup, _Steps):
         memory_budget = _bytes_arg("memory_budget", memory_budget)
         self.trace_nonfinite = check_bool_or_auto("trace_nonfinite", trace_nonfinite)
         noise_scale = check_bool_or_auto("noise_scale", noise_scale)
+        noise_every = check_count("noise_every", noise_every, 1)
         if batch_size is not None:
             batch_size = check_count("batch_size", batch_size, 1)
         flags = {"overwrite": overwrite, "track_updates": track_updates, "foreach_all": foreach_all}
@@ -280,7 +285,7 @@ class Recorder(_Setup, _Steps):
             self._replay = StepReplay(model)
         if noise_scale and (self._dist is None or not self._dist.sharded):
             world = self._dist.world_size if self._dist is not None and self._dist.kind == "ddp" else 1
-            self._noise = NoiseProbe(model, self._params, batch_size, world, noise_scale)
+            self._noise = NoiseProbe(model, self._params, batch_size, world, noise_scale, noise_every)
         elif noise_scale and self._dist is not None:  # sharded: said in the run, not silently absent
             self._noise_off = SHARDED_TEXT.format(kind=self._dist.kind)
         if trace_nonfinite:
@@ -434,6 +439,7 @@ class Recorder(_Setup, _Steps):
         if self._noise is None:
             raise RuntimeError("split_backward needs Recorder(..., noise_scale='auto' or True) (not under FSDP)")
         self._noise.arm(once=not self._noise.armed)
+        self._noise.measuring = True  # asked for at this step, whatever the probe's cadence
         parts = check_count("parts", parts, 2)
         noise = self._noise
 

@@ -43,8 +43,8 @@ def _evidence(ns: NoiseScale, far: float, direction: str) -> str:
             lo_k, hi_k = min(g, key=lambda k: g[k]), max(g, key=lambda k: g[k])
             groups = f"; by module: {hi_k} {g[hi_k]:,.0f}, {lo_k} {g[lo_k]:,.0f}"
     return (
-        f"gradient noise scale B_simple {what} (95% interval {span}; EMA over {ns.ema_steps} "
-        f"steps, {ns.rows} measured) against a batch of {ns.b_big:,.0f} per step: {far:.0f}x {direction}"
+        f"gradient noise scale B_simple {what} (95% interval {span}; {ns.window_text}) "
+        f"against a batch of {ns.b_big:,.0f} per step: {far:.0f}x {direction}"
         f"{groups}; measured from gradients of {ns.b_small:,.0f} and {ns.b_big:,.0f} examples"
         + (f" ({ns.how})" if ns.how else "")
     )
