@@ -57,8 +57,9 @@ from ._kernels import HostCopy, acc_dtype, norms, stacked, stacked_norms, stored
 ONE_SIZE_STEPS = 1
 
 #: the probe measures one recorded step in this many by default (``Recorder(noise_every=...)``): a
-#: quarter of its cost, and its first estimate (``analysis.noise_scale.MIN_ROWS`` rows) after
-#: 40 recorded steps instead of 10; 1 measures every step
+#: quarter of its cost; its first estimate (``analysis.noise_scale.MIN_ROWS`` rows) comes after
+#: up to 40 recorded steps instead of 10 (fewer at the defaults: every step is measured while
+#: "auto" times the NaN tracer, up to the first ten); 1 measures every step
 NOISE_EVERY = 4
 
 #: what ``run.meta["noise_scale"]["one_size"]`` says when only one batch size is seen

@@ -107,7 +107,8 @@ class Recorder(_Setup, _Steps):
         True always hooks, False never. Not under FSDP.
     noise_every: measure the noise scale at one recorded step in this many (default 4: the estimate
         is a moving average over measured steps, and the noise scale moves slowly; 1/4 of the
-        probe's cost, its first estimate after 40 recorded steps instead of 10; docs/costs.md).
+        probe's cost; its first estimate needs 10 measured steps, up to 40 recorded steps (fewer at
+        the defaults: every step is measured while "auto" times the NaN tracer); docs/costs.md).
     batch_size: the examples in one micro-batch (one backward); None (default) reads it from the
         first dimension of the first tensor the model is called with. ``log(batch_size=...)``
         sets it for one step.
