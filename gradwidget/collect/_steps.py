@@ -247,7 +247,7 @@ class _Steps(_RecorderState):
             self._noise_step = self._noise.end_step()
             # the next step is measured if it is one recorded step in the probe's ``every``, and
             # every step while "auto" times the NaN tracer (its pairs of steps then carry the
-            # probe's work on both sides, not on every other pair's step without the tracer)
+            # probe's work on both sides; by the cadence alone, steps 4 and 8, both with the tracer)
             self._noise.measuring = self._count % (self.every * self._noise.every) == 0 or self._trace_meter is not None
         if before_update and self._reset_check is not None:
             self._reset_check.at_step()
