@@ -72,6 +72,12 @@ def ema(x: np.ndarray, span: int = EMA_STEPS) -> tuple[np.ndarray, np.ndarray]:
     return m / wsum, np.broadcast_to(w2, x.shape).copy()
 
 
+def interval_text(lo: float, hi: float) -> str:
+    """A 95% interval of B_simple in words: "33–52", or "at least 33" when |G|² is not resolved
+    (no upper bound)."""
+    return f"{lo:,.0f}–{hi:,.0f}" if np.isfinite(hi) else f"at least {lo:,.0f}"
+
+
 @dataclass
 class NoiseScale:
     """The gradient noise scale over a run: per noise row, the smoothed estimate and its interval
@@ -125,9 +131,8 @@ class NoiseScale:
                 f"gradient noise scale: |G|² not yet above 0 ({self.window_text}{floor}), "
                 f"batch {self.b_big:,.0f} per step"
             )
-        span = f"{lo:,.0f}–{hi:,.0f}" if np.isfinite(hi) else f"at least {lo:,.0f}"
         return (
-            f"gradient noise scale B_simple ≈ {b:,.0f} examples (95% interval {span}; "
+            f"gradient noise scale B_simple ≈ {b:,.0f} examples (95% interval {interval_text(lo, hi)}; "
             f"{self.window_text}), batch {self.b_big:,.0f} per step "
             f"(seen at {self.b_small:,.0f} and {self.b_big:,.0f}{'; ' + self.how if self.how else ''})"
         )
@@ -141,8 +146,7 @@ class NoiseScale:
             return ""
 
         def one(b, k, lo, hi):
-            span = f"{lo:,.0f}–{hi:,.0f}" if np.isfinite(hi) else f"at least {lo:,.0f}"
-            return f"{k} ≈ {b:,.0f} ({span})"
+            return f"{k} ≈ {b:,.0f} ({interval_text(lo, hi)})"
 
         if len(done) <= 3:
             return "by module: " + "; ".join(one(*t) for t in done)

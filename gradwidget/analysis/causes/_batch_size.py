@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..noise_scale import MIN_ROWS, NoiseScale
+from ..noise_scale import MIN_ROWS, NoiseScale, interval_text
 from ._base import Context, Diagnosis
 
 
@@ -34,7 +34,6 @@ def _since(steps: np.ndarray, cond: np.ndarray) -> int | None:
 
 def _evidence(ns: NoiseScale, far: float, direction: str) -> str:
     b, lo, hi = ns.last
-    span = f"{lo:,.0f}–{hi:,.0f}" if np.isfinite(hi) else f"at least {lo:,.0f}"
     what = f"≈ {b:,.0f} examples" if np.isfinite(b) else f"at least {lo:,.0f} examples (|G|² barely resolved)"
     groups = ""
     if ns.groups:
@@ -43,7 +42,7 @@ def _evidence(ns: NoiseScale, far: float, direction: str) -> str:
             lo_k, hi_k = min(g, key=lambda k: g[k]), max(g, key=lambda k: g[k])
             groups = f"; by module: {hi_k} {g[hi_k]:,.0f}, {lo_k} {g[lo_k]:,.0f}"
     return (
-        f"gradient noise scale B_simple {what} (95% interval {span}; {ns.window_text}) "
+        f"gradient noise scale B_simple {what} (95% interval {interval_text(lo, hi)}; {ns.window_text}) "
         f"against a batch of {ns.b_big:,.0f} per step: {far:.0f}x {direction}"
         f"{groups}; measured from gradients of {ns.b_small:,.0f} and {ns.b_big:,.0f} examples"
         + (f" ({ns.how})" if ns.how else "")
