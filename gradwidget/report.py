@@ -25,7 +25,7 @@ from .fallback import (
     static_fallback_html,
     static_mimebundle,
 )
-from .analysis.noise_scale import no_estimate_note
+from .analysis.noise_scale import interval_text, no_estimate_note
 from .run import Run
 
 __all__ = [
@@ -212,7 +212,7 @@ def _noise_html(report) -> str:
             return ""
         return f'<h2 id="noise-scale">Batch size</h2><div class="card"><p>{_esc(why)}.</p></div>'
     groups = "".join(
-        f"<tr><td>{_esc(k)}</td><td>{b:,.0f}</td><td>{lo:,.0f}–{hi:,.0f}</td></tr>"
+        f"<tr><td>{_esc(k)}</td><td>{b:,.0f}</td><td>{interval_text(lo, hi)}</td></tr>"
         for k, (b, lo, hi) in ns.groups.items()
         if np.isfinite(b)
     )

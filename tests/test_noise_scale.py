@@ -499,3 +499,26 @@ def make_run_without_noise():
     from conftest import make_run
 
     return make_run(n_steps=5)
+
+
+def test_an_unbounded_interval_reads_at_least_everywhere():
+    """|G|² not resolved: B_simple has no upper bound, and no page prints "inf" for it."""
+    from types import SimpleNamespace
+
+    from gradwidget.analysis.noise_scale import NoiseScale
+    from gradwidget.report import _noise_html
+
+    inf = float("inf")
+    ns = NoiseScale(
+        steps=np.arange(3),
+        b_simple=np.array([5.0, 6.0, 7.0]),
+        lo=np.array([1.0, 2.0, 3.0]),
+        hi=np.full(3, inf),
+        b_small=8,
+        b_big=16,
+        rows=3,
+        groups={"enc": (7.0, 3.0, inf), "head": (9.0, 4.0, 12.0)},
+    )
+    assert "95% interval at least 3;" in ns.text() and "enc ≈ 7 (at least 3)" in ns.groups_text()
+    html = _noise_html(SimpleNamespace(noise_scale=ns))
+    assert "<td>at least 3</td>" in html and "<td>4–12</td>" in html and "–inf" not in html
