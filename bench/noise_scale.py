@@ -337,13 +337,13 @@ def sweep(target: float, batches, lrs, max_steps: int) -> None:
 
 
 # --------------------------------------------------------------------------- cost
-def _timed(fn, n):
+def _timed(fn, n) -> float:
     """One block: the mean seconds of ``n`` calls of ``fn`` (work done one step in N is in it when
     ``n`` spans its period; a median over single steps would leave it out)."""
     t = time.perf_counter()
     for _ in range(n):
         fn()
-    return [(time.perf_counter() - t) / n]
+    return (time.perf_counter() - t) / n
 
 
 def cost_rows(kind: str = "mlp", repeats: int = 12, micro: int = 4) -> None:
@@ -409,19 +409,19 @@ def cost_rows(kind: str = "mlp", repeats: int = 12, micro: int = 4) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for _ in range(repeats):
-            times["bare"] += _timed(accum_step, period)
+            times["bare"].append(_timed(accum_step, period))
             rec = Recorder(model, opt, noise_scale=False, **kw)
             accum_step()
-            times["off"] += _timed(accum_step, period)
+            times["off"].append(_timed(accum_step, period))
             rec.detach()
             rec = Recorder(model, opt, noise_scale=True, **kw)
             accum_step()
-            times["on"] += _timed(accum_step, period)
+            times["on"].append(_timed(accum_step, period))
             rec.detach()
             rec = Recorder(model, opt, noise_scale="auto", **kw)
             plain_step()  # the first step: "auto" sees one batch size and removes its hooks
-            times["plain"] += _timed(plain_step, period)
-            times["split"] += _timed(lambda: split_step(rec), period)
+            times["plain"].append(_timed(plain_step, period))
+            times["split"].append(_timed(lambda: split_step(rec), period))
             rec.detach()
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     n = sum(p.numel() for p in model.parameters())
