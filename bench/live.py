@@ -200,9 +200,12 @@ BIG_READY_JS = """(n) => { const roots = document.querySelectorAll('.gw-root');
   const v = roots[roots.length - 1].parentElement.gradwidget;
   return !!(v && v.heat.length && v.layout && v.lastDrawMs > 0) && {t: performance.now()}; }"""
 
+#: the table holds all ``n`` layers: past the kernel's cap (``panel.rows``) a grouped row stands for
+#: ``count`` of them
 BIG_TABLE_JS = """(n) => { const roots = document.querySelectorAll('.gw-root');
   const v = roots[roots.length - 1].parentElement.gradwidget;
-  return v && v.table.rows.length >= n && {t: performance.now()}; }"""
+  const layers = v ? v.table.rows.reduce((k, r) => k + (typeof r.count === 'number' && r.count > 1 ? r.count : 1), 0) : 0;
+  return layers >= n && {t: performance.now()}; }"""
 
 TABLE_RERENDER_JS = """() => { const roots = document.querySelectorAll('.gw-root');
   const v = roots[roots.length - 1].parentElement.gradwidget;
