@@ -6,7 +6,7 @@
 
 import { PanelModel } from "./protocol";
 import { applyPatch, applyRows, Patch } from "./sync";
-import { PanelView } from "./view/panel";
+import { Handover, PanelView } from "./view/panel";
 
 export { PanelView };
 
@@ -20,19 +20,25 @@ const VIEWS = new Set<PanelView>();
  *  the old one when it gets to it, seconds later on a busy page, so it keeps looking for a while. */
 const TAKE_OVER_AT_MS = [0, 50, 300, 1500, 3000, 6000, 10000, 20000, 40000];
 
-/** Views their front end released (disposed) while shown, and when: a front end that replaces an
- *  output may release the old view before the new one is on the page; what the user set there is
- *  still read by the view that replaces it, for as long as the new one keeps looking. */
-const RELEASED = new Set<PanelView>();
+/** Views their front end released (disposed) while shown, with what the user set there (taken just
+ *  before: a disposed view keeps no DOM and no data): a front end that replaces an output may
+ *  release the old view before the new one is on the page; the view that replaces it still takes
+ *  that over, for as long as it keeps looking. */
+const RELEASED = new Map<PanelView, Handover>();
 
 /** Whether `view` took over a detached (or just released) view of its model (then it stops looking). */
 function takeOver(view: PanelView): boolean {
   if (view.isDisposed || !view.root.isConnected) return false;
   let took = false;
   for (const old of Array.from(VIEWS)) {
-    if (old === view || (old.isDisposed && !RELEASED.has(old))) continue;
-    if (!old.shown || old.root.isConnected || !view.sameModel(old)) continue;
-    view.adopt(old);
+    if (old === view) continue;
+    let state = RELEASED.get(old);
+    if (!state) {
+      if (old.isDisposed || !old.shown || old.root.isConnected) continue;
+      state = old.handover();
+    }
+    if (!view.sameModel(state)) continue;
+    view.adopt(state);
     old.dispose();
     VIEWS.delete(old);
     RELEASED.delete(old);
@@ -51,12 +57,13 @@ function render({ model, el, signal }: { model: PanelModel; el: HTMLElement; sig
   for (const ms of TAKE_OVER_AT_MS) timers.push(setTimeout(() => takeOver(view) && timers.forEach(clearTimeout), ms));
   const release = () => {
     timers.forEach(clearTimeout);
+    const state = view.shown && !view.isDisposed ? view.handover() : null;  // not once taken over
     view.dispose();
-    if (!view.shown) {
+    if (!state) {
       VIEWS.delete(view);
       return;
     }
-    RELEASED.add(view);  // for the view that replaces it, while it looks
+    RELEASED.set(view, state);  // for the view that replaces it, while it looks
     setTimeout(() => {
       VIEWS.delete(view);
       RELEASED.delete(view);

@@ -29,6 +29,20 @@ interface FocusKey {
   cls: string;
 }
 
+/** What a view that replaces another takes over from it (`PanelView.adopt`): read from the old view
+ *  while it still has its state, so that a view its front end released (disposed) can be taken over. */
+export interface Handover {
+  /** the kernel model's `meta` value: two views of one model share it */
+  meta: unknown;
+  step: number | null;
+  follow: boolean;
+  layer: number | null;
+  layerIndex: number;
+  speed: number;
+  table: ReturnType<HealthTable["state"]>;
+  lostFocus: FocusKey | null;
+}
+
 export class PanelView {
   // data
   meta: Meta = emptyMeta();
@@ -511,19 +525,32 @@ export class PanelView {
     }
   }
 
-  /** Whether `other` (shown now, or released by its front end) shows the same kernel model (two
-   *  views of one model share its values). */
-  sameModel(other: PanelView): boolean {
-    return !this.disposed && this.model.get("meta") === other.model.get("meta");
+  /** What the user did here, for the view that replaces this one (taken before it is disposed). */
+  handover(): Handover {
+    return {
+      meta: this.model.get("meta"),
+      step: this.intent.step,
+      follow: this.intent.follow,
+      layer: this.intent.layer,
+      layerIndex: this.layerIndex,
+      speed: this.speed,
+      table: this.table.state(),
+      lostFocus: this.lostFocus,
+    };
   }
 
-  /** Take over what the user did in `old` (a view of the same model that its front end replaced:
-   *  the output was updated in place when a cell ended): cursor and pending scrub, selection,
+  /** Whether `old` (a view's handover) was taken from a view of the same kernel model. */
+  sameModel(old: Handover): boolean {
+    return !this.disposed && this.model.get("meta") === old.meta;
+  }
+
+  /** Take over what the user did in a view of the same model that its front end replaced (the
+   *  output was updated in place when a cell ended): cursor and pending scrub, selection,
    *  playback speed, the table's sort, filter, columns and scroll. */
-  adopt(old: PanelView): void {
-    this.intent.step = old.intent.step;
-    this.intent.follow = old.intent.follow;
-    this.intent.layer = old.intent.layer;
+  adopt(old: Handover): void {
+    this.intent.step = old.step;
+    this.intent.follow = old.follow;
+    this.intent.layer = old.layer;
     // the cursor from the adopted intent against this view's data, not the old view's column: a
     // view the page took off may not have drawn the last update, and its column for "follow" (the
     // newest then) is an older step now
@@ -531,7 +558,7 @@ export class PanelView {
     if (old.layerIndex >= 0) this.setLayerIndex(old.layerIndex);
     this.speed = old.speed;
     this.dom.speedSel.value = String(old.speed);
-    this.table.restore(old.table.state());
+    this.table.restore(old.table);
     this.schedule();
     const active = (this.dom.root.getRootNode() as Document | ShadowRoot).activeElement;
     if (old.lostFocus && (!active || active === document.body)) this.refocus(old.lostFocus);
