@@ -285,8 +285,9 @@ BRIDGE_JS = """async ({code, state}) => {
   // the output re-rendered in place (JupyterLab after an update_display): the old view's element
   // is taken off the page, a new view of the same model is rendered
   window.gwRerender = () => { el.remove(); el = show(); };
-  // the same, the front end releasing the old view before the new one is on the page
-  window.gwReleaseRerender = () => { ctrl.abort(); el.remove(); el = show(); };
+  // the same, the front end releasing the old view before the new one is on the page (and the
+  // kernel's state ``s`` arriving in between, as at a cell's end: a new meta value)
+  window.gwReleaseRerender = (s) => { ctrl.abort(); el.remove(); window.gwKernel(s); el = show(); };
 }"""
 
 
@@ -471,9 +472,10 @@ def test_a_focused_toggle_keeps_the_focus_while_the_table_repaints_in_chromium()
 def test_a_view_released_before_its_replacement_is_shown_is_taken_over_in_chromium():
     """A front end may release (dispose) the old view of an output updated in place before the new
     view is on the page (JupyterLab, at a training cell's end, now and then): the new view still
-    takes over the user's table filter and scrubbed step. A disposed view keeps no DOM and no data,
-    so what it held is taken just before; reading the disposed view threw, and the user's filter
-    was lost (tests/browser/test_panel_e2e.py, 1 CI run in several)."""
+    takes over the user's table filter and scrubbed step, also when the kernel's update (a new
+    ``meta``) came in between. A disposed view keeps no DOM and no data, so what it held is taken
+    just before; reading the disposed view threw, and the user's filter was lost
+    (tests/browser/test_panel_e2e.py, in CI)."""
     from gw_browser import offline_page
 
     panel = GradientPanel(many_layers())
@@ -486,7 +488,7 @@ def test_a_view_released_before_its_replacement_is_shown_is_taken_over_in_chromi
             for _ in range(3):
                 page.keyboard.press("ArrowRight")
             assert page.evaluate("() => window.gwView.cursor") == 3
-            page.evaluate("() => window.gwReleaseRerender()")
+            page.evaluate("(s) => window.gwReleaseRerender(s)", _state(panel))
             page.wait_for_function("() => document.querySelector('input.gw-filter').value === 'lin1'", timeout=5000)
             assert page.evaluate("() => window.gwView.cursor") == 3
             assert page.evaluate("() => document.querySelectorAll('.gw-root').length") == 1

@@ -32,8 +32,10 @@ interface FocusKey {
 /** What a view that replaces another takes over from it (`PanelView.adopt`): read from the old view
  *  while it still has its state, so that a view its front end released (disposed) can be taken over. */
 export interface Handover {
-  /** the kernel model's `meta` value: two views of one model share it */
-  meta: unknown;
+  /** the old view's model: two views of one kernel model share its current values (its `meta`
+   *  is read when the takeover looks: a kernel update between the release and the look, as at a
+   *  cell's end, replaces the value) */
+  model: PanelModel;
   step: number | null;
   follow: boolean;
   layer: number | null;
@@ -528,7 +530,7 @@ export class PanelView {
   /** What the user did here, for the view that replaces this one (taken before it is disposed). */
   handover(): Handover {
     return {
-      meta: this.model.get("meta"),
+      model: this.model,
       step: this.intent.step,
       follow: this.intent.follow,
       layer: this.intent.layer,
@@ -541,7 +543,7 @@ export class PanelView {
 
   /** Whether `old` (a view's handover) was taken from a view of the same kernel model. */
   sameModel(old: Handover): boolean {
-    return !this.disposed && this.model.get("meta") === old.meta;
+    return !this.disposed && this.model.get("meta") === old.model.get("meta");
   }
 
   /** Take over what the user did in a view of the same model that its front end replaced (the
