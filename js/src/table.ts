@@ -292,10 +292,14 @@ export class HealthTable {
     }
   }
 
+  /** The layers the rows stand for: grouped rows (past the kernel's cap) stand for more than one. */
+  get layers(): number {
+    return this.rows.reduce((n, r) => n + (typeof r.count === "number" && r.count > 1 ? r.count : 1), 0);
+  }
+
   private render(): void {
     this.shown = sortRows(filterRows(this.rows, this.input.value), this.sort);
-    // grouped rows (past the kernel's cap) stand for more layers than there are rows
-    const layers = this.rows.reduce((n, r) => n + (typeof r.count === "number" && r.count > 1 ? r.count : 1), 0);
+    const layers = this.layers;
     this.count.textContent = layers > this.rows.length
       ? `${this.shown.length} of ${this.rows.length} rows · ${layers} layers`
       : `${this.shown.length} of ${this.rows.length} layers`;
