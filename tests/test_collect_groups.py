@@ -162,3 +162,12 @@ def test_the_sync_free_count_used_off_cpu_equals_bincount():
     idx = torch.randint(0, 300, (5000,), dtype=torch.int32)
     np.testing.assert_array_equal(scatter_count(idx, 512).numpy(), torch.bincount(idx, minlength=512).numpy())
     np.testing.assert_array_equal(count_values(idx, 512).numpy(), scatter_count(idx, 512).numpy())
+
+
+def test_the_histc_count_used_for_a_tensors_exponents_off_cpu_equals_bincount_across_chunks():
+    from gradwidget.collect._kernels import histc_count
+
+    idx = torch.cat([torch.randint(0, 256, (5000,)), torch.tensor([0, 255, 255])]).to(torch.int32)
+    want = torch.bincount(idx, minlength=256).numpy()
+    for chunk in (7, 4096, 1 << 24):  # a part of a chunk, several, one
+        np.testing.assert_array_equal(histc_count(idx, 256, chunk).numpy(), want)

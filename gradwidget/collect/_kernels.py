@@ -152,12 +152,33 @@ def exponent_counts(grads: list[torch.Tensor]) -> torch.Tensor:
 
 
 def count_values(idx: torch.Tensor, n: int) -> torch.Tensor:
-    """How many times each of ``0 .. n-1`` occurs in ``idx``: ``bincount`` on CPU; elsewhere a
-    ``scatter_add_`` into ``n`` zeros, since CUDA's ``bincount`` reads the largest index back to the
-    host to size its output (a sync per call) even when ``minlength`` already fixes it."""
+    """How many times each of ``0 .. n-1`` occurs in ``idx``: ``bincount`` on CPU. Elsewhere never
+    ``bincount``: CUDA's reads the largest index back to the host to size its output (a sync per
+    call) even when ``minlength`` already fixes it. A tensor's exponents (``n`` = 256) are counted by
+    ``histc_count``; a stack's (``n`` = 256 per row) and, under ``torch.use_deterministic_algorithms``
+    (CUDA's histc has no deterministic kernel), every count by ``scatter_count``."""
     if idx.device.type == "cpu":
         return torch.bincount(idx, minlength=n)
+    if n * n <= HISTC_EXACT and not torch.are_deterministic_algorithms_enabled():
+        return histc_count(idx, n)
     return scatter_count(idx, n)
+
+
+#: torch.histc counts in its input's dtype (float32 here): exact up to 2**24 per bin, so it is fed at
+#: most this many entries at a time; and a bin index ``x * n / n`` is exact while ``x * n`` is
+HISTC_EXACT = 1 << 24
+
+
+def histc_count(idx: torch.Tensor, n: int, chunk: int = HISTC_EXACT) -> torch.Tensor:
+    """``count_values`` of ``idx`` (integers in ``0 .. n-1``, ``n * n <= HISTC_EXACT``) by
+    ``torch.histc`` over float32 chunks of at most ``chunk`` entries. A gradient's entries fall in a
+    few dozen exponents: ``scatter_add_`` then queues millions of global atomic adds on each of a
+    few addresses, where histc counts in each block's shared memory first (bench/gpu.py --kernels)."""
+    flat = idx.reshape(-1)
+    total = torch.zeros(n, dtype=torch.int64, device=idx.device)
+    for part in flat.split(chunk):
+        total += torch.histc(part.float(), bins=n, min=0, max=n).long()
+    return total
 
 
 def scatter_count(idx: torch.Tensor, n: int) -> torch.Tensor:
