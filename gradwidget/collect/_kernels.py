@@ -154,12 +154,13 @@ def exponent_counts(grads: list[torch.Tensor]) -> torch.Tensor:
 def count_values(idx: torch.Tensor, n: int) -> torch.Tensor:
     """How many times each of ``0 .. n-1`` occurs in ``idx``: ``bincount`` on CPU. Elsewhere never
     ``bincount``: CUDA's reads the largest index back to the host to size its output (a sync per
-    call) even when ``minlength`` already fixes it. A tensor's exponents (``n`` = 256) are counted by
-    ``histc_count``; a stack's (``n`` = 256 per row) and, under ``torch.use_deterministic_algorithms``
-    (CUDA's histc has no deterministic kernel), every count by ``scatter_count``."""
+    call) even when ``minlength`` already fixes it. On CUDA a tensor's exponents (``n`` = 256) are
+    counted by ``histc_count``; a stack's (``n`` = 256 per row), every count under
+    ``torch.use_deterministic_algorithms`` (CUDA's histc has no deterministic kernel) and every count
+    on other devices (histc is measured on CUDA only) by ``scatter_count``."""
     if idx.device.type == "cpu":
         return torch.bincount(idx, minlength=n)
-    if n * n <= HISTC_EXACT and not torch.are_deterministic_algorithms_enabled():
+    if idx.device.type == "cuda" and n * n <= HISTC_EXACT and not torch.are_deterministic_algorithms_enabled():
         return histc_count(idx, n)
     return scatter_count(idx, n)
 
