@@ -383,8 +383,8 @@ class Comparison:
         if variant == "gradwidget defaults":
             inst = Recorder(model, opt)
             log = inst.log
-        elif variant == "gradwidget, trace_nonfinite=False":
-            inst = Recorder(model, opt, trace_nonfinite=False)
+        elif variant in ABLATIONS:
+            inst = Recorder(model, opt, **ABLATIONS[variant])
             log = inst.log
         elif variant == "gradwidget noise scale, 2 micro-batches":
             inst = Recorder(model, opt, noise_scale=True)
@@ -591,6 +591,23 @@ def compare_in_process(which: str, rounds: int, steps: int, batch: int, seq: int
 PAIRED_VARIANTS = ("bare", "gradwidget defaults", "bare, 2 micro-batches", "gradwidget noise scale, 2 micro-batches")
 
 
+#: ``--ablate``: the defaults with one optional part off at a time, and with all of them off (what
+#: each costs of the defaults' ratio; Recorder keyword arguments by variant)
+ABLATIONS = {
+    "gradwidget, histogram_every=0": {"histogram_every": 0},
+    "gradwidget, track_updates=False": {"track_updates": False},
+    "gradwidget, trace_nonfinite=False": {"trace_nonfinite": False},
+    "gradwidget, noise_scale=False": {"noise_scale": False},
+    "gradwidget, all four off": {
+        "histogram_every": 0,
+        "track_updates": False,
+        "trace_nonfinite": False,
+        "noise_scale": False,
+    },
+}
+ABLATION_VARIANTS = ("bare", "gradwidget defaults", *ABLATIONS)
+
+
 #: on a GPU, also: the recording without the NaN tracer, and the floor (fused norms, one host copy)
 GPU_PAIRED_VARIANTS = PAIRED_VARIANTS + ("gradwidget, trace_nonfinite=False", "grad norms only (foreach: the floor)")
 
@@ -615,7 +632,9 @@ def periodic_steps(inst) -> list[int]:
     return [inst.every * max(n, 1) for n in (inst.histogram_every, inst.update_every, noise)]
 
 
-def compare_paired(which: str, rounds: int, per_block: int, batch: int, seq: int, device: str = "cpu") -> dict:
+def compare_paired(
+    which: str, rounds: int, per_block: int, batch: int, seq: int, device: str = "cpu", variants=None
+) -> dict:
     """The recording's cost resolved on a shared machine (``paired``): many short interleaved
     blocks, each variant's per-round ratio to its baseline in CPU and wall-clock time, the median
     with its bootstrap 95% interval and interquartile range. On CUDA each step ends with a
@@ -626,7 +645,7 @@ def compare_paired(which: str, rounds: int, per_block: int, batch: int, seq: int
     from paired import interleaved_rounds, ratio_summary, summary_text
 
     cuda = torch.device(device).type == "cuda"
-    variants = GPU_PAIRED_VARIANTS if cuda else PAIRED_VARIANTS
+    variants = variants or (GPU_PAIRED_VARIANTS if cuda else PAIRED_VARIANTS)
     cmp = Comparison(which, batch, seq, variants, device=device)
     for v in variants:  # warm-up: "auto" decides about its tracer in its first 9 steps
         cmp.block(v, 12)
@@ -743,6 +762,12 @@ def main() -> None:
         "ratios with their 95%% intervals; tiny: 2,000 x Linear(2, 2); large: 12 x d768) on --device",
     )
     ap.add_argument(
+        "--ablate",
+        nargs="*",
+        choices=["transformer", "llama", "tiny", "large"],
+        help="--paired's rounds of the defaults with each optional part off, one at a time and all together",
+    )
+    ap.add_argument(
         "--rounds", type=int, default=120, help="--paired: rounds of one block per variant (a multiple of a period's)"
     )
     ap.add_argument("--runs", type=int, default=3, help="--compare, --paired: runs of each model")
@@ -758,7 +783,12 @@ def main() -> None:
         for r in range(args.runs):
             print(f"--- {which}, run {r + 1} of {args.runs}", flush=True)
             compare_paired(which, args.rounds, 2, 8 if which == "tiny" else args.batch, args.seq, args.device)
-    if args.compare is not None or args.paired is not None:
+    for which in args.ablate or ():
+        for r in range(args.runs):
+            print(f"--- {which}, run {r + 1} of {args.runs}", flush=True)
+            batch = 8 if which == "tiny" else args.batch
+            compare_paired(which, args.rounds, 2, batch, args.seq, args.device, ABLATION_VARIANTS)
+    if args.compare is not None or args.paired is not None or args.ablate is not None:
         return
     if args.large:
         large_ratio(args.blocks, args.steps, args.device)
