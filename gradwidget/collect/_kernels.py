@@ -175,11 +175,9 @@ def histc_count(idx: torch.Tensor, n: int, chunk: int = HISTC_EXACT) -> torch.Te
     ``torch.histc`` over float32 chunks of at most ``chunk`` entries. A gradient's entries fall in a
     few dozen exponents: ``scatter_add_`` then queues millions of global atomic adds on each of a
     few addresses, where histc counts in each block's shared memory first (bench/gpu.py --kernels)."""
-    flat = idx.reshape(-1)
-    total = torch.zeros(n, dtype=torch.int64, device=idx.device)
-    for part in flat.split(chunk):
-        total += torch.histc(part.float(), bins=n, min=0, max=n).long()
-    return total
+    counts = [torch.histc(part.float(), bins=n, min=0, max=n) for part in idx.reshape(-1).split(chunk)]
+    # one chunk (a tensor of at most 2**24 entries): no zeros to add it to; each op is a launch
+    return counts[0].long() if len(counts) == 1 else torch.stack(counts).long().sum(0)
 
 
 def scatter_count(idx: torch.Tensor, n: int) -> torch.Tensor:
