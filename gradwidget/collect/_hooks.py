@@ -8,7 +8,10 @@ it, as for any object pickled with a reference to a package). Private to ``gradw
 
 from __future__ import annotations
 
+import collections
 from typing import Any, Callable
+
+import torch
 
 
 class Hook:
@@ -47,3 +50,50 @@ def remove_tensor_hooks(handles: list, tensors) -> None:
     for t in tensors:
         if getattr(t, "_backward_hooks", None) == {}:
             t._backward_hooks = None
+
+
+#: a tensor hook that does nothing, in C: a ``deque(maxlen=0)`` keeps nothing it is given, and its
+#: ``append`` returns None without a Python frame (a Python function that returns at once costs the
+#: engine 0.6 µs more a call: 2,000 ``Linear(2, 2)``'s 4,000 hooks, +6.6 against +4.1 ms a backward)
+_DISCARD: Callable[[Any], None] = collections.deque(maxlen=0).append
+
+
+class TensorHooks:
+    """Tensor hooks (``register_hook``) that can be switched off without being removed: off, each
+    one's entry in its tensor's hook dict holds ``_DISCARD``; on, its function again. Switching
+    rewrites dict values only, so no handle is made or dropped (re-registering 4,000 hooks for
+    every measured step cost 10 ms, and full garbage collections), and the dicts keep their order
+    and whatever other hooks they hold."""
+
+    def __init__(self) -> None:
+        self._handles: list = []
+        self._tensors: list[torch.Tensor] = []
+        self._entries: list[tuple[dict, int, Callable]] = []  # (the tensor's hook dict, key, function)
+        self._on = True
+
+    def add(self, t: torch.Tensor, fn: Callable[[torch.Tensor], None]) -> None:
+        handle = t.register_hook(fn)
+        hooks = t._backward_hooks
+        assert hooks is not None  # register_hook made it
+        self._handles.append(handle)
+        self._tensors.append(t)
+        self._entries.append((hooks, handle.id, fn))
+        if not self._on:
+            hooks[handle.id] = _DISCARD
+
+    @property
+    def on(self) -> bool:
+        return self._on
+
+    @on.setter
+    def on(self, value: bool) -> None:
+        if bool(value) == self._on:
+            return
+        self._on = bool(value)
+        for hooks, key, fn in self._entries:
+            if key in hooks:  # not removed since
+                hooks[key] = fn if self._on else _DISCARD
+
+    def remove(self) -> None:
+        remove_tensor_hooks(self._handles, self._tensors)
+        self._handles, self._tensors, self._entries = [], [], []

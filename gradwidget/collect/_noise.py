@@ -23,7 +23,8 @@ runs one step's backward in parts (the cheapest opt-in: the same examples, no ex
 
 The noise scale moves slowly (it grows as the loss falls), and the estimate is a moving average over
 rows anyway: the probe measures one recorded step in ``every`` (``NOISE_EVERY`` by default), and on
-the others its hooks return at once (the Recorder sets ``measuring``). That divides its cost by
+the others its hooks are switched to a no-op in C (the Recorder sets ``measuring``;
+``_hooks.TensorHooks``). That divides its cost by
 ``every`` (the Llama-style model of bench/overhead.py: 2.0 -> 0.6 ms of a 60 ms two-micro-batch
 step) and leaves the estimate's precision as it was: the moving average spans the same number of
 rows, each the same number as before, over more steps (docs/costs.md).
@@ -48,7 +49,7 @@ from torch import nn
 
 from ..noise_series import NoiseSeries
 from ._groups import Plan, grad_of
-from ._hooks import remove_tensor_hooks
+from ._hooks import TensorHooks
 from ._kernels import HostCopy, acc_dtype, norms, stacked, stacked_norms, stored_values
 
 #: "auto" keeps its hooks this many steps; with one batch size on every one, it removes them (one:
@@ -150,15 +151,12 @@ class NoiseProbe:
         every: int = NOISE_EVERY,
     ) -> None:
         self.params, self.world_size, self.mode, self.every = params, world_size, mode, every
-        #: whether this step is measured (set by the Recorder at each step's end for the next one:
-        #: one recorded step in ``every``); the hooks of an unmeasured step return at once
-        self.measuring = True
+        self._hooks = TensorHooks()  # switched off while not ``measuring``
         self.fixed_batch = batch_size
         self.user_batch: int | None = None  # rec.log(batch_size=...): this step's micro-batch size
         self.input_batch: int | None = None
         self.source = "argument" if batch_size is not None else "input"
         self._model = model
-        self._handles: list = []
         self._fwd_handle: Any = None
         self._indices: dict = {}
         self._one_size = 0  # consecutive steps with one batch size ("auto")
@@ -193,7 +191,7 @@ class NoiseProbe:
         self.armed = True
         for i, p in enumerate(self.params):
             if p.requires_grad and not nn.parameter.is_lazy(p):  # a lazy module's: no tensor to hook yet
-                self._handles.append(p.register_hook(partial(self._grad, i)))
+                self._hooks.add(p, partial(self._grad, i))
         if self.mode is True or self.world_size > 1 or self.two_sizes_seen:
             self._watch_input()
 
@@ -204,11 +202,21 @@ class NoiseProbe:
         if self.fixed_batch is None and self._fwd_handle is None:
             self._fwd_handle = self._model.register_forward_pre_hook(self._forward, with_kwargs=True)
 
+    @property
+    def measuring(self) -> bool:
+        """Whether this step is measured (set by the Recorder at each step's end for the next one:
+        one recorded step in ``every``): the hooks of an unmeasured step are switched off."""
+        return self._hooks.on
+
+    @measuring.setter
+    def measuring(self, value: bool) -> None:
+        self._hooks.on = value
+
     def remove(self) -> None:
-        remove_tensor_hooks(self._handles, self.params)
+        self._hooks.remove()
         if self._fwd_handle is not None:
             self._fwd_handle.remove()
-        self._handles, self.armed, self._fwd_handle = [], False, None
+        self.armed, self._fwd_handle = False, None
         self._reset_step()
 
     def _forward(self, module, args, kwargs) -> None:
@@ -259,9 +267,7 @@ class NoiseProbe:
         """Parameter ``i``'s increment ``g`` (the hook runs for every parameter in every backward:
         kept short). A stacked one is measured at the end of the backward; one without a gradient
         yet (one process) will have ``g`` as its gradient, measured then too; any other is reduced
-        to its norm now (``g`` is gone once it is added)."""
-        if not self.measuring:
-            return
+        to its norm now (``g`` is gone once it is added). Not called while not ``measuring``."""
         task = torch._C._current_graph_task_id()
         if task not in self._open:
             self._enter_task(task, i)

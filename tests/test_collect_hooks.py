@@ -1,0 +1,62 @@
+"""The switchable tensor hooks of ``collect/_hooks.py`` (the noise probe's, off on steps it does not
+measure): off, a hook is not called and the gradient is untouched; another hook in the same dict,
+before or after it, runs in its place in either state; removed, switching puts nothing back."""
+
+import torch
+
+from gradwidget.collect._hooks import TensorHooks
+
+
+def _backward(w: torch.Tensor) -> None:
+    w.grad = None
+    (w * torch.arange(1.0, 4.0)).sum().backward()
+
+
+def test_switched_off_hooks_are_not_called_and_the_users_hooks_around_them_run_in_order():
+    w = torch.zeros(3, requires_grad=True)
+    calls: list[str] = []
+    user_before = w.register_hook(lambda g: calls.append("user before") or g * 2)
+    hooks = TensorHooks()
+    hooks.add(w, lambda g: calls.append(f"ours saw {g.tolist()}"))
+    w.register_hook(lambda g: calls.append("user after") or g + 1)
+
+    _backward(w)
+    assert calls == ["user before", "ours saw [2.0, 4.0, 6.0]", "user after"]
+    assert w.grad.tolist() == [3.0, 5.0, 7.0]
+
+    calls.clear()
+    hooks.on = False
+    _backward(w)
+    assert calls == ["user before", "user after"]  # ours is not called; the order of the rest holds
+    assert w.grad.tolist() == [3.0, 5.0, 7.0]
+
+    calls.clear()
+    hooks.on = True
+    _backward(w)
+    assert calls == ["user before", "ours saw [2.0, 4.0, 6.0]", "user after"]
+
+    user_before.remove()
+    hooks.remove()
+    calls.clear()
+    hooks.on = False
+    hooks.on = True  # after remove(): nothing to switch, nothing put back
+    _backward(w)
+    assert calls == ["user after"]
+    assert w.grad.tolist() == [2.0, 3.0, 4.0]
+
+
+def test_a_hook_added_while_off_stays_off_until_switched_on_and_remove_unhooks_the_empty_dict():
+    w = torch.zeros(3, requires_grad=True)
+    seen: list[list[float]] = []
+    hooks = TensorHooks()
+    hooks.on = False
+    hooks.add(w, lambda g: seen.append(g.tolist()))
+    _backward(w)
+    assert seen == []
+    hooks.on = True
+    _backward(w)
+    assert seen == [[1.0, 2.0, 3.0]]
+    hooks.remove()
+    assert w._backward_hooks is None  # no empty dict left for autograd to walk every backward
+    _backward(w)
+    assert seen == [[1.0, 2.0, 3.0]]
