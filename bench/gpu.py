@@ -386,6 +386,7 @@ def kernel_times(dev: torch.device) -> None:
     import time
 
     from gradwidget.collect._kernels import (
+        biased_exponents,
         count_nonzero_abs,
         exponent_counts,
         grad_rows,
@@ -405,9 +406,6 @@ def kernel_times(dev: torch.device) -> None:
     grads = [p.grad for p in params]
     stats = StepStatistics(params, foreach_all=False)
 
-    def exponents(g):
-        return torch.bitwise_right_shift(g.float().reshape(-1).view(torch.int32), 23).bitwise_and_(255)
-
     cases = {
         "bare step (forward, backward, AdamW)": lambda: step(0),
         "optimizer.step() alone": lambda: opt.step(),
@@ -421,8 +419,8 @@ def kernel_times(dev: torch.device) -> None:
         "the five gradient rows (grad_rows, foreach)": lambda: grad_rows(grads, True),
         "the five gradient rows (grad_rows, per tensor)": lambda: grad_rows(grads, False),
         "weight norms (_foreach_norm)": lambda: norms(params),
-        "exponent counts (scatter_add_)": lambda: [scatter_count(exponents(g), 256) for g in grads],
-        "exponent counts (histc)": lambda: [histc_count(exponents(g), 256) for g in grads],
+        "exponent counts (scatter_add_)": lambda: [scatter_count(biased_exponents(g), 256) for g in grads],
+        "exponent counts (histc)": lambda: [histc_count(biased_exponents(g), 256) for g in grads],
         "exponent counts (as recorded)": lambda: exponent_counts(grads),
         "a step's statistics, no histogram (with the copy)": lambda: stats.collect(False),
         "a step's statistics, with histogram (with the copy)": lambda: stats.collect(True),

@@ -779,15 +779,12 @@ def main() -> None:
             print(f"--- {which}, run {r + 1} of {args.runs}", flush=True)
             run = compare_in_process if args.no_kernel else compare_in_kernel
             run(which, args.blocks, args.steps, args.batch, args.seq)
-    for which in args.paired or ():
-        for r in range(args.runs):
-            print(f"--- {which}, run {r + 1} of {args.runs}", flush=True)
-            compare_paired(which, args.rounds, 2, 8 if which == "tiny" else args.batch, args.seq, args.device)
-    for which in args.ablate or ():
-        for r in range(args.runs):
-            print(f"--- {which}, run {r + 1} of {args.runs}", flush=True)
-            batch = 8 if which == "tiny" else args.batch
-            compare_paired(which, args.rounds, 2, batch, args.seq, args.device, ABLATION_VARIANTS)
+    for models, variants in ((args.paired, None), (args.ablate, ABLATION_VARIANTS)):
+        for which in models or ():
+            for r in range(args.runs):
+                print(f"--- {which}, run {r + 1} of {args.runs}", flush=True)
+                batch = 8 if which == "tiny" else args.batch
+                compare_paired(which, args.rounds, 2, batch, args.seq, args.device, variants)
     if args.compare is not None or args.paired is not None or args.ablate is not None:
         return
     if args.large:

@@ -171,3 +171,6 @@ def test_the_histc_count_used_for_a_tensors_exponents_off_cpu_equals_bincount_ac
     want = torch.bincount(idx, minlength=256).numpy()
     for chunk in (7, 4096, 1 << 24):  # a part of a chunk, several, one
         np.testing.assert_array_equal(histc_count(idx, 256, chunk).numpy(), want)
+    # the most values it counts (a stack of 16 rows' exponents, 256 each): every bin index exact
+    idx = torch.cat([torch.arange(4096), torch.randint(0, 4096, (20000,))]).to(torch.int32)
+    np.testing.assert_array_equal(histc_count(idx, 4096).numpy(), torch.bincount(idx, minlength=4096).numpy())
