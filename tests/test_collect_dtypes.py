@@ -168,3 +168,30 @@ def test_log_refuses_values_that_are_not_numbers(kw, err):
     model(torch.ones(1, 3)).sum().backward()
     rec.detach()
     assert rec.run.steps.tolist() == [7] and rec.run.scalar("loss")[0] == 1.5
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_cpu_statistics_equal_the_foreach_ones_on_the_edges_of_counting(dtype):
+    """CPU's ``grad_rows`` takes max |g| from ``aminmax`` over |g|'s bits and counts non-zeros only
+    when the smallest |g| is 0; the foreach path (an accelerator's) counts every tensor. Both agree
+    on gradients without zeros, with one, all zeros, only -0.0, only subnormals, NaN and Inf."""
+    from gradwidget.collect._kernels import grad_rows
+
+    tiny = torch.finfo(dtype).tiny / 4  # a subnormal: not zero, though its exponent bits are
+    cases = [
+        [1.5, -2.0, 0.25, 3.0],
+        [1.5, 0.0, -2.0, 3.0],
+        [0.0, 0.0, 0.0, 0.0],
+        [-0.0, -0.0, 1.0, -0.0],
+        [tiny, -tiny, tiny, -tiny],
+        [1.0, float("nan"), -2.0, 0.0],
+        [1.0, -float("inf"), 2.0, 5.0],
+        [float("nan"), -0.0, float("inf"), 1.0],
+    ]
+    grads = [torch.tensor(c, dtype=dtype) for c in cases]
+    cpu, foreach = grad_rows(grads, foreach_all=False), grad_rows(grads, foreach_all=True)
+    assert cpu.dtype == foreach.dtype == torch.float64 and cpu.shape == (5, len(cases))
+    np.testing.assert_array_equal(cpu[3].numpy(), [4, 3, 0, 1, 4, 3, 4, 3])  # non-zero counts
+    np.testing.assert_allclose(cpu.numpy(), foreach.numpy(), rtol=1e-6, equal_nan=True)
+    ref_max = [max(abs(v) for v in c) if not any(v != v for v in c) else float("nan") for c in cases]
+    np.testing.assert_allclose(cpu[2].numpy(), torch.tensor(ref_max, dtype=dtype).double().numpy(), equal_nan=True)

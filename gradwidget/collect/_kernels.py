@@ -61,7 +61,11 @@ def grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
     only fast for the L2 norm, while per-tensor ``abs()`` (then its norms, max and count) and ``sum``
     are 2-15x faster (bench/overhead.py), so CPU uses those, all five on one tensor before the next:
     it is read from memory once and then from cache (6-10% faster than five passes over all of
-    them). None of them syncs with the host.
+    them). On CPU |g|'s smallest and largest entries come from one ``aminmax`` over its bits as
+    integers (ordered as the values are: |g| has no sign bit), and its non-zeros are counted only
+    when the smallest is zero: most gradients have none, and the count was the dearest of the five
+    (Llama-style model's 30 gradients: 0.34 -> 0.13 ms for max and count). None of them syncs with
+    the host on CUDA; on CPU reading the smallest is a read of memory.
     """
     acc = acc_dtype(grads)
     if foreach_all:
@@ -72,16 +76,24 @@ def grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
     l2s: list[torch.Tensor] = []
     l1s: list[torch.Tensor] = []
     maxes: list[torch.Tensor] = []
-    counts: list[torch.Tensor] = []
+    counts: list[int] = []
     totals: list[torch.Tensor] = []
     for g in grads:  # one |g| buffer alive at a time: no fresh pages for a list of them
         a = g.abs()
         l2s.append(torch.linalg.vector_norm(a, 2, dtype=acc))
         l1s.append(a.sum(dtype=acc))
-        maxes.append(a.amax())
-        counts.append(count_nonzero_abs(a))
+        as_int = _SAME_SIZE_INT.get(a.dtype)
+        if as_int is None:
+            maxes.append(a.amax())
+            counts.append(int(count_nonzero_abs(a)))
+        else:
+            lo, hi = torch.aminmax(a.view(as_int))
+            maxes.append(hi.view(a.dtype))  # NaN's bits are above Inf's: a NaN is the largest, as amax has it
+            counts.append(int(count_nonzero_abs(a)) if lo.item() == 0 else a.numel())
         totals.append(g.sum(dtype=acc))
-    return torch.stack([torch.stack(r).to(torch.float64) for r in (l2s, l1s, maxes, counts, totals)])
+    rows = [torch.stack(r).to(torch.float64) for r in (l2s, l1s, maxes, totals)]
+    rows.insert(3, torch.tensor(counts, dtype=torch.float64))
+    return torch.stack(rows)
 
 
 #: the integer type of each float type's size: |g| is zero exactly where its bits are (abs clears
