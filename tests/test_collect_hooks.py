@@ -1,6 +1,8 @@
 """The switchable tensor hooks of ``collect/_hooks.py`` (the noise probe's, off on steps it does not
 measure): off, a hook is not called and the gradient is untouched; another hook in the same dict,
-before or after it, runs in its place in either state; removed, switching puts nothing back."""
+before or after it, runs in its place in either state; a dict that holds ours alone is unhooked
+while off, and a hook the user adds meanwhile runs, ours joining it first; removed, switching puts
+nothing back."""
 
 import torch
 
@@ -60,3 +62,53 @@ def test_a_hook_added_while_off_stays_off_until_switched_on_and_remove_unhooks_t
     assert w._backward_hooks is None  # no empty dict left for autograd to walk every backward
     _backward(w)
     assert seen == [[1.0, 2.0, 3.0]]
+
+
+def test_a_dict_that_holds_only_our_hook_is_unhooked_while_off_and_hooked_again_on():
+    w = torch.zeros(3, requires_grad=True)
+    seen: list[list[float]] = []
+    hooks = TensorHooks()
+    hooks.add(w, lambda g: seen.append(g.tolist()))
+    hooks.on = False
+    assert w._backward_hooks is None  # autograd has no dict to walk on the steps not measured
+    _backward(w)
+    assert seen == []
+    hooks.on = True
+    _backward(w)
+    assert seen == [[1.0, 2.0, 3.0]]
+    hooks.on = False
+    hooks.remove()
+    hooks.on = True  # removed while off: nothing to switch back on
+    assert w._backward_hooks is None
+    _backward(w)
+    assert seen == [[1.0, 2.0, 3.0]] and w.grad.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_a_hook_the_user_adds_while_ours_is_unhooked_runs_and_ours_joins_it_first():
+    w = torch.zeros(3, requires_grad=True)
+    calls: list[str] = []
+    hooks = TensorHooks()
+    hooks.add(w, lambda g: calls.append(f"ours saw {g.tolist()}"))
+    hooks.on = False
+    user = w.register_hook(lambda g: calls.append("user") or g * 2)  # a new dict: ours is unhooked
+    _backward(w)
+    assert calls == ["user"] and w.grad.tolist() == [2.0, 4.0, 6.0]
+
+    calls.clear()
+    hooks.on = True
+    _backward(w)
+    assert calls == ["ours saw [1.0, 2.0, 3.0]", "user"]  # in the order they were registered
+
+    calls.clear()
+    hooks.on = False  # the dict holds the user's hook too now: ours is a no-op in it
+    _backward(w)
+    assert calls == ["user"]
+
+    hooks.remove()
+    calls.clear()
+    _backward(w)
+    assert calls == ["user"]
+    user.remove()  # the user's handle still removes the user's hook
+    calls.clear()
+    _backward(w)
+    assert calls == [] and w.grad.tolist() == [1.0, 2.0, 3.0]
