@@ -112,3 +112,19 @@ def test_a_hook_the_user_adds_while_ours_is_unhooked_runs_and_ours_joins_it_firs
     calls.clear()
     _backward(w)
     assert calls == [] and w.grad.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_a_dict_someone_else_drops_while_ours_is_off_in_it_is_not_hooked_again():
+    """A library that drops a parameter's hooks (``_backward_hooks = None``) while ours is a no-op
+    in the dict it shares with the user's: switching on does not hook that dict again."""
+    w = torch.zeros(3, requires_grad=True)
+    seen: list[str] = []
+    hooks = TensorHooks()
+    hooks.add(w, lambda g: seen.append("ours"))
+    w.register_hook(lambda g: seen.append("user"))
+    hooks.on = False
+    w._backward_hooks = None
+    hooks.on = True
+    _backward(w)
+    assert seen == [] and w._backward_hooks is None
+    hooks.remove()

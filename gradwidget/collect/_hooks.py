@@ -59,12 +59,14 @@ _DISCARD: Callable[[Any], None] = collections.deque(maxlen=0).append
 
 
 class _Entry:
-    """One switchable hook: its tensor, the hook dict that holds it under ``key``, its function."""
+    """One switchable hook: its tensor, the hook dict that holds it under ``key``, its function, and
+    whether this entry unhooked the dict (``unhooked``)."""
 
-    __slots__ = ("tensor", "hooks", "key", "fn")
+    __slots__ = ("tensor", "hooks", "key", "fn", "unhooked")
 
     def __init__(self, tensor: torch.Tensor, hooks: dict, key: int, fn: Callable) -> None:
         self.tensor, self.hooks, self.key, self.fn = tensor, hooks, key, fn
+        self.unhooked = False
 
     def off(self) -> None:
         """A leaf tensor whose dict holds this hook alone (a parameter no one else hooks, the usual
@@ -73,14 +75,22 @@ class _Entry:
         (2,000 ``Linear(2, 2)``: ~2 ms a backward). Any other keeps its dict, with ``_DISCARD`` in
         this hook's place, so that the other hooks in it run, in their order."""
         t, hooks = self.tensor, self.hooks
+        if self.key not in hooks:
+            return  # taken out from under us: nothing to switch
         if t._backward_hooks is hooks and len(hooks) == 1 and t.grad_fn is None:
             t._backward_hooks = None
+            self.unhooked = True
         else:
             hooks[self.key] = _DISCARD
 
     def on(self) -> None:
         t, hooks = self.tensor, self.hooks
+        if self.key not in hooks:
+            return
         hooks[self.key] = self.fn
+        if not self.unhooked:
+            return  # its dict stayed where it was (or someone replaced it: not ours to put back)
+        self.unhooked = False
         now = t._backward_hooks
         if now is None:
             t._backward_hooks = hooks
