@@ -475,6 +475,33 @@ def test_every_layers_newest_histogram_is_sent():
     assert GradientPanel(synthetic_run(5, hist_every=0)).hist_all == b""
 
 
+def test_a_page_message_waits_for_an_update_in_flight_and_is_not_written_over():
+    """An update on a training thread reads the selection and writes it back under the panel's
+    lock; a page message that landed in between (a click on a layer) was written over by it (the
+    two-way test below failed 5 times in 190). The message now waits for the update to end."""
+    import threading
+
+    p = GradientPanel(synthetic_run(20, hist_every=5))
+    p.set_state({"layer": 1})
+    holding, done = threading.Event(), threading.Event()
+
+    def update_in_flight():  # what _push does: read the layer, work, write it back, all locked
+        with p._lock:
+            layer = p.layer
+            holding.set()
+            time.sleep(0.2)
+            p._set({"layer": layer})
+        done.set()
+
+    th = threading.Thread(target=update_in_flight)
+    th.start()
+    holding.wait()
+    p.set_state({"layer": 2})  # the page's click, while the update holds the lock
+    assert done.is_set()  # it waited for the update
+    assert p.layer == 2 and p.hist_layer == 2  # and stands, with its detail
+    th.join()
+
+
 def test_training_in_a_thread_keeps_two_way_sync():
     """What the docstring advises: with training in a thread the kernel handles the browser's
     messages while steps arrive (set_state is what ipywidgets calls for a browser message)."""

@@ -11,8 +11,10 @@ from .rows import toggled
 
 class PanelSelection(PanelBase):
     def select(self, layer) -> None:
-        """Select a layer by name or column index."""
-        self.layer = self._need_run().layer_index(layer)
+        """Select a layer by name or column index (after an update a training thread is sending,
+        which would write its own selection back over it: ``PanelSync.set_state``)."""
+        with self._lock:
+            self.layer = self._need_run().layer_index(layer)
 
     def expand(self, layer) -> None:
         """Show ``layer`` (a name or column index) in its own row: every group holding it (past

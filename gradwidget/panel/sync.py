@@ -19,6 +19,14 @@ HIST_ALL_EVERY = 2.0
 
 
 class PanelSync(PanelBase):
+    def set_state(self, sync_data) -> None:
+        """A message from the page (ipywidgets calls this on the kernel's thread) waits for an
+        update a training thread is sending: an update reads the selection (``step``, ``layer``,
+        ``follow``) and writes it back, so a click or a drag that landed in between was lost, and
+        its observers, seeing the update's writes in progress, sent no detail."""
+        with self._lock:
+            super().set_state(sync_data)  # type: ignore[misc]  # ipywidgets' Widget, later in the MRO
+
     def _set(self, values: dict) -> None:
         """Set traits from the kernel (binary ones encoded by the protocol), in one message."""
         self._internal += 1
