@@ -48,8 +48,14 @@ def remove_tensor_hooks(handles: list, tensors) -> None:
     for h in handles:
         h.remove()
     for t in tensors:
-        if getattr(t, "_backward_hooks", None) == {}:
-            t._backward_hooks = None
+        unhook_if_empty(t)
+
+
+def unhook_if_empty(t) -> None:
+    """Take ``t``'s hook dict off autograd if it is empty (``remove_tensor_hooks``: an empty dict
+    left hooked is still walked for every tensor in every backward)."""
+    if getattr(t, "_backward_hooks", None) == {}:
+        t._backward_hooks = None
 
 
 #: a tensor hook that does nothing, in C: a ``deque(maxlen=0)`` keeps nothing it is given, and its
@@ -105,10 +111,8 @@ class _Entry:
             self.hooks = now
 
     def remove(self) -> None:
-        t, hooks = self.tensor, self.hooks
-        hooks.pop(self.key, None)
-        if not hooks and t._backward_hooks is hooks:
-            t._backward_hooks = None  # no empty dict left hooked (``remove_tensor_hooks``)
+        self.hooks.pop(self.key, None)
+        unhook_if_empty(self.tensor)
 
 
 class TensorHooks:
