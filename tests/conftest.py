@@ -3,8 +3,16 @@ import sys
 
 import numpy as np
 import pytest
+import triton_interpreter
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Triton (where installed) runs in its interpreter, on CPU tensors: a Recorder asked for the
+# accelerator's path on CPU (foreach_all=True) then takes the fused kernel a GPU takes
+# (collect/_fused.py). Set before anything imports triton: its own helpers are made at import.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+triton_interpreter.mend()  # (the distributed tests' workers mend it too)
+
+
 # bench/ holds the diagnosis zoo (``import zoo``), which tests score and check; appended, so that its
 # scripts never shadow an installed module
 sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))

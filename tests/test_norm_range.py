@@ -49,10 +49,23 @@ def _record(scale: float, foreach_all: bool, dtype=torch.float32, steps: int = 1
     return rec.run, expected
 
 
-@pytest.mark.parametrize("foreach_all", [False, True])
-@pytest.mark.parametrize("scale", [1e18, 3e16, 1e-23, 1e-30])
-def test_norms_of_finite_float32_gradients_are_their_true_values(scale, foreach_all):
-    run, expected = _record(scale, foreach_all)
+@pytest.mark.parametrize(
+    "scale,path",
+    [(s, p) for s in (1e18, 3e16, 1e-23, 1e-30) for p in ("cpu", "foreach")] + [(1e18, "fused"), (1e-30, "fused")],
+)
+def test_norms_of_finite_float32_gradients_are_their_true_values(scale, path, monkeypatch):
+    """Each path: CPU's kernels, the accelerator's eager ones (``_foreach_norm``, where Triton is
+    not), and the fused kernel (collect/_fused.py, in Triton's interpreter: three steps, two scales)."""
+    from gradwidget.collect import _fused
+
+    steps = 12
+    if path == "fused":
+        if not _fused.takes(torch.device("cpu"), torch.float32):
+            pytest.skip("the fused kernel runs here only under Triton's interpreter")
+        steps = 3
+    elif path == "foreach":
+        monkeypatch.setattr(_fused, "ENABLED", False)
+    run, expected = _record(scale, path != "cpu", steps=steps)
     for row, exp in enumerate(expected):
         for name, (norm, top) in exp.items():
             j = run.layer_index(name)

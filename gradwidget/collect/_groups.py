@@ -28,9 +28,10 @@ class Plan:
     """Columns of ``owners`` (parameters, in column order) split by the tensors ``get`` reads from
     them now (their gradients, or themselves): ``stacks`` (columns, owners) of same-shape small
     dense tensors, ``rest`` ``{(device, dtype): (columns, owners)}``, and ``absent``, the owners
-    that have no tensor now (watched, so that one appearing triggers a new plan)."""
+    that have no tensor now (watched, so that one appearing triggers a new plan). ``fused(device,
+    dtype)`` says which tensors one fused kernel reads whole (``_fused``): those are never stacked."""
 
-    def __init__(self, owners: list, get) -> None:
+    def __init__(self, owners: list, get, fused=None) -> None:
         self.get = get
         keyed: dict = defaultdict(list)
         rest: dict = defaultdict(list)
@@ -39,7 +40,9 @@ class Plan:
             t = get(p)
             if t is None:
                 self.absent.append(p)
-            elif t.layout == torch.strided and 0 < t.numel() <= STACK_NUMEL:
+            elif (
+                t.layout == torch.strided and 0 < t.numel() <= STACK_NUMEL and not (fused and fused(t.device, t.dtype))
+            ):
                 keyed[(t.device, t.dtype, tuple(t.shape))].append(c)
             elif t.layout in (torch.strided, torch.sparse_coo) and t.numel() > 0:
                 rest[(t.device, t.dtype)].append(c)

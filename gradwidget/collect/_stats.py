@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..run import METRICS, N_BINS
+from . import _fused
 from ._groups import Plan, detached, grad_of
 from ._norm_range import exact_norms, untrusted_norms
 from ._kernels import (
@@ -43,6 +44,12 @@ class StepStatistics:
         self.foreach_all = foreach_all  # _foreach_norm for every statistic (the CUDA path) on CPU too
         self._wplan: Plan | None = None
         self._gplan: Plan | None = None
+
+    def _fuses(self, device: torch.device, dtype: torch.dtype) -> bool:
+        """Whether one fused kernel (``_fused``) takes this device and dtype's weights and gradients:
+        on an accelerator where Triton is, on CPU only where ``foreach_all`` asks for the
+        accelerator's path (and Triton's interpreter runs it: the tests)."""
+        return (self.foreach_all or device.type != "cpu") and _fused.takes(device, dtype)
 
     def collect(
         self, with_hist: bool, loss=None, riders: tuple[Callable[[HostCopy], None], ...] = ()
@@ -79,9 +86,9 @@ class StepStatistics:
         plans; a plan gone stale fails or shows here, and the step is planned again."""
         for attempt in range(2):
             if attempt or self._wplan is None:
-                self._wplan = Plan(self.ordered, detached)
+                self._wplan = Plan(self.ordered, detached, self._fuses)
             if attempt or self._gplan is None or not self._gplan.current():
-                self._gplan = Plan(self.ordered, grad_of)
+                self._gplan = Plan(self.ordered, grad_of, self._fuses)
             try:
                 return self._queue_planned(with_hist)
             except (TypeError, RuntimeError, AttributeError):
@@ -93,22 +100,41 @@ class StepStatistics:
         wplan, gplan = self._wplan, self._gplan
         assert wplan is not None and gplan is not None  # planned by _queue
         pack = HostCopy()
-        wparts = [(cols, pack.add(stacked_norms(stacked(owners)))) for cols, owners in wplan.stacks]
-        wparts += [(cols, pack.add(norms(owners))) for cols, owners in wplan.rest.values()]
-        gparts = []
+        fused = {key for key in set(wplan.rest) | set(gplan.rest) if self._fuses(*key)}
+        wparts: list = []
+        gparts: list = []
+        for key in fused:
+            self._queue_fused(pack, key, with_hist, wparts, gparts)
+        wparts += [(cols, pack.add(stacked_norms(stacked(owners)))) for cols, owners in wplan.stacks]
+        wparts += [(cols, pack.add(norms(owners))) for key, (cols, owners) in wplan.rest.items() if key not in fused]
         for cols, owners in gplan.stacks:
             grads = [p.grad for p in owners]
             x = stacked(grads)
             numels = np.full(len(cols), x.shape[1], np.float64)
             counts = pack.add(stacked_exponent_counts(x)) if with_hist else None
             gparts.append((cols, grads, numels, pack.add(stacked_rows(x)), counts))
-        for (dev, _dt), (cols, owners) in gplan.rest.items():
+        for (dev, dt), (cols, owners) in gplan.rest.items():
+            if (dev, dt) in fused:
+                continue
             grads = [stored_values(p.grad) for p in owners]
             numels = np.array([p.numel() for p in owners], np.float64)
             rows = pack.add(grad_rows(grads, foreach_all=self.foreach_all or dev.type != "cpu"))
             counts = pack.add(exponent_counts(grads)) if with_hist else None
             gparts.append((cols, grads, numels, rows, counts))
         return pack, wparts, gparts
+
+    def _queue_fused(self, pack: HostCopy, key: tuple, with_hist: bool, wparts: list, gparts: list) -> None:
+        """Queue the gradients' statistics and the weights' norms of one device and dtype from one
+        fused kernel (``_fused.rows``): gradients first, so that only theirs are counted by exponent."""
+        assert self._wplan is not None and self._gplan is not None  # planned by _queue
+        wcols, wowners = self._wplan.rest.get(key, ([], []))
+        gcols, gowners = self._gplan.rest.get(key, ([], []))
+        grads = [stored_values(p.grad) for p in gowners]
+        rows, wnorms, hist = _fused.queue(pack, grads, [p.detach() for p in wowners], with_hist)
+        if wowners:
+            wparts.append((wcols, wnorms))
+        if gowners:
+            gparts.append((gcols, grads, np.array([p.numel() for p in gowners], np.float64), rows, hist))
 
     @staticmethod
     def _fill_grad_stats(
