@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -27,6 +28,9 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import triton_interpreter  # noqa: E402  (beside this script: the fused kernel under Triton's interpreter)
+
+from gradwidget.collect import _fused  # noqa: E402
 from gradwidget.collect.nonfinite import NonfiniteTracer  # noqa: E402
 from gradwidget.collect.torch import Recorder  # noqa: E402
 
@@ -195,6 +199,7 @@ def train(
         histogram_every=histogram_every,
         update_every=update_every,
         noise_every=1,  # every step's noise row, to compare with the single process step by step
+        foreach_all=os.environ.get("GW_FOREACH_ALL") == "1",  # the accelerator's path (the fused kernel)
     )
     full_norms = []  # per step, each gradient's norm over the whole (logical) tensor
     for i, (x, y) in enumerate(batches(steps)):
@@ -242,12 +247,15 @@ def train(
         "bytes_sent": rec._dist.bytes_sent if rec._dist is not None else 0,
         "replica_bytes": rec._replicas.bytes_sent if rec._replicas is not None else 0,
         "full_grad_norms": full_norms,
+        # whether the fused statistics kernel was taken (loaded where it was asked for), and worked
+        "fused_kernel": "gradwidget.collect._fused_kernel" in sys.modules and _fused.broken is None,
     }
     rec.detach()
     return info
 
 
 def main() -> None:
+    triton_interpreter.mend()
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["single", "ddp", "fsdp2", "fsdp1", "fsdp1-flat", "plain", "hsdp", "tp", "2d"])
     ap.add_argument("log_dir")

@@ -284,6 +284,21 @@ def test_tensor_parallel_run_records_the_whole_tensors(model, compared, launch, 
     assert [d for d in analyze(run).diagnoses if d.cause == "replicas_diverged"] == []
 
 
+@pytest.mark.parametrize("mode,model", [("fsdp2", "transformer"), ("tp", "block")])
+def test_the_fused_kernel_records_each_ranks_pieces_as_a_single_process_does(
+    mode, model, launch, single_runs, tmp_path, monkeypatch
+):
+    """``foreach_all=True``: every rank takes its pieces' statistics as on a GPU, by the fused kernel
+    (collect/_fused.py, in Triton's interpreter here), weights and gradients in one launch."""
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton's interpreter is off (TRITON_INTERPRET is not 1)")
+    monkeypatch.setenv("GW_FOREACH_ALL", "1")
+    infos = launch(mode, tmp_path / "run", tmp_path / "out", "--model", model).wait()
+    assert all(info["fused_kernel"] for info in infos)
+    assert_same_statistics(load_run(tmp_path / "run"), single_runs[model], hist_from=1e-6)
+
+
 def test_fsdp_with_tensor_parallelism_counts_each_piece_once(launch, single_runs, tmp_path):
     """FSDP2 along one dimension of a 2 x 2 mesh, tensor parallelism along the other (4 processes).
     The head lives on the data-parallel sub-mesh only, so every tensor-parallel rank holds a copy of

@@ -61,6 +61,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..run import METRICS, N_BINS
+from . import _fused
 from ._kernels import (
     HostCopy,
     exponent_counts,
@@ -263,13 +264,27 @@ class DistContext:
             if g.numel():
                 ggroups.setdefault((g.device, g.dtype), []).append((c, g))
         pack = HostCopy()  # one host copy per device for weights, gradients and histograms
-        wparts = [([c for c, _ in items], pack.add(norms([w for _, w in items]))) for items in wgroups.values()]
-        gparts = []
-        for (dev, _dt), items in ggroups.items():
-            grads = [g for _, g in items]
-            rows = pack.add(grad_rows(grads, foreach_all=foreach_all or dev.type != "cpu"))
-            counts = pack.add(exponent_counts(grads)) if with_hist else None
-            gparts.append(([c for c, _ in items], grads, rows, counts))
+        wparts: list[tuple[list[int], Any]] = []
+        gparts: list[tuple[list[int], list[torch.Tensor], Any, Any]] = []
+        for dev, dt in set(wgroups) | set(ggroups):
+            witems, gitems = wgroups.get((dev, dt), []), ggroups.get((dev, dt), [])
+            grads = [g for _, g in gitems]
+            fused = (foreach_all or dev.type != "cpu") and _fused.takes(dev, dt)
+            if fused:  # one launch for weights and gradients
+                try:
+                    rows, wnorms, counts = _fused.queue(pack, grads, [w for _, w in witems], with_hist)
+                except RuntimeError:
+                    if _fused.broken is None:
+                        raise
+                    fused = False  # the kernel failed here (said once): the eager kernels from now on
+            if not fused:
+                wnorms = pack.add(norms([w for _, w in witems])) if witems else None
+                rows = pack.add(grad_rows(grads, foreach_all=foreach_all or dev.type != "cpu")) if grads else None
+                counts = pack.add(exponent_counts(grads)) if with_hist and grads else None
+            if witems:
+                wparts.append(([c for c, _ in witems], wnorms))
+            if gitems:
+                gparts.append(([c for c, _ in gitems], grads, rows, counts))
         if also is not None:
             also(pack)
         pack.fetch()
