@@ -394,6 +394,7 @@ def kernel_times(dev: torch.device) -> None:
         norms,
         scatter_count,
     )
+    from gradwidget.collect import _fused
     from gradwidget.collect._stats import StepStatistics
 
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -405,6 +406,32 @@ def kernel_times(dev: torch.device) -> None:
     params = list(model.parameters())
     grads = [p.grad for p in params]
     stats = StepStatistics(params, foreach_all=False)
+    eager = StepStatistics(params, foreach_all=False)
+
+    def eager_collect(with_hist):  # the statistics as they were taken before the fused kernel
+        _fused.ENABLED = False
+        try:
+            return eager.collect(with_hist)
+        finally:
+            _fused.ENABLED = True
+
+    fused = _fused.takes(grads[0].device, grads[0].dtype)
+    if fused:  # the fused rows against the eager ones
+        fused_rows, _ = _fused.rows(grads + params)
+        want = grad_rows(grads, True)
+        n = len(grads)
+        # the sum relative to the L1 norm, the scale of its rounding (a sum that cancels to ~0 has none)
+        scale = torch.cat([want[:4].abs(), want[1:2]]).clamp_min(1e-30)
+        err = ((fused_rows[:, :n] - want).abs() / scale).amax(1).tolist()
+        w_norms = norms([p.detach() for p in params])
+        w_err = float(((fused_rows[0, n:] - w_norms).abs() / w_norms).max())
+        print(
+            "fused / eager gradient rows, worst relative difference (L2, L1, max, count; sum / L1):",
+            [f"{e:.1e}" for e in err],
+            f"weight norms {w_err:.1e}",
+        )
+    else:
+        print(f"no fused kernel here (Triton: {_fused._triton() is not None}, broken: {_fused.broken})")
 
     cases = {
         "bare step (forward, backward, AdamW)": lambda: step(0),
@@ -417,15 +444,24 @@ def kernel_times(dev: torch.device) -> None:
         "non-zero counts (count_nonzero of g per tensor)": lambda: [torch.count_nonzero(g) for g in grads],
         "sums (per tensor)": lambda: [g.sum(dtype=torch.float32) for g in grads],
         "the five gradient rows (grad_rows, foreach)": lambda: grad_rows(grads, True),
-        "the five gradient rows (grad_rows, per tensor)": lambda: grad_rows(grads, False),
         "weight norms (_foreach_norm)": lambda: norms(params),
         "exponent counts (scatter_add_)": lambda: [scatter_count(biased_exponents(g), 256) for g in grads],
         "exponent counts (histc)": lambda: [histc_count(biased_exponents(g), 256) for g in grads],
         "exponent counts (as recorded)": lambda: exponent_counts(grads),
         "a step's statistics, no histogram (with the copy)": lambda: stats.collect(False),
         "a step's statistics, with histogram (with the copy)": lambda: stats.collect(True),
+        "a step's statistics, eager kernels, no histogram": lambda: eager_collect(False),
+        "a step's statistics, eager kernels, with histogram": lambda: eager_collect(True),
         "a 1-element device-to-host copy (the sync)": lambda: grads[0][0, 0].item(),
     }
+    if fused:
+        t = time.perf_counter()
+        _fused.rows(grads + params, n_hist=len(grads))
+        sync()
+        print(f"the fused kernel's first launch (compiles it, with exponent counts): {time.perf_counter() - t:.2f} s")
+
+        cases["fused rows of gradients and weights (one launch)"] = lambda: _fused.rows(grads + params)
+        cases["fused rows, with exponent counts"] = lambda: _fused.rows(grads + params, n_hist=len(grads))
     print(f"{'what':54s} {'ms':>8s} {'host ms':>8s}")
     for what, fn in cases.items():
         for _ in range(3):

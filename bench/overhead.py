@@ -34,6 +34,7 @@ import warnings
 import torch
 from torch import nn
 
+from gradwidget.collect import _fused
 from gradwidget.collect.torch import Recorder
 
 
@@ -380,7 +381,7 @@ class Comparison:
         model = self.model()
         opt = self.optimizer(model)
         inst, log = None, None
-        if variant == "gradwidget defaults":
+        if variant in ("gradwidget defaults", EAGER):
             inst = Recorder(model, opt)
             log = inst.log
         elif variant in ABLATIONS:
@@ -435,6 +436,7 @@ class Comparison:
         return model, opt, inst, log
 
     def _step(self, variant: str) -> None:
+        _fused.ENABLED = variant != EAGER  # read as each step is planned and queued
         model, opt, _, log = self.setups[variant]
         i = self.calls[variant]
         self.calls[variant] = i + 1
@@ -609,7 +611,14 @@ ABLATION_VARIANTS = ("bare", "gradwidget defaults", *ABLATIONS)
 
 
 #: on a GPU, also: the recording without the NaN tracer, and the floor (fused norms, one host copy)
-GPU_PAIRED_VARIANTS = PAIRED_VARIANTS + ("gradwidget, trace_nonfinite=False", "grad norms only (foreach: the floor)")
+#: on an accelerator: the defaults with the eager statistics kernels in place of the fused one
+#: (collect/_fused.py, where Triton is), side by side
+EAGER = "gradwidget defaults, eager kernels"
+GPU_PAIRED_VARIANTS = PAIRED_VARIANTS + (
+    "gradwidget, trace_nonfinite=False",
+    EAGER,
+    "grad norms only (foreach: the floor)",
+)
 
 
 def step_host_syncs(cmp: "Comparison", variant: str) -> int:
