@@ -151,3 +151,11 @@ def test_a_kernel_that_fails_hands_the_statistics_to_the_eager_kernels(interpret
     eager = _train(False, steps=2)
     for name, values in eager.metrics.items():
         np.testing.assert_allclose(run.metric(name), values, rtol=2e-5, atol=1e-7, err_msg=name)
+
+
+def test_fewer_programs_share_a_tensor_where_the_partial_counts_would_grow_large(interpreted, monkeypatch):
+    tensors = _cases(torch.float32)
+    want = _fused.rows(tensors, n_hist=2)
+    monkeypatch.setattr(_fused, "HIST_PARTIAL_BYTES", 2 * 256 * 4)  # one program a tensor
+    got = _fused.rows(tensors, n_hist=2)
+    assert torch.allclose(got[0], want[0], rtol=1e-12) and torch.equal(got[1][:, 1:], want[1][:, 1:])

@@ -17,6 +17,7 @@ the tests check it on a machine without a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import warnings
@@ -31,6 +32,8 @@ BLOCK = 1024
 #: at most this many programs share one tensor: enough to spread a large embedding over the
 #: GPU's multiprocessors, few enough that the partial rows stay small
 MAX_SPLIT = 128
+#: at most this many bytes of partial exponent counts on a histogram step (int32 x 256 a program)
+HIST_PARTIAL_BYTES = 64 << 20
 #: the partial row: sum of squares, sum of |x|, max |x|, non-zero count, sum
 _PARTS = 5
 #: exponent values of a float32 (the histogram's counts; ``_kernels.octaves`` folds them)
@@ -88,19 +91,23 @@ def rows(tensors: list[torch.Tensor], n_hist: int = 0) -> tuple[torch.Tensor, to
     numels = [t.numel() for t in dense]
     table = _table([t.data_ptr() for t in dense] + numels, dev)
     split = max(1, min(MAX_SPLIT, -(-max(numels) // BLOCK)))
+    if n_hist:  # each program's 256 counts: fewer programs a tensor than a large model's partials would take
+        split = max(1, min(split, HIST_PARTIAL_BYTES // (n_hist * _EXPONENTS * 4)))
     part = torch.empty(n * split * _PARTS, dtype=torch.float64, device=dev)
     hist = torch.empty(max(n_hist, 1) * split * _EXPONENTS, dtype=torch.int32, device=dev)
     try:
-        kernel[(n, split)](
-            table,
-            table[n:],
-            part,
-            hist,
-            n_hist,
-            BLOCK=BLOCK,
-            DTYPE=element,
-            WITH_HIST=n_hist > 0,
-        )
+        # Triton launches on the current device: a model spread over GPUs has tensors elsewhere
+        with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
+            kernel[(n, split)](
+                table,
+                table[n:],
+                part,
+                hist,
+                n_hist,
+                BLOCK=BLOCK,
+                DTYPE=element,
+                WITH_HIST=n_hist > 0,
+            )
     except Exception as e:  # compiling or launching failed: say so once, and stop trying
         global broken
         broken = f"{type(e).__name__}: {str(e)[:300]}"
