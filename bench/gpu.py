@@ -478,12 +478,74 @@ def kernel_times(dev: torch.device) -> None:
         print(f"{what:54s} {statistics.median(walls) * 1e3:8.3f} {statistics.median(hosts) * 1e3:8.3f}", flush=True)
 
 
+def launch_shapes(dev: torch.device) -> None:
+    """The fused kernel's launch shape (collect/_fused.py: entries a program reads per iteration,
+    its warps, the programs a tensor is split over), timed on synthetic tensors the sizes of the
+    large model's 147 gradients and 147 weights: milliseconds (median of 25, synchronized), the
+    bandwidth it reaches, and its rows against the first shape's. Not yet run on a GPU (session 20's
+    device time ran out): the shipped shape read ~1 TB/s of the H100's ~3."""
+    import statistics
+    import time
+
+    from gradwidget.collect import _fused
+
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    shapes = [(16000, 768)] + [(768, 768)] * 48 + [(3072, 768), (768, 3072)] * 12 + [(768,)] * 74
+    if dev.type != "cuda":  # a dry run: the same code on a few small tensors (Triton's interpreter)
+        shapes = [(40, 30), (7,), (3000,)]
+    grads = [torch.randn(s, device=dev) for s in shapes]
+    tensors = grads + [torch.randn(s, device=dev) for s in shapes]
+    entries = sum(t.numel() for t in tensors)
+    first, _ = _fused.rows(tensors)
+
+    def median_ms(n_hist: int) -> float:
+        for _ in range(3):
+            _fused.rows(tensors, n_hist=n_hist)
+        sync()
+        times = []
+        for _ in range(25):
+            t = time.perf_counter()
+            _fused.rows(tensors, n_hist=n_hist)
+            sync()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times) * 1e3
+
+    print(f"{len(tensors)} tensors, {entries / 1e6:.1f} M entries")
+    shipped = (_fused.BLOCK, _fused.NUM_WARPS, _fused.MAX_SPLIT)
+    for block, warps, split in [
+        shipped,
+        (1024, 8, 128),
+        (2048, 4, 128),
+        (2048, 8, 128),
+        (4096, 8, 128),
+        (2048, 8, 512),
+    ]:
+        _fused.BLOCK, _fused.NUM_WARPS, _fused.MAX_SPLIT = block, warps, split
+        try:
+            plain, counted = median_ms(0), median_ms(len(grads))
+            rows, _ = _fused.rows(tensors)
+            err = float(((rows - first).abs() / first.abs().clamp_min(1e-30))[:4].max())
+            print(
+                f"BLOCK {block:5d}, {warps:2d} warps, split <= {split:4d}: {plain:.3f} ms ({entries * 4 / plain / 1e9:.2f} TB/s), "
+                f"with exponent counts {counted:.3f} ms; rows against the first {err:.1e}",
+                flush=True,
+            )
+        except Exception as e:
+            print(f"BLOCK {block}, {warps} warps, split <= {split}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            _fused.broken = None
+    _fused.BLOCK, _fused.NUM_WARPS, _fused.MAX_SPLIT = shipped
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--profile", action="store_true", help="only: where a recorded step's time goes")
     ap.add_argument("--kernels", action="store_true", help="only: each statistic's device time, alone")
+    ap.add_argument("--launch-shapes", action="store_true", help="only: the fused kernel's launch shapes, timed")
     args = ap.parse_args()
+    if args.launch_shapes:
+        launch_shapes(torch.device(args.device))
+        return
     if args.kernels:
         kernel_times(torch.device(args.device))
         return

@@ -29,6 +29,8 @@ from ._kernels import HostCopy, octaves
 
 #: entries one program reads per iteration
 BLOCK = 1024
+#: warps a program runs on (Triton's default)
+NUM_WARPS = 4
 #: at most this many programs share one tensor: enough to spread a large embedding over the
 #: GPU's multiprocessors, few enough that the partial rows stay small
 MAX_SPLIT = 128
@@ -107,6 +109,7 @@ def rows(tensors: list[torch.Tensor], n_hist: int = 0) -> tuple[torch.Tensor, to
                 BLOCK=BLOCK,
                 DTYPE=element,
                 WITH_HIST=n_hist > 0,
+                num_warps=NUM_WARPS,
             )
     except Exception as e:  # compiling or launching failed: say so once, and stop trying
         global broken
