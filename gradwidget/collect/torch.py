@@ -88,6 +88,10 @@ class Recorder(_Setup, _Steps):
     track_updates: record ``update_norm`` (keeps one copy of the trainable parameters).
     update_every: measure the update norm every this many recorded steps (NaN in between): taking
         it costs a copy of the parameters, ~2.5% of a step for a small transformer on CPU.
+    foreach_all: take the statistics of CPU tensors as an accelerator does (one fused Triton
+        kernel where Triton's interpreter runs, else ``_foreach_norm``): the same numbers, slower;
+        for checking that path without a GPU. On a GPU the fused kernel is used where Triton is
+        installed (``collect/_fused.py``), the eager kernels elsewhere.
     trace_nonfinite: find where the first NaN/Inf was made (module, step, forward/backward/loss)
         into ``run.nonfinite_origin``. ``"auto"`` (default): the first recorded step whose gradients
         or loss are non-finite is replayed under hooks on every module before the optimizer applies
@@ -198,7 +202,7 @@ class Recorder(_Setup, _Steps):
         self._track_updates_asked = track_updates
         self.track_updates = track_updates and optimizer is not None
         self.update_every = update_every
-        self.foreach_all = foreach_all  # use _foreach_norm for every statistic (the CUDA path) on CPU too
+        self.foreach_all = foreach_all  # the accelerator's statistics path on CPU too
 
         all_named = list(model.named_parameters())
         if not all_named:
