@@ -159,3 +159,16 @@ def test_fewer_programs_share_a_tensor_where_the_partial_counts_would_grow_large
     monkeypatch.setattr(_fused, "HIST_PARTIAL_BYTES", 2 * 256 * 4)  # one program a tensor
     got = _fused.rows(tensors, n_hist=2)
     assert torch.allclose(got[0], want[0], rtol=1e-12) and torch.equal(got[1][:, 1:], want[1][:, 1:])
+
+
+def test_the_address_table_follows_tensors_that_moved(interpreted):
+    """The table of addresses is kept while they stay the same: new tensors of the same sizes (a
+    fresh gradient after zero_grad) are read where they are, never where the last ones were."""
+    first = [torch.full((3000,), 1.0), torch.full((7,), 2.0)]
+    _fused.rows(first)
+    table = _fused._last_table[torch.device("cpu")][1]
+    assert _fused.rows(first) is not None and _fused._last_table[torch.device("cpu")][1] is table  # kept
+    moved = [torch.full((3000,), 3.0), torch.full((7,), 4.0)]
+    rows, _ = _fused.rows(moved)
+    assert rows[4].tolist() == [9000.0, 28.0]  # the new tensors' sums
+    assert _fused._last_table[torch.device("cpu")][1] is not table
