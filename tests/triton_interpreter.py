@@ -3,15 +3,15 @@ statistics kernel on CPU (conftest.py, and the distributed tests' workers, dist_
 
 
 def mend() -> None:
-    """Triton 3.6's interpreter turns its scalars (1-element arrays) into loop bounds with int(),
+    """Triton's interpreter (3.6 to 3.9 at least) turns its scalars (1-element arrays) into loop bounds with int(),
     which numpy >= 2.4 refuses for arrays of one dimension: take the element instead. Nothing
     where Triton is not installed."""
     try:
         from triton.runtime import interpreter
     except Exception:
         return
-    patch = interpreter._patch_lang_tensor
-    if getattr(patch, "mended", False):
+    patch = getattr(interpreter, "_patch_lang_tensor", None)
+    if patch is None or getattr(patch, "mended", False):  # another Triton's insides, or mended already
         return
 
     def patched(tensor, scope):
