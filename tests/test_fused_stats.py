@@ -99,11 +99,13 @@ def test_what_it_takes(interpreted, monkeypatch):
     cpu = torch.device("cpu")
     assert _fused.takes(cpu, torch.float32) and _fused.takes(cpu, torch.bfloat16)
     assert not _fused.takes(cpu, torch.float64)  # read in float32: keeps the eager path
+    assert not _fused.takes(torch.device("cuda"), torch.float32)  # the interpreter reads addresses on the host
     monkeypatch.setattr(_fused, "ENABLED", False)
     assert not _fused.takes(cpu, torch.float32)
     monkeypatch.setattr(_fused, "ENABLED", True)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert not _fused.takes(cpu, torch.float32)  # CPU tensors only under the interpreter
+    assert _fused.takes(torch.device("cuda"), torch.float16)  # a GPU's, where Triton imports
 
 
 def _train(fused: bool, steps: int = 4):

@@ -67,12 +67,12 @@ def _interpreting() -> bool:
 
 def takes(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether the fused kernel reads tensors of ``dtype`` on ``device``: float32, float16 or
-    bfloat16 on a CUDA device (or on CPU under Triton's interpreter), with Triton importable.
+    bfloat16 on a CUDA device (on CPU instead under Triton's interpreter), with Triton importable.
     float64 keeps the eager path (the kernel reads in float32)."""
     if not ENABLED or broken is not None or dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return False
-    kind = device.type
-    if kind != "cuda" and not (kind == "cpu" and _interpreting()):
+    # Triton's interpreter reads the address table on the host: CPU tensors only, never a GPU's
+    if device.type != ("cpu" if _interpreting() else "cuda"):
         return False
     return _triton() is not None
 
