@@ -93,6 +93,28 @@ def test_a_non_finite_entry_shows_in_the_norm(interpreted):
 def test_mixed_dtypes_are_refused_not_misread(interpreted):
     with pytest.raises(TypeError, match="dtype or device changed"):
         _fused.rows([torch.ones(3), torch.ones(3, dtype=torch.float16)])
+    with pytest.raises(TypeError, match="dtype or device changed"):  # recast to a dtype it cannot read
+        _fused.rows([torch.ones(3, dtype=torch.float64)])
+
+
+def test_a_model_recast_to_float64_mid_run_is_planned_again(interpreted):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(32, 6), torch.randint(0, 3, (32,))
+    with Recorder(model, opt, foreach_all=True, trace_nonfinite=False) as rec:
+        for i in range(4):
+            if i == 2:
+                model.double()  # the same parameters, float64 data: the eager path from here
+                x = x.double()
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    run = rec.run
+    assert run.n_steps == 4
+    want = [float(p.grad.double().norm()) for p in model.parameters()]
+    got = [run.metric("grad_norm")[-1, run.layer_index(n)] for n, _ in model.named_parameters()]
+    np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
 def test_what_it_takes(interpreted, monkeypatch):
@@ -103,6 +125,7 @@ def test_what_it_takes(interpreted, monkeypatch):
     monkeypatch.setattr(_fused, "ENABLED", False)
     assert not _fused.takes(cpu, torch.float32)
     monkeypatch.setattr(_fused, "ENABLED", True)
+    assert not _fused.takes(cpu, torch.float32, foreach_all=False)  # CPU's own path unless asked
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert not _fused.takes(cpu, torch.float32)  # CPU tensors only under the interpreter
     assert _fused.takes(torch.device("cuda"), torch.float16)  # a GPU's, where Triton imports

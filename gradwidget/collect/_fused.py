@@ -41,6 +41,9 @@ _PARTS = 5
 #: exponent values of a float32 (the histogram's counts; ``_kernels.octaves`` folds them)
 _EXPONENTS = 256
 
+#: the dtypes the kernel reads, by their name in ``triton.language``
+_ELEMENTS = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
 #: switched off by a benchmark that compares the fused kernel with the eager ones
 ENABLED = True
 #: why the kernel failed in this process (its first failure: no compiler for this GPU, a Triton
@@ -65,14 +68,15 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def takes(device: torch.device, dtype: torch.dtype) -> bool:
+def takes(device: torch.device, dtype: torch.dtype, foreach_all: bool = True) -> bool:
     """Whether the fused kernel reads tensors of ``dtype`` on ``device``: float32, float16 or
-    bfloat16 on a CUDA device (on CPU instead under Triton's interpreter), with Triton importable.
-    float64 keeps the eager path (the kernel reads in float32)."""
-    if not ENABLED or broken is not None or dtype not in (torch.float32, torch.float16, torch.bfloat16):
+    bfloat16 on a CUDA device (on CPU instead under Triton's interpreter, and only where
+    ``foreach_all`` asks for the accelerator's path there), with Triton importable. float64 keeps
+    the eager path (the kernel reads in float32)."""
+    if not ENABLED or broken is not None or dtype not in _ELEMENTS:
         return False
     # Triton's interpreter reads the address table on the host: CPU tensors only, never a GPU's
-    if device.type != ("cpu" if _interpreting() else "cuda"):
+    if device.type != ("cpu" if _interpreting() else "cuda") or (device.type == "cpu" and not foreach_all):
         return False
     return _triton() is not None
 
@@ -85,9 +89,10 @@ def rows(tensors: list[torch.Tensor], n_hist: int = 0) -> tuple[torch.Tensor, to
     tensor's entries itself). One launch, then four small ops."""
     tl, kernel = _triton()
     dev, dt = tensors[0].device, tensors[0].dtype
-    element = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}[dt]
-    if any(t.dtype != dt or t.device != dev for t in tensors):  # the kernel reads raw addresses
+    # the kernel reads raw addresses: a tensor moved or recast since the plan is planned again
+    if dt not in _ELEMENTS or any(t.dtype != dt or t.device != dev for t in tensors):
         raise TypeError("a tensor's dtype or device changed since the statistics were planned")
+    element = getattr(tl, _ELEMENTS[dt])
     dense = [t if t.is_contiguous() or _dense(t) else t.contiguous() for t in tensors]
     n = len(dense)
     numels = [t.numel() for t in dense]

@@ -46,10 +46,9 @@ class StepStatistics:
         self._gplan: Plan | None = None
 
     def _fuses(self, device: torch.device, dtype: torch.dtype) -> bool:
-        """Whether one fused kernel (``_fused``) takes this device and dtype's weights and gradients:
-        on an accelerator where Triton is, on CPU only where ``foreach_all`` asks for the
-        accelerator's path (and Triton's interpreter runs it: the tests)."""
-        return (self.foreach_all or device.type != "cpu") and _fused.takes(device, dtype)
+        """Whether one fused kernel (``_fused.takes``) reads this device and dtype's weights and
+        gradients, given this Recorder's ``foreach_all``."""
+        return _fused.takes(device, dtype, self.foreach_all)
 
     def collect(
         self, with_hist: bool, loss=None, riders: tuple[Callable[[HostCopy], None], ...] = ()

@@ -269,7 +269,7 @@ class DistContext:
         for dev, dt in set(wgroups) | set(ggroups):
             witems, gitems = wgroups.get((dev, dt), []), ggroups.get((dev, dt), [])
             grads = [g for _, g in gitems]
-            fused = (foreach_all or dev.type != "cpu") and _fused.takes(dev, dt)
+            fused = _fused.takes(dev, dt, foreach_all)
             if fused:  # one launch for weights and gradients
                 try:
                     rows, wnorms, counts = _fused.queue(pack, grads, [w for _, w in witems], with_hist)
