@@ -26,6 +26,7 @@ with the host syncs of one recorded step counted by ``torch.cuda.set_sync_debug_
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
 import time
@@ -642,16 +643,27 @@ def periodic_steps(inst) -> list[int]:
 
 
 def compare_paired(
-    which: str, rounds: int, per_block: int, batch: int, seq: int, device: str = "cpu", variants=None
+    which: str,
+    rounds: int,
+    per_block: int,
+    batch: int,
+    seq: int,
+    device: str = "cpu",
+    variants=None,
 ) -> dict:
     """The recording's cost resolved on a shared machine (``paired``): many short interleaved
     blocks, each variant's per-round ratio to its baseline in CPU and wall-clock time, the median
     with its bootstrap 95% interval and interquartile range. On CUDA each step ends with a
     synchronize (wall-clock is the GPU's time; CPU is the host's work) and each variant's host
-    syncs per step are counted."""
-    import functools
+    syncs per step are counted.
 
-    from paired import interleaved_rounds, ratio_summary, summary_text
+    Every variant runs in this process, so each pair of blocks shares its memory, threads and
+    load; Python's full collections, which land in whichever block is running, are timed and
+    taken out of the per-group ratios, and counted (paired.py). One process per variant was tried
+    (session 21): each process then has a speed of its own (the same Llama-style pair read 1.044x
+    and 1.090x in two runs, its noise-scale pair 1.069x and 1.046x), a spread rounds cannot
+    average out."""
+    from paired import interleaved_rounds, ratio_summary, summary_text, timed
 
     cuda = torch.device(device).type == "cuda"
     variants = variants or (GPU_PAIRED_VARIANTS if cuda else PAIRED_VARIANTS)
@@ -663,13 +675,13 @@ def compare_paired(
     period = math.lcm(*(n for v in variants for n in periodic_steps(cmp.setups[v][2])))
     group = period // math.gcd(period, per_block)  # rounds whose steps make whole periods
     rounds = -(-rounds // group) * group
-    res = interleaved_rounds({v: functools.partial(cmp._step, v) for v in variants}, rounds, per_block)
+    res = interleaved_rounds({v: timed(functools.partial(cmp._step, v)) for v in variants}, rounds, per_block)
     print(
         f"{cmp.describe()} (in-process, {rounds} rounds of {per_block} steps per variant; "
         f"ratios over groups of {group} rounds: the recorders' work repeats every {period} steps)"
     )
     if cuda:
-        bare_ms = statistics.median(w for w, _ in res["bare"]) / per_block * 1e3
+        bare_ms = statistics.median(b[0] for b in res["bare"]) / per_block * 1e3
         print(f"  bare step {bare_ms:.2f} ms (wall, GPU synchronized); host syncs per step: {syncs}")
     out = {}
     for v in variants:
