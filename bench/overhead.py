@@ -590,8 +590,17 @@ def compare_in_process(which: str, rounds: int, steps: int, batch: int, seq: int
     return res
 
 
+#: a second bare model, timed against the first: the null check of ``--paired``'s estimator (1.000
+#: where pairing, alternation and the collections' removal leave no bias between two models)
+SECOND_BARE = "bare, a second model (null check)"
 #: the variants of ``--paired`` (the recording's own cost, and the noise scale's under accumulation)
-PAIRED_VARIANTS = ("bare", "gradwidget defaults", "bare, 2 micro-batches", "gradwidget noise scale, 2 micro-batches")
+PAIRED_VARIANTS = (
+    "bare",
+    "gradwidget defaults",
+    "bare, 2 micro-batches",
+    "gradwidget noise scale, 2 micro-batches",
+    SECOND_BARE,
+)
 
 
 #: ``--ablate``: the defaults with one optional part off at a time, and with all of them off (what
@@ -643,13 +652,7 @@ def periodic_steps(inst) -> list[int]:
 
 
 def compare_paired(
-    which: str,
-    rounds: int,
-    per_block: int,
-    batch: int,
-    seq: int,
-    device: str = "cpu",
-    variants=None,
+    which: str, rounds: int, per_block: int, batch: int, seq: int, device: str = "cpu", variants=None
 ) -> dict:
     """The recording's cost resolved on a shared machine (``paired``): many short interleaved
     blocks, each variant's per-round ratio to its baseline in CPU and wall-clock time, the median
