@@ -82,9 +82,9 @@ def timed(step: Callable[[], None]) -> Callable[[int], tuple]:
 def interleaved_rounds(
     blocks: dict[str, Callable[[int], tuple]], rounds: int, per_block: int
 ) -> dict[str, list[tuple]]:
-    """Per variant, each round's ``timed`` reading of a block of ``per_block`` steps
-    (``blocks[v](n)`` runs and times one: ``timed`` here, or in the variant's own process); the
-    order of the variants reverses every round, so a trend over a round hits both ends alike."""
+    """Per variant, each round's reading of a block of ``per_block`` steps (``blocks[v](n)`` runs
+    and times one: ``timed``); the order of the variants reverses every round, so a trend over a
+    round hits both ends alike."""
     names = list(blocks)
     out: dict[str, list[tuple]] = {v: [] for v in names}
     for r in range(rounds):
