@@ -46,3 +46,13 @@ def make_run(n_steps=10, layers=("a", "b", "c"), value=0.1, **kw):
     for s in range(n_steps):
         rec.record(s, {n: np.full(4, value) for n in layers})
     return rec.run
+
+
+def assert_same_records(fused, eager, steps: int) -> None:
+    """Two runs of one training, recorded through a fused statistics kernel and through the eager
+    kernels, hold the same steps, layers, metrics (to float32 sums' rounding) and histograms."""
+    assert fused.n_steps == eager.n_steps == steps and fused.layer_names == eager.layer_names
+    for name, values in eager.metrics.items():
+        np.testing.assert_allclose(fused.metric(name), values, rtol=2e-5, atol=1e-7, err_msg=name)
+    assert np.isfinite(eager.metric("weight_norm")).all() and np.isfinite(eager.metric("grad_norm")).all()
+    assert np.array_equal(fused.hist, eager.hist) and fused.hist.sum() > 0

@@ -14,9 +14,11 @@ from torch import nn
 
 pytest.importorskip("triton")
 
+from conftest import assert_same_records
+
 from gradwidget import Recorder  # noqa: E402
 from gradwidget._warnings import GradwidgetWarning  # noqa: E402
-from gradwidget.collect import _fused  # noqa: E402
+from gradwidget.collect import _cpu_fused, _fused  # noqa: E402
 from gradwidget.collect._kernels import biased_exponents, count_values, grad_rows  # noqa: E402
 
 
@@ -125,7 +127,9 @@ def test_what_it_takes(interpreted, monkeypatch):
     monkeypatch.setattr(_fused, "ENABLED", False)
     assert not _fused.takes(cpu, torch.float32)
     monkeypatch.setattr(_fused, "ENABLED", True)
-    assert not _fused.takes(cpu, torch.float32, foreach_all=False)  # CPU's own path unless asked
+    # CPU's own library (collect/_cpu_fused.py) unless the accelerator's path is asked for
+    assert _fused.takes(cpu, torch.float32, foreach_all=False) == _cpu_fused.takes(torch.float32)
+    assert not _fused.takes(cpu, torch.bfloat16, foreach_all=False)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert not _fused.takes(cpu, torch.float32)  # CPU tensors only under the interpreter
     assert _fused.takes(torch.device("cuda"), torch.float16)  # a GPU's, where Triton imports
@@ -152,11 +156,7 @@ def test_a_recorder_taking_the_fused_kernel_records_what_the_eager_one_does(inte
     assert calls == [(12, 6)] * 4  # one launch a step: 6 gradients (counted by exponent), 6 weights
     eager = _train(False)
     assert len(calls) == 4
-    assert fused.n_steps == eager.n_steps == 4 and fused.layer_names == eager.layer_names
-    for name, values in eager.metrics.items():
-        np.testing.assert_allclose(fused.metric(name), values, rtol=2e-5, atol=1e-7, err_msg=name)
-    assert np.isfinite(eager.metric("weight_norm")).all() and np.isfinite(eager.metric("grad_norm")).all()
-    assert np.array_equal(fused.hist, eager.hist) and fused.hist.sum() > 0
+    assert_same_records(fused, eager, steps=4)
 
 
 def test_a_kernel_that_fails_hands_the_statistics_to_the_eager_kernels(interpreted, monkeypatch):

@@ -442,7 +442,9 @@ def test_weight_growth_tells_a_learning_rate_nan_from_a_module_nan():
     assert 0.9 < weight_growth(nc.train.last.run, origin) < 1.1
     # grown weights (the bf16 case multiplies lin2's by 1e36 before the bad step)
     origin = nc.train(nc.CASES["bf16 autocast, Inf"])
-    assert weight_growth(nc.train.last.run, origin) == np.inf  # lin2's norm no longer fits in float32
+    # 1e36 as the fused kernels read it (squares summed in float64), Inf where the eager kernels'
+    # float32 squares overflow
+    assert weight_growth(nc.train.last.run, origin) > 1e30
     with pytest.raises(TypeError, match="gradwidget Run"):
         from gradwidget.analysis.nonfinite import nonfinite_origin
 

@@ -51,11 +51,13 @@ def _record(scale: float, foreach_all: bool, dtype=torch.float32, steps: int = 1
 
 @pytest.mark.parametrize(
     "scale,path",
-    [(s, p) for s in (1e18, 3e16, 1e-23, 1e-30) for p in ("cpu", "foreach")] + [(1e18, "fused"), (1e-30, "fused")],
+    [(s, p) for s in (1e18, 3e16, 1e-23, 1e-30) for p in ("cpu", "cpu eager", "foreach")]
+    + [(1e18, "fused"), (1e-30, "fused")],
 )
 def test_norms_of_finite_float32_gradients_are_their_true_values(scale, path, monkeypatch):
-    """Each path: CPU's kernels, the accelerator's eager ones (``_foreach_norm``, where Triton is
-    not), and the fused kernel (collect/_fused.py, in Triton's interpreter: three steps, two scales)."""
+    """Each path: CPU's compiled library (collect/_cpu_fused.py, where a compiler is), CPU's eager
+    kernels, the accelerator's eager ones (``_foreach_norm``, where Triton is not), and the fused
+    kernel (collect/_fused.py, in Triton's interpreter: three steps, two scales)."""
     from gradwidget.collect import _fused
 
     steps = 12
@@ -63,9 +65,9 @@ def test_norms_of_finite_float32_gradients_are_their_true_values(scale, path, mo
         if not _fused.takes(torch.device("cpu"), torch.float32):
             pytest.skip("the fused kernel runs here only under Triton's interpreter")
         steps = 3
-    elif path == "foreach":
+    elif path in ("foreach", "cpu eager"):
         monkeypatch.setattr(_fused, "ENABLED", False)
-    run, expected = _record(scale, path != "cpu", steps=steps)
+    run, expected = _record(scale, path in ("foreach", "fused"), steps=steps)
     for row, exp in enumerate(expected):
         for name, (norm, top) in exp.items():
             j = run.layer_index(name)

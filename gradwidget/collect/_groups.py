@@ -29,7 +29,8 @@ class Plan:
     them now (their gradients, or themselves): ``stacks`` (columns, owners) of same-shape small
     dense tensors, ``rest`` ``{(device, dtype): (columns, owners)}``, and ``absent``, the owners
     that have no tensor now (watched, so that one appearing triggers a new plan). ``fused(device,
-    dtype)`` says which tensors one fused kernel reads whole (``_fused``): those are never stacked."""
+    dtype)`` says where one fused kernel reads small tensors too (``_fused``): those are never
+    stacked."""
 
     def __init__(self, owners: list, get, fused=None) -> None:
         self.get = get

@@ -126,11 +126,13 @@ def stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
 def stacked_rows(x: torch.Tensor) -> torch.Tensor:
     """``grad_rows`` of the rows of ``stacked(grads)``: five row reductions for the whole stack
     instead of five ops per tensor (issue 17: many small tensors cost their Python and dispatch
-    overhead, not their arithmetic)."""
+    overhead, not their arithmetic). The L2 norm is squared and summed in float64, whatever ``x``'s
+    dtype: a row has at most ``STACK_NUMEL`` entries, and no float32 square can then overflow or
+    underflow it (``_norm_range``: nothing to take again)."""
     acc = acc_dtype([x])
     a = x.abs()
     rows = (
-        torch.linalg.vector_norm(x, 2, dim=1, dtype=acc),
+        torch.linalg.vector_norm(x, 2, dim=1, dtype=torch.float64),
         a.sum(1, dtype=acc),
         a.amax(1).to(acc),
         count_nonzero_abs(a, dim=1).to(acc),

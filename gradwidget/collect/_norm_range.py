@@ -1,6 +1,6 @@
 """Norms that neither overflow nor underflow wherever the value fits float32.
 
-The fused kernels square and sum in float32 (``_kernels.acc_dtype``): a float32 gradient of 1,000
+PyTorch's eager norm kernels square and sum in float32 (``_kernels.acc_dtype``): a float32 gradient of 1,000
 entries of 1e18 has the norm 3.2e19, which float32 holds, but its squares (1e36 each) sum past
 float32's 3.4e38 to Inf; entries of 1e-23 square to 1e-46, below float32's smallest subnormal, and
 sum to 0. LAPACK's ``nrm2`` scales by the largest entry before squaring; we get the same answer
@@ -8,7 +8,8 @@ without a cost on ordinary steps: the maximum |g| is measured anyway, so the few
 float32 norm cannot be trusted (an infinite norm with finite entries, or entries so small that
 their squares leave float32's normal range) are found on the host and their norms taken again,
 accumulated in float64 (whose range holds the square of every float32). One more host read on a
-step that has them; none otherwise. Private to ``gradwidget.collect``.
+step that has them; none otherwise. The fused kernels (``_fused``, ``_cpu_fused``) and the stacks of small
+tensors already sum in float64: nothing of theirs is taken again. Private to ``gradwidget.collect``.
 """
 
 from __future__ import annotations

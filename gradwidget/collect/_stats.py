@@ -50,6 +50,11 @@ class StepStatistics:
         gradients, given this Recorder's ``foreach_all``."""
         return _fused.takes(device, dtype, self.foreach_all)
 
+    def _fuses_small(self, device: torch.device, dtype: torch.dtype) -> bool:
+        """Whether the fused kernel also reads the small tensors a plan would otherwise stack by
+        shape (``_fused.reads_small``)."""
+        return _fused.reads_small(device, self.foreach_all) and self._fuses(device, dtype)
+
     def collect(
         self, with_hist: bool, loss=None, riders: tuple[Callable[[HostCopy], None], ...] = ()
     ) -> tuple[np.ndarray, np.ndarray | None, object, HostCopy]:
@@ -72,9 +77,9 @@ class StepStatistics:
             cols = np.concatenate([part[0] for part in gparts]).astype(np.int64)
             grads = [g for part in gparts for g in part[1]]
             numels = np.concatenate([part[2] for part in gparts])
-            self._fill_grad_stats(
-                out, cols, grads, numels, np.concatenate([pack.get(part[3]) for part in gparts], axis=1)
-            )
+            exact = np.concatenate([np.full(len(part[0]), part[5]) for part in gparts])
+            host = np.concatenate([pack.get(part[3]) for part in gparts], axis=1)
+            self._fill_grad_stats(out, cols, grads, numels, host, exact)
             if hist is not None:
                 nonzero = numels * (1.0 - out[_M["zero_frac"], cols])
                 hist[cols] = octave_bins(np.concatenate([pack.get(part[4]) for part in gparts]), nonzero)
@@ -85,9 +90,9 @@ class StepStatistics:
         plans; a plan gone stale fails or shows here, and the step is planned again."""
         for attempt in range(2):
             if attempt or self._wplan is None:
-                self._wplan = Plan(self.ordered, detached, self._fuses)
+                self._wplan = Plan(self.ordered, detached, self._fuses_small)
             if attempt or self._gplan is None or not self._gplan.current():
-                self._gplan = Plan(self.ordered, grad_of, self._fuses)
+                self._gplan = Plan(self.ordered, grad_of, self._fuses_small)
             try:
                 return self._queue_planned(with_hist)
             except (TypeError, RuntimeError, AttributeError):
@@ -96,6 +101,8 @@ class StepStatistics:
         raise AssertionError("unreachable")
 
     def _queue_planned(self, with_hist: bool) -> tuple[HostCopy, list, list]:
+        """Each gradient part: columns, stored values, sizes, rows' and counts' handles, and whether
+        its L2 norm was accumulated in float64 (``_fill_grad_stats``)."""
         wplan, gplan = self._wplan, self._gplan
         assert wplan is not None and gplan is not None  # planned by _queue
         pack = HostCopy()
@@ -111,7 +118,7 @@ class StepStatistics:
             x = stacked(grads)
             numels = np.full(len(cols), x.shape[1], np.float64)
             counts = pack.add(stacked_exponent_counts(x)) if with_hist else None
-            gparts.append((cols, grads, numels, pack.add(stacked_rows(x)), counts))
+            gparts.append((cols, grads, numels, pack.add(stacked_rows(x)), counts, True))
         for (dev, dt), (cols, owners) in gplan.rest.items():
             if (dev, dt) in fused:
                 continue
@@ -119,7 +126,7 @@ class StepStatistics:
             numels = np.array([p.numel() for p in owners], np.float64)
             rows = pack.add(grad_rows(grads, foreach_all=self.foreach_all or dev.type != "cpu"))
             counts = pack.add(exponent_counts(grads)) if with_hist else None
-            gparts.append((cols, grads, numels, rows, counts))
+            gparts.append((cols, grads, numels, rows, counts, False))
         return pack, wparts, gparts
 
     def _queue_fused(self, pack: HostCopy, key: tuple, with_hist: bool, wparts: list, gparts: list) -> None:
@@ -129,20 +136,24 @@ class StepStatistics:
         wcols, wowners = self._wplan.rest.get(key, ([], []))
         gcols, gowners = self._gplan.rest.get(key, ([], []))
         grads = [stored_values(p.grad) for p in gowners]
-        rows, wnorms, hist = _fused.queue(pack, grads, [p.detach() for p in wowners], with_hist)
+        # the weights are read, never written: no detach
+        rows, wnorms, hist = _fused.queue(pack, grads, wowners, with_hist, self.foreach_all)
         if wowners:
             wparts.append((wcols, wnorms))
         if gowners:
-            gparts.append((gcols, grads, np.array([p.numel() for p in gowners], np.float64), rows, hist))
+            gparts.append((gcols, grads, np.array([p.numel() for p in gowners], np.float64), rows, hist, True))
 
     @staticmethod
     def _fill_grad_stats(
-        out: np.ndarray, cols: np.ndarray, grads: list[torch.Tensor], n: np.ndarray, host: np.ndarray
+        out: np.ndarray, cols: np.ndarray, grads: list[torch.Tensor], n: np.ndarray, host: np.ndarray, exact: np.ndarray
     ) -> None:
         """Per-layer metrics of gradient columns ``cols`` from their host rows (``grad_rows``); ``grads``
-        are the stored values (a sparse gradient's non-zero entries), ``n`` the layers' sizes."""
+        are the stored values (a sparse gradient's non-zero entries), ``n`` the layers' sizes, ``exact``
+        where the L2 norm was squared and summed in float64 (the fused kernels, the stacks): never
+        taken again."""
         l2, l1, linf, nnz, s = host[:5]
         redo = untrusted_norms(l2, linf, n)  # rare: a float32 norm that overflowed or underflowed
+        redo = redo[~exact[redo]]
         if redo.size:
             l2 = l2.copy()
             l2[redo] = exact_norms([grads[k] for k in redo])

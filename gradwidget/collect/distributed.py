@@ -272,7 +272,7 @@ class DistContext:
             fused = _fused.takes(dev, dt, foreach_all)
             if fused:  # one launch for weights and gradients
                 try:
-                    rows, wnorms, counts = _fused.queue(pack, grads, [w for _, w in witems], with_hist)
+                    rows, wnorms, counts = _fused.queue(pack, grads, [w for _, w in witems], with_hist, foreach_all)
                 except RuntimeError:
                     if _fused.broken is None:
                         raise

@@ -8,9 +8,11 @@ next ``optimizer.zero_grad()``.
 Statistics are reduced a group at a time, never a Python op per tensor: small tensors of one
 device, dtype and shape are stacked and reduced row by row, the rest go through fused
 ``torch._foreach_norm`` calls per device and dtype (as ``torch.nn.utils.clip_grad_norm_`` does);
-the grouping is planned once and kept while the gradients keep their layout (``_groups``). Sums
-are accumulated in float32 or wider whatever the parameter dtype (``acc_dtype``); complex, integer
-and meta-device parameters are skipped with one warning. Per recorded step, the weight norms, the
+the grouping is planned once and kept while the gradients keep their layout (``_groups``). Where
+one fused kernel reads a device's tensors (Triton on a GPU, a compiled C loop on CPU: ``_fused``),
+it takes every statistic in one pass instead. Sums are accumulated in float32 or wider whatever
+the parameter dtype (``acc_dtype``; float64 in the fused kernels); complex, integer and meta-device
+parameters are skipped with one warning. Per recorded step, the weight norms, the
 gradient statistics, the histogram's exponent counts (on histogram steps) and a tensor loss of a
 device are packed into one float64 tensor and copied to the host once; the update norms, known
 only after ``optimizer.step()``, are a second copy on the steps that measure them. No ``.item()``
@@ -91,7 +93,8 @@ class Recorder(_Setup, _Steps):
     foreach_all: take the statistics of CPU tensors as an accelerator does (one fused Triton
         kernel where Triton's interpreter runs, else ``_foreach_norm``): the same numbers, slower;
         for checking that path without a GPU. On a GPU the fused kernel is used where Triton is
-        installed (``collect/_fused.py``), the eager kernels elsewhere.
+        installed (``collect/_fused.py``), on CPU a loop compiled once per machine where a C
+        compiler is (``collect/_cpu_fused.py``), the eager kernels elsewhere.
     trace_nonfinite: find where the first NaN/Inf was made (module, step, forward/backward/loss)
         into ``run.nonfinite_origin``. ``"auto"`` (default): the first recorded step whose gradients
         or loss are non-finite is replayed under hooks on every module before the optimizer applies

@@ -1,0 +1,137 @@
+/* Every statistic of many CPU tensors in one pass over each (gradwidget/collect/_cpu_fused.py
+ * compiles this once per machine and calls it through ctypes).
+ *
+ * PyTorch's eager CPU kernels read a gradient once per statistic (|g|, its L2 and L1 norms, its
+ * largest and smallest bits, the sum, again for the weight norm): six passes and a dozen dispatches a
+ * tensor. Here one loop keeps all five in registers. Sums are accumulated in double (no float32
+ * overflow or underflow of a norm, whatever the entries); max |x| and the non-zero count are taken
+ * over |x|'s bits as integers, ordered as the values are (a NaN's bits are above Inf's, so a NaN is
+ * the largest, as amax has it; -0.0 is zero).
+ *
+ * rows is (5, n) row-major: L2 norm, L1 norm, max |x|, non-zero count, sum. Tensors 0..n_full-1
+ * get all five, the rest (weights) only the L2 norm; the first n_hist also get the counts of their
+ * float32 biased exponents (0..255) in counts, (n_hist, 256).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+/* an AVX2 copy chosen at load time where the CPU has it (no -march=native: a cached library may be
+ * read by another machine sharing the home directory) */
+#define CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CLONES
+#endif
+
+#define EXPONENTS 256
+
+static inline float bits_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline double bits_double(uint64_t u) {
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+CLONES static void f32_all(const float *x, const uint32_t *bits, int64_t n, double *r) {
+    double sq = 0, l1 = 0, s = 0;
+    uint32_t top = 0;
+    int64_t nz = 0;
+#pragma omp simd reduction(+ : sq, l1, s, nz) reduction(max : top)
+    for (int64_t i = 0; i < n; i++) {
+        double v = (double)x[i];
+        uint32_t a = bits[i] & 0x7fffffffu;
+        sq += v * v;
+        l1 += fabs(v);
+        s += v;
+        top = a > top ? a : top;
+        nz += a != 0;
+    }
+    r[0] = sqrt(sq), r[1] = l1, r[2] = (double)bits_float(top), r[3] = (double)nz, r[4] = s;
+}
+
+CLONES static double f32_sumsq(const float *x, int64_t n) {
+    double sq = 0;
+#pragma omp simd reduction(+ : sq)
+    for (int64_t i = 0; i < n; i++) {
+        double v = (double)x[i];
+        sq += v * v;
+    }
+    return sq;
+}
+
+static void f32_exponents(const uint32_t *bits, int64_t n, int64_t *counts) {
+    for (int64_t i = 0; i < n; i++) counts[(bits[i] >> 23) & 255]++;
+}
+
+CLONES static void f64_all(const double *x, const uint64_t *bits, int64_t n, double *r) {
+    double sq = 0, l1 = 0, s = 0;
+    uint64_t top = 0;
+    int64_t nz = 0;
+#pragma omp simd reduction(+ : sq, l1, s, nz) reduction(max : top)
+    for (int64_t i = 0; i < n; i++) {
+        double v = x[i];
+        uint64_t a = bits[i] & 0x7fffffffffffffffull;
+        sq += v * v;
+        l1 += fabs(v);
+        s += v;
+        top = a > top ? a : top;
+        nz += a != 0;
+    }
+    r[0] = sqrt(sq), r[1] = l1, r[2] = bits_double(top), r[3] = (double)nz, r[4] = s;
+}
+
+CLONES static double f64_sumsq(const double *x, int64_t n) {
+    double sq = 0;
+#pragma omp simd reduction(+ : sq)
+    for (int64_t i = 0; i < n; i++) sq += x[i] * x[i];
+    return sq;
+}
+
+static void f64_exponents(const double *x, int64_t n, int64_t *counts) {
+    for (int64_t i = 0; i < n; i++) {  /* the exponent of the float32 the entry rounds to */
+        float f = (float)x[i];
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        counts[(u >> 23) & 255]++;
+    }
+}
+
+void gw_rows_f32(int64_t n, const int64_t *ptrs, const int64_t *numels, int64_t n_full, int64_t n_hist,
+                 double *rows, int64_t *counts) {
+    for (int64_t t = 0; t < n; t++) {
+        const float *x = (const float *)(intptr_t)ptrs[t];
+        double r[5] = {0, 0, 0, 0, 0};
+        if (t < n_full)
+            f32_all(x, (const uint32_t *)x, numels[t], r);
+        else
+            r[0] = sqrt(f32_sumsq(x, numels[t]));
+        for (int k = 0; k < 5; k++) rows[k * n + t] = r[k];
+        if (t < n_hist) {
+            memset(counts + t * EXPONENTS, 0, EXPONENTS * sizeof(int64_t));
+            f32_exponents((const uint32_t *)x, numels[t], counts + t * EXPONENTS);
+        }
+    }
+}
+
+void gw_rows_f64(int64_t n, const int64_t *ptrs, const int64_t *numels, int64_t n_full, int64_t n_hist,
+                 double *rows, int64_t *counts) {
+    for (int64_t t = 0; t < n; t++) {
+        const double *x = (const double *)(intptr_t)ptrs[t];
+        double r[5] = {0, 0, 0, 0, 0};
+        if (t < n_full)
+            f64_all(x, (const uint64_t *)x, numels[t], r);
+        else
+            r[0] = sqrt(f64_sumsq(x, numels[t]));
+        for (int k = 0; k < 5; k++) rows[k * n + t] = r[k];
+        if (t < n_hist) {
+            memset(counts + t * EXPONENTS, 0, EXPONENTS * sizeof(int64_t));
+            f64_exponents(x, numels[t], counts + t * EXPONENTS);
+        }
+    }
+}
