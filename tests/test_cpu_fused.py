@@ -118,6 +118,14 @@ def test_the_library_is_built_once_and_loaded_from_the_cache(fresh_build, monkey
     assert _cpu_fused._library() is not None and _cpu_fused.broken is None
 
 
+def test_a_cache_folder_that_cannot_be_written_builds_in_a_temporary_one(fresh_build, monkeypatch):
+    blocked = fresh_build / "blocked"
+    blocked.write_text("the user's own file, where the cache folder would go")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # a file: no folder can be made under it
+    assert _cpu_fused.takes(torch.float32)
+    assert blocked.read_text().startswith("the user's own file")
+
+
 def test_processes_building_at_once_share_one_whole_library(fresh_build):
     paths: list = []
     threads = [threading.Thread(target=lambda: paths.append(_cpu_fused._built())) for _ in range(3)]

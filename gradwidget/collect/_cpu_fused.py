@@ -14,6 +14,7 @@ numbers, a little slower.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
@@ -124,13 +125,15 @@ def _built() -> Path:
 
 
 def _cache_folder() -> Path:
-    """``$XDG_CACHE_HOME/gradwidget`` (``~/.cache/gradwidget``), or a fresh temporary folder where
-    that cannot be written."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gradwidget"
+    """``$XDG_CACHE_HOME/gradwidget`` (``~/.cache/gradwidget``), or where that cannot be written a
+    temporary folder of this process's, removed when it exits."""
     try:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gradwidget"
         base.mkdir(parents=True, exist_ok=True)
         if os.access(base, os.W_OK):
             return base
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: no home directory to expand
         pass
-    return Path(tempfile.mkdtemp(prefix="gradwidget-"))
+    tmp = tempfile.mkdtemp(prefix="gradwidget-")
+    atexit.register(shutil.rmtree, tmp, True)
+    return Path(tmp)
