@@ -1,0 +1,73 @@
+"""CPU's statistics in one compiled pass (``collect/_cpu_fused.py``) against PyTorch's eager CPU
+kernels (``_kernels.grad_rows`` and ``norms``), over model sizes and torch's thread counts.
+
+The library runs on one thread; the eager kernels spread each of their six passes over every torch
+thread. This measures where that trade turns: one step's statistics of a model's gradients and
+weights (every tensor above the stacking size), caches flushed before each (a backward leaves the
+gradients cold), median of ``--repeats``.
+
+    python bench/cpu_pass.py [--threads 1 2 4 16] [--models transformer wide large] [--repeats 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from gradwidget.collect import _cpu_fused
+from gradwidget.collect._groups import STACK_NUMEL
+from gradwidget.collect._kernels import grad_rows, norms
+
+#: the bench transformers (bench/overhead.py's ``make_model``): (d, layers, vocab)
+MODELS = {"transformer": (256, 4, 2000), "wide": (512, 8, 16000), "large": (768, 12, 16000)}
+
+
+def tensors(which: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The gradients (random, the parameters' shapes) and weights of the named model's tensors that
+    the library reads (those above the stacking size)."""
+    from overhead import make_model
+
+    d, layers, vocab = MODELS[which]
+    params = [p.detach() for p in make_model(d=d, layers=layers, vocab=vocab).parameters() if p.numel() > STACK_NUMEL]
+    return [torch.randn_like(p) for p in params], params
+
+
+def median_ms(fn, repeats: int) -> float:
+    flush = torch.empty(256 << 20, dtype=torch.uint8)  # larger than any last-level cache
+    times = []
+    for _ in range(repeats):
+        flush.add_(1)
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["transformer", "wide"])
+    ap.add_argument("--repeats", type=int, default=20)
+    args = ap.parse_args()
+    if not _cpu_fused.takes(torch.float32):
+        raise SystemExit(f"no CPU statistics library here: {_cpu_fused.broken}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads by default")
+    print("model | entries | torch threads | one compiled pass ms | eager kernels ms | eager / pass")
+    for which in args.models:
+        grads, weights = tensors(which)
+        entries = sum(t.numel() for t in grads + weights)
+        both = grads + weights
+        for n in args.threads:
+            torch.set_num_threads(n)
+            fused = median_ms(lambda: _cpu_fused.rows(both, n_full=len(grads)), args.repeats)
+            eager = median_ms(lambda: (grad_rows(grads, foreach_all=False), norms(weights)), args.repeats)
+            print(
+                f"{which} | {entries / 1e6:.1f} M | {n} | {fused:.2f} | {eager:.2f} | {eager / fused:.2f}", flush=True
+            )
+
+
+if __name__ == "__main__":
+    main()
