@@ -1,8 +1,9 @@
 """CPU's statistics in one compiled pass (``collect/_cpu_fused.py``) against PyTorch's eager CPU
 kernels (``_kernels.grad_rows`` and ``norms``), over model sizes and torch's thread counts.
 
-The library runs on one thread; the eager kernels spread each of their six passes over every torch
-thread. This measures where that trade turns: one step's statistics of a model's gradients and
+The eager kernels spread each of their six passes over every torch thread; the library shares its
+one pass among them by tensors, largest first (``_cpu_fused._shares``: shares of at least
+``SHARE_ENTRIES``). This measures both over thread counts: one step's statistics of a model's gradients and
 weights (every tensor above the stacking size), caches flushed before each (a backward leaves the
 gradients cold), median of ``--repeats``.
 
@@ -55,7 +56,9 @@ def main() -> None:
     if not _cpu_fused.takes(torch.float32):
         raise SystemExit(f"no CPU statistics library here: {_cpu_fused.broken}")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads by default")
-    print("model | entries | torch threads | one compiled pass ms | eager kernels ms | eager / pass")
+    print(
+        "model | entries | torch threads | one compiled pass ms (shared by the threads) | eager kernels ms | eager / pass"
+    )
     for which in args.models:
         grads, weights = tensors(which)
         entries = sum(t.numel() for t in grads + weights)

@@ -95,6 +95,33 @@ def test_a_tensor_of_another_dtype_is_refused_not_misread():
     assert not _cpu_fused.takes(torch.float16) and not _cpu_fused.takes(torch.bfloat16)
 
 
+def test_threads_share_a_large_pass_and_give_the_same_bits(monkeypatch):
+    tensors = _cases(torch.float32) + [torch.randn(300, 40), torch.randn(5000)]
+    one, one_counts = _cpu_fused.rows(tensors, n_full=6, n_hist=3)
+    monkeypatch.setattr(_cpu_fused, "SHARE_ENTRIES", 1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        shared, shared_counts = _cpu_fused.rows(tensors, n_full=6, n_hist=3)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(shared, one) and torch.equal(shared_counts, one_counts)
+
+
+def test_shares_balance_the_entries_and_keep_each_tensor_once(monkeypatch):
+    numels = np.array([100, 5, 60, 50, 7, 40, 3])
+    assert len(_cpu_fused._shares(numels, threads=8)) == 1  # less than two shares' entries: one thread
+    monkeypatch.setattr(_cpu_fused, "SHARE_ENTRIES", 100)
+    assert len(_cpu_fused._shares(numels, threads=8)) == 2  # 265 entries: two shares of at least 100
+    monkeypatch.setattr(_cpu_fused, "SHARE_ENTRIES", 1)
+    shares = _cpu_fused._shares(numels, threads=3)
+    assert sorted(np.concatenate(shares).tolist()) == list(range(7))
+    assert all((np.diff(s) > 0).all() for s in shares)  # ascending: gradients before weights
+    assert sorted(int(numels[s].sum()) for s in shares) == [75, 90, 100]  # largest first, to the least loaded
+    assert [s.tolist() for s in _cpu_fused._shares(numels, threads=1)] == [list(range(7))]
+    assert len(_cpu_fused._shares(numels[:2], threads=8)) == 2  # no more threads than tensors
+
+
 @pytest.fixture
 def fresh_build(monkeypatch, tmp_path):
     """An empty cache folder and no library loaded yet in this process; restored afterwards."""
