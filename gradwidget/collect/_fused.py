@@ -157,10 +157,10 @@ def rows(tensors: list[torch.Tensor], n_hist: int = 0) -> tuple[torch.Tensor, to
 def queue(
     pack: HostCopy, grads: list[torch.Tensor], weights: list[torch.Tensor], with_hist: bool, foreach_all: bool
 ) -> tuple[tuple | None, tuple | None, tuple | None]:
-    """Queue in ``pack``, from one launch (one library call on CPU), the ``(5, len(grads))`` rows of ``grads``, the L2 norms
-    of ``weights`` and (``with_hist``) the gradients' ``(len(grads), OCTAVE_COLUMNS)`` octave
-    counts: their handles, None for what was not asked (gradients go first: only theirs are
-    counted by exponent). ``foreach_all``: as for ``takes``."""
+    """Queue in ``pack``, from one launch (one library call on CPU), the ``(5, len(grads))`` rows
+    of ``grads``, the L2 norms of ``weights`` and (``with_hist``) the gradients' ``(len(grads),
+    OCTAVE_COLUMNS)`` octave counts: their handles, None for what was not asked (gradients go
+    first: only theirs are counted by exponent). ``foreach_all``: as for ``takes``."""
     n, tensors = len(grads), grads + weights
     if _on_host(tensors[0].device, foreach_all):
         r, counts = _cpu_fused.rows(tensors, n_full=n, n_hist=n if with_hist else 0)
