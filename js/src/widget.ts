@@ -34,7 +34,7 @@ function takeOver(view: PanelView): boolean {
     if (old === view) continue;
     let state = RELEASED.get(old);
     if (!state) {
-      if (old.isDisposed || !old.shown || old.root.isConnected) continue;
+      if (old.isDisposed || !(old.shown || old.adopted) || old.root.isConnected) continue;
       state = old.handover();
     }
     if (!view.sameModel(state)) continue;
@@ -57,7 +57,7 @@ function render({ model, el, signal }: { model: PanelModel; el: HTMLElement; sig
   for (const ms of TAKE_OVER_AT_MS) timers.push(setTimeout(() => takeOver(view) && timers.forEach(clearTimeout), ms));
   const release = () => {
     timers.forEach(clearTimeout);
-    const state = view.shown && !view.isDisposed ? view.handover() : null;  // not once taken over
+    const state = (view.shown || view.adopted) && !view.isDisposed ? view.handover() : null;  // not once taken over
     view.dispose();
     if (!state) {
       VIEWS.delete(view);

@@ -87,6 +87,9 @@ export class PanelView {
   imageDirty = true;
   /** the view has been drawn on the page (once detached after that, it is gone: see widget.ts) */
   shown = false;
+  /** the view took over what the user set in a view it replaced (`adopt`): it holds that state to
+   *  hand over again, drawn or not (a second replacement can come before its first frame) */
+  adopted = false;
   readonly dom: Skeleton;
   readonly table: HealthTable;
   private diagnoses: DiagnosesList;
@@ -550,6 +553,7 @@ export class PanelView {
    *  output was updated in place when a cell ended): cursor and pending scrub, selection,
    *  playback speed, the table's sort, filter, columns and scroll. */
   adopt(old: Handover): void {
+    this.adopted = true;
     this.intent.step = old.step;
     this.intent.follow = old.follow;
     this.intent.layer = old.layer;
