@@ -4,10 +4,11 @@ compiled once per machine by the system's C compiler and called through ``ctypes
 
 PyTorch's eager CPU kernels read a gradient once per statistic and dispatch a dozen ops a tensor
 (``_kernels.grad_rows``): on the Llama-style bench model that is 1.1 ms a step against 0.5 ms for
-one pass, on the bench transformer 3.2 ms against 1.5 ms (bench/overhead.py). The library is built
-with ``cc`` (or ``$CC``) into ``~/.cache/gradwidget`` (``$XDG_CACHE_HOME``) in about 0.2 s, under a
-name that hashes its source, flags and compiler, and renamed into place whole (processes of one
-job may build it at once). Where there is no compiler, the build fails or the platform has no
+one pass, on the bench transformer 3.2 ms (on two threads) against 1.5 ms (bench/cpu_pass.py). The pass
+is shared among torch's threads, by tensors (``_shares``). The library is built with ``cc`` (or
+``$CC``) into ``~/.cache/gradwidget`` (``$XDG_CACHE_HOME``) in about 0.2 s, under a name that
+hashes its source, flags, compiler and architecture, and renamed into place whole (processes of
+one job may build it at once). Where there is no compiler, the build fails or the platform has no
 ``cc`` (Windows), ``broken`` says why and the eager kernels take every statistic: the same
 numbers, a little slower.
 """
@@ -21,6 +22,7 @@ import functools
 import hashlib
 import heapq
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -161,7 +163,9 @@ def _built() -> Path:
     if cc is None:
         raise RuntimeError("no C compiler (cc, gcc or clang) on PATH")
     source = SOURCE.read_bytes()
-    key = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), cc.encode(), sys.platform.encode()]))
+    # the machine's architecture too: a home folder shared by x86-64 and ARM machines holds one of each
+    target = f"{sys.platform} {platform.machine()}".encode()
+    key = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), cc.encode(), target]))
     folder = _cache_folder()
     path = folder / f"cpu_stats-{key.hexdigest()[:16]}.so"
     if path.exists():
