@@ -92,6 +92,12 @@ def test_a_non_finite_entry_shows_in_the_norm(interpreted):
     assert rows[:, 2].tolist() == [3**0.5, 3.0, 1.0, 3.0, 3.0]
 
 
+def test_a_lazily_negated_tensor_is_read_as_its_values(interpreted):
+    negated = torch._neg_view(torch.arange(1.0, 6.0))  # stored unnegated, with a flag
+    rows, _ = _fused.rows([negated])
+    np.testing.assert_allclose(rows[:, 0].numpy(), _reference(negated), rtol=1e-12)
+
+
 def test_mixed_dtypes_are_refused_not_misread(interpreted):
     with pytest.raises(TypeError, match="dtype or device changed"):
         _fused.rows([torch.ones(3), torch.ones(3, dtype=torch.float16)])

@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ._kernels import read_in_place
+
 #: the C source, beside this module (in the wheel as package data)
 SOURCE = Path(__file__).with_name("_cpu_stats.c")
 #: optimised, with the source's ``omp simd`` loops vectorised (no OpenMP runtime is linked)
@@ -69,13 +71,7 @@ def rows(tensors: list[torch.Tensor], n_full: int, n_hist: int = 0) -> tuple[tor
     dt = tensors[0].dtype
     if lib is None or dt not in _FUNCTIONS:
         raise TypeError(f"no CPU statistics library for {dt}")
-    dense = []
-    for t in tensors:
-        if t.dtype != dt or not t.is_cpu:
-            raise TypeError("a tensor's dtype or device changed since the statistics were planned")
-        # the library walks numel consecutive stored entries: a strided view is copied, a lazily
-        # negated one (``torch._neg_view``) resolved
-        dense.append(t if t.is_contiguous() and not t.is_neg() else t.resolve_neg().contiguous())
+    dense = read_in_place(tensors, torch.device("cpu"), dt)
     n = len(dense)
     table = np.fromiter((t.data_ptr() for t in dense), np.int64, n)
     numels = np.fromiter((t.numel() for t in dense), np.int64, n)

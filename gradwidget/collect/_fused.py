@@ -27,7 +27,7 @@ import torch
 
 from .._warnings import GradwidgetWarning
 from . import _cpu_fused
-from ._kernels import HostCopy, octaves
+from ._kernels import HostCopy, octaves, read_in_place
 
 #: entries one program reads per iteration
 BLOCK = 1024
@@ -109,11 +109,10 @@ def rows(tensors: list[torch.Tensor], n_hist: int = 0) -> tuple[torch.Tensor, to
     tensor's entries itself). One launch, then four small ops."""
     tl, kernel = _triton()
     dev, dt = tensors[0].device, tensors[0].dtype
-    # the kernel reads raw addresses: a tensor moved or recast since the plan is planned again
-    if dt not in _ELEMENTS or any(t.dtype != dt or t.device != dev for t in tensors):
+    if dt not in _ELEMENTS:  # recast since the plan to a dtype the kernel cannot read: planned again
         raise TypeError("a tensor's dtype or device changed since the statistics were planned")
     element = getattr(tl, _ELEMENTS[dt])
-    dense = [t if t.is_contiguous() or _dense(t) else t.contiguous() for t in tensors]
+    dense = read_in_place(tensors, dev, dt)
     n = len(dense)
     numels = [t.numel() for t in dense]
     table = _table([t.data_ptr() for t in dense] + numels, dev)
@@ -171,18 +170,6 @@ def queue(
         pack.add(r[0, n:]) if weights else None,
         pack.add(octaves(counts)) if counts is not None else None,
     )
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Whether ``t``'s entries fill ``numel`` consecutive slots from ``data_ptr`` in some order
-    (channels-last and other permuted layouts): every statistic here is order-free."""
-    dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1)
-    span = 1
-    for st, sz in dims:
-        if st != span:
-            return False
-        span *= sz
-    return True
 
 
 def _table(values: list[int], dev: torch.device) -> torch.Tensor:

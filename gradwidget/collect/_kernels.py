@@ -154,6 +154,35 @@ def stored_values(g: torch.Tensor) -> torch.Tensor:
     return g.coalesce().values() if g.layout == torch.sparse_coo else g
 
 
+def read_in_place(tensors: list[torch.Tensor], device: torch.device, dtype: torch.dtype) -> list[torch.Tensor]:
+    """``tensors`` as a kernel that reads raw addresses needs them (``_fused``'s Triton kernel,
+    ``_cpu_fused``'s library): ``numel`` stored entries from each ``data_ptr``, in any order (every
+    statistic is order-free, so a permuted dense layout such as channels-last is read as it is;
+    any other view through a contiguous copy), a lazily negated view (``torch._neg_view``)
+    resolved. A tensor of another device or dtype raises ``TypeError``: moved or recast since the
+    plan, it is planned again by the caller."""
+    out = []
+    for t in tensors:
+        if t.dtype != dtype or t.device != device:
+            raise TypeError("a tensor's dtype or device changed since the statistics were planned")
+        if t.is_neg():
+            t = t.resolve_neg()
+        out.append(t if t.is_contiguous() or _fills_block(t) else t.contiguous())
+    return out
+
+
+def _fills_block(t: torch.Tensor) -> bool:
+    """Whether ``t``'s entries fill ``numel`` consecutive slots from ``data_ptr`` in some order
+    (channels-last and other permuted layouts)."""
+    dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1)
+    span = 1
+    for st, sz in dims:
+        if st != span:
+            return False
+        span *= sz
+    return True
+
+
 def biased_exponents(x: torch.Tensor) -> torch.Tensor:
     """The float32 biased exponent of each entry of ``x`` (same shape, 0..255: 0 for zeros and
     subnormals, 255 for Inf/NaN): its bits shifted, where a log2 would cost a transcendental."""
