@@ -38,7 +38,9 @@ static inline double bits_double(uint64_t u) {
     return d;
 }
 
-CLONES static void f32_all(const float *x, const uint32_t *bits, int64_t n, double *r) {
+CLONES static void f32_all(const void *p, int64_t n, double *r) {
+    const float *x = p;
+    const uint32_t *bits = p;
     double sq = 0, l1 = 0, s = 0;
     uint32_t top = 0;
     int64_t nz = 0;
@@ -55,7 +57,8 @@ CLONES static void f32_all(const float *x, const uint32_t *bits, int64_t n, doub
     r[0] = sqrt(sq), r[1] = l1, r[2] = (double)bits_float(top), r[3] = (double)nz, r[4] = s;
 }
 
-CLONES static double f32_sumsq(const float *x, int64_t n) {
+CLONES static double f32_sumsq(const void *p, int64_t n) {
+    const float *x = p;
     double sq = 0;
 #pragma omp simd reduction(+ : sq)
     for (int64_t i = 0; i < n; i++) {
@@ -65,11 +68,14 @@ CLONES static double f32_sumsq(const float *x, int64_t n) {
     return sq;
 }
 
-static void f32_exponents(const uint32_t *bits, int64_t n, int64_t *counts) {
+static void f32_exponents(const void *p, int64_t n, int64_t *counts) {
+    const uint32_t *bits = p;
     for (int64_t i = 0; i < n; i++) counts[(bits[i] >> 23) & 255]++;
 }
 
-CLONES static void f64_all(const double *x, const uint64_t *bits, int64_t n, double *r) {
+CLONES static void f64_all(const void *p, int64_t n, double *r) {
+    const double *x = p;
+    const uint64_t *bits = p;
     double sq = 0, l1 = 0, s = 0;
     uint64_t top = 0;
     int64_t nz = 0;
@@ -86,14 +92,16 @@ CLONES static void f64_all(const double *x, const uint64_t *bits, int64_t n, dou
     r[0] = sqrt(sq), r[1] = l1, r[2] = bits_double(top), r[3] = (double)nz, r[4] = s;
 }
 
-CLONES static double f64_sumsq(const double *x, int64_t n) {
+CLONES static double f64_sumsq(const void *p, int64_t n) {
+    const double *x = p;
     double sq = 0;
 #pragma omp simd reduction(+ : sq)
     for (int64_t i = 0; i < n; i++) sq += x[i] * x[i];
     return sq;
 }
 
-static void f64_exponents(const double *x, int64_t n, int64_t *counts) {
+static void f64_exponents(const void *p, int64_t n, int64_t *counts) {
+    const double *x = p;
     for (int64_t i = 0; i < n; i++) {  /* the exponent of the float32 the entry rounds to */
         float f = (float)x[i];
         uint32_t u;
@@ -102,36 +110,39 @@ static void f64_exponents(const double *x, int64_t n, int64_t *counts) {
     }
 }
 
-void gw_rows_f32(int64_t n, const int64_t *ptrs, const int64_t *numels, int64_t n_full, int64_t n_hist,
-                 double *rows, int64_t *counts) {
+/* The kernels of one dtype: all five statistics, the sum of squares alone, the exponent counts. */
+struct kernels {
+    void (*all)(const void *, int64_t, double *);
+    double (*sumsq)(const void *, int64_t);
+    void (*exponents)(const void *, int64_t, int64_t *);
+};
+
+static void rows_of(const struct kernels *k, int64_t n, const int64_t *ptrs, const int64_t *numels, int64_t n_full,
+                    int64_t n_hist, double *rows, int64_t *counts) {
     for (int64_t t = 0; t < n; t++) {
-        const float *x = (const float *)(intptr_t)ptrs[t];
+        const void *x = (const void *)(intptr_t)ptrs[t];
         double r[5] = {0, 0, 0, 0, 0};
         if (t < n_full)
-            f32_all(x, (const uint32_t *)x, numels[t], r);
+            k->all(x, numels[t], r);
         else
-            r[0] = sqrt(f32_sumsq(x, numels[t]));
-        for (int k = 0; k < 5; k++) rows[k * n + t] = r[k];
+            r[0] = sqrt(k->sumsq(x, numels[t]));
+        for (int j = 0; j < 5; j++) rows[j * n + t] = r[j];
         if (t < n_hist) {
             memset(counts + t * EXPONENTS, 0, EXPONENTS * sizeof(int64_t));
-            f32_exponents((const uint32_t *)x, numels[t], counts + t * EXPONENTS);
+            k->exponents(x, numels[t], counts + t * EXPONENTS);
         }
     }
 }
 
+static const struct kernels F32 = {f32_all, f32_sumsq, f32_exponents};
+static const struct kernels F64 = {f64_all, f64_sumsq, f64_exponents};
+
+void gw_rows_f32(int64_t n, const int64_t *ptrs, const int64_t *numels, int64_t n_full, int64_t n_hist,
+                 double *rows, int64_t *counts) {
+    rows_of(&F32, n, ptrs, numels, n_full, n_hist, rows, counts);
+}
+
 void gw_rows_f64(int64_t n, const int64_t *ptrs, const int64_t *numels, int64_t n_full, int64_t n_hist,
                  double *rows, int64_t *counts) {
-    for (int64_t t = 0; t < n; t++) {
-        const double *x = (const double *)(intptr_t)ptrs[t];
-        double r[5] = {0, 0, 0, 0, 0};
-        if (t < n_full)
-            f64_all(x, (const uint64_t *)x, numels[t], r);
-        else
-            r[0] = sqrt(f64_sumsq(x, numels[t]));
-        for (int k = 0; k < 5; k++) rows[k * n + t] = r[k];
-        if (t < n_hist) {
-            memset(counts + t * EXPONENTS, 0, EXPONENTS * sizeof(int64_t));
-            f64_exponents(x, numels[t], counts + t * EXPONENTS);
-        }
-    }
+    rows_of(&F64, n, ptrs, numels, n_full, n_hist, rows, counts);
 }
