@@ -62,6 +62,35 @@ def test_rows_match_a_float64_reference(dtype):
     assert torch.equal(rows[2:4], eager[2:4])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_norms_and_dots_match_a_float64_reference(dtype):
+    """The noise probe's calls: one tensor's norm, many tensors' norms, and g.g, g.a, a.a of an
+    increment and the gradient it is added to (odd lengths: the lanes' tail), in float64."""
+    gen = torch.Generator().manual_seed(0)
+    g, a = (torch.randn(1001, 37, generator=gen).to(dtype) for _ in range(2))
+    g64, a64 = g.double(), a.double()
+    assert _cpu_fused.norm(g) == pytest.approx(float(g64.norm()), rel=1e-12)
+    assert _cpu_fused.norms([g, a[:5]]).tolist() == pytest.approx([float(g64.norm()), float(a64[:5].norm())], rel=1e-12)
+    gg, ga, aa = _cpu_fused.dots(g, a)
+    want = [float((g64 * g64).sum()), float((g64 * a64).sum()), float((a64 * a64).sum())]
+    assert [gg, ga, aa] == pytest.approx(want, rel=1e-12)
+    assert aa + 2 * ga + gg == pytest.approx(float((g64 + a64).pow(2).sum()), rel=1e-12)
+    gt, at = g.T.contiguous().T, a.T.contiguous().T  # column-major, both: read alike in place
+    assert _cpu_fused.dots(gt, at) == pytest.approx(want, rel=1e-12)
+
+
+def test_dots_refuses_tensors_it_cannot_pair_entry_by_entry():
+    """Entries stored in different orders, a strided view, another dtype: refused (the probe then
+    takes PyTorch's norm), never paired wrongly."""
+    g = torch.randn(6, 5)
+    for a in (g.T.contiguous().T, g.double(), torch.randn(5, 6)):
+        with pytest.raises(TypeError):
+            _cpu_fused.dots(g, a)
+    with pytest.raises(TypeError):
+        _cpu_fused.dots(g[:, ::2], g[:, 1::2])  # alike, but not one block each
+    assert _fused.dots(g, g.double()) is None
+
+
 def test_weights_past_n_full_get_only_their_norm():
     tensors = _cases(torch.float32)
     rows, _ = _cpu_fused.rows(tensors, n_full=2)

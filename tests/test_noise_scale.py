@@ -15,6 +15,7 @@ from torch.func import functional_call, grad, vmap  # noqa: E402
 from gradwidget import load_run  # noqa: E402
 from gradwidget.analysis import analyze  # noqa: E402
 from gradwidget.analysis.noise_scale import noise_scale, smoothed, two_size_estimates  # noqa: E402
+from gradwidget.collect import _fused  # noqa: E402
 from gradwidget.collect.torch import Recorder  # noqa: E402
 from gradwidget.storage import RunReader  # noqa: E402
 
@@ -132,9 +133,14 @@ def micro_grads(model, xs, ys):
 
 @pytest.mark.parametrize("set_to_none", [True, False])
 @pytest.mark.parametrize("sparse_stacked", [False, True])
-def test_each_increment_and_the_accumulated_gradient_are_measured_exactly(set_to_none, sparse_stacked):
+@pytest.mark.parametrize("library", [True, False], ids=["library", "eager"])
+def test_each_increment_and_the_accumulated_gradient_are_measured_exactly(
+    set_to_none, sparse_stacked, library, monkeypatch
+):
     """The noise row's per-parameter squared norms against each micro-batch's gradient computed
-    apart: the mean over the micro-batches and the accumulated one, for every path."""
+    apart: the mean over the micro-batches and the accumulated one, for every path (with the CPU
+    library, a hook takes the sum's norm with the increment's; without it, PyTorch's kernels)."""
+    monkeypatch.setattr(_fused, "ENABLED", library)
     torch.manual_seed(0)
     model = Mixed(sparse_stacked)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
@@ -165,6 +171,62 @@ def test_each_increment_and_the_accumulated_gradient_are_measured_exactly(set_to
             want_big = float(sum(g.double() for g in grads).pow(2).sum()) / 9
             assert small == pytest.approx(want_small, rel=2e-5), name
             assert big == pytest.approx(want_big, rel=2e-5), name
+    rec.detach()
+
+
+class FirstOnly(nn.Module):
+    """A trunk every micro-batch reaches and a branch only the first one does (an expert of a
+    mixture, a loss term of one micro-batch); their weights past ``STACK_NUMEL``: hooked."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk, self.head, self.branch = nn.Linear(6, 1000), nn.Linear(1000, 3), nn.Linear(1000, 5)
+
+    def forward(self, x, branch):
+        h = torch.relu(self.trunk(x))
+        return self.head(h) + (self.branch(h)[:, :3] if branch else 0.0)
+
+
+@pytest.mark.parametrize("library", [True, False], ids=["library", "eager"])
+def test_first_increments_are_read_by_the_second_backward(library, monkeypatch):
+    """With the CPU library the first backward's fresh gradients are read by the second: in its
+    hooks (reached), at its end (the branch it does not reach), not by a ``torch.autograd.grad``
+    between the two; exact, as PyTorch's kernels reading them at the first backward's end. A
+    gradient changed in place between the backwards then makes that step's row lost, not wrong."""
+    monkeypatch.setattr(_fused, "ENABLED", library)
+    torch.manual_seed(0)
+    model = FirstOnly()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    rec = Recorder(model, opt, noise_scale=True, noise_every=1, batch_size=8, histogram_every=0)
+    col = {info.name: c for c, info in enumerate(rec.run.layers)} if rec.run is not None else None
+    gen = torch.Generator().manual_seed(1)
+    params = dict(model.named_parameters())
+    for step in range(4):
+        xs = [torch.randn(8, 6, generator=gen) for _ in range(2)]
+        ys = [torch.randint(0, 3, (8,), generator=gen) for _ in range(2)]
+        per = []
+        for k, (x, y) in enumerate(zip(xs, ys)):
+            gs = torch.autograd.grad(F.cross_entropy(model(x, k == 0), y) / 2, list(params.values()), allow_unused=True)
+            per.append([torch.zeros_like(p) if g is None else g for p, g in zip(params.values(), gs)])
+        opt.zero_grad()
+        for k, (x, y) in enumerate(zip(xs, ys)):
+            (F.cross_entropy(model(x, k == 0), y) / 2).backward()
+            if k == 0:  # a gradient taken apart between the two backwards: no micro-batch
+                torch.autograd.grad(model(xs[1], False).sum(), [model.trunk.weight, model.head.bias])
+                if step == 3:
+                    model.trunk.weight.grad.mul_(0.5)  # changed in place: its first increment is lost
+        opt.step()
+        rows = rec.run.noise.rows
+        if step == 3:  # where the first increments wait for the second backward (the CPU library),
+            assert len(rows) == (3 if library else 4)  # no row for it rather than a wrong one
+            break
+        assert len(rows) == step + 1 and rows["n_small"][-1] == 2
+        col = col or {info.name: c for c, info in enumerate(rec.run.layers)}
+        for (name, _), grads in zip(params.items(), zip(*per)):
+            small = np.mean([float(g.double().pow(2).sum()) for g in grads])
+            big = float(sum(g.double() for g in grads).pow(2).sum()) / 4
+            assert rows["small_sq"][-1][col[name]] == pytest.approx(small, rel=1e-5), name
+            assert rows["big_sq"][-1][col[name]] == pytest.approx(big, rel=1e-5), name
     rec.detach()
 
 
@@ -284,7 +346,9 @@ def test_loss_division_and_batch_size_sources_do_not_change_the_estimate():
         torch.manual_seed(0)
         model = nn.Linear(10, 4)
         opt = torch.optim.SGD(model.parameters(), lr=0.0)
-        rec = Recorder(model, opt, **kw)
+        # every step measured: at the default cadence which steps are depends on how long "auto"
+        # times the NaN tracer, a wall-clock decision, and the estimate on which rows it averages
+        rec = Recorder(model, opt, noise_every=1, **kw)
         accumulate(rec, model, opt, X, Y, steps=15, b=16, micro=3, divide=divide, log_batch=log_batch)
         rec.detach()
         # "auto" reads the input's batch size from the second step on (the first row's is NaN)

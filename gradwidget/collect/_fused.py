@@ -27,7 +27,8 @@ import torch
 
 from .._warnings import GradwidgetWarning
 from . import _cpu_fused
-from ._kernels import HostCopy, octaves, read_in_place
+from . import _kernels
+from ._kernels import HostCopy, acc_dtype, octaves, read_in_place
 
 #: entries one program reads per iteration
 BLOCK = 1024
@@ -99,6 +100,40 @@ def reads_small(device: torch.device, foreach_all: bool) -> bool:
     Python per tensor (an address, a size, a dtype check) costs more than stacking them (2,000
     tiny modules: 12.9 against 4.2 ms a step)."""
     return not _on_host(device, foreach_all)
+
+
+def norms(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """L2 norms of same-device ``tensors``: the CPU library's, squared and summed in float64, where
+    it reads them all (one dtype, float32 or float64), else one ``_foreach_norm``
+    (``_kernels.norms``); the noise probe's, at the end of each backward."""
+    if library_reads(tensors[0]):
+        with contextlib.suppress(TypeError):  # a dtype mix: the eager kernel takes them all
+            return _cpu_fused.norms(tensors)
+    return _kernels.norms(tensors)
+
+
+def norm(t: torch.Tensor) -> torch.Tensor | float:
+    """The L2 norm of one tensor: a float from the CPU library where it reads it, else a 0-d tensor
+    left on the device (no host sync)."""
+    if library_reads(t):
+        return _cpu_fused.norm(t)
+    return torch.linalg.vector_norm(t, 2, dtype=acc_dtype([t]))
+
+
+def dots(g: torch.Tensor, a: torch.Tensor) -> tuple[float, float, float] | None:
+    """``g.g``, ``g.a`` and ``a.a`` (``_cpu_fused.dots``) where the CPU library reads both tensors
+    alike, else None: the caller takes its other path (no accelerator kernel: three sums a tensor
+    would cost more than the norm they save)."""
+    if library_reads(g):
+        with contextlib.suppress(TypeError):
+            return _cpu_fused.dots(g, a)
+    return None
+
+
+def library_reads(t: torch.Tensor) -> bool:
+    """Whether ``_cpu_fused``'s library reads ``t``'s device and dtype (CPU, float32 or float64):
+    where a pass's cost is its memory traffic, not its launches."""
+    return ENABLED and t.device.type == "cpu" and _cpu_fused.takes(t.dtype)
 
 
 def rows(tensors: list[torch.Tensor], n_hist: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:

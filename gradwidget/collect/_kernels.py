@@ -167,13 +167,17 @@ def read_in_place(tensors: list[torch.Tensor], device: torch.device, dtype: torc
             raise TypeError("a tensor's dtype or device changed since the statistics were planned")
         if t.is_neg():
             t = t.resolve_neg()
-        out.append(t if t.is_contiguous() or _fills_block(t) else t.contiguous())
+        out.append(t if in_one_block(t) else t.contiguous())
     return out
 
 
-def _fills_block(t: torch.Tensor) -> bool:
+def in_one_block(t: torch.Tensor) -> bool:
     """Whether ``t``'s entries fill ``numel`` consecutive slots from ``data_ptr`` in some order
-    (channels-last and other permuted layouts)."""
+    (contiguous, channels-last and other permuted layouts)."""
+    if t.layout != torch.strided:
+        return False
+    if t.is_contiguous():
+        return True
     dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz != 1)
     span = 1
     for st, sz in dims:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from types import FrameType
 from typing import Any
@@ -50,7 +50,8 @@ from torch import nn
 from ..noise_series import NoiseSeries
 from ._groups import Plan, grad_of
 from ._hooks import TensorHooks
-from ._kernels import HostCopy, acc_dtype, norms, stacked, stacked_norms, stored_values
+from . import _fused
+from ._kernels import HostCopy, stacked, stacked_norms, stored_values
 
 #: "auto" keeps its hooks this many steps; with one batch size on every one, it removes them (one:
 #: accumulation shows at the first step, and the hooks then cost nothing in the steps NaN tracing's
@@ -123,15 +124,35 @@ def _inside_a_backward() -> bool:
     return False
 
 
+def _vector(norms: list, dev: torch.device) -> torch.Tensor:
+    """Norms from hooks as one float64 vector on ``dev``: floats from the CPU library, 0-d tensors
+    from PyTorch's kernels (left on their device: no host sync)."""
+    if all(isinstance(n, float) for n in norms):
+        return torch.tensor(norms, dtype=torch.float64, device=dev)
+    return torch.stack([torch.as_tensor(n).to(dev, torch.float64) for n in norms])
+
+
+@dataclass
+class _Backward:
+    """What one backward's hooks saw: the parameters, the fresh ones (no gradient before it), the
+    others' increment norms, the norms of the sums where a hook took them with the increment
+    (``_fused.dots``), and the norms of the first backward's increments read late (``late``)."""
+
+    seen: list[int] = field(default_factory=list)
+    fresh: list[int] = field(default_factory=list)
+    incr: list[tuple[int, torch.Tensor | float]] = field(default_factory=list)
+    acc: dict[int, float] = field(default_factory=dict)
+    late: dict[int, torch.Tensor | float] = field(default_factory=dict)
+
+
 class NoiseProbe:
     """Hooks that see each backward's gradient increment and the accumulated gradient of ``params``."""
 
-    # this step's state (``_reset_step``): per backward, the parameters its hooks saw, the fresh
-    # ones (no gradient before it) and the others' increment norms; per step, the sums over its backwards
-    _seen_now: list[int]
-    _fresh: list[int]
-    _big_i: list[int]
-    _big_n: list[torch.Tensor]
+    # this step's state (``_reset_step``): what this backward's hooks saw (``_Backward``); the
+    # parameters whose first increment is still to be read (``_pending``); per step, the sums over
+    # its backwards
+    _now: _Backward
+    _pending: dict[int, tuple[torch.Tensor, int]]
     _starts: list[torch.Tensor | None]
     _incr_sq: torch.Tensor | None
     _acc_sq: torch.Tensor | None
@@ -266,20 +287,49 @@ class NoiseProbe:
     def _grad(self, i: int, g: torch.Tensor) -> None:
         """Parameter ``i``'s increment ``g`` (the hook runs for every parameter in every backward:
         kept short). A stacked one is measured at the end of the backward; one without a gradient
-        yet (one process) will have ``g`` as its gradient, measured then too; any other is reduced
-        to its norm now (``g`` is gone once it is added). Not called while not ``measuring``."""
+        yet (one process) will have ``g`` as its gradient, measured later (``_finish``); any other
+        is reduced to its norm now (``g`` is gone once it is added), with the gradient it is
+        added to where the CPU library reads both in one pass: that gradient's norm (the first
+        backward's increment, when it is still that) and the sum's come with it, and nothing is
+        read again at the end of the backward. Not called while not ``measuring``."""
         task = torch._C._current_graph_task_id()
         if task not in self._open:
             self._enter_task(task, i)
-        self._seen_now.append(i)
+        now = self._now
+        now.seen.append(i)
         if self._stacked[i]:
             return
-        if self.world_size == 1 and self.params[i].grad is None:
-            self._fresh.append(i)
+        acc = self.params[i].grad
+        if self.world_size > 1:
+            now.incr.append((i, _fused.norm(stored_values(g.detach()))))
             return
-        v = stored_values(g.detach())
-        self._big_i.append(i)
-        self._big_n.append(torch.linalg.vector_norm(v, 2, dtype=acc_dtype([v])))
+        if acc is None:
+            now.fresh.append(i)
+            return
+        first = self._first_increment(i, acc, now)
+        dots = _fused.dots(g, acc)
+        if dots is not None:
+            gg, ga, aa = dots
+            now.incr.append((i, math.sqrt(gg)))
+            now.acc[i] = math.sqrt(max(aa + 2.0 * ga + gg, 0.0))
+            if first:
+                now.late[i] = math.sqrt(aa)
+            return
+        if first:
+            now.late[i] = _fused.norm(stored_values(acc.detach()))
+        now.incr.append((i, _fused.norm(stored_values(g.detach()))))
+
+    def _first_increment(self, i: int, acc: torch.Tensor, now: _Backward) -> bool:
+        """Whether ``acc``, parameter ``i``'s gradient now, is still the first backward's increment,
+        whose norm was left to be read (``_finish``) and is not read yet in backward ``now``; if
+        it was changed in place since, that increment is lost, and so is the step's row."""
+        pending = self._pending.get(i)
+        if pending is None or i in now.late:
+            return False
+        if acc is pending[0] and acc._version == pending[1]:
+            return True
+        self._lost = True
+        return False
 
     def _batch_now(self) -> int | None:
         if self.user_batch is not None:
@@ -316,47 +366,57 @@ class NoiseProbe:
         self._starts = []
 
     def _finish(self) -> None:
-        """The end of one backward (one micro-batch): measure what it added."""
+        """The end of one backward (one micro-batch): measure what it added. On CPU, where a read
+        costs its memory traffic, the first backward's fresh parameters (their increment is their
+        gradient) are not read now but by the next backward: its hooks read that gradient with
+        their increment in one pass (``_grad``), and its end reads those it did not reach. A step
+        of one backward, which never gets there, has no row that needs them."""
         self._in_bwd = False
         self._open = set()
-        seen, fresh, big_i, big_n = self._seen_now, self._fresh, self._big_i, self._big_n
-        self._seen_now, self._fresh, self._big_i, self._big_n = [], [], [], []
-        if not seen or not self._accumulated():
+        now, self._now = self._now, _Backward()
+        if not now.seen or not self._accumulated():
             return
-        self._seen.update(seen)
+        self._seen.update(now.seen)
         if self._first_seen is None:
-            self._first_seen = seen[0]
+            self._first_seen = now.seen[0]
         with torch.no_grad():
             grads = list(map(grad_of, self.params))
             dev = next(g for g in grads if g is not None).device
-            acc_parts: list[torch.Tensor] = []
-            incr_parts: list[torch.Tensor] = []
-            acc_cols: list[int] = []
-            incr_cols: list[int] = []
+            acc: list[tuple[list[int], torch.Tensor]] = []
+            incr: list[tuple[list[int], torch.Tensor]] = []
             ends = [self._stack(j) for j in range(len(self._stack_plan()))]
             for (cols, _), start, end in zip(self._stack_plan(), self._starts, ends):
                 if end is not None:
                     a = stacked_norms(end)
-                    acc_parts.append(a)
-                    incr_parts.append(a if start is None else stacked_norms(end - start))
-                    acc_cols += cols
-                    incr_cols += cols
+                    acc.append((cols, a))
+                    incr.append((cols, a if start is None else stacked_norms(end - start)))
             self._starts = ends
-            cols = [c for c in self._rest if grads[c] is not None]
+            fresh, deferred = now.fresh, set()
+            if self._k == 0:  # on CPU, read at the next backward (on a GPU, a launch a tensor costs more)
+                later = [c for c in fresh if _fused.library_reads(grads[c])]
+                self._pending = {c: (grads[c], grads[c]._version) for c in later}
+                deferred = set(later)
+                fresh = [c for c in fresh if c not in deferred]
+            if now.acc:  # taken by their hooks
+                acc.append((list(now.acc), _vector(list(now.acc.values()), dev)))
+            cols = [c for c in self._rest if grads[c] is not None and c not in now.acc and c not in deferred]
             if cols:
-                a = norms([stored_values(grads[c]) for c in cols])
-                acc_parts.append(a)
-                acc_cols += cols
-                if fresh:  # their increment is their gradient: the same norms
-                    at = {c: k for k, c in enumerate(cols)}
-                    incr_parts.append(a[self._index([at[c] for c in fresh], a.device)])
-                    incr_cols += fresh
-            if big_n:
-                incr_parts.append(torch.stack([n.to(dev) for n in big_n]))
-                incr_cols += big_i
-            incr = self._scattered(incr_parts, incr_cols, dev)
-            self._incr_sq = incr if self._incr_sq is None else self._incr_sq.add_(incr)
-            self._acc_sq = self._scattered(acc_parts, acc_cols, dev)
+                a = _fused.norms([stored_values(grads[c]) for c in cols])
+                acc.append((cols, a))
+                at = {c: k for k, c in enumerate(cols)}
+                # a fresh parameter's increment is its gradient; so is a first increment no hook read
+                late = [c for c in self._pending if c in at and self._first_increment(c, grads[c], now)]
+                for part in (fresh, late):
+                    if part:
+                        incr.append((part, a[self._index([at[c] for c in part], a.device)]))
+            if self._k:  # every first increment is read by the end of the second backward
+                self._pending = {}
+            for pairs in (now.incr, list(now.late.items())):
+                if pairs:
+                    incr.append(([i for i, _ in pairs], _vector([n for _, n in pairs], dev)))
+            step_incr = self._squares(incr, dev)
+            self._incr_sq = step_incr if self._incr_sq is None else self._incr_sq.add_(step_incr)
+            self._acc_sq = self._squares(acc, dev)
         self._k += 1
 
     two_sizes_seen = False
@@ -375,12 +435,15 @@ class NoiseProbe:
         self._sizes.pop()
         return False
 
-    def _scattered(self, parts: list[torch.Tensor], cols: list[int], dev: torch.device) -> torch.Tensor:
-        """The squares of the norms ``parts`` (concatenated) at columns ``cols`` of a ``(P,)`` float64
-        vector, zero elsewhere: one concatenation and one scatter."""
+    def _squares(self, parts: list[tuple[list[int], torch.Tensor]], dev: torch.device) -> torch.Tensor:
+        """The squares of the norms of ``parts`` (columns, norms) summed into a ``(P,)`` float64
+        vector, zero elsewhere: one concatenation and one indexed add (a column twice, as the
+        first backward's increment beside the second's, gets both)."""
         out = torch.zeros(len(self.params), dtype=torch.float64, device=dev)
         if parts:
-            out[self._index(cols, dev)] = torch.cat([t.to(dev, torch.float64) for t in parts]).square()
+            cols = [c for part, _ in parts for c in part]
+            norms = torch.cat([n.to(dev, torch.float64) for _, n in parts])
+            out.index_add_(0, self._index(cols, dev), norms.square())
         return out
 
     def _index(self, idx, dev: torch.device) -> torch.Tensor:
@@ -402,7 +465,7 @@ class NoiseProbe:
 
     # ------------------------------------------------------------------ steps
     def _reset_step(self) -> None:
-        self._seen_now, self._fresh, self._big_i, self._big_n = [], [], [], []
+        self._now, self._pending = _Backward(), {}
         self._starts = []
         self._lost = False
         self._incr_sq = self._acc_sq = None
