@@ -10,7 +10,10 @@ material of the gradient noise scale (McCandlish et al. 2018, appendix A), with 
   began, so that the start is read before any of them takes its gradient); a parameter with no
   gradient yet gets the increment as its gradient, read in that same end-of-backward pass; any
   other increment is reduced to its norm in the parameter's tensor hook, before it is added (it is
-  gone after). A backward that adds nothing to ``.grad`` (``torch.autograd.grad``) is no
+  gone after). On CPU (the compiled library) that hook reads the increment and the gradient it is
+  added to in one pass, which gives the sum's norm too, and the first backward's fresh gradients
+  wait for it (``_finish``): a measured step of two micro-batches reads two gradients' worth, not
+  three. A backward that adds nothing to ``.grad`` (``torch.autograd.grad``) is no
   micro-batch; one run inside another's node (reentrant activation checkpointing) is part of it.
 - **DDP**: the increment is this rank's local gradient, before the all-reduce; the gradient read
   after DDP's end-of-backward callback is the synchronised one, over ``world_size`` times the batch.
