@@ -26,7 +26,11 @@ const TAKE_OVER_AT_MS = [0, 50, 300, 1500, 3000, 6000, 10000, 20000, 40000];
  *  that over, for as long as it keeps looking. */
 const RELEASED = new Map<PanelView, Handover>();
 
-/** Whether `view` took over a detached (or just released) view of its model (then it stops looking). */
+/** Whether `view` took over a detached (or just released) view of its model. It keeps looking
+ *  for the whole window all the same: a view found at one look may be a stale one of the same model
+ *  (released by an earlier replacement, its state kept for its own successor), while the view this
+ *  one replaces is detached only later, on a busy page; views are looked at oldest first, so the
+ *  newest state found is the one kept. */
 function takeOver(view: PanelView): boolean {
   if (view.isDisposed || !view.root.isConnected) return false;
   let took = false;
@@ -52,9 +56,9 @@ function render({ model, el, signal }: { model: PanelModel; el: HTMLElement; sig
   // tests and the benchmark reach the view through the element
   (el as HTMLElement & { gradwidget?: PanelView }).gradwidget = view;
   VIEWS.add(view);
-  // the old view is detached once the new one is in the page: look a few times, until one is found
+  // the old view is detached once the new one is in the page: look a few times
   const timers: ReturnType<typeof setTimeout>[] = [];
-  for (const ms of TAKE_OVER_AT_MS) timers.push(setTimeout(() => takeOver(view) && timers.forEach(clearTimeout), ms));
+  for (const ms of TAKE_OVER_AT_MS) timers.push(setTimeout(() => takeOver(view), ms));
   const release = () => {
     timers.forEach(clearTimeout);
     const state = (view.shown || view.adopted) && !view.isDisposed ? view.handover() : null;  // not once taken over
