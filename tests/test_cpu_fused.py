@@ -63,14 +63,12 @@ def test_rows_match_a_float64_reference(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_norms_and_dots_match_a_float64_reference(dtype):
-    """The noise probe's calls: one tensor's norm, many tensors' norms, and g.g, g.a, a.a of an
-    increment and the gradient it is added to (odd lengths: the lanes' tail), in float64."""
+def test_dots_match_a_float64_reference(dtype):
+    """The noise probe's call: g.g, g.a, a.a of an increment and the gradient it is added to (odd
+    lengths: the lanes' tail), in float64."""
     gen = torch.Generator().manual_seed(0)
     g, a = (torch.randn(1001, 37, generator=gen).to(dtype) for _ in range(2))
     g64, a64 = g.double(), a.double()
-    assert _cpu_fused.norm(g) == pytest.approx(float(g64.norm()), rel=1e-12)
-    assert _cpu_fused.norms([g, a[:5]]).tolist() == pytest.approx([float(g64.norm()), float(a64[:5].norm())], rel=1e-12)
     gg, ga, aa = _cpu_fused.dots(g, a)
     want = [float((g64 * g64).sum()), float((g64 * a64).sum()), float((a64 * a64).sum())]
     assert [gg, ga, aa] == pytest.approx(want, rel=1e-12)

@@ -21,7 +21,6 @@ import ctypes
 import functools
 import hashlib
 import heapq
-import math
 import os
 import platform
 import shutil
@@ -39,7 +38,7 @@ from ._kernels import in_one_block, read_in_place
 SOURCE = Path(__file__).with_name("_cpu_stats.c")
 #: optimised, with the source's ``omp simd`` loops vectorised (no OpenMP runtime is linked)
 FLAGS = ("-O3", "-fopenmp-simd", "-fno-math-errno", "-fPIC", "-shared")
-#: the dtypes the library reads, by the suffix of its functions (``gw_rows_*``, ``gw_sumsq_*``)
+#: the dtypes the library reads, by the suffix of its functions (``gw_rows_*``, ``gw_dots_*``)
 _FUNCTIONS = {torch.float32: "f32", torch.float64: "f64"}
 #: a float32's biased exponents (the histogram's counts; ``_kernels.octaves`` folds them)
 EXPONENTS = 256
@@ -87,24 +86,6 @@ def rows(tensors: list[torch.Tensor], n_full: int, n_hist: int = 0) -> tuple[tor
     for w in waiting:
         w.result()
     return torch.from_numpy(out), (torch.from_numpy(counts[:n_hist]) if n_hist else None)
-
-
-def norms(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """``(len(tensors),)`` float64 L2 norms of same-dtype CPU ``tensors``, squared and summed in
-    float64; a dtype mix raises ``TypeError``, as ``rows``."""
-    return rows(tensors, n_full=0)[0][0]
-
-
-def norm(t: torch.Tensor) -> float:
-    """The L2 norm of one CPU tensor, squared and summed in float64 (PyTorch's ``vector_norm``
-    sums a float32 tensor in float32): one library call, for a hook that sees one gradient at a
-    time (16 us for a 41 K-entry gradient in cache, 11 for ``vector_norm``; both about 34 where
-    the gradient comes cold from the backward's matrix product, as in a hook)."""
-    lib = _library()
-    if lib is None or t.dtype not in _FUNCTIONS:
-        raise TypeError(f"no CPU statistics library for {t.dtype}")
-    (dense,) = read_in_place([t], torch.device("cpu"), t.dtype)
-    return math.sqrt(getattr(lib, "gw_sumsq_" + _FUNCTIONS[t.dtype])(dense.data_ptr(), dense.numel()))
 
 
 def dots(g: torch.Tensor, a: torch.Tensor) -> tuple[float, float, float]:
@@ -186,8 +167,6 @@ def _library() -> ctypes.CDLL | None:
         f.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         f.argtypes += [ctypes.c_void_p, ctypes.c_void_p]
         f.restype = None
-        f = getattr(lib, "gw_sumsq_" + suffix)
-        f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_int64], ctypes.c_double
         f = getattr(lib, "gw_dots_" + suffix)
         f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p], None
     return lib

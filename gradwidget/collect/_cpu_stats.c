@@ -174,12 +174,6 @@ void gw_rows_f64(int64_t n, const int64_t *ptrs, const int64_t *numels, int64_t 
     rows_of(&F64, n, ptrs, numels, n_full, n_hist, rows, counts);
 }
 
-/* The sum of squares of one tensor's n entries: one call, where a table of one would cost its
- * making. */
-double gw_sumsq_f32(const void *p, int64_t n) { return f32_sumsq(p, n); }
-
-double gw_sumsq_f64(const void *p, int64_t n) { return f64_sumsq(p, n); }
-
 /* g.g, g.a and a.a of two tensors of n entries, in out[0..2]: a backward's increment g and the
  * gradient a it is about to be added to (the noise probe's hook). Their sum's squared norm is
  * a.a + 2 g.a + g.g, with no second pass over it; the pass leaves both in cache for the add. */

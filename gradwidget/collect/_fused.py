@@ -27,8 +27,7 @@ import torch
 
 from .._warnings import GradwidgetWarning
 from . import _cpu_fused
-from . import _kernels
-from ._kernels import HostCopy, acc_dtype, octaves, read_in_place
+from ._kernels import HostCopy, octaves, read_in_place
 
 #: entries one program reads per iteration
 BLOCK = 1024
@@ -100,24 +99,6 @@ def reads_small(device: torch.device, foreach_all: bool) -> bool:
     Python per tensor (an address, a size, a dtype check) costs more than stacking them (2,000
     tiny modules: 12.9 against 4.2 ms a step)."""
     return not _on_host(device, foreach_all)
-
-
-def norms(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """L2 norms of same-device ``tensors``: the CPU library's, squared and summed in float64, where
-    it reads them all (one dtype, float32 or float64), else one ``_foreach_norm``
-    (``_kernels.norms``); the noise probe's, at the end of each backward."""
-    if library_reads(tensors[0]):
-        with contextlib.suppress(TypeError):  # a dtype mix: the eager kernel takes them all
-            return _cpu_fused.norms(tensors)
-    return _kernels.norms(tensors)
-
-
-def norm(t: torch.Tensor) -> torch.Tensor | float:
-    """The L2 norm of one tensor: a float from the CPU library where it reads it, else a 0-d tensor
-    left on the device (no host sync)."""
-    if library_reads(t):
-        return _cpu_fused.norm(t)
-    return torch.linalg.vector_norm(t, 2, dtype=acc_dtype([t]))
 
 
 def dots(g: torch.Tensor, a: torch.Tensor) -> tuple[float, float, float] | None:

@@ -54,7 +54,7 @@ from ..noise_series import NoiseSeries
 from ._groups import Plan, grad_of
 from ._hooks import TensorHooks
 from . import _fused
-from ._kernels import HostCopy, stacked, stacked_norms, stored_values
+from ._kernels import HostCopy, acc_dtype, norms, stacked, stacked_norms, stored_values
 
 #: "auto" keeps its hooks this many steps; with one batch size on every one, it removes them (one:
 #: accumulation shows at the first step, and the hooks then cost nothing in the steps NaN tracing's
@@ -127,12 +127,18 @@ def _inside_a_backward() -> bool:
     return False
 
 
-def _vector(norms: list, dev: torch.device) -> torch.Tensor:
-    """Norms from hooks as one float64 vector on ``dev``: floats from the CPU library, 0-d tensors
-    from PyTorch's kernels (left on their device: no host sync)."""
-    if all(isinstance(n, float) for n in norms):
-        return torch.tensor(norms, dtype=torch.float64, device=dev)
-    return torch.stack([torch.as_tensor(n).to(dev, torch.float64) for n in norms])
+def _norm(g: torch.Tensor) -> torch.Tensor:
+    """One gradient's L2 norm, a 0-d tensor left on its device (no host sync)."""
+    v = stored_values(g.detach())
+    return torch.linalg.vector_norm(v, 2, dtype=acc_dtype([v]))
+
+
+def _vector(values: list, dev: torch.device) -> torch.Tensor:
+    """Norms from hooks as one float64 vector on ``dev``: floats from the CPU library's one pass
+    (``_fused.dots``), 0-d tensors from ``_norm`` (left on their device: no host sync)."""
+    if all(isinstance(n, float) for n in values):
+        return torch.tensor(values, dtype=torch.float64, device=dev)
+    return torch.stack([torch.as_tensor(n).to(dev, torch.float64) for n in values])
 
 
 @dataclass
@@ -304,7 +310,7 @@ class NoiseProbe:
             return
         acc = self.params[i].grad
         if self.world_size > 1:
-            now.incr.append((i, _fused.norm(stored_values(g.detach()))))
+            now.incr.append((i, _norm(g)))
             return
         if acc is None:
             now.fresh.append(i)
@@ -319,8 +325,8 @@ class NoiseProbe:
                 now.late[i] = math.sqrt(aa)
             return
         if first:
-            now.late[i] = _fused.norm(stored_values(acc.detach()))
-        now.incr.append((i, _fused.norm(stored_values(g.detach()))))
+            now.late[i] = _norm(acc)
+        now.incr.append((i, _norm(g)))
 
     def _first_increment(self, i: int, acc: torch.Tensor, now: _Backward) -> bool:
         """Whether ``acc``, parameter ``i``'s gradient now, is still the first backward's increment,
@@ -404,7 +410,7 @@ class NoiseProbe:
                 acc.append((list(now.acc), _vector(list(now.acc.values()), dev)))
             cols = [c for c in self._rest if grads[c] is not None and c not in now.acc and c not in deferred]
             if cols:
-                a = _fused.norms([stored_values(grads[c]) for c in cols])
+                a = norms([stored_values(grads[c]) for c in cols])
                 acc.append((cols, a))
                 at = {c: k for k, c in enumerate(cols)}
                 # a fresh parameter's increment is its gradient; so is a first increment no hook read

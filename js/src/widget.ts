@@ -26,14 +26,13 @@ const TAKE_OVER_AT_MS = [0, 50, 300, 1500, 3000, 6000, 10000, 20000, 40000];
  *  that over, for as long as it keeps looking. */
 const RELEASED = new Map<PanelView, Handover>();
 
-/** Whether `view` took over a detached (or just released) view of its model. It keeps looking
- *  for the whole window all the same: a view found at one look may be a stale one of the same model
+/** `view` takes over the detached (or just released) views of its model. It keeps looking for
+ *  the whole window after a take-over: a view found at one look may be a stale one of the same model
  *  (released by an earlier replacement, its state kept for its own successor), while the view this
  *  one replaces is detached only later, on a busy page; views are looked at oldest first, so the
  *  newest state found is the one kept. */
-function takeOver(view: PanelView): boolean {
-  if (view.isDisposed || !view.root.isConnected) return false;
-  let took = false;
+function takeOver(view: PanelView): void {
+  if (view.isDisposed || !view.root.isConnected) return;
   for (const old of Array.from(VIEWS)) {
     if (old === view) continue;
     let state = RELEASED.get(old);
@@ -46,9 +45,7 @@ function takeOver(view: PanelView): boolean {
     old.dispose();
     VIEWS.delete(old);
     RELEASED.delete(old);
-    took = true;
   }
-  return took;
 }
 
 function render({ model, el, signal }: { model: PanelModel; el: HTMLElement; signal?: AbortSignal }): () => void {
