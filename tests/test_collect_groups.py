@@ -8,9 +8,13 @@ import pytest
 import torch
 from torch import nn
 
+from gradwidget.collect import _fused
 from gradwidget.collect._groups import STACK_NUMEL, Plan, grad_of
 from gradwidget.collect.arrays import log_hist
 from gradwidget.collect.torch import Recorder
+
+
+CPU32 = (torch.device("cpu"), torch.float32, False)
 
 
 class Mixed(nn.Module):
@@ -45,7 +49,16 @@ def reference(model):
     }
 
 
-def test_every_statistic_equals_the_per_tensor_one_across_stacks_and_the_rest():
+@pytest.fixture(params=["stacked", "library"])
+def grouping(request, monkeypatch):
+    """Small tensors of a shape stacked, or (on CPU, where the library builds) read one by one by
+    the library, as a group of fewer than ``LIBRARY_STACK_MEMBERS`` is."""
+    if request.param == "stacked":
+        monkeypatch.setattr(_fused, "LIBRARY_STACK_MEMBERS", 2)
+    return request.param
+
+
+def test_every_statistic_equals_the_per_tensor_one_across_stacks_and_the_rest(grouping):
     assert 6000 > STACK_NUMEL >= 9
     torch.manual_seed(0)
     model = Mixed()
@@ -60,7 +73,8 @@ def test_every_statistic_equals_the_per_tensor_one_across_stacks_and_the_rest():
             opt.step()
             after.append({n: p.detach().clone() for n, p in model.named_parameters()})
         stacks = [len(cols) for cols, _ in rec._stats._gplan.stacks]
-    assert sorted(stacks)[-2:] == [12, 13]  # the tiny weights; their biases with the head's
+    # the tiny weights; their biases with the head's (or none: the library reads them)
+    assert sorted(stacks)[-2:] == ([12, 13] if grouping == "stacked" or not _fused.takes(*CPU32) else [])
     run = rec.run
     for s, grads in enumerate(seen):
         for name in before[s]:
@@ -86,7 +100,7 @@ def test_every_statistic_equals_the_per_tensor_one_across_stacks_and_the_rest():
     assert run.scalar("global_norm")[-1] == pytest.approx(total, rel=1e-6)
 
 
-def test_a_nonfinite_entry_in_a_stacked_tensor_is_counted_there_only():
+def test_a_nonfinite_entry_in_a_stacked_tensor_is_counted_there_only(grouping):
     model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(6)])
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     with Recorder(model, opt, histogram_every=1) as rec:
@@ -121,7 +135,7 @@ def test_half_precision_stacks_accumulate_in_float32():
     assert run.metric("nonfinite")[0, j] == 0 and run.metric("std")[0, j] == pytest.approx(0, abs=1e-2)
 
 
-def test_the_plan_follows_gradients_set_to_none_or_moved_between_steps():
+def test_the_plan_follows_gradients_set_to_none_or_moved_between_steps(grouping):
     model = nn.Sequential(*[nn.Linear(2, 2) for _ in range(8)])
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     with Recorder(model, opt, trace_nonfinite=False) as rec:
@@ -154,6 +168,27 @@ def test_a_plan_groups_by_device_dtype_and_shape_and_watches_missing_tensors():
     assert plan.absent == [ps[6]] and plan.current()
     ps[6].grad = torch.ones(3)
     assert not plan.current()
+
+
+def test_a_plan_leaves_to_a_fused_kernel_the_shape_groups_it_reads():
+    """On CPU the library reads a shape group of small tensors unless it has many tiny members
+    (``_fused.reads_small``): only the 128 tensors of 8 entries are stacked, not 3 tensors of 4 x 2
+    entries, nor 128 of 257."""
+    k = _fused.LIBRARY_STACK_MEMBERS
+    sizes = [((8,), k), ((4, 2), 3), ((_fused.LIBRARY_STACK_NUMEL + 1,), k)]
+    ps = [nn.Parameter(torch.zeros(shape)) for shape, m in sizes for _ in range(m)]
+    for p in ps:
+        p.grad = torch.ones_like(p)
+    seen = []
+
+    def fused(dev, dt, members, numel):
+        seen.append((dev.type, dt, members, numel))
+        return _fused.library_reads_group(members, numel)
+
+    plan = Plan(ps, grad_of, fused)
+    assert [cols for cols, _ in plan.stacks] == [list(range(k))]
+    assert list(plan.rest.values())[0][0] == list(range(k, len(ps)))
+    assert sorted(seen) == sorted(("cpu", torch.float32, m, math.prod(shape)) for shape, m in sizes)
 
 
 def test_the_sync_free_count_used_off_cpu_equals_bincount():

@@ -255,10 +255,10 @@ def test_a_recorder_taking_the_library_records_what_the_eager_kernels_do(dtype, 
         lambda ts, n_full, n_hist=0: calls.append((len(ts), n_full, n_hist)) or rows(ts, n_full, n_hist),
     )
     fused = _train(True, dtype=dtype)
-    # one call a step: the 6 tensors of a shape of their own (the sparse embedding gradient's stored
-    # values among them; the three 16 x 16 weights and the four biases of 16 are stacked by shape),
-    # with their 6 weights, and the gradients' exponents on histogram steps
-    assert calls == [(12, 6, 6), (12, 6, 0)] * 2, calls
+    # one call a step: all 13 gradients (the sparse embedding gradient's stored values among them;
+    # the three 16 x 16 weights and the four biases of 16 too, too few of a shape to stack: _fused's
+    # LIBRARY_STACK_MEMBERS), with their 13 weights, and the gradients' exponents on histogram steps
+    assert calls == [(26, 13, 13), (26, 13, 0)] * 2, calls
     eager = _train(False, dtype=dtype)
     assert len(calls) == 4
     assert_same_records(fused, eager, steps=4)

@@ -93,12 +93,32 @@ def _on_host(device: torch.device, foreach_all: bool) -> bool:
     return device.type == "cpu" and not foreach_all
 
 
-def reads_small(device: torch.device, foreach_all: bool) -> bool:
-    """Whether the fused kernel of ``device`` should also read the small tensors a plan would
-    otherwise stack by shape (``_groups``): Triton's one launch reads them all; ``_cpu_fused``'s
-    Python per tensor (an address, a size, a dtype check) costs more than stacking them (2,000
-    tiny modules: 12.9 against 4.2 ms a step)."""
-    return not _on_host(device, foreach_all)
+#: on CPU a shape group of small tensors is stacked (``_groups``) rather than read by the library
+#: only when it has at least this many members of at most ``LIBRARY_STACK_NUMEL`` entries: the
+#: library's Python per tensor (an address and a size) costs less than a stack's copy and row
+#: reductions (about 0.1 ms a stack a step) below that, and a stack's copies grow with its entries
+#: (``bench/cpu_pass.py --stacking``: the two even at about 128 tensors of up to 128 entries and at
+#: 256-512 of 256; the library faster at every count from 512 entries, 2,000 of 1,024 10.3 against
+#: 19.4 ms; the Llama-style model's 9 norm weights 0.4-0.5 ms a step less than stacked)
+LIBRARY_STACK_MEMBERS = 128
+LIBRARY_STACK_NUMEL = 256
+
+
+def reads_small(device: torch.device, dtype: torch.dtype, foreach_all: bool, members: int, numel: int) -> bool:
+    """Whether the fused kernel of ``device`` and ``dtype`` should read a group of ``members``
+    same-shape small tensors of ``numel`` entries that a plan would otherwise stack (``_groups``):
+    Triton's one launch reads them all; ``_cpu_fused``'s library all but many tiny ones, whose
+    Python per tensor costs more than stacking them (2,000 tiny modules: 12.9 against 4.2 ms a
+    step when it read them all)."""
+    if not takes(device, dtype, foreach_all):
+        return False
+    return not _on_host(device, foreach_all) or library_reads_group(members, numel)
+
+
+def library_reads_group(members: int, numel: int) -> bool:
+    """Whether ``_cpu_fused``'s library, where it reads a device and dtype, reads a shape group of
+    ``members`` small tensors of ``numel`` entries one by one rather than a plan stacking them."""
+    return members < LIBRARY_STACK_MEMBERS or numel > LIBRARY_STACK_NUMEL
 
 
 def dots(g: torch.Tensor, a: torch.Tensor) -> tuple[float, float, float] | None:

@@ -3,14 +3,16 @@
 Many small tensors (a stack of tiny layers, the biases and norms of a transformer) cost their
 per-tensor Python and dispatch overhead, not their arithmetic. So tensors of one device, dtype and
 shape with at most ``STACK_NUMEL`` entries are stacked into one matrix whose rows are reduced
-together; the rest (large tensors, sparse gradients, shapes of their own) keep one fused
-``_foreach`` list per device and dtype. The plan is kept while it holds: a gradient that appears,
+together, unless one fused kernel reads them for less (``fused``: Triton's one launch reads them
+all; CPU's library a group of fewer than many tiny tensors, ``_fused.reads_small``); the rest
+(large tensors, sparse gradients, shapes of their own) keep one list per device and dtype. The plan is kept while it holds: a gradient that appears,
 disappears, changes layout or moves makes the step's grouping fail or the watch list fire, and
 the caller plans again from the tensors as they are.
 """
 
 from __future__ import annotations
 
+import math
 import operator
 from collections import defaultdict
 
@@ -29,8 +31,8 @@ class Plan:
     them now (their gradients, or themselves): ``stacks`` (columns, owners) of same-shape small
     dense tensors, ``rest`` ``{(device, dtype): (columns, owners)}``, and ``absent``, the owners
     that have no tensor now (watched, so that one appearing triggers a new plan). ``fused(device,
-    dtype)`` says where one fused kernel reads small tensors too (``_fused``): those are never
-    stacked."""
+    dtype, members, numel)`` says where one fused kernel reads a shape group's small tensors too
+    (``_fused.reads_small``): that group is not stacked."""
 
     def __init__(self, owners: list, get, fused=None) -> None:
         self.get = get
@@ -41,15 +43,13 @@ class Plan:
             t = get(p)
             if t is None:
                 self.absent.append(p)
-            elif (
-                t.layout == torch.strided and 0 < t.numel() <= STACK_NUMEL and not (fused and fused(t.device, t.dtype))
-            ):
+            elif t.layout == torch.strided and 0 < t.numel() <= STACK_NUMEL:
                 keyed[(t.device, t.dtype, tuple(t.shape))].append(c)
             elif t.layout in (torch.strided, torch.sparse_coo) and t.numel() > 0:
                 rest[(t.device, t.dtype)].append(c)
         self.stacks: list[tuple[list[int], list]] = []
-        for (dev, dt, _), cols in keyed.items():
-            if len(cols) > 1:
+        for (dev, dt, shape), cols in keyed.items():
+            if len(cols) > 1 and not (fused and fused(dev, dt, len(cols), math.prod(shape))):
                 self.stacks.append((cols, [owners[c] for c in cols]))
             else:
                 rest[(dev, dt)].extend(cols)

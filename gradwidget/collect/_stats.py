@@ -50,10 +50,10 @@ class StepStatistics:
         gradients, given this Recorder's ``foreach_all``."""
         return _fused.takes(device, dtype, self.foreach_all)
 
-    def _fuses_small(self, device: torch.device, dtype: torch.dtype) -> bool:
-        """Whether the fused kernel also reads the small tensors a plan would otherwise stack by
-        shape (``_fused.reads_small``)."""
-        return _fused.reads_small(device, self.foreach_all) and self._fuses(device, dtype)
+    def _fuses_small(self, device: torch.device, dtype: torch.dtype, members: int, numel: int) -> bool:
+        """Whether the fused kernel also reads a shape group of small tensors a plan would
+        otherwise stack (``_fused.reads_small``)."""
+        return _fused.reads_small(device, dtype, self.foreach_all, members, numel)
 
     def collect(
         self, with_hist: bool, loss=None, riders: tuple[Callable[[HostCopy], None], ...] = ()
