@@ -11,7 +11,8 @@ host sync each) and ``torch.histc`` per tensor.
 
 ``--paired llama tiny transformer``: the recording's cost resolved on a shared machine (many short
 interleaved blocks, ratios in CPU and wall-clock time with bootstrap 95% intervals: ``paired.py``),
-at the defaults and for the noise scale under gradient accumulation; ``tiny``: 2,000 x Linear(2, 2).
+at the defaults and for the noise scale under gradient accumulation (and that step recorded without
+the noise probe: the probe's own share, apart from the recording's); ``tiny``: 2,000 x Linear(2, 2).
 Each ratio is taken over a group of rounds that spans a whole period of what the recorders do one
 step in N (histograms, update norms, the noise scale), so that work is in every ratio.
 
@@ -285,6 +286,10 @@ def large_ratio(blocks: int, steps: int, device: str, batch: int = 8, seq: int =
 
 
 # ---------------------------------------------------------------------------------- the comparison
+#: the noise scale's row: a Recorder with its probe, on a step of two half batches (accumulation)
+NOISE = "gradwidget noise scale, 2 micro-batches"
+#: the same accumulating step recorded without the noise probe: the probe's own share of ``NOISE``
+NOISE_OFF = "gradwidget, noise_scale=False, 2 micro-batches"
 #: what each variant of the comparison (issue 22) runs beside the same training step
 COMPARE_VARIANTS = (
     "bare",
@@ -295,13 +300,13 @@ COMPARE_VARIANTS = (
     "TensorBoard histograms every 10",
     "grad norms only (foreach: the floor)",
     "bare, 2 micro-batches",
-    "gradwidget noise scale, 2 micro-batches",
+    NOISE,
 )
 #: the variant each one is compared with (bare unless named here): gradient accumulation's own
 #: cost is not the noise scale's
-BASELINE = {"gradwidget noise scale, 2 micro-batches": "bare, 2 micro-batches"}
+BASELINE = {NOISE: "bare, 2 micro-batches", NOISE_OFF: "bare, 2 micro-batches"}
 #: the variants whose step accumulates the gradient of two half batches
-ACCUMULATING = ("bare, 2 micro-batches", "gradwidget noise scale, 2 micro-batches")
+ACCUMULATING = ("bare, 2 micro-batches", NOISE, NOISE_OFF)
 
 
 #: the thousands of tiny modules of ``--paired tiny`` (``Linear(2, 2)``: twice as many tensors)
@@ -388,8 +393,11 @@ class Comparison:
         elif variant in ABLATIONS:
             inst = Recorder(model, opt, **ABLATIONS[variant])
             log = inst.log
-        elif variant == "gradwidget noise scale, 2 micro-batches":
+        elif variant == NOISE:
             inst = Recorder(model, opt, noise_scale=True)
+            log = inst.log
+        elif variant == NOISE_OFF:
+            inst = Recorder(model, opt, noise_scale=False)
             log = inst.log
         elif variant == "gradwidget panel on screen":
             from gradwidget import GradientPanel
@@ -557,7 +565,7 @@ def compare_table(blocks: list[dict], title: str) -> dict:
     print(
         "  (mean step: the loop's time over its steps, median over blocks; CPU: this process's CPU time, "
         "all its threads; wandb's service process is not in it; "
-        + "; ".join(f"{v} against {b}" for v, b in BASELINE.items())
+        + "; ".join(f"{v} against {b}" for v, b in BASELINE.items() if v in by)
         + ")"
     )
     return res
@@ -598,7 +606,8 @@ PAIRED_VARIANTS = (
     "bare",
     "gradwidget defaults",
     "bare, 2 micro-batches",
-    "gradwidget noise scale, 2 micro-batches",
+    NOISE,
+    NOISE_OFF,
     SECOND_BARE,
 )
 
@@ -692,6 +701,9 @@ def compare_paired(
         if v != ref and v not in BASELINE.values():
             out[v] = ratio_summary(res[v], res[ref], group)
             print(f"  {v} / {ref}: {summary_text(out[v])}")
+    if NOISE in res and NOISE_OFF in res:  # the probe's own share, apart from the recording's
+        out["noise probe"] = ratio_summary(res[NOISE], res[NOISE_OFF], group)
+        print(f"  {NOISE} / {NOISE_OFF} (the probe's own share): {summary_text(out['noise probe'])}")
     for v, (_, _, inst, _) in cmp.setups.items():
         if v.startswith("gradwidget"):
             print(f"  {v}: {inst!r}")
