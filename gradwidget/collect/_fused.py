@@ -99,7 +99,7 @@ def _on_host(device: torch.device, foreach_all: bool) -> bool:
 #: reductions (about 0.1 ms a stack a step) below that, and a stack's copies grow with its entries
 #: (``bench/cpu_pass.py --stacking``: the two even at about 128 tensors of up to 128 entries and at
 #: 256-512 of 256; the library faster at every count from 512 entries, 2,000 of 1,024 10.3 against
-#: 19.4 ms; the Llama-style model's 9 norm weights 0.4-0.5 ms a step less than stacked)
+#: 19.4 ms; the Llama-style model's 9 norm weights read so, its recorded step 0.56 ms shorter)
 LIBRARY_STACK_MEMBERS = 128
 LIBRARY_STACK_NUMEL = 256
 

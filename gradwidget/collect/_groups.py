@@ -3,11 +3,12 @@
 Many small tensors (a stack of tiny layers, the biases and norms of a transformer) cost their
 per-tensor Python and dispatch overhead, not their arithmetic. So tensors of one device, dtype and
 shape with at most ``STACK_NUMEL`` entries are stacked into one matrix whose rows are reduced
-together, unless one fused kernel reads them for less (``fused``: Triton's one launch reads them
-all; CPU's library a group of fewer than many tiny tensors, ``_fused.reads_small``); the rest
-(large tensors, sparse gradients, shapes of their own) keep one list per device and dtype. The plan is kept while it holds: a gradient that appears,
-disappears, changes layout or moves makes the step's grouping fail or the watch list fire, and
-the caller plans again from the tensors as they are.
+together, unless one fused kernel reads them for less (``fused``, ``_fused.reads_small``:
+Triton's one launch reads them all, CPU's library every group but one of many tiny tensors); the
+rest (large tensors, sparse gradients, shapes of their own) keep one list per device and dtype.
+The plan is kept while it holds: a gradient that appears, disappears, changes layout or moves
+makes the step's grouping fail or the watch list fire, and the caller plans again from the
+tensors as they are.
 """
 
 from __future__ import annotations
