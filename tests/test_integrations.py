@@ -15,6 +15,8 @@ import torch
 from torch import nn
 
 from gradwidget import Recorder, load_run
+from gradwidget.collect._noise import NOISE_EVERY
+from gradwidget.noise_series import MIN_ROWS
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning", "ignore::FutureWarning")
 
@@ -202,18 +204,22 @@ def test_hf_trainer_torch_compile_adds_no_graph_break(tmp_path):
     np.testing.assert_allclose(cb.run.scalar("global_norm"), [h["grad_norm"] for h in logged], rtol=1e-5)
 
 
+def measured_steps(steps) -> list[int]:
+    """The step labels the noise probe measures at its default cadence, of a run's ``steps``
+    (NaN tracing off: while "auto" times its tracer, every step is measured)."""
+    return [int(s) for i, s in enumerate(steps) if i < MIN_ROWS or i % NOISE_EVERY == 0]
+
+
 @pytest.mark.slow
 def test_hf_trainer_accumulation_gives_the_noise_scale(tmp_path):
     """Accumulation over 2 micro-batches of 4: the Recorder sees the gradient at batch 4 and 8 (the
     model's forward tells the size, read from the second step on) and ``analyze`` estimates
-    B_simple from them. At the default cadence (one step in ``NOISE_EVERY``) through the Trainer's
-    own step marks, and at every step."""
+    B_simple from them. At the default cadence (the first ``MIN_ROWS`` steps, then one in
+    ``NOISE_EVERY``) through the Trainer's own step marks, and at every step."""
     from gradwidget import analyze
-    from gradwidget.collect._noise import NOISE_EVERY
 
-    # (NaN tracing off: while "auto" times its tracer, the first ten steps are all measured)
-    cb, _ = hf_train(tmp_path / "default", max_steps=12, trace_nonfinite=False)
-    assert len(cb.run.noise) == 3 and list(cb.run.noise.rows["step"]) == list(cb.run.steps[::NOISE_EVERY])
+    cb, _ = hf_train(tmp_path / "default", max_steps=2 * NOISE_EVERY + 1, trace_nonfinite=False)
+    assert list(cb.run.noise.rows["step"]) == measured_steps(cb.run.steps)
     cb, _ = hf_train(tmp_path, max_steps=12, noise_every=1)
     rows = cb.run.noise.rows[1:]
     assert len(rows) == 11 and (rows["n_small"] == 2).all()
@@ -460,14 +466,14 @@ def test_lightning_accumulation_gives_the_noise_scale():
     each micro-batch's size, so accumulation over 2 batches of 8 gives the gradient at 8 and 16;
     the accumulated gradient is the one Lightning steps with (up to the estimator's fixed scale)."""
     from gradwidget import analyze
-    from gradwidget.collect._noise import NOISE_EVERY
 
-    cb, spy = lit_fit(max_steps=12, trace_nonfinite=False)  # the default cadence: one step in NOISE_EVERY
+    cb, spy = lit_fit(max_steps=2 * NOISE_EVERY + 1, trace_nonfinite=False)  # the default cadence
     rows = cb.run.noise.rows
     assert cb.run.meta["noise_scale"]["batch_size"] == "log"
-    assert len(rows) == 3 and list(rows["step"]) == list(cb.run.steps[::NOISE_EVERY])  # the trainer's step labels
+    assert list(rows["step"]) == measured_steps(cb.run.steps)  # the trainer's step labels
     assert (rows["b_small"] == 8).all() and (rows["b_big"] == 16).all()
-    seen = np.array([sum(v * v for v in step.values()) for step in spy.norms])[::NOISE_EVERY]
+    at = [i for i, s in enumerate(cb.run.steps) if s in set(rows["step"])]
+    seen = np.array([sum(v * v for v in step.values()) for step in spy.norms])[at]
     ratio = rows["big_total"] / seen
     np.testing.assert_allclose(ratio, ratio[0], rtol=1e-4)  # one scale for every step
     est = analyze(cb.run).noise_scale

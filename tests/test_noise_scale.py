@@ -15,6 +15,7 @@ from torch.func import functional_call, grad, vmap  # noqa: E402
 from gradwidget import load_run  # noqa: E402
 from gradwidget.analysis import analyze  # noqa: E402
 from gradwidget.analysis.noise_scale import noise_scale, smoothed, two_size_estimates  # noqa: E402
+from gradwidget.noise_series import MIN_ROWS  # noqa: E402
 from gradwidget.collect import _fused  # noqa: E402
 from gradwidget.collect.torch import Recorder  # noqa: E402
 from gradwidget.storage import RunReader  # noqa: E402
@@ -87,6 +88,7 @@ def test_estimate_matches_per_example_ground_truth():
         "two_sizes": "accumulation",
         "world_size": 1,
         "every": 1,
+        "first": MIN_ROWS,
     }
     whole = noise_scale(rec.run, span=120)  # averaged over every step: the bias, not the EMA's spread
     assert whole.b_small == 16 and whole.b_big == 64
@@ -357,15 +359,17 @@ def test_loss_division_and_batch_size_sources_do_not_change_the_estimate():
     assert out[1][0] == pytest.approx(out[0][0], rel=1e-5) and out[2][0] == pytest.approx(out[0][0], rel=1e-5)
 
 
-def test_the_probe_measures_one_recorded_step_in_noise_every():
+def test_the_probe_measures_its_first_rows_in_a_row_then_one_recorded_step_in_noise_every():
     """The default cadence (and one with ``every`` > 1) gives exactly the rows of a probe measuring
-    every step, at the steps it measures: the hooks of the steps between add nothing to them. While
-    "auto" times the NaN tracer on alternate steps, every step is measured (both sides of its pairs
-    alike), then one in ``noise_every``."""
+    every step, at the steps it measures: the hooks of the steps between add nothing to them. The
+    first ``MIN_ROWS`` recorded steps are all measured (the first estimate waits for no cadence),
+    then one in ``noise_every``; while "auto" times the NaN tracer on alternate steps, every step
+    is measured too (both sides of its pairs alike)."""
     from gradwidget.collect._noise import NOISE_EVERY
 
     X, Y = blobs()
     rows = {}
+    steps = 3 * NOISE_EVERY + 1
     for kw in ({"noise_every": 1}, {}, {"every": 2, "noise_every": 2}, {"trace_nonfinite": "auto"}):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(10, 8), nn.Tanh(), nn.Linear(8, 4))
@@ -374,21 +378,27 @@ def test_the_probe_measures_one_recorded_step_in_noise_every():
         if "trace_nonfinite" in kw:
             # measured its tracer for sure: the pairs never end early (a hooked step is no dearer)
             rec._trace_meter.clock = rec._trace_meter.cpu_clock = iter(range(10**6)).__next__
-        accumulate(rec, model, opt, X, Y, steps=13, b=8, micro=3)
+        accumulate(rec, model, opt, X, Y, steps=steps, b=8, micro=3)
         rec.detach()
         rows[tuple(kw.items())] = rec.run.noise.rows
         assert rec.run.meta["noise_scale"]["every"] == kw.get("noise_every", NOISE_EVERY)
+        assert rec.run.meta["noise_scale"]["first"] == MIN_ROWS
     every, default, cadenced, timed = rows.values()
-    assert NOISE_EVERY > 1 and list(default["step"]) == list(range(0, 13, NOISE_EVERY))
-    assert list(cadenced["step"]) == [0, 4, 8, 12]
-    # the warm-up step, 4 pairs, and the step after the one that decided (set before it decides)
-    assert list(timed["step"]) == [*range(10), *range(12, 13, NOISE_EVERY)]
+    assert len(every) == steps
+    then = [s for s in range(MIN_ROWS, steps) if s % NOISE_EVERY == 0]
+    assert NOISE_EVERY > 1 and then and list(default["step"]) == [*range(MIN_ROWS), *then]
+    # recorded steps 0, 2, 4, ...: the first ten of them, then one in 2 (recorded step 10, 12)
+    assert list(cadenced["step"]) == [*range(0, 2 * MIN_ROWS, 2), *(s for s in range(20, steps, 4))]
+    # the warm-up step and 4 pairs of the tracer's meter fall inside the first rows
+    assert list(timed["step"]) == list(default["step"])
     for got in (default, cadenced, timed):
         want = every[np.isin(every["step"], got["step"])]
         for field in ("b_small", "b_big", "n_small", "small_sq", "big_sq"):
             np.testing.assert_array_equal(got[field], want[field], err_msg=field)
-    ns = noise_scale(rec.run.slice(slice(0, 12)))  # the timed run: steps 1-9 (step 0 has no batch size yet)
-    assert ns.every == NOISE_EVERY and f"EMA over 9 of 9 measured steps (one in {NOISE_EVERY})" in ns.text()
+    ns = noise_scale(rec.run)  # the timed run: steps 1-9, 16, 24 (step 0 has no batch size yet)
+    assert ns.every == NOISE_EVERY and ns.first == MIN_ROWS
+    measured = len(default) - 1
+    assert f"EMA over {measured} of {measured} measured steps (the first 10, then one in {NOISE_EVERY})" in ns.text()
 
 
 def test_split_backward_measures_its_step_whatever_the_cadence():

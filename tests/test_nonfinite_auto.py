@@ -49,7 +49,7 @@ def _gradwidget_warnings(fn) -> list[str]:
 
 
 def test_a_dear_tracer_is_taken_off_and_the_replay_still_names_the_origin(monkeypatch):
-    monkeypatch.setattr(_trace_cost, "TRACER_SHARE", 0.0)  # whatever it measures is too dear
+    monkeypatch.setattr(_trace_cost, "INSTRUMENT_SHARE", 0.0)  # whatever it measures is too dear
     model = _tiny_modules()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     rec = Recorder(model, opt)
@@ -71,7 +71,7 @@ def test_a_dear_tracer_is_taken_off_and_the_replay_still_names_the_origin(monkey
 
 
 def test_a_free_tracer_is_kept(monkeypatch):
-    monkeypatch.setattr(_trace_cost, "TRACER_SHARE", float("inf"))
+    monkeypatch.setattr(_trace_cost, "INSTRUMENT_SHARE", float("inf"))
     monkeypatch.setattr(_trace_cost, "EARLY_OFF", float("inf"))
     model = _tiny_modules(10)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -91,7 +91,7 @@ def test_every_case_is_named_whether_the_tracer_stays_or_not(monkeypatch, name, 
     case = nc.CASES[name]
     if name.startswith("Hugging Face"):
         pytest.importorskip("transformers")
-    monkeypatch.setattr(_trace_cost, "TRACER_SHARE", share)
+    monkeypatch.setattr(_trace_cost, "INSTRUMENT_SHARE", share)
     origin = nc.train(case, steps=DECIDED + 2)
     assert origin is not None and (origin.module, origin.step, origin.phase) == case.expected
     assert _no_hooks(nc.train.last.model)
@@ -187,11 +187,11 @@ def test_the_budget_is_the_ratio_of_medians_on_both_clocks(on, off, cpu, dear):
     # (0.83, 0.83): the steps without hooks carried other work (a panel's first updates): unmeasured
     cost = TraceCost(8, on, off, 100, cpu)
     assert cost.too_dear is dear
-    assert ("other work measured" in cost.text()) is (min(on / off, cpu) < 2 - _trace_cost.TRACER_SHARE)
+    assert ("other work measured" in cost.text()) is (min(on / off, cpu) < 2 - _trace_cost.INSTRUMENT_SHARE)
 
 
 def test_a_nan_made_at_a_step_not_recorded_is_said_not_guessed(monkeypatch, tmp_path):
-    monkeypatch.setattr(_trace_cost, "TRACER_SHARE", 0.0)
+    monkeypatch.setattr(_trace_cost, "INSTRUMENT_SHARE", 0.0)
     model = _tiny_modules(20)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     rec = Recorder(model, opt, every=2, log_dir=tmp_path / "run")
@@ -244,7 +244,7 @@ def test_a_big_output_gradient_is_not_held(monkeypatch):
     """Beyond KEEP_GRAD_BYTES the output's gradient is not kept: the backward cannot be replayed,
     and the run says the origin was put on the first layer the NaN reached instead."""
     monkeypatch.setattr(_replay, "KEEP_GRAD_BYTES", 0)
-    monkeypatch.setattr(_trace_cost, "TRACER_SHARE", 0.0)
+    monkeypatch.setattr(_trace_cost, "INSTRUMENT_SHARE", 0.0)
     origin = nc.train(nc.CASES["backward only, sqrt(0)"], steps=DECIDED + 2)
     # step 3 runs without the tracer's hooks (it is measuring); the forward replay is finite, so the
     # gradients tell where the NaN reached: the stem, the module of the first bad parameter
@@ -264,7 +264,7 @@ def test_auto_keeps_tracing_on_under_torch_distributed(monkeypatch):
 
     if not dist.is_available() or dist.is_initialized():
         pytest.skip("needs torch.distributed and no process group already open")
-    monkeypatch.setattr(_trace_cost, "TRACER_SHARE", 0.0)
+    monkeypatch.setattr(_trace_cost, "INSTRUMENT_SHARE", 0.0)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         model = _tiny_modules(20)
@@ -282,7 +282,7 @@ def test_auto_keeps_tracing_on_under_torch_distributed(monkeypatch):
 def test_gradient_accumulation_names_the_micro_batch_that_made_it(monkeypatch, trace):
     """Two forwards per optimizer step: the replay runs both, in order, as one step's events, so
     the origin names the module's second call of the step, as the tracer on every step does."""
-    monkeypatch.setattr(_trace_cost, "TRACER_SHARE", 0.0)  # "auto": the replay, not the tracer
+    monkeypatch.setattr(_trace_cost, "INSTRUMENT_SHARE", 0.0)  # "auto": the replay, not the tracer
     torch.manual_seed(0)
     model = nc.ForwardNet()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -338,14 +338,14 @@ def _train_apart(rec_kw, steps: int, bad: int):
 def test_an_input_with_a_graph_behind_it_is_replayed_up_to_the_model(monkeypatch):
     """The training's backward freed the stem's graph; the replay starts from a detached copy of
     the root's input, so its backward stops there instead of failing on the freed graph."""
-    monkeypatch.setattr(_trace_cost, "TRACER_SHARE", 0.0)
+    monkeypatch.setattr(_trace_cost, "INSTRUMENT_SHARE", 0.0)
     rec = _train_apart({}, DECIDED + 3, DECIDED + 1)
     o = rec.run.nonfinite_origin
     assert o is not None and (o.module, o.step, o.phase) == ("top.rms", DECIDED + 1, "backward")
 
 
 def test_a_replay_that_fails_never_stops_the_training(monkeypatch):
-    monkeypatch.setattr(_trace_cost, "TRACER_SHARE", 0.0)
+    monkeypatch.setattr(_trace_cost, "INSTRUMENT_SHARE", 0.0)
 
     def broken(self, call, tracer, backward):
         raise RuntimeError("something the replay did not foresee")
@@ -359,7 +359,7 @@ def test_a_replay_that_fails_never_stops_the_training(monkeypatch):
 
 
 def test_a_model_whose_own_forward_never_runs_says_so(monkeypatch):
-    monkeypatch.setattr(_trace_cost, "TRACER_SHARE", 0.0)
+    monkeypatch.setattr(_trace_cost, "INSTRUMENT_SHARE", 0.0)
     torch.manual_seed(0)
     model = nn.ModuleDict({"enc": nn.Linear(4, 8), "dec": nn.Linear(8, 1)})  # called part by part
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)

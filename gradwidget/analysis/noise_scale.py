@@ -29,8 +29,6 @@ import numpy as np
 
 #: the moving average's span in noise rows (alpha = 2 / (EMA_STEPS + 1), ~EMA_STEPS rows of memory)
 EMA_STEPS = 20
-#: fewest noise rows before the estimate is reported (a finding needs this many too)
-MIN_ROWS = 10
 #: z of a two-sided 95% normal interval
 Z95 = 1.959964
 
@@ -94,11 +92,17 @@ class NoiseScale:
     ema_steps: int = EMA_STEPS
     how: str = ""  #: how the two sizes were seen and where the batch size came from
     every: int = 1  #: the probe measured one recorded step in this many (``Recorder(noise_every=...)``)
+    first: int = 0  #: ... after this many recorded steps in a row (0: from the start)
 
     @property
     def window_text(self) -> str:
-        """What the estimate averages, in words: "EMA over 20 of 57 measured steps (one in 4)"."""
-        cadence = f" (one in {self.every})" if self.every > 1 else ""
+        """What the estimate averages, in words: "EMA over 20 of 34 measured steps (the first 10,
+        then one in 8)"."""
+        cadence = ""
+        if self.every > 1:
+            cadence = (
+                f" (the first {self.first}, then one in {self.every})" if self.first else f" (one in {self.every})"
+            )
         return f"EMA over {min(self.ema_steps, self.rows)} of {self.rows} measured steps{cadence}"
 
     @property
@@ -120,6 +124,7 @@ class NoiseScale:
             "groups": {k: list(v) for k, v in self.groups.items()},
             "how": self.how,
             "every": self.every,
+            "first": self.first,
         }
 
     def text(self) -> str:
@@ -216,7 +221,7 @@ def noise_scale(run, span: int = EMA_STEPS) -> NoiseScale | None:
         gb, glo, ghi = smoothed(gg, gt, span)
         groups = {k: (float(gb[-1, j]), float(glo[-1, j]), float(ghi[-1, j])) for j, k in enumerate(by)}
     meta = run.meta.get("noise_scale") or {}
-    every = meta.get("every", 1)
+    every, first = meta.get("every", 1), meta.get("first", 0)
     how = ", ".join(
         f"{k.replace('_', ' ')}: {meta[k]}" for k in ("two_sizes", "batch_size") if isinstance(meta.get(k), str)
     )
@@ -231,8 +236,14 @@ def noise_scale(run, span: int = EMA_STEPS) -> NoiseScale | None:
         groups=groups,
         ema_steps=span,
         how=how,
-        every=every if isinstance(every, int) and not isinstance(every, bool) and every >= 1 else 1,
+        every=every if _count(every) and every >= 1 else 1,
+        first=first if _count(first) else 0,
     )
+
+
+def _count(x) -> bool:
+    """Whether ``x`` (read from a run's meta.json) is a non-negative int."""
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 def no_estimate_note(run) -> str | None:

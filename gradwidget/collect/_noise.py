@@ -25,12 +25,13 @@ in one process) there is nothing to compare: ``"auto"`` then removes the hooks a
 runs one step's backward in parts (the cheapest opt-in: the same examples, no extra backward).
 
 The noise scale moves slowly (it grows as the loss falls), and the estimate is a moving average over
-rows anyway: the probe measures one recorded step in ``every`` (``NOISE_EVERY`` by default), and on
-the others its hooks are switched off (the Recorder sets ``measuring``; ``_hooks.TensorHooks``:
-a parameter's hook dict unhooked from autograd, or a no-op in C in it where it holds other hooks). That divides its cost by
-``every`` (the Llama-style model of bench/overhead.py: 2.0 -> 0.6 ms of a 60 ms two-micro-batch
-step) and leaves the estimate's precision as it was: the moving average spans the same number of
-rows, each the same number as before, over more steps (docs/costs.md).
+rows anyway: after its first ``MIN_ROWS`` rows, taken at consecutive recorded steps so that the
+first estimate comes as soon as it can, the probe measures one recorded step in ``every``
+(``NOISE_EVERY`` by default), and on the others its hooks are switched off (the Recorder asks
+``due`` and sets ``measuring``; ``_hooks.TensorHooks``: a parameter's hook dict unhooked from
+autograd, or a no-op in C in it where it holds other hooks). That divides its cost by ``every``
+and leaves the estimate's precision as it was: the moving average spans the same number of rows,
+each the same number as before, over more steps (docs/costs.md).
 
 The batch size is the user's (``Recorder(batch_size=...)`` or ``rec.log(batch_size=...)``, the size
 of one micro-batch) or, by default, the first dimension of the first tensor the model is called with
@@ -50,7 +51,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..noise_series import NoiseSeries
+from ..noise_series import MIN_ROWS, NoiseSeries
 from ._groups import Plan, grad_of
 from ._hooks import TensorHooks
 from . import _fused
@@ -61,11 +62,14 @@ from ._kernels import HostCopy, acc_dtype, norms, stacked, stacked_norms, stored
 #: "auto" times, nor stay on a model whose forward hooks a user counts)
 ONE_SIZE_STEPS = 1
 
-#: the probe measures one recorded step in this many by default (``Recorder(noise_every=...)``): a
-#: quarter of its cost; its first estimate (``analysis.noise_scale.MIN_ROWS`` rows) comes after
-#: up to 40 recorded steps instead of 10 (fewer at the defaults: every step is measured while
-#: "auto" times the NaN tracer, up to the first ten); 1 measures every step
-NOISE_EVERY = 4
+#: after its first ``MIN_ROWS`` rows, the probe measures one recorded step in this many by default
+#: (``Recorder(noise_every=...)``; 1 measures every step). A measured step of two micro-batches
+#: costs about 6% of a small model's step on CPU and more on a GPU (a norm launched per tensor per
+#: backward): one in 8 keeps the probe's average within the 2% of a step the product leaves an
+#: optional instrument (``_trace_cost.INSTRUMENT_SHARE``; one in 4 read up to 1.03 on CPU, and
+#: the noise row 2.2 points above the defaults on an H200: docs/costs.md, "Session 25"), at the
+#: price of a moving average over twice as many steps
+NOISE_EVERY = 8
 
 #: what ``run.meta["noise_scale"]["one_size"]`` says when only one batch size is seen
 ONE_SIZE_TEXT = (
@@ -182,6 +186,7 @@ class NoiseProbe:
     ) -> None:
         self.params, self.world_size, self.mode, self.every = params, world_size, mode, every
         self._hooks = TensorHooks()  # switched off while not ``measuring``
+        self.rows = 0  # steps measured at two batch sizes so far (``due``)
         self.fixed_batch = batch_size
         self.user_batch: int | None = None  # rec.log(batch_size=...): this step's micro-batch size
         self.input_batch: int | None = None
@@ -231,6 +236,11 @@ class NoiseProbe:
         and removed again would make ``torch.compile`` compile the forward twice."""
         if self.fixed_batch is None and self._fwd_handle is None:
             self._fwd_handle = self._model.register_forward_pre_hook(self._forward, with_kwargs=True)
+
+    def due(self, recorded: int) -> bool:
+        """Whether recorded step number ``recorded`` is one to measure: each of them until the
+        probe holds ``MIN_ROWS`` rows (the first estimate), then one in ``every``."""
+        return self.rows < MIN_ROWS or recorded % self.every == 0
 
     @property
     def measuring(self) -> bool:
@@ -505,6 +515,7 @@ class NoiseProbe:
             return None
         self._one_size = 0
         self.two_sizes_seen = True
+        self.rows += 1
         if self.armed and not self._once:
             self._watch_input()  # "auto": from the next step on (this one's batch size may be unknown)
         mask = np.zeros(len(self.params), bool)
@@ -537,6 +548,7 @@ class NoiseProbe:
             "two_sizes": "ddp and accumulation" if self.world_size > 1 else "accumulation",
             "world_size": self.world_size,
             "every": self.every,
+            "first": MIN_ROWS,
         }
         if self.one_size_note is not None:
             out["one_size"] = self.one_size_note

@@ -245,10 +245,11 @@ class _Steps(_RecorderState):
         self._noise_step = None
         if self._noise is not None:
             self._noise_step = self._noise.end_step()
-            # the next step is measured if it is one recorded step in the probe's ``every``, and
-            # every step while "auto" times the NaN tracer (its pairs of steps then carry the
-            # probe's work on both sides; by the cadence alone, steps 4 and 8, both with the tracer)
-            self._noise.measuring = self._count % (self.every * self._noise.every) == 0 or self._trace_meter is not None
+            # the next step is measured if it is a recorded step the probe has ``due``, and every
+            # step while "auto" times the NaN tracer (its pairs of steps then carry the probe's
+            # work on both sides, whatever the cadence)
+            recorded = self._count % self.every == 0 and self._noise.due(self._count // self.every)
+            self._noise.measuring = recorded or self._trace_meter is not None
         if before_update and self._reset_check is not None:
             self._reset_check.at_step()
         if step_no % self.every:

@@ -31,9 +31,11 @@ from dataclasses import dataclass
 
 #: the product's budget: recording at its defaults costs at most this times a bare step (issue 22)
 BUDGET = 1.05
-#: "auto" keeps the per-module tracer when steps with it take at most this times the steps without:
-#: what is left of ``BUDGET`` after the recording's own 2-3% (docs/costs.md)
-TRACER_SHARE = 1.02
+#: what an optional instrument may cost: steps with it at most this times the steps without, what
+#: is left of ``BUDGET`` after the recording's own 2-3% (docs/costs.md). "auto" keeps the per-module
+#: tracer only where it measures within it; the noise probe's cadence (``_noise.NOISE_EVERY``) is
+#: set to keep it within it on the bench's models (bench/overhead.py --paired)
+INSTRUMENT_SHARE = 1.02
 #: steps not measured first (the first forward builds caches, the first backward plans)
 WARMUP_STEPS = 1
 #: steps measured with and without the tracer each, alternated, after the warm-up
@@ -65,18 +67,18 @@ class TraceCost:
     @property
     def too_dear(self) -> bool:
         """Whether ``"auto"`` takes the tracer off: either clock's upper bound is over
-        ``TRACER_SHARE`` (the module constant read now, so a test can set it), or a ratio of
+        ``INSTRUMENT_SHARE`` (the module constant read now, so a test can set it), or a ratio of
         medians is as far under 1 (``unmeasured``)."""
         wall = self.ratio if self.wall_upper is None else self.wall_upper
         cpu = self.cpu_ratio if self.cpu_upper is None else self.cpu_upper
-        return self.unmeasured or not (wall <= TRACER_SHARE and cpu <= TRACER_SHARE)
+        return self.unmeasured or not (wall <= INSTRUMENT_SHARE and cpu <= INSTRUMENT_SHARE)
 
     @property
     def unmeasured(self) -> bool:
         """Hooks only add work: a tracer that measured cheaper than none, by more than the budget's
         margin, measured other work done on the steps without it (a panel's first updates, another
         process), not itself (issue 22: a panel's recorder kept a tracer at 0.83x that cost 1.2x)."""
-        floor = 2 - TRACER_SHARE
+        floor = 2 - INSTRUMENT_SHARE
         return self.ratio < floor or self.cpu_ratio < floor
 
     def text(self) -> str:

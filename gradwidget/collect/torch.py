@@ -112,10 +112,10 @@ class Recorder(_Setup, _Steps):
         ``"auto"`` (default) removes its hooks after a first step of one batch size (one backward a step,
         one process) and says so in ``run.meta["noise_scale"]``; ``split_backward`` opts a step in.
         True always hooks, False never. Not under FSDP.
-    noise_every: measure the noise scale at one recorded step in this many (default 4: the estimate
-        is a moving average over measured steps, and the noise scale moves slowly; 1/4 of the
-        probe's cost; its first estimate needs 10 measured steps, up to 40 recorded steps (fewer at
-        the defaults: every step is measured while "auto" times the NaN tracer); docs/costs.md).
+    noise_every: measure the noise scale at one recorded step in this many (default 8: the estimate
+        is a moving average over measured steps, and the noise scale moves slowly; 1/8 of the
+        probe's cost), once its first estimate's 10 rows are taken, at the first 10 recorded steps
+        (docs/costs.md).
     batch_size: the examples in one micro-batch (one backward); None (default) reads it from the
         first dimension of the first tensor the model is called with. ``log(batch_size=...)``
         sets it for one step.

@@ -4,7 +4,7 @@ gradient seen at two batch sizes per step, ``run.noise``). A run recorded withou
 (one backward per step, one process) has neither.
 
 The bound: ``Thresholds.batch_noise_far`` times (10, and why, is written there), on the side the
-whole 95% interval of B_simple is on, for the last ``noise_scale.MIN_ROWS`` measured rows or more
+whole 95% interval of B_simple is on, for the last ``noise_series.MIN_ROWS`` measured rows or more
 (``first_step`` is where that stretch began). Information (Low priority), never a fault: both train.
 """
 
@@ -14,7 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..noise_scale import MIN_ROWS, NoiseScale, interval_text
+from ...noise_series import MIN_ROWS
+from ..noise_scale import NoiseScale, interval_text
 from ._base import Context, Diagnosis
 
 
