@@ -20,16 +20,16 @@
     python bench/noise_scale.py [--seeds 5] [--steps 200] [--b 64] [--models logreg,mlp,cnn,gpt2] [--sweep] [--cost]
 
 Measured on the development machine (2 cores; the tables are in README.md and docs/costs.md):
-``--b 64 --seeds 20`` (GPT-2: ``--seeds 5 --steps 120``), at the default cadence (one step in 4
-measured). Median relative error of the panel's value (EMA over 20 measured steps) against the
-exact B_simple, ± its sd over seeds: at initialisation -2.6% ± 3.0% (logistic regression, exact
-31), -1.3% ± 3.5% (MLP, 29), -5.6% ± 6.6% (CNN, 95), -0.3% ± 3.7% (GPT-2, 28); after 300 SGD
-steps +5.7% ± 51% (927), +4.3% ± 42% (918), -3.0% ± 55% (250), -0.2% ± 1.6% (GPT-2, 26); the
-exact value inside the 95% interval in 117 of 130 runs (every step measured, ``noise_every=1``:
-114 of the 120 without GPT-2, against 108).
+``--b 64 --seeds 20`` (GPT-2: ``--seeds 5 --steps 120``), at the default cadence (the first 10
+steps, then one in 8; session 25). Median relative error of the panel's value (EMA over 20
+measured steps) against the exact B_simple, ± its sd over seeds: at initialisation -1.6% ± 4.8%
+(logistic regression, exact 31), -1.2% ± 4.0% (MLP, 29), -2.9% ± 5.9% (CNN, 95), +1.0% ± 2.8%
+(GPT-2, 28); after 300 SGD steps +2.9% ± 34% (927), +0.4% ± 38% (918), +12% ± 39% (250), +0.9% ±
+6.3% (GPT-2, 26); the exact value inside the 95% interval in 115 of 130 runs (one step in 4:
+117; every step measured, ``noise_every=1``: 114 of the 120 without GPT-2, against 106).
 Sweep (training loss 0.05): steps 586, 296, 146, 89, 51, 37, 27, 25, 22 for batches 8 ... 2,048;
 fitted B_crit 268; exact B_simple along a reference run 29 at the start, median 456. Cost
-(``--cost``, blocks of 20 steps): the noise scale 1.024x (MLP, 6 tensors) and 1.005x (bench
+(``--cost``, session 15, one step in 4, blocks of 20 steps): the noise scale 1.024x (MLP, 6 tensors) and 1.005x (bench
 transformer) a recorded accumulation step without it; split_backward 1.41x and 1.13x the step it
 splits.
 """
@@ -51,6 +51,7 @@ from torch.func import functional_call, grad, vmap
 from gradwidget.analysis.noise_scale import noise_scale
 from gradwidget.collect._noise import NOISE_EVERY
 from gradwidget.collect.torch import Recorder
+from gradwidget.noise_series import MIN_ROWS
 
 F = nn.functional
 
@@ -351,7 +352,8 @@ def cost_rows(kind: str = "mlp", repeats: int = 12, micro: int = 4) -> None:
     Recorder, with noise_scale off and on; one backward vs split_backward in two (both under a
     Recorder whose "auto" hooks went after the first step). A block is a whole period of what the
     Recorder does one step in N (update norms every 10 steps, the noise scale one in
-    ``NOISE_EVERY``), after one untimed step of a fresh Recorder (its set-up). ``kind``: "mlp"
+    ``NOISE_EVERY``), after ``MIN_ROWS`` untimed steps of a fresh Recorder (its set-up, and the
+    noise scale's first rows, each step measured). ``kind``: "mlp"
     (digits, 64-512-512-10, batch 64) or "transformer" (bench/overhead.py's LM, 4 x d256, batch
     4 x 64 tokens)."""
     torch.set_num_threads(1)
@@ -411,11 +413,13 @@ def cost_rows(kind: str = "mlp", repeats: int = 12, micro: int = 4) -> None:
         for _ in range(repeats):
             times["bare"].append(_timed(accum_step, period))
             rec = Recorder(model, opt, noise_scale=False, **kw)
-            accum_step()
+            for _ in range(MIN_ROWS):
+                accum_step()
             times["off"].append(_timed(accum_step, period))
             rec.detach()
             rec = Recorder(model, opt, noise_scale=True, **kw)
-            accum_step()
+            for _ in range(MIN_ROWS):  # its set-up and its first rows, all measured
+                accum_step()
             times["on"].append(_timed(accum_step, period))
             rec.detach()
             rec = Recorder(model, opt, noise_scale="auto", **kw)
@@ -427,7 +431,7 @@ def cost_rows(kind: str = "mlp", repeats: int = 12, micro: int = 4) -> None:
     n = sum(p.numel() for p in model.parameters())
     print(
         f"{what} ({n:,} parameters, {len(list(model.parameters()))} tensors), 1 thread, "
-        f"{repeats} blocks of {period} steps each (the noise scale measured one step in {NOISE_EVERY})"
+        f"{repeats} blocks of {period} steps each (the noise scale measured one step in {NOISE_EVERY} after its first {MIN_ROWS})"
     )
     print("| step | median ms | ratio |")
     print("| --- | ---: | ---: |")

@@ -683,14 +683,24 @@ def compare_paired(
     for v in variants:  # warm-up: "auto" decides about its tracer in its first 9 steps
         cmp.block(v, 12)
     syncs = {v: step_host_syncs(cmp, v) for v in variants} if cuda else {}
-    # every ratio over a whole period of what the recorders do one step in N (paired.py)
-    period = math.lcm(*(n for v in variants for n in periodic_steps(cmp.setups[v][2])))
-    group = period // math.gcd(period, per_block)  # rounds whose steps make whole periods
-    rounds = -(-rounds // group) * group
+
+    # every ratio over a whole period of what its two variants do one step in N (paired.py): the
+    # rounds whose steps make whole periods of both (the noise scale's 8 need not coarsen the rest)
+    def group(*pair: str) -> int:
+        period = math.lcm(*(n for v in pair for n in periodic_steps(cmp.setups[v][2])))
+        return period // math.gcd(period, per_block)
+
+    pairs = [(v, BASELINE.get(v, "bare")) for v in variants if v != BASELINE.get(v, "bare")]
+    if NOISE in variants and NOISE_OFF in variants:
+        pairs.append((NOISE, NOISE_OFF))
+    groups = {p: group(*p) for p in pairs}
+    whole = math.lcm(*groups.values())
+    rounds = max(-(-rounds // whole), 2) * whole  # two ratios at least, for an interval
     res = interleaved_rounds({v: timed(functools.partial(cmp._step, v)) for v in variants}, rounds, per_block)
+    sizes = ", ".join(str(g) for g in sorted(set(groups.values())))
     print(
-        f"{cmp.describe()} (in-process, {rounds} rounds of {per_block} steps per variant; "
-        f"ratios over groups of {group} rounds: the recorders' work repeats every {period} steps)"
+        f"{cmp.describe()} (in-process, {rounds} rounds of {per_block} steps per variant; each ratio over "
+        f"groups of rounds that make whole periods of its pair's work one step in N: {sizes} rounds)"
     )
     if cuda:
         bare_ms = statistics.median(b[0] for b in res["bare"]) / per_block * 1e3
@@ -699,10 +709,10 @@ def compare_paired(
     for v in variants:
         ref = BASELINE.get(v, "bare")
         if v != ref and v not in BASELINE.values():
-            out[v] = ratio_summary(res[v], res[ref], group)
+            out[v] = ratio_summary(res[v], res[ref], groups[v, ref])
             print(f"  {v} / {ref}: {summary_text(out[v])}")
     if NOISE in res and NOISE_OFF in res:  # the probe's own share, apart from the recording's
-        out["noise probe"] = ratio_summary(res[NOISE], res[NOISE_OFF], group)
+        out["noise probe"] = ratio_summary(res[NOISE], res[NOISE_OFF], groups[NOISE, NOISE_OFF])
         print(f"  {NOISE} / {NOISE_OFF} (the probe's own share): {summary_text(out['noise probe'])}")
     for v, (_, _, inst, _) in cmp.setups.items():
         if v.startswith("gradwidget"):

@@ -10,9 +10,9 @@ they still slow it through shared caches). Reported: the median over rounds, the
 range, and a bootstrap 95% confidence interval of the median.
 
 Work a recorder does one step in N (histograms and update norms every 10 recorded steps, the noise
-scale one step in 4) falls in a minority of short blocks, where a median over rounds never sees
+scale one step in 8) falls in a minority of short blocks, where a median over rounds never sees
 it: ``group`` sums consecutive rounds into one ratio over a whole period of that work (rounds of
-2 steps, a period of 20 steps: groups of 10), and the median is taken over those.
+2 steps, a period of 40 steps: groups of 20), and the median is taken over those.
 
 Python's full collections (the oldest generation: 100-150 ms with torch imported, several steps'
 worth of a small model) land in whichever block is running when one is due: a few per run, each
