@@ -29,9 +29,9 @@ measured steps) against the exact B_simple, ± its sd over seeds: at initialisat
 117; every step measured, ``noise_every=1``: 114 of the 120 without GPT-2, against 106).
 Sweep (training loss 0.05): steps 586, 296, 146, 89, 51, 37, 27, 25, 22 for batches 8 ... 2,048;
 fitted B_crit 268; exact B_simple along a reference run 29 at the start, median 456. Cost
-(``--cost``, session 15, one step in 4, blocks of 20 steps): the noise scale 1.024x (MLP, 6 tensors) and 1.005x (bench
-transformer) a recorded accumulation step without it; split_backward 1.41x and 1.13x the step it
-splits.
+(``--cost``, session 15, one step in 4, blocks of 20 steps): the noise scale 1.024x (MLP, 6
+tensors) and 1.005x (bench transformer) a recorded accumulation step without it; split_backward
+1.41x and 1.13x the step it splits.
 """
 
 from __future__ import annotations

@@ -690,10 +690,12 @@ def compare_paired(
         period = math.lcm(*(n for v in pair for n in periodic_steps(cmp.setups[v][2])))
         return period // math.gcd(period, per_block)
 
-    pairs = [(v, BASELINE.get(v, "bare")) for v in variants if v != BASELINE.get(v, "bare")]
+    # each ratio printed: a variant against its baseline, and the probe's own share
+    baselines = {"bare", *BASELINE.values()}
+    pairs = {v: (v, BASELINE.get(v, "bare")) for v in variants if v not in baselines}
     if NOISE in variants and NOISE_OFF in variants:
-        pairs.append((NOISE, NOISE_OFF))
-    groups = {p: group(*p) for p in pairs}
+        pairs["noise probe"] = (NOISE, NOISE_OFF)
+    groups = {k: group(*p) for k, p in pairs.items()}
     whole = math.lcm(*groups.values())
     rounds = max(-(-rounds // whole), 2) * whole  # two ratios at least, for an interval
     res = interleaved_rounds({v: timed(functools.partial(cmp._step, v)) for v in variants}, rounds, per_block)
@@ -706,14 +708,10 @@ def compare_paired(
         bare_ms = statistics.median(b[0] for b in res["bare"]) / per_block * 1e3
         print(f"  bare step {bare_ms:.2f} ms (wall, GPU synchronized); host syncs per step: {syncs}")
     out = {}
-    for v in variants:
-        ref = BASELINE.get(v, "bare")
-        if v != ref and v not in BASELINE.values():
-            out[v] = ratio_summary(res[v], res[ref], groups[v, ref])
-            print(f"  {v} / {ref}: {summary_text(out[v])}")
-    if NOISE in res and NOISE_OFF in res:  # the probe's own share, apart from the recording's
-        out["noise probe"] = ratio_summary(res[NOISE], res[NOISE_OFF], groups[NOISE, NOISE_OFF])
-        print(f"  {NOISE} / {NOISE_OFF} (the probe's own share): {summary_text(out['noise probe'])}")
+    for key, (v, ref) in pairs.items():
+        out[key] = ratio_summary(res[v], res[ref], groups[key])
+        share = " (the probe's own share)" if key == "noise probe" else ""
+        print(f"  {v} / {ref}{share}: {summary_text(out[key])}")
     for v, (_, _, inst, _) in cmp.setups.items():
         if v.startswith("gradwidget"):
             print(f"  {v}: {inst!r}")

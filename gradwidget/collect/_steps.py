@@ -248,8 +248,8 @@ class _Steps(_RecorderState):
             # the next step is measured if it is a recorded step the probe has ``due``, and every
             # step while "auto" times the NaN tracer (its pairs of steps then carry the probe's
             # work on both sides, whatever the cadence)
-            recorded = self._count % self.every == 0 and self._noise.due(self._count // self.every)
-            self._noise.measuring = recorded or self._trace_meter is not None
+            due = self._count % self.every == 0 and self._noise.due(self._count // self.every)
+            self._noise.measuring = due or self._trace_meter is not None
         if before_update and self._reset_check is not None:
             self._reset_check.at_step()
         if step_no % self.every:
