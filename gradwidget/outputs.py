@@ -1,6 +1,6 @@
 """The original crate's flow-animator outputs of a Run: JSON frames, CSV timeline, ASCII heatmap, summary report.
 
-Two deliberate departures from the original crate (see DESIGN.md): layers keep the model's depth order instead
+Two deliberate departures from the original crate (docs/architecture.md): layers keep the model's depth order instead
 of being sorted by name, and the ASCII heatmap uses one log scale across all steps instead of
 normalising each step by its own maximum (which hid network-wide vanishing).
 """
