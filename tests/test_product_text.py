@@ -91,12 +91,27 @@ def code_offences(path: Path) -> list[str]:
 
 
 def test_the_words_are_caught():
-    for text in ["Session 24", "as before issue 23", "on this machine", "the same command this morning",
-                 "since s12", "merged from s11-cost", "measured 2026-11-28", "see DESIGN.md", "today's build"]:
+    for text in [
+        "Session 24",
+        "as before issue 23",
+        "on this machine",
+        "the same command this morning",
+        "since s12",
+        "merged from s11-cost",
+        "measured 2026-11-28",
+        "see DESIGN.md",
+        "today's build",
+    ]:
         assert PROCESS_WORDS.search(text), text
     assert CODE_TIMINGS.search("one pass: 0.34 -> 0.13 ms on the bench model")
-    for text in ["gpt2-adamw-s0-lr_too_high", "a Jupyter kernel", "pytorch#104336", "the original crate",
-                 "one step in 8", "rnn-sgd-s1-exploding"]:
+    for text in [
+        "gpt2-adamw-s0-lr_too_high",
+        "a Jupyter kernel",
+        "pytorch#104336",
+        "the original crate",
+        "one step in 8",
+        "rnn-sgd-s1-exploding",
+    ]:
         assert not PROCESS_WORDS.search(text), text
 
 
