@@ -19,9 +19,9 @@
 
     python bench/noise_scale.py [--seeds 5] [--steps 200] [--b 64] [--models logreg,mlp,cnn,gpt2] [--sweep] [--cost]
 
-Measured on the development machine (2 cores; the tables are in README.md and docs/costs.md):
+Measured on a 2-core CPU (the tables are in docs/noise-scale.md and docs/costs.md):
 ``--b 64 --seeds 20`` (GPT-2: ``--seeds 5 --steps 120``), at the default cadence (the first 10
-steps, then one in 8; session 25). Median relative error of the panel's value (EMA over 20
+steps, then one in 8). Median relative error of the panel's value (EMA over 20
 measured steps) against the exact B_simple, ± its sd over seeds: at initialisation -1.6% ± 4.8%
 (logistic regression, exact 31), -1.2% ± 4.0% (MLP, 29), -2.9% ± 5.9% (CNN, 95), +1.0% ± 2.8%
 (GPT-2, 28); after 300 SGD steps +2.9% ± 34% (927), +0.4% ± 38% (918), +12% ± 39% (250), +0.9% ±
