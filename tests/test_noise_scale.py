@@ -674,3 +674,65 @@ def test_rows_of_one_batch_size_are_left_out_not_read_as_a_second_size():
     assert mixed.rows == clean.rows and (mixed.b_small, mixed.b_big) == (16, 64)
     np.testing.assert_allclose(mixed.b_simple, clean.b_simple)
     assert clean.last[0] == pytest.approx(200, rel=0.1)
+
+
+def test_the_first_dense_rows_do_not_hold_the_estimate_later():
+    """At the default cadence (steps 1-9, then one in 8), |G|² 100x larger over the first steps and
+    B_simple flat at 200 after step ~40: the estimate reads the present at the second and third
+    thirds of 240 steps (the ratio of two 20-row averages read 0.15x and 0.35x there); at the first
+    it still reaches back to the rise (its time constant, 64 steps), at half the value, not a twentieth."""
+    from conftest import make_run
+
+    from gradwidget.noise_series import NoiseSeries
+
+    run = make_run(n_steps=240, layers=("a",))
+    run.noise = NoiseSeries(1)
+    rng = np.random.default_rng(0)
+    for step in [s for s in range(1, 240) if s < MIN_ROWS or s % 8 == 0]:
+        g2, tr = 1e-2 * (1 + 99 * np.exp(-step / 8)), 2.0  # B_simple 2 at the start, 200 from step ~40
+        small = (g2 + tr / 16) * (1 + 0.05 * rng.normal())
+        big = (g2 + tr / 64) * (1 + 0.02 * rng.normal())
+        run.noise.append(step, 16, 64, 4, np.array([small]), np.array([big]))
+    ns = noise_scale(run)
+    rows = run.noise.rows
+    g2, tr = two_size_estimates(rows["b_small"], rows["b_big"], rows["small_total"], rows["big_total"])
+    a, mg, ms, before = 2 / 21, 0.0, 0.0, []
+    for g, t in zip(g2, tr):  # the ratio of two 20-row EMAs (their bias corrections cancel)
+        mg, ms = (1 - a) * mg + a * g, (1 - a) * ms + a * t
+        before.append(ms / mg)
+    got = {}
+    for step in (72, 152, 232):
+        k = int(np.flatnonzero(ns.steps == step)[0])
+        exact = 2.0 / (1e-2 * (1 + 99 * np.exp(-step / 8)))
+        got[step] = (ns.b_simple[k] / exact, before[k] / exact, ns.lo[k] <= exact <= ns.hi[k])
+    for step in (152, 232):  # the present, inside its interval, where the 20-row average read 0.15-0.35x
+        ratio, old, covered = got[step]
+        assert 1 / 1.5 < ratio < 1.5 and covered and old < 0.5, (step, got[step])
+    ratio, old, _ = got[72]  # 70 steps in, the average still reaches back to the rise: 0.5x, not 0.05x
+    assert ratio > 0.4 and ratio > 5 * old, got[72]
+
+
+def test_a_batch_far_below_an_unresolved_noise_scale_is_named_on_its_lower_bound():
+    """A logistic regression whose exact B_simple is ~800, at a batch of 16 (~50x below): |G|² is
+    not resolved over 150 measured steps (the average of it is not even above 0), tr(Σ) is, and
+    batch_too_small says what that gives: the critical batch is at least N, N a bound that holds."""
+    X, Y = blobs()
+    torch.manual_seed(0)
+    model = nn.Linear(10, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    for _ in range(10):
+        opt.zero_grad()
+        F.cross_entropy(model(X), Y).backward()
+        opt.step()
+    exact = exact_b_simple(model, X, Y)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    rec = Recorder(model, opt, noise_every=1)
+    accumulate(rec, model, opt, X, Y, steps=150, b=8, micro=2)
+    rec.detach()
+    rep = analyze(rec.run)
+    ns = rep.noise_scale
+    (d,) = [d for d in rep.diagnoses if d.cause.startswith("batch_")]
+    assert 30 < exact / 16 < 70 and not np.isfinite(ns.ceiling[-1])  # |G|² not resolved
+    assert d.cause == "batch_too_small" and 10 * 16 < ns.floor[-1] <= exact
+    assert f"the critical batch is at least {ns.floor[-1]:,.0f}" in d.evidence
+    assert "at least 10x below it" not in d.evidence and "raise the batch towards" in d.action

@@ -15,8 +15,8 @@ present, not of the run so far:
   ``exp(-age / 64)``, whatever the cadence of the measured steps (the first 10 back to back, then
   one in 8: ``collect._noise``).
 - **A row weighs the steps it stands for, over its gradient's size** (``row_weights``): the gap since
-  the row before (a first row 1, a row one in 8 counts 8), divided by the mean squared micro-batch
-  gradient of the rows just before it. The first steps' |G|² is 100-1,000x the later one; averaged
+  the row before (a first row 1, a row one in 8 counts 8), divided by the squared norm of the
+  gradient the optimizer stepped with in the rows just before it. The first steps' |G|² is 100-1,000x the later one; averaged
   by rows, they held B_simple at a tenth of its value for hundreds of steps.
 - **The interval comes from the rows' own noise** (``noise_cov``): the variance of one row's
   estimates, in units of its size, from the differences between consecutive rows (a slow trend
@@ -95,8 +95,8 @@ def row_weights(steps: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.nd
     """Each row's weight before the decay: the steps it stands for (the gap since the row before,
     at least 1: the first rows, measured back to back, count one step each and a row one in 8
     counts 8) over the size of the gradient when it was taken (the geometric mean of ``scale``, the
-    mean squared micro-batch gradient, over the ``SIZE_ROWS`` rows before it; the first row its
-    own). So a row counts in proportion to its share of the steps, not to its size: the first
+    squared norm of the gradient the optimizer stepped with, over the ``SIZE_ROWS`` rows before it;
+    the first row its own). So a row counts in proportion to its share of the steps, not to its size: the first
     steps' gradients, 100-1,000x larger than later ones, would otherwise hold the average for
     hundreds of steps. The rows before, not the row itself: a weight that shrank with its own
     row's noise would take the large draws of tr(Σ) out of the average (2.5x too low at a batch
@@ -232,7 +232,7 @@ def smoothed(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(B_simple, lo, hi)`` per row (and column) from per-row ``|G|²`` and ``tr(Σ)`` estimates at
     ``steps``: the ratio of their averages, each row weighted by ``row_weights`` (``scale``: the
-    mean squared micro-batch gradient of each row) times ``exp(-age / tau)`` (its age in steps),
+    squared norm of each row's big gradient) times ``exp(-age / tau)`` (its age in steps),
     and the interval of that ratio at ``z`` (delta method; the per-row noise from ``noise_cov``).
     Where ``|G|²`` is not resolved (its interval reaches 0) B_simple has no upper bound and its
     lower bound is tr(Σ)'s lower bound over |G|²'s upper bound."""
@@ -285,7 +285,7 @@ def noise_scale(run, tau: float = TAU_STEPS) -> NoiseScale | None:
     if not len(rows):
         return None
     g2, tr = two_size_estimates(rows["b_small"], rows["b_big"], rows["small_total"], rows["big_total"])
-    steps, scale = rows["step"], rows["small_total"]
+    steps, scale = rows["step"], rows["big_total"]
     b, lo, hi = smoothed(steps, g2, tr, scale, tau)
     _, floor, ceiling = smoothed(steps, g2, tr, scale, tau, Z_ONE)
     groups = {}
