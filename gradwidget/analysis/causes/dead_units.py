@@ -81,6 +81,7 @@ RULE = CauseRule(
     "dead units (gradients exactly zero)",
     find,
     action,
+    kind="observation",
     explains=("vanishing", "plateau", "lr_too_low", "saturated_output"),
     folded_as=_folded_as,
 )
