@@ -285,3 +285,32 @@ def test_a_batch_of_eight_is_noise_not_a_rebound():
     with torch.no_grad():
         assert F.mse_loss(model(X), y) < 0.05 * y.var()  # the case: it learned the whole data set
     assert not _serious(analyze(run))
+
+
+# --------------------------------------------------------------------------- mistakes seen, not guessed
+def test_zero_grad_between_backward_and_step_is_seen():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(64, 6), torch.randint(0, 3, (64,))
+    with pytest.warns(UserWarning, match="zero_grad"), Recorder(model, opt) as rec:
+        for _ in range(30):
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            rec.log(loss=loss)
+            opt.zero_grad()  # the bug: the step below finds no gradient
+            opt.step()
+    top = analyze(rec.run).diagnoses[0]
+    assert top.cause == "cleared_before_step" and top.priority in ("High", "Critical")
+    assert "before loss.backward()" in top.action
+
+
+def test_float16_weights_trained_with_adam_are_named():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3)).half()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 6).half(), torch.randint(0, 3, (64,))
+    run = _train(model, opt, lambda i: None, lambda b: F.cross_entropy(model(x).float(), y), 20)
+    top = analyze(run).diagnoses[0]
+    assert top.cause == "half_weights" and top.priority in ("High", "Critical")
+    assert "float16" in top.evidence and "GradScaler" in top.action

@@ -19,6 +19,8 @@ CAUSES: tuple[str, ...] = (
     "saturated_output",
     "input_scale",
     "loss_scale",
+    "cleared_before_step",
+    "half_weights",
 )
 HEALTHY = "healthy"
 

@@ -1,6 +1,7 @@
 """Measured damage to the objective: what lets a statistical pattern (a *symptom*: weight growth,
 small or large gradients, a spike, a rebound, a plateau, update ratios) be more than information.
-A symptom alone is at most Low; with damage it keeps its priority (``causes._engine``).
+A symptom alone is at most Low; with damage it keeps its priority (``causes._engine``). A NaN/Inf
+gradient is damage whatever the objective.
 
 Damage is read from the loss the run logged, against its own noise (``loss.loss_evidence``) and its
 task (``task.Task``): the loss went NaN/Inf; it diverged (rose above its running minimum beyond its
@@ -38,10 +39,13 @@ class Damage:
 
 def damage(run, L: LossEvidence, task: Task, chance_tolerance: float) -> Damage | None:
     """The damage the logged loss shows, or None (none measured, or none measurable)."""
-    if not L.logged:
-        return None
     if L.nonfinite_step is not None:
         return Damage("nonfinite", f"the loss diverged (NaN/Inf from step {L.nonfinite_step})", True)
+    bad = np.nansum(run.metric("nonfinite"), axis=1) > 0 if run.n_steps else np.zeros(0, bool)
+    if bad.any():  # a NaN loss is stored as not logged: the gradients say it
+        return Damage("nonfinite", f"the gradients went NaN/Inf from step {int(run.steps[np.argmax(bad)])}", True)
+    if not L.logged:
+        return None
     if not task.judged:
         return None
     if L.diverged:

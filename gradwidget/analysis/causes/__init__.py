@@ -8,9 +8,11 @@ from __future__ import annotations
 from . import (
     batch_too_large,
     batch_too_small,
+    cleared_before_step,
     dead_units,
     exploding,
     frozen,
+    half_weights,
     input_scale,
     loss_scale,
     lr_too_high,
@@ -30,8 +32,10 @@ from ._engine import layer_verdicts, verdict
 
 #: every cause, in precedence order.
 RULES: tuple[CauseRule, ...] = (
+    half_weights.RULE,
     nonfinite.RULE,
     replicas_diverged.RULE,
+    cleared_before_step.RULE,
     missing_zero_grad.RULE,
     loss_scale.RULE,
     input_scale.RULE,
