@@ -314,3 +314,21 @@ def test_float16_weights_trained_with_adam_are_named():
     top = analyze(run).diagnoses[0]
     assert top.cause == "half_weights" and top.priority in ("High", "Critical")
     assert "float16" in top.evidence and "GradScaler" in top.action
+
+
+def test_labels_shuffled_apart_from_their_inputs_learn_nothing():
+    torch.manual_seed(0)
+    centers = torch.randn(4, 10) * 3
+    labels = torch.arange(512) % 4
+    inputs = centers[labels] + torch.randn(512, 10)
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def batch(i):  # the bug: two permutations, one for the inputs and one for the labels
+        g = torch.Generator().manual_seed(i)
+        return inputs[torch.randperm(512, generator=g)[:64]], labels[torch.randperm(512, generator=g)[:64]]
+
+    run = _train(model, opt, batch, lambda b: F.cross_entropy(model(b[0]), b[1]), 120)
+    top = analyze(run).diagnoses[0]
+    assert top.cause == "learns_nothing" and top.priority in ("High", "Critical", "Medium")
+    assert "chance level" in top.evidence and "labels" in top.action

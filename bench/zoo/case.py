@@ -21,6 +21,7 @@ CAUSES: tuple[str, ...] = (
     "loss_scale",
     "cleared_before_step",
     "half_weights",
+    "learns_nothing",
 )
 HEALTHY = "healthy"
 

@@ -297,3 +297,8 @@ for _arch, _opt in [("mlp", "sgd"), ("cnn", "adamw"), ("lstm", "sgd"), ("gpt2", 
 # minutes.
 for _arch in ("mlp", "lstm", "gpt2", "llama"):
     _add(_arch, "adamw", "half_weights", "half_weights", apply=[mk.half_weights])
+
+# Inputs and labels shuffled apart (classification tasks: a language model's shuffled targets still
+# teach it the token frequencies): the loss stays at chance with healthy training.
+for _arch, _opt in [("mlp", "adamw"), ("cnn", "sgd"), ("bert", "adamw"), ("vit", "adamw")]:
+    _add(_arch, _opt, "labels_apart", "learns_nothing", apply=[mk.shuffle_labels_apart])

@@ -229,7 +229,13 @@ def _half(case, run, silent) -> None:
     assert dtypes == {"float16"}, f"{case.id}: trainable weights are {dtypes}, not float16"
 
 
+def _at_chance(case, run, silent) -> None:
+    end = float(np.median(run.scalar("loss")[-10:]))
+    assert end >= 0.95 * chance_loss(case), f"{case.id}: the loss left chance level ({end:.3g})"
+
+
 _CHECKS = {
+    "learns_nothing": _at_chance,
     "cleared_before_step": _cleared,
     "half_weights": _half,
     "no_gradient": _silent,

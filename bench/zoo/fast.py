@@ -38,6 +38,7 @@ FAST_IDS: tuple[str, ...] = (
     "mlp-sgd-s0-loss_scale",
     "mlp-sgd-s0-cleared_before_step",
     "mlp-adamw-s0-half_weights",
+    "mlp-adamw-s0-labels_apart",
 )
 _unknown = set(FAST_IDS) - set(RECIPES)
 assert not _unknown, f"FAST_IDS names no case: {sorted(_unknown)}"

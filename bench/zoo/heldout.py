@@ -135,3 +135,4 @@ _h("resnet", "sgd", "loss_scale", "loss_scale", apply=[mk.summed_loss(128)])
 # use for them
 _h("resnet", "sgd", "cleared_before_step", "cleared_before_step", apply=[mk.clear_before_step])
 _h("gru", "adamw", "half_weights", "half_weights", apply=[mk.half_weights])
+_h("resnet", "adamw", "labels_apart", "learns_nothing", apply=[mk.shuffle_labels_apart])

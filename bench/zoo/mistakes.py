@@ -255,3 +255,16 @@ def half_weights(s: Setup) -> None:
     s.model.half()
     prepare = s.inputs or s.task.prepare
     s.inputs = lambda x: (lambda v: v.half() if v.is_floating_point() else v)(prepare(x))
+
+
+def shuffle_labels_apart(s: Setup) -> None:
+    """Inputs and labels shuffled separately (two ``randperm`` calls, or two DataLoaders with
+    ``shuffle=True``): each batch's labels belong to other inputs, so nothing can be learned."""
+    task, batch = s.task, s.task.batch
+    gen = torch.Generator().manual_seed(task.seed + 2000)
+
+    def apart():
+        x, y = batch()
+        return x, task.y[torch.randint(0, len(task.y), (len(y),), generator=gen)]
+
+    task.batch = apart  # type: ignore[method-assign]

@@ -82,6 +82,7 @@ RULE = CauseRule(
     find,
     action,
     kind="observation",
+    contradicts=("learns_nothing",),
     explains=("vanishing", "plateau", "lr_too_low", "saturated_output"),
     folded_as=_folded_as,
 )

@@ -104,6 +104,7 @@ RULE = CauseRule(
     find,
     action,
     kind="observation",
+    contradicts=("learns_nothing",),
     explains=("lr_too_high", "nonfinite", "dead_units"),
     explains_when=_explains_when,
 )

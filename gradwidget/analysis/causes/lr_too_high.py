@@ -132,7 +132,7 @@ RULE = CauseRule(
     action,
     kind="symptom",
     explains=("exploding", "plateau", "dead_units", "nonfinite"),
-    contradicts=("lr_too_low",),
+    contradicts=("lr_too_low", "learns_nothing"),
     explains_when=_explains_when,
     whole_run=True,
 )

@@ -103,6 +103,6 @@ RULE = CauseRule(
     action,
     kind="symptom",
     explains=("plateau",),
-    contradicts=(),
+    contradicts=("learns_nothing",),
     whole_run=True,
 )

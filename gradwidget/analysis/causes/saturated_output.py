@@ -71,6 +71,7 @@ RULE = CauseRule(
     find,
     action,
     kind="observation",
+    contradicts=("learns_nothing",),
     explains=("vanishing", "plateau", "lr_too_low"),
     explains_when=_explains_when,
     folded_as=_folded_as,

@@ -163,5 +163,6 @@ RULE = CauseRule(
     find,
     action,
     kind="symptom",
+    contradicts=("learns_nothing",),
     explains=("plateau", "lr_too_low", "saturated_output"),
 )
