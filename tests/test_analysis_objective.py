@@ -322,7 +322,7 @@ def test_labels_shuffled_apart_from_their_inputs_learn_nothing():
     labels = torch.arange(512) % 4
     inputs = centers[labels] + torch.randn(512, 10)
     model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 4))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def batch(i):  # the bug: two permutations, one for the inputs and one for the labels
         g = torch.Generator().manual_seed(i)
@@ -332,3 +332,20 @@ def test_labels_shuffled_apart_from_their_inputs_learn_nothing():
     top = analyze(run).diagnoses[0]
     assert top.cause == "learns_nothing" and top.priority in ("High", "Critical", "Medium")
     assert "chance level" in top.evidence and "labels" in top.action
+
+
+def test_a_normalize_meant_for_unit_pixels_on_0_255_pixels_is_input_scale():
+    torch.manual_seed(0)
+    labels = torch.randint(0, 4, (512,))
+    pixels = (torch.rand(512, 1, 8, 8) * 60 + labels[:, None, None, None] * 45).round()  # 0-255
+    x = (pixels - 0.5) / 0.5  # transforms.Normalize((0.5,), (0.5,)), written for ToTensor's [0, 1]
+    model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8 * 16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def batch(i):
+        idx = torch.randint(0, 512, (32,), generator=torch.Generator().manual_seed(i))
+        return x[idx], labels[idx]
+
+    run = _train(model, opt, batch, lambda b: F.cross_entropy(model(b[0]), b[1]), 60)
+    top = analyze(run).diagnoses[0]
+    assert top.cause == "input_scale" and "normalise the inputs" in top.action
