@@ -19,6 +19,9 @@ CAUSES: tuple[str, ...] = (
     "saturated_output",
     "input_scale",
     "loss_scale",
+    "cleared_before_step",
+    "half_weights",
+    "learns_nothing",
 )
 HEALTHY = "healthy"
 

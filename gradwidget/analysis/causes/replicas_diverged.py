@@ -75,4 +75,4 @@ def action(d: Diagnosis, c: Context) -> str:
     )
 
 
-RULE = CauseRule("replicas_diverged", "replicas out of sync across ranks", find, action)
+RULE = CauseRule("replicas_diverged", "replicas out of sync across ranks", find, action, kind="observation")
