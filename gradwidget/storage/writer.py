@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from .._warnings import GradwidgetWarning
-from ..files import append_whole, create_new, open_to_append
+from ..files import append_whole, create_new
 from ..run import Run
 from ._owner import hold, removed
 from ._resume import ResumePoint
@@ -51,7 +51,8 @@ class RunWriter:
     ) -> None:
         """``resume``: continue the run in ``path`` (``_resume.resume_point``; ``run`` holds its
         steps first): its files are appended to, after their last whole record, and its id kept."""
-        self.path = check_log_dir(path, overwrite if resume is None else True)
+        # a resumer holds the folder already (``_resume``): its lock is no other writer's
+        self.path = check_log_dir(path, overwrite if resume is None else True, handover=resume is not None)
         self.path.mkdir(parents=True, exist_ok=True)
         if resume is None and is_run_dir(self.path):  # our own earlier run (overwrite=True): replaced
             for name in RECORD_FILES:
@@ -64,16 +65,16 @@ class RunWriter:
         self._fds: dict[str, int] = {}
         self._sizes = {"steps.bin": 0, "hist.bin": 0}
         self._last_step: int | None = None  # the newest step queued to be written
-        if resume is not None:
+        self._noise_last: int | None = None  # the step of the last noise row queued (noise.bin)
+        if resume is not None:  # its files, open and held since it was read (``_resume``)
             self.created = resume.created or self.created
-            for name, size in resume.sizes.items():
-                self._fds[name] = open_to_append(self.path / name, size)
-                self._sizes[name] = size
-            hold(self._fds["steps.bin"])
+            self._fds = resume.take_files()
+            self._sizes.update({name: resume.sizes[name] for name in self._fds})
             if resume.run.n_steps:
                 self._last_step = int(resume.run.steps[-1])
+            if resume.run.noise is not None and len(resume.run.noise):
+                self._noise_last = int(resume.run.noise.rows["step"][-1])
         self._queue: deque = deque()  # (file name, record bytes) not yet on disk, in order
-        self._noise_last: int | None = None  # the step of the last noise row queued (noise.bin)
         self._meta_due = True
         #: the error that is holding records back (None while everything is on disk)
         self.error: OSError | None = None
