@@ -10,7 +10,9 @@ from collections import defaultdict
 
 import torch
 
+from ..collect._inputs import _check_number
 from ..collect.torch import Recorder, norms
+from ..schema import _as_step
 
 #: Recorder options a callback passes through (model, optimizer and step marking are the trainer's)
 _OWN = ("model", "optimizer", "step_hooks", "self")
@@ -73,8 +75,11 @@ class TrainerRecording:
 
     def log(self, loss=None, lr=None, step: int | None = None) -> None:
         """Attach a loss, learning rate or step number of your own to the next recorded step."""
-        if self.recorder is None:
-            self._pending.update({k: v for k, v in (("loss", loss), ("lr", lr), ("step", step)) if v is not None})
+        if self.recorder is None:  # checked now, as the Recorder checks them
+            given = {"loss": loss, "lr": lr}
+            self._pending.update({k: _check_number(k, v) for k, v in given.items() if v is not None})
+            if step is not None:
+                self._pending["step"] = _as_step(step)
         else:
             self.recorder.log(loss=loss, lr=lr, step=step)
 
