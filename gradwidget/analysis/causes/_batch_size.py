@@ -4,7 +4,7 @@ gradient seen at two batch sizes per step, ``run.noise``). A run recorded withou
 (one backward per step, one process) has neither.
 
 The bound: ``Thresholds.batch_noise_far`` times (10, and why, is written there), on the side the
-whole 95% interval of B_simple is on, for the last ``noise_series.MIN_ROWS`` measured rows or more
+whole 95% interval of B_simple is on, for the last ``noise_series.NOISE_MIN_ROWS`` measured rows or more
 (``first_step`` is where that stretch began). Information (Low priority), never a fault: both train.
 """
 
@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...noise_series import MIN_ROWS
+from ...noise_series import NOISE_MIN_ROWS
 from ..noise_scale import NoiseScale, interval_text
 from ._base import Context, Diagnosis
 
@@ -30,7 +30,7 @@ def _since(steps: np.ndarray, cond: np.ndarray) -> int | None:
         return None
     off = np.flatnonzero(~cond)
     start = off[-1] + 1 if len(off) else 0
-    return int(steps[start]) if len(cond) - start >= MIN_ROWS else None
+    return int(steps[start]) if len(cond) - start >= NOISE_MIN_ROWS else None
 
 
 def _evidence(ns: NoiseScale, far: float, direction: str) -> str:
@@ -53,7 +53,7 @@ def _evidence(ns: NoiseScale, far: float, direction: str) -> str:
 def find_batch(c: Context, small: bool) -> Diagnosis | None:
     """``batch_too_small`` (``small``) or ``batch_too_large`` when the evidence holds."""
     ns = c.noise
-    if ns is None or ns.rows < MIN_ROWS:
+    if ns is None or ns.rows < NOISE_MIN_ROWS:
         return None
     B, far_bound = ns.b_big, c.t.batch_noise_far
     with np.errstate(invalid="ignore", divide="ignore"):
