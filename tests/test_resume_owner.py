@@ -217,3 +217,59 @@ def test_hf_trainer_resumed_from_a_checkpoint_keeps_its_own_step_numbers(tmp_pat
     np.testing.assert_allclose(run.scalar("loss")[4:], logged[-6:], rtol=1e-5)  # 5-10: the second phase's
     noise = run.noise.rows["step"].tolist()  # accumulation: the noise rows go on, once per step
     assert noise == sorted(set(noise)) and noise[-1] == 10
+
+
+@pytest.mark.slow
+def test_lightning_resumed_from_a_checkpoint_keeps_its_own_step_numbers(tmp_path):
+    """The same under Lightning: accumulation over 2 batches, a checkpoint at step 4, a crash at 6,
+    ``fit(ckpt_path=...)``: the run holds 1-10 once each, 5-6 recorded again."""
+    L = pytest.importorskip("lightning.pytorch")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from gradwidget.integrations.lightning import GradwidgetCallback
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = TinyConv()
+
+        def training_step(self, batch, i):
+            x, y = batch
+            return nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    class Crash(L.Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, i):
+            if trainer.global_step == 6:
+                raise RuntimeError("crash")
+
+    g = torch.Generator().manual_seed(2)
+    data = DataLoader(TensorDataset(torch.randn(96, 3, 8, generator=g), torch.randint(0, 2, (96,), generator=g)), 4)
+
+    def fit(callbacks, ckpt_path=None):
+        saver = L.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=4, save_top_k=-1)
+        trainer = L.Trainer(
+            max_steps=10,
+            accumulate_grad_batches=2,
+            callbacks=[*callbacks, saver],
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            accelerator="cpu",
+        )
+        trainer.fit(Module(), data, ckpt_path=ckpt_path)
+
+    first = GradwidgetCallback(log_dir=tmp_path / "run", resume=True, trace_nonfinite=False)
+    with pytest.raises(RuntimeError, match="crash"):
+        fit([first, Crash()])
+    assert load_run(tmp_path / "run").steps.tolist() == [1, 2, 3, 4, 5, 6]
+    (ckpt,) = [p for p in (tmp_path / "ckpt").iterdir() if "step=4" in p.name]
+    second = GradwidgetCallback(log_dir=tmp_path / "run", resume=True, trace_nonfinite=False)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*gradwidget")
+        fit([second], ckpt_path=ckpt)
+    run = load_run(tmp_path / "run")
+    assert run.steps.tolist() == list(range(1, 11)) == second.run.steps.tolist()
+    np.testing.assert_array_equal(run.metric("grad_norm")[4:], second.run.metric("grad_norm")[4:])
