@@ -91,3 +91,22 @@ def test_bfloat16_gradients_at_the_dtypes_max_have_a_finite_mean(backend):
     assert metrics["mean_abs"] == pytest.approx(big, rel=1e-6)  # 3.39e38 fits float32
     assert np.isfinite(metrics["mean_abs"]) and metrics["nonfinite"] == 0
     assert got == {HIST_LOG2_LO + N_BINS - 1: 8}
+
+
+def test_merged_histograms_count_in_64_bits_and_are_never_saved_wrapped(tmp_path):
+    """Two layers of 3e9 entries in one bin: their group holds 6e9 (it wrapped to 1.7e9 in 32
+    bits); a run directory keeps 32-bit counts, so saving that merged run is refused, not wrapped."""
+    from gradwidget import Run, load_run
+    from gradwidget.schema import METRICS
+
+    run = Run(["enc.weight", "dec.weight"])
+    hist = np.zeros((2, N_BINS), np.uint32)
+    hist[:, 40] = 3_000_000_000
+    run.append(0, np.ones((len(METRICS), 2), np.float32), {"loss": 1.0}, hist)
+    merged = run.merge_layers([[0, 1]], ["model"])
+    assert int(merged.hist[0, 0, 40]) == 6_000_000_000
+    with pytest.raises(ValueError, match="6000000000 does not fit a run directory's 32-bit counts"):
+        merged.save(tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()  # refused before anything was written
+    run.save(tmp_path / "run")  # the layers themselves fit, and merge the same after loading
+    assert int(load_run(tmp_path / "run").merge_layers([[0, 1]], ["model"]).hist[0, 0, 40]) == 6_000_000_000

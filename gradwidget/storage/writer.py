@@ -19,7 +19,7 @@ from ._resume import ResumePoint
 from .folders import check_log_dir, is_run_dir
 from .layout import RECORD_FILES, hist_dtype, step_dtype
 from .meta import meta_dict, write_json_atomic
-from .records import step_records
+from .records import hist_records, step_records
 
 
 #: unwritten record bytes a live writer holds while the disk refuses writes (a full disk) before it
@@ -107,9 +107,7 @@ class RunWriter:
             ha = 0 if self._last_step is None else int(np.searchsorted(hs, self._last_step, side="right"))
             hb = int(np.searchsorted(hs, steps[-1], side="right"))
             if ha < hb:
-                h = np.zeros(hb - ha, self._hdt)
-                h["step"], h["counts"] = hs[ha:hb], run.hist[ha:hb]
-                self._queue.append(("hist.bin", h.tobytes()))
+                self._queue.append(("hist.bin", hist_records(run, ha, hb).tobytes()))
             self._last_step = int(steps[-1])
         self._queue_noise()  # its rows follow their step's record (run.noise grows after the step)
         self._flush()
@@ -237,12 +235,11 @@ def save_run(run: Run, path, overwrite: bool = False) -> None:
     out of its window, as it holds them (decimated, without histograms), to ``history.bin``, so
     ``load_run`` gives back ``run.history`` too instead of silently keeping only the window."""
     run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
+    hists = hist_records(run)  # refused before anything is written
     w = RunWriter(path, run, overwrite=overwrite)
     try:
         w._queue.append(("steps.bin", step_records(run).tobytes()))
-        h = np.zeros(run.hist.shape[0], w._hdt)
-        h["step"], h["counts"] = run.hist_steps, run.hist
-        w._queue.append(("hist.bin", h.tobytes()))
+        w._queue.append(("hist.bin", hists.tobytes()))
         w._queue_noise()
         w._write_due()
         older = [r for r in (run.history, run._pending) if r is not None and r.n_steps]
