@@ -54,6 +54,10 @@ class ResumePoint:
             except OSError:
                 pass
 
+    def __getstate__(self) -> dict:
+        """A copy (deepcopy, pickle) holds no files: they are the original's to write and close."""
+        return {**self.__dict__, "_fds": {}}
+
     def __del__(self) -> None:
         self.release()
 
