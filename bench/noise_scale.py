@@ -66,7 +66,7 @@ from torch.func import functional_call, grad, vmap
 from gradwidget.analysis.noise_scale import noise_scale
 from gradwidget.collect._noise import NOISE_EVERY
 from gradwidget.collect.torch import Recorder
-from gradwidget.noise_series import MIN_ROWS
+from gradwidget.noise_series import NOISE_MIN_ROWS
 
 F = nn.functional
 
@@ -360,8 +360,8 @@ def ema20(rows) -> np.ndarray:
 
 
 def measured_steps(steps: int) -> list[int]:
-    """The steps the default Recorder measures: the first ``MIN_ROWS``, then one in ``NOISE_EVERY``."""
-    return [s for s in range(steps) if s < MIN_ROWS or s % NOISE_EVERY == 0]
+    """The steps the default Recorder measures: the first ``NOISE_MIN_ROWS``, then one in ``NOISE_EVERY``."""
+    return [s for s in range(steps) if s < NOISE_MIN_ROWS or s % NOISE_EVERY == 0]
 
 
 def present_run(name: str, seed: int, steps: int, b: int = 16, micro: int = 4) -> list[dict]:
@@ -544,7 +544,7 @@ def cost_rows(kind: str = "mlp", repeats: int = 12, micro: int = 4) -> None:
     Recorder, with noise_scale off and on; one backward vs split_backward in two (both under a
     Recorder whose "auto" hooks went after the first step). A block is a whole period of what the
     Recorder does one step in N (update norms every 10 steps, the noise scale one in
-    ``NOISE_EVERY``), after ``MIN_ROWS`` untimed steps of a fresh Recorder (its set-up, and the
+    ``NOISE_EVERY``), after ``NOISE_MIN_ROWS`` untimed steps of a fresh Recorder (its set-up, and the
     noise scale's first rows, each step measured). ``kind``: "mlp"
     (digits, 64-512-512-10, batch 64) or "transformer" (bench/overhead.py's LM, 4 x d256, batch
     4 x 64 tokens)."""
@@ -605,12 +605,12 @@ def cost_rows(kind: str = "mlp", repeats: int = 12, micro: int = 4) -> None:
         for _ in range(repeats):
             times["bare"].append(_timed(accum_step, period))
             rec = Recorder(model, opt, noise_scale=False, **kw)
-            for _ in range(MIN_ROWS):
+            for _ in range(NOISE_MIN_ROWS):
                 accum_step()
             times["off"].append(_timed(accum_step, period))
             rec.detach()
             rec = Recorder(model, opt, noise_scale=True, **kw)
-            for _ in range(MIN_ROWS):  # its set-up and its first rows, all measured
+            for _ in range(NOISE_MIN_ROWS):  # its set-up and its first rows, all measured
                 accum_step()
             times["on"].append(_timed(accum_step, period))
             rec.detach()
@@ -623,7 +623,7 @@ def cost_rows(kind: str = "mlp", repeats: int = 12, micro: int = 4) -> None:
     n = sum(p.numel() for p in model.parameters())
     print(
         f"{what} ({n:,} parameters, {len(list(model.parameters()))} tensors), 1 thread, "
-        f"{repeats} blocks of {period} steps each (the noise scale measured one step in {NOISE_EVERY} after its first {MIN_ROWS})"
+        f"{repeats} blocks of {period} steps each (the noise scale measured one step in {NOISE_EVERY} after its first {NOISE_MIN_ROWS})"
     )
     print("| step | median ms | ratio |")
     print("| --- | ---: | ---: |")

@@ -15,7 +15,7 @@ from torch.func import functional_call, grad, vmap  # noqa: E402
 from gradwidget import load_run  # noqa: E402
 from gradwidget.analysis import analyze  # noqa: E402
 from gradwidget.analysis.noise_scale import noise_scale, smoothed, two_size_estimates  # noqa: E402
-from gradwidget.noise_series import MIN_ROWS  # noqa: E402
+from gradwidget.noise_series import NOISE_MIN_ROWS  # noqa: E402
 from gradwidget.collect import _fused  # noqa: E402
 from gradwidget.collect.torch import Recorder  # noqa: E402
 from gradwidget.storage import RunReader  # noqa: E402
@@ -88,7 +88,7 @@ def test_estimate_matches_per_example_ground_truth():
         "two_sizes": "accumulation",
         "world_size": 1,
         "every": 1,
-        "first": MIN_ROWS,
+        "first": NOISE_MIN_ROWS,
     }
     whole = noise_scale(rec.run, tau=1e9)  # averaged over every step: the bias, not the average's spread
     assert whole.b_small == 16 and whole.b_big == 64
@@ -362,7 +362,7 @@ def test_loss_division_and_batch_size_sources_do_not_change_the_estimate():
 def test_the_probe_measures_its_first_rows_in_a_row_then_one_recorded_step_in_noise_every():
     """The default cadence (and one with ``every`` > 1) gives exactly the rows of a probe measuring
     every step, at the steps it measures: the hooks of the steps between add nothing to them. The
-    first ``MIN_ROWS`` recorded steps are all measured (the first estimate waits for no cadence),
+    first ``NOISE_MIN_ROWS`` recorded steps are all measured (the first estimate waits for no cadence),
     then one in ``noise_every``; while "auto" times the NaN tracer on alternate steps, every step
     is measured too (both sides of its pairs alike)."""
     from gradwidget.collect._noise import NOISE_EVERY
@@ -382,13 +382,13 @@ def test_the_probe_measures_its_first_rows_in_a_row_then_one_recorded_step_in_no
         rec.detach()
         rows[tuple(kw.items())] = rec.run.noise.rows
         assert rec.run.meta["noise_scale"]["every"] == kw.get("noise_every", NOISE_EVERY)
-        assert rec.run.meta["noise_scale"]["first"] == MIN_ROWS
+        assert rec.run.meta["noise_scale"]["first"] == NOISE_MIN_ROWS
     every, default, cadenced, timed = rows.values()
     assert len(every) == steps
-    then = [s for s in range(MIN_ROWS, steps) if s % NOISE_EVERY == 0]
-    assert NOISE_EVERY > 1 and then and list(default["step"]) == [*range(MIN_ROWS), *then]
+    then = [s for s in range(NOISE_MIN_ROWS, steps) if s % NOISE_EVERY == 0]
+    assert NOISE_EVERY > 1 and then and list(default["step"]) == [*range(NOISE_MIN_ROWS), *then]
     # recorded steps 0, 2, 4, ...: the first ten of them, then one in 2 (recorded step 10, 12)
-    assert list(cadenced["step"]) == [*range(0, 2 * MIN_ROWS, 2), *(s for s in range(20, steps, 4))]
+    assert list(cadenced["step"]) == [*range(0, 2 * NOISE_MIN_ROWS, 2), *(s for s in range(20, steps, 4))]
     # the warm-up step and 4 pairs of the tracer's meter fall inside the first rows
     assert list(timed["step"]) == list(default["step"])
     for got in (default, cadenced, timed):
@@ -396,7 +396,7 @@ def test_the_probe_measures_its_first_rows_in_a_row_then_one_recorded_step_in_no
         for field in ("b_small", "b_big", "n_small", "small_sq", "big_sq"):
             np.testing.assert_array_equal(got[field], want[field], err_msg=field)
     ns = noise_scale(rec.run)  # the timed run: steps 1-9, 16, 24 (step 0 has no batch size yet)
-    assert ns.every == NOISE_EVERY and ns.first == MIN_ROWS
+    assert ns.every == NOISE_EVERY and ns.first == NOISE_MIN_ROWS
     measured = len(default) - 1
     assert f"time constant of 64 steps over {measured} measured steps (the first 10, then one in {NOISE_EVERY})" in (
         ns.text()
@@ -688,7 +688,7 @@ def test_the_first_dense_rows_do_not_hold_the_estimate_later():
     run = make_run(n_steps=240, layers=("a",))
     run.noise = NoiseSeries(1)
     rng = np.random.default_rng(0)
-    for step in [s for s in range(1, 240) if s < MIN_ROWS or s % 8 == 0]:
+    for step in [s for s in range(1, 240) if s < NOISE_MIN_ROWS or s % 8 == 0]:
         g2, tr = 1e-2 * (1 + 99 * np.exp(-step / 8)), 2.0  # B_simple 2 at the start, 200 from step ~40
         small = (g2 + tr / 16) * (1 + 0.05 * rng.normal())
         big = (g2 + tr / 64) * (1 + 0.02 * rng.normal())

@@ -104,7 +104,7 @@ def analyze(
 
 
 #: fewest rows ``max_rows`` may keep: trends, plateaus and correlations need a handful of points.
-MIN_ROWS = 16
+ANALYSIS_MIN_ROWS = 16
 
 
 def _check_args(run, weights, previous_weights, max_rows):
@@ -119,8 +119,10 @@ def _check_args(run, weights, previous_weights, max_rows):
         )
     if isinstance(max_rows, bool) or not isinstance(max_rows, (int, np.integer)):
         raise TypeError(f"max_rows must be an int (rows analysed at full resolution), not {type(max_rows).__name__}")
-    if max_rows < MIN_ROWS:
-        raise ValueError(f"max_rows must be at least {MIN_ROWS} (trends need a handful of rows), got {max_rows}")
+    if max_rows < ANALYSIS_MIN_ROWS:
+        raise ValueError(
+            f"max_rows must be at least {ANALYSIS_MIN_ROWS} (trends need a handful of rows), got {max_rows}"
+        )
     if previous_weights is not None and weights is None:
         raise ValueError("previous_weights needs weights too: drift is measured between the two snapshots")
     return _as_weights(weights, "weights"), _as_weights(previous_weights, "previous_weights")

@@ -6,7 +6,7 @@ gradient seen at two batch sizes per step, ``run.noise``). A run recorded withou
 The bound: the estimate ``Thresholds.batch_noise_far`` times (10) beyond the batch, and its
 one-sided 95% bound (``noise_scale.Z_ONE``) ``Thresholds.batch_noise_sure`` times (3) beyond it (why
 both, and why those, is written there), decided on what is resolved, for the last
-``noise_series.MIN_ROWS`` measured rows or more (``first_step`` is where that stretch began):
+``noise_series.NOISE_MIN_ROWS`` measured rows or more (``first_step`` is where that stretch began):
 
 - ``batch_too_large``: B_simple and its upper bound below the batch / 10 and / 3. It needs |G|²
   resolved (above 0 with its bound), else B_simple has no upper bound.
@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...noise_series import MIN_ROWS
+from ...noise_series import NOISE_MIN_ROWS
 from ..noise_scale import NoiseScale, interval_text
 from ._base import Context, Diagnosis
 
@@ -41,7 +41,7 @@ def _since(steps: np.ndarray, cond: np.ndarray) -> int | None:
         return None
     off = np.flatnonzero(~cond)
     start = off[-1] + 1 if len(off) else 0
-    return int(steps[start]) if len(cond) - start >= MIN_ROWS else None
+    return int(steps[start]) if len(cond) - start >= NOISE_MIN_ROWS else None
 
 
 def _evidence(ns: NoiseScale, far: float, direction: str, floor: float | None) -> str:
@@ -71,7 +71,7 @@ def _evidence(ns: NoiseScale, far: float, direction: str, floor: float | None) -
 def find_batch(c: Context, small: bool) -> Diagnosis | None:
     """``batch_too_small`` (``small``) or ``batch_too_large`` when the evidence holds."""
     ns = c.noise
-    if ns is None or ns.rows < MIN_ROWS:
+    if ns is None or ns.rows < NOISE_MIN_ROWS:
         return None
     B, far_bound, sure = ns.b_big, c.t.batch_noise_far, c.t.batch_noise_sure
     floor = ns.floor if ns.floor is not None else ns.lo
