@@ -224,6 +224,24 @@ def test_front_end_messages_move_the_kernel_state():
     assert p2.step == 102
 
 
+def test_a_page_choice_older_than_the_last_applied_is_dropped():
+    """The page numbers its choices of step, follow and layer; a late one (an earlier drag position
+    arriving after the last) is dropped, and the kernel says which choice it applied."""
+    p = GradientPanel(synthetic_run(50))
+    p.set_state({"step": 40, "follow": False, "choice": 2})
+    assert (p.step, p.choice_applied) == (40, 2)
+    p.set_state({"step": 10, "follow": False, "choice": 1})  # sent before choice 2, arrived after it
+    assert (p.step, p.follow, p.detail_step, p.choice_applied) == (40, False, 40, 2)
+    p.set_state({"layer": 2, "metric": "max_abs", "choice": 2})  # an old choice: only the cursor keys drop
+    assert p.layer != 2 and p.metric == "max_abs"
+    p.set_state({"layer": 2, "choice": 3})
+    assert (p.layer, p.choice_applied) == (2, 3)
+    p.set_state({"step": 20, "follow": False})  # a front end that does not number its choices
+    assert p.step == 20
+    p.step = 30  # from Python: the kernel's own write, applied as it comes
+    assert p.step == 30 and p.choice_applied == 3
+
+
 def test_select_layer_by_name_and_bad_layers():
     p = GradientPanel(synthetic_run(10))
     p.select("2.weight")

@@ -25,6 +25,7 @@ class PanelBase:
         layer: int
         metric: str
         follow: bool
+        choice_applied: int
         columns: int
         expanded: list
         # ipywidgets

@@ -91,6 +91,20 @@ TRAITS: dict[str, Trait] = {
         ),
         Trait("metric", "str", "both", "metric of the heatmap, bars and series (one of METRICS)"),
         Trait("follow", "bool", "both", "the cursor follows the newest step"),
+        Trait(
+            "choice",
+            "int",
+            "in",
+            "the number of the page's newest choice of step, follow and layer, sent with it (CHOICE_KEYS); "
+            "the kernel applies a choice only when it is newer than the last it applied",
+        ),
+        Trait(
+            "choice_applied",
+            "int",
+            "out",
+            "the newest page choice the kernel applied: until it reaches the page's own, the page keeps its "
+            "choice on screen and takes no cursor from the kernel",
+        ),
         Trait("columns", "int", "in", "step columns the heatmap can show (its width in device pixels)"),
         Trait(
             "expanded", "json", "both", "layer ranges [start, stop] whose groups show their members (rows.row_layout)"
@@ -131,6 +145,9 @@ TRAITS: dict[str, Trait] = {
     ]
 }
 
+#: the traits a page choice sets (with ``choice``, its number): the cursor and the selected layer,
+#: owned by the kernel, which applies the page's choices in their order.
+CHOICE_KEYS = ("step", "follow", "layer")
 #: flag bits of the ``flags`` trait (a cell can carry several).
 FLAGS = {"vanishing": 1, "exploding": 2, "nonfinite": 4, "nodata": 8}
 FLAG_VANISHING, FLAG_EXPLODING, FLAG_NONFINITE, FLAG_NODATA = (

@@ -112,6 +112,8 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
     layer = t.Int(-1).tag(sync=True)
     metric = t.Unicode("mean_abs").tag(sync=True)
     follow = t.Bool(True).tag(sync=True)
+    choice = t.Int(0).tag(sync=True)
+    choice_applied = t.Int(0).tag(sync=True)
     columns = t.Int(1024).tag(sync=True)
     expanded = t.List(t.List(t.Int())).tag(sync=True)
     # a comparison of two runs (``GradientPanel.compare``; empty for one run)

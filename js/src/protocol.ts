@@ -108,6 +108,16 @@ export const CONSTANTS = {
       "direction": "both",
       "dtype": ""
     },
+    "choice": {
+      "kind": "int",
+      "direction": "in",
+      "dtype": ""
+    },
+    "choice_applied": {
+      "kind": "int",
+      "direction": "out",
+      "dtype": ""
+    },
     "columns": {
       "kind": "int",
       "direction": "in",
@@ -374,6 +384,8 @@ export interface Traits {
   layer: number;
   metric: string;
   follow: boolean;
+  choice: number;
+  choice_applied: number;
   columns: number;
   expanded: [number, number][];
   labels: string[];
