@@ -38,7 +38,9 @@ class PanelBase:
         def send_state(self, key: Any = None) -> None: ...
 
         # the panel's own state
-        recorder: Any
+        @property
+        def recorder(self) -> Any: ...
+
         _reader: Any
         _static_run: Run | None
         _lock: threading.RLock

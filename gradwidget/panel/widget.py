@@ -35,6 +35,7 @@ import pathlib
 import threading
 import time
 import warnings
+import weakref
 
 import anywidget
 import numpy as np
@@ -44,7 +45,7 @@ from .._warnings import GradwidgetWarning
 from ..run import Run
 from . import payload as P
 from .options import check_layer_option, check_options, is_module, source_layer_names
-from .schedule import Throttle, Worker, poll_directory, unwatch_cells, watch_cells
+from .schedule import Throttle, Worker, own_cell, poll_directory, unwatch_cells, watch_cells
 from .background import PanelBackground, import_analysis
 from .display import PanelDisplay
 from .selection import PanelSelection
@@ -146,7 +147,12 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
         known = source_layer_names(source)
         if known is not None:
             check_layer_option(layer, known)
-        self.recorder = None
+        # the recorder is held weakly: the model's hooks keep it alive while the model is (one the
+        # user passed is held strongly too, until the panel is closed), so a panel never keeps a
+        # model or its optimizer's state alive; the run it recorded stays (``run``)
+        self._recorder_ref: weakref.ref | None = None
+        self._recorder_hold = None
+        self._recorded: Run | None = None
         self._reader = None
         self._static_run: Run | None = None
         self._own_recorder = False
@@ -187,6 +193,7 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
             if known is None and self.run is not None:  # a run directory: its layers are known now
                 check_layer_option(layer, self.run.layer_names)
             super().__init__(metric=metric, columns=columns)
+            self._own_layout = self.layout
             self._ready = True
             self._push(force=True)
             self._analyse_now_or_later()
@@ -198,6 +205,7 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
         if self.recorder is not None or (self._reader is not None and live):
             watch_cells(self)
             self._worker.start()
+        own_cell(self)
         self.on_msg(self._on_page_message)
 
     # ----------------------------------------------------------------- sources
@@ -224,11 +232,11 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
         if source is not None and hasattr(source, "on_step") and hasattr(source, "run") and hasattr(source, "log"):
             if optimizer is not None or recorder_kwargs:
                 raise TypeError("pass optimizer and recorder options to the Recorder itself, not to GradientPanel")
-            self.recorder = source
+            recorder = self._recorder_hold = source
         elif is_module(source):
             from ..collect.torch import Recorder
 
-            self.recorder = Recorder(source, optimizer, **recorder_kwargs)
+            recorder = Recorder(source, optimizer, **recorder_kwargs)
             self._own_recorder = True
         elif source is not None and isinstance(getattr(source, "run", None), Run):  # an analysis Report
             self._static_run = source.run
@@ -238,7 +246,13 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
                 "GradientPanel needs a torch.nn.Module (with its optimizer), a Recorder, a Run or the path "
                 f"of a run directory, got {type(source).__name__}"
             )
-        self.recorder.on_step.append(self._on_step)
+        self._recorder_ref = weakref.ref(recorder)
+        recorder.on_step.append(self._on_step)
+
+    @property
+    def recorder(self):
+        """The Recorder this panel shows (None for a run, or once its model is gone)."""
+        return self._recorder_ref() if self._recorder_ref is not None else None
 
     @classmethod
     def from_run(cls, path, live: bool = False, **kwargs) -> GradientPanel:
@@ -262,8 +276,11 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
     @property
     def run(self) -> Run | None:
         """The Run shown (None before a hooked model's first recorded step)."""
-        if self.recorder is not None:
-            return self.recorder.run
+        rec = self.recorder
+        if rec is not None and rec.run is not None:
+            self._recorded = rec.run
+        if self._recorder_ref is not None:
+            return self._recorded
         if self._reader is not None:
             return self._reader.run
         return self._static_run
@@ -289,11 +306,18 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
 
     def _release_source(self) -> None:
         """Remove this panel's callback from its recorder, and the hooks of a recorder it created."""
-        if self.recorder is not None:
-            if self._on_step in self.recorder.on_step:
-                self.recorder.on_step.remove(self._on_step)
+        rec = self.recorder
+        if rec is not None:
+            if self._on_step in rec.on_step:
+                rec.on_step.remove(self._on_step)
             if self._own_recorder:
-                self.recorder.detach()
+                rec.detach()
+
+    def _replaced(self) -> None:
+        """The cell that made this panel runs again: remove the hooks of the recorder it made, stop
+        its threads and close its widget (the page drops its view); its run stays readable."""
+        self._release_source()
+        self.close()
 
     def detach(self) -> None:
         """Stop recording (remove the hooks of the recorder this panel created) and send the final view."""
@@ -325,11 +349,15 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
             self._stop.set()
             self._throttle.cancel()
             self._worker.stop()
-        rec = getattr(self, "recorder", None)
+        rec = self.recorder if hasattr(self, "_recorder_ref") else None
         if rec is not None and self._on_step in rec.on_step:
             rec.on_step.remove(self._on_step)
+        self._recorder_hold = None  # a closed panel keeps no recorder (nor its model) alive
         unwatch_cells(self)
+        layout = getattr(self, "_own_layout", None)
         super().close()
+        if layout is not None and layout is self.layout:  # the Layout made with the widget
+            layout.close()
 
     def __repr__(self) -> str:
         run = self.run
