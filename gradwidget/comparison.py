@@ -29,14 +29,20 @@ CHANGE_DECADES = 0.5
 
 
 def _as_run(x) -> Run:
-    """A Run, or a run directory loaded; anything else is a clear error."""
+    """A Run, a run directory loaded, or what shows or records one (a GradientPanel, a Recorder, an
+    analysis Report: its run as it is now); anything else is a clear error."""
     if isinstance(x, Run):
         return x.snapshot()
     if isinstance(x, (str, Path)):
         from .storage import load_run
 
         return load_run(x)
-    raise TypeError(f"compare() takes Runs or run directories, not {type(x).__name__}")
+    run = getattr(x, "run", None)
+    if isinstance(run, Run):
+        return run.snapshot()
+    if hasattr(x, "run"):
+        raise ValueError(f"the {type(x).__name__} has recorded no step yet: there is nothing to compare")
+    raise TypeError(f"compare() takes Runs, run directories, GradientPanels or Recorders, not {type(x).__name__}")
 
 
 def _labels(runs: list, labels) -> list[str]:

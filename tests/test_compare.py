@@ -92,7 +92,7 @@ def test_bad_arguments_are_clear_errors():
     run = _arrays(["a"], 5)
     with pytest.raises(ValueError, match="at least two"):
         compare(run)
-    with pytest.raises(TypeError, match="Runs or run directories"):
+    with pytest.raises(TypeError, match="Runs, run directories, GradientPanels or Recorders"):
         compare(run, 3)
     with pytest.raises(ValueError, match="labels"):
         compare(run, run, labels=["x"])
