@@ -691,6 +691,30 @@ def test_diagnoses_are_the_reports_top_diagnoses():
     assert d["layers"] == list(recs[0].layers)[:20]
     assert d["layer_index"] == run.layer_index(recs[0].layers[0])
     assert d["first_step"] == getattr(recs[0], "first_step", None)
+    # the verdict line names the top diagnosis by its title, where and since when
+    assert d["title"] == recs[0].title
+    assert p.verdict.startswith(f"{recs[0].priority}: {recs[0].title} in {recs[0].layers[0]}")
+
+
+def test_the_top_diagnosis_first_layer_is_selected_until_a_user_selects_one():
+    pytest.importorskip("gradwidget.analysis")
+    run = synthetic_run(40)
+    p = GradientPanel(run)
+    assert p.diagnoses and p.layer == p.diagnoses[0]["layer_index"] >= 0
+    assert p.hist_layer == p.layer  # its histograms came with it
+    p.select("2.bias")
+    run.append(int(run.steps[-1]) + 1, np.stack([run.metric(m)[-1] for m in METRICS]))
+    p.flush()
+    assert p.layer_name == "2.bias"  # the new analysis left the user's choice alone
+
+
+def test_a_run_with_nothing_found_says_so_in_its_verdict():
+    from gradwidget.panel.table import verdict_line
+
+    assert verdict_line([], 315) == "Healthy: nothing found in 315 recorded steps"
+    d = {"priority": "High", "title": "learning rate too high", "layers": ["fc.weight"], "first_step": 12}
+    assert verdict_line([d, d], 40) == "High: learning rate too high in fc.weight since step 12 (+1 more below)"
+    assert GradientPanel(Run(["a"])).verdict == ""  # no step: nothing analysed, no verdict
 
 
 def test_the_analysis_runs_on_a_copy_off_the_training_thread(monkeypatch):

@@ -68,6 +68,7 @@ class PanelBase:
         _stop: threading.Event
         _thread: threading.Thread | None
         _initial_layer: Any
+        _layer_chosen: bool
         push_count: int
         static_step: int | None
         _layer_rows: list

@@ -76,7 +76,14 @@ TRAITS: dict[str, Trait] = {
             "diagnoses",
             "json",
             "out",
-            "the top diagnoses: cause, text, action, evidence, layers, layer_index, first_step",
+            "the top diagnoses: cause, title, priority, text, action, evidence, layers, layer_index, first_step",
+        ),
+        Trait(
+            "verdict",
+            "str",
+            "out",
+            "the analysis in one line: the top diagnosis, or 'Healthy: nothing found in N recorded steps' "
+            "('': not analysed yet)",
         ),
         Trait("static_png", "str", "out", "data URL of the static image (shown when the saved state lost the buffers)"),
         Trait("static_html", "str", "out", "the health table (HTML) that goes with static_png"),

@@ -83,7 +83,8 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
         a ``Run``, or a run directory (``str``/``Path``, same as ``GradientPanel.from_run``).
     optimizer: the model's optimizer (a step is then one ``optimizer.step()``).
     metric: metric shown first (one of ``gradwidget.METRICS``; default mean |g|).
-    layer: layer selected first (name or column index); default: the most flagged layer.
+    layer: layer selected first (name or column index); default: the top diagnosis' first layer
+        once the analysis has one, the most flagged layer before.
     max_rate: most updates sent to the browser per second while training.
     columns: step columns sent before the browser reports its width.
     live: follow a run directory (``from_run``) as it grows.
@@ -106,6 +107,7 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
     hist_all = t.Bytes(b"").tag(sync=True)
     table = t.List(t.Dict()).tag(sync=True)
     diagnoses = t.List(t.Dict()).tag(sync=True)
+    verdict = t.Unicode("").tag(sync=True)
     static_png = t.Unicode("").tag(sync=True)
     static_html = t.Unicode("").tag(sync=True)
     live = t.Bool(False).tag(sync=True)
@@ -180,6 +182,7 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
         self._worker = Worker(self._job, warm=import_analysis)
         self._poll_interval = float(poll_interval)
         self._initial_layer = None if isinstance(layer, (int, np.integer)) and layer == -1 else layer
+        self._layer_chosen = False  # a user selected a layer (then the analysis does not)
         self._layer_rows: list = []  # the analysis' health rows, one per layer (grouped when sent)
         self.push_count = 0  # updates sent (tests and benchmarks read it)
         #: seconds the panel's work took on the training thread (bench/live.py reads it)

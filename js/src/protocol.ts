@@ -73,6 +73,11 @@ export const CONSTANTS = {
       "direction": "out",
       "dtype": ""
     },
+    "verdict": {
+      "kind": "str",
+      "direction": "out",
+      "dtype": ""
+    },
     "static_png": {
       "kind": "str",
       "direction": "out",
@@ -349,6 +354,8 @@ export interface Meta {
 /** One of the top diagnoses (gradwidget/panel/table.py diagnoses_from_report). */
 export interface Diagnosis {
   cause: string;
+  /** what the cause is, in a few words */
+  title?: string;
   priority: string;
   text: string;
   action: string;
@@ -377,6 +384,7 @@ export interface Traits {
   hist_all: Binary;
   table: Row[];
   diagnoses: Diagnosis[];
+  verdict: string;
   static_png: string;
   static_html: string;
   live: boolean;

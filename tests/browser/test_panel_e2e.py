@@ -274,7 +274,12 @@ def test_the_top_diagnoses_are_listed_and_a_click_goes_to_their_layer_and_step(p
     assert rows.count() == len(diags)
     first = diags[0]
     text = rows.first.inner_text()
-    assert first["action"] in text and first["cause"].replace("_", " ") in text
+    assert first["action"] in text and first["title"] in text
+    # the verdict line above them names the top one; the badge says what it means
+    verdict = page.locator(".gw-verdict").inner_text().strip()
+    assert verdict == kernel(page, "print(panel.verdict)").strip() and verdict.startswith(first["priority"])
+    badge = page.locator(".gw-live")
+    assert badge.get_attribute("title").startswith(badge.inner_text().replace("●", "").strip() + ":")
     if first["layers"]:
         assert first["layers"][0] in text
     rows.first.click()

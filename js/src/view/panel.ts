@@ -162,6 +162,7 @@ export class PanelView {
     on(["table"], () => this.loadTable());
     on(["noise", "noise_text"], () => (this.loadNoise(), this.schedule()));
     on(["diagnoses"], () => this.diagnoses.set(m.get("diagnoses")));
+    on(["verdict"], () => this.loadVerdict());
     on(["static_png"], () => this.loadFallback());
     on(["live"], () => this.loadLive());
     const listen = <K extends keyof HTMLElementEventMap>(target: HTMLElement, type: K, fn: (e: HTMLElementEventMap[K]) => void) => {
@@ -221,6 +222,7 @@ export class PanelView {
     this.diagnoses.set(this.model.get("diagnoses"));
     this.loadFallback();
     this.loadLive();
+    this.loadVerdict();
     this.loadNoise();
     this.setLayerIndex(Number(this.model.get("layer") ?? -1));
     this.schedule();
@@ -230,7 +232,7 @@ export class PanelView {
   private loadNoise(): void {
     this.noise = decodeNoise(this.model.get("noise"));
     const text = String(this.model.get("noise_text") || "");
-    this.dom.noiseText.textContent = text;
+    this.dom.noiseBody.textContent = text;
     this.dom.noiseText.style.display = text ? "" : "none";
     this.dom.noiseCanvas.style.display = this.noise.steps.length ? "" : "none";
     this.dom.noiseCanvas.setAttribute("aria-label", text || "gradient noise scale");
@@ -354,6 +356,18 @@ export class PanelView {
     const live = !!this.model.get("live");
     this.dom.live.textContent = live ? "● live" : "static";
     this.dom.live.classList.toggle("gw-on", live);
+    this.dom.live.title = live
+      ? "live: the panel updates as the model trains"
+      : "static: nothing is recording into this panel now (training ended, or the recorder was detached); it shows the run as it was last recorded";
+  }
+
+  /** The analysis in one line: the top diagnosis, or that nothing was found (hidden before the analysis). */
+  private loadVerdict(): void {
+    const text = String(this.model.get("verdict") || "");
+    const v = this.dom.verdict;
+    v.textContent = text;
+    v.style.display = text ? "" : "none";
+    v.classList.toggle("gw-healthy", text.startsWith("Healthy"));
   }
 
   private updateMessage(): void {
