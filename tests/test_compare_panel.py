@@ -86,7 +86,7 @@ def test_the_panel_sends_both_runs_switches_mode_and_scrubs_one_cursor_for_both(
         assert set(rows) == {"l0", "l1", "l2"}
         assert rows["l0"]["health_a"] != "Healthy" and rows["l0"]["change"] == pytest.approx(7.0, abs=0.01)
         assert p.comparison.labels == ["before", "after"]
-        assert "vanishing diagnosis of before is gone" in p.meta["message"], p.meta["message"]
+        assert "vanishing gradients, found in before, is gone" in p.meta["message"], p.meta["message"]
         p.select("l2")
         assert p.layer == 2
         with pytest.raises(Exception, match="row index"):

@@ -305,6 +305,7 @@ export class PanelView {
     this.dispFlagsB = reorderRows(d.flagsB, d.flagsB.length ? rows : 0, cols, this.order);
     this.dispDiff = reorderRows(d.diff, d.diff.length ? rows : 0, cols, this.order);
     this.labels = (m.get("labels") || []).map(String);
+    this.table.setLabels(this.labels);
     dom.modeSel.style.display = this.comparing ? "" : "none";
     dom.modeSel.value = this.mode;
     this.scale = heatScale(meta.scale, this.heat);
