@@ -29,14 +29,20 @@ CHANGE_DECADES = 0.5
 
 
 def _as_run(x) -> Run:
-    """A Run, or a run directory loaded; anything else is a clear error."""
+    """A Run, a run directory loaded, or what shows or records one (a GradientPanel, a Recorder, an
+    analysis Report: its run as it is now); anything else is a clear error."""
     if isinstance(x, Run):
         return x.snapshot()
     if isinstance(x, (str, Path)):
         from .storage import load_run
 
         return load_run(x)
-    raise TypeError(f"compare() takes Runs or run directories, not {type(x).__name__}")
+    run = getattr(x, "run", None)
+    if isinstance(run, Run):
+        return run.snapshot()
+    if hasattr(x, "run"):
+        raise ValueError(f"the {type(x).__name__} has recorded no step yet: there is nothing to compare")
+    raise TypeError(f"compare() takes Runs, run directories, GradientPanels or Recorders, not {type(x).__name__}")
 
 
 def _labels(runs: list, labels) -> list[str]:
@@ -172,6 +178,11 @@ def _span(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{names[0]} … {names[-1]} ({len(names)} layers)"
 
 
+def _fold(log_ratio: float) -> str:
+    """A change as words: "340x lower", "12x higher"."""
+    return f"{10 ** abs(log_ratio):,.3g}x {'higher' if log_ratio > 0 else 'lower'}"
+
+
 def _verdict(labels, reports, changes, final, renamed, added, removed) -> list[str]:
     """The comparison in words: the diagnoses that went or came (Critical/High/Medium first), the
     layers whose gradient level moved most, and what could not be matched."""
@@ -181,19 +192,21 @@ def _verdict(labels, reports, changes, final, renamed, added, removed) -> list[s
     def rank(c: CauseChange) -> int:
         return min(order.get(p, 4) for p in c.priority.values())
 
+    from .analysis.causes import CAUSE_TITLES
+
     for c in sorted(changes, key=rank):
         later = [k for k in c.priority if k != labels[0]]
         lab = later[0] if later else labels[0]
+        title = CAUSE_TITLES.get(c.cause, c.cause.replace("_", " "))
         if c.status == "disappeared":
-            lines.append(f"{lab}: the {c.cause} diagnosis of {labels[0]} is gone ({_span(c.layers[labels[0]])}).")
+            lines.append(f"{lab}: {title}, found in {labels[0]}, is gone ({_span(c.layers[labels[0]])}).")
         elif c.status == "appeared":
             lines.append(
-                f"{lab}: new {c.priority[lab]} {c.cause} diagnosis since step {c.first_step[lab]}: "
-                f"{_span(c.layers[lab])}."
+                f"{lab}: new, {title} ({c.priority[lab]}) since step {c.first_step[lab]}: {_span(c.layers[lab])}."
             )
         elif rank(c) < 3:
             lines.append(
-                f"{lab}: the {c.cause} diagnosis persists ({c.priority[labels[0]]} -> {c.priority[lab]}; "
+                f"{lab}: still {title} ({c.priority[labels[0]]} in {labels[0]}, {c.priority[lab]} now; "
                 f"{_span(c.layers[lab])})."
             )
     if not final.empty:
@@ -201,9 +214,9 @@ def _verdict(labels, reports, changes, final, renamed, added, removed) -> list[s
         moved = g[g.log_ratio.abs() >= CHANGE_DECADES].sort_values("log_ratio", key=np.abs, ascending=False)
         for lab, grp in moved.groupby("label", sort=False):
             top = grp.head(3)
-            shown = ", ".join(f"{r.layer} x{10**r.log_ratio:.3g}" for r in top.itertuples())
+            shown = ", ".join(f"{r.layer} {_fold(r.log_ratio)}" for r in top.itertuples())
             lines.append(
-                f"{lab}: the final gradient norm moved by more than x{10**CHANGE_DECADES:.2g} in "
+                f"{lab}: the final gradient norm changed more than {10**CHANGE_DECADES:.2g}-fold from {labels[0]} in "
                 f"{len(grp)} layer{'s' * (len(grp) != 1)} ({shown})."
             )
     for lab in labels[1:]:
@@ -226,8 +239,8 @@ def _verdict(labels, reports, changes, final, renamed, added, removed) -> list[s
             )
     if not lines:
         lines.append(
-            "No change: the same diagnoses, and no layer's final gradient level moved by more than "
-            f"x{10**CHANGE_DECADES:.2g}."
+            "No change: the same diagnoses, and no layer's final gradient level changed more than "
+            f"{10**CHANGE_DECADES:.2g}-fold."
         )
     return lines
 

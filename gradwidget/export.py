@@ -17,6 +17,11 @@ static copy. When the saved widget state holds the panel's newest rendition (``s
 ``static_html``, kept current after every cell), that one is shown: a panel displayed before the
 training cell exports its final state. With ``--to html``, add ``--HTMLExporter.preprocessors=gradwidget.export.StaticOnly``
 to get the static rendition alone (the widget views are dropped).
+
+With ``--HTMLExporter.sanitize_html=True`` (nbconvert's mode for notebooks nobody vouches for) the
+page holds no script and no markup of the notebook's widgets: the saved widget state (the widget
+manager, the widgets' code) is left out, and a widget output shows its static image alone (a PNG,
+checked and encoded again), whatever the saved state or the output's HTML holds.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ def _png_bytes(data) -> bytes | None:
     if isinstance(data, list):
         data = "".join(data)
     try:
-        return base64.b64decode(data)
+        return base64.b64decode("".join(data.split()), validate=True)
     except (ValueError, TypeError):
         return None
 
@@ -102,6 +107,9 @@ class StaticFallbackPreprocessor(Preprocessor):
 
     def preprocess(self, nb, resources):
         self._states = widget_states(nb)
+        self._sanitize = bool((resources or {}).get("should_sanitize_html"))
+        if self._sanitize:  # no widget manager and no saved widget code in the page
+            nb.metadata.pop("widgets", None)
         return super().preprocess(nb, resources)
 
     def preprocess_cell(self, cell, resources, index):
@@ -113,6 +121,8 @@ class StaticFallbackPreprocessor(Preprocessor):
             if WIDGET_VIEW not in data:
                 continue
             latest = state_static(data, states)
+            if latest is not None and _png_bytes(latest[0]) is None:
+                latest = None  # not a PNG: the output's own rendition
             if latest is not None:
                 png, saved = latest
                 data["image/png"] = png
@@ -120,12 +130,25 @@ class StaticFallbackPreprocessor(Preprocessor):
                 html = saved if FALLBACK_CLASS in saved else static_fallback_html(_png_bytes(png), saved)
             else:
                 html = static_html_of(data)
+            if getattr(self, "_sanitize", False):
+                _static_image_only(data)
+                continue
             if html is None:
                 continue
             data["text/html"] = html
             if not self.keep_live:
                 del data[WIDGET_VIEW]
         return cell, resources
+
+
+def _static_image_only(data: dict) -> None:
+    """A widget output of an untrusted notebook: its static image (decoded and encoded again, so
+    nothing but base64 reaches the page) and its text; no widget view, no HTML."""
+    png = _png_bytes(data.get("image/png"))
+    for k in [k for k in data if k != "text/plain"]:
+        del data[k]
+    if png is not None:
+        data["image/png"] = base64.b64encode(png).decode("ascii")
 
 
 class StaticOnly(StaticFallbackPreprocessor):

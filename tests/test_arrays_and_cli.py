@@ -266,3 +266,10 @@ def test_cli_out_of_memory_is_one_line_not_a_traceback(tmp_path, capsys, monkeyp
     assert main(["ascii", str(run)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gradwidget ascii: error: not enough memory") and "Traceback" not in err
+
+
+def test_python_dash_m_gradwidget_is_the_command_line():
+    """``python -m gradwidget`` runs the command line where its script is not on the PATH."""
+    p = subprocess.run([sys.executable, "-m", "gradwidget", "--help"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("usage: gradwidget")

@@ -86,7 +86,7 @@ def test_the_panel_sends_both_runs_switches_mode_and_scrubs_one_cursor_for_both(
         assert set(rows) == {"l0", "l1", "l2"}
         assert rows["l0"]["health_a"] != "Healthy" and rows["l0"]["change"] == pytest.approx(7.0, abs=0.01)
         assert p.comparison.labels == ["before", "after"]
-        assert "vanishing diagnosis of before is gone" in p.meta["message"], p.meta["message"]
+        assert "vanishing gradients, found in before, is gone" in p.meta["message"], p.meta["message"]
         p.select("l2")
         assert p.layer == 2
         with pytest.raises(Exception, match="row index"):
@@ -178,8 +178,23 @@ def test_bad_comparisons_are_clear_errors():
 
     with pytest.raises(ValueError, match="nothing to compare"):
         GradientPanel.compare(Run(["l0"]), a)
-    with pytest.raises(TypeError, match="Runs or run directories"):
+    with pytest.raises(TypeError, match="Runs, run directories, GradientPanels or Recorders"):
         GradientPanel.compare(42, a)
+
+
+def test_panels_runs_and_folders_compare_in_either_position(tmp_path):
+    """compare takes what a user holds: a panel, a run, a run directory, first or second."""
+    from gradwidget import compare
+
+    a = _run(["l0", "l1"], range(10), 1e-3)
+    b = _run(["l0", "l1"], range(10), 1e-6)
+    a.save(tmp_path / "a")
+    pa, pb = GradientPanel(a), GradientPanel(b)
+    for first, second in [(pa, pb), (pa, b), (tmp_path / "a", pb), (a, pb)]:
+        p = GradientPanel.compare(first, second, labels=["before", "after"])
+        assert p.labels == ["before", "after"] and p.comparison is not None
+        assert compare(first, second).runs[0].n_steps == 10
+        p.close()
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@ and without saved widget state; and the live widget replaces it where the widget
 
 import base64
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -282,3 +283,88 @@ def test_exported_panel_is_visible_offline_in_chromium(tmp_path, with_state):
     assert layers == list(LAYERS)
     if with_state:
         assert any("html-manager" in u for u in blocked), "the widget manager was wanted and refused"
+
+
+#: widget state and an output made to run script where the page shows them: the checks below find
+#: none of these marks set
+HOSTILE = (
+    '<svg onload="window.__pwned=1"><rect/></svg>'
+    '<script>window.__pwned=2</script><img src=x onerror="window.__pwned=3">'
+    '<a href="javascript:window.__pwned=4">x</a><iframe srcdoc="<script>parent.__pwned=5</script>"></iframe>'
+    '<img class="gradwidget-panel-image" src="data:image/png;base64,AAAA&quot; onerror=&quot;window.__pwned=8">'
+)
+
+
+def with_hostile(html: str, mark: str = "__pwned") -> str:
+    """A static rendition with the marks above put in it."""
+    return html.replace(
+        'class="gradwidget-static">', 'class="gradwidget-static">' + HOSTILE.replace("__pwned", mark), 1
+    )
+
+
+def hostile_notebook():
+    """The test notebook with its saved widget state (and the output's HTML) rewritten by an attacker:
+    a static panel that runs script, an image URL that breaks out of its attribute, the widget's code."""
+    nb = notebook(True)
+    png = nb.cells[0].outputs[0].data["image/png"]
+    state = nb.metadata["widgets"][STATE]["state"][MODEL_ID]["state"]
+    state["static_html"] = with_hostile(out_html := nb.cells[0].outputs[0].data["text/html"])
+    state["static_png"] = "data:image/png;base64," + png
+    state["_esm"] = "export default { render() { window.__pwned = 6; } }"
+    out = nb.cells[0].outputs[0]
+    out.data["text/html"] = with_hostile(out_html, "__pwned_out")
+    nb.cells.append(
+        new_code_cell(
+            "other",
+            outputs=[
+                new_output(
+                    "display_data",
+                    data={
+                        "text/plain": "x",
+                        "image/png": 'AAAA"><script>window.__pwned=7</script>',
+                        "text/html": with_hostile(out_html, "__pwned_other"),
+                        WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": "0" * 32},
+                    },
+                )
+            ],
+        )
+    )
+    return nb
+
+
+def test_sanitize_html_leaves_no_script_of_the_notebook_in_the_page(tmp_path):
+    nbformat.write(hostile_notebook(), tmp_path / "nb.ipynb")
+    cmd = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "gradwidget", "--HTMLExporter.sanitize_html=True"]
+    p = subprocess.run([*cmd, "nb.ipynb"], cwd=tmp_path, env=_fake_install(tmp_path), capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    html = (tmp_path / "nb.html").read_text()
+    for mark in ("onload", "onerror", "javascript:", "<iframe", "__pwned", "html-manager", "_esm", WIDGET_VIEW):
+        assert mark not in html, mark
+    assert len(re.findall(r'<img [^>]*src="data:image/png;base64,', html)) == 1  # the state's panel image shows
+    # without sanitize_html (a trusted notebook) the live widget and its manager stay
+    trusted = export_html(hostile_notebook())
+    assert "html-manager" in trusted and WIDGET_VIEW in trusted
+
+
+@pytest.mark.browser
+def test_a_sanitized_export_of_hostile_widget_state_runs_no_script_in_chromium(tmp_path):
+    path = tmp_path / "nb.html"
+    export_html(hostile_notebook(), path, sanitize_html=True)
+    with offline_page() as (page, blocked):
+        errors: list = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(path.as_uri())
+        page.wait_for_load_state("load")
+        page.wait_for_timeout(500)
+        marks = page.evaluate(
+            "() => [window.__pwned, window.__pwned_out, window.__pwned_other].map(v => v === undefined ? null : v)"
+        )
+        imgs = [i for i in page.evaluate(IMAGES_JS) if i["complete"] and i["w"] > 0]
+        handlers = page.evaluate(
+            "() => Array.from(document.querySelectorAll('main *'))"
+            ".flatMap(e => Array.from(e.attributes).map(a => a.name)).filter(n => n.startsWith('on'))"
+        )
+    assert marks == [None, None, None], marks
+    assert handlers == [] and errors == []
+    assert not any("html-manager" in u for u in blocked)  # the widget manager was not even asked for
+    assert len(imgs) == 1 and imgs[0]["complete"] and imgs[0]["w"] > 200 and imgs[0]["visible"]

@@ -33,6 +33,7 @@ PLACE = {
     "gradwidget.layers": "base",
     "gradwidget.origin": "base",
     "gradwidget.rules": "base",
+    "gradwidget._look": "base",
     # the Run and its folder
     "gradwidget.run": "run",
     "gradwidget.run_append": "run",
@@ -129,3 +130,15 @@ def test_the_check_sees_an_import_inside_a_function(tmp_path, monkeypatch):
     assert violations() == [
         "gradwidget/analysis/x.py:2: gradwidget.analysis.x (analysis) imports gradwidget.report.write_report (outputs)"
     ]
+
+
+def test_the_figures_never_import_the_panel():
+    """``plots`` draws what the panel's static copy shows, below the panel: the words and colours
+    both use live in ``gradwidget._look``, so a figure never loads the widget."""
+    bad = []
+    for path in sorted((ROOT / "plots").rglob("*.py")):
+        module = module_name(path)
+        bad += [
+            f"{module}:{line} imports {t}" for line, t in imported(path, module) if t.startswith("gradwidget.panel")
+        ]
+    assert bad == []

@@ -363,7 +363,7 @@ def test_the_page_draws_groups_and_expands_and_collapses_one_in_chromium():
             page.locator("table.gw-health tr[data-layer='blocks.3.lin1.bias']").click()
             page.locator(".gw-root").press("Enter")
             saved = _sync(page, panel)
-            assert {"layer": 21} in saved and saved[-1] == {"expanded": []}
+            assert {"layer": 21, "choice": 1} in saved and saved[-1] == {"expanded": []}  # choice: its number
             page.wait_for_function("() => window.gwView.meta.rows === 75")
             assert page.evaluate("() => window.gwView.layer") == 3  # layer 21's group row
             # a click on a group's name in the canvas gutter expands it

@@ -78,7 +78,7 @@ def test_gpt2_panel_screenshot_shows_its_diagnosis(tmp_path):
     info = _run(["--only", "gpt2"], tmp_path)
     shot = info["gpt2"]
     assert max(c["painted"] for c in shot["canvases"]) > 1000, shot["canvases"]
-    assert any(d.startswith("lr too high") for d in shot["diagnoses"]), shot["diagnoses"]
+    assert any(d.startswith("learning rate too high") for d in shot["diagnoses"]), shot["diagnoses"]
     w, h = _png_size(shot["panel_png"])
     assert w >= 400 and h >= 300
 

@@ -224,6 +224,24 @@ def test_front_end_messages_move_the_kernel_state():
     assert p2.step == 102
 
 
+def test_a_page_choice_older_than_the_last_applied_is_dropped():
+    """The page numbers its choices of step, follow and layer; a late one (an earlier drag position
+    arriving after the last) is dropped, and the kernel says which choice it applied."""
+    p = GradientPanel(synthetic_run(50))
+    p.set_state({"step": 40, "follow": False, "choice": 2})
+    assert (p.step, p.choice_applied) == (40, 2)
+    p.set_state({"step": 10, "follow": False, "choice": 1})  # sent before choice 2, arrived after it
+    assert (p.step, p.follow, p.detail_step, p.choice_applied) == (40, False, 40, 2)
+    p.set_state({"layer": 2, "metric": "max_abs", "choice": 2})  # an old choice: only the cursor keys drop
+    assert p.layer != 2 and p.metric == "max_abs"
+    p.set_state({"layer": 2, "choice": 3})
+    assert (p.layer, p.choice_applied) == (2, 3)
+    p.set_state({"step": 20, "follow": False})  # a front end that does not number its choices
+    assert p.step == 20
+    p.step = 30  # from Python: the kernel's own write, applied as it comes
+    assert p.step == 30 and p.choice_applied == 3
+
+
 def test_select_layer_by_name_and_bad_layers():
     p = GradientPanel(synthetic_run(10))
     p.select("2.weight")
@@ -673,6 +691,30 @@ def test_diagnoses_are_the_reports_top_diagnoses():
     assert d["layers"] == list(recs[0].layers)[:20]
     assert d["layer_index"] == run.layer_index(recs[0].layers[0])
     assert d["first_step"] == getattr(recs[0], "first_step", None)
+    # the verdict line names the top diagnosis by its title, where and since when
+    assert d["title"] == recs[0].title
+    assert p.verdict.startswith(f"{recs[0].priority}: {recs[0].title} in {recs[0].layers[0]}")
+
+
+def test_the_top_diagnosis_first_layer_is_selected_until_a_user_selects_one():
+    pytest.importorskip("gradwidget.analysis")
+    run = synthetic_run(40)
+    p = GradientPanel(run)
+    assert p.diagnoses and p.layer == p.diagnoses[0]["layer_index"] >= 0
+    assert p.hist_layer == p.layer  # its histograms came with it
+    p.select("2.bias")
+    run.append(int(run.steps[-1]) + 1, np.stack([run.metric(m)[-1] for m in METRICS]))
+    p.flush()
+    assert p.layer_name == "2.bias"  # the new analysis left the user's choice alone
+
+
+def test_a_run_with_nothing_found_says_so_in_its_verdict():
+    from gradwidget.panel.table import verdict_line
+
+    assert verdict_line([], 315) == "Healthy: nothing found in 315 recorded steps"
+    d = {"priority": "High", "title": "learning rate too high", "layers": ["fc.weight"], "first_step": 12}
+    assert verdict_line([d, d], 40) == "High: learning rate too high in fc.weight since step 12 (+1 more below)"
+    assert GradientPanel(Run(["a"])).verdict == ""  # no step: nothing analysed, no verdict
 
 
 def test_the_analysis_runs_on_a_copy_off_the_training_thread(monkeypatch):

@@ -11,7 +11,7 @@ from . import payload as P
 from .base import PanelBase
 from .noise import noise_values
 from .static import heat_png
-from .table import analyse, changed_rows, group_rows
+from .table import analyse, changed_rows, group_rows, verdict_line
 
 #: runs up to this many step x layer cells are analysed at once when shown; bigger ones show the
 #: heatmap first and the health table when the analysis thread has it.
@@ -75,7 +75,7 @@ class PanelBackground(PanelBase):
             self._layer_rows = layer_rows
             rows = group_rows(layer_rows, self._rows_of(snap), snap)
             changed = changed_rows(self.table, rows)
-            values: dict = {"diagnoses": diagnoses}
+            values: dict = {"diagnoses": diagnoses, "verdict": verdict_line(diagnoses, snap.n_steps) if report else ""}
             # the static panel's table (with the diagnoses: the analysis of this version); a live
             # analysis (not ``final``) makes none, and leaves the last one
             if final or report is None:
@@ -88,7 +88,14 @@ class PanelBackground(PanelBase):
                 self._hold({"table": rows})
             else:
                 values["table"] = rows
+            # nothing chosen yet: the top diagnosis' first layer is what a user looks at first
+            top = diagnoses[0]["layer_index"] if diagnoses else -1
+            pick = top >= 0 and not self._layer_chosen and self._initial_layer is None and top != self.layer
+            if pick:
+                values["layer"] = top
             self._set(values)
+            if pick:
+                self._send_detail()
 
     def _regroup_table(self) -> None:
         """The health table on the rows shown now (after a group was expanded or collapsed)."""

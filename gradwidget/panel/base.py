@@ -25,6 +25,7 @@ class PanelBase:
         layer: int
         metric: str
         follow: bool
+        choice_applied: int
         columns: int
         expanded: list
         # ipywidgets
@@ -37,7 +38,9 @@ class PanelBase:
         def send_state(self, key: Any = None) -> None: ...
 
         # the panel's own state
-        recorder: Any
+        @property
+        def recorder(self) -> Any: ...
+
         _reader: Any
         _static_run: Run | None
         _lock: threading.RLock
@@ -65,6 +68,7 @@ class PanelBase:
         _stop: threading.Event
         _thread: threading.Thread | None
         _initial_layer: Any
+        _layer_chosen: bool
         push_count: int
         static_step: int | None
         _layer_rows: list

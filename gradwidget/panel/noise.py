@@ -5,10 +5,14 @@ and highest) or why there is none."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..analysis.noise_scale import no_estimate_note
 
+#: a pointer into the source tree's docs ("..., docs/costs.md"): a notebook reader has no such path
+_DOCS_PATH = re.compile(r",?\s*(see )?docs/[\w./-]+\w")
 #: the most points of the noise-scale series sent to the page (a small chart: one per few pixels)
 MAX_NOISE_POINTS = 512
 
@@ -19,7 +23,7 @@ def noise_values(report) -> dict:
     ns = getattr(report, "noise_scale", None)
     if ns is None or not ns.rows:
         why = no_estimate_note(getattr(report, "run", None)) or ""
-        return {"noise": b"", "noise_text": why}
+        return {"noise": b"", "noise_text": _DOCS_PATH.sub("", why)}
     keep = np.unique(np.linspace(0, ns.rows - 1, min(ns.rows, MAX_NOISE_POINTS)).round().astype(np.int64))
     rows = np.stack([ns.steps, ns.b_simple, ns.lo, ns.hi, np.full(ns.rows, ns.b_big)])[:, keep]
     # sentences: the estimate, then its lowest and highest modules (the report tables every module)

@@ -4,8 +4,9 @@ is the other side; ``tests/test_protocol.py`` checks that the two agree).
 Every synced trait is a row of ``TRAITS``: its name, what travels (JSON, binary buffer, scalar),
 the dtype and shape of a binary one, and the direction (``out``: kernel -> page, ``both``: either
 way, ``in``: page -> kernel). Binary traits are made by ``encode`` only, which checks dtype and
-shape, so a buffer the page cannot decode is a kernel error, not a blank panel. Flag bits, health
-ranks, metric labels and the colours of marked cells are defined here and nowhere else in Python.
+shape, so a buffer the page cannot decode is a kernel error, not a blank panel. Flag bits and health
+ranks are defined here and nowhere else in Python; the words and colours a person sees (metric labels,
+health and marked-cell colours) in ``gradwidget._look``, which the static figures read too.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._look import DIFF_NODATA, HEALTH_COLORS, MARKS, METRIC_LABELS
 from ..rules import merge_of
 from ..run import METRICS
 
@@ -76,7 +78,14 @@ TRAITS: dict[str, Trait] = {
             "diagnoses",
             "json",
             "out",
-            "the top diagnoses: cause, text, action, evidence, layers, layer_index, first_step",
+            "the top diagnoses: cause, title, priority, text, action, evidence, layers, layer_index, first_step",
+        ),
+        Trait(
+            "verdict",
+            "str",
+            "out",
+            "the analysis in one line: the top diagnosis, or 'Healthy: nothing found in N recorded steps' "
+            "('': not analysed yet)",
         ),
         Trait("static_png", "str", "out", "data URL of the static image (shown when the saved state lost the buffers)"),
         Trait("static_html", "str", "out", "the health table (HTML) that goes with static_png"),
@@ -91,6 +100,20 @@ TRAITS: dict[str, Trait] = {
         ),
         Trait("metric", "str", "both", "metric of the heatmap, bars and series (one of METRICS)"),
         Trait("follow", "bool", "both", "the cursor follows the newest step"),
+        Trait(
+            "choice",
+            "int",
+            "in",
+            "the number of the page's newest choice of step, follow and layer, sent with it (CHOICE_KEYS); "
+            "the kernel applies a choice only when it is newer than the last it applied",
+        ),
+        Trait(
+            "choice_applied",
+            "int",
+            "out",
+            "the newest page choice the kernel applied: until it reaches the page's own, the page keeps its "
+            "choice on screen and takes no cursor from the kernel",
+        ),
         Trait("columns", "int", "in", "step columns the heatmap can show (its width in device pixels)"),
         Trait(
             "expanded", "json", "both", "layer ranges [start, stop] whose groups show their members (rows.row_layout)"
@@ -131,6 +154,9 @@ TRAITS: dict[str, Trait] = {
     ]
 }
 
+#: the traits a page choice sets (with ``choice``, its number): the cursor and the selected layer,
+#: owned by the kernel, which applies the page's choices in their order.
+CHOICE_KEYS = ("step", "follow", "layer")
 #: flag bits of the ``flags`` trait (a cell can carry several).
 FLAGS = {"vanishing": 1, "exploding": 2, "nonfinite": 4, "nodata": 8}
 FLAG_VANISHING, FLAG_EXPLODING, FLAG_NONFINITE, FLAG_NODATA = (
@@ -138,19 +164,6 @@ FLAG_VANISHING, FLAG_EXPLODING, FLAG_NONFINITE, FLAG_NODATA = (
 )
 #: sort order of the health grades (worst first when sorted descending).
 HEALTH_RANK = {"Critical": 3, "Warning": 2, "Unknown": 1, "Healthy": 0}
-HEALTH_COLORS = {"Healthy": "#2e7d32", "Warning": "#ef8f00", "Critical": "#c62828", "Unknown": "#8a8a8a"}
-#: colours of marked cells, outside viridis' gamut (heatmap, bars, legend, static images).
-MARKS = {"vanishing": "#c8c8c8", "exploding": "#e3120b", "nonfinite": "#ff00ff", "nodata": "#ffffff"}
-METRIC_LABELS = {
-    "grad_norm": "gradient L2 norm",
-    "mean_abs": "mean |g|",
-    "max_abs": "max |g|",
-    "std": "std of g",
-    "zero_frac": "fraction of zero entries",
-    "nonfinite": "non-finite entries",
-    "weight_norm": "weight L2 norm",
-    "update_norm": "update L2 norm",
-}
 #: how a group row's value is made from its members' (``rules.merge_of``), per metric: the legend and
 #: the tooltip of a group row say it.
 MERGE_LABELS = {
@@ -191,8 +204,6 @@ COMPARE_MODES = ("side", "diff")
 #: colour stops of the difference map (``plots.DIFF_CMAP``, diverging, centred on no change), evenly
 #: spaced from -meta.diff_max to +meta.diff_max; the page interpolates between them.
 N_DIFF_STOPS = 17
-#: a difference-map cell where either run has no value (matplotlib's grey "0.8", off the diverging map).
-DIFF_NODATA = "#cccccc"
 
 
 def diff_stops() -> list[str]:

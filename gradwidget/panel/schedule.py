@@ -196,19 +196,55 @@ def _after_cell_hook(result=None) -> None:
             warnings.warn(f"gradwidget: updating the panel after the cell failed: {e!r}", GradwidgetWarning)
 
 
-def watch_cells(panel) -> None:
-    """Call ``panel._after_cell()`` after every IPython cell (weakly referenced; one hook for all)."""
-    _WATCHED.add(panel)
+#: the panels each notebook cell made (by the cell's id), weakly: running the cell again replaces them
+_BY_CELL: dict[str, weakref.WeakSet[Any]] = {}
+
+
+def _before_cell_hook(info=None) -> None:
+    """A cell is about to run again: the panels its last run made are replaced (``_replaced``: their
+    hooks removed, their widgets closed), so a re-run cell keeps no model, optimizer or widget alive."""
+    cell = getattr(info, "cell_id", None)
+    for panel in list(_BY_CELL.pop(cell, ())) if cell else ():
+        try:
+            panel._replaced()
+        except Exception as e:  # never break the user's cell
+            warnings.warn(f"gradwidget: closing the panel the cell made before failed: {e!r}", GradwidgetWarning)
+
+
+def _shell():
     try:
         from IPython import get_ipython
     except ImportError:
-        return
-    ip = get_ipython()
+        return None
+    return get_ipython()
+
+
+def _hook(ip) -> None:
     if ip is None or any(sh is ip for sh in _HOOKED):
         return
+    ip.events.register("pre_run_cell", _before_cell_hook)
     ip.events.register("post_run_cell", _after_cell_hook)
     _HOOKED.append(ip)
 
 
+def own_cell(panel) -> None:
+    """Remember the cell running now as the one that made ``panel`` (IPython passes the id the front
+    end gives a cell: JupyterLab, Notebook 7, VS Code, nbclient); when it runs again the panel is replaced."""
+    ip = _shell()
+    _hook(ip)
+    info = getattr(getattr(getattr(ip, "displayhook", None), "exec_result", None), "info", None)
+    cell = getattr(info, "cell_id", None)
+    if cell:
+        _BY_CELL.setdefault(cell, weakref.WeakSet()).add(panel)
+
+
+def watch_cells(panel) -> None:
+    """Call ``panel._after_cell()`` after every IPython cell (weakly referenced; one hook for all)."""
+    _WATCHED.add(panel)
+    _hook(_shell())
+
+
 def unwatch_cells(panel) -> None:
     _WATCHED.discard(panel)
+    for panels in _BY_CELL.values():
+        panels.discard(panel)

@@ -11,7 +11,7 @@ import numpy as np
 from ..run import Run
 from . import payload as P
 from .base import PanelBase
-from .protocol import TRAITS, encode
+from .protocol import CHOICE_KEYS, TRAITS, encode
 from .rows import Rows, row_layout
 
 #: seconds between refreshes of every layer's newest histogram while training.
@@ -20,12 +20,28 @@ HIST_ALL_EVERY = 2.0
 
 class PanelSync(PanelBase):
     def set_state(self, sync_data) -> None:
-        """A message from the page (ipywidgets calls this on the kernel's thread) waits for an
-        update a training thread is sending: an update reads the selection (``step``, ``layer``,
-        ``follow``) and writes it back, so a click or a drag that landed in between was lost, and
-        its observers, seeing the update's writes in progress, sent no detail."""
+        """A message from the page (ipywidgets calls this on the kernel's thread).
+
+        The cursor and the selected layer (``CHOICE_KEYS``) have one owner, the kernel, and one
+        order: the page numbers each choice it makes (``choice``) and the kernel applies one only
+        when it is newer than the last it applied (``choice_applied``, sent back in the same
+        update), so a drag position that arrives late never overwrites a later one. The message
+        waits for an update a training thread is sending (an update reads the selection and writes
+        it back)."""
         with self._lock:
-            super().set_state(sync_data)  # type: ignore[misc]  # ipywidgets' Widget, later in the MRO
+            seq = sync_data.get("choice")
+            fresh = seq is not None and int(seq) > self.choice_applied
+            if seq is not None and not fresh:
+                sync_data = {k: v for k, v in sync_data.items() if k not in CHOICE_KEYS and k != "choice"}
+            with self.hold_sync():
+                if sync_data:
+                    super().set_state(sync_data)  # type: ignore[misc]  # ipywidgets' Widget, later in the MRO
+                if fresh:
+                    self._internal += 1
+                    try:
+                        self.choice_applied = int(seq)
+                    finally:
+                        self._internal -= 1
 
     def _set(self, values: dict) -> None:
         """Set traits from the kernel (binary ones encoded by the protocol), in one message."""

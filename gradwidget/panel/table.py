@@ -149,6 +149,7 @@ def diagnoses_from_report(report, run: Run) -> list[dict]:
         out.append(
             {
                 "cause": str(rec.cause),
+                "title": str(getattr(rec, "title", "") or rec.cause).strip(),
                 "priority": str(rec.priority),
                 "text": str(rec.text),
                 "action": str(rec.action),
@@ -210,6 +211,19 @@ def table_from_run(run: Run) -> list[dict]:
             }
         )
     return rows
+
+
+def verdict_line(diagnoses: list[dict], n_steps: int) -> str:
+    """The analysis in one line, always shown above the heatmap: the top diagnosis (its priority,
+    title, first layer, since when; how many more follow), or that nothing was found and in how
+    many steps."""
+    if not diagnoses:
+        return f"Healthy: nothing found in {n_steps:,} recorded step{'s' * (n_steps != 1)}"
+    d = diagnoses[0]
+    where = f" in {d['layers'][0]}" if d["layers"] else ""
+    since = f" since step {d['first_step']}" if d["first_step"] is not None else ""
+    more = f" (+{len(diagnoses) - 1} more below)" if len(diagnoses) > 1 else ""
+    return f"{d['priority']}: {d['title']}{where}{since}{more}"
 
 
 def analyse(run: Run) -> tuple[Any, list[dict], list[dict]]:

@@ -77,6 +77,7 @@ class PanelValidation(PanelBase, t.HasTraits):
     @t.observe("layer")
     def _layer_changed(self, change):
         if not self._internal and self._ready:
+            self._layer_chosen = True  # by the user (page or Python): the analysis never moves it
             self._send_detail()
 
     @t.observe("metric", "columns")

@@ -35,6 +35,7 @@ import pathlib
 import threading
 import time
 import warnings
+import weakref
 
 import anywidget
 import numpy as np
@@ -44,7 +45,7 @@ from .._warnings import GradwidgetWarning
 from ..run import Run
 from . import payload as P
 from .options import check_layer_option, check_options, is_module, source_layer_names
-from .schedule import Throttle, Worker, poll_directory, unwatch_cells, watch_cells
+from .schedule import Throttle, Worker, own_cell, poll_directory, unwatch_cells, watch_cells
 from .background import PanelBackground, import_analysis
 from .display import PanelDisplay
 from .selection import PanelSelection
@@ -82,7 +83,8 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
         a ``Run``, or a run directory (``str``/``Path``, same as ``GradientPanel.from_run``).
     optimizer: the model's optimizer (a step is then one ``optimizer.step()``).
     metric: metric shown first (one of ``gradwidget.METRICS``; default mean |g|).
-    layer: layer selected first (name or column index); default: the most flagged layer.
+    layer: layer selected first (name or column index); default: the top diagnosis' first layer
+        once the analysis has one, the most flagged layer before.
     max_rate: most updates sent to the browser per second while training.
     columns: step columns sent before the browser reports its width.
     live: follow a run directory (``from_run``) as it grows.
@@ -105,6 +107,7 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
     hist_all = t.Bytes(b"").tag(sync=True)
     table = t.List(t.Dict()).tag(sync=True)
     diagnoses = t.List(t.Dict()).tag(sync=True)
+    verdict = t.Unicode("").tag(sync=True)
     static_png = t.Unicode("").tag(sync=True)
     static_html = t.Unicode("").tag(sync=True)
     live = t.Bool(False).tag(sync=True)
@@ -112,6 +115,8 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
     layer = t.Int(-1).tag(sync=True)
     metric = t.Unicode("mean_abs").tag(sync=True)
     follow = t.Bool(True).tag(sync=True)
+    choice = t.Int(0).tag(sync=True)
+    choice_applied = t.Int(0).tag(sync=True)
     columns = t.Int(1024).tag(sync=True)
     expanded = t.List(t.List(t.Int())).tag(sync=True)
     # a comparison of two runs (``GradientPanel.compare``; empty for one run)
@@ -144,7 +149,12 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
         known = source_layer_names(source)
         if known is not None:
             check_layer_option(layer, known)
-        self.recorder = None
+        # the recorder is held weakly: the model's hooks keep it alive while the model is (one the
+        # user passed is held strongly too, until the panel is closed), so a panel never keeps a
+        # model or its optimizer's state alive; the run it recorded stays (``run``)
+        self._recorder_ref: weakref.ref | None = None
+        self._recorder_hold = None
+        self._recorded: Run | None = None
         self._reader = None
         self._static_run: Run | None = None
         self._own_recorder = False
@@ -172,6 +182,7 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
         self._worker = Worker(self._job, warm=import_analysis)
         self._poll_interval = float(poll_interval)
         self._initial_layer = None if isinstance(layer, (int, np.integer)) and layer == -1 else layer
+        self._layer_chosen = False  # a user selected a layer (then the analysis does not)
         self._layer_rows: list = []  # the analysis' health rows, one per layer (grouped when sent)
         self.push_count = 0  # updates sent (tests and benchmarks read it)
         #: seconds the panel's work took on the training thread (bench/live.py reads it)
@@ -185,6 +196,7 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
             if known is None and self.run is not None:  # a run directory: its layers are known now
                 check_layer_option(layer, self.run.layer_names)
             super().__init__(metric=metric, columns=columns)
+            self._own_layout = self.layout
             self._ready = True
             self._push(force=True)
             self._analyse_now_or_later()
@@ -196,6 +208,7 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
         if self.recorder is not None or (self._reader is not None and live):
             watch_cells(self)
             self._worker.start()
+        own_cell(self)
         self.on_msg(self._on_page_message)
 
     # ----------------------------------------------------------------- sources
@@ -222,11 +235,11 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
         if source is not None and hasattr(source, "on_step") and hasattr(source, "run") and hasattr(source, "log"):
             if optimizer is not None or recorder_kwargs:
                 raise TypeError("pass optimizer and recorder options to the Recorder itself, not to GradientPanel")
-            self.recorder = source
+            recorder = self._recorder_hold = source
         elif is_module(source):
             from ..collect.torch import Recorder
 
-            self.recorder = Recorder(source, optimizer, **recorder_kwargs)
+            recorder = Recorder(source, optimizer, **recorder_kwargs)
             self._own_recorder = True
         elif source is not None and isinstance(getattr(source, "run", None), Run):  # an analysis Report
             self._static_run = source.run
@@ -236,7 +249,13 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
                 "GradientPanel needs a torch.nn.Module (with its optimizer), a Recorder, a Run or the path "
                 f"of a run directory, got {type(source).__name__}"
             )
-        self.recorder.on_step.append(self._on_step)
+        self._recorder_ref = weakref.ref(recorder)
+        recorder.on_step.append(self._on_step)
+
+    @property
+    def recorder(self):
+        """The Recorder this panel shows (None for a run, or once its model is gone)."""
+        return self._recorder_ref() if self._recorder_ref is not None else None
 
     @classmethod
     def from_run(cls, path, live: bool = False, **kwargs) -> GradientPanel:
@@ -260,8 +279,11 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
     @property
     def run(self) -> Run | None:
         """The Run shown (None before a hooked model's first recorded step)."""
-        if self.recorder is not None:
-            return self.recorder.run
+        rec = self.recorder
+        if rec is not None and rec.run is not None:
+            self._recorded = rec.run
+        if self._recorder_ref is not None:
+            return self._recorded
         if self._reader is not None:
             return self._reader.run
         return self._static_run
@@ -287,11 +309,18 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
 
     def _release_source(self) -> None:
         """Remove this panel's callback from its recorder, and the hooks of a recorder it created."""
-        if self.recorder is not None:
-            if self._on_step in self.recorder.on_step:
-                self.recorder.on_step.remove(self._on_step)
+        rec = self.recorder
+        if rec is not None:
+            if self._on_step in rec.on_step:
+                rec.on_step.remove(self._on_step)
             if self._own_recorder:
-                self.recorder.detach()
+                rec.detach()
+
+    def _replaced(self) -> None:
+        """The cell that made this panel runs again: remove the hooks of the recorder it made, stop
+        its threads and close its widget (the page drops its view); its run stays readable."""
+        self._release_source()
+        self.close()
 
     def detach(self) -> None:
         """Stop recording (remove the hooks of the recorder this panel created) and send the final view."""
@@ -323,11 +352,15 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
             self._stop.set()
             self._throttle.cancel()
             self._worker.stop()
-        rec = getattr(self, "recorder", None)
+        rec = self.recorder if hasattr(self, "_recorder_ref") else None
         if rec is not None and self._on_step in rec.on_step:
             rec.on_step.remove(self._on_step)
+        self._recorder_hold = None  # a closed panel keeps no recorder (nor its model) alive
         unwatch_cells(self)
+        layout = getattr(self, "_own_layout", None)
         super().close()
+        if layout is not None and layout is self.layout:  # the Layout made with the widget
+            layout.close()
 
     def __repr__(self) -> str:
         run = self.run

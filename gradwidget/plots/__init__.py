@@ -29,7 +29,7 @@ rows a layers figure draws), ``scale`` (the colour scale), ``heatmaps``, ``distr
 
 from __future__ import annotations
 
-from ..panel.protocol import HEALTH_COLORS
+from .._look import HEALTH_COLORS
 from .common import (
     CMAP_NAME,
     EXPLODING_COLOR,

@@ -9,7 +9,7 @@ from typing import Sequence
 
 from matplotlib.figure import Figure
 
-from ..panel.protocol import MARKS, METRIC_LABELS
+from .._look import MARKS, METRIC_LABELS
 from ..run import Run
 from ..schema import metric_index
 from .rows import drawn_rows

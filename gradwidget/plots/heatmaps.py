@@ -8,6 +8,7 @@ from matplotlib import colormaps
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
+from .._look import DIFF_NODATA
 from ..run import Run
 from .common import (
     CMAP_NAME,
@@ -133,7 +134,6 @@ def difference_heatmap(ratio, title: str = "", ax=None, max_decades: float | Non
         return fig
     v = ratio.to_numpy(np.float64)
     lim = max_decades or diff_limit(v)
-    from ..panel.protocol import DIFF_NODATA
 
     cmap = colormaps[DIFF_CMAP].with_extremes(bad=DIFF_NODATA)
     steps = ratio.index.to_numpy()

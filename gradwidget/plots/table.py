@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..panel.protocol import HEALTH_COLORS
+from .._look import HEALTH_COLORS
 from .common import new_ax, literal, short_name
 
 

@@ -7,7 +7,7 @@ import { decimate, Grid } from "./decimate";
 import { MIN_LABEL_PX, Rect } from "./layout";
 import { Theme } from "./theme";
 import { fmt } from "./colormap";
-import { elide } from "./names";
+import { distinctLabels, elide } from "./names";
 import { colPosition, niceTicks } from "./ticks";
 
 export class HeatmapImage {
@@ -144,6 +144,7 @@ export function drawGutter(
   ctx.textAlign = "right";
   ctx.textBaseline = "middle";
   const size = Math.max(MIN_LABEL_PX, Math.min(11, h));
+  const labels = distinctLabels(names, Math.max(4, Math.floor(r.w / (size * 0.58))));
   const forced = (i: number) => i === selected || always.has(i);
   // a name drawn out of turn (selected, or where an expanded group begins) hides its near neighbours'
   const crowded = (i: number) => {
@@ -155,7 +156,7 @@ export function drawGutter(
     const sel = i === selected;
     ctx.font = `${sel ? "bold " : ""}${size}px ${t.font}`;
     ctx.fillStyle = sel ? t.accent : t.fg2;
-    ctx.fillText(shorten(names[i], r.w, size), r.x + r.w, r.y + (i + 0.5) * h);
+    ctx.fillText(labels[i], r.x + r.w, r.y + (i + 0.5) * h);
   }
   ctx.restore();
 }

@@ -19,7 +19,7 @@ function joined(parts: string[], kept: boolean[]): string {
   return out + (gap ? "…" : "");
 }
 
-export function elide(name: string, width = 28): string {
+export function elide(name: string, width = 28, keep: ReadonlySet<string> = new Set()): string {
   // lengths in code points, as Python's len()
   const len = (s: string) => Array.from(s).length;
   if (len(name) <= width) return name;
@@ -36,7 +36,9 @@ export function elide(name: string, width = 28): string {
   for (const i of [...leaf].sort((a, b) => a - b)) if (i !== n - 1) order.push(i);
   const kept = parts.map(() => true);
   let text = name;
-  for (const i of order) {
+  // the parts in `keep` (what tells a name from others that would read the same) stay: a name still
+  // too long is cut in the middle
+  for (const i of order.filter((i) => !keep.has(parts[i]))) {
     kept[i] = false;
     text = joined(parts, kept);
     if (len(text) <= width) return text;
@@ -48,3 +50,26 @@ export function elide(name: string, width = 28): string {
   }
   return text;
 }
+
+/** `elide` of every name, where names whose labels would read the same keep the parts that tell
+ *  them apart ("…layer.0…dense.weight" three times in a BERT block reads
+ *  "…attention.output.dense.weight", "…intermediate.dense.weight", "…output.dense.weight"). */
+export function distinctLabels(names: readonly string[], width = 28): string[] {
+  if (memo && memo.names === names && memo.width === width) return memo.out;  // every redraw asks again
+  const out = names.map((n) => elide(n, width));
+  const same = new Map<string, number[]>();
+  out.forEach((label, i) => same.set(label, [...(same.get(label) ?? []), i]));
+  for (const group of same.values()) {
+    if (group.length < 2) continue;
+    const parts = group.map((i) => names[i].split("."));
+    group.forEach((i, k) => {
+      // this name's parts that some other name of the group does not have
+      const own = new Set(parts[k].filter((p) => parts.some((o, j) => j !== k && !o.includes(p))));
+      out[i] = elide(names[i], width, own);
+    });
+  }
+  memo = { names, width, out };
+  return out;
+}
+
+let memo: { names: readonly string[]; width: number; out: string[] } | null = null;

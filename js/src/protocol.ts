@@ -73,6 +73,11 @@ export const CONSTANTS = {
       "direction": "out",
       "dtype": ""
     },
+    "verdict": {
+      "kind": "str",
+      "direction": "out",
+      "dtype": ""
+    },
     "static_png": {
       "kind": "str",
       "direction": "out",
@@ -106,6 +111,16 @@ export const CONSTANTS = {
     "follow": {
       "kind": "bool",
       "direction": "both",
+      "dtype": ""
+    },
+    "choice": {
+      "kind": "int",
+      "direction": "in",
+      "dtype": ""
+    },
+    "choice_applied": {
+      "kind": "int",
+      "direction": "out",
       "dtype": ""
     },
     "columns": {
@@ -339,6 +354,8 @@ export interface Meta {
 /** One of the top diagnoses (gradwidget/panel/table.py diagnoses_from_report). */
 export interface Diagnosis {
   cause: string;
+  /** what the cause is, in a few words */
+  title?: string;
   priority: string;
   text: string;
   action: string;
@@ -367,6 +384,7 @@ export interface Traits {
   hist_all: Binary;
   table: Row[];
   diagnoses: Diagnosis[];
+  verdict: string;
   static_png: string;
   static_html: string;
   live: boolean;
@@ -374,6 +392,8 @@ export interface Traits {
   layer: number;
   metric: string;
   follow: boolean;
+  choice: number;
+  choice_applied: number;
   columns: number;
   expanded: [number, number][];
   labels: string[];

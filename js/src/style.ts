@@ -26,6 +26,8 @@ export const CSS = `
 .gw-message.gw-show{display:block}
 .gw-message.gw-error{border-left-color:#c62828}
 .gw-message.gw-info{border-left-color:var(--gw-accent)}
+.gw-verdict{margin:0 0 4px;padding:3px 8px;font-weight:600;border-left:4px solid #c62828}
+.gw-verdict.gw-healthy{border-left-color:#2e7d32;font-weight:normal}
 .gw-diagnoses{display:none;margin:0 0 6px;border:1px solid var(--gw-border);border-radius:3px}
 .gw-diagnoses.gw-show{display:block}
 .gw-diagnosis{padding:3px 8px;cursor:pointer;border-left:4px solid #ef8f00;white-space:normal;overflow-wrap:anywhere}
@@ -74,6 +76,7 @@ table.gw-health td{vertical-align:top}
 .gw-badge{display:inline-block;padding:0 7px;border-radius:8px;color:#fff;font-weight:600;font-size:11px}
 .gw-plots{display:flex;flex-direction:column;gap:4px;flex:none}
 .gw-noise-text{font-size:11px;max-width:520px;opacity:.85}
+.gw-noise-text summary{cursor:pointer}
 .gw-fallback{display:none;max-width:100%}
 .gw-fallback.gw-show{display:block}
 `;

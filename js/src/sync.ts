@@ -1,19 +1,27 @@
-// Optimistic two-way sync: the user's latest choice (a scrubbed step, a selected layer) is applied
-// to the view at once and kept until the kernel agrees with it.
+// The cursor and the selected layer have one owner, the kernel, and one order. The page numbers
+// each choice it makes (a scrubbed step, a selected layer) and sends the number with it (`choice`);
+// the kernel applies a choice only when it is newer than the last it applied and says which it
+// applied (`choice_applied`, in the same update as the step and layer it set). The page shows its
+// own choice at once and keeps it on screen until the kernel has applied it: meanwhile a step or
+// a layer from the kernel (an update of a training loop still following the newest step, a late
+// echo, `panel.step = ...` in Python before the choice arrived) is older than the choice and does
+// not move the view. Once the kernel has applied it, the kernel's values are the newest and the
+// view takes them, so the last action wins on both sides, whichever side made it.
 //
 // While a cell runs, the kernel handles no message from the browser (they wait in its queue until
-// the cell ends), yet it keeps sending updates: with `follow` still on, every update carries the
-// newest step and would pull a scrubbed cursor back. ipywidgets drops only stale *echoes* of our
-// own changes, not these updates, so the view filters them here.
-//
-// A step or layer that comes with new data (`meta` in the same update: the kernel's throttled
-// push) gives way to a pending choice unless it agrees with it; one that comes alone (an echo of
-// our own message, or `panel.step = ...` in Python) is the kernel's answer and always applies.
-// An echo of the value the view already holds fires no change event, so agreement alone could
-// leave a choice pending forever.
+// the cell ends), yet it keeps sending updates: the choice stays pending until the cell ends.
 
 import { asFloat32, asFloat64, asUint8, Binary, bytesOf } from "./decode";
 import type { Meta, PanelModel, Row } from "./protocol";
+
+/** The number of the next choice made on a page of model `m`: above every choice a view of this
+ *  model sent (`choice`, shared by its views) and every choice the kernel applied (from any page). */
+export function nextChoice(m: Pick<PanelModel, "get">): number {
+  return Math.max(Number(m.get("choice")) || 0, Number(m.get("choice_applied")) || 0) + 1;
+}
+
+/** A choice not sent yet (the step's send waits on a throttle): nothing the kernel applied covers it. */
+const UNSENT = Number.POSITIVE_INFINITY;
 
 export class Intent {
   /** user step the cursor was scrubbed to (null: none pending) */
@@ -22,35 +30,41 @@ export class Intent {
   follow = false;
   /** layer the user selected (null: none pending) */
   layer: number | null = null;
+  /** the numbers of the choices that carry `step` and `layer` (UNSENT until sent) */
+  stepChoice = UNSENT;
+  layerChoice = UNSENT;
 
   scrubbed(step: number, follow: boolean): void {
     this.step = step;
     this.follow = follow;
+    this.stepChoice = UNSENT;
   }
 
-  selected(layer: number): void {
+  /** The pending scrub went out as choice `n`. */
+  sentStep(n: number): void {
+    if (this.step !== null) this.stepChoice = n;
+  }
+
+  selected(layer: number, n: number): void {
     this.layer = layer;
+    this.layerChoice = n;
   }
 
-  /** The kernel's `step` changed (`withData`: in an update that carried new data): should the view
-   *  take it? Yes when it came alone, agrees with the pending scrub, or nothing is pending. */
-  kernelStep(step: number, withData = true): boolean {
-    if (this.step === null) return true;
-    if (!withData || step === this.step || (this.follow && step >= this.step)) {
-      this.step = null;
-      return true;
-    }
-    return false;
+  /** The kernel applied the page's choices up to number `n`: those are no longer pending (the
+   *  kernel's step and layer hold them now, or something newer). */
+  applied(n: number): void {
+    if (this.step !== null && n >= this.stepChoice) this.step = null;
+    if (this.layer !== null && n >= this.layerChoice) this.layer = null;
   }
 
-  /** The kernel's `layer` changed: should the view take it? (as ``kernelStep``) */
-  kernelLayer(layer: number, withData = true): boolean {
-    if (this.layer === null) return true;
-    if (!withData || layer === this.layer) {
-      this.layer = null;
-      return true;
-    }
-    return false;
+  /** The kernel's step is the one to show (no choice of the page is newer). */
+  get kernelStep(): boolean {
+    return this.step === null;
+  }
+
+  /** The kernel's layer is the one to show. */
+  get kernelLayer(): boolean {
+    return this.layer === null;
   }
 
   /** Cursor column: the pending choice if any, else the kernel's step (`colFor` maps a step to a column). */

@@ -275,12 +275,29 @@ export class HealthTable {
     this.rendered.clear();
   }
 
+  /** A comparison's run labels (first, later): the two health columns are headed by them. */
+  setLabels(labels: readonly string[]): void {
+    const next = labels.length >= 2 ? [labels[0], labels[labels.length - 1]] : [];
+    if (next.join("\u0000") === this.labels.join("\u0000")) return;
+    this.labels = next;
+    this.renderHead();
+  }
+
+  private labels: string[] = [];
+
+  /** A column's header: a comparison's health columns carry the runs' labels. */
+  private headerOf(c: Column): string {
+    if (this.labels.length && c.key === "health_a") return `${this.labels[0]} health`;
+    if (this.labels.length && c.key === "health") return `${this.labels[1]} health`;
+    return c.label;
+  }
+
   private renderHead(): void {
     this.thead.textContent = "";
     const tr = this.thead.insertRow();
     for (const c of this.cols) {
       const th = document.createElement("th");
-      th.textContent = c.label + (this.sort?.key === c.key ? (this.sort.desc ? " ▼" : " ▲") : "");
+      th.textContent = this.headerOf(c) + (this.sort?.key === c.key ? (this.sort.desc ? " ▼" : " ▲") : "");
       if (c.title) th.title = c.title;
       th.dataset.key = c.key;
       th.className = c.kind === "num" ? "gw-num" : "";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { Intent } from "../src/sync";
+import { Intent, nextChoice } from "../src/sync";
 
 // columns start at steps 0, 10, 20, 30 (a step maps to the column it falls in)
 const colSteps = [0, 10, 20, 30];
@@ -9,53 +9,75 @@ const colFor = (s: number) => {
   return c;
 };
 
-describe("optimistic sync while the kernel is busy", () => {
+describe("the cursor's order: numbered choices, the kernel applies the newest", () => {
   it("takes the kernel's step when nothing is pending", () => {
-    const it_ = new Intent();
-    expect(it_.kernelStep(30)).toBe(true);
-    expect(it_.cursor(4, 30, colFor)).toBe(3);
+    const i = new Intent();
+    expect(i.kernelStep).toBe(true);
+    expect(i.cursor(4, 30, colFor)).toBe(3);
   });
 
   it("keeps a scrubbed cursor while a busy, still-following kernel sends newer steps", () => {
     const i = new Intent();
     i.scrubbed(10, false);
+    i.sentStep(7);
     expect(i.cursor(4, 39, colFor)).toBe(1); // the view moved at once
-    for (const s of [39, 45, 52]) expect(i.kernelStep(s)).toBe(false); // updates from the training loop
+    i.applied(6); // updates from the training loop: the kernel has not read choice 7 yet
+    expect(i.kernelStep).toBe(false);
     expect(i.cursor(4, 52, colFor)).toBe(1);
-    expect(i.kernelStep(10)).toBe(true); // the cell ended: the kernel took the scrub (its echo)
+    i.applied(7); // the cell ended: the kernel applied the scrub
     expect(i.step).toBeNull();
-    expect(i.kernelStep(11)).toBe(true); // later kernel changes (panel.step = ...) apply again
+    expect(i.kernelStep).toBe(true); // later kernel changes (panel.step = ...) apply again
   });
 
-  it("back to the newest column follows again, ignoring a kernel that still holds an old scrub", () => {
+  it("a late kernel step (an earlier drag position's echo) never moves a newer choice", () => {
     const i = new Intent();
-    i.scrubbed(30, true);
-    expect(i.cursor(4, 12, colFor)).toBe(3);
-    expect(i.kernelStep(12)).toBe(false); // the kernel's stale, not-following step
-    expect(i.cursor(5, 12, colFor)).toBe(4); // a new column arrived: the cursor stays on the newest
-    expect(i.kernelStep(41)).toBe(true); // the kernel follows: newer than the scrub
-    expect(i.step).toBeNull();
+    for (const [n, s] of [[1, 30], [2, 20], [3, 10]] as [number, number][]) {
+      i.scrubbed(s, false);
+      i.sentStep(n);
+    }
+    i.applied(2); // the kernel's update for choice 2 (step 20) arrives after the page sent 3
+    expect(i.kernelStep).toBe(false);
+    expect(i.cursor(4, 20, colFor)).toBe(1);
+    i.applied(3);
+    expect(i.kernelStep).toBe(true);
   });
 
-  it("takes a step or layer that comes alone: the kernel's answer (an echo, or panel.step = ... in Python)", () => {
+  it("a scrub not sent yet is covered by no applied choice", () => {
     const i = new Intent();
     i.scrubbed(10, false);
-    expect(i.kernelStep(52, true)).toBe(false); // with new data: a stale follow
-    expect(i.kernelStep(20, false)).toBe(true); // alone: panel.step = 20 after the cell
+    i.applied(1_000);
+    expect(i.step).toBe(10);
+    i.sentStep(1_001);
+    i.applied(1_001);
     expect(i.step).toBeNull();
-    i.selected(3);
-    expect(i.kernelLayer(1, true)).toBe(false);
-    expect(i.kernelLayer(1, false)).toBe(true);
-    expect(i.layer).toBeNull();
   });
 
-  it("keeps a selected layer until the kernel has it", () => {
+  it("back to the newest column follows new steps until the kernel has the choice", () => {
     const i = new Intent();
-    expect(i.kernelLayer(2)).toBe(true);
-    i.selected(5);
-    expect(i.kernelLayer(2)).toBe(false);
-    expect(i.kernelLayer(5)).toBe(true);
-    expect(i.kernelLayer(1)).toBe(true);
+    i.scrubbed(30, true);
+    i.sentStep(4);
+    expect(i.cursor(4, 12, colFor)).toBe(3);
+    expect(i.cursor(5, 12, colFor)).toBe(4); // a new column arrived: the cursor stays on the newest
+    i.applied(4);
+    expect(i.step).toBeNull();
+  });
+
+  it("keeps a selected layer until the kernel has applied it", () => {
+    const i = new Intent();
+    expect(i.kernelLayer).toBe(true);
+    i.selected(5, 2);
+    i.applied(1);
+    expect(i.kernelLayer).toBe(false);
+    i.applied(2);
+    expect(i.kernelLayer).toBe(true);
+  });
+
+  it("numbers a model's choices above any a view sent or the kernel applied", () => {
+    const state: Record<string, number> = { choice: 3, choice_applied: 5 };
+    const m = { get: (k: string) => state[k] } as never;
+    expect(nextChoice(m)).toBe(6);
+    state.choice = 9;
+    expect(nextChoice(m)).toBe(10);
   });
 });
 

@@ -87,6 +87,9 @@ def test_both_runs_are_drawn_side_by_side_on_one_scale(page):
         "side",
         "",
     ]
+    # the health table's columns are headed by the user's labels
+    heads = page.evaluate("() => Array.from(document.querySelectorAll('table.gw-health th')).map(t => t.textContent)")
+    assert heads[:2] == ["sigmoid health", "relu health"], heads
     # the kernel's one scale spans both runs
     lo, hi = page.evaluate(f"() => [{VIEW}.scale.lo, {VIEW}.scale.hi]")
     assert (

@@ -45,7 +45,8 @@ RENDER_JS = """async ({code, state}) => {
       if (a > 200 && r > 180 && g < 120 && b < 80) batch++;  // the dashed batch line (#d84315)
     }
   }
-  return {shown, accent, batch, text: text.textContent, textShown: text.style.display !== 'none'};
+  return {shown, accent, batch, text: view.dom.noiseBody.textContent, textShown: text.style.display !== 'none',
+          open: text.open};
 }"""
 
 
@@ -94,4 +95,6 @@ def test_the_noise_chart_is_drawn_and_hidden_without_a_measurement():
     assert drawn["shown"] and drawn["accent"] > 50 and drawn["batch"] > 20, drawn
     assert drawn["textShown"] and drawn["text"].startswith("Gradient noise scale B_simple")
     assert not hidden["shown"] and hidden["textShown"] and "only one batch size" in hidden["text"]
+    # behind a disclosure (closed at first), and without a path into the source tree's docs
+    assert not hidden["open"] and "docs/" not in hidden["text"] and "split_backward" in hidden["text"]
     assert not blocked

@@ -11,7 +11,7 @@ const FIRST_LAYERS = 3;
 export function diagnosisHead(d: Diagnosis): string {
   const names = d.layers.slice(0, FIRST_LAYERS).join(", ");
   const more = d.n_layers > FIRST_LAYERS ? ` and ${d.n_layers - FIRST_LAYERS} more` : "";
-  const parts = [d.cause.replace(/_/g, " ")];
+  const parts = [d.title || d.cause.replace(/_/g, " ")];
   if (names) parts.push(names + more);
   if (d.first_step !== null && d.first_step !== undefined) parts.push(`since step ${d.first_step}`);
   return parts.join(" · ");

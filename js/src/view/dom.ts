@@ -24,6 +24,7 @@ export interface Skeleton {
   speedSel: HTMLSelectElement;
   info: HTMLSpanElement;
   live: HTMLSpanElement;
+  verdict: HTMLDivElement;
   message: HTMLDivElement;
   fallback: HTMLImageElement;
   diagnoses: HTMLDivElement;
@@ -37,7 +38,8 @@ export interface Skeleton {
   seriesCanvas: HTMLCanvasElement;
   /** the gradient noise scale against the batch (hidden without one), and its words */
   noiseCanvas: HTMLCanvasElement;
-  noiseText: HTMLDivElement;
+  noiseText: HTMLDetailsElement;
+  noiseBody: HTMLDivElement;
 }
 
 export function buildSkeleton(table: HealthTable): Skeleton {
@@ -75,6 +77,9 @@ export function buildSkeleton(table: HealthTable): Skeleton {
   message.setAttribute("role", "status");
   const fallback = h("img", "gw-fallback");
   fallback.alt = "gradwidget panel (saved image)";
+  const verdict = h("div", "gw-verdict");
+  verdict.setAttribute("role", "status");
+  verdict.style.display = "none";
   const diagnoses = h("div", "gw-diagnoses");
   const mainBox = h("div", "gw-main");
   const canvas = h("canvas", "gw-flow");
@@ -96,13 +101,16 @@ export function buildSkeleton(table: HealthTable): Skeleton {
   const seriesCanvas = h("canvas", "gw-series");
   const noiseCanvas = h("canvas", "gw-noise");
   noiseCanvas.style.display = "none";
-  const noiseText = h("div", "gw-noise-text");
+  // the noise scale in words: one line, the rest a click away
+  const noiseText = h("details", "gw-noise-text");
   noiseText.style.display = "none";
+  const noiseBody = h("div", "gw-noise-body");
+  noiseText.append(h("summary", "", "gradient noise scale"), noiseBody);
   plots.append(histCanvas, seriesCanvas, noiseCanvas, noiseText);
   bottom.append(table.el, plots);
-  root.append(header, message, fallback, diagnoses, mainBox, sliderRow, legend, bottom);
-  return { root, title, metricSel, modeSel, playBtn, speedSel, info, live, message, fallback, diagnoses, mainBox, canvas, tip,
-    slider, legend, bottom, histCanvas, seriesCanvas, noiseCanvas, noiseText };
+  root.append(header, message, fallback, verdict, diagnoses, mainBox, sliderRow, legend, bottom);
+  return { root, title, metricSel, modeSel, playBtn, speedSel, info, live, verdict, message, fallback, diagnoses, mainBox, canvas, tip,
+    slider, legend, bottom, histCanvas, seriesCanvas, noiseCanvas, noiseText, noiseBody };
 }
 
 /** The legend under the heatmap: the colour bar of `scale` and the marks. */

@@ -13,7 +13,7 @@ import {
 } from "../protocol";
 import { decodeNoise, NoiseData } from "../noise";
 import { installStyle } from "../style";
-import { Intent } from "../sync";
+import { Intent, nextChoice } from "../sync";
 import { ControlKey, HealthTable } from "../table";
 import { readTheme, Theme } from "../theme";
 import { DiagnosesList } from "./diagnoses";
@@ -39,6 +39,9 @@ export interface Handover {
   step: number | null;
   follow: boolean;
   layer: number | null;
+  /** the numbers of the choices carrying them (sync.Intent) */
+  stepChoice: number;
+  layerChoice: number;
   layerIndex: number;
   speed: number;
   table: ReturnType<HealthTable["state"]>;
@@ -151,7 +154,7 @@ export class PanelView {
     on(["detail", "detail_step", "hists", "hist_steps", "hist_layer"], () => (this.loadDetail(), this.schedule()));
     // step and layer from the kernel: decided once the whole update has been applied (one
     // synchronous set of the model), knowing whether it carried new data (see sync.ts)
-    for (const k of ["meta", "step", "layer", "follow"] as TraitName[]) on([k], () => this.noteKernel(k));
+    for (const k of ["meta", "step", "layer", "follow", "choice_applied"] as TraitName[]) on([k], () => this.noteKernel(k));
     on(["metric"], () => {
       this.dom.metricSel.value = String(m.get("metric"));
       this.schedule();
@@ -159,6 +162,7 @@ export class PanelView {
     on(["table"], () => this.loadTable());
     on(["noise", "noise_text"], () => (this.loadNoise(), this.schedule()));
     on(["diagnoses"], () => this.diagnoses.set(m.get("diagnoses")));
+    on(["verdict"], () => this.loadVerdict());
     on(["static_png"], () => this.loadFallback());
     on(["live"], () => this.loadLive());
     const listen = <K extends keyof HTMLElementEventMap>(target: HTMLElement, type: K, fn: (e: HTMLElementEventMap[K]) => void) => {
@@ -218,6 +222,7 @@ export class PanelView {
     this.diagnoses.set(this.model.get("diagnoses"));
     this.loadFallback();
     this.loadLive();
+    this.loadVerdict();
     this.loadNoise();
     this.setLayerIndex(Number(this.model.get("layer") ?? -1));
     this.schedule();
@@ -227,7 +232,7 @@ export class PanelView {
   private loadNoise(): void {
     this.noise = decodeNoise(this.model.get("noise"));
     const text = String(this.model.get("noise_text") || "");
-    this.dom.noiseText.textContent = text;
+    this.dom.noiseBody.textContent = text;
     this.dom.noiseText.style.display = text ? "" : "none";
     this.dom.noiseCanvas.style.display = this.noise.steps.length ? "" : "none";
     this.dom.noiseCanvas.setAttribute("aria-label", text || "gradient noise scale");
@@ -258,15 +263,12 @@ export class PanelView {
     const keys = this.kernelKeys ?? new Set<string>();
     this.kernelKeys = null;
     if (this.disposed) return;
-    const withData = keys.has("meta");
     const m = this.model;
-    if (keys.has("step") || (keys.has("follow") && !withData)) {
-      if (this.intent.kernelStep(Number(m.get("step")), withData)) this.cursor = this.cursorColumn();
-    }
-    if (keys.has("layer")) {
-      const k = Number(m.get("layer"));
-      if (this.intent.kernelLayer(k, withData)) this.setLayerIndex(k);
-    }
+    const pending = [this.intent.step !== null, this.intent.layer !== null];
+    this.intent.applied(Number(m.get("choice_applied")) || 0);
+    // a choice the kernel has just applied hands the view back to the kernel's values
+    if ((keys.has("step") || keys.has("follow") || pending[0]) && this.intent.kernelStep) this.cursor = this.cursorColumn();
+    if ((keys.has("layer") || pending[1]) && this.intent.kernelLayer) this.setLayerIndex(Number(m.get("layer")));
     this.schedule();
   }
 
@@ -303,11 +305,12 @@ export class PanelView {
     this.dispFlagsB = reorderRows(d.flagsB, d.flagsB.length ? rows : 0, cols, this.order);
     this.dispDiff = reorderRows(d.diff, d.diff.length ? rows : 0, cols, this.order);
     this.labels = (m.get("labels") || []).map(String);
+    this.table.setLabels(this.labels);
     dom.modeSel.style.display = this.comparing ? "" : "none";
     dom.modeSel.value = this.mode;
     this.scale = heatScale(meta.scale, this.heat);
     this.imageDirty = true;
-    if (this.intent.step !== null) this.intent.kernelStep(Number(m.get("step")));
+    this.intent.applied(Number(m.get("choice_applied")) || 0);
     this.cursor = this.cursorColumn();
     dom.slider.max = String(Math.max(0, cols - 1));
     dom.slider.disabled = cols <= 1;
@@ -354,6 +357,18 @@ export class PanelView {
     const live = !!this.model.get("live");
     this.dom.live.textContent = live ? "● live" : "static";
     this.dom.live.classList.toggle("gw-on", live);
+    this.dom.live.title = live
+      ? "live: the panel updates as the model trains"
+      : "static: nothing is recording into this panel now (training ended, or the recorder was detached); it shows the run as it was last recorded";
+  }
+
+  /** The analysis in one line: the top diagnosis, or that nothing was found (hidden before the analysis). */
+  private loadVerdict(): void {
+    const text = String(this.model.get("verdict") || "");
+    const v = this.dom.verdict;
+    v.textContent = text;
+    v.style.display = text ? "" : "none";
+    v.classList.toggle("gw-healthy", text.startsWith("Healthy"));
   }
 
   private updateMessage(): void {
@@ -406,7 +421,9 @@ export class PanelView {
       const s = this.toSend;
       this.toSend = null;
       if (!s || this.disposed) return;
-      this.setModel({ step: s.step, follow: s.follow });
+      const n = nextChoice(this.model);
+      this.intent.sentStep(n);
+      this.setModel({ step: s.step, follow: s.follow, choice: n });
     };
     if (now - this.lastSent >= STEP_SEND_MS && !this.sendTimer) flush();
     else if (!this.sendTimer) this.sendTimer = setTimeout(flush, STEP_SEND_MS);
@@ -418,8 +435,9 @@ export class PanelView {
     this.setLayerIndex(index);
     this.draw();
     if (send) {
-      this.intent.selected(index);
-      this.setModel({ ...extra, layer: index });
+      const n = nextChoice(this.model);
+      this.intent.selected(index, n);
+      this.setModel({ ...extra, layer: index, choice: n });
     }
   }
 
@@ -537,6 +555,8 @@ export class PanelView {
       step: this.intent.step,
       follow: this.intent.follow,
       layer: this.intent.layer,
+      stepChoice: this.intent.stepChoice,
+      layerChoice: this.intent.layerChoice,
       layerIndex: this.layerIndex,
       speed: this.speed,
       table: this.table.state(),
@@ -557,6 +577,9 @@ export class PanelView {
     this.intent.step = old.step;
     this.intent.follow = old.follow;
     this.intent.layer = old.layer;
+    this.intent.stepChoice = old.stepChoice;
+    this.intent.layerChoice = old.layerChoice;
+    this.intent.applied(Number(this.model.get("choice_applied")) || 0);
     // the cursor from the adopted intent against this view's data, not the old view's column: a
     // view the page took off may not have drawn the last update, and its column for "follow" (the
     // newest then) is an older step now
