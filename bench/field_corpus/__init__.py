@@ -1,0 +1,79 @@
+"""The field corpus: healthy training written by others, beside the zoo. Each case runs a loop an
+installed package ships (stable-baselines3, pyro, gpytorch, torch-geometric, diffusers, skorch,
+pytorch-ignite, transformers' Trainer), attached with the Recorder lines the README documents, on
+data bundled with installed packages, and checks that it trained healthily (its ``Health``).
+Every finding above Low on these runs is a false alarm. ``bench/diagnosis.py --field`` scores it;
+a case whose package is missing is skipped with a message (``pip install ".[field]"``).
+
+    from field_corpus import FIELD
+    run, health = FIELD[0].train()
+"""
+
+from . import ddpm, gp, graph, hf_trainer, pyro_vae, rl, trainers
+from .case import FieldCase, Health
+from .runner import FIELD_VERSION, health_of, load_or_run, run_case
+
+FIELD: tuple[FieldCase, ...] = (
+    FieldCase(
+        "sb3-ppo-cartpole",
+        "stable-baselines3",
+        ("stable_baselines3", "gymnasium"),
+        "PPO on CartPole-v1",
+        rl.ppo_cartpole,
+    ),
+    FieldCase(
+        "sb3-dqn-cartpole",
+        "stable-baselines3",
+        ("stable_baselines3", "gymnasium"),
+        "DQN on CartPole-v1",
+        rl.dqn_cartpole,
+    ),
+    FieldCase("pyro-vae-digits", "pyro-ppl", ("pyro",), "SVI on a VAE's ELBO, digits", pyro_vae.vae_digits),
+    FieldCase(
+        "gpytorch-exactgp-diabetes",
+        "gpytorch",
+        ("gpytorch",),
+        "exact GP marginal likelihood, diabetes",
+        gp.exact_gp_diabetes,
+    ),
+    FieldCase(
+        "pyg-gcn-digits",
+        "torch-geometric",
+        ("torch_geometric", "sklearn"),
+        "GCN node classification, digits kNN graph",
+        graph.gcn_digits,
+    ),
+    FieldCase(
+        "pyg-gat-digits",
+        "torch-geometric",
+        ("torch_geometric", "sklearn"),
+        "GAT node classification, digits kNN graph",
+        graph.gat_digits,
+    ),
+    FieldCase(
+        "diffusers-ddpm-digits", "diffusers", ("diffusers",), "DDPM noise prediction, digits 16x16", ddpm.ddpm_digits
+    ),
+    FieldCase(
+        "skorch-mlp-digits",
+        "skorch",
+        ("skorch", "sklearn"),
+        "NeuralNetClassifier (softmax module, NLLLoss), digits",
+        trainers.skorch_digits,
+    ),
+    FieldCase(
+        "ignite-cnn-digits",
+        "pytorch-ignite",
+        ("ignite",),
+        "create_supervised_trainer, CNN on digits",
+        trainers.ignite_digits,
+    ),
+    FieldCase(
+        "hf-trainer-gpt2-text",
+        "transformers",
+        ("transformers",),
+        "Trainer, causal LM on Python's reference text",
+        hf_trainer.gpt2_trainer_text,
+    ),
+)
+
+__all__ = ["FIELD", "FIELD_VERSION", "FieldCase", "Health", "health_of", "load_or_run", "run_case"]

@@ -1,0 +1,90 @@
+"""pyro: a variational autoencoder trained by ``SVI.step`` on ``Trace_ELBO``, written as pyro's VAE
+tutorial writes it (an encoder and decoder in one ``nn.Module``, ``pyro.module`` registering the
+decoder, a Bernoulli likelihood on pixels in [0, 1]), on scikit-learn's digits. ``pyro.optim.Adam``
+builds one torch optimizer per parameter, so the Recorder is given the model alone (a step is a
+backward pass); ``svi.step`` returns the loss after its step, so each loss is logged with the next
+step. Healthy: the ELBO loss per image falls."""
+
+from __future__ import annotations
+
+from .case import Health
+
+
+def vae_digits():
+    import pyro
+    import pyro.distributions as dist
+    import torch
+    from pyro.infer import SVI, Trace_ELBO
+    from pyro.optim import Adam
+    from torch import nn
+
+    from gradwidget import Recorder
+
+    from .data import digits
+
+    class Encoder(nn.Module):
+        def __init__(self, z_dim, hidden):
+            super().__init__()
+            self.fc1 = nn.Linear(64, hidden)
+            self.fc21 = nn.Linear(hidden, z_dim)
+            self.fc22 = nn.Linear(hidden, z_dim)
+            self.softplus = nn.Softplus()
+
+        def forward(self, x):
+            hidden = self.softplus(self.fc1(x))
+            return self.fc21(hidden), torch.exp(self.fc22(hidden))
+
+    class Decoder(nn.Module):
+        def __init__(self, z_dim, hidden):
+            super().__init__()
+            self.fc1 = nn.Linear(z_dim, hidden)
+            self.fc21 = nn.Linear(hidden, 64)
+            self.softplus = nn.Softplus()
+
+        def forward(self, z):
+            return torch.sigmoid(self.fc21(self.softplus(self.fc1(z))))
+
+    class VAE(nn.Module):
+        def __init__(self, z_dim=8, hidden=128):
+            super().__init__()
+            self.encoder = Encoder(z_dim, hidden)
+            self.decoder = Decoder(z_dim, hidden)
+            self.z_dim = z_dim
+
+        def model(self, x):
+            pyro.module("decoder", self.decoder)
+            with pyro.plate("data", x.shape[0]):
+                z_loc = x.new_zeros(torch.Size((x.shape[0], self.z_dim)))
+                z_scale = x.new_ones(torch.Size((x.shape[0], self.z_dim)))
+                z = pyro.sample("latent", dist.Normal(z_loc, z_scale).to_event(1))
+                loc_img = self.decoder(z)
+                pyro.sample("obs", dist.Bernoulli(loc_img, validate_args=False).to_event(1), obs=x)
+
+        def guide(self, x):
+            pyro.module("encoder", self.encoder)
+            with pyro.plate("data", x.shape[0]):
+                z_loc, z_scale = self.encoder(x)
+                pyro.sample("latent", dist.Normal(z_loc, z_scale).to_event(1))
+
+    pyro.clear_param_store()
+    pyro.set_rng_seed(0)
+    x, _, order = digits()
+    vae = VAE()
+    svi = SVI(vae.model, vae.guide, Adam({"lr": 1e-3}), loss=Trace_ELBO())
+    per_epoch = []
+    with Recorder(vae) as rec:
+        for epoch in range(25):
+            total = 0.0
+            for i in range(0, len(order), 128):
+                batch = x[order[i : i + 128]]
+                loss = svi.step(batch)
+                rec.log(loss=loss)
+                total += loss
+            per_epoch.append(total / len(order))
+    return rec.run, Health(
+        "ELBO loss per image (epoch mean)",
+        per_epoch[0],
+        per_epoch[-1],
+        "after <= 0.8x before",
+        per_epoch[-1] <= 0.8 * per_epoch[0],
+    )

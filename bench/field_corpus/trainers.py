@@ -1,0 +1,113 @@
+"""Trainers that run the loop themselves: skorch's ``NeuralNetClassifier.partial_fit`` (its
+documented module ending in a softmax, which skorch's default ``NLLLoss`` criterion takes the log
+of; its internal 20% validation split) and pytorch-ignite's ``create_supervised_trainer`` (the
+convolutional net and ``nll_loss`` of ignite's MNIST example, at SGD 0.05 with momentum 0.9:
+the example's 0.01 and 0.5 are for 60,000 images), both on scikit-learn's digits. The
+loss is logged where each trainer computes it, before its backward: skorch's ``get_loss`` (the
+method its documentation says to override), ignite's ``loss_fn``. Healthy: validation accuracy."""
+
+from __future__ import annotations
+
+from .case import Health
+
+
+def skorch_digits():
+    import torch
+    from skorch import NeuralNetClassifier
+    from torch import nn
+
+    from gradwidget import Recorder
+
+    from .data import digits
+
+    class MyModule(nn.Module):
+        def __init__(self, num_units=64, nonlin=nn.ReLU()):
+            super().__init__()
+            self.dense0 = nn.Linear(64, num_units)
+            self.nonlin = nonlin
+            self.dropout = nn.Dropout(0.5)
+            self.dense1 = nn.Linear(num_units, num_units)
+            self.output = nn.Linear(num_units, 10)
+            self.softmax = nn.Softmax(dim=-1)
+
+        def forward(self, X, **kwargs):
+            X = self.nonlin(self.dense0(X))
+            X = self.dropout(X)
+            X = self.nonlin(self.dense1(X))
+            return self.softmax(self.output(X))
+
+    class Net(NeuralNetClassifier):
+        def get_loss(self, y_pred, y_true, X=None, training=False):
+            loss = super().get_loss(y_pred, y_true, X=X, training=training)
+            if training:
+                rec.log(loss=loss)
+            return loss
+
+    torch.manual_seed(0)
+    x, y, order = digits()
+    net = Net(MyModule, max_epochs=40, lr=0.1, iterator_train__shuffle=True, verbose=0)
+    net.initialize()
+    with Recorder(net.module_, net.optimizer_) as rec:
+        net.partial_fit(x[order].numpy(), y[order].numpy())
+    acc = [float(a) for a in net.history[:, "valid_acc"]]
+    return rec.run, Health("validation accuracy (epoch 1 -> last)", acc[0], acc[-1], "after >= 0.9", acc[-1] >= 0.9)
+
+
+def ignite_digits():
+    import torch
+    import torch.nn.functional as F
+    from ignite.engine import create_supervised_evaluator, create_supervised_trainer
+    from ignite.metrics import Accuracy
+    from torch import nn
+
+    from gradwidget import Recorder
+
+    from .data import digits
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 10, kernel_size=3, padding=1)
+            self.conv2 = nn.Conv2d(10, 20, kernel_size=3, padding=1)
+            self.conv2_drop = nn.Dropout2d()
+            self.fc1 = nn.Linear(80, 50)
+            self.fc2 = nn.Linear(50, 10)
+
+        def forward(self, x):
+            x = F.relu(F.max_pool2d(self.conv1(x), 2))
+            x = F.relu(F.max_pool2d(self.conv2_drop(self.conv2(x)), 2))
+            x = x.view(-1, 80)
+            x = F.relu(self.fc1(x))
+            x = F.dropout(x, training=self.training)
+            x = self.fc2(x)
+            return F.log_softmax(x, dim=-1)
+
+    torch.manual_seed(0)
+    x, y, order = digits()
+    images = x.reshape(-1, 1, 8, 8)
+    train_idx, val_idx = order[:1400], order[1400:]
+    train_loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(images[train_idx], y[train_idx]), batch_size=64, shuffle=True
+    )
+    val_loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(images[val_idx], y[val_idx]), batch_size=256
+    )
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    def loss_fn(y_pred, y):
+        loss = F.nll_loss(y_pred, y)
+        rec.log(loss=loss)
+        return loss
+
+    trainer = create_supervised_trainer(model, optimizer, loss_fn)
+    evaluator = create_supervised_evaluator(model, metrics={"accuracy": Accuracy()})
+
+    def accuracy() -> float:
+        return float(evaluator.run(val_loader).metrics["accuracy"])
+
+    before = accuracy()
+    with Recorder(model, optimizer) as rec:
+        trainer.run(train_loader, max_epochs=15)
+    after = accuracy()
+    return rec.run, Health("validation accuracy", before, after, "after >= 0.9", after >= 0.9)
