@@ -143,7 +143,7 @@ def field_main(substr: str, cache_dir: str, no_cache: bool) -> int:
         for d in report.diagnoses:
             print(
                 f"    {score.finding_of(d)}"
-                + (f"\n        {d.text} {d.evidence}" if d.priority in score.ALARM_PRIORITIES else "")
+                + (f"\n        {d.text} {d.evidence}\n        action: {d.action}" if d.priority in score.ALARM_PRIORITIES else "")
             )
         if not found:
             print("    (nothing reported)")

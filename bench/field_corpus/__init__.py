@@ -1,6 +1,6 @@
 """The field corpus: healthy training written by others, beside the zoo. Each case runs a loop an
 installed package ships (stable-baselines3, pyro, gpytorch, torch-geometric, diffusers, skorch,
-pytorch-ignite, transformers' Trainer), attached with the Recorder lines the README documents, on
+pytorch-ignite, Lightning, transformers' Trainer), attached with the Recorder lines the README documents, on
 data bundled with installed packages, and checks that it trained healthily (its ``Health``).
 Every finding above Low on these runs is a false alarm. ``bench/diagnosis.py --field`` scores it;
 a case whose package is missing is skipped with a message (``pip install ".[field]"``).
@@ -9,7 +9,7 @@ a case whose package is missing is skipped with a message (``pip install ".[fiel
     run, health = FIELD[0].train()
 """
 
-from . import ddpm, gp, graph, hf_trainer, pyro_vae, rl, trainers
+from . import ddpm, gp, graph, hf_trainer, lightning_ae, pyro_vae, rl, trainers
 from .case import FieldCase, Health
 from .runner import FIELD_VERSION, health_of, load_or_run, run_case
 
@@ -37,6 +37,13 @@ FIELD: tuple[FieldCase, ...] = (
         gp.exact_gp_diabetes,
     ),
     FieldCase(
+        "gpytorch-svgp-diabetes",
+        "gpytorch",
+        ("gpytorch",),
+        "variational GP's ELBO over minibatches, diabetes",
+        gp.svgp_diabetes,
+    ),
+    FieldCase(
         "pyg-gcn-digits",
         "torch-geometric",
         ("torch_geometric", "sklearn"),
@@ -49,6 +56,13 @@ FIELD: tuple[FieldCase, ...] = (
         ("torch_geometric", "sklearn"),
         "GAT node classification, digits kNN graph",
         graph.gat_digits,
+    ),
+    FieldCase(
+        "pyg-gcn-karate",
+        "torch-geometric",
+        ("torch_geometric",),
+        "GCN of PyG's introduction, karate club",
+        graph.gcn_karate,
     ),
     FieldCase(
         "diffusers-ddpm-digits", "diffusers", ("diffusers",), "DDPM noise prediction, digits 16x16", ddpm.ddpm_digits
@@ -74,6 +88,15 @@ FIELD: tuple[FieldCase, ...] = (
         "Trainer, causal LM on Python's reference text",
         hf_trainer.gpt2_trainer_text,
     ),
+    FieldCase(
+        "lightning-autoencoder-digits",
+        "lightning",
+        ("lightning",),
+        "Trainer.fit, the README's LitAutoEncoder on digits",
+        lightning_ae.autoencoder_digits,
+    ),
 )
 
 __all__ = ["FIELD", "FIELD_VERSION", "FieldCase", "Health", "health_of", "load_or_run", "run_case"]
+
+

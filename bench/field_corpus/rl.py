@@ -2,7 +2,8 @@
 loop (rollouts, its losses, its optimizer steps); the Recorder watches ``model.policy`` and the
 optimizer SB3 built for it. SB3 keeps its losses inside ``train()``, so no loss is logged: the run
 holds the gradients the optimizer stepped with. Healthy: the mean reward of 10 deterministic
-evaluation episodes rises from the untrained policy's to near the task's cap."""
+evaluation episodes afterwards is at least 100 and 3x the first 10 training episodes' (CartPole-v1
+caps an episode at 500)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def ppo_cartpole():
     model = PPO("MlpPolicy", env, n_steps=512, batch_size=64, n_epochs=4, seed=0, device="cpu")
     run, before, after = _learn(model, env, 10_000)
     return run, Health(
-        "mean eval reward", before, after, "after >= 150 and >= 2x before", after >= 150 and after >= 2 * before
+        "mean eval reward", before, after, "after >= 100 and >= 3x before", after >= 100 and after >= 3 * before
     )
 
 
@@ -46,7 +47,7 @@ def dqn_cartpole():
 
     env = gym.make("CartPole-v1")
     env.reset(seed=0)
-    # RL Baselines3 Zoo's tuned CartPole-v1 hyperparameters
+    # RL Baselines3 Zoo's tuned CartPole-v1 hyperparameters, with half its 128 gradient steps per update
     model = DQN(
         "MlpPolicy",
         env,
@@ -66,5 +67,5 @@ def dqn_cartpole():
     )
     run, before, after = _learn(model, env, 20_000)
     return run, Health(
-        "mean eval reward", before, after, "after >= 150 and >= 2x before", after >= 150 and after >= 2 * before
+        "mean eval reward", before, after, "after >= 100 and >= 3x before", after >= 100 and after >= 3 * before
     )
