@@ -30,6 +30,13 @@ FIELD: tuple[FieldCase, ...] = (
     ),
     FieldCase("pyro-vae-digits", "pyro-ppl", ("pyro",), "SVI on a VAE's ELBO, digits", pyro_vae.vae_digits),
     FieldCase(
+        "pyro-vae-digits-torch-adam",
+        "pyro-ppl",
+        ("pyro",),
+        "Trace_ELBO.differentiable_loss with torch Adam, VAE on digits",
+        pyro_vae.vae_digits_torch_optimizer,
+    ),
+    FieldCase(
         "gpytorch-exactgp-diabetes",
         "gpytorch",
         ("gpytorch",),
@@ -75,6 +82,20 @@ FIELD: tuple[FieldCase, ...] = (
         trainers.skorch_digits,
     ),
     FieldCase(
+        "skorch-mlp-cancer-b8-plateau",
+        "skorch",
+        ("skorch", "sklearn"),
+        "Pipeline(StandardScaler, net), batch 8, ReduceLROnPlateau, breast cancer",
+        trainers.skorch_cancer_small_batch,
+    ),
+    FieldCase(
+        "skorch-lbfgs-friedman",
+        "skorch",
+        ("skorch", "sklearn"),
+        "NeuralNetRegressor with LBFGS, Friedman #1 without noise",
+        trainers.skorch_lbfgs_regression,
+    ),
+    FieldCase(
         "ignite-cnn-digits",
         "pytorch-ignite",
         ("ignite",),
@@ -98,5 +119,3 @@ FIELD: tuple[FieldCase, ...] = (
 )
 
 __all__ = ["FIELD", "FIELD_VERSION", "FieldCase", "Health", "health_of", "load_or_run", "run_case"]
-
-

@@ -39,9 +39,11 @@ def gpt2_trainer_text():
     p = counts[counts > 0] / counts.sum()
     unigram = float(-(p * p.log()).sum())
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(
+    model = GPT2LMHeadModel(
+        GPT2Config(
             vocab_size=vocab, n_positions=block, n_embd=64, n_layer=2, n_head=2, bos_token_id=None, eos_token_id=None
-        ))
+        )
+    )
     cb = GradwidgetCallback()
     with tempfile.TemporaryDirectory() as out:
         args = TrainingArguments(

@@ -42,7 +42,9 @@ def autoencoder_digits():
     torch.manual_seed(0)
     x, y, order = digits()
     train, held = order[:1500], order[1500:]
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x[train], y[train]), batch_size=32, shuffle=True)
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x[train], y[train]), batch_size=32, shuffle=True
+    )
 
     def error() -> float:
         with torch.no_grad():

@@ -36,18 +36,13 @@ def skorch_digits():
             X = self.nonlin(self.dense1(X))
             return self.softmax(self.output(X))
 
-    class Net(NeuralNetClassifier):
-        def get_loss(self, y_pred, y_true, X=None, training=False):
-            loss = super().get_loss(y_pred, y_true, X=X, training=training)
-            if training:
-                rec.log(loss=loss)
-            return loss
-
+    Net = _skorch_logging(NeuralNetClassifier)
     torch.manual_seed(0)
     x, y, order = digits()
     net = Net(MyModule, max_epochs=40, lr=0.1, iterator_train__shuffle=True, verbose=0)
     net.initialize()
     with Recorder(net.module_, net.optimizer_) as rec:
+        Net.holder["rec"] = rec
         net.partial_fit(x[order].numpy(), y[order].numpy())
     acc = [float(a) for a in net.history[:, "valid_acc"]]
     return rec.run, Health("validation accuracy (epoch 1 -> last)", acc[0], acc[-1], "after >= 0.9", acc[-1] >= 0.9)
@@ -111,3 +106,89 @@ def ignite_digits():
         trainer.run(train_loader, max_epochs=15)
     after = accuracy()
     return rec.run, Health("validation accuracy", before, after, "after >= 0.9", after >= 0.9)
+
+
+def _skorch_logging(base):
+    """``base`` (a skorch net class) whose ``get_loss`` logs each training loss to ``holder["rec"]``
+    (the override skorch documents for changing the loss)."""
+
+    class Logged(base):
+        holder: dict = {}
+
+        def get_loss(self, y_pred, y_true, X=None, training=False):
+            loss = super().get_loss(y_pred, y_true, X=X, training=training)
+            if training:
+                self.holder["rec"].log(loss=loss)
+            return loss
+
+    return Logged
+
+
+def skorch_cancer_small_batch():
+    """skorch in a scikit-learn ``Pipeline`` after a ``StandardScaler``: breast cancer data at batch
+    size 8, Adam, logits under ``CrossEntropyLoss``, and skorch's ``LRScheduler`` callback running
+    ``ReduceLROnPlateau`` on the validation loss (``warm_start`` so the pipeline's ``fit`` keeps the
+    recorded module). Healthy: validation accuracy."""
+    import numpy as np
+    import torch
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import FunctionTransformer, StandardScaler
+    from skorch import NeuralNetClassifier
+    from skorch.callbacks import LRScheduler
+    from torch import nn
+
+    from gradwidget import Recorder
+
+    torch.manual_seed(0)
+    X, y = load_breast_cancer(return_X_y=True)
+    order = np.random.default_rng(0).permutation(len(y))
+    X, y = X[order], y[order]
+    module = nn.Sequential(nn.Linear(30, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 2))
+    Net = _skorch_logging(NeuralNetClassifier)
+    net = Net(
+        module,
+        criterion=nn.CrossEntropyLoss,
+        optimizer=torch.optim.Adam,
+        lr=1e-3,
+        batch_size=8,
+        max_epochs=25,
+        iterator_train__shuffle=True,
+        callbacks=[LRScheduler(policy=torch.optim.lr_scheduler.ReduceLROnPlateau, monitor="valid_loss", patience=2)],
+        warm_start=True,
+        verbose=0,
+    )
+    pipe = Pipeline(
+        [("scale", StandardScaler()), ("f32", FunctionTransformer(lambda a: a.astype(np.float32))), ("net", net)]
+    )
+    net.initialize()
+    with Recorder(net.module_, net.optimizer_) as rec:
+        Net.holder["rec"] = rec
+        pipe.fit(X, y)
+    acc = [float(a) for a in net.history[:, "valid_acc"]]
+    return rec.run, Health("validation accuracy (epoch 1 -> last)", acc[0], acc[-1], "after >= 0.95", acc[-1] >= 0.95)
+
+
+def skorch_lbfgs_regression():
+    """skorch's ``NeuralNetRegressor`` with ``torch.optim.LBFGS`` (skorch passes its closure), full
+    batch, fitting scikit-learn's noise-free Friedman #1 function (``make_friedman1``) with a tanh
+    MLP until the fit is close. Healthy: the training MSE against the targets' variance."""
+    import torch
+    from sklearn.datasets import make_friedman1
+    from skorch import NeuralNetRegressor
+    from torch import nn
+
+    from gradwidget import Recorder
+
+    torch.manual_seed(0)
+    X, y = make_friedman1(n_samples=400, noise=0.0, random_state=0)
+    X, y = X.astype("float32"), ((y - y.mean()) / y.std()).astype("float32").reshape(-1, 1)
+    module = nn.Sequential(nn.Linear(10, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 1))
+    Net = _skorch_logging(NeuralNetRegressor)
+    net = Net(module, optimizer=torch.optim.LBFGS, lr=1.0, batch_size=-1, max_epochs=60, train_split=None, verbose=0)
+    net.initialize()
+    with Recorder(net.module_, net.optimizer_) as rec:
+        Net.holder["rec"] = rec
+        net.partial_fit(X, y)
+    loss = [float(v) for v in net.history[:, "train_loss"]]
+    return rec.run, Health("training MSE (targets' variance 1)", loss[0], loss[-1], "after <= 0.01", loss[-1] <= 0.01)
