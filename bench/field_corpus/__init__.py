@@ -116,6 +116,13 @@ FIELD: tuple[FieldCase, ...] = (
         "Trainer.fit, the README's LitAutoEncoder on digits",
         lightning_ae.autoencoder_digits,
     ),
+    FieldCase(
+        "lightning-gan-digits",
+        "lightning",
+        ("lightning", "scipy"),
+        "the basic GAN tutorial (two optimizers, manual optimization) on digits",
+        lightning_ae.gan_digits,
+    ),
 )
 
 __all__ = ["FIELD", "FIELD_VERSION", "FieldCase", "Health", "health_of", "load_or_run", "run_case"]
