@@ -110,6 +110,13 @@ FIELD: tuple[FieldCase, ...] = (
         hf_trainer.gpt2_trainer_text,
     ),
     FieldCase(
+        "hf-trainer-vit-digits",
+        "transformers",
+        ("transformers",),
+        "Trainer, image classification with ViT on digits",
+        hf_trainer.vit_trainer_digits,
+    ),
+    FieldCase(
         "lightning-autoencoder-digits",
         "lightning",
         ("lightning",),

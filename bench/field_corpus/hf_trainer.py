@@ -72,3 +72,76 @@ def gpt2_trainer_text():
         "after <= 0.85x unigram entropy",
         after <= 0.85 * unigram,
     )
+
+
+def vit_trainer_digits():
+    """transformers' ``Trainer`` on image classification: a 2-layer ``ViTForImageClassification``
+    from a config (2x2 patches of the 8x8 digits, random init), ``pixel_values`` and ``labels`` as
+    the Trainer's data collator passes them, 400 steps at batch 32. Healthy: held-out accuracy."""
+    import tempfile
+
+    import numpy as np
+    import torch
+    from transformers import Trainer, TrainingArguments, ViTConfig, ViTForImageClassification
+
+    from gradwidget.integrations.transformers import GradwidgetCallback
+
+    from .data import digits
+
+    x, y, order = digits()
+    images = (x.reshape(-1, 1, 8, 8) - 0.5) / 0.5
+    train, held = order[:1400], order[1400:]
+
+    class Images(torch.utils.data.Dataset):
+        def __init__(self, idx):
+            self.idx = idx
+
+        def __len__(self):
+            return len(self.idx)
+
+        def __getitem__(self, i):
+            j = self.idx[i]
+            return {"pixel_values": images[j], "labels": y[j]}
+
+    def accuracy(pred) -> dict:
+        return {"accuracy": float((np.argmax(pred.predictions, axis=-1) == pred.label_ids).mean())}
+
+    torch.manual_seed(0)
+    cfg = ViTConfig(
+        image_size=8,
+        patch_size=2,
+        num_channels=1,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        num_labels=10,
+    )
+    model = ViTForImageClassification(cfg)
+    cb = GradwidgetCallback()
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(
+            output_dir=out,
+            max_steps=400,
+            per_device_train_batch_size=32,
+            learning_rate=1e-3,
+            warmup_steps=30,
+            logging_steps=100,
+            save_strategy="no",
+            report_to=[],
+            use_cpu=True,
+            seed=0,
+            disable_tqdm=True,
+        )
+        trainer = Trainer(
+            model=model,
+            args=args,
+            train_dataset=Images(train),
+            eval_dataset=Images(held),
+            compute_metrics=accuracy,
+            callbacks=[cb],
+        )
+        before = trainer.evaluate()["eval_accuracy"]
+        trainer.train()
+        after = trainer.evaluate()["eval_accuracy"]
+    return cb.run, Health("held-out accuracy", before, after, "after >= 0.9", after >= 0.9)
