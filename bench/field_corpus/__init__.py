@@ -28,6 +28,20 @@ FIELD: tuple[FieldCase, ...] = (
         "DQN on CartPole-v1",
         rl.dqn_cartpole,
     ),
+    FieldCase(
+        "sb3-a2c-cartpole",
+        "stable-baselines3",
+        ("stable_baselines3", "gymnasium"),
+        "A2C on CartPole-v1",
+        rl.a2c_cartpole,
+    ),
+    FieldCase(
+        "pyro-bayesian-regression-diabetes",
+        "pyro-ppl",
+        ("pyro",),
+        "SVI with an AutoDiagonalNormal guide, Bayesian linear regression, diabetes",
+        pyro_vae.bayesian_regression_diabetes,
+    ),
     FieldCase("pyro-vae-digits", "pyro-ppl", ("pyro",), "SVI on a VAE's ELBO, digits", pyro_vae.vae_digits),
     FieldCase(
         "pyro-vae-digits-torch-adam",

@@ -69,3 +69,17 @@ def dqn_cartpole():
     return run, Health(
         "mean eval reward", before, after, "after >= 100 and >= 3x before", after >= 100 and after >= 3 * before
     )
+
+
+def a2c_cartpole():
+    """A2C with SB3's defaults (RMSprop at 7e-4, 5-step rollouts, so an update every 5 steps)."""
+    import gymnasium as gym
+    from stable_baselines3 import A2C
+
+    env = gym.make("CartPole-v1")
+    env.reset(seed=0)
+    model = A2C("MlpPolicy", env, seed=0, device="cpu")
+    run, before, after = _learn(model, env, 25_000)
+    return run, Health(
+        "mean eval reward", before, after, "after >= 100 and >= 3x before", after >= 100 and after >= 3 * before
+    )
