@@ -130,7 +130,7 @@ def field_main(substr: str, cache_dir: str, no_cache: bool) -> int:
         reason = c.skip_reason()
         if reason:
             skipped.append(f"{c.id}: {reason}")
-            print(f"{c.id}  [{c.package}]  {reason}")
+            print(f"{c.id}  [{c.package}]  skipped: {reason}")
             continue
         run = field_corpus.run_case(c) if no_cache else field_corpus.load_or_run(c, cache_dir)
         health = field_corpus.health_of(run)
@@ -143,7 +143,11 @@ def field_main(substr: str, cache_dir: str, no_cache: bool) -> int:
         for d in report.diagnoses:
             print(
                 f"    {score.finding_of(d)}"
-                + (f"\n        {d.text} {d.evidence}\n        action: {d.action}" if d.priority in score.ALARM_PRIORITIES else "")
+                + (
+                    f"\n        {d.text} {d.evidence}\n        action: {d.action}"
+                    if d.priority in score.ALARM_PRIORITIES
+                    else ""
+                )
             )
         if not found:
             print("    (nothing reported)")

@@ -11,7 +11,7 @@ def _never():
 def test_a_case_whose_package_is_missing_says_what_to_install():
     case = FieldCase("x", "some-dist", ("json", "gradwidget_no_such_module"), "a task", _never)
     assert case.missing() == ["gradwidget_no_such_module"]
-    assert case.skip_reason() == "skipped: gradwidget_no_such_module not installed (pip install some-dist)"
+    assert case.skip_reason() == "gradwidget_no_such_module not installed (pip install some-dist)"
 
 
 def test_a_case_with_its_packages_installed_is_not_skipped():

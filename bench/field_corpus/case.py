@@ -55,4 +55,4 @@ class FieldCase:
         gone = self.missing()
         if not gone:
             return None
-        return f"skipped: {', '.join(gone)} not installed (pip install {self.package})"
+        return f"{', '.join(gone)} not installed (pip install {self.package})"
