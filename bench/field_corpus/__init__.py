@@ -110,6 +110,13 @@ FIELD: tuple[FieldCase, ...] = (
         trainers.skorch_lbfgs_regression,
     ),
     FieldCase(
+        "skorch-regressor-diabetes-raw-targets",
+        "skorch",
+        ("skorch", "sklearn"),
+        "NeuralNetRegressor, diabetes targets unscaled (25-346)",
+        trainers.skorch_regressor_diabetes,
+    ),
+    FieldCase(
         "ignite-cnn-digits",
         "pytorch-ignite",
         ("ignite",),
