@@ -117,6 +117,13 @@ FIELD: tuple[FieldCase, ...] = (
         trainers.skorch_regressor_diabetes,
     ),
     FieldCase(
+        "skorch-mlp-wine-converged",
+        "skorch",
+        ("skorch", "sklearn"),
+        "Pipeline(StandardScaler, net), wine, trained to a training loss near 1e-5",
+        trainers.skorch_wine_converged,
+    ),
+    FieldCase(
         "ignite-cnn-digits",
         "pytorch-ignite",
         ("ignite",),
