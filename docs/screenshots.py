@@ -1,4 +1,4 @@
-"""Screenshots for the README and docs/exporting.md, made from today's build:
+"""Screenshots for the README and docs/exporting.md, made from the current build:
 
 * ``report``: the HTML report of the demo run (``report.png``);
 * ``panel``, ``gpt2``: the live panel in JupyterLab on the demo (``panel.png``) and on a Hugging Face

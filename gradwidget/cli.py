@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+import unicodedata
 from pathlib import Path
 
 
@@ -13,10 +13,31 @@ def _output(path: str, force: bool) -> Path:
     replaced only with ``--force``."""
     from .storage import check_output_file
 
-    out = check_output_file(path)
-    if not force and os.path.lexists(out):
-        raise FileExistsError(f"{out} exists; pass --force to replace it, or choose another output file")
-    return out
+    return check_output_file(path, force, force_hint="pass --force")
+
+
+#: control characters kept as they are in printed text: line breaks and tabs lay it out
+_LAYOUT = "\n\t"
+#: Unicode's bidirectional overrides and isolates: they reorder what a terminal shows after them
+_BIDI = set(range(0x202A, 0x202F)) | set(range(0x2066, 0x206A))
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` as the command line prints it: control characters (an ANSI or OSC escape sequence
+    in a layer name, a carriage return, a bidirectional override) shown as Python escapes such as
+    ``\\x1b``, never sent to the terminal to act on; line breaks and tabs kept."""
+    return "".join(
+        c
+        if c in _LAYOUT or not (unicodedata.category(c) == "Cc" or ord(c) in _BIDI)
+        else c.encode("unicode_escape").decode("ascii")
+        for c in text
+    )
+
+
+def _say(text: object = "", file=None, end: str = "\n") -> None:
+    """Print ``text`` made ``terminal_safe``: the one way the command line prints (names and
+    messages carry what users and files wrote)."""
+    print(terminal_safe(str(text)), file=file, end=end)
 
 
 def _describe(e: Exception) -> str:
@@ -34,28 +55,34 @@ def _load(path: str):
 
 def cmd_demo(args) -> int:
     from .demo import train_demo
-    from .storage import check_log_dir
+    from .storage import check_log_dir, is_run_dir
 
     out = check_log_dir(args.out, overwrite=args.force, overwrite_hint="pass --force")  # before training
-    print(f"gradwidget demo: a {12}-layer sigmoid MLP on synthetic data, {args.steps} steps -> {out}/")
+    if args.force and not is_run_dir(out) and out.is_dir() and any(out.iterdir()):
+        # --force replaces a run; the demo never writes beside a user's other files
+        raise FileExistsError(
+            f"{out} holds other files and is not a gradwidget run: the demo writes only into a new or "
+            f"empty folder or over a run, --force or not; pick another --out (e.g. {out / 'demo-run'})"
+        )
+    _say(f"gradwidget demo: a {12}-layer sigmoid MLP on synthetic data, {args.steps} steps -> {out}/")
     rec = train_demo(args.steps, log_dir=out, progress=not args.quiet, overwrite=args.force)
     run = rec.run
     from .analysis import analyze
     from .outputs import summary, to_ascii
 
     report = analyze(run)
-    print(to_ascii(run, width=args.width))
-    print(summary(run, report))
-    print()
-    print(report.summary_text())
-    print(f"\nRun saved in {out}/  (open it in a notebook: GradientPanel.from_run({str(out)!r}))")
+    _say(to_ascii(run, width=args.width))
+    _say(summary(run, report))
+    _say()
+    _say(report.summary_text())
+    _say(f"\nRun saved in {out}/  (open it in a notebook: GradientPanel.from_run({str(out)!r}))")
     return 0
 
 
 def cmd_ascii(args) -> int:
     from .outputs import to_ascii
 
-    print(to_ascii(_load(args.run), width=args.width), end="")
+    _say(to_ascii(_load(args.run), width=args.width), end="")
     return 0
 
 
@@ -66,21 +93,21 @@ def cmd_export(args) -> int:
     from .outputs import export_csv, export_json
 
     if fmt == "json":
-        export_json(run, args.output)
+        export_json(run, out, force=args.force)
     elif fmt == "csv":
-        export_csv(run, args.output)
+        export_csv(run, out, force=args.force)
     else:
-        print(f"gradwidget export: unknown format {fmt!r}; use --format json or csv", file=sys.stderr)
+        _say(f"gradwidget export: unknown format {fmt!r}; use --format json or csv", file=sys.stderr)
         return 2
-    print(f"wrote {run.n_steps} steps x {run.n_layers} layers to {args.output}")
+    _say(f"wrote {run.n_steps} steps x {run.n_layers} layers to {args.output}")
     return 0
 
 
 def cmd_report(args) -> int:
     from .report import main_report
 
-    main_report(args.run, _output(args.output, args.force))
-    print(f"wrote {args.output}")
+    main_report(args.run, _output(args.output, args.force), force=args.force)
+    _say(f"wrote {args.output}")
     return 0
 
 
@@ -91,10 +118,10 @@ def cmd_compare(args) -> int:
     out = _output(args.output, args.force) if args.output else None  # refused before any work
     labels = args.labels.split(",") if args.labels else None
     cmp = compare(*args.runs, labels=labels)
-    print(cmp.summary_text())
+    _say(cmp.summary_text())
     if out is not None:
         write_comparison(cmp, out, force=args.force)
-        print(f"wrote {args.output}")
+        _say(f"wrote {args.output}")
     return 0
 
 
@@ -139,10 +166,10 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except (RunFormatError, OSError, ValueError) as e:
-        print(f"gradwidget {args.command}: error: {_describe(e)}", file=sys.stderr)
+        _say(f"gradwidget {args.command}: error: {_describe(e)}", file=sys.stderr)
         return 2
     except MemoryError:
-        print(
+        _say(
             f"gradwidget {args.command}: error: not enough memory for this run; try a machine with more memory",
             file=sys.stderr,
         )

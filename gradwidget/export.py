@@ -157,16 +157,21 @@ class GradwidgetHTMLExporter(HTMLExporter):
         return [str(TEMPLATES), *super()._default_extra_template_basedirs()]
 
 
-def export_html(notebook, path=None, **kw) -> str:
+def export_html(notebook, path=None, force: bool = False, **kw) -> str:
     """Export a notebook (path or NotebookNode) with ``GradwidgetHTMLExporter``; write it to ``path``
-    if given and return the HTML."""
+    if given (an existing file is replaced only with ``force``) and return the HTML."""
     import nbformat
+
+    if path is not None:
+        from .storage import check_output_file
+
+        check_output_file(path, force)  # before the work
 
     nb = nbformat.read(str(notebook), as_version=4) if isinstance(notebook, (str, Path)) else notebook
     body, _ = GradwidgetHTMLExporter(**kw).from_notebook_node(nb)
     if path is not None:
         from .storage import atomic_output
 
-        with atomic_output(path, encoding="utf-8") as f:
+        with atomic_output(path, force, encoding="utf-8") as f:
             f.write(body)
     return body

@@ -65,14 +65,12 @@ def open_plain(path):
     return os.fdopen(fd, "rb")
 
 
-def open_to_append(path, size: int) -> int:
-    """A file descriptor appending to our own existing plain file ``path`` (never through a link),
-    cut back to its first ``size`` bytes (a record a crash left half-written)."""
+def open_to_append(path) -> int:
+    """A file descriptor appending to our own existing plain file ``path`` (never through a link)."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | _NOFOLLOW | _CLOEXEC)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise NotPlainFile(f"{path} is not a plain file (a FIFO, device, socket or folder)")
-    os.ftruncate(fd, size)
     return fd
 
 

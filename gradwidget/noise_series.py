@@ -24,7 +24,7 @@ NOISE_SCALARS: tuple[str, ...] = ("b_small", "b_big", "n_small", "small_total", 
 #: fewest rows a finding about the batch size rests on (``analysis.causes._batch_size``); the
 #: Recorder's probe takes this many at consecutive recorded steps before it thins out to its
 #: cadence (``collect._noise``), so the first estimate never waits for the cadence
-MIN_ROWS = 10
+NOISE_MIN_ROWS = 10
 
 
 def noise_dtype(n_layers: int) -> np.dtype:

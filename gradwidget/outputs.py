@@ -1,6 +1,6 @@
 """The original crate's flow-animator outputs of a Run: JSON frames, CSV timeline, ASCII heatmap, summary report.
 
-Two deliberate departures from the original crate (see DESIGN.md): layers keep the model's depth order instead
+Two deliberate departures from the original crate (docs/architecture.md): layers keep the model's depth order instead
 of being sorted by name, and the ASCII heatmap uses one log scale across all steps instead of
 normalising each step by its own maximum (which hid network-wide vanishing).
 """
@@ -108,11 +108,12 @@ def frames(run: Run) -> list[dict]:
     return out
 
 
-def export_json(run: Run, path) -> None:
-    """Write the frames as JSON (non-finite numbers become null)."""
+def export_json(run: Run, path, force: bool = False) -> None:
+    """Write the frames as JSON (non-finite numbers become null); an existing file is replaced
+    only with ``force``."""
     from .storage import atomic_output
 
-    with atomic_output(path) as f:
+    with atomic_output(path, force) as f:
         json.dump(frames(run), f, indent=1)
 
 
@@ -131,10 +132,14 @@ def _cell(x: float) -> str:
     return "" if x != x else f"{x:.8e}"
 
 
-def export_csv(run: Run, path) -> None:
+def export_csv(run: Run, path, force: bool = False) -> None:
     """Write the CSV timeline, one row per step and layer: the original crate's columns first
     (``CSV_COLUMNS``), then every other metric and the step's loss, learning rate and global norm
-    (``CSV_MORE``; empty where not recorded). Layer names made ``spreadsheet_safe``."""
+    (``CSV_MORE``; empty where not recorded). Layer names made ``spreadsheet_safe``. An existing
+    file is replaced only with ``force``."""
+    from .storage import check_output_file
+
+    check_output_file(path, force)  # before the work
     run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
     mean, mx, norm = run.metric("mean_abs"), run.metric("max_abs"), run.metric("grad_norm")
     van, exp = run.vanishing(), run.exploding()
@@ -143,7 +148,7 @@ def export_csv(run: Run, path) -> None:
     names = [spreadsheet_safe(n) for n in run.layer_names]
     from .storage import atomic_output
 
-    with atomic_output(path, newline="") as f:
+    with atomic_output(path, force, newline="") as f:
         w = csv.writer(f)
         w.writerow(CSV_COLUMNS + CSV_MORE)
         for i, step in enumerate(run.steps.tolist()):

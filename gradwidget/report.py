@@ -300,19 +300,20 @@ def render_report(report, title: str | None = None) -> str:
     )
 
 
-def write_report(report, path) -> Path:
+def write_report(report, path, force: bool = False) -> Path:
     """Write the self-contained HTML report (summary, recommendations, heatmap, health table,
-    distributions of the worst layers, weight health) to ``path``; return the path."""
+    distributions of the worst layers, weight health) to ``path`` (an existing file is replaced only
+    with ``force``); return the path."""
     from .storage import atomic_output, check_output_file
 
-    path = check_output_file(path)  # before the work: a folder or a run's own file is refused
+    path = check_output_file(path, force)  # before the work: a folder, a run's own file, a file there
     text = render_report(report)
-    with atomic_output(path, encoding="utf-8") as f:
+    with atomic_output(path, force, encoding="utf-8") as f:
         f.write(text)
     return path
 
 
-def main_report(run_path, out_path) -> Path:
+def main_report(run_path, out_path, force: bool = False) -> Path:
     """``gradwidget report RUN -o OUT``: load a run directory, analyse it, write the report."""
     from .storage import load_run
 
@@ -321,7 +322,7 @@ def main_report(run_path, out_path) -> Path:
         raise ValueError(f"{run_path} holds no recorded steps yet; train for a few steps first")
     from .analysis import analyze
 
-    return write_report(analyze(run), out_path)
+    return write_report(analyze(run), out_path, force)
 
 
 def render_comparison(cmp, metric: str = "grad_norm") -> str:
@@ -378,10 +379,8 @@ def write_comparison(cmp, path, force: bool = False) -> Path:
     existing file is replaced only with ``force``, a run's own file never."""
     from .storage import atomic_output, check_output_file
 
-    out = check_output_file(path)
-    if out.exists() and not force:
-        raise FileExistsError(f"{out} exists; pass force=True (--force) to replace it")
+    out = check_output_file(path, force)  # before the work
     html = render_comparison(cmp)
-    with atomic_output(out, encoding="utf-8") as f:
+    with atomic_output(out, force, encoding="utf-8") as f:
         f.write(html)
     return out

@@ -271,6 +271,23 @@ class Run(RunAppend):
             self.meta["nonfinite_origin"] = origin.to_dict()
         self.version += 1
 
+    # ----------------------------------------------------------------- continuing a run
+    def continue_from(self, old: "Run") -> None:
+        """Put the steps of ``old`` (a run this one continues: ``Recorder(..., resume=True)``) in
+        front of this run's, with their histograms and noise rows (a rolling window keeps the
+        newest), and what ``old.meta`` said of the run that this run's meta does not say anew (its
+        NaN origin, the tracing and loss graph it used, the trainer's clipping, the replica check's
+        record). How the earlier run was distributed is not this run's."""
+        hist_at = {int(s): k for k, s in enumerate(old.hist_steps)}
+        for i, step in enumerate(old.steps.tolist()):
+            k = hist_at.get(step)
+            self.append(step, old._M3[i], dict(zip(SCALARS, old._S2[i])), old.hist[k] if k is not None else None)
+        if old.noise is not None and len(old.noise):
+            self.noise = NoiseSeries(self.n_layers, self.max_steps)
+            self.noise.extend(old.noise.window().copy())
+        carried = {k: v for k, v in old.meta.items() if k != "distributed"}
+        self.meta = {**carried, **self.meta}
+
     # ----------------------------------------------------------------- the rolling window's history
     def _fold_into_history(self, old: "Run") -> None:
         """Fold evicted steps into ``history`` in blocks of ``history_block`` steps; when history

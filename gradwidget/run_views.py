@@ -104,7 +104,8 @@ def merge_layers(run: Run, groups: Sequence[Sequence[int]], names: Sequence[str]
     r._n = r._cap = run._n
     if run._hn:
         h = run.hist
-        r._hist = np.stack([h[:, list(g)].sum(axis=1) for g in groups], axis=1).astype(np.uint32)
+        # a group's counts are summed in 64 bits and kept so: a group may hold more than 2**32 entries
+        r._hist = np.stack([h[:, list(g)].sum(axis=1, dtype=np.uint64) for g in groups], axis=1)
         r._hist_steps, r._hn = run.hist_steps.copy(), run._hn
     return r
 

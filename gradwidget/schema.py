@@ -47,16 +47,46 @@ def scalar_index(name: str) -> int:
     return _position(SCALARS, name, "scalar")
 
 
+#: the largest step number: steps are int64 in a run directory and plain numbers in the panel, which
+#: holds whole numbers exactly up to 2**53 - 1 (JavaScript's Number.MAX_SAFE_INTEGER)
+MAX_STEP = 2**53 - 1
+
+#: what each per-step scalar may hold, as (lowest, NaN allowed, what it is): a loss is any real
+#: number (NaN and inf are what a diverging run shows); a learning rate is a finite number >= 0; a
+#: global norm is >= 0 (inf and NaN: non-finite gradients)
+SCALAR_RULES: dict[str, tuple[float, bool, str]] = {
+    "loss": (-np.inf, True, "a real number (NaN and inf included)"),
+    "lr": (0.0, False, "a finite number >= 0"),
+    "global_norm": (0.0, True, "a number >= 0 (inf or NaN for non-finite gradients)"),
+}
+
+
 def _as_step(step) -> int:
-    """The step number as an int; a whole float (3.0) is accepted, 'x' or 2.5 are refused."""
+    """The step number as an int from 0 to ``MAX_STEP``; a whole float (3.0) is accepted, 'x',
+    2.5, -1, 2**63 or 1e300 are refused, saying the range."""
     try:
         as_float = float(step)
         ok = as_float == int(as_float)
     except (TypeError, ValueError, OverflowError):
         ok = False
     if isinstance(step, bool) or isinstance(step, str) or not ok:
-        raise ValueError(f"step must be a whole number (the optimizer step count), got {step!r}")
+        raise ValueError(f"step must be a whole number (the optimizer step count), got {step!r:.60}")
+    if not 0 <= int(step) <= MAX_STEP:
+        raise ValueError(f"step must be a whole number from 0 to 2**53 - 1 ({MAX_STEP}), got {step!r:.60}")
     return int(step)
+
+
+def check_scalar(name: str, value, given: bool = True) -> float:
+    """A per-step scalar (``SCALARS``) as a float, or a ValueError that says its allowed range.
+    ``given=False``: a value of a Run's row, where NaN stands for one not given."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{name} must be a number (or None), got {value!r:.60}") from None
+    lowest, nan_ok, what = SCALAR_RULES[name]
+    if v < lowest or (not nan_ok and not np.isfinite(v) and (given or not np.isnan(v))):
+        raise ValueError(f"{name} must be {what}, got {value!r:.60}")
+    return v
 
 
 def scalar_row(scalars: dict | None) -> np.ndarray:
@@ -66,10 +96,6 @@ def scalar_row(scalars: dict | None) -> np.ndarray:
     for k, v in (scalars or {}).items():
         if k not in SCALARS:
             raise ValueError(f"unknown scalar {k!r}; scalars are {list(SCALARS)}")
-        if v is None:
-            continue
-        try:
-            row[SCALARS.index(k)] = float(v)
-        except (TypeError, ValueError):
-            raise ValueError(f"{k} must be a number (or None), got {v!r:.60}") from None
+        if v is not None:
+            row[SCALARS.index(k)] = check_scalar(k, v, given=False)
     return row

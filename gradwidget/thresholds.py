@@ -87,11 +87,18 @@ class Thresholds:
     #: the reordering noise, 4 decades under the smallest real divergence.
     replica_tolerance: float = 1e-5
     #: the batch is named too small / too large (``batch_too_small``, ``batch_too_large``) when the
-    #: gradient noise scale's whole 95% interval is this many times above / below it. Why 10: B_simple
-    #: only marks where the trade between steps and examples turns (McCandlish et al. 2018: a batch
-    #: of B_crit takes twice the minimum steps and twice the minimum examples); within a factor of a
-    #: few either way the trade is mild, beyond 10x one side costs 10x.
+    #: gradient noise scale's estimate is this many times above / below it (and its one-sided 95%
+    #: bound beyond ``batch_noise_sure``). Why 10: B_simple only marks where the trade between steps
+    #: and examples turns (McCandlish et al. 2018: a batch of B_crit takes twice the minimum steps and
+    #: twice the minimum examples); within a factor of a few either way the trade is mild, beyond 10x
+    #: one side costs 10x.
     batch_noise_far: float = 10.0
+    #: ... and only where the one-sided 95% bound of B_simple is this many times beyond the batch: the
+    #: batch is surely not about right. Why not the 10 of ``batch_noise_far`` for the bound too: far
+    #: below the noise scale |G|² is barely resolved, and a bound within 2x of a value 20x the batch
+    #: takes more rows than the average's time constant holds (measured: a batch 20x below B_simple
+    #: bounded at 6-9x over 150 steps each measured); 3 keeps a batch within 3x of it silent.
+    batch_noise_sure: float = 3.0
 
     def __post_init__(self) -> None:
         """Every value checked here, where it is given (a Recorder, analyze, the CLI all build one),
@@ -170,6 +177,7 @@ _ORDERED = (
     ("minor_issue_ratio", "problem_issue_ratio"),
     ("problem_issue_ratio", "critical_issue_ratio"),
     ("unstable", "stable_network"),
+    ("batch_noise_sure", "batch_noise_far"),
 )
 
 

@@ -140,6 +140,7 @@ def train(
     model_kind: str = "mlp",
     nan_rank: int = -1,
     pattern: str = "",
+    odd_rank: int = -1,
 ) -> dict:
     rank, world = 0, 1
     if mode != "single":
@@ -192,6 +193,9 @@ def train(
 
         model = FullyShardedDataParallel(model, use_orig_params=mode == "fsdp1", device_id=torch.device("cpu"))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    odd = odd_rank % world  # the rank a "load" run loads its checkpoint on (-1: the last)
+    inner = model.module if hasattr(model, "module") else model
+    start = {k: v.clone() for k, v in inner.state_dict().items()}  # a checkpoint of step 0
     rec = Recorder(
         model,
         None if no_optimizer else opt,
@@ -213,6 +217,8 @@ def train(
             loss = ((model(xb) - yb) ** 2).mean()  # (and the others step 3's, so no all-reduce waits)
             rec.log(loss=loss)
             loss.backward()
+        if pattern == "load" and rank == odd and i == 2:  # a checkpoint loaded on one rank only
+            inner.load_state_dict(start)
         if pattern == "clip" and rank == world - 1 and i >= 2:  # one rank clips after the sync
             # (tensor parallel: the head, a plain parameter every rank holds whole)
             clipped = model.parameters() if mode != "tp" else list(model.children())[-1].parameters()
@@ -269,9 +275,12 @@ def main() -> None:
     ap.add_argument("--nan-rank", type=int, default=-1, help="this rank's data holds a NaN at step 2")
     ap.add_argument(
         "--pattern",
-        choices=["", "to-dtype", "no-sync", "clip", "ddp-one-rank", "own-data", "ignored"],
+        choices=["", "to-dtype", "no-sync", "clip", "ddp-one-rank", "own-data", "ignored", "load"],
         default="",
         help="a way replicas fall out of sync (own-data: plain, clip: ddp or tp, the others: ddp)",
+    )
+    ap.add_argument(
+        "--odd-rank", type=int, default=-1, help="the rank a 'load' run loads step 0's weights on at step 2"
     )
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -286,6 +295,7 @@ def main() -> None:
         args.model,
         args.nan_rank,
         args.pattern,
+        args.odd_rank,
     )
     if args.mode != "single":
         import gc

@@ -76,8 +76,10 @@ def test_empty_and_single_step_runs():
     rep = analyze(Run(["a", "b"]))
     assert rep.overall_health == "Unknown" and list(rep.layers.health) == ["Unknown", "Unknown"]
     json.loads(rep.to_json())
-    rep1 = analyze(synth(np.array([[1e-9, 0.1]])))  # the input side starves: a vanishing gradient (High)
-    assert rep1.layers.health.tolist() == ["Warning", "Healthy"]
+    rep1 = analyze(synth(np.array([[1e-9, 0.1]])))  # the input side starves: a vanishing gradient
+    (d,) = rep1.diagnoses  # a symptom, and no loss logged to show damage: information (Low)
+    assert d.cause == "vanishing" and d.priority == "Low" and "no loss was logged" in d.evidence
+    assert rep1.layers.health.tolist() == ["Healthy", "Healthy"]
     json.loads(rep1.to_json())
 
 

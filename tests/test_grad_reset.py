@@ -71,7 +71,14 @@ def test_every_reset_reads_as_reset(mode, optimizer):
 @pytest.mark.parametrize("mode", ["none", "none_clip"])
 def test_forgotten_zero_grad_is_found_from_the_second_step(mode, optimizer):
     run = _train(mode, optimizer)
-    assert run.meta["grad_reset"] == {"layer": "0.bias", "checked": 11, "carried": 11, "first_step": 1}
+    assert run.meta["grad_reset"] == {
+        "layer": "0.bias",
+        "checked": 11,
+        "carried": 11,
+        "first_step": 1,
+        "steps": 12,
+        "cleared": 0,  # carried, never cleared before the step
+    }
     top = analyze(run).diagnoses[0]
     assert top.cause == "missing_zero_grad" and top.priority == "High" and top.first_step == 1
     assert "11 of 11 steps" in top.evidence and "0.bias" in top.evidence

@@ -16,7 +16,7 @@ from torch import nn
 
 from gradwidget import Recorder, load_run
 from gradwidget.collect._noise import NOISE_EVERY
-from gradwidget.noise_series import MIN_ROWS
+from gradwidget.noise_series import NOISE_MIN_ROWS
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning", "ignore::FutureWarning")
 
@@ -207,14 +207,14 @@ def test_hf_trainer_torch_compile_adds_no_graph_break(tmp_path):
 def measured_steps(steps) -> list[int]:
     """The step labels the noise probe measures at its default cadence, of a run's ``steps``
     (NaN tracing off: while "auto" times its tracer, every step is measured)."""
-    return [int(s) for i, s in enumerate(steps) if i < MIN_ROWS or i % NOISE_EVERY == 0]
+    return [int(s) for i, s in enumerate(steps) if i < NOISE_MIN_ROWS or i % NOISE_EVERY == 0]
 
 
 @pytest.mark.slow
 def test_hf_trainer_accumulation_gives_the_noise_scale(tmp_path):
     """Accumulation over 2 micro-batches of 4: the Recorder sees the gradient at batch 4 and 8 (the
     model's forward tells the size, read from the second step on) and ``analyze`` estimates
-    B_simple from them. At the default cadence (the first ``MIN_ROWS`` steps, then one in
+    B_simple from them. At the default cadence (the first ``NOISE_MIN_ROWS`` steps, then one in
     ``NOISE_EVERY``) through the Trainer's own step marks, and at every step."""
     from gradwidget import analyze
 

@@ -1,4 +1,4 @@
-"""The package's layers (DESIGN.md, "Layout"): a module never imports one on a higher layer, not even
+"""The package's layers (docs/architecture.md, "The layers"): a module never imports one on a higher layer, not even
 inside a function or under ``TYPE_CHECKING``.
 
 The data flows collect -> Run -> analysis -> outputs. In imports, the Run and its folder are the data

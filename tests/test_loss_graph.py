@@ -232,10 +232,10 @@ def test_a_division_above_a_summed_loss_is_a_mean_again():
     assert walk((F.cross_entropy(x, y) * 8).grad_fn).summed is None  # scaled: not told either
 
 
-@pytest.mark.parametrize("criterion,found", [(softmax_ce, True), (F.cross_entropy, False)], ids=["softmax", "logits"])
-def test_without_the_graph_the_loss_stuck_above_the_softmax_floor_tells(criterion, found):
-    """A loss logged as a number leaves no graph: the loss trajectory decides, a softmax run's loss
-    flat just above ln(1 + (C-1)/e) (its last third's trend flat for certain), a logits run's far below."""
+@pytest.mark.parametrize("criterion", [softmax_ce, F.cross_entropy], ids=["softmax", "logits"])
+def test_without_the_graph_no_classes_are_guessed(criterion):
+    """A loss logged as a number leaves no graph: nothing says the loss has classes (an output
+    width is no class count), so no softmax is guessed from the loss's level either way."""
     model = classifier()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     with Recorder(model, opt) as rec:
@@ -246,7 +246,6 @@ def test_without_the_graph_the_loss_stuck_above_the_softmax_floor_tells(criterio
             rec.log(loss=float(loss.detach()))
             opt.step()
     assert "loss_graph" not in rec.run.meta
-    hits = saturated(analyze(rec.run))
-    assert bool(hits) == found
-    if found:
-        assert "ln(1 + 3/e)" in hits[0].evidence and hits[0].priority == "High"
+    rep = analyze(rec.run)
+    assert not saturated(rep)
+    assert any("logged without its graph" in n for n in rep.notes)

@@ -15,7 +15,7 @@ from torch.func import functional_call, grad, vmap  # noqa: E402
 from gradwidget import load_run  # noqa: E402
 from gradwidget.analysis import analyze  # noqa: E402
 from gradwidget.analysis.noise_scale import noise_scale, smoothed, two_size_estimates  # noqa: E402
-from gradwidget.noise_series import MIN_ROWS  # noqa: E402
+from gradwidget.noise_series import NOISE_MIN_ROWS  # noqa: E402
 from gradwidget.collect import _fused  # noqa: E402
 from gradwidget.collect.torch import Recorder  # noqa: E402
 from gradwidget.storage import RunReader  # noqa: E402
@@ -68,7 +68,7 @@ def test_two_size_estimator_is_unbiased_on_gaussian_gradients():
     g2, tr = two_size_estimates(np.full(rows, bs), np.full(rows, bs * k), small_sq, big_sq)
     assert abs(g2.mean() / (G @ G) - 1) < 0.05
     assert abs(tr.mean() / (s @ s) - 1) < 0.02
-    b, lo, hi = smoothed(g2, tr, span=rows)
+    b, lo, hi = smoothed(np.arange(rows), g2, tr, small_sq, tau=1e9)  # every row alike
     assert lo[-1] <= (s @ s) / (G @ G) <= hi[-1]
 
 
@@ -88,12 +88,12 @@ def test_estimate_matches_per_example_ground_truth():
         "two_sizes": "accumulation",
         "world_size": 1,
         "every": 1,
-        "first": MIN_ROWS,
+        "first": NOISE_MIN_ROWS,
     }
-    whole = noise_scale(rec.run, span=120)  # averaged over every step: the bias, not the EMA's spread
+    whole = noise_scale(rec.run, tau=1e9)  # averaged over every step: the bias, not the average's spread
     assert whole.b_small == 16 and whole.b_big == 64
     assert whole.last[0] == pytest.approx(exact, rel=0.1)
-    ema = noise_scale(rec.run)  # what the panel shows (EMA over 20 steps): within its interval
+    ema = noise_scale(rec.run)  # what the panel shows (time constant 64 steps): within its interval
     b, lo, hi = ema.last
     assert lo <= exact <= hi and abs(b / exact - 1) < 0.3
 
@@ -362,7 +362,7 @@ def test_loss_division_and_batch_size_sources_do_not_change_the_estimate():
 def test_the_probe_measures_its_first_rows_in_a_row_then_one_recorded_step_in_noise_every():
     """The default cadence (and one with ``every`` > 1) gives exactly the rows of a probe measuring
     every step, at the steps it measures: the hooks of the steps between add nothing to them. The
-    first ``MIN_ROWS`` recorded steps are all measured (the first estimate waits for no cadence),
+    first ``NOISE_MIN_ROWS`` recorded steps are all measured (the first estimate waits for no cadence),
     then one in ``noise_every``; while "auto" times the NaN tracer on alternate steps, every step
     is measured too (both sides of its pairs alike)."""
     from gradwidget.collect._noise import NOISE_EVERY
@@ -382,13 +382,13 @@ def test_the_probe_measures_its_first_rows_in_a_row_then_one_recorded_step_in_no
         rec.detach()
         rows[tuple(kw.items())] = rec.run.noise.rows
         assert rec.run.meta["noise_scale"]["every"] == kw.get("noise_every", NOISE_EVERY)
-        assert rec.run.meta["noise_scale"]["first"] == MIN_ROWS
+        assert rec.run.meta["noise_scale"]["first"] == NOISE_MIN_ROWS
     every, default, cadenced, timed = rows.values()
     assert len(every) == steps
-    then = [s for s in range(MIN_ROWS, steps) if s % NOISE_EVERY == 0]
-    assert NOISE_EVERY > 1 and then and list(default["step"]) == [*range(MIN_ROWS), *then]
+    then = [s for s in range(NOISE_MIN_ROWS, steps) if s % NOISE_EVERY == 0]
+    assert NOISE_EVERY > 1 and then and list(default["step"]) == [*range(NOISE_MIN_ROWS), *then]
     # recorded steps 0, 2, 4, ...: the first ten of them, then one in 2 (recorded step 10, 12)
-    assert list(cadenced["step"]) == [*range(0, 2 * MIN_ROWS, 2), *(s for s in range(20, steps, 4))]
+    assert list(cadenced["step"]) == [*range(0, 2 * NOISE_MIN_ROWS, 2), *(s for s in range(20, steps, 4))]
     # the warm-up step and 4 pairs of the tracer's meter fall inside the first rows
     assert list(timed["step"]) == list(default["step"])
     for got in (default, cadenced, timed):
@@ -396,9 +396,11 @@ def test_the_probe_measures_its_first_rows_in_a_row_then_one_recorded_step_in_no
         for field in ("b_small", "b_big", "n_small", "small_sq", "big_sq"):
             np.testing.assert_array_equal(got[field], want[field], err_msg=field)
     ns = noise_scale(rec.run)  # the timed run: steps 1-9, 16, 24 (step 0 has no batch size yet)
-    assert ns.every == NOISE_EVERY and ns.first == MIN_ROWS
+    assert ns.every == NOISE_EVERY and ns.first == NOISE_MIN_ROWS
     measured = len(default) - 1
-    assert f"EMA over {measured} of {measured} measured steps (the first 10, then one in {NOISE_EVERY})" in ns.text()
+    assert f"time constant of 64 steps over {measured} measured steps (the first 10, then one in {NOISE_EVERY})" in (
+        ns.text()
+    )
 
 
 def test_split_backward_measures_its_step_whatever_the_cadence():
@@ -488,8 +490,8 @@ def test_batch_far_above_the_noise_scale_is_named_and_a_matched_batch_is_not():
         assert rep.noise_scale is not None and "Gradient noise scale B_simple" in rep.summary_text()
     (r,) = found[1024]
     assert (
-        r.cause == "batch_too_large" and r.priority == "Low" and r.first_step == 2
-    )  # step 0: batch size not read yet; step 1: no interval yet
+        r.cause == "batch_too_large" and r.priority == "Low" and r.first_step == 3
+    )  # step 0: batch size not read yet; steps 1-2: the rows' noise needs two differences
     assert "against a batch of 1,024" in r.evidence and "lower the batch to about" in r.action
     assert found[32] == []
 
@@ -510,7 +512,8 @@ def test_batch_far_below_the_noise_scale_is_named():
         run.noise.append(int(step), 32, 64, 2, np.array([small / 2] * 2), np.array([big / 2] * 2))
     rep = analyze(run)
     (r,) = [r for r in rep.diagnoses if r.cause.startswith("batch_")]
-    assert r.cause == "batch_too_small" and r.first_step == int(run.steps[6])  # its second noise row
+    # its third noise row: the rows' noise needs two differences between rows
+    assert r.cause == "batch_too_small" and r.first_step == int(run.steps[7])
     assert rep.noise_scale.last[0] == pytest.approx(5000, rel=0.3)
     assert "raise the batch towards" in r.action
 
@@ -596,3 +599,140 @@ def test_an_unbounded_interval_reads_at_least_everywhere():
     assert "95% interval at least 3;" in ns.text() and "enc ≈ 7 (at least 3)" in ns.groups_text()
     html = _noise_html(SimpleNamespace(noise_scale=ns))
     assert "<td>at least 3</td>" in html and "<td>4–12</td>" in html and "–inf" not in html
+
+
+def _trained_logreg(steps):
+    """A logistic regression on 10 classes of 64-d blobs after ``steps`` full-batch SGD steps (the
+    noise scale grows from ~10 at the start to hundreds as the classes separate), and its exact B_simple."""
+    X, Y = blobs(n=2000, d=64, classes=10, seed=1)
+    torch.manual_seed(0)
+    model = nn.Linear(64, 10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    for _ in range(steps):
+        opt.zero_grad()
+        F.cross_entropy(model(X), Y).backward()
+        opt.step()
+    return model, X, Y, exact_b_simple(model, X, Y)
+
+
+@pytest.mark.parametrize(
+    "trained,times,micro,want",
+    [
+        (5, 1 / 20, 2, "batch_too_small"),  # B_simple ~20x the batch
+        (0, 20, 4, "batch_too_large"),  # ~20x below it
+        (5, 1 / 2.5, 2, None),  # within 3x: silent
+        (0, 2.5, 2, None),
+    ],
+)
+def test_the_batch_finding_fires_both_ways_and_is_silent_within_3x(trained, times, micro, want):
+    """Real hooks at fixed parameters (lr 0) whose exact B_simple is known: a batch ~20x below it is
+    named too small (|G|² there is not resolved, and the finding says what its lower bound is), ~20x
+    above it too large; within 3x neither fires."""
+    model, X, Y, exact = _trained_logreg(trained)
+    b = max(1, round(exact * times / micro))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    rec = Recorder(model, opt, noise_every=1)
+    accumulate(rec, model, opt, X, Y, steps=150, b=b, micro=micro)
+    rec.detach()
+    rep = analyze(rec.run)
+    found = [d for d in rep.diagnoses if d.cause.startswith("batch_")]
+    ratio = exact / (b * micro)
+    assert [d.cause for d in found] == ([want] if want else []), (exact, b * micro, rep.noise_scale.last)
+    if want == "batch_too_small":
+        (d,) = found
+        assert 14 < ratio < 28 and "raise the batch towards" in d.action
+        ns = rep.noise_scale
+        if not np.isfinite(ns.ceiling[-1]):  # |G|² not resolved: the bound is what it says
+            assert f"the critical batch is at least {ns.floor[-1]:,.0f}" in d.evidence
+        assert ns.floor[-1] <= exact  # a lower bound that holds
+    if want == "batch_too_large":
+        assert 1 / 28 < ratio < 1 / 14 and "lower the batch to about" in found[0].action
+
+
+def test_rows_of_one_batch_size_are_left_out_not_read_as_a_second_size():
+    """Several backward() calls on one batch give a row whose big gradient is no bigger than its small
+    ones: the estimate is the one of the other rows, at the sizes each row was given."""
+    from conftest import make_run
+
+    from gradwidget.noise_series import NoiseSeries
+
+    rng = np.random.default_rng(1)
+    g2, tr = 1e-2, 2.0  # B_simple 200
+    runs = []
+    for mixed in (False, True):
+        run = make_run(n_steps=60, layers=("a",))
+        run.noise = NoiseSeries(1)
+        r = np.random.default_rng(1)
+        for step in run.steps[1:]:
+            small = (g2 + tr / 16) * (1 + 0.01 * r.normal())
+            big = (g2 + tr / 64) * (1 + 0.01 * r.normal())
+            run.noise.append(int(step), 16, 64, 4, np.array([small]), np.array([big]))
+            if mixed and step % 3 == 0:  # the same batch twice: one size, and its squared norms
+                run.noise.append(int(step) + 0, 16, 16, 2, np.array([rng.uniform(1, 9)]), np.array([rng.uniform(1, 9)]))
+        runs.append(noise_scale(run))
+    clean, mixed = runs
+    assert mixed.rows == clean.rows and (mixed.b_small, mixed.b_big) == (16, 64)
+    np.testing.assert_allclose(mixed.b_simple, clean.b_simple)
+    assert clean.last[0] == pytest.approx(200, rel=0.1)
+
+
+def test_the_first_dense_rows_do_not_hold_the_estimate_later():
+    """At the default cadence (steps 1-9, then one in 8), |G|² 100x larger over the first steps and
+    B_simple flat at 200 after step ~40: the estimate reads the present at the second and third
+    thirds of 240 steps (the ratio of two 20-row averages read 0.15x and 0.35x there); at the first
+    it still reaches back to the rise (its time constant, 64 steps), at half the value, not a twentieth."""
+    from conftest import make_run
+
+    from gradwidget.noise_series import NoiseSeries
+
+    run = make_run(n_steps=240, layers=("a",))
+    run.noise = NoiseSeries(1)
+    rng = np.random.default_rng(0)
+    for step in [s for s in range(1, 240) if s < NOISE_MIN_ROWS or s % 8 == 0]:
+        g2, tr = 1e-2 * (1 + 99 * np.exp(-step / 8)), 2.0  # B_simple 2 at the start, 200 from step ~40
+        small = (g2 + tr / 16) * (1 + 0.05 * rng.normal())
+        big = (g2 + tr / 64) * (1 + 0.02 * rng.normal())
+        run.noise.append(step, 16, 64, 4, np.array([small]), np.array([big]))
+    ns = noise_scale(run)
+    rows = run.noise.rows
+    g2, tr = two_size_estimates(rows["b_small"], rows["b_big"], rows["small_total"], rows["big_total"])
+    a, mg, ms, before = 2 / 21, 0.0, 0.0, []
+    for g, t in zip(g2, tr):  # the ratio of two 20-row EMAs (their bias corrections cancel)
+        mg, ms = (1 - a) * mg + a * g, (1 - a) * ms + a * t
+        before.append(ms / mg)
+    got = {}
+    for step in (72, 152, 232):
+        k = int(np.flatnonzero(ns.steps == step)[0])
+        exact = 2.0 / (1e-2 * (1 + 99 * np.exp(-step / 8)))
+        got[step] = (ns.b_simple[k] / exact, before[k] / exact, ns.lo[k] <= exact <= ns.hi[k])
+    for step in (152, 232):  # the present, inside its interval, where the 20-row average read 0.15-0.35x
+        ratio, old, covered = got[step]
+        assert 1 / 1.5 < ratio < 1.5 and covered and old < 0.5, (step, got[step])
+    ratio, old, _ = got[72]  # 70 steps in, the average still reaches back to the rise: 0.5x, not 0.05x
+    assert ratio > 0.4 and ratio > 5 * old, got[72]
+
+
+def test_a_batch_far_below_an_unresolved_noise_scale_is_named_on_its_lower_bound():
+    """A logistic regression whose exact B_simple is ~800, at a batch of 16 (~50x below): |G|² is
+    not resolved over 150 measured steps (the average of it is not even above 0), tr(Σ) is, and
+    batch_too_small says what that gives: the critical batch is at least N, N a bound that holds."""
+    X, Y = blobs()
+    torch.manual_seed(0)
+    model = nn.Linear(10, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    for _ in range(10):
+        opt.zero_grad()
+        F.cross_entropy(model(X), Y).backward()
+        opt.step()
+    exact = exact_b_simple(model, X, Y)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    rec = Recorder(model, opt, noise_every=1)
+    accumulate(rec, model, opt, X, Y, steps=150, b=8, micro=2)
+    rec.detach()
+    rep = analyze(rec.run)
+    ns = rep.noise_scale
+    (d,) = [d for d in rep.diagnoses if d.cause.startswith("batch_")]
+    assert 30 < exact / 16 < 70 and not np.isfinite(ns.ceiling[-1])  # |G|² not resolved
+    assert d.cause == "batch_too_small" and 10 * 16 < ns.floor[-1] <= exact
+    assert f"the critical batch is at least {ns.floor[-1]:,.0f}" in d.evidence
+    assert "at least 10x below it" not in d.evidence and "raise the batch towards" in d.action

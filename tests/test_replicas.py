@@ -133,19 +133,20 @@ def test_record_keeps_one_entry_per_layer_and_part_with_its_first_step():
 
 
 # --------------------------------------------------------------------------- the diagnosis
-def _record(bad_step: int | None = 11, kinds=None) -> dict:
-    """Rank 0's record of 3 ranks checked on steps 10-13; rank 2's gradient of l1.weight, then
-    its weight, differ from ``bad_step`` on (None: a healthy run)."""
-    rec = ReplicaRecord(["l0.weight", "l1.weight"], [0, 1, 2], every=1, compared=2, skipped=0)
-    fp = _fp([[1.0, 1.0], [2.0, 2.0]], [[1.0, 1.0], [2.0, 2.0]], [[1.0, 1.0], [2.0, 2.0]])
-    codes = np.zeros((3, 2), np.int64)
+def _record(bad_step: int | None = 11, kinds=None, world: int = 3, odd: int = -1) -> dict:
+    """Rank 0's record of ``world`` ranks checked on steps 10-13; rank ``odd``'s (-1: the last)
+    gradient of l1.weight, then its weight, differ from ``bad_step`` on (None: a healthy run)."""
+    ranks = list(range(world))
+    rec = ReplicaRecord(["l0.weight", "l1.weight"], ranks, every=1, compared=2, skipped=0)
+    fp = _fp(*[[[1.0, 1.0], [2.0, 2.0]] for _ in ranks])
+    codes = np.zeros((world, 2), np.int64)
     for step in range(10, 14):
         if bad_step is not None and step >= bad_step:
-            fp[2, 1, 1] = 3.0
+            fp[odd, 1, 1] = 3.0
         if bad_step is not None and step > bad_step:
-            fp[2, 1, 0] = 2.5
-        rec.add(step, fp, [0, 1, 2], *disagreement(fp, codes))
-    rec.data["kinds"] = kinds or {"0": "ddp", "1": "ddp", "2": "ddp"}
+            fp[odd, 1, 0] = 2.5
+        rec.add(step, fp, ranks, *disagreement(fp, codes))
+    rec.data["kinds"] = kinds or {str(r): "ddp" for r in ranks}
     return rec.data
 
 
@@ -157,9 +158,41 @@ def test_finding_names_layers_ranks_first_step_and_the_numbers():
     assert (f.layers, f.ranks, f.first_step, f.weights) == (["l1.weight"], [2], 11, True)
     assert (f.wrapped, f.unwrapped) == ([0, 1, 2], [])
     assert "the gradient norm of l1.weight at step 11: rank 0 2, rank 1 2, rank 2 3" in f.evidence
-    assert "0.333 relative difference from rank 0" in f.evidence
+    assert "rank 2 differs from rank 0 (0.333 relative difference; 2 of 3 ranks agree)" in f.evidence
     assert "weights of 1 layer(s) differ, on up to 2 of 4 checked steps" in f.evidence
     assert "2 replicated layers compared across ranks 0, 1, 2 (tolerance 1e-05 relative)" in f.evidence
+
+
+@pytest.mark.parametrize("world,odd", [(2, 0), (2, 1), (3, 0), (3, 2), (4, 0)])
+def test_the_minority_is_named_and_two_ranks_are_named_both(world, odd):
+    """Three or more ranks: the one that differs from the others, rank 0 or the last. Two: no
+    majority, so both are named, the evidence says they differ from each other and blames neither,
+    and the action copies from no rank in particular."""
+    from gradwidget import analyze
+    from gradwidget.analysis.replicas import replica_finding
+
+    f = replica_finding(_record(world=world, odd=odd))
+    (d,) = [d for d in analyze(_run_with(_record(world=world, odd=odd))).diagnoses if d.cause == "replicas_diverged"]
+    if world == 2:
+        assert (f.ranks, f.pair, f.reference) == ([0, 1], True, None) and d.ranks == [0, 1]
+        assert "rank 0 and rank 1 differ from each other (0.333 relative difference); with two ranks" in f.evidence
+        assert "do not say which of them changed" in f.evidence and "(ranks 0, 1)" in d.text
+        assert "the rank that holds the intended ones" in d.action and "src=0" not in d.action
+    else:
+        ref = 1 if odd == 0 else 0
+        assert (f.ranks, f.pair, f.reference) == ([odd], False, ref) and d.ranks == [odd]
+        assert (
+            f"rank {odd} differs from rank {ref} (0.333 relative difference; {world - 1} of {world} ranks agree)"
+            in (f.evidence)
+        )
+        assert f"(rank {odd})" in d.text and f"copy rank {ref}'s weights" in d.action and f"src={ref})" in d.action
+
+
+def test_two_ranks_set_up_apart_name_the_one_without_ddp():
+    from gradwidget.analysis.replicas import replica_finding
+
+    f = replica_finding(_record(world=2, odd=0, kinds={"0": "replicated", "1": "ddp"}))
+    assert (f.ranks, f.pair, f.reference) == ([0], False, 1)
 
 
 def _run_with(record):

@@ -121,7 +121,7 @@ def test_resume_arguments_are_checked(tmp_path):
         Recorder(model, resume=True)
     with pytest.raises(ValueError, match="not overwrite=True"):
         Recorder(model, log_dir=tmp_path / "x", resume=True, overwrite=True)
-    with pytest.raises(TypeError, match="resume must be True or False"):
+    with pytest.raises(TypeError, match="resume must be True, False or the step number"):
         Recorder(model, log_dir=tmp_path / "x", resume="yes")
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "todo.txt").write_text("mine")

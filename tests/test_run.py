@@ -181,6 +181,6 @@ def test_a_failed_export_keeps_the_previous_file(tmp_path, monkeypatch, export):
     monkeypatch.setattr(frames_mod, "frames", boom)
     monkeypatch.setattr(frames_mod.csv, "writer", boom)
     with pytest.raises(RuntimeError, match="disk full"):
-        getattr(outputs, export)(filled(n=3), out)
+        getattr(outputs, export)(filled(n=3), out, force=True)  # replacing it, as asked
     assert out.read_text() == "an earlier export"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

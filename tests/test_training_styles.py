@@ -173,9 +173,10 @@ def test_a_negative_trace_estimate_gives_no_batch_size():
     gradients, or too few rows) is no noise scale, never a negative batch size."""
     g2 = np.full(30, 2.0)
     tr = np.full(30, -5.0) + np.linspace(0, 0.1, 30)
-    b, lo, hi = smoothed(g2, tr)
+    steps, size = np.arange(30), np.full(30, 3.0)
+    b, lo, hi = smoothed(steps, g2, tr, size)
     assert np.isnan(b[-1]) and np.isnan(hi[-1]) and lo[-1] == 0.0
-    b, lo, hi = smoothed(g2, -tr)
+    b, lo, hi = smoothed(steps, g2, -tr, size)
     assert b[-1] > 0 and 0 <= lo[-1] <= b[-1] <= hi[-1]
 
 

@@ -17,7 +17,7 @@ from gradwidget.widget import (
     FLAG_NODATA,
     FLAG_NONFINITE,
     FLAG_VANISHING,
-    MAX_COLUMNS,
+    PANEL_MAX_COLUMNS,
     GradientPanel,
     column_block,
     table_from_run,
@@ -160,7 +160,7 @@ def test_payload_is_bounded_for_100k_steps(long_run):
     p.columns = 300
     assert p.meta["cols"] <= 300 and len(p.heat) == 8 * p.meta["cols"] * 4
     p.columns = 10**6
-    assert p.columns == MAX_COLUMNS
+    assert p.columns == PANEL_MAX_COLUMNS
 
 
 def test_exploding_and_histograms_are_thinned(long_run):

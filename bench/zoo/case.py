@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: the causes a diagnosis can name (DESIGN.md's vocabulary, less ``plateau`` which the zoo does not inject)
+#: the causes a diagnosis can name (docs/diagnoses.md's vocabulary, less ``plateau`` which the zoo does not inject)
 CAUSES: tuple[str, ...] = (
     "lr_too_high",
     "lr_too_low",
@@ -19,6 +19,9 @@ CAUSES: tuple[str, ...] = (
     "saturated_output",
     "input_scale",
     "loss_scale",
+    "cleared_before_step",
+    "half_weights",
+    "learns_nothing",
 )
 HEALTHY = "healthy"
 

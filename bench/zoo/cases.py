@@ -286,3 +286,19 @@ for _arch, _opt, _first in [
 # harmless there and not labelled): the step is batch-size times too large.
 for _arch, _batch in [("mlp", 512), ("gpt2", 64), ("cnn", 256)]:
     _add(_arch, "sgd", "loss_scale", "loss_scale", apply=[mk.summed_loss(_batch)])
+
+# optimizer.zero_grad() between loss.backward() and optimizer.step(): the optimizer receives no
+# gradient and no weight moves (whole run: no layer is at fault).
+for _arch, _opt in [("mlp", "sgd"), ("cnn", "adamw"), ("lstm", "sgd"), ("gpt2", "adamw")]:
+    _add(_arch, _opt, "cleared_before_step", "cleared_before_step", apply=[mk.clear_before_step])
+
+# model.half() trained with AdamW and no loss scaling: float16 weights and optimizer state (Adam's
+# eps is 0 in float16: NaN from the first update). Not the CNN: float16 convolutions on the CPU take
+# minutes.
+for _arch in ("mlp", "lstm", "gpt2", "llama"):
+    _add(_arch, "adamw", "half_weights", "half_weights", apply=[mk.half_weights])
+
+# Inputs and labels shuffled apart (classification tasks: a language model's shuffled targets still
+# teach it the token frequencies): the loss stays at chance with healthy training.
+for _arch, _opt in [("mlp", "adamw"), ("cnn", "sgd"), ("bert", "adamw"), ("vit", "adamw")]:
+    _add(_arch, _opt, "labels_apart", "learns_nothing", apply=[mk.shuffle_labels_apart])

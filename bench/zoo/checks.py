@@ -84,7 +84,10 @@ def check_case(case: Case, run, twin=None) -> None:
     g = run.metric("grad_norm")
     silent = [n for n, total in zip(run.layer_names, np.nansum(np.abs(g), axis=0)) if total == 0]
     unlabelled = [n for n in silent if n not in case.fault_layers and n not in case.intended_frozen]
-    assert not unlabelled, f"{case.id}: layers that never got a gradient are not labelled: {unlabelled}"
+    # gradients cleared before every step: no layer's gradient is ever seen at the step (its own check)
+    assert case.cause == "cleared_before_step" or not unlabelled, (
+        f"{case.id}: layers that never got a gradient are not labelled: {unlabelled}"
+    )
     if case.healthy:
         t = fall_t(run)
         assert t >= HEALTHY_FALL_T, (
@@ -213,7 +216,28 @@ def _saturated(case, run, twin) -> None:
     )
 
 
+def _cleared(case, run, silent) -> None:
+    seen = run.meta.get("grad_reset") or {}
+    assert seen.get("cleared", 0) >= 0.5 * seen.get("steps", 1), f"{case.id}: the gradient was not cleared: {seen}"
+    assert np.isnan(run.metric("update_norm")).all() or not np.nanmax(run.metric("update_norm")), (
+        f"{case.id}: a weight moved"
+    )
+
+
+def _half(case, run, silent) -> None:
+    dtypes = {info.dtype for info in run.layers if info.status == "trainable"}
+    assert dtypes == {"float16"}, f"{case.id}: trainable weights are {dtypes}, not float16"
+
+
+def _at_chance(case, run, silent) -> None:
+    end = float(np.median(run.scalar("loss")[-10:]))
+    assert end >= 0.95 * chance_loss(case), f"{case.id}: the loss left chance level ({end:.3g})"
+
+
 _CHECKS = {
+    "learns_nothing": _at_chance,
+    "cleared_before_step": _cleared,
+    "half_weights": _half,
     "no_gradient": _silent,
     "frozen": _frozen,
     "not_in_optimizer": _not_in_optimizer,

@@ -36,6 +36,9 @@ FAST_IDS: tuple[str, ...] = (
     "tabular-adamw-s0-nll_on_softmax-wine",
     "cnn-sgd-s0-raw_pixels-digits",
     "mlp-sgd-s0-loss_scale",
+    "mlp-sgd-s0-cleared_before_step",
+    "mlp-adamw-s0-half_weights",
+    "mlp-adamw-s0-labels_apart",
 )
 _unknown = set(FAST_IDS) - set(RECIPES)
 assert not _unknown, f"FAST_IDS names no case: {sorted(_unknown)}"

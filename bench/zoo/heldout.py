@@ -130,3 +130,9 @@ _h("mlp", "adamw", "input_scale", "input_scale", apply=[mk.scale_inputs(100.0)],
 
 _h("lstm", "sgd", "loss_scale", "loss_scale", apply=[mk.summed_loss(64)])
 _h("resnet", "sgd", "loss_scale", "loss_scale", apply=[mk.summed_loss(128)])
+
+# gradients cleared between backward and step, and float16 weights, on architectures CASES does not
+# use for them
+_h("resnet", "sgd", "cleared_before_step", "cleared_before_step", apply=[mk.clear_before_step])
+_h("gru", "adamw", "half_weights", "half_weights", apply=[mk.half_weights])
+_h("resnet", "adamw", "labels_apart", "learns_nothing", apply=[mk.shuffle_labels_apart])

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+import warnings
+
 import torch
 from torch import nn
+
+from gradwidget._warnings import GradwidgetWarning
 
 from .train import Setup
 
@@ -224,3 +228,43 @@ def summed_loss(batch_size: int) -> Mistake:
         s.batch_size = batch_size
 
     return apply
+
+
+def clear_before_step(s: Setup) -> None:
+    """``optimizer.zero_grad()`` between ``loss.backward()`` and ``optimizer.step()`` (a line moved
+    in a refactor): the step finds no gradient, so no weight ever moves."""
+
+    def wrap(s: Setup, opt: torch.optim.Optimizer) -> None:
+        step = opt.step
+
+        def cleared_step(*args, **kwargs):
+            opt.zero_grad()
+            with warnings.catch_warnings():  # the Recorder says it once; the zoo expects it
+                warnings.filterwarnings("ignore", ".*were gone when optimizer.step", GradwidgetWarning)
+                return step(*args, **kwargs)
+
+        opt.step = cleared_step  # type: ignore[method-assign]
+
+    s.after_optimizer.append(wrap)
+
+
+def half_weights(s: Setup) -> None:
+    """``model.half()`` and float16 inputs, trained with the usual optimizer and no GradScaler: the
+    weights and the optimizer's state are float16 (updates under 2**-11 of a weight round away,
+    Adam's eps underflows, small gradients flush to zero)."""
+    s.model.half()
+    prepare = s.inputs or s.task.prepare
+    s.inputs = lambda x: (lambda v: v.half() if v.is_floating_point() else v)(prepare(x))
+
+
+def shuffle_labels_apart(s: Setup) -> None:
+    """Inputs and labels shuffled separately (two ``randperm`` calls, or two DataLoaders with
+    ``shuffle=True``): each batch's labels belong to other inputs, so nothing can be learned."""
+    task, batch = s.task, s.task.batch
+    gen = torch.Generator().manual_seed(task.seed + 2000)
+
+    def apart():
+        x, y = batch()
+        return x, task.y[torch.randint(0, len(task.y), (len(y),), generator=gen)]
+
+    task.batch = apart  # type: ignore[method-assign]

@@ -17,20 +17,33 @@ import pandas as pd
 from ..run import Run
 from ..thresholds import as_thresholds
 from . import causes, dynamics, evidence, flow, health, network, noise_scale, nonfinite, stats
+from .task import check_objective, task_of
 from .report import Report
 from .weights import analyze_weights, weights_from_module
 
 __all__ = ["analyze", "Report", "analyze_weights", "weights_from_module"]
 
 
-def analyze(run: Run, thresholds=None, weights=None, previous_weights=None, max_rows: int = stats.MAX_ROWS) -> Report:
+def analyze(
+    run: Run,
+    thresholds=None,
+    weights=None,
+    previous_weights=None,
+    max_rows: int = stats.MAX_ROWS,
+    objective: str = "auto",
+) -> Report:
     """Analyse ``run`` and return a Report.
 
     ``thresholds`` overrides ``run.thresholds`` (a Thresholds or a dict of overrides). ``weights``
     (``{name: array}`` or a torch module) adds the weight section; ``previous_weights`` adds drift
     between the two snapshots. Runs longer than ``max_rows`` recorded steps are analysed on bounded
-    views (see ``stats.Series``); extremes and flag counts stay exact.
+    views (see ``stats.Series``); extremes and flag counts stay exact. ``objective`` says what the
+    loss is (``task.OBJECTIVES``): ``"auto"`` reads it off the loss's autograd graph (or
+    ``run.meta["objective"]``); ``"loss"`` a loss to minimise; ``"adversarial"``,
+    ``"policy_gradient"`` or ``"other"`` an objective whose trajectory is not judged. The report's
+    notes say what was assumed.
     """
+    check_objective(objective)
     weights, previous_weights = _check_args(run, weights, previous_weights, max_rows)
     run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
     if thresholds is not None:  # a Thresholds replaces the run's; a dict overrides some of them
@@ -61,7 +74,10 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None, max_
     regs = flow.regions(s)
     dyn = dynamics.dynamics(s)
     loss = evidence.loss_evidence(run)
-    ctx = causes.Context(s, factors, regs, dyn, loss, evidence.architecture(run))
+    task = task_of(run, objective)
+    if loss.logged and task.assumed:
+        notes.append(f"objective: {task.assumed}")
+    ctx = causes.Context(s, factors, regs, dyn, loss, evidence.architecture(run), task)
     found = causes.diagnose(ctx)
     hl["health"] = causes.layer_verdicts(run, found)  # one verdict: the layers the diagnoses name
     overall = causes.verdict(found)
@@ -88,7 +104,7 @@ def analyze(run: Run, thresholds=None, weights=None, previous_weights=None, max_
 
 
 #: fewest rows ``max_rows`` may keep: trends, plateaus and correlations need a handful of points.
-MIN_ROWS = 16
+ANALYSIS_MIN_ROWS = 16
 
 
 def _check_args(run, weights, previous_weights, max_rows):
@@ -103,8 +119,10 @@ def _check_args(run, weights, previous_weights, max_rows):
         )
     if isinstance(max_rows, bool) or not isinstance(max_rows, (int, np.integer)):
         raise TypeError(f"max_rows must be an int (rows analysed at full resolution), not {type(max_rows).__name__}")
-    if max_rows < MIN_ROWS:
-        raise ValueError(f"max_rows must be at least {MIN_ROWS} (trends need a handful of rows), got {max_rows}")
+    if max_rows < ANALYSIS_MIN_ROWS:
+        raise ValueError(
+            f"max_rows must be at least {ANALYSIS_MIN_ROWS} (trends need a handful of rows), got {max_rows}"
+        )
     if previous_weights is not None and weights is None:
         raise ValueError("previous_weights needs weights too: drift is measured between the two snapshots")
     return _as_weights(weights, "weights"), _as_weights(previous_weights, "previous_weights")

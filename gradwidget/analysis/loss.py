@@ -42,7 +42,9 @@ class LossEvidence:
     start: float = float("nan")  #: median of the first finite values
     end: float = float("nan")  #: median of the last finite values
     lowest: float = float("nan")
-    fell: bool = False  #: end < LOSS_FELL x start, and its trend falls for certain (not batch noise)
+    fell: bool = (
+        False  #: end < LOSS_FELL x start, and its trend falls for certain or its last quarter lies below its first
+    )
     flat: bool = False  #: |end - start| < LOSS_FLAT x start, and no certain trend either way
     rebound: float = 0.0  #: largest rise above the running minimum, in units of start
     rebound_step: int | None = None  #: first step whose rise exceeded LOSS_REBOUND
@@ -80,6 +82,25 @@ def _log_noise(y: np.ndarray) -> float:
     return float(1.4826 * np.median(np.abs(d - np.median(d))) / np.sqrt(2))
 
 
+def _past_transient(over: np.ndarray, ys: np.ndarray, runmin: np.ndarray) -> int | None:
+    """The first index of ``over`` (a rise above the running minimum) that is not a start-up
+    transient: a climb within the first ``LOSS_SPIKE_AFTER + LOSS_SMOOTH_STEPS`` recorded steps after
+    which the smoothed loss came back below the level it climbed from (a few large first steps, then
+    training as usual). None when every rise is one."""
+    start = 0
+    while True:
+        idx = np.flatnonzero(over[start:])
+        if not idx.size:
+            return None
+        j = start + int(idx[0])
+        if j >= LOSS_SPIKE_AFTER + LOSS_SMOOTH_STEPS:
+            return j
+        back = np.flatnonzero(ys[j:] <= runmin[j])
+        if not back.size:
+            return j
+        start = j + int(back[0])
+
+
 def loss_evidence(run: Run) -> LossEvidence:
     """The loss trajectory: where it started and ended, whether it fell, stayed flat, rebounded
     (spikes and divergence: a rise above its running minimum by ``LOSS_REBOUND`` of its start, by a
@@ -106,8 +127,10 @@ def loss_evidence(run: Run) -> LossEvidence:
         with np.errstate(divide="ignore"):
             lrise = np.log(ys / runmin)
         over &= lrise > max(np.log(LOSS_REBOUND_FACTOR), LOSS_REBOUND_SIGMA * _log_noise(y))
-    j = int(np.argmax(over)) if over.any() else None
+    j = _past_transient(over, ys, runmin)
     trend = theil_sen(y, steps[fin])
+    q = y.size // 4
+    apart = bool(q and y[-q:].max() < y[:q].min())  # every late value below every early one: no noise makes that
     late = np.arange(y.size) >= LOSS_SPIKE_AFTER
     spikes = late & (y > LOSS_SPIKE * start) if start > 0 else np.zeros(y.size, bool)
     n_late = int(late.sum())
@@ -118,7 +141,7 @@ def loss_evidence(run: Run) -> LossEvidence:
         start=start,
         end=end,
         lowest=float(y.min()),
-        fell=bool(end < LOSS_FELL * start if start > 0 else end < start) and (trend is None or trend.falling),
+        fell=bool(end < LOSS_FELL * start if start > 0 else end < start) and (trend is None or trend.falling or apart),
         flat=bool(abs(end - start) < LOSS_FLAT * scale) and (trend is None or not (trend.falling or trend.rising)),
         rebound=float(rise.max()),
         rebound_step=int(steps[fin][j]) if j is not None else None,

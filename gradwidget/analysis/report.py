@@ -181,12 +181,15 @@ class Report:
         }
         return d
 
-    def to_json(self, path=None, indent: int | None = 1) -> str:
+    def to_json(self, path=None, indent: int | None = 1, force: bool = False) -> str:
+        """The report as JSON; written to ``path`` if given (an existing file is replaced only with
+        ``force``)."""
         text = json.dumps(self.to_dict(), indent=indent, allow_nan=False)
         if path is not None:
-            from pathlib import Path
+            from ..storage import atomic_output
 
-            Path(path).write_text(text, encoding="utf-8")
+            with atomic_output(path, force, encoding="utf-8") as f:
+                f.write(text)
         return text
 
 

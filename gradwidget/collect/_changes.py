@@ -220,10 +220,20 @@ class ModelWatch:
     # ------------------------------------------------------------------ steps with nothing to record
     def no_gradient(self, step: int) -> None:
         """A step at which no recorded parameter had a gradient: said once."""
-        if self._told_nograd:
-            return
-        self._told_nograd = True
         rec = self.rec
+        check = rec._reset_check
+        if self._told_nograd or (check is not None and check.steps < 2):
+            return  # the gradient check has not watched a whole step yet: said at the next one
+        self._told_nograd = True
+        if check is not None and check.cleared:  # this step's backward brought one: cleared before the step
+            warnings.warn(
+                f"gradwidget: step {step} of {type(rec.model).__name__}: the gradients this step's backward "
+                "brought were gone when optimizer.step() ran, so the optimizer moves no weight: is "
+                "optimizer.zero_grad() called between loss.backward() and optimizer.step()?",
+                GradwidgetWarning,
+                stacklevel=5,
+            )
+            return
         warnings.warn(
             f"gradwidget: step {step} of {type(rec.model).__name__}: none of its parameters has a gradient, "
             "so there is nothing to record. Is the loss computed from copies of them "

@@ -5,7 +5,7 @@ compiled loop, where a C compiler is. Private to ``gradwidget.collect``.
 On an accelerator the eager kernels of ``_kernels`` read a step's gradients once per statistic
 (L2, L1 and max |g| by ``_foreach_norm``, the non-zero count one kernel per tensor, the sum one
 kernel per tensor, the weight norms again): about 240 launches and six passes over the large
-model's memory a recorded step (docs/costs.md, "On a GPU"). Here one program reads a slice of one
+model's memory a recorded step (the costs page of the documentation, "On a GPU"). Here one program reads a slice of one
 tensor from a table of addresses, keeps the five statistics (and, on histogram steps, the counts
 of the float32 exponents) in registers, and writes one partial row; a few small ops sum the
 partials. Sums are accumulated in float64 per lane (no float32 overflow or underflow of a norm).
@@ -96,10 +96,9 @@ def _on_host(device: torch.device, foreach_all: bool) -> bool:
 #: on CPU a shape group of small tensors is stacked (``_groups``) rather than read by the library
 #: only when it has at least this many members of at most ``LIBRARY_STACK_NUMEL`` entries: the
 #: library's Python per tensor (an address and a size) costs less than a stack's copy and row
-#: reductions (about 0.1 ms a stack a step) below that, and a stack's copies grow with its entries
-#: (``bench/cpu_pass.py --stacking``: the two even at about 128 tensors of up to 128 entries and at
-#: 256-512 of 256; the library faster at every count from 512 entries, 2,000 of 1,024 10.3 against
-#: 19.4 ms; the Llama-style model's 9 norm weights read so, its recorded step 0.56 ms shorter)
+#: reductions below that, and a stack's copies grow with its entries (``bench/cpu_pass.py
+#: --stacking`` measures where the two are even: at about 128 tensors of up to 128 entries and at
+#: 256-512 of 256; the library is faster at every count from 512 entries)
 LIBRARY_STACK_MEMBERS = 128
 LIBRARY_STACK_NUMEL = 256
 
@@ -108,8 +107,7 @@ def reads_small(device: torch.device, dtype: torch.dtype, foreach_all: bool, mem
     """Whether the fused kernel of ``device`` and ``dtype`` should read a group of ``members``
     same-shape small tensors of ``numel`` entries that a plan would otherwise stack (``_groups``):
     Triton's one launch reads them all; ``_cpu_fused``'s library all but many tiny ones, whose
-    Python per tensor costs more than stacking them (2,000 tiny modules: 12.9 against 4.2 ms a
-    step when it read them all)."""
+    Python per tensor costs more than stacking them (``bench/cpu_pass.py --stacking``)."""
     if not takes(device, dtype, foreach_all):
         return False
     return not _on_host(device, foreach_all) or library_reads_group(members, numel)

@@ -6,6 +6,8 @@ the previous step consumed. Not reset: ``a = b`` (1, or the common factor of an 
 clipping, AMP's unscale). Reset: ``a = 0``. Gradient accumulation over micro-batches,
 ``model.zero_grad()``, ``set_to_none`` or in-place zeroing all read as reset; a gradient the fit does
 not explain (zeroed between two backwards of one step, written by hand) is not called carried.
+It also counts the steps at which the optimizer found no gradient (None, or all zeros) although that
+step's backward brought one (``cleared``: ``zero_grad()`` between ``backward()`` and ``step()``).
 Costs one small tensor's copy and a 3 x 3 Gram matrix a step, brought to the host in the step's one
 copy. Kept in ``run.meta["grad_reset"]`` (docs/run-format.md).
 """
@@ -67,6 +69,8 @@ class GradResetCheck:
         self.checked = 0
         self.carried = 0
         self.first_step: int | None = None
+        self.steps = 0  #: optimizer steps seen
+        self.cleared = 0  #: ... at which the gradient was gone although this step's backward brought one
         self._fresh: torch.Tensor | None = None  # this step's backwards, summed
         self._last: torch.Tensor | None = None  # the gradient the last optimizer step consumed
         self._dots: torch.Tensor | None = None  # this step's six dot products, on the device
@@ -107,6 +111,9 @@ class GradResetCheck:
         fresh, self._fresh = self._fresh, None
         last, self._last = self._last, None
         self._dots = None
+        self.steps += 1
+        if g is None and fresh is not None:
+            self.cleared += 1
         if g is None or g.layout != torch.strided:
             return
         with torch.no_grad():
@@ -128,7 +135,10 @@ class GradResetCheck:
         queued, self._queued = self._queued, None
         if queued is None:
             return False
-        verdict = carried(*(float(v) for v in queued[0].get(queued[1])[_DOTS]))
+        dots = [float(v) for v in queued[0].get(queued[1])[_DOTS]]
+        if dots[5] == 0 and dots[1] > 0:  # zeroed in place (set_to_none=False) after this step's backward
+            self.cleared += 1
+        verdict = carried(*dots)
         if verdict is None:
             return False
         self.checked += 1
@@ -143,9 +153,17 @@ class GradResetCheck:
     def continue_from(self, old: GradResetCheck) -> None:
         """Keep ``old``'s counts (the model changed and another parameter is watched now)."""
         self.checked, self.carried, self.first_step = old.checked, old.carried, old.first_step
+        self.steps, self.cleared = old.steps, old.cleared
 
     def to_dict(self) -> dict:
-        return {"layer": self.name, "checked": self.checked, "carried": self.carried, "first_step": self.first_step}
+        return {
+            "layer": self.name,
+            "checked": self.checked,
+            "carried": self.carried,
+            "first_step": self.first_step,
+            "steps": self.steps,
+            "cleared": self.cleared,
+        }
 
     def remove(self) -> None:
         remove_tensor_hooks([self._handle], [self.param])

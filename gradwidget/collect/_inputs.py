@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from .._warnings import GradwidgetWarning
+from ..schema import check_scalar
 
 
 def _compiling() -> bool:
@@ -173,15 +174,18 @@ _SHAPES_SHOWN = 4
 
 
 def _check_number(name: str, value):
-    """A loss or learning rate given to ``Recorder.log``: a real number, or a real tensor read at
-    record time; anything else fails here, not later inside backward or the optimizer step."""
+    """A loss, learning rate or global norm given to ``Recorder.log``: a number in the scalar's
+    range (``schema.SCALAR_RULES``), or a real tensor read at record time (one value, except a loss,
+    whose mean is taken); anything else fails here, not later inside the optimizer step."""
     if isinstance(value, torch.Tensor):
         if value.is_complex() or value.dtype == torch.bool:
             raise TypeError(f"{name} must be a real number or a real tensor, got a {value.dtype} tensor")
+        if name != "loss" and value.numel() != 1:
+            raise ValueError(f"{name} must be one number, got a tensor of shape {tuple(value.shape)}")
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a number (or a torch tensor), got {type(value).__name__} {value!r:.40}")
-    return float(value)
+    return check_scalar(name, value)
 
 
 #: model -> weak reference to the Recorder attached to it; weak both ways, so neither is kept alive

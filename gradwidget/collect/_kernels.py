@@ -189,8 +189,14 @@ def in_one_block(t: torch.Tensor) -> bool:
 
 def biased_exponents(x: torch.Tensor) -> torch.Tensor:
     """The float32 biased exponent of each entry of ``x`` (same shape, 0..255: 0 for zeros and
-    subnormals, 255 for Inf/NaN): its bits shifted, where a log2 would cost a transcendental."""
-    return torch.bitwise_right_shift(x.detach().float().view(torch.int32), 23).bitwise_and_(255)
+    subnormals, 255 for Inf/NaN): its bits shifted, where a log2 would cost a transcendental. A
+    finite float64 entry beyond float32's range gets the largest finite exponent (254: the top bin,
+    where every value beyond the bins lands), not Inf's; one below it reads as a subnormal (0)."""
+    x = x.detach()
+    f = x.float()
+    if x.dtype == torch.float64:
+        f = torch.where(torch.isinf(f) & torch.isfinite(x), torch.finfo(torch.float32).max, f)
+    return torch.bitwise_right_shift(f.view(torch.int32), 23).bitwise_and_(255)
 
 
 def exponent_counts(grads: list[torch.Tensor]) -> torch.Tensor:
@@ -266,12 +272,13 @@ def _octave_index(device: torch.device) -> torch.Tensor:
 
 
 def octave_bins(c: np.ndarray, nonzero: np.ndarray) -> np.ndarray:
-    """The Run's octave-bin histograms from host octave counts ``c`` (tensors, OCTAVE_COLUMNS):
-    the subnormals (non-zero, yet no octave and not Inf/NaN) go to the lowest bin."""
-    c = c.astype(np.int64)
+    """The Run's octave-bin histograms from host octave counts ``c`` (tensors, OCTAVE_COLUMNS) and
+    each tensor's exact non-zero count ``nonzero`` (NaN and Inf included): the subnormals (non-zero,
+    yet no octave and not Inf/NaN) go to the lowest bin, whatever else the tensor holds."""
+    c = np.rint(c).astype(np.int64)
     out = c[:, :N_BINS].copy()
     counted = out.sum(axis=1) + c[:, N_BINS + 1]
-    out[:, 0] += np.maximum(0, nonzero.astype(np.int64) - counted)
+    out[:, 0] += np.maximum(0, np.rint(nonzero).astype(np.int64) - counted)
     return out.astype(np.uint32)
 
 

@@ -25,7 +25,7 @@ in one process) there is nothing to compare: ``"auto"`` then removes the hooks a
 runs one step's backward in parts (the cheapest opt-in: the same examples, no extra backward).
 
 The noise scale moves slowly (it grows as the loss falls), and the estimate is a moving average over
-rows anyway: after its first ``MIN_ROWS`` rows, taken at consecutive recorded steps so that the
+rows anyway: after its first ``NOISE_MIN_ROWS`` rows, taken at consecutive recorded steps so that the
 first estimate comes as soon as it can, the probe measures one recorded step in ``every``
 (``NOISE_EVERY`` by default), and on the others its hooks are switched off (the Recorder asks
 ``due`` and sets ``measuring``; ``_hooks.TensorHooks``: a parameter's hook dict unhooked from
@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..noise_series import MIN_ROWS, NoiseSeries
+from ..noise_series import NOISE_MIN_ROWS, NoiseSeries
 from ._groups import Plan, grad_of
 from ._hooks import TensorHooks
 from . import _fused
@@ -62,7 +62,7 @@ from ._kernels import HostCopy, acc_dtype, norms, stacked, stacked_norms, stored
 #: "auto" times, nor stay on a model whose forward hooks a user counts)
 ONE_SIZE_STEPS = 1
 
-#: after its first ``MIN_ROWS`` rows, the probe measures one recorded step in this many by default
+#: after its first ``NOISE_MIN_ROWS`` rows, the probe measures one recorded step in this many by default
 #: (``Recorder(noise_every=...)``; 1 measures every step). A measured step of two micro-batches
 #: costs about 6% of a small model's step on CPU and more on a GPU (a norm launched per tensor per
 #: backward): one in 8 keeps the probe's average within the 2% of a step the product leaves an
@@ -239,8 +239,8 @@ class NoiseProbe:
 
     def due(self, recorded: int) -> bool:
         """Whether recorded step number ``recorded`` is one to measure: each of them until the
-        probe holds ``MIN_ROWS`` rows (the first estimate), then one in ``every``."""
-        return self.rows < MIN_ROWS or recorded % self.every == 0
+        probe holds ``NOISE_MIN_ROWS`` rows (the first estimate), then one in ``every``."""
+        return self.rows < NOISE_MIN_ROWS or recorded % self.every == 0
 
     @property
     def measuring(self) -> bool:
@@ -548,7 +548,7 @@ class NoiseProbe:
             "two_sizes": "ddp and accumulation" if self.world_size > 1 else "accumulation",
             "world_size": self.world_size,
             "every": self.every,
-            "first": MIN_ROWS,
+            "first": NOISE_MIN_ROWS,
         }
         if self.one_size_note is not None:
             out["one_size"] = self.one_size_note

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._warnings import GradwidgetWarning
 from ..noise_series import noise_dtype
-from ..run import METRICS, N_BINS, SCALARS, LayerInfo, Run
+from ..run import METRICS, N_BINS, LayerInfo, Run
 from ._grad_reset import GradResetCheck
 from ._hooks import remove_tensor_hooks
 from ._groups import UpdateSnapshot
@@ -174,19 +174,11 @@ class _Setup(_RecorderState):
                 self._reset_check.continue_from(old)
 
     def _continue(self, old: Run) -> None:
-        """Put the steps of the run this recorder resumes in front of its own (a rolling window
-        keeps the newest), with what its meta said of the run's NaN origin and tracing."""
-        run = self.run
-        assert run is not None
-        for key in ("nonfinite_origin", "nonfinite_tracing", "loss_graph"):
-            if key in old.meta:
-                run.meta[key] = old.meta[key]
+        """Put the run this recorder resumes in front of its own (``Run.continue_from``)."""
+        assert self.run is not None
+        self.run.continue_from(old)
         if "nonfinite_origin" in old.meta:  # found before the crash: neither tracer nor replay is needed
             self._stop_looking()
-        hist_at = {int(s): k for k, s in enumerate(old.hist_steps)}
-        for i, step in enumerate(old.steps.tolist()):
-            k = hist_at.get(step)
-            run.append(step, old._M3[i], dict(zip(SCALARS, old._S2[i])), old.hist[k] if k is not None else None)
         self._recorded = old.n_steps
 
     def _open_writer(self) -> None:

@@ -79,9 +79,8 @@ class StepStatistics:
             numels = np.concatenate([part[2] for part in gparts])
             exact = np.concatenate([np.full(len(part[0]), part[5]) for part in gparts])
             host = np.concatenate([pack.get(part[3]) for part in gparts], axis=1)
-            self._fill_grad_stats(out, cols, grads, numels, host, exact)
+            nonzero = self._fill_grad_stats(out, cols, grads, numels, host, exact)
             if hist is not None:
-                nonzero = numels * (1.0 - out[_M["zero_frac"], cols])
                 hist[cols] = octave_bins(np.concatenate([pack.get(part[4]) for part in gparts]), nonzero)
         return out, hist, (float(pack.get(loss_at)) if loss_at is not None else loss), pack
 
@@ -146,24 +145,29 @@ class StepStatistics:
     @staticmethod
     def _fill_grad_stats(
         out: np.ndarray, cols: np.ndarray, grads: list[torch.Tensor], n: np.ndarray, host: np.ndarray, exact: np.ndarray
-    ) -> None:
+    ) -> np.ndarray:
         """Per-layer metrics of gradient columns ``cols`` from their host rows (``grad_rows``); ``grads``
         are the stored values (a sparse gradient's non-zero entries), ``n`` the layers' sizes, ``exact``
         where the L2 norm was squared and summed in float64 (the fused kernels, the stacks): never
-        taken again."""
-        l2, l1, linf, nnz, s = host[:5]
+        taken again. Returns each column's exact non-zero count (float64; the histogram's subnormals
+        are derived from it, never from the float32 zero fraction)."""
+        l2, l1, linf, nnz, s = host[:5].copy()
         redo = untrusted_norms(l2, linf, n)  # rare: a float32 norm that overflowed or underflowed
         redo = redo[~exact[redo]]
         if redo.size:
-            l2 = l2.copy()
             l2[redo] = exact_norms([grads[k] for k in redo])
+        # rare: a float32 sum that overflowed though every entry is finite (bfloat16 gradients near
+        # the dtype's max): summed again in float64, so a mean that fits float32 is finite
+        for k in np.flatnonzero(np.isfinite(linf) & ~(np.isfinite(l1) & np.isfinite(s))):
+            l1[k] = float(grads[k].abs().sum(dtype=torch.float64))
+            s[k] = float(grads[k].sum(dtype=torch.float64))
         mean = s / n
-        with np.errstate(invalid="ignore", over="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):  # beyond float32's range: stored as inf
             var = np.maximum(l2 * l2 / n - mean * mean, 0.0)
-        out[_M["grad_norm"], cols] = l2
-        out[_M["mean_abs"], cols] = l1 / n
-        out[_M["max_abs"], cols] = linf
-        out[_M["std"], cols] = np.sqrt(var)
+            out[_M["grad_norm"], cols] = l2
+            out[_M["mean_abs"], cols] = l1 / n
+            out[_M["max_abs"], cols] = linf
+            out[_M["std"], cols] = np.sqrt(var)
         out[_M["zero_frac"], cols] = 1.0 - nnz / n
         out[_M["nonfinite"], cols] = 0.0
         # rare: count the NaN/Inf entries of the offending tensors only (a host read each); a
@@ -171,5 +175,7 @@ class StepStatistics:
         for k in np.flatnonzero(~np.isfinite(linf) | ~np.isfinite(l2)):
             g = grads[k]
             out[_M["nonfinite"], cols[k]] = float((~torch.isfinite(g)).sum())
-            out[_M["zero_frac"], cols[k]] = 1.0 - float((g != 0).sum()) / n[k]
+            nnz[k] = float((g != 0).sum())
+            out[_M["zero_frac"], cols[k]] = 1.0 - nnz[k] / n[k]
             out[_M["max_abs"], cols[k]] = math.inf
+        return nnz

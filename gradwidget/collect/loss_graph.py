@@ -117,6 +117,17 @@ class LossGraph:
     reducer: str | None = None
     reduction: str | None = None
     above: list[str] = field(default_factory=list)
+    #: every op on the loss side that reduces with a ``reduction`` (``MseLoss``, ``KlDiv``...): the
+    #: loss's terms, when it adds several
+    terms: list[str] = field(default_factory=list)
+    #: the classes a log-softmax (or ``nll_loss``) reads, from the shape autograd keeps of its
+    #: input; None when the graph has none or does not say
+    classes: int | None = None
+    #: the examples the reducer averages or sums over (the first dimension of its input), or None
+    batch: int | None = None
+    #: trainable tensors outside the recorded model that the loss depends on (another network's,
+    #: as a GAN generator's loss depends on its discriminator's); None when not looked for
+    foreign: int | None = None
 
     @property
     def summed(self) -> bool | None:
@@ -159,8 +170,10 @@ class LossGraph:
                 None if d.get("reducer") is None else str(d["reducer"]),
                 None if red is None else str(red),
                 [str(o) for o in d.get("above", [])],
+                [str(o) for o in d.get("terms", [])],
+                *(None if d.get(k) is None else int(d[k]) for k in ("classes", "batch", "foreign")),
             )
-        except (AttributeError, KeyError, TypeError):
+        except (AttributeError, KeyError, TypeError, ValueError):
             return None
 
     @classmethod
@@ -188,16 +201,45 @@ def _squashed_input(node, outputs: dict, limit: int = 8):
     return chain
 
 
-def walk(loss_fn, outputs: dict | None = None, max_nodes: int = MAX_NODES) -> LossGraph:
+def _shape(node) -> tuple[int, ...] | None:
+    """The shape of the tensor ``node`` made (autograd keeps it after backward; None if unknown)."""
+    try:
+        return tuple(int(n) for n in node._input_metadata[0].shape)
+    except (AttributeError, IndexError, TypeError, RuntimeError):
+        return None
+
+
+def _classes(node) -> int | None:
+    """The classes a ``LogSoftmax`` / ``Softmax`` reads along its dim, or an ``NllLoss``'s input's
+    second dimension; None when the shape is not kept."""
+    name = op_name(node)
+    if name in ("LogSoftmax", "Softmax"):
+        shape, dim = _shape(node), getattr(node, "_saved_dim", None)
+        if shape and isinstance(dim, int) and -len(shape) <= dim < len(shape):
+            return shape[dim]
+        return None
+    if name.startswith("NllLoss"):
+        below = _input(node)
+        shape = _shape(below) if below is not None else None
+        return shape[1] if shape and len(shape) >= 2 else shape[0] if shape else None
+    return None
+
+
+def walk(loss_fn, outputs: dict | None = None, max_nodes: int = MAX_NODES, own: set | None = None) -> LossGraph:
     """Walk a loss's graph from ``loss_fn`` (its ``grad_fn``) towards the model's output.
 
     ``outputs`` maps the nodes that made the model's output (and its submodules' outputs worth
     naming) to their module paths (``""``: the model); the walk does not go past them. Returns the
     ops on the shortest path from the loss to such a node (or none found) and every ``PATTERNS``
-    mistake on the way, looked for across the model's output too (``nn.Softmax`` as its last module)."""
+    mistake on the way, looked for across the model's output too (``nn.Softmax`` as its last module).
+    With ``own`` (the ids of the model's parameters) it also counts the trainable tensors outside
+    the model that the loss depends on."""
     outputs = outputs or {}
     parent: dict = {loss_fn: None}
     queue, found_out, mistakes, reducer = deque([loss_fn]), None, [], None
+    terms: list[str] = []
+    classes: int | None = None
+    foreign = 0
     while queue and len(parent) <= max_nodes:
         node = queue.popleft()
         if node in outputs and node is not loss_fn:  # a model that returns its own loss goes on to its logits
@@ -205,7 +247,10 @@ def walk(loss_fn, outputs: dict | None = None, max_nodes: int = MAX_NODES) -> Lo
             continue
         name = op_name(node)
         if name == "AccumulateGrad":
+            foreign += own is not None and id(getattr(node, "variable", None)) not in own
             continue
+        if classes is None and found_out is None:
+            classes = _classes(node)
         below = _squashed_input(node, outputs) if any(k[0] == name for k in PATTERNS) else []
         if below and (name, op_name(below[-1])) in PATTERNS:
             kind, what = PATTERNS[(name, op_name(below[-1]))]
@@ -214,8 +259,11 @@ def walk(loss_fn, outputs: dict | None = None, max_nodes: int = MAX_NODES) -> Lo
             if nxt is not None and nxt not in parent:
                 parent[nxt] = node
                 queue.append(nxt)
-        if reducer is None and isinstance(getattr(node, "_saved_reduction", None), int):
-            reducer = node
+        if isinstance(getattr(node, "_saved_reduction", None), int):
+            reducer = node if reducer is None else reducer
+            terms.append(name)
+    red_in = _input(reducer) if reducer is not None else None
+    red_shape = _shape(red_in) if red_in is not None else None
     return LossGraph(
         _path(parent, found_out),
         found_out is not None,
@@ -223,6 +271,10 @@ def walk(loss_fn, outputs: dict | None = None, max_nodes: int = MAX_NODES) -> Lo
         None if reducer is None else op_name(reducer),
         None if reducer is None else _REDUCTIONS.get(reducer._saved_reduction),
         _path(parent, reducer)[:-1],
+        terms,
+        classes,
+        red_shape[0] if red_shape else None,
+        foreign if own is not None else None,
     )
 
 
@@ -245,6 +297,7 @@ class LossGraphProbe:
     def __init__(self, model) -> None:
         self.result: LossGraph | None = None
         self._outputs: dict = {}
+        self._own = {id(p) for p in model.parameters()}
         self._compiled = False  # a forward ran inside torch.compile: removing hooks would recompile it
         self.settled = False  # its one step went by: it looks no more
         self._handles = [model.register_forward_pre_hook(Hook(self._clear))]
@@ -288,7 +341,7 @@ class LossGraphProbe:
             return
         fn = getattr(loss, "grad_fn", None)
         if self.result is None and fn is not None:
-            self.result = walk(fn, self._outputs)
+            self.result = walk(fn, self._outputs, own=self._own)
             self._outputs = {}
 
     def settle(self, run, writer=None) -> None:

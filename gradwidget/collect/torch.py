@@ -36,7 +36,7 @@ from torch import nn
 
 from .._args import check_bool, check_bool_or_auto, check_count
 from ..run import Run, _as_step
-from ..storage import check_log_dir, resume_point
+from ..storage import check_log_dir, check_resume, resume_point
 from ..thresholds import as_thresholds
 from ._changes import ModelWatch
 from ._graph import GraphCapture
@@ -86,7 +86,9 @@ class Recorder(_Setup, _Steps):
     overwrite: replace the run already in ``log_dir`` (refused while another Recorder writes it).
     resume: continue the run in ``log_dir`` (after a crash, or for another training phase): its
         steps first, new ones numbered after them; refused for a model with other layers. A new or
-        empty ``log_dir`` starts a run (``storage/_resume.py``).
+        empty ``log_dir`` starts a run (``storage/_resume.py``). A step number instead of True:
+        training goes on from a checkpoint of that step, so the run's steps after it are trained
+        again and replaced (dropped from the folder too), not numbered after them.
     track_updates: record ``update_norm`` (keeps one copy of the trainable parameters).
     update_every: measure the update norm every this many recorded steps (NaN in between): taking
         it costs a copy of the parameters, ~2.5% of a step for a small transformer on CPU.
@@ -158,7 +160,7 @@ class Recorder(_Setup, _Steps):
         noise_scale: bool | str = "auto",
         noise_every: int = NOISE_EVERY,
         batch_size: int | None = None,
-        resume: bool = False,
+        resume: bool | int = False,
     ) -> None:
         model, optimizer = _unwrapped(model), _unwrapped_optimizer(optimizer)
         if not isinstance(model, nn.Module):
@@ -179,8 +181,10 @@ class Recorder(_Setup, _Steps):
         if batch_size is not None:
             batch_size = check_count("batch_size", batch_size, 1)
         flags = {"overwrite": overwrite, "track_updates": track_updates, "foreach_all": foreach_all}
-        for flag, value in dict(flags, step_hooks=step_hooks, resume=resume).items():
+        for flag, value in dict(flags, step_hooks=step_hooks).items():
             check_bool(flag, value)
+        resume_after = check_resume(resume)
+        resume = resume is not False
         if resume and (overwrite or log_dir is None):
             raise ValueError(
                 "resume=True continues the run in log_dir: give a log_dir, and not overwrite=True (which replaces it)"
@@ -227,7 +231,7 @@ class Recorder(_Setup, _Steps):
         #: weights, the head a replaced ``model.classifier`` left behind): not recorded, said in repr
         self.optimizer_extra = _optimizer_extra(model, optimizer, all_named)
         #: the run in log_dir this recorder continues (resume=True), checked against these layers
-        self._resume = resume_point(log_dir, _shapes(self._names, self._params)) if resume else None
+        self._resume = resume_point(log_dir, _shapes(self._names, self._params), resume_after) if resume else None
 
         _replace_attached(model, self)
         self.run: Run | None = None
@@ -425,6 +429,8 @@ class Recorder(_Setup, _Steps):
             self._replicas.close()  # rank 0: compare the last steps, keep the record
         if self._writer is not None:
             self._writer.close()
+        if self._resume is not None:
+            self._resume.release()  # resumed but never written: the folder is free again
         self._attached = False
 
     close = detach

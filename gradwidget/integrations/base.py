@@ -10,7 +10,9 @@ from collections import defaultdict
 
 import torch
 
+from ..collect._inputs import _check_number
 from ..collect.torch import Recorder, norms
+from ..schema import _as_step
 
 #: Recorder options a callback passes through (model, optimizer and step marking are the trainer's)
 _OWN = ("model", "optimizer", "step_hooks", "self")
@@ -73,8 +75,11 @@ class TrainerRecording:
 
     def log(self, loss=None, lr=None, step: int | None = None) -> None:
         """Attach a loss, learning rate or step number of your own to the next recorded step."""
-        if self.recorder is None:
-            self._pending.update({k: v for k, v in (("loss", loss), ("lr", lr), ("step", step)) if v is not None})
+        if self.recorder is None:  # checked now, as the Recorder checks them
+            given = {"loss": loss, "lr": lr}
+            self._pending.update({k: _check_number(k, v) for k, v in given.items() if v is not None})
+            if step is not None:
+                self._pending["step"] = _as_step(step)
         else:
             self.recorder.log(loss=loss, lr=lr, step=step)
 
@@ -89,16 +94,21 @@ class TrainerRecording:
         return f"<{type(self).__module__}.{type(self).__name__} {self.run!r}>"
 
     # ------------------------------------------------------------------ for the callbacks
-    def _start(self, model, optimizer) -> Recorder:
+    def _start(self, model, optimizer, resumed_at: int = 0) -> Recorder:
         """The Recorder for this training: the one already recording this model (``train()``
-        called again), or a new one."""
+        called again), or a new one. ``resumed_at``: the step of the checkpoint the trainer goes
+        on from (0 for a fresh start); with ``resume=True`` the run continues from that step, its
+        later steps replaced by the ones the trainer trains again, under the trainer's numbers."""
         rec = self.recorder
         if rec is not None and rec.attached and rec.model is model:
             return rec
         if rec is not None:
             rec.detach()
         self._closed = False
-        rec = Recorder(model, optimizer, step_hooks=False, **self._options)
+        options = self._options
+        if resumed_at and options.get("resume") is True:
+            options = dict(options, resume=resumed_at)
+        rec = Recorder(model, optimizer, step_hooks=False, **options)
         rec.on_step = self.on_step  # the panel's callbacks, added before training started
         self.recorder = rec
         if self._pending:

@@ -44,11 +44,13 @@ class GradwidgetCallback(*_callback_bases(), TrainerRecording):  # type: ignore[
         TrainerRecording.__init__(self, log_dir, **recorder_options)
         self._loss = None
 
-    def on_fit_start(self, trainer, pl_module) -> None:
+    def on_train_start(self, trainer, pl_module) -> None:
+        """Start recording once a checkpoint (``fit(ckpt_path=...)``) is restored: its step is
+        where a resumed run goes on (``resume=True``), under the trainer's own step numbers."""
         optimizers = list(trainer.optimizers)
         if not optimizers:
             raise ValueError("GradwidgetCallback found no optimizer: configure_optimizers returned none")
-        self._start(pl_module, optimizers[0])
+        self._start(pl_module, optimizers[0], trainer.global_step)
         self._loss = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:

@@ -45,7 +45,7 @@ class GradwidgetCallback(TrainerCallback, TrainerRecording):
         if model is None or optimizer is None:
             raise ValueError("GradwidgetCallback needs the Trainer's model and optimizer at on_train_begin")
         self._remove_hooks()
-        self._start(model, optimizer)
+        self._start(model, optimizer, state.global_step)  # a checkpoint's step when resuming from one
         self._hooks.append(model.register_forward_hook(self._on_forward, with_kwargs=True))
         self._scaler = getattr(optimizer, "scaler", None)
         self._clip_at = None

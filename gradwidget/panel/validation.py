@@ -52,7 +52,7 @@ class PanelValidation(PanelBase, t.HasTraits):
 
     @t.validate("columns")
     def _check_columns(self, proposal):
-        return int(min(P.MAX_COLUMNS, max(P.MIN_COLUMNS, int(proposal["value"]))))
+        return int(min(P.PANEL_MAX_COLUMNS, max(P.PANEL_MIN_COLUMNS, int(proposal["value"]))))
 
     @t.observe("step")
     def _step_changed(self, change):

@@ -33,7 +33,7 @@ from ..panel.protocol import HEALTH_COLORS
 from .common import (
     CMAP_NAME,
     EXPLODING_COLOR,
-    MAX_COLUMNS,
+    FIGURE_MAX_STEPS,
     NODATA_COLOR,
     NONFINITE_COLOR,
     VANISHING_COLOR,
@@ -59,7 +59,7 @@ __all__ = [
     "EXPLODING_COLOR",
     "HEALTH_COLORS",
     "HEALTH_COLUMNS",
-    "MAX_COLUMNS",
+    "FIGURE_MAX_STEPS",
     "MAX_DRAWN_ROWS",
     "NODATA_COLOR",
     "NONFINITE_COLOR",

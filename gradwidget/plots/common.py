@@ -19,8 +19,8 @@ VANISHING_COLOR, EXPLODING_COLOR, NONFINITE_COLOR, NODATA_COLOR = (
     MARKS[k] for k in ("vanishing", "exploding", "nonfinite", "nodata")
 )
 
-#: heatmaps wider than this many steps are downsampled (max |g| and non-finite keep their maxima).
-MAX_COLUMNS = 600
+#: heatmap figures wider than this many steps are downsampled (max |g| and non-finite keep their maxima).
+FIGURE_MAX_STEPS = 600
 
 
 def metric_label(metric: str) -> str:

@@ -12,7 +12,7 @@ from ..run import Run
 from .common import (
     CMAP_NAME,
     EXPLODING_COLOR,
-    MAX_COLUMNS,
+    FIGURE_MAX_STEPS,
     NONFINITE_COLOR,
     depth_axis,
     empty_axes,
@@ -30,7 +30,7 @@ def flow_heatmap(
     metric: str = "grad_norm",
     step: int | None = None,
     ax=None,
-    max_columns: int = MAX_COLUMNS,
+    max_columns: int = FIGURE_MAX_STEPS,
     colorbar: bool = True,
     legend: bool = True,
     scale: tuple[float, float] | None = None,

@@ -24,7 +24,7 @@ def noise_scale_plot(ns, ax=None) -> Figure:
     top = max(float(np.nanmax(b[ok])) * 4, ns.b_big * 2)
     hi = np.where(np.isfinite(ns.hi), ns.hi, top)
     ax.fill_between(x, np.maximum(ns.lo, 1e-3), hi, color="#31688e", alpha=0.18, lw=0, label="95% interval")
-    ax.plot(x[ok], b[ok], color="#31688e", lw=1.3, label=f"B_simple (EMA {ns.ema_steps} measured steps)")
+    ax.plot(x[ok], b[ok], color="#31688e", lw=1.3, label=f"B_simple (time constant {ns.tau:,.0f} steps)")
     ax.axhline(ns.b_big, color="#d84315", ls="--", lw=1.0, label=f"batch per step ({ns.b_big:,.0f})")
     ax.set_yscale("log")
     lo = min(float(np.nanmin(b[ok])), ns.b_big) / 4

@@ -28,7 +28,7 @@ from .layout import FORMAT, FORMAT_VERSION, RUN_FILES, RunFormatError, as_path, 
 from .meta import META_MAX_BYTES
 from .reader import RunReader, load_run
 from .records import READ_CHUNK_BYTES
-from ._resume import ResumePoint, resume_point
+from ._resume import ResumePoint, check_resume, resume_point
 from .writer import BACKLOG_MAX_BYTES, RunWriter, RunWriteWarning, save_run
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "atomic_output",
     "check_log_dir",
     "check_output_file",
+    "check_resume",
     "hist_dtype",
     "is_run_dir",
     "load_run",

@@ -14,25 +14,31 @@ from .layout import FORMAT, RUN_FILES, RunFormatError, as_path
 from .meta import parse_meta
 
 
-def check_output_file(path) -> Path:
-    """An output file (export, report) as a Path, refused when it is a folder or one of a run
-    directory's own files: writing a report over ``RUN/meta.json`` would destroy the run it describes."""
+def check_output_file(path, force: bool = False, force_hint: str = "pass force=True") -> Path:
+    """An output file (export, report, comparison) as a Path, refused when it is a folder, one of a
+    run directory's own files (writing a report over ``RUN/meta.json`` would destroy the run it
+    describes), or an existing file (a link included) without ``force``: the one rule of every file
+    output, so none replaces a user's file silently."""
     p = as_path(path, "the output file must be a path")
+    check_bool("force", force)
     if p.is_dir():
         raise IsADirectoryError(f"{p} is a directory; give the file to write, e.g. {p / 'report.html'}")
     if p.name in RUN_FILES and (p.parent / "meta.json").is_file():
         raise ValueError(
             f"refusing to write {p}: it is one of the files of the run in {p.parent}; choose another output file"
         )
+    if not force and os.path.lexists(p):
+        raise FileExistsError(f"{p} exists; {force_hint} to replace it, or choose another output file")
     return p
 
 
 @contextmanager
-def atomic_output(path, newline=None, encoding=None):
-    """Open an output file (see ``check_output_file``) for writing via a private temporary sibling
-    renamed into place at the end, so a failure half-way leaves an earlier file intact and no
-    partial one, and a link planted beside it is never written through."""
-    path = check_output_file(path)
+def atomic_output(path, force: bool = False, newline=None, encoding=None):
+    """Open an output file (see ``check_output_file``: an existing one only with ``force``) for
+    writing via a private temporary sibling renamed into place at the end, so a failure half-way
+    leaves an earlier file intact and no partial one, and a link planted beside it is never
+    written through."""
+    path = check_output_file(path, force)
     path.parent.mkdir(parents=True, exist_ok=True)
     with replace_atomically(path, newline=newline, encoding=encoding) as f:
         yield f

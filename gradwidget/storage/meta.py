@@ -116,6 +116,55 @@ def _layer_problem(j: int, d) -> str | None:
     return None
 
 
+#: what each of the run's own fields in meta.json ("meta", ``Run.meta``) holds: a type, or for an
+#: object the types of its fields. Checked at load, so a wrong type is refused there, naming the key,
+#: instead of failing deep inside an analysis; null stands for absent; a field not listed here (one
+#: a newer gradwidget adds) is kept unchecked
+RUN_META_FIELDS: dict[str, type | tuple | dict] = {
+    "model": str,
+    "optimizer": str,
+    "every": int,
+    "skipped": dict,
+    "optimizer_extra": dict,
+    "distributed": {"kind": str, "world_size": int},
+    "noise_scale": {
+        "batch_size": str,
+        "two_sizes": str,
+        "world_size": int,
+        "every": int,
+        "first": int,
+        "one_size": str,
+        "unavailable": str,
+    },
+    "grad_reset": {"layer": str, "checked": int, "carried": int, "first_step": int},
+    "loss_graph": dict,
+    "nonfinite_tracing": dict,
+    "replicas": dict,
+    "clipped_at": (int, float),
+    "global_norm": str,
+    "discarded_backwards": int,
+}
+
+
+def _type_problem(key: str, value, typ) -> str | None:
+    """Why ``value`` is not what ``RUN_META_FIELDS`` says field ``key`` holds, or None."""
+    if value is None:
+        return None
+    if isinstance(typ, dict):
+        if not isinstance(value, dict):
+            return f"meta.{key} must be an object, got {value!r:.60}"
+        for sub, t in typ.items():
+            problem = _type_problem(f"{key}.{sub}", value.get(sub), t)
+            if problem:
+                return problem
+        return None
+    types = typ if isinstance(typ, tuple) else (typ,)
+    if isinstance(value, bool) or not isinstance(value, types):
+        what = "a number" if float in types else {int: "a whole number", str: "a string", dict: "an object"}[typ]
+        return f"meta.{key} must be {what}, got {value!r:.60}"
+    return None
+
+
 def _meta_problem(meta: dict) -> str | None:
     """The first field of meta.json with a wrong type or an impossible value, or None: checked
     here so a damaged run fails at load with one message instead of deep inside the analysis."""
@@ -135,6 +184,10 @@ def _meta_problem(meta: dict) -> str | None:
     for key in ("thresholds", "meta"):
         if meta.get(key) is not None and not isinstance(meta[key], dict):
             return f'"{key}" must be an object, got {meta[key]!r:.60}'
+    for key, typ in RUN_META_FIELDS.items():
+        problem = _type_problem(key, (meta.get("meta") or {}).get(key), typ)
+        if problem:
+            return problem
     origin = (meta.get("meta") or {}).get("nonfinite_origin")
     if origin is not None:
         try:

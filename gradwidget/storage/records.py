@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..run import METRICS, SCALARS, Run
-from .layout import RunFormatError, file_size, open_regular, step_dtype
+from .layout import RunFormatError, file_size, hist_dtype, open_regular, step_dtype
 
 
 def step_records(run: Run, a: int = 0, b: int | None = None) -> np.ndarray:
@@ -21,6 +21,22 @@ def step_records(run: Run, a: int = 0, b: int | None = None) -> np.ndarray:
         rec[s] = run.scalar(s)[a:b]
     for m in METRICS:
         rec[m] = run.metric(m)[a:b]
+    return rec
+
+
+def hist_records(run: Run, a: int = 0, b: int | None = None) -> np.ndarray:
+    """The records of the run's histograms ``a`` to ``b`` (default: all). A run directory keeps
+    32-bit counts; a count beyond them (a merged run's group of more than 2**32 - 1 entries in one
+    bin) is refused, never wrapped."""
+    counts = run.hist[a:b]
+    limit = np.iinfo(np.uint32).max
+    if counts.size and int(counts.max()) > limit:
+        raise ValueError(
+            f"a histogram count of {int(counts.max())} does not fit a run directory's 32-bit counts (at most "
+            f"{limit}): save the run before merging its layers (Run.merge_layers), and merge after loading"
+        )
+    rec = np.zeros(len(counts), hist_dtype(run.n_layers))
+    rec["step"], rec["counts"] = run.hist_steps[a:b], counts
     return rec
 
 

@@ -12,14 +12,14 @@ from datetime import datetime, timezone
 import numpy as np
 
 from .._warnings import GradwidgetWarning
-from ..files import append_whole, create_new, open_to_append
+from ..files import append_whole, create_new
 from ..run import Run
 from ._owner import hold, removed
 from ._resume import ResumePoint
 from .folders import check_log_dir, is_run_dir
 from .layout import RECORD_FILES, hist_dtype, step_dtype
 from .meta import meta_dict, write_json_atomic
-from .records import step_records
+from .records import hist_records, step_records
 
 
 #: unwritten record bytes a live writer holds while the disk refuses writes (a full disk) before it
@@ -51,7 +51,8 @@ class RunWriter:
     ) -> None:
         """``resume``: continue the run in ``path`` (``_resume.resume_point``; ``run`` holds its
         steps first): its files are appended to, after their last whole record, and its id kept."""
-        self.path = check_log_dir(path, overwrite if resume is None else True)
+        # a resumer holds the folder already (``_resume``): its lock is no other writer's
+        self.path = check_log_dir(path, overwrite if resume is None else True, handover=resume is not None)
         self.path.mkdir(parents=True, exist_ok=True)
         if resume is None and is_run_dir(self.path):  # our own earlier run (overwrite=True): replaced
             for name in RECORD_FILES:
@@ -64,16 +65,16 @@ class RunWriter:
         self._fds: dict[str, int] = {}
         self._sizes = {"steps.bin": 0, "hist.bin": 0}
         self._last_step: int | None = None  # the newest step queued to be written
-        if resume is not None:
+        self._noise_last: int | None = None  # the step of the last noise row queued (noise.bin)
+        if resume is not None:  # its files, open and held since it was read (``_resume``)
             self.created = resume.created or self.created
-            for name, size in resume.sizes.items():
-                self._fds[name] = open_to_append(self.path / name, size)
-                self._sizes[name] = size
-            hold(self._fds["steps.bin"])
+            self._fds = resume.take_files()
+            self._sizes.update({name: resume.sizes[name] for name in self._fds})
             if resume.run.n_steps:
                 self._last_step = int(resume.run.steps[-1])
+            if resume.run.noise is not None and len(resume.run.noise):
+                self._noise_last = int(resume.run.noise.rows["step"][-1])
         self._queue: deque = deque()  # (file name, record bytes) not yet on disk, in order
-        self._noise_last: int | None = None  # the step of the last noise row queued (noise.bin)
         self._meta_due = True
         #: the error that is holding records back (None while everything is on disk)
         self.error: OSError | None = None
@@ -106,9 +107,7 @@ class RunWriter:
             ha = 0 if self._last_step is None else int(np.searchsorted(hs, self._last_step, side="right"))
             hb = int(np.searchsorted(hs, steps[-1], side="right"))
             if ha < hb:
-                h = np.zeros(hb - ha, self._hdt)
-                h["step"], h["counts"] = hs[ha:hb], run.hist[ha:hb]
-                self._queue.append(("hist.bin", h.tobytes()))
+                self._queue.append(("hist.bin", hist_records(run, ha, hb).tobytes()))
             self._last_step = int(steps[-1])
         self._queue_noise()  # its rows follow their step's record (run.noise grows after the step)
         self._flush()
@@ -236,12 +235,11 @@ def save_run(run: Run, path, overwrite: bool = False) -> None:
     out of its window, as it holds them (decimated, without histograms), to ``history.bin``, so
     ``load_run`` gives back ``run.history`` too instead of silently keeping only the window."""
     run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
+    hists = hist_records(run)  # refused before anything is written
     w = RunWriter(path, run, overwrite=overwrite)
     try:
         w._queue.append(("steps.bin", step_records(run).tobytes()))
-        h = np.zeros(run.hist.shape[0], w._hdt)
-        h["step"], h["counts"] = run.hist_steps, run.hist
-        w._queue.append(("hist.bin", h.tobytes()))
+        w._queue.append(("hist.bin", hists.tobytes()))
         w._queue_noise()
         w._write_due()
         older = [r for r in (run.history, run._pending) if r is not None and r.n_steps]

@@ -8,10 +8,13 @@ from __future__ import annotations
 from . import (
     batch_too_large,
     batch_too_small,
+    cleared_before_step,
     dead_units,
     exploding,
     frozen,
+    half_weights,
     input_scale,
+    learns_nothing,
     loss_scale,
     lr_too_high,
     lr_too_low,
@@ -30,8 +33,10 @@ from ._engine import layer_verdicts, verdict
 
 #: every cause, in precedence order.
 RULES: tuple[CauseRule, ...] = (
+    half_weights.RULE,
     nonfinite.RULE,
     replicas_diverged.RULE,
+    cleared_before_step.RULE,
     missing_zero_grad.RULE,
     loss_scale.RULE,
     input_scale.RULE,
@@ -44,6 +49,7 @@ RULES: tuple[CauseRule, ...] = (
     vanishing.RULE,
     lr_too_low.RULE,
     plateau.RULE,
+    learns_nothing.RULE,
     batch_too_small.RULE,
     batch_too_large.RULE,
     frozen.RULE,

@@ -1,5 +1,13 @@
 """The one diagnosis type (``Diagnosis``), the record each cause module fills in (``CauseRule``)
-and the ``Context`` every rule reads from, computed once per analysis."""
+and the ``Context`` every rule reads from, computed once per analysis.
+
+Every cause declares the kind of evidence it reads (``CauseRule.kind``): an *observation* is a fact
+about the program the Recorder saw (a parameter the optimizer does not hold, a gradient never reset,
+no gradient reaching a layer, a NaN and where it began): it may be High or Critical on its own. A
+*symptom* is a statistical pattern (weight growth, small or large gradients, a spike, a rebound, a
+plateau, update ratios): the engine (``_engine``) caps it at Low unless the objective shows measured
+damage (``analysis.damage``). A diagnosis that an observation's rule reads from statistics instead
+(no direct record) says so with ``inferred`` and counts as a symptom."""
 
 from __future__ import annotations
 
@@ -12,13 +20,17 @@ import numpy as np
 from ...origin import NonfiniteOrigin
 from ..evidence import Architecture, LossEvidence, is_embedding, update_ratio_series
 from ..flow import Region
+from ..damage import Damage, damage
 from ..dynamics import Dynamics
 from ..risk_factor import RiskFactor
 from ..noise_scale import NoiseScale, noise_scale
 from ..stats import Series
+from ..task import Task
 
 #: priorities, most urgent first.
 PRIORITY_ORDER = ("Critical", "High", "Medium", "Low")
+#: the two kinds of evidence a cause reads (see the module docstring)
+Kind = Literal["observation", "symptom"]
 
 
 @dataclass
@@ -37,6 +49,7 @@ class Diagnosis:
     symptom_layers: dict[str, list[str]] = field(default_factory=dict)
     origin: NonfiniteOrigin | None = None  #: the NaN origin, for ``nonfinite``
     at_init: bool = False  #: present before the first update: the root, above any step-size cause
+    inferred: bool = False  #: read from statistics, not seen: a symptom even under an observation's rule
     after: str | None = None  #: the cause it followed from: ranked right after it, kept for its own evidence
     ranks: list[int] = field(default_factory=list)  #: the processes at fault (distributed runs), most first
     title: str = ""  #: what the cause is, in a few words
@@ -68,6 +81,7 @@ class CauseRule:
     title: str
     find: Callable[["Context"], Diagnosis | None]  #: the rule: a Diagnosis when the evidence holds
     action: Callable[[Diagnosis, "Context"], str]  #: the one change to make, aware of the architecture
+    kind: Kind  #: observation (may be High/Critical alone) or symptom (Low unless the loss shows damage)
     explains: tuple[str, ...] = ()  #: symptoms it can produce, folded into it when both are found
     contradicts: tuple[str, ...] = ()  #: findings its evidence rules out: dropped when it is found
     explains_when: Callable[[Diagnosis, Diagnosis], bool] = _always  #: (cause, symptom): does it explain this one?
@@ -86,6 +100,12 @@ class Context:
     dyn: Dynamics
     loss: LossEvidence
     arch: Architecture
+    task: Task
+
+    @functools.cached_property
+    def damage(self) -> Damage | None:
+        """The damage the loss shows (``analysis.damage``), computed once."""
+        return damage(self.run, self.loss, self.task, self.t.chance_tolerance)
 
     @property
     def run(self):

@@ -1,7 +1,10 @@
-"""From rules to ranked diagnoses: run every cause's rule, drop what a found cause rules out, fold
-each symptom into the first found cause (in precedence order) that explains it, raise the top
-finding to Critical when the loss shows the damage (it diverged or never left chance level), rank
-(priority first, then precedence: a root above its symptoms) and say each in words."""
+"""From rules to ranked diagnoses: run every cause's rule; cap every *symptom* (a statistical
+pattern, ``CauseRule.kind``) at Low unless the objective shows measured damage
+(``Context.damage``); drop what a found cause rules out, fold each symptom into the first found cause
+(in precedence order) that explains it, raise the top finding to Critical when the damage is total
+(the loss went NaN, diverged or never left chance level), rank (priority first, then precedence: a
+root above its symptoms) and say each in words. An *observation* (a fact the Recorder saw) keeps the
+priority its rule gives it."""
 
 from __future__ import annotations
 
@@ -10,7 +13,6 @@ from typing import Sequence
 import numpy as np
 
 from ._base import PRIORITY_ORDER, CauseRule, Context, Diagnosis
-from ._shared import never_left_chance
 
 
 def settle(found: dict[str, Diagnosis], rules: Sequence[CauseRule]) -> None:
@@ -50,21 +52,38 @@ def _fold(found: dict[str, Diagnosis], rules: Sequence[CauseRule]) -> None:
                         d.after = rule.name
             if s.priority == "Critical":
                 cause.priority = "Critical"
-            elif rule.priority_explaining is not None:
+            elif rule.priority_explaining is not None and s.priority != "Low":
                 cause.priority = min(cause.priority, rule.priority_explaining, key=PRIORITY_ORDER.index)
 
 
-def _damage(c: Context) -> str | None:
-    """What the loss shows of the damage, when it is total: it diverged, or never left chance."""
+def is_symptom(d: Diagnosis, rule: CauseRule) -> bool:
+    """A statistical pattern: its rule reads one, or an observation's rule inferred it from statistics."""
+    return rule.kind == "symptom" or d.inferred
+
+
+def _no_damage(c: Context) -> str:
+    """Why a symptom stays information: what the objective shows (or why it cannot show damage)."""
     L = c.loss
-    if L.logged and L.diverged:
-        return "the loss diverged" + (
-            f" (NaN/Inf from step {L.nonfinite_step})" if L.nonfinite_step is not None else ""
-        )
-    chance = never_left_chance(c.run, L, c.t)
-    if chance is not None:
-        return f"the loss never left chance level, ln(classes) = {chance:.3g}: the model learned nothing"
-    return None
+    if not c.task.judged:
+        return f"information only: {c.task.assumed}"
+    if not L.logged:
+        return "information only: no loss was logged to show damage (recorder.log(loss=loss))"
+    return f"information only: the loss shows no damage ({L.start:.3g} at the start, {L.end:.3g} at the end)"
+
+
+def cap_symptoms(found: dict[str, Diagnosis], c: Context, rules: Sequence[CauseRule]) -> None:
+    """A symptom without measured damage to the objective is at most Low; with damage it keeps its
+    priority and its evidence says what the loss shows. In place."""
+    by_name = {r.name: r for r in rules}
+    dmg = c.damage
+    for d in found.values():
+        if d.priority == "Low" or not is_symptom(d, by_name[d.cause]):
+            continue
+        if dmg is None:
+            d.priority = "Low"
+            d.evidence += f"; {_no_damage(c)}"
+        else:
+            d.evidence += f"; {dmg.text}"
 
 
 def _text(d: Diagnosis, rule: CauseRule, max_layers: int) -> str:
@@ -87,6 +106,7 @@ def diagnose(c: Context, rules: Sequence[CauseRule], max_layers: int = 6) -> lis
         d = rule.find(c)
         if d is not None:
             found[rule.name] = d
+    cap_symptoms(found, c, rules)
     settle(found, rules)
     order = [r.name for r in rules]
     out = list(found.values())
@@ -100,10 +120,11 @@ def diagnose(c: Context, rules: Sequence[CauseRule], max_layers: int = 6) -> lis
         )
     )
     top = next((d for d in out if d.priority != "Low"), None)
-    damage = _damage(c) if top is not None and top.priority != "Critical" else None
-    if top is not None and damage is not None:
+    dmg = c.damage
+    if top is not None and top.priority != "Critical" and dmg is not None and dmg.total:
         top.priority = "Critical"
-        top.evidence += f"; {damage}"
+        if dmg.text not in top.evidence:
+            top.evidence += f"; {dmg.text}"
         out.sort(key=lambda d: PRIORITY_ORDER.index(d.priority))  # stable: the rest keep their order
     by_name = {r.name: r for r in rules}
     for d in out:

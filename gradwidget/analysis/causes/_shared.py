@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...collect.loss_graph import LossGraph
 from ..risk_factor import RiskFactor
-from ..loss import LOSS_SMOOTH_STEPS
-from ..stats import _quiet, trailing_median
-from ..trend import MIN_POINTS
+from ..task import output_layer
+from ..stats import _quiet
 
 
 def names_of(run, idx) -> list[str]:
@@ -49,22 +47,6 @@ def growing_first(run) -> list[str]:
     return [run.layer_names[i] for i in order if got[i]]
 
 
-def output_layer(run):
-    """The output layer's weight: the 2-d weight nearest the loss in the backward order."""
-    ws = [
-        info
-        for info in run.layers
-        if info.name.endswith("weight") and len(info.shape) == 2 and info.backward_index >= 0
-    ]
-    return min(ws, key=lambda info: info.backward_index) if ws else None
-
-
-def output_classes(run) -> int | None:
-    """Classes of the output layer: its weight's number of rows."""
-    out = output_layer(run)
-    return int(out.shape[0]) if out is not None and out.shape[0] >= 2 else None
-
-
 def output_bias_grad(run) -> float:
     """Largest |g| of the output layer's bias at the first recorded step (NaN without one). For a
     cross entropy averaged over the batch each entry is a mean of (p - y), so at most 1."""
@@ -75,15 +57,22 @@ def output_bias_grad(run) -> float:
     return float(run.metric("max_abs")[0, b[0]]) if b else float("nan")
 
 
-def lr_text(run) -> str:
-    """The learning rate in use, when the run logged one, and its peak when a schedule moved it
-    well away from that (the rate a user set is the peak: a decayed last value alone misleads)."""
+def lr_change(run, verb: str, factor: float, upto: float | None = None) -> str:
+    """ "lower the learning rate about 10x: from 0.1 (the schedule's peak; 0.001 at the end) to 0.01":
+    the change, from the rate the user set (a schedule's peak: a decayed last value alone misleads)
+    to a concrete value to try (up to ``upto`` times the rate, when a range is meant)."""
     lr = run.scalar("lr") if run.n_steps else np.zeros(0)
-    lr = lr[np.isfinite(lr)]
+    lr = lr[np.isfinite(lr) & (lr > 0)]
+    times = f"{factor:g}x" if factor >= 1 else f"{1 / factor:g}x"
+    if upto is not None:
+        times = f"{factor:g}-{upto:g}x" if factor >= 1 else f"{1 / factor:g}-{1 / upto:g}x"
+    what = f"{verb} the learning rate about {times}"
     if not lr.size:
-        return ""
-    peak = float(lr.max())
-    return f" (now {lr[-1]:.3g}, {peak:.3g} at its peak)" if peak > 1.5 * lr[-1] else f" (now {lr[-1]:.3g})"
+        return what
+    peak, last = float(lr.max()), float(lr[-1])
+    was = f"{peak:.3g}" + (f" (the schedule's peak; {last:.3g} at the end)" if peak > 1.5 * last else "")
+    to = f"{peak * factor:.3g}" + (f" (up to {peak * upto:.3g})" if upto is not None else "")
+    return f"{what}: from {was} to {to}"
 
 
 def _typical_norm(run) -> str:
@@ -92,31 +81,16 @@ def _typical_norm(run) -> str:
     return f"{np.median(g[: max(1, g.size // 4)]):.3g}" if g.size else "the typical global norm"
 
 
-def clip_text(run) -> str:
+def clip_text(run, exploded: bool = True) -> str:
     """Clipping advice, unless the trainer already clips (``run.meta["clipped_at"]``, written by the
-    trainer callbacks): then its threshold is what to revisit."""
+    trainer callbacks): then its threshold is what to revisit, and that it hides an explosion only
+    where ``exploded`` (exploding gradients were seen)."""
     at = run.meta.get("clipped_at") if isinstance(run.meta, dict) else None
     if at is not None:
-        return f"the trainer already clips at {at:g}: that hides the explosion, it does not fix it"
+        if exploded:
+            return f"the trainer already clips at {at:g}: that hides the explosion, it does not fix it"
+        return f"the trainer already clips the gradient norm at {at:g}"
     return (
         f"clip the global gradient norm (torch.nn.utils.clip_grad_norm_(model.parameters(), "
         f"max_norm≈{_typical_norm(run)}))"
     )
-
-
-def never_left_chance(run, L, t) -> float | None:
-    """ln(classes) when a classifier's loss never left chance level: it ends within
-    ``Thresholds.chance_tolerance`` of ln(classes) and its smoothed level never went below that band
-    (the model learned nothing); None otherwise, or with too few values to say."""
-    C = output_classes(run)
-    if C is None or not L.logged or L.trend is None or L.trend.n < MIN_POINTS:
-        return None
-    graph = LossGraph.of_run(run)
-    if graph is not None and not graph.cross_entropy:
-        return None
-    chance = float(np.log(C))
-    y = run.scalar("loss").astype(np.float64)
-    y = y[np.isfinite(y)]
-    low = float(trailing_median(y, LOSS_SMOOTH_STEPS).min())
-    tol = t.chance_tolerance * chance
-    return chance if abs(L.end - chance) <= tol and low >= chance - tol else None

@@ -21,4 +21,6 @@ def find(c: Context) -> Diagnosis | None:
     return find_batch(c, small=False)
 
 
-RULE = CauseRule("batch_too_large", "batch far above the gradient noise scale", find, batch_action(ACTION))
+RULE = CauseRule(
+    "batch_too_large", "batch far above the gradient noise scale", find, batch_action(ACTION), kind="symptom"
+)

@@ -22,4 +22,6 @@ def find(c: Context) -> Diagnosis | None:
     return find_batch(c, small=True)
 
 
-RULE = CauseRule("batch_too_small", "batch far below the gradient noise scale", find, batch_action(ACTION))
+RULE = CauseRule(
+    "batch_too_small", "batch far below the gradient noise scale", find, batch_action(ACTION), kind="symptom"
+)

@@ -81,6 +81,8 @@ RULE = CauseRule(
     "dead units (gradients exactly zero)",
     find,
     action,
+    kind="observation",
+    contradicts=("learns_nothing",),
     explains=("vanishing", "plateau", "lr_too_low", "saturated_output"),
     folded_as=_folded_as,
 )

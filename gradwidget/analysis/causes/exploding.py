@@ -1,16 +1,18 @@
 """``exploding``: gradients far above ``Thresholds.exploding`` (the health risk factors), or, at
 initialisation, a classifier's cross entropy many times ln(classes) with a batch-mean output bias
 gradient (``Thresholds.mean_loss_bias_grad``): outputs huge before any update, weights initialised
-too large. At initialisation it is the root of the too-large steps, NaN and dead units that follow."""
+too large. At initialisation it is the root of the too-large steps, NaN and dead units that follow.
+
+The loss at the first step, before any update, against the chance level its graph gives is an
+observation; large gradients during training are a symptom (``inferred``: Low without damage)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...collect.loss_graph import LossGraph
 from ..evidence import is_embedding
 from ._base import CauseRule, Context, Diagnosis
-from ._shared import clip_text, factors_of, first_flagged_step, names_of, output_bias_grad, output_classes, start_step
+from ._shared import clip_text, factors_of, first_flagged_step, names_of, output_bias_grad, start_step
 
 #: a first cross entropy this many times ln(classes), averaged over the batch: outputs exploded at init.
 EXPLODING_LOSS_FACTOR = 5.0
@@ -25,14 +27,12 @@ def _at_init(c: Context) -> Diagnosis | None:
     gradient stays within a batch mean's bound: its outputs are huge before the first update, so
     the weights were initialised too large (no learning rate is involved yet)."""
     run, L, t = c.run, c.loss, c.t
-    C = output_classes(run)
-    if C is None or not L.logged or not np.isfinite(L.start):
+    chance, C = c.task.chance, c.task.classes
+    if chance is None or C is None or not L.logged or not np.isfinite(L.start):
         return None
     first = run.scalar("loss")[0]
-    chance = float(np.log(C))
     ob = output_bias_grad(run)
-    graph = LossGraph.of_run(run)
-    factor = EXPLODING_LOSS_FACTOR_CE if graph is not None and graph.cross_entropy else EXPLODING_LOSS_FACTOR
+    factor = EXPLODING_LOSS_FACTOR_CE if c.task.kind == "cross_entropy" else EXPLODING_LOSS_FACTOR
     if not (first > factor * chance and (not np.isfinite(ob) or ob <= t.mean_loss_bias_grad)):
         return None
     if not np.isfinite(ob) and first > t.summed_loss_start:  # no bias to tell a sum from huge outputs
@@ -75,6 +75,7 @@ def find(c: Context) -> Diagnosis | None:
         first_flagged_step(run, flags),
         f"{fs[0].layer}: {fs[0].evidence}" + (f"; {len(fs) - 1} more layers" if len(fs) > 1 else ""),
         max(f.severity for f in fs),
+        inferred=True,
     )
 
 
@@ -102,6 +103,8 @@ RULE = CauseRule(
     "exploding gradients",
     find,
     action,
+    kind="observation",
+    contradicts=("learns_nothing",),
     explains=("lr_too_high", "nonfinite", "dead_units"),
     explains_when=_explains_when,
 )

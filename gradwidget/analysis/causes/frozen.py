@@ -26,4 +26,4 @@ def action(d: Diagnosis, c: Context) -> str:
     return "if they should train, call requires_grad_(True) on them and add them to the optimizer"
 
 
-RULE = CauseRule("frozen", "frozen parameters", find, action)
+RULE = CauseRule("frozen", "frozen parameters", find, action, kind="observation")

@@ -44,5 +44,6 @@ RULE = CauseRule(
     "unnormalised inputs",
     find,
     action,
+    kind="observation",
     explains=("lr_too_high", "exploding", "nonfinite", "vanishing", "dead_units"),
 )

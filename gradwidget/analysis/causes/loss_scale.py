@@ -41,6 +41,7 @@ def find(c: Context) -> Diagnosis | None:
         + (f"; the loss's graph shows {graph.reducer}(reduction='sum')" if summed and graph else "")
         + ": it looks summed over the batch, which multiplies every gradient by the batch size",
         1.0 if summed else float(np.clip(np.log10(L.start / t.summed_loss_start) + 0.5, 0, 1)),
+        inferred=not summed,
     )
 
 
@@ -56,6 +57,7 @@ RULE = CauseRule(
     "loss summed instead of averaged",
     find,
     action,
+    kind="observation",
     explains=("lr_too_high", "exploding", "nonfinite", "dead_units"),
     whole_run=True,
     priority_explaining="High",

@@ -13,7 +13,7 @@ from ..evidence import LOSS_SMOOTH_STEPS, LOSS_SPIKE, adaptive_optimizer, line_s
 from ..stats import _quiet, dead_flags
 from ..stats import fmt_num as _fmt
 from ._base import CauseRule, Context, Diagnosis
-from ._shared import clip_text, first_flagged_step, lr_text, start_step
+from ._shared import clip_text, first_flagged_step, lr_change, start_step
 
 #: a loss that jumps back above LOSS_SPIKE x its start on this share of steps is swinging.
 LOSS_SPIKE_SHARE = 0.05
@@ -111,7 +111,8 @@ def _died_during_training(c: Context) -> tuple[int, str] | None:
 
 def action(d: Diagnosis, c: Context) -> str:
     warm = " with a warmup of a few hundred steps" if c.arch.has_attention else ""
-    return f"lower the learning rate about 10x{lr_text(c.run)}{warm}; {clip_text(c.run)}"
+    exploded = "exploding" in d.symptom_layers or any(e.startswith("exploding:") for e in d.explains)
+    return f"{lr_change(c.run, 'lower', 0.1)}{warm}; {clip_text(c.run, exploded)}"
 
 
 def _explains_when(cause: Diagnosis, symptom: Diagnosis) -> bool:
@@ -129,8 +130,9 @@ RULE = CauseRule(
     "learning rate too high",
     find,
     action,
+    kind="symptom",
     explains=("exploding", "plateau", "dead_units", "nonfinite"),
-    contradicts=("lr_too_low",),
+    contradicts=("lr_too_low", "learns_nothing"),
     explains_when=_explains_when,
     whole_run=True,
 )

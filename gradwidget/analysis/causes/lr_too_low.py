@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..evidence import line_search_optimizer
 from ..stats import _quiet
 from ._base import CauseRule, Context, Diagnosis
-from ._shared import lr_text, start_step
+from ._shared import lr_change, start_step
 
 #: the loss's fall over the run, in units of its start, below which a significant fall is slow
 #: (the zoo's lr x1e-3 runs: 1-15%; its healthy runs fall 20% or more within 120 steps).
@@ -27,6 +28,8 @@ def find(c: Context) -> Diagnosis | None:
     run, L, t = c.run, c.loss, c.t
     steps_u, ratio = c.update_ratio
     if not ratio.size or not np.isfinite(ratio).any() or L.converged:  # converged: the rate did its job
+        return None
+    if line_search_optimizer(run):  # a line search (LBFGS) sets each step's length: no rate to raise
         return None
     med = float(np.nanmedian(ratio))
     loss = f"; the loss moved from {L.start:.3g} to {L.end:.3g}" if L.logged else ""
@@ -83,7 +86,7 @@ LOW_PRECISION = ("bfloat16", "float16")
 
 
 def action(d: Diagnosis, c: Context) -> str:
-    text = f"raise the learning rate 10-100x{lr_text(c.run)}"
+    text = lr_change(c.run, "raise", 10, 100)
     low = sorted({info.dtype for info in c.run.layers if info.dtype in LOW_PRECISION and info.status == "trainable"})
     if low:
         text += (
@@ -94,5 +97,12 @@ def action(d: Diagnosis, c: Context) -> str:
 
 
 RULE = CauseRule(
-    "lr_too_low", "learning rate too low", find, action, explains=("plateau",), contradicts=(), whole_run=True
+    "lr_too_low",
+    "learning rate too low",
+    find,
+    action,
+    kind="symptom",
+    explains=("plateau",),
+    contradicts=("learns_nothing",),
+    whole_run=True,
 )

@@ -124,6 +124,7 @@ def _fingerprint(c: Context) -> Diagnosis | None:
         start_step(run),
         "; ".join(parts) + ": each step's gradient is added to the last",
         conf,
+        inferred=True,
     )
 
 
@@ -139,6 +140,7 @@ RULE = CauseRule(
     "gradients never reset (zero_grad missing)",
     find,
     action,
+    kind="observation",
     explains=("lr_too_high", "exploding", "nonfinite", "plateau", "lr_too_low", "dead_units"),
     whole_run=True,
 )

@@ -32,4 +32,4 @@ def action(d: Diagnosis, c: Context) -> str:
     )
 
 
-RULE = CauseRule("no_gradient", "parameters that never get a gradient", find, action)
+RULE = CauseRule("no_gradient", "parameters that never get a gradient", find, action, kind="observation")

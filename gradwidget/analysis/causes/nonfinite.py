@@ -86,4 +86,4 @@ def _folded_as(symptom: Diagnosis, cause: Diagnosis) -> Fold:
     return "after" if symptom.origin is not None else "fold"
 
 
-RULE = CauseRule("nonfinite", "NaN/Inf values", find, action, folded_as=_folded_as)
+RULE = CauseRule("nonfinite", "NaN/Inf values", find, action, kind="observation", folded_as=_folded_as)

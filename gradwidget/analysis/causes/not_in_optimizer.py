@@ -43,4 +43,4 @@ def action(d: Diagnosis, c: Context) -> str:
     )
 
 
-RULE = CauseRule("not_in_optimizer", "parameters not in the optimizer", find, action)
+RULE = CauseRule("not_in_optimizer", "parameters not in the optimizer", find, action, kind="observation")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from ._base import CauseRule, Context, Diagnosis
-from ._shared import output_classes
 
 #: a loss that came down to no lower than this share of its start and then stayed flat is stuck.
 STUCK_LOSS_LEVEL = 0.6
@@ -42,8 +41,8 @@ def _fine_tuning(c: Context) -> bool:
     a flat stretch there is convergence, not a stuck run."""
     if any(info.status == "frozen" for info in c.run.layers):
         return True
-    C = output_classes(c.run)
-    return C is not None and c.loss.logged and c.loss.start < (1 - c.t.chance_tolerance) * np.log(C)
+    chance = c.task.chance
+    return chance is not None and c.loss.logged and c.loss.start < (1 - c.t.chance_tolerance) * chance
 
 
 def action(d: Diagnosis, c: Context) -> str:
@@ -53,4 +52,4 @@ def action(d: Diagnosis, c: Context) -> str:
     )
 
 
-RULE = CauseRule("plateau", "training has plateaued", find, action, whole_run=True)
+RULE = CauseRule("plateau", "training has plateaued", find, action, kind="symptom", whole_run=True)

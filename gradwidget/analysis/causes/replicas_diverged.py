@@ -4,8 +4,9 @@ Reads the replica check's record, ``run.meta["replicas"]``: under torch.distribu
 Recorder compares a fingerprint of each replicated parameter (weight and gradient L2 norm) across
 ranks on recorded steps, and rank 0 keeps which layers, ranks and steps disagreed
 (``gradwidget.collect._replicas``); a saved run folder reads the same. ``..replicas.replica_finding``
-turns it into layers (earliest and most different first), ranks (most often odd first), the first
-step and the evidence.
+turns it into layers (earliest and most different first), ranks (the minority of three or more, most
+often odd first; both of two, blaming neither, unless one of them alone is set up differently), the
+first step and the evidence.
 
 Bound: a relative difference above ``Thresholds.replica_tolerance`` (1e-5) counts. It is applied
 where the values are compared (collect side: only what exceeds it is kept in the record, with the
@@ -44,10 +45,12 @@ def action(d: Diagnosis, c: Context) -> str:
     f = _finding(c)
     since = f" saved before step {d.first_step}" if d.first_step is not None else ""
     which = "each replicated parameter, not the shards" if f is not None and f.tensor_parallel else "each parameter"
-    recover = (
-        f"; then restart from a checkpoint{since}, or copy rank 0's weights to every rank "
-        f"(torch.distributed.broadcast(p.data, src=0) for {which})"
-    )
+    ref = f.reference if f is not None else None
+    if ref is None:  # two ranks, neither blamed: the user knows which holds the intended state
+        copy = f"copy the weights of the rank that holds the intended ones to every rank (torch.distributed.broadcast(p.data, src=that rank) for {which})"
+    else:
+        copy = f"copy rank {ref}'s weights to every rank (torch.distributed.broadcast(p.data, src={ref}) for {which})"
+    recover = f"; then restart from a checkpoint{since}, or {copy}"
     if f is not None and f.tensor_parallel:
         return (
             "give the parameters every tensor-parallel rank holds whole (layers not parallelised, row-wise "
@@ -72,4 +75,4 @@ def action(d: Diagnosis, c: Context) -> str:
     )
 
 
-RULE = CauseRule("replicas_diverged", "replicas out of sync across ranks", find, action)
+RULE = CauseRule("replicas_diverged", "replicas out of sync across ranks", find, action, kind="observation")

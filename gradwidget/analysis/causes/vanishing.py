@@ -11,7 +11,7 @@ import numpy as np
 from ..evidence import depth_attenuation, layer_levels
 from ..stats import MAX_ROWS, _quiet, sample_rows
 from ._base import CauseRule, Context, Diagnosis
-from ._shared import first_flagged_step, names_of, output_classes, start_step
+from ._shared import first_flagged_step, names_of, start_step
 
 #: the vanishing layers must make up at least this share of the input side they span: the gradient
 #: fades on its way back to the input. An isolated weak layer between healthy ones (an attention
@@ -58,13 +58,13 @@ def _fading_with_depth(c: Context) -> Diagnosis | None:
     att, out = depth_attenuation(run, c.arch)
     bad = att >= VANISHING_DECADES
     at_start = run.n_steps >= VANISHING_START_STEPS and bool(bad[:VANISHING_START_STEPS].all())
-    C = output_classes(run)
+    chance = c.task.chance
     stuck = (
         c.loss.logged
         and c.loss.flat
         and not c.loss.fell
-        and C is not None  # a classifier stuck at chance
-        and abs(c.loss.start - np.log(C)) <= c.t.chance_tolerance * np.log(C)
+        and chance is not None  # a classifier stuck at chance
+        and abs(c.loss.start - chance) <= c.t.chance_tolerance * chance
     )
     bound = VANISHING_DECADES
     if (
@@ -158,5 +158,11 @@ def action(d: Diagnosis, c: Context) -> str:
 
 
 RULE = CauseRule(
-    "vanishing", "vanishing gradients", find, action, explains=("plateau", "lr_too_low", "saturated_output")
+    "vanishing",
+    "vanishing gradients",
+    find,
+    action,
+    kind="symptom",
+    contradicts=("learns_nothing",),
+    explains=("plateau", "lr_too_low", "saturated_output"),
 )

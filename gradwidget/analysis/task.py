@@ -1,0 +1,149 @@
+"""What the run optimises, read from the loss's own autograd graph (``collect.loss_graph``) or
+stated by the user (``analyze(run, objective=...)``): which function made the loss, whether it is a
+sum over the batch, how many classes a cross entropy reads, and whether the loss is one to minimise
+at all. The causes read it instead of guessing from the model's output width:
+
+- a chance level, ln(classes), exists only where the loss says there are classes (a cross entropy
+  or ``nll_loss`` with C classes; a binary cross entropy: ln 2 per output);
+- a summed loss is read per example (divided by the batch it sums over);
+- an objective that is not minimised on its own (adversarial: the loss depends on trainable tensors
+  outside the recorded model, as a GAN generator's depends on its discriminator; a policy gradient;
+  an expression with no loss function in it) gives no claim on the loss's trajectory: its damage
+  is unknown, so statistical patterns stay information (``damage``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..collect.loss_graph import LossGraph
+
+#: what ``objective=`` accepts: ``"auto"`` reads the loss's graph; ``"loss"`` says it is a loss to
+#: minimise (its trajectory is judged); the others say it is not (no trajectory claims).
+OBJECTIVES = ("auto", "loss", "adversarial", "policy_gradient", "other")
+#: the graph's reducing op -> the loss's kind
+_KINDS = {
+    "NllLoss": "nll",
+    "NllLoss2d": "nll",
+    "BinaryCrossEntropy": "bce",
+    "BinaryCrossEntropyWithLogits": "bce",
+    "MseLoss": "mse",
+    "L1Loss": "l1",
+    "SmoothL1Loss": "l1",
+    "HuberLoss": "l1",
+    "KlDiv": "kl",
+}
+#: ops above the reducer that add a second term to the loss (a KL term, a penalty)
+_ADDING = frozenset({"Add", "Sub"})
+
+
+@dataclass(frozen=True)
+class Task:
+    """The objective as the analysis reads it."""
+
+    kind: str  #: cross_entropy, nll, bce, mse, l1, kl, another reducer's name, custom, unknown
+    judged: bool  #: a loss to minimise: its trajectory (divergence, chance, stalling) is evidence
+    classes: int | None = None  #: the classes a cross entropy / nll reads (None: no chance level)
+    summed: bool | None = None  #: a sum over the batch (None: the graph does not say)
+    batch: int | None = None  #: the examples a summed loss sums over
+    terms: int = 1  #: terms added into the loss (a reconstruction plus a KL term: 2)
+    assumed: str = ""  #: what the analysis assumed, in words (the report's note)
+
+    @property
+    def chance(self) -> float | None:
+        """The loss of a model that learned nothing, per example: ln(classes) for a cross entropy,
+        ln 2 for a binary one (an upper bound: a constant at the label rate does no worse); None for
+        a loss without classes."""
+        if not self.judged or self.terms > 1 or self.summed:
+            return None
+        if self.kind in ("cross_entropy", "nll") and self.classes is not None and self.classes >= 2:
+            return float(np.log(self.classes))
+        if self.kind == "bce":
+            return float(np.log(2.0))
+        return None
+
+    def per_example(self, y):
+        """The loss per example: a summed loss divided by the batch it sums over."""
+        return y / self.batch if self.summed and self.batch else y
+
+
+def check_objective(objective) -> str:
+    """``objective`` if it is one of ``OBJECTIVES``; a clear error otherwise (the API's edge)."""
+    if not isinstance(objective, str) or objective not in OBJECTIVES:
+        raise ValueError(
+            f"objective must be one of {', '.join(repr(o) for o in OBJECTIVES)} (what the loss is: 'loss' "
+            f"for a loss to minimise, 'adversarial' for a GAN's, 'policy_gradient', 'other'), not {objective!r}"
+        )
+    return objective
+
+
+def task_of(run, objective: str = "auto") -> Task:
+    """The run's task: stated by ``objective`` (or ``run.meta["objective"]``), else read off the loss's
+    graph. A cross entropy whose graph predates the recorded class count takes it from the output
+    layer's width: the graph says there are classes, the width how many."""
+    if objective == "auto":
+        stated = run.meta.get("objective") if isinstance(run.meta, dict) else None
+        objective = stated if stated in OBJECTIVES else "auto"
+    graph = LossGraph.of_run(run)
+    if objective in ("adversarial", "policy_gradient", "other"):
+        return Task(objective, False, assumed=f"objective={objective!r}: the loss's trajectory is not judged")
+    if graph is None:
+        return Task(
+            "unknown",
+            True,
+            assumed="the loss was logged without its graph: read as a loss to minimise, with no chance level",
+        )
+    if graph.foreign and objective == "auto":
+        return Task(
+            "adversarial",
+            False,
+            summed=graph.summed,
+            assumed=f"the loss depends on {graph.foreign} trainable tensors outside the recorded model (another "
+            "network's, as a GAN's generator loss depends on its discriminator): its trajectory is not judged; "
+            "pass objective='loss' if it is a loss to minimise",
+        )
+    if graph.reducer is None and not graph.cross_entropy:
+        return Task(
+            "custom",
+            objective == "loss",
+            assumed="the loss is an expression with no loss function in it (a policy gradient, a custom "
+            "objective): "
+            + (
+                "read as a loss to minimise (objective='loss')"
+                if objective == "loss"
+                else "its trajectory is not judged; pass objective='loss' if it is a loss to minimise"
+            ),
+        )
+    kind = "cross_entropy" if graph.cross_entropy else _KINDS.get(graph.reducer or "", (graph.reducer or "").lower())
+    classes = graph.classes
+    if classes is None and kind in ("cross_entropy", "nll"):
+        classes = output_width(run)
+    terms = len(graph.terms) + any(o in _ADDING for o in graph.above)
+    t = Task(kind, True, classes, graph.summed, graph.batch, max(1, terms))
+    what = kind.replace("_", " ") + (f" over {classes} classes" if t.chance is not None and classes else "")
+    if t.summed:
+        what += f", summed over the batch ({t.batch} examples: read per example)" if t.batch else ", summed"
+    if t.terms > 1:
+        what += f", plus {t.terms - 1} more term{'s' * (t.terms > 2)}"
+    return Task(
+        kind, True, classes, graph.summed, graph.batch, t.terms, f"the loss's graph shows a {what}: a loss to minimise"
+    )
+
+
+def output_layer(run):
+    """The output layer's weight: the 2-d weight nearest the loss in the backward order."""
+    ws = [
+        info
+        for info in run.layers
+        if info.name.endswith("weight") and len(info.shape) == 2 and info.backward_index >= 0
+    ]
+    return min(ws, key=lambda info: info.backward_index) if ws else None
+
+
+def output_width(run) -> int | None:
+    """Rows of the output layer's weight (at least 2): the classes only where the loss says there
+    are classes."""
+    out = output_layer(run)
+    return int(out.shape[0]) if out is not None and out.shape[0] >= 2 else None
