@@ -2,7 +2,7 @@
 findings per case in rank order, then false alarms on healthy runs, cause accuracy (first, first
 two), layer recall/precision, detection step, a confusion table and analysis times.
 
-    python bench/diagnosis.py [--fast | --heldout] [--case SUBSTR] [--no-cache] [--jobs N] [--cache-dir DIR]
+    python bench/diagnosis.py [--fast | --heldout | --field] [--case SUBSTR] [--no-cache] [--jobs N] [--cache-dir DIR]
     python bench/diagnosis.py --table [...]    # the zoo itself: losses, gradient ranges, no analysis
 """
 
@@ -64,6 +64,11 @@ def main(argv=None) -> int:
     which.add_argument(
         "--heldout", action="store_true", help="the held-out cases (mistakes on other seeds, archs, magnitudes) instead"
     )
+    which.add_argument(
+        "--field",
+        action="store_true",
+        help="the field corpus instead: healthy loops installed packages run themselves (bench/field_corpus)",
+    )
     ap.add_argument("--case", default="", help="only cases whose id contains this")
     ap.add_argument("--no-cache", action="store_true", help="train every case again, write no cache")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (the machine is shared: 1)")
@@ -74,6 +79,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.jobs < 1:
         ap.error("--jobs must be at least 1")
+    if a.field:
+        return field_main(a.case, a.cache_dir, a.no_cache)
     cases = [c for c in (zoo.FAST if a.fast else zoo.HELDOUT if a.heldout else zoo.CASES) if a.case in c.id]
     if not cases:
         ap.error(f"no zoo case id contains {a.case!r}")
@@ -100,6 +107,66 @@ def main(argv=None) -> int:
     if problems:
         print(f"{len(problems)} label checks failed:\n  " + "\n  ".join(problems))
     return 1 if problems else 0
+
+
+def field_main(substr: str, cache_dir: str, no_cache: bool) -> int:
+    """Score the field corpus: each case trained (or loaded), its health checked, analysed with
+    today's defaults; every Critical/High/Medium finding is a false alarm, printed with its text.
+    A case whose package is missing is skipped, saying what to install. 1 when a case did not
+    train healthily."""
+    import torch
+
+    import field_corpus
+    from gradwidget import Thresholds, analyze
+
+    cases = [c for c in field_corpus.FIELD if substr in c.id]
+    if not cases:
+        print(f"no field case id contains {substr!r}", file=sys.stderr)
+        return 2
+    print(f"{len(cases)} field cases (healthy training written by others: every finding above Low is a false alarm)")
+    torch.set_num_threads(1)
+    results, rows, unhealthy, skipped = [], [], [], []
+    for c in cases:
+        reason = c.skip_reason()
+        if reason:
+            skipped.append(f"{c.id}: {reason}")
+            print(f"{c.id}  [{c.package}]  skipped: {reason}")
+            continue
+        run = field_corpus.run_case(c) if no_cache else field_corpus.load_or_run(c, cache_dir)
+        health = field_corpus.health_of(run)
+        t = time.perf_counter()
+        report = analyze(run, thresholds=Thresholds())
+        dt = time.perf_counter() - t
+        found = score.findings_of(report)
+        results.append(score.Result(zoo.Case(c.id, c.package, "", 0, zoo.HEALTHY, None), found, dt))
+        print(f"{c.id}  [{c.package}: {c.task}]  train {run.meta['field_cpu_seconds']:.1f} s CPU  {health}")
+        for d in report.diagnoses:
+            print(
+                f"    {score.finding_of(d)}"
+                + (
+                    f"\n        {d.text} {d.evidence}\n        action: {d.action}"
+                    if d.priority in score.ALARM_PRIORITIES
+                    else ""
+                )
+            )
+        if not found:
+            print("    (nothing reported)")
+        if not health.healthy:
+            unhealthy.append(f"{c.id}: {health}")
+        rows.append((c, health, found))
+    print("\n| case | package | healthy metric | findings |\n| --- | --- | --- | --- |")
+    for c, health, found in rows:
+        print(f"| {c.id} | {c.package} | {health} | {'; '.join(map(str, found)) or 'none'} |")
+    print()
+    print(summary(results))
+    if skipped:
+        print(f"{len(skipped)} cases skipped:\n  " + "\n  ".join(skipped))
+    if unhealthy:
+        print(
+            f"{len(unhealthy)} cases did not train healthily (their findings are not false alarms):\n  "
+            + "\n  ".join(unhealthy)
+        )
+    return 1 if unhealthy else 0
 
 
 def case_row(case, run) -> str:
