@@ -75,8 +75,8 @@ class RunAppend:
                 cap = max(cap, need)
         L = self.n_layers
         # rows past the window are never read (every reader slices ``[s, s + n)``, and ``append``
-        # writes a whole row before counting it): no fill of the new capacity (4,000 layers, 300
-        # appends in fresh processes: 0.100 -> 0.082 ms an append)
+        # writes a whole row before counting it): no fill of the new capacity (what an append costs:
+        # docs/costs.md)
         steps = np.empty(cap, np.int64)
         mets = np.empty((cap, len(METRICS), L), np.float32)
         sc = np.empty((cap, len(SCALARS)), np.float64)

@@ -83,7 +83,7 @@ class Thresholds:
     #: ``replicas_diverged`` reads that record). Healthy replicas are bit-identical (measured: exactly 0
     #: on every checked step of healthy DDP at 2 and 4 processes, plain and HSDP runs); float32 norms
     #: of 1e3-4e6 entries computed in another order (threads, permutation, reduction shape) moved by at
-    #: most 1.3e-6; the broken patterns of issue 25 differ by 0.52-0.96 on their first step. 1e-5: 7x
+    #: most 1.3e-6; the broken patterns of tests/test_replicas_dist.py differ by 0.52-0.96 on their first step. 1e-5: 7x
     #: the reordering noise, 4 decades under the smallest real divergence.
     replica_tolerance: float = 1e-5
     #: the batch is named too small / too large (``batch_too_small``, ``batch_too_large``) when the

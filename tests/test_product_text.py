@@ -46,9 +46,6 @@ CODE_TO_CLEAN: set[str] = {
     "gradwidget/collect/_noise.py",
     "gradwidget/collect/_trace_cost.py",
     "gradwidget/collect/loss_graph.py",
-    "gradwidget/panel/validation.py",
-    "gradwidget/run_append.py",
-    "gradwidget/thresholds.py",
 }
 
 

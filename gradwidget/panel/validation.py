@@ -63,7 +63,7 @@ class PanelValidation(PanelBase, t.HasTraits):
             last = int(run.steps[-1])
             # the page says "follow" (End, or the newest column) with the newest step *it* had: a
             # training cell has recorded more since, and the kernel reads the message only when the
-            # cell ends. Following is the user's last action: keep it, at today's newest step.
+            # cell ends. Following is the user's last action: keep it, at the newest step now.
             following = getattr(self, "_property_lock", {}).get("follow") is True
             self._internal += 1
             try:
