@@ -128,7 +128,7 @@ class _Setup(_RecorderState):
             if self._noise_off is not None:
                 self.run.meta["noise_scale"] = {"unavailable": self._noise_off}
         self._col_of = {pi: c for c, pi in enumerate(self._order)}
-        self._stats = StepStatistics([self._params[i] for i in self._order], self.foreach_all)
+        self._stats = StepStatistics([self._params[i] for i in self._order])
         self._unused_cols = [c for c, layer in enumerate(layers) if layer.status == "unused"]
         self._plan_updates()
         if self.log_dir is not None and self.run is not None:

@@ -61,7 +61,6 @@ class _RecorderState:
     _overwrite: bool
     _resume: ResumePoint | None
     track_updates: bool
-    foreach_all: bool
     skipped: dict[str, str]
     optimizer_extra: OptimizerExtra | None
     # what is recorded into

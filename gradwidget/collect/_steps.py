@@ -538,7 +538,7 @@ class _Steps(_RecorderState):
         dist = self._dist
         assert dist is not None
         partials = dist.local_partials(
-            self._params, with_hist, self.foreach_all, self._tracer.queue if self._tracer is not None else None
+            self._params, with_hist, self._tracer.queue if self._tracer is not None else None
         )
         self._dist_step = ShardedStep(step_no, pend, partials, measure)
         if measure:

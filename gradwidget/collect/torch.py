@@ -8,9 +8,9 @@ next ``optimizer.zero_grad()``.
 Statistics are reduced a group at a time, never a Python op per tensor: small tensors of one
 device, dtype and shape are stacked and reduced row by row, the rest go through fused
 ``torch._foreach_norm`` calls per device and dtype (as ``torch.nn.utils.clip_grad_norm_`` does);
-the grouping is planned once and kept while the gradients keep their layout (``_groups``). Where
-one fused kernel reads a device's tensors (Triton on a GPU, a compiled C loop on CPU: ``_fused``),
-it takes every statistic in one pass instead. Sums are accumulated in float32 or wider whatever
+the grouping is planned once and kept while the gradients keep their layout (``_groups``). One
+backend per device (``_stats.queue_group``): on a GPU with Triton, one fused kernel takes every
+statistic in one pass (``_fused``); on CPU and wherever Triton is absent, PyTorch's kernels. Sums are accumulated in float32 or wider whatever
 the parameter dtype (``acc_dtype``; float64 in the fused kernels); complex, integer and meta-device
 parameters are skipped with one warning. Per recorded step, the weight norms, the
 gradient statistics, the histogram's exponent counts (on histogram steps) and a tensor loss of a
@@ -90,11 +90,6 @@ class Recorder(_Setup, _Steps):
     track_updates: record ``update_norm`` (keeps one copy of the trainable parameters).
     update_every: measure the update norm every this many recorded steps (NaN in between): taking
         it costs a copy of the parameters, ~2.5% of a step for a small transformer on CPU.
-    foreach_all: take the statistics of CPU tensors as an accelerator does (one fused Triton
-        kernel where Triton's interpreter runs, else ``_foreach_norm``): the same numbers, slower;
-        for checking that path without a GPU. On a GPU the fused kernel is used where Triton is
-        installed (``collect/_fused.py``), on CPU a loop compiled once per machine where a C
-        compiler is (``collect/_cpu_fused.py``), the eager kernels elsewhere.
     trace_nonfinite: find where the first NaN/Inf was made (module, step, forward/backward/loss)
         into ``run.nonfinite_origin``. ``"auto"`` (default): the first recorded step whose gradients
         or loss are non-finite is replayed under hooks on every module before the optimizer applies
@@ -152,7 +147,6 @@ class Recorder(_Setup, _Steps):
         overwrite: bool = False,
         track_updates: bool = True,
         update_every: int = 10,
-        foreach_all: bool = False,
         trace_nonfinite: bool | str = "auto",
         step_hooks: bool = True,
         noise_scale: bool | str = "auto",
@@ -178,7 +172,7 @@ class Recorder(_Setup, _Steps):
         noise_every = check_count("noise_every", noise_every, 1)
         if batch_size is not None:
             batch_size = check_count("batch_size", batch_size, 1)
-        flags = {"overwrite": overwrite, "track_updates": track_updates, "foreach_all": foreach_all}
+        flags = {"overwrite": overwrite, "track_updates": track_updates}
         for flag, value in dict(flags, step_hooks=step_hooks, resume=resume).items():
             check_bool(flag, value)
         if resume and (overwrite or log_dir is None):
@@ -205,7 +199,6 @@ class Recorder(_Setup, _Steps):
         self._track_updates_asked = track_updates
         self.track_updates = track_updates and optimizer is not None
         self.update_every = update_every
-        self.foreach_all = foreach_all  # the accelerator's statistics path on CPU too
 
         all_named = list(model.named_parameters())
         if not all_named:
