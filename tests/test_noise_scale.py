@@ -16,7 +16,6 @@ from gradwidget import load_run  # noqa: E402
 from gradwidget.analysis import analyze  # noqa: E402
 from gradwidget.analysis.noise_scale import noise_scale, smoothed, two_size_estimates  # noqa: E402
 from gradwidget.noise_series import MIN_ROWS  # noqa: E402
-from gradwidget.collect import _fused  # noqa: E402
 from gradwidget.collect.torch import Recorder  # noqa: E402
 from gradwidget.storage import RunReader  # noqa: E402
 
@@ -135,14 +134,10 @@ def micro_grads(model, xs, ys):
 
 @pytest.mark.parametrize("set_to_none", [True, False])
 @pytest.mark.parametrize("sparse_stacked", [False, True])
-@pytest.mark.parametrize("library", [True, False], ids=["library", "eager"])
-def test_each_increment_and_the_accumulated_gradient_are_measured_exactly(
-    set_to_none, sparse_stacked, library, monkeypatch
-):
+def test_each_increment_and_the_accumulated_gradient_are_measured_exactly(set_to_none, sparse_stacked):
     """The noise row's per-parameter squared norms against each micro-batch's gradient computed
-    apart: the mean over the micro-batches and the accumulated one, for every path (with the CPU
-    library, a hook takes the sum's norm with the increment's; without it, PyTorch's kernels)."""
-    monkeypatch.setattr(_fused, "ENABLED", library)
+    apart: the mean over the micro-batches and the accumulated one, for every path (stacked, in
+    a hook, at the end of the backward)."""
     torch.manual_seed(0)
     model = Mixed(sparse_stacked)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
@@ -189,13 +184,10 @@ class FirstOnly(nn.Module):
         return self.head(h) + (self.branch(h)[:, :3] if branch else 0.0)
 
 
-@pytest.mark.parametrize("library", [True, False], ids=["library", "eager"])
-def test_first_increments_are_read_by_the_second_backward(library, monkeypatch):
-    """With the CPU library the first backward's fresh gradients are read by the second: in its
-    hooks (reached), at its end (the branch it does not reach), not by a ``torch.autograd.grad``
-    between the two; exact, as PyTorch's kernels reading them at the first backward's end. A
-    gradient changed in place between the backwards then makes that step's row lost, not wrong."""
-    monkeypatch.setattr(_fused, "ENABLED", library)
+def test_fresh_gradients_are_read_at_the_end_of_their_backward():
+    """The first backward's fresh gradients (their increment is the gradient) are read at its end,
+    exactly, not disturbed by a ``torch.autograd.grad`` between the two backwards (no micro-batch),
+    nor by a gradient changed in place after they were read."""
     torch.manual_seed(0)
     model = FirstOnly()
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
@@ -219,8 +211,8 @@ def test_first_increments_are_read_by_the_second_backward(library, monkeypatch):
                     model.trunk.weight.grad.mul_(0.5)  # changed in place: its first increment is lost
         opt.step()
         rows = rec.run.noise.rows
-        if step == 3:  # where the first increments wait for the second backward (the CPU library),
-            assert len(rows) == (3 if library else 4)  # no row for it rather than a wrong one
+        if step == 3:  # read before the change: the row is there
+            assert len(rows) == 4
             break
         assert len(rows) == step + 1 and rows["n_small"][-1] == 2
         col = col or {info.name: c for c, info in enumerate(rec.run.layers)}
