@@ -50,7 +50,7 @@ from torch import nn
 
 from ..noise_series import MIN_ROWS, NoiseSeries
 from ._groups import Plan, grad_of
-from ._hooks import TensorHooks
+from ._hooks import Hook, TensorHooks
 from ._kernels import HostCopy, acc_dtype, norms, stacked, stacked_norms, stored_values
 
 #: "auto" keeps its hooks this many steps; with one batch size on every one, it removes them (one:
@@ -224,7 +224,7 @@ class NoiseProbe:
         it was given. "auto" installs it once two batch sizes are seen, not before: a hook added
         and removed again would make ``torch.compile`` compile the forward twice."""
         if self.fixed_batch is None and self._fwd_handle is None:
-            self._fwd_handle = self._model.register_forward_pre_hook(self._forward, with_kwargs=True)
+            self._fwd_handle = self._model.register_forward_pre_hook(Hook(self._forward), with_kwargs=True)
 
     def due(self, recorded: int) -> bool:
         """Whether recorded step number ``recorded`` is one to measure: each of them until the
