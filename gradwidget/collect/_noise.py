@@ -76,6 +76,16 @@ ONE_SIZE_TEXT = (
 )
 
 
+#: what ``run.meta["noise_scale"]["one_size"]`` says when each step's several backwards are of one
+#: batch (losses of one forward: a multi-task loss, ``retain_graph``), not micro-batches
+ONE_BATCH_TEXT = (
+    "each optimizer step ran several backward passes over one batch (losses of one forward), which "
+    "are not micro-batches of gradient accumulation: one batch size only, so the gradient noise "
+    "scale cannot be estimated from it; run one step in N with recorder.split_backward(loss_fn, "
+    "*batch), or use gradient accumulation"
+)
+
+
 #: what ``run.meta["noise_scale"]["unavailable"]`` says of a sharded model ({kind}: FSDP's or tensor
 #: parallelism's): a backward's increment reaches the sharded gradient already summed over the ranks,
 #: and no hook sees it apart from the accumulated one
@@ -182,6 +192,7 @@ class NoiseProbe:
         self.source = "argument" if batch_size is not None else "input"
         self._model = model
         self._fwd_handle: Any = None
+        self._forwards = 0  # training forwards of the root module seen (while its hook is on)
         self._indices: dict = {}
         self._one_size = 0  # consecutive steps with one batch size ("auto")
         self.one_size_note: str | None = None
@@ -220,10 +231,12 @@ class NoiseProbe:
             self._watch_input()
 
     def _watch_input(self) -> None:
-        """Read the batch size off the model's input (a forward pre-hook on the root module), unless
-        it was given. "auto" installs it once two batch sizes are seen, not before: a hook added
-        and removed again would make ``torch.compile`` compile the forward twice."""
-        if self.fixed_batch is None and self._fwd_handle is None:
+        """Count the model's training forwards and read the batch size off its input, unless it
+        was given (a forward pre-hook on the root module). "auto" installs it once two batch sizes
+        are seen, not before: a hook added and removed again would make ``torch.compile`` compile
+        the forward twice. With it on, a backward that began with no forward since the step's
+        previous one is a second loss of one batch, not a micro-batch (``_finish``)."""
+        if self._fwd_handle is None:
             self._fwd_handle = self._model.register_forward_pre_hook(Hook(self._forward), with_kwargs=True)
 
     def due(self, recorded: int) -> bool:
@@ -250,7 +263,9 @@ class NoiseProbe:
 
     def _forward(self, module, args, kwargs) -> None:
         if torch.is_grad_enabled():  # an evaluation under no_grad is no training batch
-            self.input_batch = first_dim(args, kwargs)
+            self._forwards += 1
+            if self.fixed_batch is None:
+                self.input_batch = first_dim(args, kwargs)
 
     def _begin_backward(self, i: int) -> None:
         if self._k and self._first_seen is not None and self.params[self._first_seen].grad is None:
@@ -261,6 +276,7 @@ class NoiseProbe:
         g = self.params[i].grad
         self._witness = (i, g, None if g is None else g._version)
         self._sizes.append(self._batch_now())
+        self._forwards_at_begin = self._forwards
         if self._k == 0:  # the stacks as the step found them (zeroed or not): the first start
             self._starts = [self._stack(j) for j in range(len(self._stack_plan()))]
 
@@ -356,6 +372,10 @@ class NoiseProbe:
         now, self._now = self._now, _Backward()
         if not now.seen or not self._accumulated():
             return
+        if self._fwd_handle is not None:  # forwards counted: a micro-batch is one forward's backward
+            if self._forwards_at_begin == self._last_forwards:
+                self._one_batch = True
+            self._last_forwards = self._forwards_at_begin
         self._seen.update(now.seen)
         if self._first_seen is None:
             self._first_seen = now.seen[0]
@@ -438,6 +458,9 @@ class NoiseProbe:
         self._k = 0
         self._sizes, self._seen = [], set()
         self._first_seen = None
+        self._forwards_at_begin = 0
+        self._last_forwards: int | None = None  # forwards counted when the step's last backward began
+        self._one_batch = False  # two of this step's backwards began with no forward between them
 
     def end_step(self) -> NoiseStep | None:
         """Close this optimizer step: its vectors when it saw two batch sizes, else None (and, in
@@ -445,26 +468,30 @@ class NoiseProbe:
         if self._in_bwd and not self._open:  # a backward whose last task ran inside another's node
             self._finish()
         k, incr, acc, sizes, seen = self._k, self._incr_sq, self._acc_sq, self._sizes, self._seen
-        lost = self._lost
+        lost, one_batch, counted = self._lost, self._one_batch, self._fwd_handle is not None
         self._reset_step()
         self.user_batch = None
-        if self._once:  # armed for one split step only
+        if self._once:  # armed for one split step only (its parts are micro-batches by construction)
             self.remove()
         if k == 0 or incr is None or acc is None or lost:
             return None
-        if k * self.world_size < 2:
+        if k * self.world_size < 2 or one_batch:
             self._one_size += 1
-            # "auto" gives up only before it saw two sizes: a later step of one backward (an epoch's
-            # last, short accumulation) is no reason to stop measuring
-            if self.mode == "auto" and self._one_size >= ONE_SIZE_STEPS and not self.two_sizes_seen:
-                self.one_size_note = ONE_SIZE_TEXT
+            # "auto" gives up only before it measured a row: a later step of one backward (an
+            # epoch's last, short accumulation) is no reason to stop measuring
+            if self.mode == "auto" and self._one_size >= ONE_SIZE_STEPS and not self.rows:
+                self.one_size_note = ONE_BATCH_TEXT if one_batch else ONE_SIZE_TEXT
                 self.remove()
             return None
-        self._one_size = 0
         self.two_sizes_seen = True
+        if not counted and not self._once and self.world_size == 1:
+            # "auto"'s first step of several backwards: whether each had a batch of its own is
+            # known only with the forwards counted, from the next step on; no row for this one
+            if self.armed:
+                self._watch_input()
+            return None
+        self._one_size = 0
         self.rows += 1
-        if self.armed and not self._once:
-            self._watch_input()  # "auto": from the next step on (this one's batch size may be unknown)
         mask = np.zeros(len(self.params), bool)
         mask[list(seen)] = True
         return NoiseStep(incr, acc, k, list(sizes), mask)
