@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ._graph import GraphCapture
     from ._stats import StepStatistics
     from ._inputs import OptimizerExtra
+    from ._meta import MetaFollow
     from ._noise import NoiseProbe, NoiseStep
     from ._replay import StepReplay
     from ._replica_exchange import ReplicaExchange
@@ -67,6 +68,7 @@ class _RecorderState:
     run: Run | None
     on_step: list[Callable[[Run], None]]
     _writer: RunWriter | None
+    _meta: MetaFollow
     _dist: DistContext | None
     _exchange: OriginExchange | None
     _tracer: NonfiniteTracer | None

@@ -339,8 +339,9 @@ class _Steps(_RecorderState):
         if self._reset_check is not None:
             first_carried = self._reset_check.count(user_step)
             run.meta["grad_reset"] = self._reset_check.to_dict()
-            if first_carried and self._writer is not None:
-                self._writer.write_meta()  # in the run directory from the step it was found
+            # in the run directory from the step a carried gradient was found, the counts within
+            # one flush interval
+            self._meta.changed(self._writer, now=first_carried)
         self._warn_window()
         if self._unused_cols:
             self._adopt_late_layers(values)
@@ -592,6 +593,7 @@ class _Steps(_RecorderState):
         run.complete_last()
         if self._writer is not None:
             self._writer.append_new()
+            self._meta.step_end(self._writer)
         for fn in list(self.on_step):
             try:
                 fn(run)

@@ -56,6 +56,7 @@ from ._inputs import (
     _unwrapped_optimizer,
 )
 from ._kernels import norms
+from ._meta import MetaFollow
 from ._noise import NOISE_EVERY, SHARDED_TEXT, NoiseProbe, split_backward
 from ._setup import _Setup
 from ._steps import _Steps
@@ -237,6 +238,7 @@ class Recorder(_Setup, _Steps):
         self._pending: dict = {}
         self._order: list[int] | None = None  # column -> parameter index
         self._writer = None
+        self._meta = MetaFollow()  # run.meta's changes into the folder's meta.json (``_meta``)
         self._update_bufs = None
         self._reset_check = None  # the zero_grad check (``_grad_reset``), planned with the update norms
         self._attached = True
@@ -379,6 +381,15 @@ class Recorder(_Setup, _Steps):
         if step is not None:
             self._pending["step"] = _as_step(step)
 
+    def note_meta(self, values: dict, now: bool = True) -> None:
+        """Add ``values`` (JSON-ready) to the run's meta (``run.meta``) and to its run directory's
+        meta.json: at once, or with ``now=False`` within one flush interval (``collect/_meta.py``).
+        For what a trainer integration knows of the run (that it clips, at which norm)."""
+        if self.run is None:
+            return
+        self.run.meta.update(values)
+        self._meta.changed(self._writer, now=now)
+
     def watch_loss(self, loss) -> None:
         """Read the ops between the model's output and ``loss`` (a tensor with its graph) without
         logging it, once (``gradwidget.collect.loss_graph``): for trainers that log the loss detached."""
@@ -411,12 +422,11 @@ class Recorder(_Setup, _Steps):
         self._update_bufs = None
         if self._reset_check is not None:
             self._reset_check.remove()
-            if self._writer is not None and self._reset_check.checked:
-                self._writer.write_meta()  # the final counts
         if self._replicas is not None and self._attached:
             self._replica_hook.remove()
             self._replicas.close()  # rank 0: compare the last steps, keep the record
         if self._writer is not None:
+            self._meta.flush(self._writer)  # the last interval's counts
             self._writer.close()
         self._attached = False
 

@@ -107,7 +107,7 @@ class GradwidgetCallback(TrainerCallback, TrainerRecording):
         rec = self.recorder
         if rec is None:
             return
-        grads = [p.grad for p in rec._params if p.grad is not None]
+        grads = [p.grad for p in rec.model.parameters() if p.grad is not None]  # what the Trainer clips
         if not grads:
             return
         norm = global_norm(grads)
