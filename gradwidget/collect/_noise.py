@@ -172,6 +172,9 @@ class NoiseProbe:
     _sizes: list[int | None]
     _seen: set[int]
     _first_seen: int | None  # a parameter this step's first backward reached
+    _forwards_at_begin: int  # forwards counted when this backward began
+    _last_forwards: int | None  # forwards counted when the step's last micro-batch began
+    _one_batch: bool  # two of this step's backwards began with no forward between them
     _lost: bool  # an increment this step was not measured (a stack that failed): no row
 
     def __init__(
@@ -459,8 +462,8 @@ class NoiseProbe:
         self._sizes, self._seen = [], set()
         self._first_seen = None
         self._forwards_at_begin = 0
-        self._last_forwards: int | None = None  # forwards counted when the step's last backward began
-        self._one_batch = False  # two of this step's backwards began with no forward between them
+        self._last_forwards = None
+        self._one_batch = False
 
     def end_step(self) -> NoiseStep | None:
         """Close this optimizer step: its vectors when it saw two batch sizes, else None (and, in

@@ -310,7 +310,7 @@ def _state_restored(model: nn.Module, rng_devices: list):
     modules = []
     for m in model.modules():
         own = {k: v for k, v in vars(m).items() if k not in _MODULE_KEYS}
-        inner = []
+        inner: list[tuple[Any, int | None, Any]] = []
         for v in own.values():
             if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter):
                 inner.append((v, v._version, v.detach().clone()))

@@ -169,9 +169,12 @@ class _Setup(_RecorderState):
         held, names = [self._params[pi] for pi in cols], [self._names[pi] for pi in cols]
         old, self._reset_check = self._reset_check, GradResetCheck.choose(held, names)
         if old is not None:
-            old.remove()
+            old.close()
+            self._probes.remove(old)
             if self._reset_check is not None:
                 self._reset_check.continue_from(old)
+        if self._reset_check is not None:
+            self._probes.append(self._reset_check)
 
     def _continue(self, old: Run) -> None:
         """Put the steps of the run this recorder resumes in front of its own (a rolling window

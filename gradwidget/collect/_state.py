@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ._stats import StepStatistics
     from ._inputs import OptimizerExtra
     from ._meta import MetaFollow
+    from ._probe import Probe
     from ._noise import NoiseProbe, NoiseStep
     from ._replay import StepReplay
     from ._replica_exchange import ReplicaExchange
@@ -98,6 +99,7 @@ class _RecorderState:
     _update_cols: np.ndarray
     _update_bufs: Any  # an UpdateSnapshot, or the sharded path's (params, buffers)
     _reset_check: GradResetCheck | None
+    _probes: list[Probe]
     _step_hooks: bool
     # hooks and step bookkeeping
     _attached: bool
@@ -132,3 +134,4 @@ class _RecorderState:
         def _finish_step(self) -> None: ...
         def _trace_origin(self, values: np.ndarray | None, recorded: bool = True) -> None: ...
         def _stop_looking(self) -> None: ...
+        def note_meta(self, values: dict, now: bool = True) -> None: ...

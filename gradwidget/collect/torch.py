@@ -57,6 +57,7 @@ from ._inputs import (
 )
 from ._kernels import norms
 from ._meta import MetaFollow
+from ._probe import Probe
 from ._noise import NOISE_EVERY, SHARDED_TEXT, NoiseProbe, split_backward
 from ._setup import _Setup
 from ._steps import _Steps
@@ -240,6 +241,7 @@ class Recorder(_Setup, _Steps):
         self._writer = None
         self._meta = MetaFollow()  # run.meta's changes into the folder's meta.json (``_meta``)
         self._update_bufs = None
+        self._probes: list[Probe] = []  # the instruments (``_probe``), called in this order
         self._reset_check = None  # the zero_grad check (``_grad_reset``), planned with the update norms
         self._attached = True
         self._graph = GraphCapture(model, lambda: self._order is None, self._store_edges)  # layer edges
@@ -420,8 +422,9 @@ class Recorder(_Setup, _Steps):
             self._noise.remove()
         self._unwrap_zero_grad()
         self._update_bufs = None
-        if self._reset_check is not None:
-            self._reset_check.remove()
+        for probe in reversed(self._probes):
+            probe.close()
+        self._probes = []
         if self._replicas is not None and self._attached:
             self._replica_hook.remove()
             self._replicas.close()  # rank 0: compare the last steps, keep the record
