@@ -175,6 +175,7 @@ class NoiseProbe:
     _forwards_at_begin: int  # forwards counted when this backward began
     _last_forwards: int | None  # forwards counted when the step's last micro-batch began
     _one_batch: bool  # two of this step's backwards began with no forward between them
+    _told: bool  # every backward of this step had its batch size told (``Recorder.log``)
     _lost: bool  # an increment this step was not measured (a stack that failed): no row
 
     def __init__(
@@ -279,6 +280,7 @@ class NoiseProbe:
         g = self.params[i].grad
         self._witness = (i, g, None if g is None else g._version)
         self._sizes.append(self._batch_now())
+        self._told = self._told and self.user_batch is not None
         self._forwards_at_begin = self._forwards
         if self._k == 0:  # the stacks as the step found them (zeroed or not): the first start
             self._starts = [self._stack(j) for j in range(len(self._stack_plan()))]
@@ -375,7 +377,9 @@ class NoiseProbe:
         now, self._now = self._now, _Backward()
         if not now.seen or not self._accumulated():
             return
-        if self._fwd_handle is not None:  # forwards counted: a micro-batch is one forward's backward
+        # forwards counted (a model whose own forward runs), sizes not told backward by backward
+        # (a trainer's callback, which knows its micro-batches): a micro-batch is one forward's
+        if self._fwd_handle is not None and self._forwards and not self._told:
             if self._forwards_at_begin == self._last_forwards:
                 self._one_batch = True
             self._last_forwards = self._forwards_at_begin
@@ -464,6 +468,7 @@ class NoiseProbe:
         self._forwards_at_begin = 0
         self._last_forwards = None
         self._one_batch = False
+        self._told = True
 
     def end_step(self) -> NoiseStep | None:
         """Close this optimizer step: its vectors when it saw two batch sizes, else None (and, in
@@ -471,7 +476,8 @@ class NoiseProbe:
         if self._in_bwd and not self._open:  # a backward whose last task ran inside another's node
             self._finish()
         k, incr, acc, sizes, seen = self._k, self._incr_sq, self._acc_sq, self._sizes, self._seen
-        lost, one_batch, counted = self._lost, self._one_batch, self._fwd_handle is not None
+        lost, one_batch, told = self._lost, self._one_batch, self._told
+        counted = self._fwd_handle is not None
         self._reset_step()
         self.user_batch = None
         if self._once:  # armed for one split step only (its parts are micro-batches by construction)
@@ -487,7 +493,7 @@ class NoiseProbe:
                 self.remove()
             return None
         self.two_sizes_seen = True
-        if not counted and not self._once and self.world_size == 1:
+        if not counted and not told and not self._once and self.world_size == 1:
             # "auto"'s first step of several backwards: whether each had a batch of its own is
             # known only with the forwards counted, from the next step on; no row for this one
             if self.armed:
