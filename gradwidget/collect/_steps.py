@@ -272,8 +272,6 @@ class _Steps(_RecorderState):
             self._start()
             if before_update and self._reset_check is not None:
                 self._reset_check.before_update()  # planned by _start: the first gradient, for the next step
-        if self._loss_probe is not None and not self._loss_probe.settled:  # one step to see a loss with its graph
-            self._loss_probe.settle(self.run, self._writer)
         with_hist = self.histogram_every > 0 and self._recorded % self.histogram_every == 0
         if self._dist is not None and self._dist.sharded:
             self._begin_sharded_step(step_no, with_hist, before_update)

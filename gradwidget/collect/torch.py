@@ -285,7 +285,8 @@ class Recorder(_Setup, _Steps):
             self._watch.watch_lazy(lazy)
         self._register_optimizer()
         self._graph.install()
-        self._loss_probe = LossGraphProbe(model)
+        self._loss_probe = LossGraphProbe(model)  # one step to see a loss with its graph
+        self._probes.append(self._loss_probe)
         if trace_nonfinite == "auto" and self._dist is None:
             self._replay = StepReplay(model)
         if noise_scale and (self._dist is None or not self._dist.sharded):
@@ -415,9 +416,7 @@ class Recorder(_Setup, _Steps):
         if self._exchange is not None and self.run is not None:
             self._trace_origin(None)  # take what other ranks posted since the last recorded step
         self._stop_looking()
-        if self._loss_probe is not None:
-            self._loss_probe.remove()
-            self._loss_probe = None
+        self._loss_probe = None  # closed with the probes
         if self._noise is not None:
             self._noise.remove()
         self._unwrap_zero_grad()
