@@ -312,10 +312,7 @@ class Recorder(_Setup, _Steps):
             return int(run.steps[-1]) if run is not None and run.n_steps else None
 
         def keep(record: dict) -> None:
-            if self.run is not None:
-                self.run.meta["replicas"] = copy.deepcopy(record)
-                if self._writer is not None:
-                    self._writer.write_meta()
+            self.note_meta({"replicas": copy.deepcopy(record)})
 
         from ._replica_exchange import ReplicaExchange
 
@@ -328,7 +325,8 @@ class Recorder(_Setup, _Steps):
             keep,
             tolerance=self.thresholds.replica_tolerance,
         )
-        self._replica_hook = self.optimizer.register_step_pre_hook(self._replicas.step_hook)
+        self._replicas.attach(self.optimizer)
+        self._probes.append(self._replicas)
 
     def _register_optimizer(self) -> None:
         """The step hooks (and the ``zero_grad`` wrapper) on ``self.optimizer``."""
@@ -424,9 +422,6 @@ class Recorder(_Setup, _Steps):
         for probe in reversed(self._probes):
             probe.close()
         self._probes = []
-        if self._replicas is not None and self._attached:
-            self._replica_hook.remove()
-            self._replicas.close()  # rank 0: compare the last steps, keep the record
         if self._writer is not None:
             self._meta.flush(self._writer)  # the last interval's counts
             self._writer.close()
