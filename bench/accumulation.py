@@ -88,7 +88,7 @@ def main() -> None:
         n = np.array([g.numel() for g in grads], np.float64)
         ref = reference(grads)
         times: dict[str, list[float]] = {"native": [], "float32": []}
-        kernels = {"native": native_rows, "float32": lambda gs: grad_rows(gs, foreach_all=False)}
+        kernels = {"native": native_rows, "float32": grad_rows}
         for _ in range(args.repeats):  # interleaved
             for name, fn in kernels.items():
                 times[name].append(timed(fn, grads))

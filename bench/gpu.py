@@ -405,8 +405,8 @@ def kernel_times(dev: torch.device) -> None:
         step(i)
     params = list(model.parameters())
     grads = [p.grad for p in params]
-    stats = StepStatistics(params, foreach_all=False)
-    eager = StepStatistics(params, foreach_all=False)
+    stats = StepStatistics(params)
+    eager = StepStatistics(params)
 
     def eager_collect(with_hist):  # the statistics as they were taken before the fused kernel
         _fused.ENABLED = False
@@ -418,7 +418,7 @@ def kernel_times(dev: torch.device) -> None:
     fused = _fused.takes(grads[0].device, grads[0].dtype)
     if fused:  # the fused rows against the eager ones
         fused_rows, _ = _fused.rows(grads + params)
-        want = grad_rows(grads, True)
+        want = grad_rows(grads)
         n = len(grads)
         # the sum relative to the L1 norm, the scale of its rounding (a sum that cancels to ~0 has none)
         scale = torch.cat([want[:4].abs(), want[1:2]]).clamp_min(1e-30)

@@ -58,16 +58,26 @@ def reduce_blocks(a: np.ndarray, k: int, how: str = "mean", starts: np.ndarray |
 
 # The flag rules work on metric arrays, so that the panel's folded arrays (history + window) get
 # the very rules ``Run.vanishing()/exploding()/nonfinite()`` apply to a run.
-def vanishing_mask(mean_abs: np.ndarray, thresholds: Thresholds, trainable: np.ndarray) -> np.ndarray:
-    """Mean |g| below the vanishing threshold, on trainable layers only (a frozen layer's zero is no problem)."""
+def vanishing_flags(mean_abs: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """The vanishing rule: mean |g| below the vanishing threshold (NaN, no data, is not flagged)."""
     with np.errstate(invalid="ignore"):
-        return (mean_abs < thresholds.vanishing) & trainable[None, :]
+        return mean_abs < thresholds.vanishing
+
+
+def vanishing_mask(mean_abs: np.ndarray, thresholds: Thresholds, trainable: np.ndarray) -> np.ndarray:
+    """``vanishing_flags`` on trainable layers only (a frozen layer's zero is no problem)."""
+    return vanishing_flags(mean_abs, thresholds) & trainable[None, :]
 
 
 def over_threshold_mask(max_abs: np.ndarray, thresholds: Thresholds) -> np.ndarray:
-    """Max |g| above the exploding threshold (``Run.exploding`` adds the non-finite steps)."""
+    """The exploding rule's threshold: max |g| above it (``exploding_flags`` adds the non-finite steps)."""
     with np.errstate(invalid="ignore"):
         return max_abs > thresholds.exploding
+
+
+def exploding_flags(max_abs: np.ndarray, nonfinite: np.ndarray, thresholds: Thresholds) -> np.ndarray:
+    """The exploding rule: max |g| above the exploding threshold, or a NaN/Inf in the gradient."""
+    return over_threshold_mask(max_abs, thresholds) | nonfinite_mask(nonfinite)
 
 
 def nonfinite_mask(nonfinite: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from .noise_series import NoiseSeries
 from .origin import NONFINITE_PHASES, NonfiniteOrigin
 from .run_append import GROWTH_DIVISOR, RunAppend
 from .schema import _as_step as _as_step  # collect/torch.py imports it from here
-from .rules import nearest_index, nonfinite_mask, over_threshold_mask, vanishing_mask
+from .rules import exploding_flags, nearest_index, nonfinite_mask, vanishing_mask
 from .schema import (
     HIST_EDGES,
     HIST_HI,
@@ -237,7 +237,7 @@ class Run(RunAppend):
 
     def exploding(self) -> np.ndarray:
         """Boolean ``(steps, layers)``: max |g| above ``thresholds.exploding`` or non-finite."""
-        return over_threshold_mask(self.metric("max_abs"), self.thresholds) | self.nonfinite()
+        return exploding_flags(self.metric("max_abs"), self.metric("nonfinite"), self.thresholds)
 
     def nonfinite(self) -> np.ndarray:
         """Boolean ``(steps, layers)``: the step's gradient had a NaN or Inf."""

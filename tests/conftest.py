@@ -6,8 +6,8 @@ import pytest
 import triton_interpreter
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-# Triton (where installed) runs in its interpreter, on CPU tensors: a Recorder asked for the
-# accelerator's path on CPU (foreach_all=True) then takes the fused kernel a GPU takes
+# Triton (where installed) runs in its interpreter, on CPU tensors: a test that takes the
+# accelerator's path on CPU (``as_accelerator``) then runs the fused kernel a GPU runs
 # (collect/_fused.py). Set before anything imports triton: its own helpers are made at import.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 triton_interpreter.mend()  # (the distributed tests' workers mend it too)
@@ -16,6 +16,14 @@ triton_interpreter.mend()  # (the distributed tests' workers mend it too)
 # bench/ holds the diagnosis zoo (``import zoo``), which tests score and check; appended, so that its
 # scripts never shadow an installed module
 sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+
+
+def as_accelerator(monkeypatch, on: bool = True) -> None:
+    """Take the statistics of CPU tensors as on an accelerator (``_kernels.as_accelerator``): the
+    fused kernel under Triton's interpreter, else ``_foreach_norm`` for every order."""
+    from gradwidget.collect import _kernels
+
+    monkeypatch.setattr(_kernels, "_CPU_AS_ACCELERATOR", on)
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import triton_interpreter  # noqa: E402  (beside this script: the fused kernel under Triton's interpreter)
 
-from gradwidget.collect import _fused  # noqa: E402
+from gradwidget.collect import _fused, _kernels  # noqa: E402
 from gradwidget.collect.nonfinite import NonfiniteTracer  # noqa: E402
 from gradwidget.collect.torch import Recorder  # noqa: E402
 
@@ -196,6 +196,8 @@ def train(
     odd = odd_rank % world  # the rank a "load" run loads its checkpoint on (-1: the last)
     inner = model.module if hasattr(model, "module") else model
     start = {k: v.clone() for k, v in inner.state_dict().items()}  # a checkpoint of step 0
+    # the accelerator's path (the fused kernel) on CPU, where the test asks for it
+    _kernels._CPU_AS_ACCELERATOR = os.environ.get("GW_FOREACH_ALL") == "1"
     rec = Recorder(
         model,
         None if no_optimizer else opt,
@@ -203,7 +205,6 @@ def train(
         histogram_every=histogram_every,
         update_every=update_every,
         noise_every=1,  # every step's noise row, to compare with the single process step by step
-        foreach_all=os.environ.get("GW_FOREACH_ALL") == "1",  # the accelerator's path (the fused kernel)
     )
     full_norms = []  # per step, each gradient's norm over the whole (logical) tensor
     for i, (x, y) in enumerate(batches(steps)):

@@ -76,7 +76,7 @@ def test_thresholds_in_range_are_kept():
     assert analyze(_run(), thresholds={"convergence_window": 4}).overall_health in ("Healthy", "Warning", "Critical")
 
 
-@pytest.mark.parametrize("name", ["step_hooks", "track_updates", "foreach_all", "overwrite"])
+@pytest.mark.parametrize("name", ["step_hooks", "track_updates", "overwrite"])
 @pytest.mark.parametrize("value", [None, 1, "yes"])
 def test_yes_no_options_take_true_or_false_only(name, value):
     model = GRUTagger()

@@ -8,6 +8,8 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import as_accelerator
+
 from gradwidget.collect.arrays import log_hist
 from gradwidget.collect.torch import Recorder
 
@@ -43,13 +45,14 @@ def _targets(dtype):
 CASES = [(dt, name) for dt in (torch.float16, torch.bfloat16, torch.float32) for name in _targets(dt)]
 
 
-@pytest.mark.parametrize("foreach_all", [False, True], ids=["cpu-kernels", "foreach-kernels"])
+@pytest.mark.parametrize("accelerator", [False, True], ids=["cpu-kernels", "accelerator-kernels"])
 @pytest.mark.parametrize("dtype,case", CASES, ids=[f"{str(d)[6:]}-{c}" for d, c in CASES])
-def test_statistics_match_a_float64_reference(dtype, case, foreach_all):
+def test_statistics_match_a_float64_reference(dtype, case, accelerator, monkeypatch):
+    as_accelerator(monkeypatch, accelerator)
     target = _targets(dtype)[case]
     model = Probe(target, weight=300.0)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    with Recorder(model, opt, histogram_every=1, foreach_all=foreach_all) as rec:
+    with Recorder(model, opt, histogram_every=1) as rec:
         opt.zero_grad()
         model().backward()
         assert model.w.grad.dtype == dtype and torch.equal(model.w.grad, target)
@@ -171,7 +174,7 @@ def test_log_refuses_values_that_are_not_numbers(kw, err):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
-def test_cpu_statistics_equal_the_foreach_ones_on_the_edges_of_counting(dtype):
+def test_cpu_statistics_equal_the_foreach_ones_on_the_edges_of_counting(dtype, monkeypatch):
     """CPU's ``grad_rows`` takes max |g| from ``aminmax`` over |g|'s bits and counts non-zeros only
     when the smallest |g| is 0; the foreach path (an accelerator's) counts every tensor. Both agree
     on gradients without zeros, with one, all zeros, only -0.0, only subnormals, NaN and Inf."""
@@ -189,7 +192,9 @@ def test_cpu_statistics_equal_the_foreach_ones_on_the_edges_of_counting(dtype):
         [float("nan"), -0.0, float("inf"), 1.0],
     ]
     grads = [torch.tensor(c, dtype=dtype) for c in cases]
-    cpu, foreach = grad_rows(grads, foreach_all=False), grad_rows(grads, foreach_all=True)
+    cpu = grad_rows(grads)
+    as_accelerator(monkeypatch)
+    foreach = grad_rows(grads)
     assert cpu.dtype == foreach.dtype == torch.float64 and cpu.shape == (5, len(cases))
     np.testing.assert_array_equal(cpu[3].numpy(), [4, 3, 0, 1, 4, 3, 4, 3])  # non-zero counts
     np.testing.assert_allclose(cpu.numpy(), foreach.numpy(), rtol=1e-6, equal_nan=True)

@@ -8,13 +8,15 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import as_accelerator
+
 from gradwidget.collect import _fused
 from gradwidget.collect._groups import STACK_NUMEL, Plan, grad_of
 from gradwidget.collect.arrays import log_hist
 from gradwidget.collect.torch import Recorder
 
 
-CPU32 = (torch.device("cpu"), torch.float32, False)
+CPU32 = (torch.device("cpu"), torch.float32)
 
 
 class Mixed(nn.Module):
@@ -49,12 +51,12 @@ def reference(model):
     }
 
 
-@pytest.fixture(params=["stacked", "library"])
+@pytest.fixture(params=["stacked", "fused"])
 def grouping(request, monkeypatch):
-    """Small tensors of a shape stacked, or (on CPU, where the library builds) read one by one by
-    the library, as a group of fewer than ``LIBRARY_STACK_MEMBERS`` is."""
-    if request.param == "stacked":
-        monkeypatch.setattr(_fused, "LIBRARY_STACK_MEMBERS", 2)
+    """Small tensors of a shape stacked (CPU's eager kernels), or read one by one by the fused
+    kernel (the accelerator's path, in Triton's interpreter where it runs)."""
+    if request.param == "fused":
+        as_accelerator(monkeypatch)
     return request.param
 
 
@@ -72,9 +74,11 @@ def test_every_statistic_equals_the_per_tensor_one_across_stacks_and_the_rest(gr
             before.append({n: p.detach().clone() for n, p in model.named_parameters()})
             opt.step()
             after.append({n: p.detach().clone() for n, p in model.named_parameters()})
-        stacks = [len(cols) for cols, _ in rec._stats._gplan.stacks]
-    # the tiny weights; their biases with the head's (or none: the library reads them)
-    assert sorted(stacks)[-2:] == ([12, 13] if grouping == "stacked" or not _fused.takes(*CPU32) else [])
+        stacks = {len(cols): owners[0].dtype for cols, owners in rec._stats._gplan.stacks}
+    if grouping == "stacked" or not _fused.takes(*CPU32):
+        assert sorted(stacks)[-2:] == [12, 13]  # the tiny weights; their biases with the head's
+    else:  # the fused kernel reads every float32 group: only the float64 ones are stacked
+        assert set(stacks.values()) == {torch.float64}
     run = rec.run
     for s, grads in enumerate(seen):
         for name in before[s]:
@@ -171,11 +175,9 @@ def test_a_plan_groups_by_device_dtype_and_shape_and_watches_missing_tensors():
 
 
 def test_a_plan_leaves_to_a_fused_kernel_the_shape_groups_it_reads():
-    """On CPU the library reads a shape group of small tensors unless it has many tiny members
-    (``_fused.reads_small``): only the 128 tensors of 8 entries are stacked, not 3 tensors of 4 x 2
-    entries, nor 128 of 257."""
-    k = _fused.LIBRARY_STACK_MEMBERS
-    sizes = [((8,), k), ((4, 2), 3), ((_fused.LIBRARY_STACK_NUMEL + 1,), k)]
+    """A shape group of small tensors the fused kernel reads (its one launch reads them all) is
+    not stacked; the others are."""
+    sizes = [((8,), 5), ((4, 2), 3), ((STACK_NUMEL + 1,), 2)]
     ps = [nn.Parameter(torch.zeros(shape)) for shape, m in sizes for _ in range(m)]
     for p in ps:
         p.grad = torch.ones_like(p)
@@ -183,12 +185,12 @@ def test_a_plan_leaves_to_a_fused_kernel_the_shape_groups_it_reads():
 
     def fused(dev, dt, members, numel):
         seen.append((dev.type, dt, members, numel))
-        return _fused.library_reads_group(members, numel)
+        return numel == 8 and members == 3  # the kernel takes the 4 x 2 group only
 
     plan = Plan(ps, grad_of, fused)
-    assert [cols for cols, _ in plan.stacks] == [list(range(k))]
-    assert list(plan.rest.values())[0][0] == list(range(k, len(ps)))
-    assert sorted(seen) == sorted(("cpu", torch.float32, m, math.prod(shape)) for shape, m in sizes)
+    assert [cols for cols, _ in plan.stacks] == [list(range(5))]
+    assert list(plan.rest.values())[0][0] == list(range(5, len(ps)))
+    assert sorted(seen) == sorted(("cpu", torch.float32, m, math.prod(shape)) for shape, m in sizes[:2])
 
 
 def test_the_sync_free_count_used_off_cpu_equals_bincount():

@@ -7,6 +7,8 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import as_accelerator
+
 from gradwidget.collect.torch import Recorder
 from gradwidget.run import N_BINS
 from gradwidget.outputs import summary
@@ -32,12 +34,13 @@ def train(model, opt, rec, steps=5, lr_batch=32, seed=0, x=None, y=None):
         opt.step()
 
 
-@pytest.mark.parametrize("foreach_all", [False, True], ids=["cpu-kernels", "foreach-kernels"])
-def test_norms_equal_grad_norm_exactly_for_every_layer(foreach_all):
+@pytest.mark.parametrize("accelerator", [False, True], ids=["cpu-kernels", "accelerator-kernels"])
+def test_norms_equal_grad_norm_exactly_for_every_layer(accelerator, monkeypatch):
+    as_accelerator(monkeypatch, accelerator)
     torch.manual_seed(0)
     model = mlp(4, act=nn.ReLU)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    with Recorder(model, opt, histogram_every=1, foreach_all=foreach_all) as rec:
+    with Recorder(model, opt, histogram_every=1) as rec:
         x, y = torch.randn(16, 10), torch.randn(16, 1)
         opt.zero_grad()
         ((model(x) - y) ** 2).mean().backward()

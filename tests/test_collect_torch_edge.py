@@ -6,6 +6,8 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import as_accelerator
+
 from gradwidget.collect.torch import Recorder
 
 
@@ -235,9 +237,10 @@ def test_one_host_copy_per_recorded_step_plus_one_for_update_norms(monkeypatch):
     model[2].double()  # a second dtype: two weight and two gradient groups on one device
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     per_step = []
-    # foreach_all: the statistics as an accelerator takes them (CPU's own path reads |g|'s smallest
-    # entry to skip counting non-zeros, a read of memory there, never taken on a device)
-    with Recorder(model, opt, histogram_every=2, update_every=2, foreach_all=True) as rec:
+    # the statistics as an accelerator takes them (CPU's own path reads |g|'s smallest entry to
+    # skip counting non-zeros, a read of memory there, never taken on a device)
+    as_accelerator(monkeypatch)
+    with Recorder(model, opt, histogram_every=2, update_every=2) as rec:
         for name in ("cpu", "item", "tolist", "__float__"):
             monkeypatch.setattr(torch.Tensor, name, counting(name))
         for _ in range(4):

@@ -288,7 +288,7 @@ def test_tensor_parallel_run_records_the_whole_tensors(model, compared, launch, 
 def test_the_fused_kernel_records_each_ranks_pieces_as_a_single_process_does(
     mode, model, launch, single_runs, tmp_path, monkeypatch
 ):
-    """``foreach_all=True``: every rank takes its pieces' statistics as on a GPU, by the fused kernel
+    """The accelerator's path on CPU: every rank takes its pieces' statistics as on a GPU, by the fused kernel
     (collect/_fused.py, in Triton's interpreter here), weights and gradients in one launch."""
     pytest.importorskip("triton")
     if os.environ.get("TRITON_INTERPRET") != "1":

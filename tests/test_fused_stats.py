@@ -1,7 +1,7 @@
 """The fused statistics kernel (``collect/_fused``, a Triton kernel the Recorder runs on CUDA), run
 here by Triton's interpreter on CPU tensors (switched on in conftest.py): its rows and exponent counts against a float64
-reference and the eager kernels, and a Recorder taking it (``foreach_all=True``) against one
-that does not. bench/gpu.py checks it compiled on a GPU."""
+reference and the eager kernels, and a Recorder taking it (the accelerator's path on CPU,
+``conftest.as_accelerator``) against one that does not. bench/gpu.py checks it compiled on a GPU."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from torch import nn
 
 pytest.importorskip("triton")
 
-from conftest import assert_same_records
+from conftest import as_accelerator, assert_same_records
 
 from gradwidget import Recorder  # noqa: E402
 from gradwidget._warnings import GradwidgetWarning  # noqa: E402
-from gradwidget.collect import _cpu_fused, _fused  # noqa: E402
+from gradwidget.collect import _fused  # noqa: E402
 from gradwidget.collect._kernels import biased_exponents, count_values, grad_rows  # noqa: E402
 
 
@@ -69,7 +69,7 @@ def test_rows_match_a_float64_reference(interpreted, dtype):
         np.testing.assert_allclose(rows[:, k].numpy(), want, rtol=1e-12, atol=1e-300, err_msg=f"tensor {k}")
     # max |x| and the non-zero count are exact on both paths (the eager sums are float32's: the
     # subnormals' L2 underflows there, and _norm_range takes it again)
-    eager = grad_rows(tensors, foreach_all=False)
+    eager = grad_rows(tensors)
     assert torch.equal(rows[2:4], eager[2:4])
 
 
@@ -105,12 +105,13 @@ def test_mixed_dtypes_are_refused_not_misread(interpreted):
         _fused.rows([torch.ones(3, dtype=torch.float64)])
 
 
-def test_a_model_recast_to_float64_mid_run_is_planned_again(interpreted):
+def test_a_model_recast_to_float64_mid_run_is_planned_again(interpreted, monkeypatch):
+    as_accelerator(monkeypatch)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(32, 6), torch.randint(0, 3, (32,))
-    with Recorder(model, opt, foreach_all=True, trace_nonfinite=False) as rec:
+    with Recorder(model, opt, trace_nonfinite=False) as rec:
         for i in range(4):
             if i == 2:
                 model.double()  # the same parameters, float64 data: the eager path from here
@@ -127,26 +128,26 @@ def test_a_model_recast_to_float64_mid_run_is_planned_again(interpreted):
 
 def test_what_it_takes(interpreted, monkeypatch):
     cpu = torch.device("cpu")
+    assert not _fused.takes(cpu, torch.float32)  # CPU's own eager kernels unless a test asks
+    as_accelerator(monkeypatch)
     assert _fused.takes(cpu, torch.float32) and _fused.takes(cpu, torch.bfloat16)
     assert not _fused.takes(cpu, torch.float64)  # read in float32: keeps the eager path
     assert not _fused.takes(torch.device("cuda"), torch.float32)  # the interpreter reads addresses on the host
     monkeypatch.setattr(_fused, "ENABLED", False)
     assert not _fused.takes(cpu, torch.float32)
     monkeypatch.setattr(_fused, "ENABLED", True)
-    # CPU's own library (collect/_cpu_fused.py) unless the accelerator's path is asked for
-    assert _fused.takes(cpu, torch.float32, foreach_all=False) == _cpu_fused.takes(torch.float32)
-    assert not _fused.takes(cpu, torch.bfloat16, foreach_all=False)
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     assert not _fused.takes(cpu, torch.float32)  # CPU tensors only under the interpreter
     assert _fused.takes(torch.device("cuda"), torch.float16)  # a GPU's, where Triton imports
 
 
-def _train(fused: bool, steps: int = 4):
+def _train(fused: bool, monkeypatch, steps: int = 4):
+    as_accelerator(monkeypatch, fused)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(32, 6), torch.randint(0, 3, (32,))
-    with Recorder(model, opt, histogram_every=1, foreach_all=fused, trace_nonfinite=False) as rec:
+    with Recorder(model, opt, histogram_every=1, trace_nonfinite=False) as rec:
         for _ in range(steps):
             opt.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()
@@ -158,9 +159,9 @@ def test_a_recorder_taking_the_fused_kernel_records_what_the_eager_one_does(inte
     calls = []
     rows = _fused.rows
     monkeypatch.setattr(_fused, "rows", lambda ts, n_hist=0: calls.append((len(ts), n_hist)) or rows(ts, n_hist))
-    fused = _train(True)
+    fused = _train(True, monkeypatch)
     assert calls == [(12, 6)] * 4  # one launch a step: 6 gradients (counted by exponent), 6 weights
-    eager = _train(False)
+    eager = _train(False, monkeypatch)
     assert len(calls) == 4
     assert_same_records(fused, eager, steps=4)
 
@@ -177,9 +178,9 @@ def test_a_kernel_that_fails_hands_the_statistics_to_the_eager_kernels(interpret
     monkeypatch.setattr(_fused, "_triton", lambda: (tl, Kernel()))
     monkeypatch.setattr(_fused, "broken", None)
     with pytest.warns(GradwidgetWarning, match="no compiler for this GPU"):
-        run = _train(True, steps=2)
+        run = _train(True, monkeypatch, steps=2)
     assert _fused.broken is not None and not _fused.takes(torch.device("cpu"), torch.float32)
-    eager = _train(False, steps=2)
+    eager = _train(False, monkeypatch, steps=2)
     for name, values in eager.metrics.items():
         np.testing.assert_allclose(run.metric(name), values, rtol=2e-5, atol=1e-7, err_msg=name)
 

@@ -167,3 +167,31 @@ def test_amp_grad_scaler_unscaling_and_clipping_in_place(zero):
             scaler.update()
     seen = rec.run.meta["grad_reset"]
     assert seen["checked"] == 9 and seen["carried"] == (0 if zero else 9)
+
+
+def test_a_live_folder_gives_the_recorders_causes_within_one_flush_interval(tmp_path, monkeypatch):
+    """While the Recorder is attached (a notebook panel never closes it), the run folder's
+    meta.json follows the zero_grad check's counts within one flush interval (``collect/_meta``):
+    ``load_run`` of the live folder gives the cause the Recorder's own run gives, with the counts
+    of at most one interval ago, and all of them once detached."""
+    from gradwidget.collect import _meta
+
+    now = [0.0]
+    monkeypatch.setattr(_meta, "_clock", lambda: now[0])
+    steps_per_interval = 10
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(20, 64), nn.Tanh(), nn.Linear(64, 5))  # not the check's own MLP
+    opt = torch.optim.SGD(m.parameters(), 0.01)
+    rec = Recorder(m, opt, log_dir=tmp_path / "run")
+    for step in range(45):
+        x, y = torch.randn(15, 20), torch.randint(0, 5, (15,))
+        nn.functional.cross_entropy(m(x), y).backward()  # no zero_grad
+        opt.step()
+        now[0] += _meta.FLUSH_SECONDS / steps_per_interval
+    live, seen = load_run(tmp_path / "run"), rec.run.meta["grad_reset"]
+    assert seen["checked"] == seen["carried"] == 44
+    assert seen["checked"] - steps_per_interval <= live.meta["grad_reset"]["checked"] < seen["checked"]
+    causes = [d.cause for d in analyze(live).diagnoses]
+    assert causes[0] == "missing_zero_grad" == analyze(rec.run).diagnoses[0].cause
+    rec.detach()
+    assert load_run(tmp_path / "run").meta["grad_reset"] == seen

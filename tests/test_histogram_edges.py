@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import as_accelerator
 from gradwidget import Recorder
 from gradwidget.collect import _fused
 from gradwidget.schema import HIST_LOG2_LO, N_BINS
@@ -43,17 +44,16 @@ def backend(request, monkeypatch):
     pytest.importorskip("triton")
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("Triton's interpreter is off")
-    return True  # foreach_all: the accelerator's path, Triton's kernel under its interpreter
+    as_accelerator(monkeypatch)  # the accelerator's path: Triton's kernel under its interpreter
+    return True
 
 
-def record(values, dtype, foreach_all):
+def record(values, dtype, accelerator):
     """The Gate's ``w`` gradient row (histogram by octave exponent, metrics) after one step."""
     v = torch.tensor(values, dtype=dtype)
     model = Gate(len(v), dtype)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    with Recorder(
-        model, opt, histogram_every=1, trace_nonfinite=False, noise_scale=False, foreach_all=foreach_all
-    ) as rec:
+    with Recorder(model, opt, histogram_every=1, trace_nonfinite=False, noise_scale=False) as rec:
         model(v.unsqueeze(0)).sum().backward()
         opt.step()
     run = rec.run

@@ -16,7 +16,6 @@ from gradwidget import load_run  # noqa: E402
 from gradwidget.analysis import analyze  # noqa: E402
 from gradwidget.analysis.noise_scale import noise_scale, smoothed, two_size_estimates  # noqa: E402
 from gradwidget.noise_series import NOISE_MIN_ROWS  # noqa: E402
-from gradwidget.collect import _fused  # noqa: E402
 from gradwidget.collect.torch import Recorder  # noqa: E402
 from gradwidget.storage import RunReader  # noqa: E402
 
@@ -82,7 +81,9 @@ def test_estimate_matches_per_example_ground_truth():
     rec = Recorder(model, opt, noise_every=1)
     accumulate(rec, model, opt, X, Y, steps=120, b=16, micro=4)
     rec.detach()
-    assert len(rec.run.noise) == 120 and np.isnan(rec.run.noise.rows["b_small"][0])  # read from step 1 on
+    # rows from step 1 on: the first step's backwards are told from several losses of one batch
+    # only once the forwards are counted (from the step that first shows two of them)
+    assert len(rec.run.noise) == 119 and set(rec.run.noise.rows["b_small"]) == {16}
     assert rec.run.meta["noise_scale"] == {
         "batch_size": "input",
         "two_sizes": "accumulation",
@@ -135,14 +136,10 @@ def micro_grads(model, xs, ys):
 
 @pytest.mark.parametrize("set_to_none", [True, False])
 @pytest.mark.parametrize("sparse_stacked", [False, True])
-@pytest.mark.parametrize("library", [True, False], ids=["library", "eager"])
-def test_each_increment_and_the_accumulated_gradient_are_measured_exactly(
-    set_to_none, sparse_stacked, library, monkeypatch
-):
+def test_each_increment_and_the_accumulated_gradient_are_measured_exactly(set_to_none, sparse_stacked):
     """The noise row's per-parameter squared norms against each micro-batch's gradient computed
-    apart: the mean over the micro-batches and the accumulated one, for every path (with the CPU
-    library, a hook takes the sum's norm with the increment's; without it, PyTorch's kernels)."""
-    monkeypatch.setattr(_fused, "ENABLED", library)
+    apart: the mean over the micro-batches and the accumulated one, for every path (stacked, in
+    a hook, at the end of the backward)."""
     torch.manual_seed(0)
     model = Mixed(sparse_stacked)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
@@ -189,13 +186,10 @@ class FirstOnly(nn.Module):
         return self.head(h) + (self.branch(h)[:, :3] if branch else 0.0)
 
 
-@pytest.mark.parametrize("library", [True, False], ids=["library", "eager"])
-def test_first_increments_are_read_by_the_second_backward(library, monkeypatch):
-    """With the CPU library the first backward's fresh gradients are read by the second: in its
-    hooks (reached), at its end (the branch it does not reach), not by a ``torch.autograd.grad``
-    between the two; exact, as PyTorch's kernels reading them at the first backward's end. A
-    gradient changed in place between the backwards then makes that step's row lost, not wrong."""
-    monkeypatch.setattr(_fused, "ENABLED", library)
+def test_fresh_gradients_are_read_at_the_end_of_their_backward():
+    """The first backward's fresh gradients (their increment is the gradient) are read at its end,
+    exactly, not disturbed by a ``torch.autograd.grad`` between the two backwards (no micro-batch),
+    nor by a gradient changed in place after they were read."""
     torch.manual_seed(0)
     model = FirstOnly()
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
@@ -219,8 +213,8 @@ def test_first_increments_are_read_by_the_second_backward(library, monkeypatch):
                     model.trunk.weight.grad.mul_(0.5)  # changed in place: its first increment is lost
         opt.step()
         rows = rec.run.noise.rows
-        if step == 3:  # where the first increments wait for the second backward (the CPU library),
-            assert len(rows) == (3 if library else 4)  # no row for it rather than a wrong one
+        if step == 3:  # read before the change: the row is there
+            assert len(rows) == 4
             break
         assert len(rows) == step + 1 and rows["n_small"][-1] == 2
         col = col or {info.name: c for c, info in enumerate(rec.run.layers)}
@@ -384,20 +378,23 @@ def test_the_probe_measures_its_first_rows_in_a_row_then_one_recorded_step_in_no
         assert rec.run.meta["noise_scale"]["every"] == kw.get("noise_every", NOISE_EVERY)
         assert rec.run.meta["noise_scale"]["first"] == NOISE_MIN_ROWS
     every, default, cadenced, timed = rows.values()
-    assert len(every) == steps
-    then = [s for s in range(NOISE_MIN_ROWS, steps) if s % NOISE_EVERY == 0]
-    assert NOISE_EVERY > 1 and then and list(default["step"]) == [*range(NOISE_MIN_ROWS), *then]
-    # recorded steps 0, 2, 4, ...: the first ten of them, then one in 2 (recorded step 10, 12)
-    assert list(cadenced["step"]) == [*range(0, 2 * NOISE_MIN_ROWS, 2), *(s for s in range(20, steps, 4))]
+    # no row at step 0: several backwards are told from several losses of one batch once the
+    # forwards are counted, from the step after the first that shows them
+    assert len(every) == steps - 1
+    then = [s for s in range(NOISE_MIN_ROWS + 1, steps) if s % NOISE_EVERY == 0]
+    assert NOISE_EVERY > 1 and then and list(default["step"]) == [*range(1, NOISE_MIN_ROWS + 1), *then]
+    # recorded steps 2, 4, ...: the first ten of them, then one in 2 (recorded step 12)
+    later = [2 * r for r in range(NOISE_MIN_ROWS + 1, (steps + 1) // 2) if r % 2 == 0]
+    assert list(cadenced["step"]) == [*range(2, 2 * NOISE_MIN_ROWS + 1, 2), *later]
     # the warm-up step and 4 pairs of the tracer's meter fall inside the first rows
     assert list(timed["step"]) == list(default["step"])
     for got in (default, cadenced, timed):
         want = every[np.isin(every["step"], got["step"])]
         for field in ("b_small", "b_big", "n_small", "small_sq", "big_sq"):
             np.testing.assert_array_equal(got[field], want[field], err_msg=field)
-    ns = noise_scale(rec.run)  # the timed run: steps 1-9, 16, 24 (step 0 has no batch size yet)
+    ns = noise_scale(rec.run)  # the timed run: steps 1-10, 16, 24
     assert ns.every == NOISE_EVERY and ns.first == NOISE_MIN_ROWS
-    measured = len(default) - 1
+    measured = len(default)
     assert f"time constant of 64 steps over {measured} measured steps (the first 10, then one in {NOISE_EVERY})" in (
         ns.text()
     )
@@ -450,6 +447,54 @@ def test_one_batch_size_is_said_and_split_backward_opts_in():
     rec.detach()
 
 
+class TwoHeads(nn.Module):
+    """A trunk and two heads: a multi-task model trained with one loss per head."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk, self.a, self.b = nn.Linear(10, 16), nn.Linear(16, 4), nn.Linear(16, 1)
+
+    def forward(self, x):
+        h = torch.tanh(self.trunk(x))
+        return self.a(h), self.b(h)
+
+
+@pytest.mark.parametrize("mode", ["auto", True])
+def test_several_backwards_on_one_batch_are_not_accumulation(mode):
+    """Two losses of one forward, each with its own backward (``retain_graph``): the batch is 32
+    examples, not 64, and the two backwards are no micro-batches. No noise row, no batch size
+    doubled; "auto" says why and takes its hooks off. Gradient accumulation over two forwards of
+    the same model is still measured (its rows say 32 a micro-batch, 64 a step)."""
+    X, Y = blobs()
+    torch.manual_seed(0)
+    model = TwoHeads()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    rec = Recorder(model, opt, noise_scale=mode, noise_every=1)
+    for step in range(8):
+        x, y = X[32 * step : 32 * step + 32], Y[32 * step : 32 * step + 32]
+        opt.zero_grad()
+        logits, reg = model(x)
+        F.cross_entropy(logits, y).backward(retain_graph=True)
+        reg.pow(2).mean().backward()
+        opt.step()
+    noise = rec.run.noise
+    assert noise is None or len(noise.rows) == 0
+    if mode == "auto":
+        assert "several backward passes over one batch" in rec.run.meta["noise_scale"]["one_size"]
+        assert not rec._noise.armed
+        rec.detach()
+        return
+    for step in range(8):  # now accumulation: two forwards of 16, one backward each
+        opt.zero_grad()
+        for k in range(2):
+            x, y = X[16 * (2 * step + k) : 16 * (2 * step + k + 1)], Y[16 * (2 * step + k) : 16 * (2 * step + k + 1)]
+            (F.cross_entropy(model(x)[0], y) / 2).backward()
+        opt.step()
+    rows = rec.run.noise.rows
+    assert len(rows) == 8 and set(rows["b_small"]) == {16} and set(rows["b_big"]) == {32}
+    rec.detach()
+
+
 def test_noise_rows_saved_followed_and_reloaded(tmp_path):
     X, Y = blobs()
     torch.manual_seed(0)
@@ -458,13 +503,13 @@ def test_noise_rows_saved_followed_and_reloaded(tmp_path):
     rec = Recorder(model, opt, log_dir=tmp_path / "r", noise_every=1)
     accumulate(rec, model, opt, X, Y, steps=5, b=8, micro=2)
     reader = RunReader(tmp_path / "r")
-    assert len(reader.run.noise) == 5
+    assert len(reader.run.noise) == 4  # from step 1 on
     accumulate(rec, model, opt, X, Y, steps=3, b=8, micro=2, seed=1)
-    assert reader.poll() and len(reader.run.noise) == 8
+    assert reader.poll() and len(reader.run.noise) == 7
     rec.detach()
     back = load_run(tmp_path / "r")
     assert back.noise.rows.tobytes() == rec.run.noise.rows.tobytes()
-    assert np.isnan(back.noise.rows["b_small"][0]) and (back.noise.rows["b_small"][1:] == 8).all()
+    assert (back.noise.rows["b_small"] == 8).all()
     assert back.meta["noise_scale"]["two_sizes"] == "accumulation"
     rec.run.save(tmp_path / "saved")
     assert load_run(tmp_path / "saved").noise.rows.tobytes() == rec.run.noise.rows.tobytes()

@@ -373,3 +373,106 @@ def test_a_model_whose_own_forward_never_runs_says_so(monkeypatch):
     rec.detach()
     off = rec.run.meta["nonfinite_tracing"]
     assert off["stopped_at_step"] == bad and "own forward never ran" in off["reason"]
+
+
+class CarriedRNN(nn.Module):
+    """A GRU whose hidden state is carried from batch to batch (truncated backpropagation through
+    time), a Python counter of its calls that changes its output, and a list it appends to: a
+    forward run twice would change all three, and the training with them."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(4, 8, batch_first=True)
+        self.head = nn.Linear(8, 1)
+        self.h: torch.Tensor | None = None
+        self.calls = 0
+        self.seen: list[int] = []
+
+    def forward(self, x):
+        self.calls += 1
+        out, h = self.gru(x, self.h)
+        self.h = h.detach()
+        self.seen.append(self.calls)
+        return self.head(out[:, -1]) * (1.0 + self.calls % 3)
+
+
+def _amp_training(record: bool, user_hook: bool, steps: int = 8):
+    """GradScaler on CPU, its scale grown to 2**127 after every good step: each step after one
+    overflows (non-finite gradients, skipped), as the first steps of mixed precision training do."""
+    torch.manual_seed(0)
+    model = CarriedRNN()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler(
+        "cpu", init_scale=2.0**20, growth_factor=2.0**107, backoff_factor=2.0**-107, growth_interval=1
+    )
+    fired: list[int] = []
+    if user_hook:
+        model.head.register_forward_hook(lambda m, args, out: fired.append(len(fired)))
+    rec = Recorder(model, opt) if record else None
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        opt.zero_grad()
+        x, y = torch.randn(3, 5, 4, generator=g), torch.randn(3, 1, generator=g)
+        scaler.scale(nn.functional.mse_loss(model(x), y)).backward()
+        scaler.step(opt)
+        scaler.update()
+    if rec is not None:
+        rec.detach()
+    return model, fired, rec
+
+
+@pytest.mark.parametrize("user_hook", [False, True], ids=["restored", "user-hook"])
+def test_the_replay_never_changes_training(monkeypatch, user_hook):
+    """The default observer changes nothing: an AMP-style non-finite step of a stateful RNN with a
+    counter in its forward leaves the final weights, the carried state, the counter and the
+    user's hook calls bit for bit as in a run without a Recorder. Without hooks of the user's the
+    step is replayed and everything it touched put back; with one, it is not replayed, and the
+    run says why."""
+    runs = []
+    real_run = _replay.StepReplay._run
+    monkeypatch.setattr(_replay.StepReplay, "_run", lambda self, *a, **k: runs.append(1) or real_run(self, *a, **k))
+    model, fired, rec = _amp_training(True, user_hook)
+    bare, bare_fired, _ = _amp_training(False, user_hook)
+    for (name, p), q in zip(model.named_parameters(), bare.parameters()):
+        assert torch.equal(p, q), name
+    assert torch.equal(model.h, bare.h) and model.calls == bare.calls == 8 and model.seen == bare.seen
+    assert fired == bare_fired
+    run = rec.run
+    assert run.nonfinite().any(1).sum() >= 3, run.nonfinite().any(1)  # the overflowing steps were seen
+    if user_hook:
+        assert not runs
+        why = run.meta["nonfinite_tracing"]["reason"]
+        assert "forward hook of the user's on head (Linear)" in why and "trace_nonfinite=True" in why
+    else:
+        assert runs  # replayed, and put back
+        assert "nonfinite_tracing" not in run.meta or "hook" not in run.meta["nonfinite_tracing"]["reason"]
+
+
+def test_a_replay_restores_what_a_forward_changed_in_place():
+    """A forward that adds to a tensor attribute in place, to a dict and to its input: after the
+    replay each holds what the training's own forward left."""
+    from gradwidget.collect._replay import _copied, _state_restored
+
+    class Stateful(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+            self.total = torch.zeros(2)
+            self.counts: dict[str, int] = {}
+
+        def forward(self, x):
+            self.total += x.sum(0)
+            self.counts["calls"] = self.counts.get("calls", 0) + 1
+            self.extra = 1  # an attribute the replay adds: removed
+            x.mul_(2)
+            return self.lin(x)
+
+    m = Stateful()
+    x = torch.ones(3, 2)
+    m(x)
+    before = (m.total.clone(), dict(m.counts), x.clone())
+    del m.extra
+    with _state_restored(m, []):
+        m(*_copied((x,)))
+    assert torch.equal(m.total, before[0]) and m.counts == before[1] and torch.equal(x, before[2])
+    assert not hasattr(m, "extra")

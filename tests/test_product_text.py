@@ -39,7 +39,6 @@ CODE_TIMINGS = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|µs)\b")
 #: shrinks (the last test fails when a file on it is clean, so that it is taken off)
 CODE_TO_CLEAN: set[str] = {
     "gradwidget/collect/_changes.py",
-    "gradwidget/collect/_cpu_fused.py",
     "gradwidget/collect/_groups.py",
     "gradwidget/collect/_hooks.py",
     "gradwidget/collect/_kernels.py",

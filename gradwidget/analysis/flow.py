@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..rules import exploding_flags, vanishing_flags
 from ..run import Run
 from .stats import Series, _quiet, dead_flags, lstsq_slope, runs_of_true, trailing_median
 
@@ -253,9 +254,9 @@ def _step_flags(run: Run, kind: str, cols) -> np.ndarray:
     t = run.thresholds
     with np.errstate(invalid="ignore"):
         if kind == "vanishing":
-            return run.metric("mean_abs")[:, cols] < t.vanishing
+            return vanishing_flags(run.metric("mean_abs")[:, cols], t)
         if kind == "exploding":
-            return (run.metric("max_abs")[:, cols] > t.exploding) | (run.metric("nonfinite")[:, cols] > 0)
+            return exploding_flags(run.metric("max_abs")[:, cols], run.metric("nonfinite")[:, cols], t)
         return dead_flags(run.metric("zero_frac")[:, cols], run.metric("grad_norm")[:, cols], t)
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..rules import vanishing_flags
 from ..run import METRICS, Run
 from .stats import _TINY, STAT_ROWS, Series, _quiet, nanmedian, sample_rows
 
@@ -117,7 +118,7 @@ def no_flow_flags(run: Run, rows=None) -> np.ndarray:
     t = run.thresholds
     c = run._M3[slice(None) if rows is None else rows]  # one gather for both metrics
     with np.errstate(invalid="ignore"):
-        return (c[:, METRICS.index("mean_abs")] < t.vanishing) | (
+        return vanishing_flags(c[:, METRICS.index("mean_abs")], t) | (
             c[:, METRICS.index("zero_frac")] >= t.dead_zero_fraction
         )
 

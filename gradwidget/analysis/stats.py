@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..rules import over_threshold_mask, vanishing_flags
 from ..run import METRICS, Run
 
 #: statistics per (metric, layer), in column order.
@@ -164,8 +165,8 @@ def _chunk_reductions(c: np.ndarray, t, k: int, with_coarse: bool) -> tuple:
             cm[bad] = np.where(np.isfinite(sub), sub, -np.inf).max(axis=0)
         nf_total = np.add.reduce(nf, axis=0, dtype=np.float64, where=nfb)  # no temporary
         nf_steps = np.count_nonzero(nfb, axis=0)
-        van = np.count_nonzero(c[:, j["mean_abs"]] < t.vanishing, axis=0)
-        expl = np.count_nonzero((mx > t.exploding) | nfb, axis=0)
+        van = np.count_nonzero(vanishing_flags(c[:, j["mean_abs"]], t), axis=0)
+        expl = np.count_nonzero(over_threshold_mask(mx, t) | nfb, axis=0)
         g = c[:, j["grad_norm"]]
         dead = np.count_nonzero(dead_flags(c[:, j["zero_frac"]], g, t), axis=0)
         fin = np.isfinite(g)

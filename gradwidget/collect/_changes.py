@@ -161,7 +161,7 @@ class ModelWatch:
             if rec.optimizer is None or rec._order is None:  # arrival hooks still needed
                 rec._hook_arrival(i, new)
         if rebound and rec._order is not None:
-            rec._stats = StepStatistics([rec._params[i] for i in rec._order], rec.foreach_all)
+            rec._stats = StepStatistics([rec._params[i] for i in rec._order])
             rec._plan_updates()
         if (added or reshaped or gone) and not self._told_change:
             self._told_change = True

@@ -1,6 +1,6 @@
 """Every statistic of many tensors in one pass and one GPU launch (a Triton kernel), where Triton
-is installed (it comes with PyTorch's CUDA wheels on Linux); CPU tensors go to ``_cpu_fused``'s
-compiled loop, where a C compiler is. Private to ``gradwidget.collect``.
+is installed (it comes with PyTorch's CUDA wheels on Linux); everywhere else PyTorch's eager kernels
+take them (``_kernels``: the same rows and exponent counts). Private to ``gradwidget.collect``.
 
 On an accelerator the eager kernels of ``_kernels`` read a step's gradients once per statistic
 (L2, L1 and max |g| by ``_foreach_norm``, the non-zero count one kernel per tensor, the sum one
@@ -26,7 +26,7 @@ import warnings
 import torch
 
 from .._warnings import GradwidgetWarning
-from . import _cpu_fused
+from . import _kernels
 from ._kernels import HostCopy, octaves, read_in_place
 
 #: entries one program reads per iteration
@@ -70,69 +70,19 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def takes(device: torch.device, dtype: torch.dtype, foreach_all: bool = True) -> bool:
-    """Whether one fused kernel reads tensors of ``dtype`` on ``device``. On a CUDA device: float32,
-    float16 or bfloat16 with Triton importable (float64 keeps the eager path: the kernel reads in
-    float32). On CPU: ``_cpu_fused``'s library (float32 or float64, where it builds), or where
-    ``foreach_all`` asks for the accelerator's path, this kernel under Triton's interpreter."""
-    if not ENABLED:
+def takes(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the fused kernel reads tensors of ``dtype`` on ``device``: float32, float16 or
+    bfloat16 on a CUDA device with Triton importable (float64 keeps the eager path: the kernel
+    reads in float32); CPU tensors only under Triton's interpreter, where a test takes the
+    accelerator's path on CPU (``_kernels.as_accelerator``)."""
+    if not ENABLED or broken is not None or dtype not in _ELEMENTS:
         return False
-    if _on_host(device, foreach_all):
-        return _cpu_fused.takes(dtype)
-    if broken is not None or dtype not in _ELEMENTS:
-        return False
-    # Triton's interpreter reads the address table on the host: CPU tensors only, never a GPU's
-    if device.type != ("cpu" if _interpreting() else "cuda"):
+    if device.type == "cpu":
+        if not (_interpreting() and _kernels.as_accelerator(device)):
+            return False
+    elif device.type != "cuda" or _interpreting():  # the interpreter reads addresses on the host
         return False
     return _triton() is not None
-
-
-def _on_host(device: torch.device, foreach_all: bool) -> bool:
-    """Whether ``_cpu_fused``'s library, not Triton, is the fused kernel for ``device``: on CPU,
-    unless ``foreach_all`` asks for the accelerator's path."""
-    return device.type == "cpu" and not foreach_all
-
-
-#: on CPU a shape group of small tensors is stacked (``_groups``) rather than read by the library
-#: only when it has at least this many members of at most ``LIBRARY_STACK_NUMEL`` entries: the
-#: library's Python per tensor (an address and a size) costs less than a stack's copy and row
-#: reductions below that, and a stack's copies grow with its entries (``bench/cpu_pass.py
-#: --stacking`` measures where the two are even: at about 128 tensors of up to 128 entries and at
-#: 256-512 of 256; the library is faster at every count from 512 entries)
-LIBRARY_STACK_MEMBERS = 128
-LIBRARY_STACK_NUMEL = 256
-
-
-def reads_small(device: torch.device, dtype: torch.dtype, foreach_all: bool, members: int, numel: int) -> bool:
-    """Whether the fused kernel of ``device`` and ``dtype`` should read a group of ``members``
-    same-shape small tensors of ``numel`` entries that a plan would otherwise stack (``_groups``):
-    Triton's one launch reads them all; ``_cpu_fused``'s library all but many tiny ones, whose
-    Python per tensor costs more than stacking them (``bench/cpu_pass.py --stacking``)."""
-    if not takes(device, dtype, foreach_all):
-        return False
-    return not _on_host(device, foreach_all) or library_reads_group(members, numel)
-
-
-def library_reads_group(members: int, numel: int) -> bool:
-    """Whether ``_cpu_fused``'s library, where it reads a device and dtype, reads a shape group of
-    ``members`` small tensors of ``numel`` entries one by one rather than a plan stacking them."""
-    return members < LIBRARY_STACK_MEMBERS or numel > LIBRARY_STACK_NUMEL
-
-
-def dots(g: torch.Tensor, a: torch.Tensor) -> tuple[float, float, float] | None:
-    """``g.g``, ``g.a`` and ``a.a`` (``_cpu_fused.dots``) where the CPU library reads both tensors
-    alike, else None: the caller takes its other path (no accelerator kernel: three sums a tensor
-    would cost more than the norm they save)."""
-    if library_reads(g):
-        with contextlib.suppress(TypeError):
-            return _cpu_fused.dots(g, a)
-    return None
-
-
-def library_reads(t: torch.Tensor) -> bool:
-    """Whether ``_cpu_fused``'s library reads ``t``'s device and dtype (CPU, float32 or float64):
-    where a pass's cost is its memory traffic, not its launches."""
-    return ENABLED and t.device.type == "cpu" and _cpu_fused.takes(t.dtype)
 
 
 def rows(tensors: list[torch.Tensor], n_hist: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -188,17 +138,14 @@ def rows(tensors: list[torch.Tensor], n_hist: int = 0) -> tuple[torch.Tensor, to
 
 
 def queue(
-    pack: HostCopy, grads: list[torch.Tensor], weights: list[torch.Tensor], with_hist: bool, foreach_all: bool
+    pack: HostCopy, grads: list[torch.Tensor], weights: list[torch.Tensor], with_hist: bool
 ) -> tuple[tuple | None, tuple | None, tuple | None]:
-    """Queue in ``pack``, from one launch (one library call on CPU), the ``(5, len(grads))`` rows
-    of ``grads``, the L2 norms of ``weights`` and (``with_hist``) the gradients' ``(len(grads),
-    OCTAVE_COLUMNS)`` octave counts: their handles, None for what was not asked (gradients go
-    first: only theirs are counted by exponent). ``foreach_all``: as for ``takes``."""
+    """Queue in ``pack``, from one launch, the ``(5, len(grads))`` rows of ``grads``, the L2 norms
+    of ``weights`` and (``with_hist``) the gradients' ``(len(grads), OCTAVE_COLUMNS)`` octave
+    counts: their handles, None for what was not asked (gradients go first: only theirs are
+    counted by exponent)."""
     n, tensors = len(grads), grads + weights
-    if _on_host(tensors[0].device, foreach_all):
-        r, counts = _cpu_fused.rows(tensors, n_full=n, n_hist=n if with_hist else 0)
-    else:
-        r, counts = rows(tensors, n_hist=n if with_hist else 0)
+    r, counts = rows(tensors, n_hist=n if with_hist else 0)
     return (
         pack.add(r[:, :n]) if n else None,
         pack.add(r[0, n:]) if weights else None,

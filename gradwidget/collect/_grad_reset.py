@@ -9,7 +9,8 @@ not explain (zeroed between two backwards of one step, written by hand) is not c
 It also counts the steps at which the optimizer found no gradient (None, or all zeros) although that
 step's backward brought one (``cleared``: ``zero_grad()`` between ``backward()`` and ``step()``).
 Costs one small tensor's copy and a 3 x 3 Gram matrix a step, brought to the host in the step's one
-copy. Kept in ``run.meta["grad_reset"]`` (docs/run-format.md).
+copy. Kept in ``run.meta["grad_reset"]`` (docs/run-format.md). A probe of the Recorder
+(``_probe``): its one tensor hook is its own, removed by ``close``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ._hooks import remove_tensor_hooks
+from ._probe import Probe, StepContext
 
 if TYPE_CHECKING:
     from ._kernels import HostCopy
@@ -59,7 +61,7 @@ def carried(ll: float, ff: float, lf: float, gl: float, gf: float, gg: float) ->
     return bool(fits and b > 0 and a >= CARRIED_SHARE * b)
 
 
-class GradResetCheck:
+class GradResetCheck(Probe):
     """Watches ``param`` (``name``: its layer) from step to step: on how many recorded steps the
     check could be made, on how many the last step's gradient was still there, and the first."""
 
@@ -104,7 +106,7 @@ class GradResetCheck:
         else:
             self._fresh.add_(g)
 
-    def at_step(self) -> None:
+    def before_update(self) -> None:
         """At an optimizer step, before it updates: the dot products that fit this gradient by the
         last one and this step's backwards; this one is kept for the next step."""
         g = self.param.grad
@@ -128,6 +130,12 @@ class GradResetCheck:
         """Queue this step's dot products in the step's host copy, for ``count`` after its fetch."""
         d, self._dots = self._dots, None
         self._queued = None if d is None else (pack, pack.add(d))
+
+    def on_step(self, ctx: StepContext) -> None:
+        """Count the step, and say so in the run: at once when it is the first found carrying the
+        last one's gradient, else within one flush interval."""
+        first = self.count(ctx.step)
+        ctx.note_meta({"grad_reset": self.to_dict()}, first)
 
     def count(self, step: int) -> bool:
         """Count recorded ``step`` by its dot products (fetched with the step's host copy); True
@@ -165,6 +173,6 @@ class GradResetCheck:
             "cleared": self.cleared,
         }
 
-    def remove(self) -> None:
+    def close(self) -> None:
         remove_tensor_hooks([self._handle], [self.param])
         self._fresh = self._last = self._dots = self._queued = None

@@ -3,9 +3,8 @@
 Many small tensors (a stack of tiny layers, the biases and norms of a transformer) cost their
 per-tensor Python and dispatch overhead, not their arithmetic. So tensors of one device, dtype and
 shape with at most ``STACK_NUMEL`` entries are stacked into one matrix whose rows are reduced
-together, unless one fused kernel reads them for less (``fused``, ``_fused.reads_small``:
-Triton's one launch reads them all, CPU's library every group but one of many tiny tensors); the
-rest (large tensors, sparse gradients, shapes of their own) keep one list per device and dtype.
+together, unless one fused kernel reads them for less (``fused``: Triton's one launch reads them
+all); the rest (large tensors, sparse gradients, shapes of their own) keep one list per device and dtype.
 The plan is kept while it holds: a gradient that appears, disappears, changes layout or moves
 makes the step's grouping fail or the watch list fire, and the caller plans again from the
 tensors as they are.
@@ -32,8 +31,8 @@ class Plan:
     them now (their gradients, or themselves): ``stacks`` (columns, owners) of same-shape small
     dense tensors, ``rest`` ``{(device, dtype): (columns, owners)}``, and ``absent``, the owners
     that have no tensor now (watched, so that one appearing triggers a new plan). ``fused(device,
-    dtype, members, numel)`` says where one fused kernel reads a shape group's small tensors too
-    (``_fused.reads_small``): that group is not stacked."""
+    dtype, members, numel)`` says where one fused kernel reads a shape group's small tensors too:
+    that group is not stacked."""
 
     def __init__(self, owners: list, get, fused=None) -> None:
         self.get = get

@@ -52,7 +52,19 @@ def norms(tensors: list[torch.Tensor], ord: float = 2) -> torch.Tensor:
     return torch.stack(torch._foreach_norm(tensors, ord, dtype=acc_dtype(tensors)))
 
 
-def grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
+#: take the statistics of CPU tensors as on an accelerator (``as_accelerator``): off; a test
+#: switches it on to check the accelerator's path without one
+_CPU_AS_ACCELERATOR = False
+
+
+def as_accelerator(device: torch.device) -> bool:
+    """Whether statistics of tensors on ``device`` are taken as on an accelerator (the fused
+    Triton kernel where it runs, else ``_foreach_norm`` for every order): every device but the
+    CPU, which has faster kernels of its own (``grad_rows``)."""
+    return device.type != "cpu" or _CPU_AS_ACCELERATOR
+
+
+def grad_rows(grads: list[torch.Tensor]) -> torch.Tensor:
     """Rows L2 norm, L1 norm, max |g|, non-zero count and sum (float64, ``(5, len(grads))``) for a
     group of same-device/dtype gradients, left on the device for the caller to copy. Every sum is
     accumulated in ``acc_dtype`` whatever the gradients' dtype.
@@ -68,7 +80,7 @@ def grad_rows(grads: list[torch.Tensor], foreach_all: bool) -> torch.Tensor:
     the host on CUDA; on CPU reading the smallest is a read of memory.
     """
     acc = acc_dtype(grads)
-    if foreach_all:
+    if as_accelerator(grads[0].device):
         l2, l1, linf, nnz = (norms(grads, o) for o in (2, 1, math.inf, 0))
         sums = torch.stack([g.sum(dtype=acc) for g in grads])
         return torch.stack([r.to(torch.float64) for r in (l2, l1, linf, nnz, sums)])
@@ -156,7 +168,7 @@ def stored_values(g: torch.Tensor) -> torch.Tensor:
 
 def read_in_place(tensors: list[torch.Tensor], device: torch.device, dtype: torch.dtype) -> list[torch.Tensor]:
     """``tensors`` as a kernel that reads raw addresses needs them (``_fused``'s Triton kernel,
-    ``_cpu_fused``'s library): ``numel`` stored entries from each ``data_ptr``, in any order (every
+    and nothing else): ``numel`` stored entries from each ``data_ptr``, in any order (every
     statistic is order-free, so a permuted dense layout such as channels-last is read as it is;
     any other view through a contiguous copy), a lazily negated view (``torch._neg_view``)
     resolved. A tensor of another device or dtype raises ``TypeError``: moved or recast since the

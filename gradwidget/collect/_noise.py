@@ -10,10 +10,7 @@ material of the gradient noise scale (McCandlish et al. 2018, appendix A), with 
   began, so that the start is read before any of them takes its gradient); a parameter with no
   gradient yet gets the increment as its gradient, read in that same end-of-backward pass; any
   other increment is reduced to its norm in the parameter's tensor hook, before it is added (it is
-  gone after). On CPU (the compiled library) that hook reads the increment and the gradient it is
-  added to in one pass, which gives the sum's norm too, and the first backward's fresh gradients
-  wait for it (``_finish``): a measured step of two micro-batches reads two gradients' worth, not
-  three. A backward that adds nothing to ``.grad`` (``torch.autograd.grad``) is no
+  gone after). A backward that adds nothing to ``.grad`` (``torch.autograd.grad``) is no
   micro-batch; one run inside another's node (reentrant activation checkpointing) is part of it.
 - **DDP**: the increment is this rank's local gradient, before the all-reduce; the gradient read
   after DDP's end-of-backward callback is the synchronised one, over ``world_size`` times the batch.
@@ -53,8 +50,7 @@ from torch import nn
 
 from ..noise_series import NOISE_MIN_ROWS, NoiseSeries
 from ._groups import Plan, grad_of
-from ._hooks import TensorHooks
-from . import _fused
+from ._hooks import Hook, TensorHooks
 from ._kernels import HostCopy, acc_dtype, norms, stacked, stacked_norms, stored_values
 
 #: "auto" keeps its hooks this many steps; with one batch size on every one, it removes them (one:
@@ -77,6 +73,16 @@ ONE_SIZE_TEXT = (
     "noise scale cannot be estimated from it; run one step in N with "
     "recorder.split_backward(loss_fn, *batch) (the batch in two halves: the same examples, no extra "
     "backward; that step costs ~1.2-1.3x, docs/costs.md), or use gradient accumulation"
+)
+
+
+#: what ``run.meta["noise_scale"]["one_size"]`` says when each step's several backwards are of one
+#: batch (losses of one forward: a multi-task loss, ``retain_graph``), not micro-batches
+ONE_BATCH_TEXT = (
+    "each optimizer step ran several backward passes over one batch (losses of one forward), which "
+    "are not micro-batches of gradient accumulation: one batch size only, so the gradient noise "
+    "scale cannot be estimated from it; run one step in N with recorder.split_backward(loss_fn, "
+    "*batch), or use gradient accumulation"
 )
 
 
@@ -138,34 +144,27 @@ def _norm(g: torch.Tensor) -> torch.Tensor:
 
 
 def _vector(values: list, dev: torch.device) -> torch.Tensor:
-    """Norms from hooks as one float64 vector on ``dev``: floats from the CPU library's one pass
-    (``_fused.dots``), 0-d tensors from ``_norm`` (left on their device: no host sync)."""
-    if all(isinstance(n, float) for n in values):
-        return torch.tensor(values, dtype=torch.float64, device=dev)
+    """Norms from hooks (0-d tensors from ``_norm``, left on their device: no host sync) as one
+    float64 vector on ``dev``."""
     return torch.stack([torch.as_tensor(n).to(dev, torch.float64) for n in values])
 
 
 @dataclass
 class _Backward:
-    """What one backward's hooks saw: the parameters, the fresh ones (no gradient before it), the
-    others' increment norms, the norms of the sums where a hook took them with the increment
-    (``_fused.dots``), and the norms of the first backward's increments read late (``late``)."""
+    """What one backward's hooks saw: the parameters, the fresh ones (no gradient before it) and
+    the others' increment norms."""
 
     seen: list[int] = field(default_factory=list)
     fresh: list[int] = field(default_factory=list)
-    incr: list[tuple[int, torch.Tensor | float]] = field(default_factory=list)
-    acc: dict[int, float] = field(default_factory=dict)
-    late: dict[int, torch.Tensor | float] = field(default_factory=dict)
+    incr: list[tuple[int, torch.Tensor]] = field(default_factory=list)
 
 
 class NoiseProbe:
     """Hooks that see each backward's gradient increment and the accumulated gradient of ``params``."""
 
-    # this step's state (``_reset_step``): what this backward's hooks saw (``_Backward``); the
-    # parameters whose first increment is still to be read (``_pending``); per step, the sums over
-    # its backwards
+    # this step's state (``_reset_step``): what this backward's hooks saw (``_Backward``); per
+    # step, the sums over its backwards
     _now: _Backward
-    _pending: dict[int, tuple[torch.Tensor, int]]
     _starts: list[torch.Tensor | None]
     _incr_sq: torch.Tensor | None
     _acc_sq: torch.Tensor | None
@@ -173,6 +172,10 @@ class NoiseProbe:
     _sizes: list[int | None]
     _seen: set[int]
     _first_seen: int | None  # a parameter this step's first backward reached
+    _forwards_at_begin: int  # forwards counted when this backward began
+    _last_forwards: int | None  # forwards counted when the step's last micro-batch began
+    _one_batch: bool  # two of this step's backwards began with no forward between them
+    _told: bool  # every backward of this step had its batch size told (``Recorder.log``)
     _lost: bool  # an increment this step was not measured (a stack that failed): no row
 
     def __init__(
@@ -193,6 +196,7 @@ class NoiseProbe:
         self.source = "argument" if batch_size is not None else "input"
         self._model = model
         self._fwd_handle: Any = None
+        self._forwards = 0  # training forwards of the root module seen (while its hook is on)
         self._indices: dict = {}
         self._one_size = 0  # consecutive steps with one batch size ("auto")
         self.one_size_note: str | None = None
@@ -231,11 +235,13 @@ class NoiseProbe:
             self._watch_input()
 
     def _watch_input(self) -> None:
-        """Read the batch size off the model's input (a forward pre-hook on the root module), unless
-        it was given. "auto" installs it once two batch sizes are seen, not before: a hook added
-        and removed again would make ``torch.compile`` compile the forward twice."""
-        if self.fixed_batch is None and self._fwd_handle is None:
-            self._fwd_handle = self._model.register_forward_pre_hook(self._forward, with_kwargs=True)
+        """Count the model's training forwards and read the batch size off its input, unless it
+        was given (a forward pre-hook on the root module). "auto" installs it once two batch sizes
+        are seen, not before: a hook added and removed again would make ``torch.compile`` compile
+        the forward twice. With it on, a backward that began with no forward since the step's
+        previous one is a second loss of one batch, not a micro-batch (``_finish``)."""
+        if self._fwd_handle is None:
+            self._fwd_handle = self._model.register_forward_pre_hook(Hook(self._forward), with_kwargs=True)
 
     def due(self, recorded: int) -> bool:
         """Whether recorded step number ``recorded`` is one to measure: each of them until the
@@ -261,7 +267,9 @@ class NoiseProbe:
 
     def _forward(self, module, args, kwargs) -> None:
         if torch.is_grad_enabled():  # an evaluation under no_grad is no training batch
-            self.input_batch = first_dim(args, kwargs)
+            self._forwards += 1
+            if self.fixed_batch is None:
+                self.input_batch = first_dim(args, kwargs)
 
     def _begin_backward(self, i: int) -> None:
         if self._k and self._first_seen is not None and self.params[self._first_seen].grad is None:
@@ -272,6 +280,8 @@ class NoiseProbe:
         g = self.params[i].grad
         self._witness = (i, g, None if g is None else g._version)
         self._sizes.append(self._batch_now())
+        self._told = self._told and self.user_batch is not None
+        self._forwards_at_begin = self._forwards
         if self._k == 0:  # the stacks as the step found them (zeroed or not): the first start
             self._starts = [self._stack(j) for j in range(len(self._stack_plan()))]
 
@@ -306,11 +316,9 @@ class NoiseProbe:
     def _grad(self, i: int, g: torch.Tensor) -> None:
         """Parameter ``i``'s increment ``g`` (the hook runs for every parameter in every backward:
         kept short). A stacked one is measured at the end of the backward; one without a gradient
-        yet (one process) will have ``g`` as its gradient, measured later (``_finish``); any other
-        is reduced to its norm now (``g`` is gone once it is added), with the gradient it is
-        added to where the CPU library reads both in one pass: that gradient's norm (the first
-        backward's increment, when it is still that) and the sum's come with it, and nothing is
-        read again at the end of the backward. Not called while not ``measuring``."""
+        yet (one process) will have ``g`` as its gradient, measured at the end of the backward
+        (``_finish``); any other is reduced to its norm now (``g`` is gone once it is added). Not
+        called while not ``measuring``."""
         task = torch._C._current_graph_task_id()
         if task not in self._open:
             self._enter_task(task, i)
@@ -325,30 +333,7 @@ class NoiseProbe:
         if acc is None:
             now.fresh.append(i)
             return
-        first = self._first_increment(i, acc, now)
-        dots = _fused.dots(g, acc)
-        if dots is not None:
-            gg, ga, aa = dots
-            now.incr.append((i, math.sqrt(gg)))
-            now.acc[i] = math.sqrt(max(aa + 2.0 * ga + gg, 0.0))
-            if first:
-                now.late[i] = math.sqrt(aa)
-            return
-        if first:
-            now.late[i] = _norm(acc)
         now.incr.append((i, _norm(g)))
-
-    def _first_increment(self, i: int, acc: torch.Tensor, now: _Backward) -> bool:
-        """Whether ``acc``, parameter ``i``'s gradient now, is still the first backward's increment,
-        whose norm was left to be read (``_finish``) and is not read yet in backward ``now``; if
-        it was changed in place since, that increment is lost, and so is the step's row."""
-        pending = self._pending.get(i)
-        if pending is None or i in now.late:
-            return False
-        if acc is pending[0] and acc._version == pending[1]:
-            return True
-        self._lost = True
-        return False
 
     def _batch_now(self) -> int | None:
         if self.user_batch is not None:
@@ -385,16 +370,19 @@ class NoiseProbe:
         self._starts = []
 
     def _finish(self) -> None:
-        """The end of one backward (one micro-batch): measure what it added. On CPU, where a read
-        costs its memory traffic, the first backward's fresh parameters (their increment is their
-        gradient) are not read now but by the next backward: its hooks read that gradient with
-        their increment in one pass (``_grad``), and its end reads those it did not reach. A step
-        of one backward, which never gets there, has no row that needs them."""
+        """The end of one backward (one micro-batch): measure what it added (the fresh parameters'
+        increment is their gradient) and the gradients it leaves."""
         self._in_bwd = False
         self._open = set()
         now, self._now = self._now, _Backward()
         if not now.seen or not self._accumulated():
             return
+        # forwards counted (a model whose own forward runs), sizes not told backward by backward
+        # (a trainer's callback, which knows its micro-batches): a micro-batch is one forward's
+        if self._fwd_handle is not None and self._forwards and not self._told:
+            if self._forwards_at_begin == self._last_forwards:
+                self._one_batch = True
+            self._last_forwards = self._forwards_at_begin
         self._seen.update(now.seen)
         if self._first_seen is None:
             self._first_seen = now.seen[0]
@@ -410,29 +398,15 @@ class NoiseProbe:
                     acc.append((cols, a))
                     incr.append((cols, a if start is None else stacked_norms(end - start)))
             self._starts = ends
-            fresh, deferred = now.fresh, set()
-            if self._k == 0:  # on CPU, read at the next backward (on a GPU, a launch a tensor costs more)
-                later = [c for c in fresh if _fused.library_reads(grads[c])]
-                self._pending = {c: (grads[c], grads[c]._version) for c in later}
-                deferred = set(later)
-                fresh = [c for c in fresh if c not in deferred]
-            if now.acc:  # taken by their hooks
-                acc.append((list(now.acc), _vector(list(now.acc.values()), dev)))
-            cols = [c for c in self._rest if grads[c] is not None and c not in now.acc and c not in deferred]
+            cols = [c for c in self._rest if grads[c] is not None]
             if cols:
                 a = norms([stored_values(grads[c]) for c in cols])
                 acc.append((cols, a))
                 at = {c: k for k, c in enumerate(cols)}
-                # a fresh parameter's increment is its gradient; so is a first increment no hook read
-                late = [c for c in self._pending if c in at and self._first_increment(c, grads[c], now)]
-                for part in (fresh, late):
-                    if part:
-                        incr.append((part, a[self._index([at[c] for c in part], a.device)]))
-            if self._k:  # every first increment is read by the end of the second backward
-                self._pending = {}
-            for pairs in (now.incr, list(now.late.items())):
-                if pairs:
-                    incr.append(([i for i, _ in pairs], _vector([n for _, n in pairs], dev)))
+                if now.fresh:  # a fresh parameter's increment is its gradient
+                    incr.append((now.fresh, a[self._index([at[c] for c in now.fresh], a.device)]))
+            if now.incr:
+                incr.append(([i for i, _ in now.incr], _vector([n for _, n in now.incr], dev)))
             step_incr = self._squares(incr, dev)
             self._incr_sq = step_incr if self._incr_sq is None else self._incr_sq.add_(step_incr)
             self._acc_sq = self._squares(acc, dev)
@@ -484,13 +458,17 @@ class NoiseProbe:
 
     # ------------------------------------------------------------------ steps
     def _reset_step(self) -> None:
-        self._now, self._pending = _Backward(), {}
+        self._now = _Backward()
         self._starts = []
         self._lost = False
         self._incr_sq = self._acc_sq = None
         self._k = 0
         self._sizes, self._seen = [], set()
         self._first_seen = None
+        self._forwards_at_begin = 0
+        self._last_forwards = None
+        self._one_batch = False
+        self._told = True
 
     def end_step(self) -> NoiseStep | None:
         """Close this optimizer step: its vectors when it saw two batch sizes, else None (and, in
@@ -498,26 +476,31 @@ class NoiseProbe:
         if self._in_bwd and not self._open:  # a backward whose last task ran inside another's node
             self._finish()
         k, incr, acc, sizes, seen = self._k, self._incr_sq, self._acc_sq, self._sizes, self._seen
-        lost = self._lost
+        lost, one_batch, told = self._lost, self._one_batch, self._told
+        counted = self._fwd_handle is not None
         self._reset_step()
         self.user_batch = None
-        if self._once:  # armed for one split step only
+        if self._once:  # armed for one split step only (its parts are micro-batches by construction)
             self.remove()
         if k == 0 or incr is None or acc is None or lost:
             return None
-        if k * self.world_size < 2:
+        if k * self.world_size < 2 or one_batch:
             self._one_size += 1
-            # "auto" gives up only before it saw two sizes: a later step of one backward (an epoch's
-            # last, short accumulation) is no reason to stop measuring
-            if self.mode == "auto" and self._one_size >= ONE_SIZE_STEPS and not self.two_sizes_seen:
-                self.one_size_note = ONE_SIZE_TEXT
+            # "auto" gives up only before it measured a row: a later step of one backward (an
+            # epoch's last, short accumulation) is no reason to stop measuring
+            if self.mode == "auto" and self._one_size >= ONE_SIZE_STEPS and not self.rows:
+                self.one_size_note = ONE_BATCH_TEXT if one_batch else ONE_SIZE_TEXT
                 self.remove()
             return None
-        self._one_size = 0
         self.two_sizes_seen = True
+        if not counted and not told and not self._once and self.world_size == 1:
+            # "auto"'s first step of several backwards: whether each had a batch of its own is
+            # known only with the forwards counted, from the next step on; no row for this one
+            if self.armed:
+                self._watch_input()
+            return None
+        self._one_size = 0
         self.rows += 1
-        if self.armed and not self._once:
-            self._watch_input()  # "auto": from the next step on (this one's batch size may be unknown)
         mask = np.zeros(len(self.params), bool)
         mask[list(seen)] = True
         return NoiseStep(incr, acc, k, list(sizes), mask)

@@ -8,7 +8,7 @@ without a cost on ordinary steps: the maximum |g| is measured anyway, so the few
 float32 norm cannot be trusted (an infinite norm with finite entries, or entries so small that
 their squares leave float32's normal range) are found on the host and their norms taken again,
 accumulated in float64 (whose range holds the square of every float32). One more host read on a
-step that has them; none otherwise. The fused kernels (``_fused``, ``_cpu_fused``) and the stacks of small
+step that has them; none otherwise. The fused kernel (``_fused``) and the stacks of small
 tensors already sum in float64: nothing of theirs is taken again. Private to ``gradwidget.collect``.
 """
 

@@ -8,30 +8,41 @@ reference too (up to ``KEEP_GRAD_BYTES`` a step: a model's big logits are not he
 Recorder finds a recorded step's gradients non-finite, before the optimizer applies them, it asks
 :meth:`StepReplay.origin`: the step's forwards are run again with a ``NonfiniteTracer`` on every
 module (same weights, inputs, random numbers and autocast), then their backward from the kept
-output gradients (``torch.autograd.grad``: the parameters' ``.grad`` are left alone), and the
-tracer names the first module call, pass and step that made a non-finite value, exactly as with
-``trace_nonfinite=True``. The model's buffers (BatchNorm's running statistics) and the random
-generators are put back as they were, so training goes on as if nothing had run. Once an origin
-is found the hooks are removed.
+output gradients (``torch.autograd.grad`` to detached copies of the parameters, through
+``torch.func.functional_call``: the parameters' ``.grad`` and their tensor hooks are left alone),
+and the tracer names the first module call, pass and step that made a non-finite value, exactly as
+with ``trace_nonfinite=True``. Once an origin is found the hooks are removed.
 
-What it cannot replay, and says so (``run.meta["nonfinite_tracing"]``): a step whose weights were
-already non-finite (the NaN began at a step not recorded, with ``every`` > 1), a model whose
-forward state lives outside its parameters and buffers (a Python counter, data changed in place
-between the forward and the step), a backward whose output gradients were too big to keep (the
-forward is still replayed), and a model called only through its submodules or compiled by
-``torch.compile`` (no root forward runs outside the compiled graph).
+A replay must not change training, so it runs only code whose effects it puts back: afterwards
+every module's buffers (BatchNorm's running statistics), its other attributes (a Python counter, a
+recurrent layer's carried hidden state, a list a forward appends to: rebound, tensors changed in
+place copied back, containers refilled), the inputs (the replay reads copies) and the random
+generators (torch's, CUDA's, Python's and numpy's) are as they were. Hooks of the user's on any
+module (forward or backward, or the global ones of ``torch.nn.modules.module``) are code whose
+effects it cannot know: with one present it does not replay (``_user_code``). What it cannot
+see is code in the forward that writes outside the model (a global, a closure's list): a model
+that does so should be traced with ``trace_nonfinite=True`` (no replay).
+
+What it does not replay, and says so (``run.meta["nonfinite_tracing"]``): a step whose weights
+were already non-finite (the NaN began at a step not recorded, with ``every`` > 1), a model with
+hooks of the user's, a backward whose output gradients were too big to keep (the forward is still
+replayed), and a model called only through its submodules or compiled by ``torch.compile`` (no
+root forward runs outside the compiled graph).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import random
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
+from torch.nn.modules import module as _module
 
 from ..run import NonfiniteOrigin
 from ._hooks import Hook
@@ -151,6 +162,13 @@ class StepReplay:
                 "the model's own forward never ran to replay (its submodules were called directly, "
                 "or it runs under torch.compile)"
             )
+        user = _user_code(self.model)
+        if user is not None:
+            self.failed = True
+            return None, (
+                f"not replayed: {user} would run again, with effects a replay cannot undo "
+                "(trace_nonfinite=True traces every step instead)"
+            )
         tracer = NonfiniteTracer(self.model)
         self._replaying = True
         try:
@@ -177,11 +195,15 @@ class StepReplay:
         torch.set_rng_state(call.cpu_rng)
         for d, s in call.device_rng.items():
             torch.cuda.set_rng_state(s, d)
+        args, kwargs = _copied((call.args, call.kwargs))  # a forward that writes its inputs writes copies
+        # detached copies of the parameters (tied ones stay tied): the replay's backward reaches
+        # them, never the parameters' own gradients and tensor hooks
+        params = {n: p.detach().requires_grad_(p.requires_grad) for n, p in self.model.named_parameters()}
         with contextlib.ExitStack() as stack:
             for dev, on, dtype in call.autocast:
                 stack.enter_context(torch.autocast(dev, dtype=dtype, enabled=on))
             stack.enter_context(torch.enable_grad())
-            out = self.model(*call.args, **call.kwargs)
+            out = torch.func.functional_call(self.model, params, args, kwargs, strict=False)
         if not backward or not call.grads:
             return
         outs = list(_tensors(out))
@@ -189,8 +211,8 @@ class StepReplay:
         roots = _outermost(roots)
         # every path the training's backward took: to the parameters, and back out through the
         # model's inputs that carry a gradient to code before it
-        ends = [p for p in self.model.parameters() if p.requires_grad]
-        ends += [t for t in _tensors((call.args, call.kwargs)) if t.requires_grad]
+        ends = [p for p in params.values() if p.requires_grad]
+        ends += [t for t in _tensors((args, kwargs)) if t.requires_grad]
         if roots and ends:
             torch.autograd.grad(
                 [t for t, _ in roots], ends, [g for _, g in roots], allow_unused=True, materialize_grads=False
@@ -233,19 +255,91 @@ def _outermost(roots: list[tuple[torch.Tensor, Any]]) -> list[tuple[torch.Tensor
     return [(t, g) for t, g in roots if id(t.grad_fn) not in inner]
 
 
+def _copied(x, depth: int = 0):
+    """``x`` with every tensor replaced by a copy (requiring grad as it did); containers rebuilt,
+    a few levels deep, as ``_cut`` does."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone().requires_grad_(x.requires_grad) if x.is_floating_point() else x.clone()
+    if depth >= 4:
+        return x
+    if type(x) in (tuple, list):
+        return type(x)(_copied(v, depth + 1) for v in x)
+    if type(x) is dict:
+        return {k: _copied(v, depth + 1) for k, v in x.items()}
+    return x
+
+
+#: the hook dicts of a module whose hooks a replay would run, and the global ones
+_MODULE_HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+_GLOBAL_HOOKS = (
+    "_global_forward_pre_hooks",
+    "_global_forward_hooks",
+    "_global_backward_pre_hooks",
+    "_global_backward_hooks",
+)
+
+
+def _user_code(model: nn.Module) -> str | None:
+    """What a replay would run of the user's code beyond the modules' own forwards: a hook that is
+    not gradwidget's (``_hooks.Hook``) on a module of ``model``, or a global module hook; None
+    when there is none."""
+    for name in _GLOBAL_HOOKS:
+        if any(not isinstance(h, Hook) for h in getattr(_module, name, {}).values()):
+            return f"a global module hook ({name.strip('_').replace('_', ' ')[7:]})"
+    for path, m in model.named_modules():
+        for name in _MODULE_HOOKS:
+            if any(not isinstance(h, Hook) for h in getattr(m, name, {}).values()):
+                kind = name.strip("_").replace("_", " ")[:-1]
+                return f"a {kind} of the user's on {path or 'the model'} ({type(m).__name__})"
+    return None
+
+
+#: a bare module's own attributes (its parameters, buffers, submodules, hooks, training flag):
+#: what is not among them is a module's state of its own
+_MODULE_KEYS = frozenset(vars(nn.Module()))
+
+
 @contextlib.contextmanager
 def _state_restored(model: nn.Module, rng_devices: list):
-    """The model's buffers (BatchNorm's running statistics, counters) and the random generators as
-    they were before the replay, afterwards: training goes on as if it never ran."""
+    """Everything a replayed forward can change in the model, and the random generators, as they
+    were before the replay, afterwards: training goes on as if it never ran. The buffers
+    (BatchNorm's running statistics) are copied back; every module's other attributes (a counter,
+    a carried hidden state, a cache) rebound to what they were, those added removed, a tensor
+    changed in place copied back, a list, dict or set refilled."""
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    modules = []
+    for m in model.modules():
+        own = {k: v for k, v in vars(m).items() if k not in _MODULE_KEYS}
+        inner: list[tuple[Any, int | None, Any]] = []
+        for v in own.values():
+            if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter):
+                inner.append((v, v._version, v.detach().clone()))
+            elif type(v) in (list, dict, set):
+                inner.append((v, None, type(v)(v)))
+        modules.append((m, own, inner))
     cpu = torch.get_rng_state()
     dev = {d: torch.cuda.get_rng_state(d) for d in rng_devices}
+    py, npy = random.getstate(), np.random.get_state()
     try:
         yield
     finally:
         with torch.no_grad():
             for b, saved in buffers:
                 b.copy_(saved)
+            for m, own, inner in modules:
+                for k in [k for k in vars(m) if k not in _MODULE_KEYS and k not in own]:
+                    del m.__dict__[k]
+                m.__dict__.update(own)
+                for v, version, saved in inner:
+                    if isinstance(v, list):
+                        v[:] = saved
+                    elif version is None:  # a dict or a set
+                        v.clear()
+                        v.update(saved)
+                    elif v._version != version:
+                        v.copy_(saved)
         torch.set_rng_state(cpu)
         for d, s in dev.items():
             torch.cuda.set_rng_state(s, d)
+        random.setstate(py)
+        np.random.set_state(npy)

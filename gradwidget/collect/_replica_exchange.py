@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from ..thresholds import Thresholds
+from ._probe import Probe
 from ._replicas import ReplicaRecord, disagreement, fingerprint, replica_codes, signature
 
 #: ring of store keys per rank: the store holds at most this many fingerprints per rank
@@ -31,10 +32,11 @@ CLOSE_WAIT_S = 2.0
 _BUILT = [0]
 
 
-class ReplicaExchange:
+class ReplicaExchange(Probe):
     """The check's traffic through the process group's key-value store (see the module's
     docstring): every rank posts its setup once and a fingerprint per checked step; rank 0 reads
-    them without waiting and compares.
+    them without waiting and compares. A probe of the Recorder (``_probe``): ``attach`` puts its
+    optimizer step pre-hook on, ``close`` takes it off.
 
     ``label()`` (rank 0): the step number the Recorder gave the step being checked (None: none yet).
     ``on_change(record)`` (rank 0): a new divergence, or the record at close (to write meta.json).
@@ -85,6 +87,12 @@ class ReplicaExchange:
         self._excluded: np.ndarray | None = None  # layers never compared (plain model, unequal from the start)
 
     # ------------------------------------------------------------------ every rank
+    _handle: Any = None
+
+    def attach(self, optimizer: torch.optim.Optimizer) -> None:
+        """See each of ``optimizer``'s steps (a step pre-hook, removed by ``close``)."""
+        self._handle = optimizer.register_step_pre_hook(self.step_hook)
+
     def step_hook(self, optimizer, args, kwargs) -> None:
         n, self.n = self.n, self.n + 1
         if n % self.every:
@@ -102,7 +110,11 @@ class ReplicaExchange:
             self.poll()
 
     def close(self) -> None:
-        """Rank 0: compare the last steps (waiting briefly for their posts) and keep the record."""
+        """Take the step hook off; rank 0: compare the last steps (waiting briefly for their
+        posts) and keep the record."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
         if self.rank == 0 and self.active:
             self.poll(final=True)
 

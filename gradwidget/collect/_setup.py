@@ -128,7 +128,7 @@ class _Setup(_RecorderState):
             if self._noise_off is not None:
                 self.run.meta["noise_scale"] = {"unavailable": self._noise_off}
         self._col_of = {pi: c for c, pi in enumerate(self._order)}
-        self._stats = StepStatistics([self._params[i] for i in self._order], self.foreach_all)
+        self._stats = StepStatistics([self._params[i] for i in self._order])
         self._unused_cols = [c for c, layer in enumerate(layers) if layer.status == "unused"]
         self._plan_updates()
         if self.log_dir is not None and self.run is not None:
@@ -169,9 +169,12 @@ class _Setup(_RecorderState):
         held, names = [self._params[pi] for pi in cols], [self._names[pi] for pi in cols]
         old, self._reset_check = self._reset_check, GradResetCheck.choose(held, names)
         if old is not None:
-            old.remove()
+            old.close()
+            self._probes.remove(old)
             if self._reset_check is not None:
                 self._reset_check.continue_from(old)
+        if self._reset_check is not None:
+            self._probes.append(self._reset_check)
 
     def _continue(self, old: Run) -> None:
         """Put the run this recorder resumes in front of its own (``Run.continue_from``)."""

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from ._graph import GraphCapture
     from ._stats import StepStatistics
     from ._inputs import OptimizerExtra
+    from ._meta import MetaFollow
+    from ._probe import Probe
     from ._noise import NoiseProbe, NoiseStep
     from ._replay import StepReplay
     from ._replica_exchange import ReplicaExchange
@@ -61,13 +63,13 @@ class _RecorderState:
     _overwrite: bool
     _resume: ResumePoint | None
     track_updates: bool
-    foreach_all: bool
     skipped: dict[str, str]
     optimizer_extra: OptimizerExtra | None
     # what is recorded into
     run: Run | None
     on_step: list[Callable[[Run], None]]
     _writer: RunWriter | None
+    _meta: MetaFollow
     _dist: DistContext | None
     _exchange: OriginExchange | None
     _tracer: NonfiniteTracer | None
@@ -97,6 +99,7 @@ class _RecorderState:
     _update_cols: np.ndarray
     _update_bufs: Any  # an UpdateSnapshot, or the sharded path's (params, buffers)
     _reset_check: GradResetCheck | None
+    _probes: list[Probe]
     _step_hooks: bool
     # hooks and step bookkeeping
     _attached: bool
@@ -131,3 +134,4 @@ class _RecorderState:
         def _finish_step(self) -> None: ...
         def _trace_origin(self, values: np.ndarray | None, recorded: bool = True) -> None: ...
         def _stop_looking(self) -> None: ...
+        def note_meta(self, values: dict, now: bool = True) -> None: ...

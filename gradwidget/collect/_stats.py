@@ -39,21 +39,16 @@ class StepStatistics:
     kept from step to step and made again when one goes stale (a gradient appeared or vanished, a
     parameter moved). A new instance when the columns change."""
 
-    def __init__(self, ordered: list[torch.Tensor], foreach_all: bool) -> None:
+    def __init__(self, ordered: list[torch.Tensor]) -> None:
         self.ordered = ordered
-        self.foreach_all = foreach_all  # _foreach_norm for every statistic (the CUDA path) on CPU too
         self._wplan: Plan | None = None
         self._gplan: Plan | None = None
 
-    def _fuses(self, device: torch.device, dtype: torch.dtype) -> bool:
-        """Whether one fused kernel (``_fused.takes``) reads this device and dtype's weights and
-        gradients, given this Recorder's ``foreach_all``."""
-        return _fused.takes(device, dtype, self.foreach_all)
-
-    def _fuses_small(self, device: torch.device, dtype: torch.dtype, members: int, numel: int) -> bool:
-        """Whether the fused kernel also reads a shape group of small tensors a plan would
-        otherwise stack (``_fused.reads_small``)."""
-        return _fused.reads_small(device, dtype, self.foreach_all, members, numel)
+    @staticmethod
+    def _fuses_small(device: torch.device, dtype: torch.dtype, members: int, numel: int) -> bool:
+        """Whether the fused kernel reads a shape group of small tensors a plan would otherwise
+        stack: where it runs, its one launch reads them all."""
+        return _fused.takes(device, dtype)
 
     def collect(
         self, with_hist: bool, loss=None, riders: tuple[Callable[[HostCopy], None], ...] = ()
@@ -101,66 +96,37 @@ class StepStatistics:
 
     def _queue_planned(self, with_hist: bool) -> tuple[HostCopy, list, list]:
         """Each gradient part: columns, stored values, sizes, rows' and counts' handles, and whether
-        its L2 norm was accumulated in float64 (``_fill_grad_stats``)."""
+        its L2 norm was accumulated in float64 (``finish_rows``)."""
         wplan, gplan = self._wplan, self._gplan
         assert wplan is not None and gplan is not None  # planned by _queue
         pack = HostCopy()
-        fused = {key for key in set(wplan.rest) | set(gplan.rest) if self._fuses(*key)}
-        wparts: list = []
+        wparts: list = [(cols, pack.add(stacked_norms(stacked(owners)))) for cols, owners in wplan.stacks]
         gparts: list = []
-        for key in fused:
-            self._queue_fused(pack, key, with_hist, wparts, gparts)
-        wparts += [(cols, pack.add(stacked_norms(stacked(owners)))) for cols, owners in wplan.stacks]
-        wparts += [(cols, pack.add(norms(owners))) for key, (cols, owners) in wplan.rest.items() if key not in fused]
         for cols, owners in gplan.stacks:
             grads = [p.grad for p in owners]
             x = stacked(grads)
             numels = np.full(len(cols), x.shape[1], np.float64)
             counts = pack.add(stacked_exponent_counts(x)) if with_hist else None
             gparts.append((cols, grads, numels, pack.add(stacked_rows(x)), counts, True))
-        for (dev, dt), (cols, owners) in gplan.rest.items():
-            if (dev, dt) in fused:
-                continue
-            grads = [stored_values(p.grad) for p in owners]
-            numels = np.array([p.numel() for p in owners], np.float64)
-            rows = pack.add(grad_rows(grads, foreach_all=self.foreach_all or dev.type != "cpu"))
-            counts = pack.add(exponent_counts(grads)) if with_hist else None
-            gparts.append((cols, grads, numels, rows, counts, False))
+        for key in set(wplan.rest) | set(gplan.rest):
+            wcols, wowners = wplan.rest.get(key, ([], []))
+            gcols, gowners = gplan.rest.get(key, ([], []))
+            grads = [stored_values(p.grad) for p in gowners]
+            rows, wnorms, counts, exact = queue_group(pack, grads, list(wowners), with_hist)
+            if wowners:
+                wparts.append((wcols, wnorms))
+            if gowners:
+                gparts.append((gcols, grads, np.array([p.numel() for p in gowners], np.float64), rows, counts, exact))
         return pack, wparts, gparts
-
-    def _queue_fused(self, pack: HostCopy, key: tuple, with_hist: bool, wparts: list, gparts: list) -> None:
-        """Queue the gradients' statistics and the weights' norms of one device and dtype from one
-        fused kernel (``_fused.rows``): gradients first, so that only theirs are counted by exponent."""
-        assert self._wplan is not None and self._gplan is not None  # planned by _queue
-        wcols, wowners = self._wplan.rest.get(key, ([], []))
-        gcols, gowners = self._gplan.rest.get(key, ([], []))
-        grads = [stored_values(p.grad) for p in gowners]
-        # the weights are read, never written: no detach
-        rows, wnorms, hist = _fused.queue(pack, grads, wowners, with_hist, self.foreach_all)
-        if wowners:
-            wparts.append((wcols, wnorms))
-        if gowners:
-            gparts.append((gcols, grads, np.array([p.numel() for p in gowners], np.float64), rows, hist, True))
 
     @staticmethod
     def _fill_grad_stats(
         out: np.ndarray, cols: np.ndarray, grads: list[torch.Tensor], n: np.ndarray, host: np.ndarray, exact: np.ndarray
     ) -> np.ndarray:
-        """Per-layer metrics of gradient columns ``cols`` from their host rows (``grad_rows``); ``grads``
-        are the stored values (a sparse gradient's non-zero entries), ``n`` the layers' sizes, ``exact``
-        where the L2 norm was squared and summed in float64 (the fused kernels, the stacks): never
-        taken again. Returns each column's exact non-zero count (float64; the histogram's subnormals
-        are derived from it, never from the float32 zero fraction)."""
-        l2, l1, linf, nnz, s = host[:5].copy()
-        redo = untrusted_norms(l2, linf, n)  # rare: a float32 norm that overflowed or underflowed
-        redo = redo[~exact[redo]]
-        if redo.size:
-            l2[redo] = exact_norms([grads[k] for k in redo])
-        # rare: a float32 sum that overflowed though every entry is finite (bfloat16 gradients near
-        # the dtype's max): summed again in float64, so a mean that fits float32 is finite
-        for k in np.flatnonzero(np.isfinite(linf) & ~(np.isfinite(l1) & np.isfinite(s))):
-            l1[k] = float(grads[k].abs().sum(dtype=torch.float64))
-            s[k] = float(grads[k].sum(dtype=torch.float64))
+        """Per-layer metrics of gradient columns ``cols`` from their host rows (``finish_rows``).
+        Returns each column's exact non-zero count (float64; the histogram's subnormals are derived
+        from it, never from the float32 zero fraction)."""
+        l2, l1, linf, nnz, s, nonfinite = finish_rows(host, grads, n, exact)
         mean = s / n
         with np.errstate(invalid="ignore", over="ignore"):  # beyond float32's range: stored as inf
             var = np.maximum(l2 * l2 / n - mean * mean, 0.0)
@@ -169,13 +135,57 @@ class StepStatistics:
             out[_M["max_abs"], cols] = linf
             out[_M["std"], cols] = np.sqrt(var)
         out[_M["zero_frac"], cols] = 1.0 - nnz / n
-        out[_M["nonfinite"], cols] = 0.0
-        # rare: count the NaN/Inf entries of the offending tensors only (a host read each); a
-        # non-finite entry makes max |g| non-finite (a large finite norm does not)
-        for k in np.flatnonzero(~np.isfinite(linf) | ~np.isfinite(l2)):
-            g = grads[k]
-            out[_M["nonfinite"], cols[k]] = float((~torch.isfinite(g)).sum())
-            nnz[k] = float((g != 0).sum())
-            out[_M["zero_frac"], cols[k]] = 1.0 - nnz[k] / n[k]
-            out[_M["max_abs"], cols[k]] = math.inf
+        out[_M["nonfinite"], cols] = nonfinite
         return nnz
+
+
+def queue_group(
+    pack: HostCopy, grads: list[torch.Tensor], weights: list[torch.Tensor], with_hist: bool
+) -> tuple[tuple | None, tuple | None, tuple | None, bool]:
+    """The statistics backend of one device and dtype, for both recorders (whole tensors here, a
+    rank's pieces in ``distributed``): queue in ``pack`` the ``(5, len(grads))`` rows of
+    ``grads`` (L2, L1, max |g|, non-zero count, sum), the L2 norms of ``weights`` and, with
+    ``with_hist``, the gradients' octave counts; their handles (None for what was not asked) and
+    whether the L2 norms were accumulated in float64. The fused Triton kernel where it runs (one
+    launch, ``_fused``), else PyTorch's kernels (``_kernels``), also after the fused kernel failed."""
+    t = (grads or weights)[0]
+    if _fused.takes(t.device, t.dtype):
+        try:
+            return (*_fused.queue(pack, grads, weights, with_hist), True)
+        except RuntimeError:
+            if _fused.broken is None:
+                raise
+    return (
+        pack.add(grad_rows(grads)) if grads else None,
+        pack.add(norms(weights)) if weights else None,
+        pack.add(exponent_counts(grads)) if with_hist and grads else None,
+        False,
+    )
+
+
+def finish_rows(
+    host: np.ndarray, grads: list[torch.Tensor], n: np.ndarray, exact: np.ndarray | bool
+) -> tuple[np.ndarray, ...]:
+    """L2, L1, max |g|, non-zero count, sum and non-finite count of ``grads`` from their host rows
+    (``queue_group``); ``grads`` are the stored values (a sparse gradient's non-zero entries),
+    ``n`` their sizes, ``exact`` where the L2 norm was squared and summed in float64 (never taken
+    again). Rare cases read their tensor again: a float32 norm that overflowed or underflowed
+    (``_norm_range``), and a tensor with NaN/Inf entries, whose entries are counted exactly (a
+    non-finite entry makes max |g| non-finite; a large finite norm does not)."""
+    l2, l1, linf, nnz, s = (np.array(r, np.float64) for r in host[:5])
+    redo = untrusted_norms(l2, linf, n)
+    redo = redo[~np.broadcast_to(exact, l2.shape)[redo]]
+    if redo.size:
+        l2[redo] = exact_norms([grads[k] for k in redo])
+    # rare: a float32 sum that overflowed though every entry is finite (bfloat16 gradients near the
+    # dtype's max): summed again in float64, so a mean that fits float32 is finite
+    for k in np.flatnonzero(np.isfinite(linf) & ~(np.isfinite(l1) & np.isfinite(s))):
+        l1[k] = float(grads[k].abs().sum(dtype=torch.float64))
+        s[k] = float(grads[k].sum(dtype=torch.float64))
+    nonfinite = np.zeros(len(grads))
+    for k in np.flatnonzero(~np.isfinite(linf) | ~np.isfinite(l2)):
+        g = grads[k]
+        nonfinite[k] = float((~torch.isfinite(g)).sum())
+        nnz[k] = float((g != 0).sum())
+        linf[k] = math.inf
+    return l2, l1, linf, nnz, s, nonfinite

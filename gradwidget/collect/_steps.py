@@ -17,6 +17,7 @@ from ._groups import grad_of
 from ._inputs import _module_of
 from ._kernels import HostCopy, norms, stored_values
 from ._noise import NoiseProbe, append_noise
+from ._probe import StepContext
 from ._replay import MAX_MISSES
 from ._stats import _M
 from ._state import ShardedStep, _RecorderState
@@ -250,8 +251,9 @@ class _Steps(_RecorderState):
             # work on both sides, whatever the cadence)
             due = self._count % self.every == 0 and self._noise.due(self._count // self.every)
             self._noise.measuring = due or self._trace_meter is not None
-        if before_update and self._reset_check is not None:
-            self._reset_check.at_step()
+        if before_update:
+            for probe in self._probes:
+                probe.before_update()
         if step_no % self.every:
             if self._replay is not None:
                 self._replay.clear()  # a step not recorded is not replayed: its gradients are not read
@@ -269,9 +271,7 @@ class _Steps(_RecorderState):
                 return  # no gradient has arrived yet: nothing to record
             self._start()
             if before_update and self._reset_check is not None:
-                self._reset_check.at_step()  # planned by _start: the first gradient, for the next step
-        if self._loss_probe is not None and not self._loss_probe.settled:  # one step to see a loss with its graph
-            self._loss_probe.settle(self.run, self._writer)
+                self._reset_check.before_update()  # planned by _start: the first gradient, for the next step
         with_hist = self.histogram_every > 0 and self._recorded % self.histogram_every == 0
         if self._dist is not None and self._dist.sharded:
             self._begin_sharded_step(step_no, with_hist, before_update)
@@ -283,7 +283,8 @@ class _Steps(_RecorderState):
         outside = isinstance(logged, torch.Tensor) and not logged.requires_grad
         assert self._order is not None  # set by the first step, before any is collected
         noise = self._noise_step  # the gradient at two batch sizes (``_noise``), in the same copy
-        riders = [r.queue for r in (self._tracer, self._reset_check) if r is not None]
+        riders = [self._tracer.queue] if self._tracer is not None else []
+        riders += [probe.queue for probe in self._probes]
         if noise is not None:
             riders.append(functools.partial(NoiseProbe.queue, noise))
         values, hist, loss, pack = self._stats.collect(with_hist, logged, tuple(riders))
@@ -336,11 +337,9 @@ class _Steps(_RecorderState):
             )
             user_step = int(run.steps[-1]) + 1
         run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist, complete=complete)
-        if self._reset_check is not None:
-            first_carried = self._reset_check.count(user_step)
-            run.meta["grad_reset"] = self._reset_check.to_dict()
-            if first_carried and self._writer is not None:
-                self._writer.write_meta()  # in the run directory from the step it was found
+        ctx = StepContext(user_step, values, self.note_meta)
+        for probe in self._probes:
+            probe.on_step(ctx)
         self._warn_window()
         if self._unused_cols:
             self._adopt_late_layers(values)
@@ -538,7 +537,7 @@ class _Steps(_RecorderState):
         dist = self._dist
         assert dist is not None
         partials = dist.local_partials(
-            self._params, with_hist, self.foreach_all, self._tracer.queue if self._tracer is not None else None
+            self._params, with_hist, self._tracer.queue if self._tracer is not None else None
         )
         self._dist_step = ShardedStep(step_no, pend, partials, measure)
         if measure:
@@ -592,6 +591,7 @@ class _Steps(_RecorderState):
         run.complete_last()
         if self._writer is not None:
             self._writer.append_new()
+            self._meta.step_end(self._writer)
         for fn in list(self.on_step):
             try:
                 fn(run)

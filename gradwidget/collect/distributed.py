@@ -61,18 +61,15 @@ import torch.distributed as dist
 from torch import nn
 
 from ..run import METRICS, N_BINS
-from . import _fused
 from ._kernels import (
     HostCopy,
-    exponent_counts,
-    grad_rows,
     is_dtensor,
     local_piece,
     norms,
     octave_bins,
     pending_sum,
 )
-from ._norm_range import exact_norms, untrusted_norms
+from ._stats import finish_rows, queue_group
 
 #: path components inserted by wrappers, dropped from layer and module names.
 WRAPPER_PARTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
@@ -240,7 +237,7 @@ class DistContext:
         params, bufs = update_bufs
         torch._foreach_copy_(bufs, [local_piece(p.detach()) for p in params])
 
-    def local_partials(self, params: list[torch.Tensor], with_hist: bool, foreach_all: bool, also=None) -> np.ndarray:
+    def local_partials(self, params: list[torch.Tensor], with_hist: bool, also=None) -> np.ndarray:
         """``(L, len(PARTIALS) [+ N_BINS])`` float64 partial sums of this rank's pieces, columns in
         the recorder's order. ``also(pack)``: queue more tensors into the same host copy (the
         NaN tracer's steps)."""
@@ -265,45 +262,25 @@ class DistContext:
                 ggroups.setdefault((g.device, g.dtype), []).append((c, g))
         pack = HostCopy()  # one host copy per device for weights, gradients and histograms
         wparts: list[tuple[list[int], Any]] = []
-        gparts: list[tuple[list[int], list[torch.Tensor], Any, Any]] = []
-        for dev, dt in set(wgroups) | set(ggroups):
-            witems, gitems = wgroups.get((dev, dt), []), ggroups.get((dev, dt), [])
+        gparts: list[tuple[list[int], list[torch.Tensor], Any, Any, bool]] = []
+        for key in set(wgroups) | set(ggroups):
+            witems, gitems = wgroups.get(key, []), ggroups.get(key, [])
             grads = [g for _, g in gitems]
-            fused = _fused.takes(dev, dt, foreach_all)
-            if fused:  # one launch for weights and gradients
-                try:
-                    rows, wnorms, counts = _fused.queue(pack, grads, [w for _, w in witems], with_hist, foreach_all)
-                except RuntimeError:
-                    if _fused.broken is None:
-                        raise
-                    fused = False  # the kernel failed here (said once): the eager kernels from now on
-            if not fused:
-                wnorms = pack.add(norms([w for _, w in witems])) if witems else None
-                rows = pack.add(grad_rows(grads, foreach_all=foreach_all or dev.type != "cpu")) if grads else None
-                counts = pack.add(exponent_counts(grads)) if with_hist and grads else None
+            rows, wnorms, counts, exact = queue_group(pack, grads, [w for _, w in witems], with_hist)
             if witems:
                 wparts.append(([c for c, _ in witems], wnorms))
             if gitems:
-                gparts.append(([c for c, _ in gitems], grads, rows, counts))
+                gparts.append(([c for c, _ in gitems], grads, rows, counts, exact))
         if also is not None:
             also(pack)
         pack.fetch()
         for cols, at in wparts:
             wn = pack.get(at)
             P[cols, _P["weight_sumsq"]] = wn * wn
-        for cols, grads, rows, counts in gparts:
-            l2, l1, linf, nnz, s = pack.get(rows).copy()[:5]
+        for cols, grads, rows, counts, exact in gparts:
             n = np.array([g.numel() for g in grads], np.float64)
-            redo = untrusted_norms(l2, linf, n)  # rare: a float32 norm that overflowed or underflowed
-            if redo.size:
-                l2[redo] = exact_norms([grads[k] for k in redo])
+            l2, l1, linf, nnz, s, nonfinite = finish_rows(pack.get(rows), grads, n, exact)
             zeros = n - nnz
-            nonfinite = np.zeros(len(grads))
-            # rare: count the offending entries exactly (a non-finite entry makes max |g| non-finite)
-            for k in np.flatnonzero(~np.isfinite(linf) | ~np.isfinite(l2)):
-                nonfinite[k] = float((~torch.isfinite(grads[k])).sum())
-                zeros[k] = float((grads[k] == 0).sum())
-                linf[k] = np.inf
             P[cols, _P["sumsq"]] = l2 * l2
             P[cols, _P["l1"]] = l1
             P[cols, _P["max"]] = linf

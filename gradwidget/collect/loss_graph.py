@@ -32,6 +32,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 
 from ._hooks import Hook
+from ._probe import Probe, StepContext
 
 #: nodes visited at most in one walk (the loss side of a graph is a handful of nodes; this bounds a
 #: walk that finds no model output and goes on into the model)
@@ -287,12 +288,12 @@ def _path(parent: dict, node) -> list[str]:
     return out[::-1]
 
 
-class LossGraphProbe:
+class LossGraphProbe(Probe):
     """Forward hooks on the model (and on its softmax/sigmoid modules) that note which autograd
     nodes made their outputs in the latest forward, so that :func:`walk` knows where the model
-    ends. ``see(loss)`` walks the first loss given with its graph; ``settle`` then stores the result
-    in the run and removes the hooks (also when a step went by without such a loss: the user logs
-    numbers, or a detached tensor)."""
+    ends. ``see(loss)`` walks the first loss given with its graph; at the first recorded step the
+    probe stores the result in the run and removes its hooks (also when a step went by without
+    such a loss: the user logs numbers, or a detached tensor). A probe of the Recorder (``_probe``)."""
 
     def __init__(self, model) -> None:
         self.result: LossGraph | None = None
@@ -344,21 +345,21 @@ class LossGraphProbe:
             self.result = walk(fn, self._outputs, own=self._own)
             self._outputs = {}
 
-    def settle(self, run, writer=None) -> None:
-        """Store the result in ``run.meta["loss_graph"]`` (and the run directory's meta.json) and
-        remove the hooks: the Recorder then drops the probe. Under torch.compile the hooks (which
-        compile to nothing) stay until ``remove``: taking them off would recompile the model."""
+    def on_step(self, ctx: StepContext) -> None:
+        """At the first recorded step: store the result in ``run.meta["loss_graph"]`` (and the run
+        directory's meta.json) and remove the hooks. Under torch.compile the hooks (which compile
+        to nothing) stay until ``close``: taking them off would recompile the model."""
+        if self.settled:
+            return
         self.settled = True
-        if self.result is not None and run is not None:
-            run.meta["loss_graph"] = self.result.to_dict()
-            if writer is not None:
-                writer.write_meta()
+        if self.result is not None:
+            ctx.note_meta({"loss_graph": self.result.to_dict()}, True)
         if self._compiled:
             self._outputs = {}
         else:
-            self.remove()
+            self.close()
 
-    def remove(self) -> None:
+    def close(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles, self._outputs = [], {}

@@ -8,9 +8,9 @@ next ``optimizer.zero_grad()``.
 Statistics are reduced a group at a time, never a Python op per tensor: small tensors of one
 device, dtype and shape are stacked and reduced row by row, the rest go through fused
 ``torch._foreach_norm`` calls per device and dtype (as ``torch.nn.utils.clip_grad_norm_`` does);
-the grouping is planned once and kept while the gradients keep their layout (``_groups``). Where
-one fused kernel reads a device's tensors (Triton on a GPU, a compiled C loop on CPU: ``_fused``),
-it takes every statistic in one pass instead. Sums are accumulated in float32 or wider whatever
+the grouping is planned once and kept while the gradients keep their layout (``_groups``). One
+backend per device (``_stats.queue_group``): on a GPU with Triton, one fused kernel takes every
+statistic in one pass (``_fused``); on CPU and wherever Triton is absent, PyTorch's kernels. Sums are accumulated in float32 or wider whatever
 the parameter dtype (``acc_dtype``; float64 in the fused kernels); complex, integer and meta-device
 parameters are skipped with one warning. Per recorded step, the weight norms, the
 gradient statistics, the histogram's exponent counts (on histogram steps) and a tensor loss of a
@@ -56,6 +56,8 @@ from ._inputs import (
     _unwrapped_optimizer,
 )
 from ._kernels import norms
+from ._meta import MetaFollow
+from ._probe import Probe
 from ._noise import NOISE_EVERY, SHARDED_TEXT, NoiseProbe, split_backward
 from ._setup import _Setup
 from ._steps import _Steps
@@ -92,11 +94,6 @@ class Recorder(_Setup, _Steps):
     track_updates: record ``update_norm`` (keeps one copy of the trainable parameters).
     update_every: measure the update norm every this many recorded steps (NaN in between): taking
         it costs a copy of the parameters, ~2.5% of a step for a small transformer on CPU.
-    foreach_all: take the statistics of CPU tensors as an accelerator does (one fused Triton
-        kernel where Triton's interpreter runs, else ``_foreach_norm``): the same numbers, slower;
-        for checking that path without a GPU. On a GPU the fused kernel is used where Triton is
-        installed (``collect/_fused.py``), on CPU a loop compiled once per machine where a C
-        compiler is (``collect/_cpu_fused.py``), the eager kernels elsewhere.
     trace_nonfinite: find where the first NaN/Inf was made (module, step, forward/backward/loss)
         into ``run.nonfinite_origin``. ``"auto"`` (default): the first recorded step whose gradients
         or loss are non-finite is replayed under hooks on every module before the optimizer applies
@@ -154,7 +151,6 @@ class Recorder(_Setup, _Steps):
         overwrite: bool = False,
         track_updates: bool = True,
         update_every: int = 10,
-        foreach_all: bool = False,
         trace_nonfinite: bool | str = "auto",
         step_hooks: bool = True,
         noise_scale: bool | str = "auto",
@@ -180,7 +176,7 @@ class Recorder(_Setup, _Steps):
         noise_every = check_count("noise_every", noise_every, 1)
         if batch_size is not None:
             batch_size = check_count("batch_size", batch_size, 1)
-        flags = {"overwrite": overwrite, "track_updates": track_updates, "foreach_all": foreach_all}
+        flags = {"overwrite": overwrite, "track_updates": track_updates}
         for flag, value in dict(flags, step_hooks=step_hooks).items():
             check_bool(flag, value)
         resume_after = check_resume(resume)
@@ -209,7 +205,6 @@ class Recorder(_Setup, _Steps):
         self._track_updates_asked = track_updates
         self.track_updates = track_updates and optimizer is not None
         self.update_every = update_every
-        self.foreach_all = foreach_all  # the accelerator's statistics path on CPU too
 
         all_named = list(model.named_parameters())
         if not all_named:
@@ -248,7 +243,9 @@ class Recorder(_Setup, _Steps):
         self._pending: dict = {}
         self._order: list[int] | None = None  # column -> parameter index
         self._writer = None
+        self._meta = MetaFollow()  # run.meta's changes into the folder's meta.json (``_meta``)
         self._update_bufs = None
+        self._probes: list[Probe] = []  # the instruments (``_probe``), called in this order
         self._reset_check = None  # the zero_grad check (``_grad_reset``), planned with the update norms
         self._attached = True
         self._graph = GraphCapture(model, lambda: self._order is None, self._store_edges)  # layer edges
@@ -292,7 +289,8 @@ class Recorder(_Setup, _Steps):
             self._watch.watch_lazy(lazy)
         self._register_optimizer()
         self._graph.install()
-        self._loss_probe = LossGraphProbe(model)
+        self._loss_probe = LossGraphProbe(model)  # one step to see a loss with its graph
+        self._probes.append(self._loss_probe)
         if trace_nonfinite == "auto" and self._dist is None:
             self._replay = StepReplay(model)
         if noise_scale and (self._dist is None or not self._dist.sharded):
@@ -318,10 +316,7 @@ class Recorder(_Setup, _Steps):
             return int(run.steps[-1]) if run is not None and run.n_steps else None
 
         def keep(record: dict) -> None:
-            if self.run is not None:
-                self.run.meta["replicas"] = copy.deepcopy(record)
-                if self._writer is not None:
-                    self._writer.write_meta()
+            self.note_meta({"replicas": copy.deepcopy(record)})
 
         from ._replica_exchange import ReplicaExchange
 
@@ -334,7 +329,8 @@ class Recorder(_Setup, _Steps):
             keep,
             tolerance=self.thresholds.replica_tolerance,
         )
-        self._replica_hook = self.optimizer.register_step_pre_hook(self._replicas.step_hook)
+        self._replicas.attach(self.optimizer)
+        self._probes.append(self._replicas)
 
     def _register_optimizer(self) -> None:
         """The step hooks (and the ``zero_grad`` wrapper) on ``self.optimizer``."""
@@ -390,6 +386,15 @@ class Recorder(_Setup, _Steps):
         if step is not None:
             self._pending["step"] = _as_step(step)
 
+    def note_meta(self, values: dict, now: bool = True) -> None:
+        """Add ``values`` (JSON-ready) to the run's meta (``run.meta``) and to its run directory's
+        meta.json: at once, or with ``now=False`` within one flush interval (``collect/_meta.py``).
+        For what a trainer integration knows of the run (that it clips, at which norm)."""
+        if self.run is None:
+            return
+        self.run.meta.update(values)
+        self._meta.changed(self._writer, now=now)
+
     def watch_loss(self, loss) -> None:
         """Read the ops between the model's output and ``loss`` (a tensor with its graph) without
         logging it, once (``gradwidget.collect.loss_graph``): for trainers that log the loss detached."""
@@ -413,21 +418,16 @@ class Recorder(_Setup, _Steps):
         if self._exchange is not None and self.run is not None:
             self._trace_origin(None)  # take what other ranks posted since the last recorded step
         self._stop_looking()
-        if self._loss_probe is not None:
-            self._loss_probe.remove()
-            self._loss_probe = None
+        self._loss_probe = None  # closed with the probes
         if self._noise is not None:
             self._noise.remove()
         self._unwrap_zero_grad()
         self._update_bufs = None
-        if self._reset_check is not None:
-            self._reset_check.remove()
-            if self._writer is not None and self._reset_check.checked:
-                self._writer.write_meta()  # the final counts
-        if self._replicas is not None and self._attached:
-            self._replica_hook.remove()
-            self._replicas.close()  # rank 0: compare the last steps, keep the record
+        for probe in reversed(self._probes):
+            probe.close()
+        self._probes = []
         if self._writer is not None:
+            self._meta.flush(self._writer)  # the last interval's counts
             self._writer.close()
         if self._resume is not None:
             self._resume.release()  # resumed but never written: the folder is free again

@@ -36,10 +36,7 @@ def note_clipping(rec: Recorder, max_norm: float, what: str) -> None:
     run = rec.run
     if run is None or run.meta.get("clipped_at") == max_norm:
         return
-    run.meta["clipped_at"] = max_norm
-    run.meta["global_norm"] = what
-    if rec._writer is not None:
-        rec._writer.write_meta()
+    rec.note_meta({"clipped_at": max_norm, "global_norm": what})
 
 
 class TrainerRecording:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 from transformers import TrainerCallback
 
+from ..collect._hooks import Hook
 from .base import TrainerRecording, global_norm, note_clipping
 
 __all__ = ["GradwidgetCallback"]
@@ -46,7 +47,7 @@ class GradwidgetCallback(TrainerCallback, TrainerRecording):
             raise ValueError("GradwidgetCallback needs the Trainer's model and optimizer at on_train_begin")
         self._remove_hooks()
         self._start(model, optimizer, state.global_step)  # a checkpoint's step when resuming from one
-        self._hooks.append(model.register_forward_hook(self._on_forward, with_kwargs=True))
+        self._hooks.append(model.register_forward_hook(Hook(self._on_forward), with_kwargs=True))
         self._scaler = getattr(optimizer, "scaler", None)
         self._clip_at = None
         if args.max_grad_norm and args.max_grad_norm > 0:  # the Trainer clips: keep its pre-clip norm
@@ -106,7 +107,7 @@ class GradwidgetCallback(TrainerCallback, TrainerRecording):
         rec = self.recorder
         if rec is None:
             return
-        grads = [p.grad for p in rec._params if p.grad is not None]
+        grads = [p.grad for p in rec.model.parameters() if p.grad is not None]  # what the Trainer clips
         if not grads:
             return
         norm = global_norm(grads)

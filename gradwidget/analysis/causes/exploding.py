@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...rules import over_threshold_mask
 from ..evidence import is_embedding
 from ._base import CauseRule, Context, Diagnosis
 from ._shared import clip_text, factors_of, first_flagged_step, names_of, output_bias_grad, start_step
@@ -66,8 +67,7 @@ def find(c: Context) -> Diagnosis | None:
         return None
     run, t = c.run, c.t
     idx = [run.layer_index(f.layer) for f in fs]
-    with np.errstate(invalid="ignore"):
-        flags = run.metric("max_abs")[:, idx] > t.exploding
+    flags = over_threshold_mask(run.metric("max_abs")[:, idx], t)
     return Diagnosis(
         "exploding",
         "High",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...rules import vanishing_flags
 from ..evidence import depth_attenuation, layer_levels
 from ..stats import MAX_ROWS, _quiet, sample_rows
 from ._base import CauseRule, Context, Diagnosis
@@ -121,8 +122,7 @@ def find(c: Context) -> Diagnosis | None:
     if not idx.size:
         return fading
     names = names_of(run, idx)
-    with np.errstate(invalid="ignore"):
-        flags = run.metric("mean_abs")[:, idx] < t.vanishing
+    flags = vanishing_flags(run.metric("mean_abs")[:, idx], t)
     first = first_flagged_step(run, flags) if flags.any() else start_step(run)
     big = len(idx) >= 2 or any(fs[n].critical for n in names)
     f0 = fs[names[0]]

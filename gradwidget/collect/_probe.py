@@ -1,0 +1,50 @@
+"""The Recorder's instruments as probes: the base a probe builds on and the step context it sees.
+
+A probe owns its hooks (one group, which ``close`` removes), its state, its cadence and what it
+adds to the run; the Recorder (``collect/torch.py``) owns the model and optimizer references, the
+column layout, the Run and its writer, and calls its probes in order at each step:
+
+- ``before_update()``: at an optimizer step, before the optimizer updates the parameters;
+- ``queue(pack)``: on a recorded step, queue device tensors in the step's one host copy;
+- ``on_step(ctx)``: on a recorded step, after the copy and after the step is in the run;
+- ``close()``: on ``detach()``, in reverse order of the probes.
+
+A new instrument is a module with a ``Probe`` subclass that overrides what it needs, added to the
+Recorder's list where it is planned. Private to ``gradwidget.collect``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._kernels import HostCopy
+
+
+@dataclass
+class StepContext:
+    """What a probe sees of one recorded step: its number (the user's), the ``(METRICS, L)``
+    values just recorded, and ``note_meta(values, now)``, the one way to add to the run's meta
+    (``Recorder.note_meta``: in its folder at once, or within one flush interval)."""
+
+    step: int
+    values: np.ndarray
+    note_meta: Callable[[dict, bool], None]
+
+
+class Probe:
+    """An instrument of the Recorder (see the module docstring); every method does nothing."""
+
+    def before_update(self) -> None:
+        """At an optimizer step, before the parameters are updated."""
+
+    def queue(self, pack: HostCopy) -> None:
+        """Queue device tensors in the recorded step's host copy (read back in ``on_step``)."""
+
+    def on_step(self, ctx: StepContext) -> None:
+        """A recorded step is in the run (and its host copy fetched)."""
+
+    def close(self) -> None:
+        """Remove every hook this probe installed and let go of its state."""
