@@ -34,7 +34,14 @@ def _shown(v: Any) -> Any:
 
 
 def table_from_report(report, run: Run) -> list[dict]:
-    """Rows of the health table from an analysis Report's per-layer DataFrame."""
+    """Rows of the health table from an analysis Report's per-layer DataFrame. A row's
+    ``suggestion`` is the action of the top diagnosis naming its layer, as the diagnosis words it
+    (no layer name in front: the page shows it once for the rows of one diagnosis), and
+    ``diagnosis`` that diagnosis' rank (0: the top one), which the page groups a health's rows by."""
+    top: dict[str, tuple[int, str]] = {}
+    for rank, d in enumerate(getattr(report, "diagnoses", []) or []):
+        for n in getattr(d, "layers", None) or []:
+            top.setdefault(str(n), (rank, str(d.action)))
     rows = []
     for i, rec in enumerate(report.layers.to_dict("records")):
         name = rec.get("layer")
@@ -45,6 +52,8 @@ def table_from_report(report, run: Run) -> list[dict]:
         row = {k: _shown(jsonable(v)) for k, v in rec.items() if k in TABLE_KEYS}
         row["index"] = int(idx)
         row["layer"] = str(name if name is not None else run.layers[idx].name)
+        if row["layer"] in top:
+            row["diagnosis"], row["suggestion"] = top[row["layer"]]
         rows.append(row)
     return rows
 
@@ -90,9 +99,8 @@ def group_row(members: list[dict], label: str, start: int, numel: np.ndarray) ->
         )
     suggestion = ""
     if HEALTH_RANK.get(health, 1) > HEALTH_RANK["Unknown"]:  # a member needs attention
-        name, said = str(worst.get("layer")), str(worst.get("suggestion") or "")
-        said = said if name in said else f"{name}: {said}".rstrip(": ")
-        suggestion = f"{n_bad} of {len(members)} tensors {health}; {said}"
+        said = str(worst.get("suggestion") or "")
+        suggestion = f"{n_bad} of {len(members)} tensors {health}; {said}".rstrip("; ")
     return {
         "index": int(start),
         "layer": label,
@@ -104,6 +112,7 @@ def group_row(members: list[dict], label: str, start: int, numel: np.ndarray) ->
         **stats,
         "trend": worst.get("trend", ""),
         "suggestion": suggestion,
+        **({"diagnosis": worst["diagnosis"]} if "diagnosis" in worst else {}),
         "count": len(members),
     }
 

@@ -294,6 +294,34 @@ def test_the_top_diagnoses_are_listed_and_a_click_goes_to_their_layer_and_step(p
     assert int(kernel(page, "print(panel.layer)")) == first["layer_index"]
 
 
+def test_the_table_groups_by_health_and_says_each_action_once(page):
+    """Unsorted, the table lists Critical rows first and Healthy ones last, a diagnosis' action
+    shows once for its rows (not repeated with a layer name in front), and every name stays on
+    one line (its full name in the tooltip)."""
+    import json
+
+    rank = json.loads(kernel(page, "from gradwidget.panel.protocol import HEALTH_RANK; print(json.dumps(HEALTH_RANK))"))
+    table = json.loads(kernel(page, "print(json.dumps(panel.table))"))
+    shown = page.evaluate(
+        """() => Array.from(document.querySelectorAll('table.gw-health tbody tr')).map(tr => ({
+            layer: tr.dataset.layer, health: tr.querySelector('.gw-badge').textContent,
+            name: tr.querySelector('td.gw-name').title, one: tr.querySelector('td.gw-name').scrollHeight,
+            said: (tr.querySelector('td.gw-suggestion') || {}).textContent || ''}))"""
+    )
+    assert len(shown) == len(table)
+    ranks = [rank[r["health"]] for r in shown]
+    assert ranks == sorted(ranks, reverse=True) and len(set(ranks)) >= 2  # the demo: starved and healthy layers
+    actions = {r["suggestion"] for r in table if r.get("suggestion")}
+    assert actions
+    for a in actions:  # once per diagnosis and health: on the first of its rows
+        groups = {r["health"] for r in table if r.get("suggestion") == a}
+        assert 1 <= sum(r["said"] == a for r in shown) <= len(groups)
+    assert not any(r["said"].startswith(r["layer"] + ":") for r in shown)
+    assert all(r["name"] == r["layer"] for r in shown)
+    heights = {r["one"] for r in shown}
+    assert max(heights) < 1.6 * min(heights)  # no name wraps onto a second line
+
+
 def test_resizing_the_cell_redraws_at_the_new_width(page):
     out = page.locator(".jp-OutputArea-output").filter(has=page.locator(".gw-root")).first
     wide = page.evaluate(f"() => [{VIEW}.layout.width, {VIEW}.canvas.width]")
