@@ -223,16 +223,15 @@ def table_from_run(run: Run) -> list[dict]:
 
 
 def verdict_line(diagnoses: list[dict], n_steps: int) -> str:
-    """The analysis in one line, always shown above the heatmap: the top diagnosis (its priority,
-    title, first layer, since when; how many more follow), or that nothing was found and in how
-    many steps."""
+    """The analysis in one line, always shown above the heatmap (``analysis.report.verdict_line``,
+    which the report's summary says too), with how many more diagnoses follow."""
+    from ..analysis.report import verdict_line as line
+
     if not diagnoses:
-        return f"Healthy: nothing found in {n_steps:,} recorded step{'s' * (n_steps != 1)}"
+        return line(None, "", None, None, n_steps)
     d = diagnoses[0]
-    where = f" in {d['layers'][0]}" if d["layers"] else ""
-    since = f" since step {d['first_step']}" if d["first_step"] is not None else ""
     more = f" (+{len(diagnoses) - 1} more below)" if len(diagnoses) > 1 else ""
-    return f"{d['priority']}: {d['title']}{where}{since}{more}"
+    return line(d["priority"], d["title"], d["layers"][0] if d["layers"] else None, d["first_step"], n_steps) + more
 
 
 def analyse(run: Run) -> tuple[Any, list[dict], list[dict]]:
