@@ -124,3 +124,21 @@ describe("the table before a user sorts", () => {
     expect(labels.some((l) => l.includes("intermediate"))).toBe(true);
   });
 });
+
+import { lossRange } from "../src/series";
+
+describe("the loss curve's range", () => {
+  it("spans the finite losses, padded, and is null when none was logged", () => {
+    const r = lossRange(Float32Array.from([2.3, NaN, 1.1, Infinity, 0.3]));
+    expect(r).not.toBeNull();
+    const [lo, hi] = r!;
+    expect(lo).toBeCloseTo(0.3 - 0.1, 5);
+    expect(hi).toBeCloseTo(2.3 + 0.1, 5);
+    expect(lossRange(Float32Array.from([NaN, NaN]))).toBeNull();
+    expect(lossRange(new Float32Array(0))).toBeNull();
+    const flat = lossRange([-4, -4])!; // a flat (negative) loss still has a height
+    expect(flat[0]).toBeCloseTo(-4.4, 9);
+    expect(flat[1]).toBeCloseTo(-3.6, 9);
+    expect(lossRange([0, 0])).toEqual([-1, 1]);
+  });
+});

@@ -305,7 +305,9 @@ def test_the_table_groups_by_health_and_says_each_action_once(page):
     shown = page.evaluate(
         """() => Array.from(document.querySelectorAll('table.gw-health tbody tr')).map(tr => ({
             layer: tr.dataset.layer, health: tr.querySelector('.gw-badge').textContent,
-            name: tr.querySelector('td.gw-name').title, one: tr.querySelector('td.gw-name').scrollHeight,
+            name: tr.querySelector('td.gw-name').title,
+            lines: (() => { const rg = document.createRange(); rg.selectNodeContents(tr.querySelector('td.gw-name'));
+                            return new Set(Array.from(rg.getClientRects()).map(b => Math.round(b.bottom))).size; })(),
             said: (tr.querySelector('td.gw-suggestion') || {}).textContent || ''}))"""
     )
     assert len(shown) == len(table)
@@ -318,8 +320,23 @@ def test_the_table_groups_by_health_and_says_each_action_once(page):
         assert 1 <= sum(r["said"] == a for r in shown) <= len(groups)
     assert not any(r["said"].startswith(r["layer"] + ":") for r in shown)
     assert all(r["name"] == r["layer"] for r in shown)
-    heights = {r["one"] for r in shown}
-    assert max(heights) < 1.6 * min(heights)  # no name wraps onto a second line
+    assert {r["lines"] for r in shown} == {1}  # no name wraps onto a second line
+    page.locator(".gw-table").first.screenshot(path=str(ARTIFACTS / "panel_health_table.png"))
+
+
+def test_the_logged_loss_is_drawn_under_the_cursor(page):
+    """The demo logs its loss: the panel draws it over steps, and the curve moves with the cursor."""
+    assert page.evaluate("() => getComputedStyle(document.querySelector('canvas.gw-loss')).display") != "none"
+    before = page.evaluate(CANVAS_HASH_JS, "canvas.gw-loss")
+    assert before["painted"] > 500
+    was, cols = page.evaluate(f"() => [{VIEW}.cursor, {VIEW}.meta.cols]")
+    to = 0 if was > cols // 2 else cols - 1
+    page.evaluate(f"() => {VIEW}.scrub({to})")
+    page.wait_for_function(f"() => {VIEW}.cursor === {to}")
+    assert cols > 1 and page.evaluate(CANVAS_HASH_JS, "canvas.gw-loss")["hash"] != before["hash"]
+    page.evaluate(f"() => {VIEW}.scrub({was})")  # where the tests below expect it
+    page.wait_for_function(f"() => {VIEW}.cursor === {was}")
+    page.wait_for_timeout(300)
 
 
 def test_resizing_the_cell_redraws_at_the_new_width(page):
