@@ -57,6 +57,7 @@ ol.recs li{margin:6px 0}
 .ev{font-size:12px;color:#555;margin-top:2px}
 .prio{font-size:11px;color:#fff;background:#555;border-radius:3px;padding:0 5px;margin-right:6px}
 pre.summary{white-space:pre-wrap;font-size:13px;background:#fff;border:1px solid #e3e3e3;padding:10px;border-radius:6px}
+.summary p.verdict{font-size:15px} details.more{font-size:13px;color:#444} details.more summary{cursor:pointer}
 table.kv td{padding:1px 10px 1px 0;font-size:12px}
 .scroll{overflow-x:auto}
 """
@@ -116,6 +117,28 @@ def _recommendations_html(report) -> str:
         )
         items.append(f"<li>{tag}{_esc(text)}{detail}</li>")
     return f'<ol class="recs">{"".join(items)}</ol>'
+
+
+def _summary_html(report) -> str:
+    """The summary in plain words (``Report.summary_parts``): the verdict in bold, how the layers
+    are graded, the diagnoses as a numbered list, and the further analyses (stability, outlook,
+    critical path, notes) behind a disclosure."""
+    if not hasattr(report, "summary_parts"):
+        return ""
+    s = report.summary_parts()
+    return (
+        '<div class="card summary">'
+        f'<p class="verdict"><strong>{_esc(s.verdict)}</strong> {_esc(s.graded)}</p>'
+        + (f'<ol class="recs">{"".join(f"<li>{_esc(t)}</li>" for t in s.diagnoses)}</ol>' if s.diagnoses else "")
+        + (f"<p>{_esc(s.progress)}</p>" if s.progress else "")
+        + (
+            '<details class="more"><summary>More analyses: stability, outlook, critical path</summary>'
+            f"<ul>{''.join(f'<li>{_esc(t)}</li>' for t in s.more)}</ul></details>"
+            if s.more
+            else ""
+        )
+        + "</div>"
+    )
 
 
 def worst_layers(report, k: int = 4) -> list[str]:
@@ -243,11 +266,10 @@ def render_report(report, title: str | None = None) -> str:
     }.get(overall, "#8a8a8a")
     span = f"steps {int(run.steps[0])}–{int(run.steps[-1])}" if run.n_steps else "no steps"
     title = title or str(run.meta.get("name") or "gradwidget report")
-    summary = report.summary_text() if hasattr(report, "summary_text") else ""
     created = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
 
     sections = []
-    sections.append(f'<h2 id="summary">Summary</h2><pre class="summary">{_esc(summary)}</pre>')
+    sections.append(f'<h2 id="summary">Summary</h2>{_summary_html(report)}')
     origin = getattr(report, "nonfinite_origin", None)
     if origin is not None:
         sections.append(

@@ -119,3 +119,28 @@ def test_a_too_high_rate_rules_out_a_too_low_one_and_folds_what_it_explains():
     assert hi.priority == "Critical" and hi.explains == ["exploding: exploding evidence"]
     assert hi.symptom_layers == {"exploding": ["l0.weight"]}  # the summary still lists them as exploding
     assert found["nonfinite"].after == "lr_too_high" and not any("lr_too_low" in e for e in hi.explains)
+
+
+def test_a_diagnosis_prints_as_two_readable_lines():
+    """``report.diagnoses`` in a notebook: each diagnosis its priority, title, layers (two and how
+    many more), since when, and on a second line the action; not the dataclass' field dump."""
+    rng = np.random.default_rng(1)
+    acc = np.cumsum(0.1 * (1 + 0.3 * rng.standard_normal((T, 3))), axis=0)
+    top = analyze(synth(acc, loss=np.linspace(2.3, 2.0, T))).diagnoses[0]
+    text = repr(top)
+    head, action = text.split("\n")
+    assert head.startswith(f"<Diagnosis {top.priority}: {top.title} in ") and "since step 0" in head
+    assert action == f"  action: {top.action}>" and top.action
+    assert "evidence=" not in text and "symptom_layers" not in text
+    assert all(n in head for n in top.layers[:2])
+    if len(top.layers) > 2:
+        assert f"+{len(top.layers) - 2} more" in head
+    listed = repr([top, top])  # how a list of them prints
+    assert listed.count("<Diagnosis") == 2
+    # a whole-run cause without an action yet (the engine adds it) reads as one line
+    from gradwidget.analysis.causes._base import Diagnosis
+
+    bare = Diagnosis("loss_flat", "Low", [], None, "the loss did not move", 0.5)
+    assert repr(bare) == "<Diagnosis Low: loss_flat in the whole run>"
+    many = Diagnosis("vanishing", "High", ["a", "b", "c", "d"], 7, "", 0.9, title="vanishing gradients", action="x")
+    assert repr(many) == "<Diagnosis High: vanishing gradients in a, b +2 more since step 7\n  action: x>"

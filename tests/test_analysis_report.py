@@ -50,8 +50,9 @@ def test_report_table_json_and_text():
     assert "_parts" not in d and set(d["run"]) == {"n_layers", "n_steps", "first_step", "last_step"}
     assert {r["kind"] for r in d["regions"]} >= {"vanishing", "exploding"}
     assert d["network"]["available"] is False
-    first = rep.summary_text().splitlines()[0]
-    assert first.startswith("Gradient health: Critical") and "5 layers over 30 recorded steps" in first
+    verdict, graded = rep.summary_text().splitlines()[:2]
+    assert verdict.startswith("Critical: ") and graded.startswith("5 layers over 30 recorded steps")
+    assert f"gradient health {rep.overall_health}: " in graded
     assert rep.diagnoses[0].priority == "Critical"
 
 

@@ -98,3 +98,26 @@ def test_the_table_module_defines_no_grade_cut_offs():
     src = inspect.getsource(table_mod)
     for word in ("Critical", "Warning", "Healthy"):
         assert f'"{word}"' not in src
+
+
+@pytest.mark.parametrize("case", ["vanishing", "lr_too_high"])
+def test_a_rows_action_is_its_diagnosis_action_unprefixed(runs, case):
+    """Every row a diagnosis names carries that diagnosis' action as written (no layer name in
+    front, so the page can show it once for all the diagnosis' rows) and its rank, which the page
+    groups a health's rows by; rows no diagnosis names carry neither."""
+    report, rows, _ = analyse(runs[case])
+    diags = report.diagnoses
+    assert diags, "the broken run has a diagnosis"
+    named = {}
+    for rank, d in enumerate(diags):
+        for n in d.layers:
+            named.setdefault(n, rank)
+    for r in rows:
+        if r["layer"] in named:
+            d = diags[named[r["layer"]]]
+            assert r["diagnosis"] == named[r["layer"]] and r["suggestion"] == d.action
+            assert not r["suggestion"].startswith(r["layer"] + ":")
+        else:
+            assert "diagnosis" not in r
+    top = [r for r in rows if r.get("diagnosis") == 0]
+    assert len(top) >= 2 and len({r["suggestion"] for r in top}) == 1  # one action for all its rows

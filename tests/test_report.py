@@ -154,3 +154,74 @@ def test_weight_section_with_and_without_weight_arrays(run):
     section = full[full.index('id="weights"') : full.index('id="thresholds"')]
     assert "Weights: 5 layers" in htmllib.unescape(section)
     assert section.count("<tr>") > 5 and "hot" in section
+
+
+def _summary_of(text: str) -> tuple[str, str]:
+    """(the summary section before its disclosure, the disclosure) of a report page, unescaped."""
+    sec = text.split('<h2 id="summary">', 1)[1].split("<h2 ", 1)[0]
+    head, _, more = sec.partition("<details")
+    return htmllib.unescape(head), htmllib.unescape(more)
+
+
+def test_the_summary_of_a_healthy_run_says_so_in_plain_words(tmp_path):
+    """A healthy real run: the verdict says nothing was found, the loss's progress agrees with it,
+    and the original crate's stability score, outlook and critical path sit behind a disclosure,
+    not in a monospace dump."""
+    pytest.importorskip("torch")
+    from torch import nn
+
+    from gradwidget.demo import build_demo, train_demo
+
+    model, opt, data = build_demo(depth=3, width=16, activation=nn.ReLU, lr=0.02)
+    rep = analyze(train_demo(60, model=model, optimizer=opt, data=data).run)
+    assert not rep.diagnoses
+    head, more = _summary_of(gwreport.write_report(rep, tmp_path / "r.html").read_text())
+    assert "<pre" not in head
+    assert f"Healthy: nothing found in {rep.run.n_steps} recorded steps." in head
+    assert "the loss is falling" in head
+    for jargon in ("Stability", "outlook", "decades", "Critical path"):
+        assert jargon not in head and jargon in more, jargon
+    assert more.startswith(' class="more"><summary>More analyses')
+
+
+def test_the_summary_of_a_broken_run_never_contradicts_its_verdict(tmp_path):
+    """Labels shuffled apart from their inputs: the loss falls a little (to chance level) while the
+    model learns nothing. The verdict names that, the diagnoses follow as sentences with their
+    actions, and no sentence judges the loss as falling or rising; its slope is given as numbers
+    behind the disclosure."""
+    pytest.importorskip("torch")
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    from test_analysis_objective import _train
+
+    torch.manual_seed(0)
+    centers = torch.randn(4, 10) * 3
+    labels = torch.arange(512) % 4
+    inputs = centers[labels] + torch.randn(512, 10)
+    model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def batch(i):
+        g = torch.Generator().manual_seed(i)
+        return inputs[torch.randperm(512, generator=g)[:64]], labels[torch.randperm(512, generator=g)[:64]]
+
+    rep = analyze(_train(model, opt, batch, lambda b: F.cross_entropy(model(b[0]), b[1]), 120))
+    top = rep.diagnoses[0]
+    assert top.cause == "learns_nothing"
+    s = rep.summary_parts()
+    assert (
+        s.verdict
+        == f"{top.priority}: {top.title}"
+        + (f" since step {top.first_step}" if top.first_step is not None else "")
+        + "."
+    )
+    assert s.progress == "" and len(s.diagnoses) == min(6, len(rep.diagnoses))
+    assert s.diagnoses[0].startswith(f"{top.priority}: ") and top.action[1:] in s.diagnoses[0]
+    text = rep.summary_text()
+    assert "is falling" not in text and "is rising" not in text
+    assert any(t.startswith("The loss's slope over the run: ") for t in s.more)
+    head, more = _summary_of(gwreport.write_report(rep, tmp_path / "r.html").read_text())
+    assert s.verdict in head and top.action[1:] in head and "learns nothing" in head
+    assert "decades" not in head and "decades" in more

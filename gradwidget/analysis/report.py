@@ -33,6 +33,39 @@ def to_jsonable(x: Any) -> Any:
     return jsonable(x, inf="null")
 
 
+@dataclass
+class Summary:
+    """A report's summary in sentences: what it says first, and the further analyses."""
+
+    verdict: str  #: the analysis in one sentence (``verdict_line``)
+    graded: str  #: how many layers over how many steps, and how they are graded
+    diagnoses: list[str]  #: the top diagnoses, each its priority, what and where, and the action
+    progress: str  #: the loss's progress, said only where it agrees with the verdict (no diagnosis, not rising)
+    more: list[str]  #: the original crate's stability score and outlook, the critical path, the notes
+
+
+def verdict_line(priority: str | None, title: str, layer: str | None, first_step: int | None, n_steps: int) -> str:
+    """The analysis in one line, as the panel and the report say it: the top diagnosis' priority,
+    title, first layer and since when, or (``priority`` None) that nothing was found in how many
+    recorded steps."""
+    if priority is None:
+        return f"Healthy: nothing found in {n_steps:,} recorded step{'s' * (n_steps != 1)}"
+    where = f" in {layer}" if layer else ""
+    since = f" since step {first_step}" if first_step is not None else ""
+    return f"{priority}: {title}{where}{since}"
+
+
+def _sentence(text: str) -> str:
+    """``text`` as a sentence: a capital first, a full stop last."""
+    text = text.strip()
+    return text[:1].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
+
+
+def _slope(tr) -> str:
+    """A loss trend's slope with its interval, in numbers."""
+    return f"{tr.slope:+.3g} per step (99% interval {tr.low:+.3g} to {tr.high:+.3g}, {tr.n} points)"
+
+
 def _outlook(f) -> str:
     """The forecast in words: its outlook, the projected change with its 95% interval, and how
     probable the outlook is under that interval."""
@@ -103,43 +136,72 @@ class Report:
     )
 
     # ------------------------------------------------------------------ text
-    def summary_text(self) -> str:
-        """Plain-language lines: the verdict first, then the diagnoses by rank, the loss's progress,
-        the stability forecast and the critical path (those two computed on demand)."""
+    def verdict_text(self) -> str:
+        """The analysis in one sentence (``verdict_line``): the top diagnosis, or that nothing was found."""
+        d = self.diagnoses[0] if self.diagnoses else None
+        if d is None:
+            return verdict_line(None, "", None, None, self.run.n_steps)
+        return verdict_line(d.priority, d.title or d.cause, d.layers[0] if d.layers else None, d.first_step, 0)
+
+    def summary_parts(self) -> Summary:
+        """The summary in sentences (``Summary``). No sentence outside ``more`` contradicts the
+        verdict: with a diagnosis, the loss's trend is given as numbers among the further analyses,
+        not judged ("the loss is falling" beside "the model learns nothing")."""
         run = self.run
         h = self.layers["health"].value_counts()
         span = f"steps {int(run.steps[0])}–{int(run.steps[-1])}" if run.n_steps else "no steps"
-        lines = [
-            f"Gradient health: {self.overall_health} — {run.n_layers} layers over {run.n_steps} recorded steps "
-            f"({span}): {int(h.get('Critical', 0))} critical, {int(h.get('Warning', 0))} warning, "
-            f"{int(h.get('Healthy', 0))} healthy, {int(h.get('Unknown', 0))} unknown."
-        ]
-        for i, d in enumerate(self.diagnoses[:6], 1):
-            lines.append(f"{i}. [{d.priority}] {d.text} {d.action[:1].upper()}{d.action[1:]}.")
-        lines.append(self.progress_text())
+        graded = ", ".join(
+            f"{int(h.get(k, 0))} {k.lower()}" for k in ("Critical", "Warning", "Healthy", "Unknown") if h.get(k, 0)
+        )
+        more = []
+        tr = self.loss.trend if self.loss.logged else None
+        judged = not self.diagnoses and not (tr is not None and tr.rising)  # a rising loss: numbers, no verdict
+        if not judged and tr is not None:
+            more.append(f"The loss's slope over the run: {_slope(tr)}.")
         st = self.stability
-        lines.append(
-            f"Stability: {st.overall:.2f} (trend {st.trend}); {_outlook(st.forecast)}."
+        more.append(
+            f"Stability of the gradient norms (the original crate's score, 0 to 1, 1 is steady): {st.overall:.2f}, "
+            f"trend {st.trend.lower()}; {_outlook(st.forecast)}."
             if np.isfinite(st.overall)
-            else "Stability: not enough data."
+            else "Stability of the gradient norms: too few steps to score."
         )
         if not self.network.available:
-            lines.append("Flow network: unavailable — " + self.network.reason + ".")
+            more.append("The flow network (critical path) is unavailable: " + self.network.reason + ".")
         elif self.critical_paths:
             p = self.critical_paths[0]
-            amount = "gradient falls to exactly zero" if p.reaches_zero else f"{p.decades:.2f} decades"
-            lines.append(
-                f"Critical path ({p.kind}): {p.layers[0]} → {p.layers[-1]}, {amount}"
+            grows = p.kind == "amplification"
+            amount = (
+                "the gradient falls to exactly zero"
+                if p.reaches_zero
+                else f"the gradient norm {'grows' if grows else 'shrinks'} {10 ** abs(p.decades):.2g}-fold "
+                f"({abs(p.decades):.2f} decades)"
+            )
+            more.append(
+                f"Critical path, where the gradient {'grows' if grows else 'is lost'} most on its way back: "
+                f"{p.layers[0]} → {p.layers[-1]}, {amount}"
                 + (f"; bottlenecks {', '.join(p.bottleneck_layers[:4])}" if p.bottleneck_layers else "")
                 + ("; the graph has cycles (a reused module), each reuse counted once" if p.graph_had_cycles else "")
                 + "."
             )
         if self.noise_scale is not None:
-            lines.append(self.noise_scale.text()[:1].upper() + self.noise_scale.text()[1:] + ".")
-        if not self.diagnoses:
-            lines.append("No problems found: gradients look healthy.")
-        lines.extend(f"Note: {n}." for n in self.notes)
-        return "\n".join(lines)
+            more.append(_sentence(self.noise_scale.text()))
+        more.extend(f"Note: {n}." for n in self.notes)
+        return Summary(
+            verdict=self.verdict_text() + ".",
+            graded=f"{run.n_layers} layers over {run.n_steps} recorded steps ({span})"
+            + f"; gradient health {self.overall_health}"
+            + (f": {graded}." if graded else "."),
+            diagnoses=[f"{d.priority}: {_sentence(d.text)} {_sentence(d.action)}" for d in self.diagnoses[:6]],
+            progress=self.progress_text() if judged else "",
+            more=more,
+        )
+
+    def summary_text(self) -> str:
+        """The summary (``summary_parts``) as lines: the verdict, the grades, the diagnoses numbered,
+        the loss's progress where it agrees with the verdict, then the further analyses."""
+        s = self.summary_parts()
+        lines = [s.verdict, s.graded, *(f"{i}. {t}" for i, t in enumerate(s.diagnoses, 1))]
+        return "\n".join(lines + ([s.progress] if s.progress else []) + s.more)
 
     def progress_text(self) -> str:
         """The loss's progress in one sentence, from the same evidence the diagnoses read: a plateau
@@ -155,7 +217,7 @@ class Report:
                 if not L.logged
                 else ("Training progress: too few loss values to judge a trend.")
             )
-        per = f"{tr.slope:+.3g} per step (99% interval {tr.low:+.3g} to {tr.high:+.3g}, {tr.n} points)"
+        per = _slope(tr)
         word = "is falling" if tr.falling else "is rising" if tr.rising else "has no clear trend yet"
         return f"Training progress: the loss {word}, {per}."
 

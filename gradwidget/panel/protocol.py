@@ -178,6 +178,7 @@ MERGE_LABELS = {
 }
 #: the fields of a health-table row the page reads (columns, filter, selection); the rest stays in the Report.
 #: (``health_a`` and ``change``: a comparison's first-run health and log10 change of the final gradient norm)
+#: (``diagnosis``: the rank of the top diagnosis naming the row's layer, whose action ``suggestion`` is)
 #: (``count``: the tensors of a group row; ``parent``: the expanded group [start, stop] a row is shown in)
 TABLE_KEYS = (
     "index",
@@ -196,6 +197,7 @@ TABLE_KEYS = (
     "nonfinite_total",
     "trend",
     "suggestion",
+    "diagnosis",
     "count",
     "parent",
 )

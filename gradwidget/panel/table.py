@@ -34,7 +34,14 @@ def _shown(v: Any) -> Any:
 
 
 def table_from_report(report, run: Run) -> list[dict]:
-    """Rows of the health table from an analysis Report's per-layer DataFrame."""
+    """Rows of the health table from an analysis Report's per-layer DataFrame. A row's
+    ``suggestion`` is the action of the top diagnosis naming its layer, as the diagnosis words it
+    (no layer name in front: the page shows it once for the rows of one diagnosis), and
+    ``diagnosis`` that diagnosis' rank (0: the top one), which the page groups a health's rows by."""
+    top: dict[str, tuple[int, str]] = {}
+    for rank, d in enumerate(getattr(report, "diagnoses", []) or []):
+        for n in getattr(d, "layers", None) or []:
+            top.setdefault(str(n), (rank, str(d.action)))
     rows = []
     for i, rec in enumerate(report.layers.to_dict("records")):
         name = rec.get("layer")
@@ -45,6 +52,8 @@ def table_from_report(report, run: Run) -> list[dict]:
         row = {k: _shown(jsonable(v)) for k, v in rec.items() if k in TABLE_KEYS}
         row["index"] = int(idx)
         row["layer"] = str(name if name is not None else run.layers[idx].name)
+        if row["layer"] in top:
+            row["diagnosis"], row["suggestion"] = top[row["layer"]]
         rows.append(row)
     return rows
 
@@ -90,9 +99,8 @@ def group_row(members: list[dict], label: str, start: int, numel: np.ndarray) ->
         )
     suggestion = ""
     if HEALTH_RANK.get(health, 1) > HEALTH_RANK["Unknown"]:  # a member needs attention
-        name, said = str(worst.get("layer")), str(worst.get("suggestion") or "")
-        said = said if name in said else f"{name}: {said}".rstrip(": ")
-        suggestion = f"{n_bad} of {len(members)} tensors {health}; {said}"
+        said = str(worst.get("suggestion") or "")
+        suggestion = f"{n_bad} of {len(members)} tensors {health}; {said}".rstrip("; ")
     return {
         "index": int(start),
         "layer": label,
@@ -104,6 +112,7 @@ def group_row(members: list[dict], label: str, start: int, numel: np.ndarray) ->
         **stats,
         "trend": worst.get("trend", ""),
         "suggestion": suggestion,
+        **({"diagnosis": worst["diagnosis"]} if "diagnosis" in worst else {}),
         "count": len(members),
     }
 
@@ -214,16 +223,15 @@ def table_from_run(run: Run) -> list[dict]:
 
 
 def verdict_line(diagnoses: list[dict], n_steps: int) -> str:
-    """The analysis in one line, always shown above the heatmap: the top diagnosis (its priority,
-    title, first layer, since when; how many more follow), or that nothing was found and in how
-    many steps."""
+    """The analysis in one line, always shown above the heatmap (``analysis.report.verdict_line``,
+    which the report's summary says too), with how many more diagnoses follow."""
+    from ..analysis.report import verdict_line as line
+
     if not diagnoses:
-        return f"Healthy: nothing found in {n_steps:,} recorded step{'s' * (n_steps != 1)}"
+        return line(None, "", None, None, n_steps)
     d = diagnoses[0]
-    where = f" in {d['layers'][0]}" if d["layers"] else ""
-    since = f" since step {d['first_step']}" if d["first_step"] is not None else ""
     more = f" (+{len(diagnoses) - 1} more below)" if len(diagnoses) > 1 else ""
-    return f"{d['priority']}: {d['title']}{where}{since}{more}"
+    return line(d["priority"], d["title"], d["layers"][0] if d["layers"] else None, d["first_step"], n_steps) + more
 
 
 def analyse(run: Run) -> tuple[Any, list[dict], list[dict]]:

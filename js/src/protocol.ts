@@ -241,6 +241,7 @@ export const CONSTANTS = {
     "nonfinite_total",
     "trend",
     "suggestion",
+    "diagnosis",
     "count",
     "parent"
   ],

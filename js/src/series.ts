@@ -5,6 +5,7 @@ import { fmt, LogScale, logTicks } from "./colormap";
 import { Rect } from "./layout";
 import { beginPlot, Theme } from "./theme";
 import { Threshold } from "./bars";
+import { niceTicks } from "./ticks";
 
 /** Log range of a series' finite positive values, widened to the thresholds. */
 export function seriesScale(ys: ArrayLike<number>, thresholds: Threshold[]): LogScale {
@@ -132,4 +133,57 @@ export function drawCursor(ctx: CanvasRenderingContext2D, r: Rect, cx: number, l
   ctx.textAlign = left ? "right" : "left";
   ctx.textBaseline = "top";
   ctx.fillText(label, cx + (left ? -4 : 4), r.y + 3);
+}
+
+/** Range of a loss curve's finite values, padded by 5% (a flat curve by 1 either side of it); null
+ *  when it has none (the loss was not logged). */
+export function lossRange(ys: ArrayLike<number>): [number, number] | null {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (let i = 0; i < ys.length; i++) {
+    const v = ys[i];
+    if (Number.isFinite(v)) (lo = Math.min(lo, v)), (hi = Math.max(hi, v));
+  }
+  if (!(lo <= hi)) return null;
+  const pad = hi > lo ? (hi - lo) * 0.05 : Math.abs(lo) * 0.1 || 1;
+  return [lo - pad, hi + pad];
+}
+
+/** The logged loss (one mean per heatmap column) on a linear axis, with the step cursor and the
+ *  loss at it; gaps where a column has no loss (NaN), non-finite values marked at the top. */
+export function drawLoss(ctx: CanvasRenderingContext2D, r: Rect, ys: ArrayLike<number>, cursor: number, title: string, t: Theme): void {
+  beginPlot(ctx, r, title, t);
+  const range = lossRange(ys);
+  const n = ys.length;
+  if (!range || !n) return void ctx.restore();
+  const [lo, hi] = range;
+  const Y = (v: number) => r.y + r.h - ((v - lo) / (hi - lo)) * r.h;
+  const X = (i: number) => r.x + ((i + 0.5) / n) * r.w;
+  ctx.font = `10px ${t.font}`;
+  ctx.fillStyle = t.fg2;
+  ctx.textAlign = "right";
+  ctx.textBaseline = "middle";
+  for (const v of niceTicks(lo, hi, 4)) {
+    ctx.strokeStyle = t.grid;
+    ctx.beginPath();
+    ctx.moveTo(r.x, Y(v));
+    ctx.lineTo(r.x + r.w, Y(v));
+    ctx.stroke();
+    ctx.fillText(fmt(v), r.x - 3, Y(v));
+  }
+  ctx.strokeStyle = t.accent;
+  ctx.lineWidth = 1.5;
+  ctx.beginPath();
+  let pen = false;
+  for (let i = 0; i < n; i++) {
+    const v = ys[i];
+    if (Number.isFinite(v)) (pen ? ctx.lineTo(X(i), Y(v)) : ctx.moveTo(X(i), Y(v))), (pen = true);
+    else pen = false;
+  }
+  ctx.stroke();
+  ctx.fillStyle = "#ff00ff";
+  for (let i = 0; i < n; i++) if (ys[i] === Infinity || ys[i] === -Infinity) ctx.fillRect(X(i) - 1.5, r.y + 1, 3, 6);
+  const k = Math.max(0, Math.min(n - 1, cursor));
+  drawCursor(ctx, r, X(k), Number.isNaN(ys[k]) ? "" : fmt(ys[k]), t);
+  ctx.restore();
 }

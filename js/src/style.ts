@@ -70,7 +70,8 @@ table.gw-health .gw-name{font-family:var(--jp-code-font-family,monospace)}
 .gw-toggle{border:none;background:none;color:inherit;cursor:pointer;padding:0 4px 0 0;font:inherit}
 .gw-toggle:focus-visible{outline:2px solid var(--gw-accent,#1f77b4)}
 table.gw-health .gw-suggestion{min-width:220px;white-space:normal;overflow-wrap:anywhere}
-table.gw-health td.gw-name{white-space:normal;min-width:9em;max-width:22em}
+table.gw-health td.gw-name{white-space:nowrap;overflow:hidden;text-overflow:ellipsis;max-width:24em}
+table.gw-health tr.gw-group-start td{border-top:2px solid var(--jp-border-color1,#bbb)}
 table.gw-health td{vertical-align:top}
 .gw-more{font-size:11px !important;white-space:nowrap}
 .gw-badge{display:inline-block;padding:0 7px;border-radius:8px;color:#fff;font-weight:600;font-size:11px}

@@ -5,6 +5,7 @@
 // renders only the rows around its viewport; a focused ▸/▾ keeps the focus through every repaint.
 
 import { fmt } from "./colormap";
+import { distinctLabels } from "./names";
 import { HEALTH_COLORS, HEALTH_RANK, Row } from "./protocol";
 
 export type { Row };
@@ -69,11 +70,19 @@ function sortValue(row: Row, key: string): number | string | null {
   return String(v).toLowerCase();
 }
 
+/** The table's order before a user sorts: grouped by health (Critical first, Healthy last), within a
+ *  health the rows of one diagnosis together (the top diagnosis first), then layer order. */
+export function healthOrder(rows: Row[]): Row[] {
+  const rank = (r: Row) => HEALTH_RANK[String(r.health)] ?? 1;
+  const diag = (r: Row) => (typeof r.diagnosis === "number" ? r.diagnosis : Infinity);
+  return rows.slice().sort((a, b) => rank(b) - rank(a) || diag(a) - diag(b) || a.index - b.index);
+}
+
 /** Rows sorted by a column (numbers numerically, NaN/missing last in both directions; ties keep
- *  layer order). */
+ *  layer order); without a column, in `healthOrder`. */
 export function sortRows(rows: Row[], s: SortState | null): Row[] {
+  if (!s) return healthOrder(rows);
   const out = rows.slice();
-  if (!s) return out;
   const dir = s.desc ? -1 : 1;
   out.sort((a, b) => {
     const va = sortValue(a, s.key);
@@ -108,6 +117,24 @@ export function cellText(v: unknown, kind: Column["kind"]): string {
   if (Array.isArray(v)) return v.join(", ");
   return String(v);
 }
+
+/** What the suggestion cell of `shown[i]` says: its action, or "" when the row above has the same
+ *  health and action (the rows of one diagnosis read its action once, on their first row). */
+export function suggestionText(shown: readonly Row[], i: number): string {
+  const r = shown[i];
+  const said = cellText(r.suggestion, "text");
+  const above = i > 0 ? shown[i - 1] : null;
+  return above && said && above.health === r.health && cellText(above.suggestion, "text") === said ? "" : said;
+}
+
+/** Whether `shown[i]` begins a health group (its health differs from the row above's). */
+export function startsGroup(shown: readonly Row[], i: number): boolean {
+  return i === 0 || shown[i - 1].health !== shown[i].health;
+}
+
+/** Characters of a layer name the name cell shows (longer names keep the parts that tell them apart,
+ *  `distinctLabels`; the full name is the cell's tooltip). */
+export const NAME_WIDTH = 36;
 
 /** Rows drawn beyond the visible ones, above and below (a long table renders only its window). */
 export const OVERSCAN = 40;
@@ -145,6 +172,8 @@ export class HealthTable {
   private sizer: HTMLDivElement;
   private count: HTMLSpanElement;
   private rows: Row[] = [];
+  /** the label of each row's layer name (by layer index), `distinctLabels` of all the rows' names */
+  private labelOf = new Map<number, string>();
   private shown: Row[] = [];
   private sort: SortState | null = null;
   private selected = -1;
@@ -203,6 +232,8 @@ export class HealthTable {
   /** New rows from the kernel: cells whose text is unchanged keep their DOM nodes. */
   setRows(rows: Row[]): void {
     this.rows = rows;
+    const labels = distinctLabels(rows.map((r) => r.layer), NAME_WIDTH);
+    this.labelOf = new Map(rows.map((r, i) => [r.index, labels[i]]));
     const present = new Set<string>();
     for (const r of rows) for (const k of Object.keys(r)) if (r[k] != null && r[k] !== "") present.add(k);
     this.cols = shownColumns(present, this.more);
@@ -341,14 +372,17 @@ export class HealthTable {
     const order: HTMLTableRowElement[] = [];
     for (let i = first; i < last; i++) {
       const r = this.shown[i];
-      const texts = this.cols.map((c) => cellText(r[c.key], c.kind) + (c.key === "layer" ? groupMark(r) : ""));
+      const texts = this.cols.map((c) =>
+        c.key === "suggestion" ? suggestionText(this.shown, i) : c.key === "layer" ? this.label(r) + groupMark(r) : cellText(r[c.key], c.kind),
+      );
       const got = this.rendered.get(r.index);
-      const tr = got ? got.tr : this.buildRow(r);
+      const tr = got ? got.tr : this.buildRow(r, texts);
       if (got) {
         // only the cells whose text changed (a step's new numbers): the others, and a focused ▸, stay
-        for (let k = 0; k < texts.length; k++) if (texts[k] !== got.texts[k]) tr.replaceChild(this.buildCell(r, this.cols[k]), tr.cells[k]);
+        for (let k = 0; k < texts.length; k++) if (texts[k] !== got.texts[k]) tr.replaceChild(this.buildCell(r, this.cols[k], texts[k]), tr.cells[k]);
         tr.dataset.layer = r.layer;
       }
+      tr.classList.toggle("gw-group-start", !this.sort && i > 0 && startsGroup(this.shown, i));
       this.rendered.set(r.index, { tr, texts });
       const on = r.index === this.selected;
       tr.classList.toggle("gw-selected", on);
@@ -391,15 +425,19 @@ export class HealthTable {
     return !!control;
   }
 
-  private buildRow(r: Row): HTMLTableRowElement {
+  private label(r: Row): string {
+    return this.labelOf.get(r.index) ?? r.layer;
+  }
+
+  private buildRow(r: Row, texts: string[]): HTMLTableRowElement {
     const tr = document.createElement("tr");
     tr.dataset.index = String(r.index);
     tr.dataset.layer = r.layer;
-    for (const c of this.cols) tr.append(this.buildCell(r, c));
+    this.cols.forEach((c, k) => tr.append(this.buildCell(r, c, texts[k])));
     return tr;
   }
 
-  private buildCell(r: Row, c: Column): HTMLTableCellElement {
+  private buildCell(r: Row, c: Column, text: string): HTMLTableCellElement {
     const td = document.createElement("td");
     const v = r[c.key];
     if (c.kind === "health") {
@@ -411,17 +449,13 @@ export class HealthTable {
       td.append(badge);
       return td;
     }
-    td.textContent = cellText(v, c.kind);
+    td.textContent = text;
     if (c.kind === "num") td.className = "gw-num";
     if (c.key === "layer") {
+      // one line: the label keeps the parts that tell the name from the others, the tooltip has it whole
       td.className = "gw-name";
       td.title = String(v ?? "");
-      // a long name breaks after its dots, never inside a word (copying it gives the name)
-      td.textContent = "";
-      String(v ?? "").split(".").forEach((part, i, all) => {
-        td.append(part + (i < all.length - 1 ? "." : ""));
-        if (i < all.length - 1) td.append(document.createElement("wbr"));
-      });
+      td.textContent = this.label(r);
       const mark = groupMark(r);
       if (mark) {
         const b = document.createElement("button");
@@ -436,7 +470,7 @@ export class HealthTable {
     }
     if (c.key === "suggestion") {
       td.className = "gw-suggestion";
-      td.title = String(v ?? "");
+      td.title = text || !v ? String(v ?? "") : `as above: ${v}`;
     }
     return td;
   }

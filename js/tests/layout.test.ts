@@ -138,7 +138,7 @@ describe("health table logic", () => {
     expect(sortRows(rows, { key: "health", desc: true }).map((r) => r.index)).toEqual([0, 2, 1]);
     expect(sortRows(rows, { key: "grad_norm_median", desc: false }).map((r) => r.index)).toEqual([0, 2, 1]);
     expect(sortRows(rows, { key: "grad_norm_median", desc: true }).map((r) => r.index)).toEqual([2, 0, 1]);
-    expect(sortRows(rows, null).map((r) => r.index)).toEqual([0, 1, 2]);
+    expect(sortRows(rows, null).map((r) => r.index)).toEqual([0, 2, 1]); // unsorted: grouped by health, Healthy last
   });
   it("filters on every word", () => {
     expect(filterRows(rows, "conv").map((r) => r.index)).toEqual([2]);

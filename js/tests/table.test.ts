@@ -76,3 +76,69 @@ describe("columns at notebook width", () => {
     expect(all).toContain("nonfinite_total");
   });
 });
+
+import { healthOrder, suggestionText, startsGroup, NAME_WIDTH } from "../src/table";
+import { distinctLabels } from "../src/names";
+
+describe("the table before a user sorts", () => {
+  const act = "lower the learning rate about 10x (to 0.005): the update outgrew the weights";
+  const grid: Row[] = [
+    { index: 0, layer: "emb.weight", health: "Healthy", suggestion: "" },
+    { index: 1, layer: "l1.weight", health: "Critical", suggestion: act, diagnosis: 0 },
+    { index: 2, layer: "l1.bias", health: "Warning", suggestion: "check the init", diagnosis: 1 },
+    { index: 3, layer: "l2.weight", health: "Critical", suggestion: "clip", diagnosis: 1 },
+    { index: 4, layer: "l3.weight", health: "Critical", suggestion: act, diagnosis: 0 },
+    { index: 5, layer: "l4.weight", health: "Unknown", suggestion: "" },
+  ];
+
+  it("groups rows by health, Critical first and Healthy last, a diagnosis' rows together", () => {
+    const shown = sortRows(grid, null);
+    expect(shown.map((r) => r.index)).toEqual([1, 4, 3, 2, 5, 0]);
+    expect(healthOrder(grid).map((r) => r.health)).toEqual(["Critical", "Critical", "Critical", "Warning", "Unknown", "Healthy"]);
+    expect(shown.map((_, i) => startsGroup(shown, i))).toEqual([true, false, false, true, true, true]);
+  });
+
+  it("says a diagnosis' action once, on its first row", () => {
+    const shown = sortRows(grid, null);
+    const said = shown.map((_, i) => suggestionText(shown, i));
+    expect(said).toEqual([act, "", "clip", "check the init", "", ""]);
+    expect(said.filter((t) => t === act)).toHaveLength(1);
+    // sorted by a column the rows of one diagnosis part, and each says the action again
+    const byName = sortRows(grid, { key: "layer", desc: false });
+    expect(byName.map((_, i) => suggestionText(byName, i)).filter((t) => t === act)).toHaveLength(2);
+  });
+
+  it("labels BERT's names on one line, each told apart from the others", () => {
+    const names = [
+      "bert.embeddings.word_embeddings.weight",
+      "bert.embeddings.position_embeddings.weight",
+      "bert.embeddings.token_type_embeddings.weight",
+      "bert.encoder.layer.0.attention.output.dense.weight",
+      "bert.encoder.layer.0.intermediate.dense.weight",
+      "bert.encoder.layer.0.output.dense.weight",
+    ];
+    const labels = distinctLabels(names, NAME_WIDTH);
+    expect(new Set(labels).size).toBe(names.length);
+    for (const l of labels) expect(Array.from(l).length).toBeLessThanOrEqual(NAME_WIDTH);
+    expect(labels.some((l) => l.includes("word_embeddings"))).toBe(true);
+    expect(labels.some((l) => l.includes("intermediate"))).toBe(true);
+  });
+});
+
+import { lossRange } from "../src/series";
+
+describe("the loss curve's range", () => {
+  it("spans the finite losses, padded, and is null when none was logged", () => {
+    const r = lossRange(Float32Array.from([2.3, NaN, 1.1, Infinity, 0.3]));
+    expect(r).not.toBeNull();
+    const [lo, hi] = r!;
+    expect(lo).toBeCloseTo(0.3 - 0.1, 5);
+    expect(hi).toBeCloseTo(2.3 + 0.1, 5);
+    expect(lossRange(Float32Array.from([NaN, NaN]))).toBeNull();
+    expect(lossRange(new Float32Array(0))).toBeNull();
+    const flat = lossRange([-4, -4])!; // a flat (negative) loss still has a height
+    expect(flat[0]).toBeCloseTo(-4.4, 9);
+    expect(flat[1]).toBeCloseTo(-3.6, 9);
+    expect(lossRange([0, 0])).toEqual([-1, 1]);
+  });
+});

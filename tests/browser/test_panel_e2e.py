@@ -294,6 +294,51 @@ def test_the_top_diagnoses_are_listed_and_a_click_goes_to_their_layer_and_step(p
     assert int(kernel(page, "print(panel.layer)")) == first["layer_index"]
 
 
+def test_the_table_groups_by_health_and_says_each_action_once(page):
+    """Unsorted, the table lists Critical rows first and Healthy ones last, a diagnosis' action
+    shows once for its rows (not repeated with a layer name in front), and every name stays on
+    one line (its full name in the tooltip)."""
+    import json
+
+    rank = json.loads(kernel(page, "from gradwidget.panel.protocol import HEALTH_RANK; print(json.dumps(HEALTH_RANK))"))
+    table = json.loads(kernel(page, "print(json.dumps(panel.table))"))
+    shown = page.evaluate(
+        """() => Array.from(document.querySelectorAll('table.gw-health tbody tr')).map(tr => ({
+            layer: tr.dataset.layer, health: tr.querySelector('.gw-badge').textContent,
+            name: tr.querySelector('td.gw-name').title,
+            lines: (() => { const rg = document.createRange(); rg.selectNodeContents(tr.querySelector('td.gw-name'));
+                            return new Set(Array.from(rg.getClientRects()).map(b => Math.round(b.bottom))).size; })(),
+            said: (tr.querySelector('td.gw-suggestion') || {}).textContent || ''}))"""
+    )
+    assert len(shown) == len(table)
+    ranks = [rank[r["health"]] for r in shown]
+    assert ranks == sorted(ranks, reverse=True) and len(set(ranks)) >= 2  # the demo: starved and healthy layers
+    actions = {r["suggestion"] for r in table if r.get("suggestion")}
+    assert actions
+    for a in actions:  # once per diagnosis and health: on the first of its rows
+        groups = {r["health"] for r in table if r.get("suggestion") == a}
+        assert 1 <= sum(r["said"] == a for r in shown) <= len(groups)
+    assert not any(r["said"].startswith(r["layer"] + ":") for r in shown)
+    assert all(r["name"] == r["layer"] for r in shown)
+    assert {r["lines"] for r in shown} == {1}  # no name wraps onto a second line
+    page.locator(".gw-table").first.screenshot(path=str(ARTIFACTS / "panel_health_table.png"))
+
+
+def test_the_logged_loss_is_drawn_under_the_cursor(page):
+    """The demo logs its loss: the panel draws it over steps, and the curve moves with the cursor."""
+    assert page.evaluate("() => getComputedStyle(document.querySelector('canvas.gw-loss')).display") != "none"
+    before = page.evaluate(CANVAS_HASH_JS, "canvas.gw-loss")
+    assert before["painted"] > 500
+    was, cols = page.evaluate(f"() => [{VIEW}.cursor, {VIEW}.meta.cols]")
+    to = 0 if was > cols // 2 else cols - 1
+    page.evaluate(f"() => {VIEW}.scrub({to})")
+    page.wait_for_function(f"() => {VIEW}.cursor === {to}")
+    assert cols > 1 and page.evaluate(CANVAS_HASH_JS, "canvas.gw-loss")["hash"] != before["hash"]
+    page.evaluate(f"() => {VIEW}.scrub({was})")  # where the tests below expect it
+    page.wait_for_function(f"() => {VIEW}.cursor === {was}")
+    page.wait_for_timeout(300)
+
+
 def test_resizing_the_cell_redraws_at_the_new_width(page):
     out = page.locator(".jp-OutputArea-output").filter(has=page.locator(".gw-root")).first
     wide = page.evaluate(f"() => [{VIEW}.layout.width, {VIEW}.canvas.width]")

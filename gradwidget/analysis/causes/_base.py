@@ -59,6 +59,15 @@ class Diagnosis:
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
+    def __repr__(self) -> str:
+        """Two lines a notebook prints readably (the fields: ``to_dict()``): the priority, the
+        cause's title, the layers (the first two and how many more), since when; then the action."""
+        n = len(self.layers)
+        where = ", ".join(self.layers[:2]) + (f" +{n - 2} more" if n > 2 else "") if n else "the whole run"
+        since = f" since step {self.first_step}" if self.first_step is not None else ""
+        head = f"<Diagnosis {self.priority}: {self.title or self.cause} in {where}{since}"
+        return head + (f"\n  action: {self.action}>" if self.action else ">")
+
 
 #: how a found symptom is treated under a cause that explains it: folded into it, kept and ranked
 #: right after it (a consequence with evidence of its own), or kept as a finding of its own.

@@ -38,6 +38,7 @@ export interface Skeleton {
   seriesCanvas: HTMLCanvasElement;
   /** the gradient noise scale against the batch (hidden without one), and its words */
   noiseCanvas: HTMLCanvasElement;
+  lossCanvas: HTMLCanvasElement;
   noiseText: HTMLDetailsElement;
   noiseBody: HTMLDivElement;
 }
@@ -99,6 +100,9 @@ export function buildSkeleton(table: HealthTable): Skeleton {
   const plots = h("div", "gw-plots");
   const histCanvas = h("canvas", "gw-hist");
   const seriesCanvas = h("canvas", "gw-series");
+  // the logged loss over steps (only when the run has one)
+  const lossCanvas = h("canvas", "gw-loss");
+  lossCanvas.style.display = "none";
   const noiseCanvas = h("canvas", "gw-noise");
   noiseCanvas.style.display = "none";
   // the noise scale in words: one line, the rest a click away
@@ -106,11 +110,11 @@ export function buildSkeleton(table: HealthTable): Skeleton {
   noiseText.style.display = "none";
   const noiseBody = h("div", "gw-noise-body");
   noiseText.append(h("summary", "", "gradient noise scale"), noiseBody);
-  plots.append(histCanvas, seriesCanvas, noiseCanvas, noiseText);
+  plots.append(histCanvas, seriesCanvas, lossCanvas, noiseCanvas, noiseText);
   bottom.append(table.el, plots);
   root.append(header, message, fallback, verdict, diagnoses, mainBox, sliderRow, legend, bottom);
   return { root, title, metricSel, modeSel, playBtn, speedSel, info, live, verdict, message, fallback, diagnoses, mainBox, canvas, tip,
-    slider, legend, bottom, histCanvas, seriesCanvas, noiseCanvas, noiseText, noiseBody };
+    slider, legend, bottom, histCanvas, seriesCanvas, lossCanvas, noiseCanvas, noiseText, noiseBody };
 }
 
 /** The legend under the heatmap: the colour bar of `scale` and the marks. */

@@ -6,7 +6,7 @@ import { fmt } from "../colormap";
 import { drawCursor, drawGutter, drawOrigin, drawRowSelection, drawStepAxis } from "../heatmap";
 import { barScale, drawBars, thresholdsFor } from "../bars";
 import { atOrBefore, drawHistogram } from "../hist";
-import { drawSeries } from "../series";
+import { drawLoss, drawSeries, lossRange } from "../series";
 import { drawNoise } from "../noise";
 import { bottomLayout, fitCanvas, mainLayout, Rect } from "../layout";
 import { FLAG_EXPLODING, FLAG_NONFINITE, FLAG_VANISHING, metricLabel, rowCount } from "../protocol";
@@ -234,6 +234,14 @@ function drawBottom(v: PanelView, width: number, dpr: number, step: number): voi
   const label = metricLabel(meta.metric) + (v.comparing ? ` (${v.labels[1] ?? ""})` : "");
   drawSeries(sctx, rect, row, v.cursor, thresholdsFor(meta.metric, meta.thresholds),
     name ? `${label} over steps · ${name}` : `${label} over steps`, t);
+  // the logged loss (only when the run has one; a comparison's is the later run's)
+  const hasLoss = v.loss.length === C && lossRange(v.loss) !== null;
+  d.lossCanvas.style.display = hasLoss ? "" : "none";
+  if (hasLoss) {
+    const lctx = fitCanvas(d.lossCanvas, pw, ph, dpr);
+    lctx.clearRect(0, 0, pw, ph);
+    drawLoss(lctx, rect, v.loss, v.cursor, `loss over steps${v.comparing ? ` (${v.labels[1] ?? ""})` : ""}`, t);
+  }
   // the gradient noise scale against the batch (only when the run measured it)
   if (v.noise.steps.length) {
     const nctx = fitCanvas(d.noiseCanvas, pw, ph, dpr);
