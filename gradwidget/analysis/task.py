@@ -7,9 +7,11 @@ at all. The causes read it instead of guessing from the model's output width:
   or ``nll_loss`` with C classes; a binary cross entropy: ln 2 per output);
 - a summed loss is read per example (divided by the batch it sums over);
 - an objective that is not minimised on its own (adversarial: the loss depends on trainable tensors
-  outside the recorded model, as a GAN generator's depends on its discriminator; a policy gradient;
-  an expression with no loss function in it) gives no claim on the loss's trajectory: its damage
-  is unknown, so statistical patterns stay information (``damage``).
+  outside the recorded model, as a GAN generator's depends on its discriminator, or the recorded
+  steps take turns over disjoint parts of the model, each part trained by its own optimizer on its
+  own loss, as a GAN's generator and discriminator are when one Recorder sees both; a policy
+  gradient; an expression with no loss function in it) gives no claim on the loss's trajectory: its
+  damage is unknown, so statistical patterns stay information (``damage``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ _KINDS = {
 }
 #: ops above the reducer that add a second term to the loss (a KL term, a penalty)
 _ADDING = frozenset({"Add", "Sub"})
+#: turns: the steps with a gradient fall into at least two sets of layers, pairwise disjoint, each
+#: on at least this share of them (a WGAN's generator steps once per 5 critic steps: 1/6) ...
+TURN_SHARE = 0.1
+#: ... and the set changes from one step to the next on at least this share of them (two phases
+#: one after the other, a frozen backbone then the head, change once)
+TURN_SWITCHES = 0.1
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,16 @@ def task_of(run, objective: str = "auto") -> Task:
     graph = LossGraph.of_run(run)
     if objective in ("adversarial", "policy_gradient", "other"):
         return Task(objective, False, assumed=f"objective={objective!r}: the loss's trajectory is not judged")
+    parts = turns(run) if objective == "auto" else 0
+    if parts:
+        return Task(
+            "adversarial",
+            False,
+            assumed=f"the recorded steps take turns over {parts} disjoint parts of the model (optimizers each "
+            "training one part on its own loss, as a GAN's generator and discriminator): the logged loss "
+            "interleaves their objectives and its trajectory is not judged; pass objective='loss' if it is "
+            "one loss to minimise",
+        )
     if graph is None:
         return Task(
             "unknown",
@@ -147,3 +165,34 @@ def output_width(run) -> int | None:
     are classes."""
     out = output_layer(run)
     return int(out.shape[0]) if out is not None and out.shape[0] >= 2 else None
+
+
+def turns(run) -> int:
+    """How many disjoint parts of the model the recorded steps take turns over (0: they do not),
+    read from the layers each step brings a gradient to (an optimizer's ``zero_grad()`` after its
+    step, Lightning's ``toggle_optimizer``) or, where stale gradients stay, the layers whose weights
+    moved between steps."""
+    if run.n_steps < 4 or run.n_layers < 2:
+        return 0
+    g, w = run.metric("grad_norm"), run.metric("weight_norm")
+    with np.errstate(invalid="ignore"):
+        got = np.isfinite(g) & (g > 0)
+        moved = np.isfinite(w[1:]) & np.isfinite(w[:-1]) & (w[1:] != w[:-1])
+    return max(_turns(got), _turns(moved))
+
+
+def _turns(on) -> int:
+    """The sets of layers ``on`` each step, those on at least TURN_SHARE of the steps pairwise
+    disjoint, at least two of them, changing on at least TURN_SWITCHES of the steps: how many."""
+    on = on[on.any(axis=1)]
+    n = on.shape[0]
+    if n < 4:
+        return 0
+    sets, which, counts = np.unique(on, axis=0, return_inverse=True, return_counts=True)
+    common = counts >= TURN_SHARE * n
+    if common.sum() < 2 or (sets[common].sum(axis=0) > 1).any():
+        return 0
+    which = np.asarray(which).reshape(-1)
+    if (which[1:] != which[:-1]).mean() < TURN_SWITCHES:
+        return 0
+    return int(common.sum())

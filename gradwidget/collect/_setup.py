@@ -145,6 +145,12 @@ class _Setup(_RecorderState):
         if self.optimizer is None or self._order is None:
             return
         stepped = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
+        if self.run is not None:  # the trainable layers it does not hold (a target or EMA copy, or a mistake)
+            self.run.meta["not_in_optimizer"] = [
+                self.run.layers[c].name
+                for c, pi in enumerate(self._order)
+                if self._params[pi].requires_grad and id(self._params[pi]) not in stepped
+            ]
         self._plan_reset_check(stepped)
         if not self.track_updates:
             return

@@ -42,6 +42,11 @@ SMOOTH_RISING = 0.7
 #: steps: two steps carrying the last one's gradient are a finding (one could be a hand-run extra
 #: step in a notebook), none of them clears the run.
 RESET_MIN_STEPS = 2
+#: ... and only when they are at least this share of the steps it compared: a forgotten zero_grad()
+#: carries the gradient on every step (zeroing every 2nd or 4th step only, on 1/2 or 3/4 of them),
+#: where a fit degenerate on a few steps (the watched gradient near zero on the step before, so any
+#: share of it "fits") carries on a handful of thousands.
+RESET_MIN_SHARE = 0.25
 
 
 def find(c: Context) -> Diagnosis | None:
@@ -57,7 +62,7 @@ def _seen(c: Context, seen: dict) -> Diagnosis | None:
     """Found by ``collect/_grad_reset``: the gradient the optimizer stepped with was the last
     step's plus this step's backwards, exactly."""
     n, of = int(seen.get("carried", 0)), int(seen["checked"])
-    if n < RESET_MIN_STEPS:
+    if n < max(RESET_MIN_STEPS, RESET_MIN_SHARE * of):
         return None
     first = seen.get("first_step")
     run = c.run
