@@ -14,10 +14,10 @@ from gradwidget.panel.protocol import FLAG_VANISHING
 from gradwidget.plots import shared_scale
 
 
-def _run(names, steps, value, sizes=None, rec=None):
+def _run(names, steps, value, sizes=None, rec=None, loss=None):
     rec = rec or ArrayRecorder(histogram_every=10)
     for s in steps:
-        rec.record(int(s), {n: np.full((sizes or {}).get(n, 4), value) for n in names})
+        rec.record(int(s), {n: np.full((sizes or {}).get(n, 4), value) for n in names}, loss=loss and loss(s))
     return rec.run
 
 
@@ -70,7 +70,9 @@ def test_mismatched_layers_get_rows_of_their_own_and_are_listed():
 
 
 def test_the_panel_sends_both_runs_switches_mode_and_scrubs_one_cursor_for_both():
-    a = _run(["l0", "l1", "l2"], range(30), 1e-9)  # vanishing everywhere before the fix
+    # vanishing everywhere before the fix, with a loss that stopped improving (the damage that makes
+    # a symptom more than information)
+    a = _run(["l0", "l1", "l2"], range(30), 1e-9, loss=lambda s: 2.3 + 0.01 * (-1) ** s)
     b = _run(["l0", "l1", "l2"], range(30), 1e-2)
     p = GradientPanel.compare(a, b, labels=["before", "after"])
     try:

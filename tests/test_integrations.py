@@ -355,7 +355,14 @@ def test_accelerate_prepare_backward_and_accumulation_with_the_plain_recorder():
     np.testing.assert_allclose(rec.run.scalar("global_norm"), seen, rtol=1e-5)
     assert sorted(rec.run.layer_names) == ["0.bias", "0.weight", "2.bias", "2.weight"]
     # accelerate's zero_grad is a no-op between micro-batches: its accumulation is no forgotten zero_grad
-    assert rec.run.meta["grad_reset"] == {"layer": "0.weight", "checked": 3, "carried": 0, "first_step": None}
+    assert rec.run.meta["grad_reset"] == {
+        "layer": "0.weight",
+        "checked": 3,
+        "carried": 0,
+        "first_step": None,
+        "cleared": 0,
+        "steps": 4,
+    }
 
 
 # ---------------------------------------------------------------------- torch.compile

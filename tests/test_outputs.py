@@ -145,13 +145,14 @@ def test_summary_levels_follow_the_analysis_verdict():
     Critical), never a second set of cut-offs; its vanishing layers are the ones the diagnosis names."""
     from gradwidget import analyze
 
-    def run_with(bad_steps, kind):
+    def run_with(bad_steps, kind, stalled=True):
         rec = ArrayRecorder()
         for i in range(10):
             g = {"x": np.full(4, 0.1), "ok": np.full(4, 0.1)}  # x is the input-side layer
             if i < bad_steps:
                 g["x"] = np.full(4, {"van": 1e-9, "exp": 1e4, "nan": np.nan}[kind])
-            rec.record(i, g)
+            # a loss that stopped improving (flat within its own noise): the damage a symptom needs
+            rec.record(i, g, loss=2.3 + 0.01 * (-1) ** i if stalled else None)
         rep = analyze(rec.run)
         s = summary(rec.run)
         assert s.overall_health.value == rep.overall_health
@@ -164,6 +165,9 @@ def test_summary_levels_follow_the_analysis_verdict():
     assert run_with(6, "van") == GradientHealth.WARNING  # most steps: High
     assert run_with(2, "exp") == GradientHealth.WARNING
     assert run_with(1, "nan") == GradientHealth.CRITICAL
+    # without a loss no damage is measured: a symptom stays Low, information, and the verdict Healthy
+    assert run_with(6, "van", stalled=False) == GradientHealth.HEALTHY
+    assert run_with(1, "nan", stalled=False) == GradientHealth.CRITICAL  # an observation needs none
 
 
 def test_ascii_marks_nonfinite_and_exploding():
