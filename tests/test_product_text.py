@@ -35,18 +35,6 @@ PROCESS_WORDS = re.compile(
 #: with the command that reproduces them (a message's own timing is formatted, not a literal)
 CODE_TIMINGS = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|µs)\b")
 
-#: modules of the package that still carry history in their comments or docstrings: this list only
-#: shrinks (the last test fails when a file on it is clean, so that it is taken off)
-CODE_TO_CLEAN: set[str] = {
-    "gradwidget/collect/_changes.py",
-    "gradwidget/collect/_groups.py",
-    "gradwidget/collect/_hooks.py",
-    "gradwidget/collect/_kernels.py",
-    "gradwidget/collect/_noise.py",
-    "gradwidget/collect/_trace_cost.py",
-    "gradwidget/collect/loss_graph.py",
-}
-
 
 def text_files() -> list[Path]:
     files = [ROOT / "README.md", ROOT / "examples" / "README.md"]
@@ -121,11 +109,5 @@ def test_readme_docs_and_bench_readmes_carry_no_history():
 def test_the_package_comments_and_docstrings_carry_no_history():
     bad = []
     for path in code_files():
-        if path.relative_to(ROOT).as_posix() not in CODE_TO_CLEAN:
-            bad += code_offences(path)
+        bad += code_offences(path)
     assert not bad, "development history in the package's comments or docstrings:\n" + "\n".join(bad)
-
-
-def test_the_list_of_files_to_clean_only_shrinks():
-    clean = [f for f in sorted(CODE_TO_CLEAN) if not (ROOT / f).is_file() or not code_offences(ROOT / f)]
-    assert not clean, f"take these off CODE_TO_CLEAN, they are clean now: {clean}"

@@ -1,4 +1,4 @@
-"""Following a model and an optimizer that change while training (issue 24), for the Recorder.
+"""Following a model and an optimizer that change while training, for the Recorder.
 
 - **Lazy modules** (``nn.LazyLinear``): their parameters have no shape until the first forward;
   their gradient hooks are put on at the end of it (``watch_lazy``).

@@ -1,4 +1,4 @@
-"""How a step's tensors are grouped for fused statistics, planned once and reused (issue 17).
+"""How a step's tensors are grouped for fused statistics, planned once and reused.
 
 Many small tensors (a stack of tiny layers, the biases and norms of a transformer) cost their
 per-tensor Python and dispatch overhead, not their arithmetic. So tensors of one device, dtype and

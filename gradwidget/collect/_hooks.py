@@ -41,8 +41,8 @@ def inert() -> Hook:
 def remove_tensor_hooks(handles: list, tensors) -> None:
     """Remove the tensor hooks (``register_hook``) ``handles`` put on ``tensors``, and the hook dicts
     left empty on them. Removing a handle empties its dict but leaves the dict hooked into autograd,
-    which then takes the GIL and walks it for every tensor in every backward (issue 22: +6% on the
-    step of 2,000 ``Linear(2, 2)`` for the noise probe's hooks); setting an empty dict to None
+    which then takes the GIL and walks it for every tensor in every backward (a cost that grows with
+    the number of tensors: docs/costs.md); setting an empty dict to None
     unhooks it. (A post-accumulate-grad hook's dict cannot be unhooked so: use those only where
     they stay.) A dict that still holds someone else's hook is left as it is."""
     for h in handles:
@@ -60,7 +60,7 @@ def unhook_if_empty(t) -> None:
 
 #: a tensor hook that does nothing, in C: a ``deque(maxlen=0)`` keeps nothing it is given, and its
 #: ``append`` returns None without a Python frame (a Python function that returns at once costs the
-#: engine 0.6 µs more a call: 2,000 ``Linear(2, 2)``'s 4,000 hooks, +6.6 against +4.1 ms a backward)
+#: engine a Python frame per call, per tensor, per backward)
 _DISCARD: Callable[[Any], None] = collections.deque(maxlen=0).append
 
 
@@ -77,8 +77,8 @@ class _Entry:
     def off(self) -> None:
         """A leaf tensor whose dict holds this hook alone (a parameter no one else hooks, the usual
         case) has the dict unhooked from autograd, kept here: a dict autograd holds costs it the
-        GIL, the gradient's Python object and a walk per tensor per backward whatever it holds
-        (2,000 ``Linear(2, 2)``: ~2 ms a backward). Any other keeps its dict, with ``_DISCARD`` in
+        GIL, the gradient's Python object and a walk per tensor per backward whatever it holds.
+        Any other keeps its dict, with ``_DISCARD`` in
         this hook's place, so that the other hooks in it run, in their order."""
         t, hooks = self.tensor, self.hooks
         if self.key not in hooks:
@@ -118,8 +118,8 @@ class _Entry:
 class TensorHooks:
     """Tensor hooks (``register_hook``) that can be switched off without being removed (``_Entry``:
     a dict that holds one of them alone is unhooked from autograd and hooked again, any other
-    holds a no-op in its place). Switching makes and drops no handle (re-registering 4,000 hooks
-    for every measured step cost 10 ms, and full garbage collections), and the tensors' other
+    holds a no-op in its place). Switching makes and drops no handle (re-registering thousands of
+    hooks for every measured step costs time and full garbage collections), and the tensors' other
     hooks keep running, in their order."""
 
     def __init__(self) -> None:

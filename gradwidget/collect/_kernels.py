@@ -75,8 +75,7 @@ def grad_rows(grads: list[torch.Tensor]) -> torch.Tensor:
     it is read from memory once and then from cache (6-10% faster than five passes over all of
     them). On CPU |g|'s smallest and largest entries come from one ``aminmax`` over its bits as
     integers (ordered as the values are: |g| has no sign bit), and its non-zeros are counted only
-    when the smallest is zero: most gradients have none, and the count was the dearest of the five
-    (Llama-style model's 30 gradients: 0.34 -> 0.13 ms for max and count). None of them syncs with
+    when the smallest is zero: most gradients have none, and the count is the dearest of the five. None of them syncs with
     the host on CUDA; on CPU reading the smallest is a read of memory.
     """
     acc = acc_dtype(grads)
@@ -120,7 +119,7 @@ _SAME_SIZE_INT = {
 
 def count_nonzero_abs(a: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Non-zero entries of ``a = |g|``, counted over its bits as integers: CPU's integer count is
-    a quarter faster than its float count (bench: 30 Llama gradients 0.30 -> 0.23 ms)."""
+    faster than its float count."""
     as_int = _SAME_SIZE_INT.get(a.dtype)
     return torch.count_nonzero(a if as_int is None else a.view(as_int), dim=dim)
 
@@ -137,7 +136,7 @@ def stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 def stacked_rows(x: torch.Tensor) -> torch.Tensor:
     """``grad_rows`` of the rows of ``stacked(grads)``: five row reductions for the whole stack
-    instead of five ops per tensor (issue 17: many small tensors cost their Python and dispatch
+    instead of five ops per tensor (many small tensors cost their Python and dispatch
     overhead, not their arithmetic). The L2 norm is squared and summed in float64, whatever ``x``'s
     dtype: a row has at most ``STACK_NUMEL`` entries, and no float32 square can then overflow or
     underflow it (``_norm_range``: nothing to take again)."""
@@ -272,8 +271,8 @@ OCTAVE_COLUMNS = N_BINS + 2
 
 def octaves(counts: torch.Tensor) -> torch.Tensor:
     """``(k, 256)`` exponent counts summed into ``(k, OCTAVE_COLUMNS)`` on the device (one small op):
-    a quarter of the host copy, and no per-tensor work on the host (issue 22: thousands of tiny
-    tensors spent 6 ms a histogram step there)."""
+    a quarter of the host copy, and no per-tensor work on the host (where thousands of tiny
+    tensors would spend most of a histogram step)."""
     return counts.new_zeros((counts.shape[0], OCTAVE_COLUMNS)).index_add_(1, _octave_index(counts.device), counts)
 
 

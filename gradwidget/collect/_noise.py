@@ -1,10 +1,10 @@
-"""The gradient at two batch sizes, from what training already computes (issue 26): the raw
+"""The gradient at two batch sizes, from what training already computes: the raw
 material of the gradient noise scale (McCandlish et al. 2018, appendix A), with no extra backward.
 
 - **Gradient accumulation** (one process): every backward between two optimizer steps adds one
   micro-batch's gradient to ``p.grad``. At the end of each backward one fused pass reads the
-  accumulated gradient; the increment is measured where it costs least (issue 26: a hook and a norm
-  per parameter per backward cost 3% of a Llama-style step and 55% of one of 2,000 tiny layers):
+  accumulated gradient; the increment is measured where it costs least (a hook and a norm per
+  parameter per backward would cost more than the recording itself on models of many small layers):
   small tensors of one shape are stacked (``_groups.Plan``) and their increment is the difference of
   the stack at the end and at the start of the backward (their hooks only say that a backward
   began, so that the start is read before any of them takes its gradient); a parameter with no
@@ -62,8 +62,7 @@ ONE_SIZE_STEPS = 1
 #: (``Recorder(noise_every=...)``; 1 measures every step). A measured step of two micro-batches
 #: costs about 6% of a small model's step on CPU and more on a GPU (a norm launched per tensor per
 #: backward): one in 8 keeps the probe's average within the 2% of a step the product leaves an
-#: optional instrument (``_trace_cost.INSTRUMENT_SHARE``; one in 4 read up to 1.03 on CPU, and
-#: the noise row 2.2 points above the defaults on an H200: docs/costs.md, "Session 25"), at the
+#: optional instrument (``_trace_cost.INSTRUMENT_SHARE``; the figures: docs/costs.md), at the
 #: price of a moving average over twice as many steps
 NOISE_EVERY = 8
 

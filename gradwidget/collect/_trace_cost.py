@@ -16,7 +16,7 @@ shared machine, read 0.73x for a tracer that costs 1.1x (four steps of each, oth
 bursts); CPU time alone misses a GPU's waits. Its hooks' own run time would miss most of the cost:
 what hooks cost PyTorch (the slow path of every module call, the backward hooks' wrappers,
 dispatch), measured in a Jupyter kernel at 1.35x a bare step while the hooks timed
-themselves at 10% (issue 22). The hooks are put on and taken off between steps, and the clock is
+themselves at 10%. The hooks are put on and taken off between steps, and the clock is
 read after that, so the switching is in neither.
 
 On a CPU the tracer is never that cheap for a real model (a transformer block's Python per module
@@ -29,7 +29,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-#: the product's budget: recording at its defaults costs at most this times a bare step (issue 22)
+#: the product's budget: recording at its defaults costs at most this times a bare step
 BUDGET = 1.05
 #: what an optional instrument may cost: steps with it at most this times the steps without, what
 #: is left of ``BUDGET`` after the recording's own 2-3% (docs/costs.md). "auto" keeps the per-module
@@ -77,7 +77,7 @@ class TraceCost:
     def unmeasured(self) -> bool:
         """Hooks only add work: a tracer that measured cheaper than none, by more than the budget's
         margin, measured other work done on the steps without it (a panel's first updates, another
-        process), not itself (issue 22: a panel's recorder kept a tracer at 0.83x that cost 1.2x)."""
+        process), not itself (a panel's recorder would keep a tracer that costs more than the budget)."""
         floor = 2 - INSTRUMENT_SHARE
         return self.ratio < floor or self.cpu_ratio < floor
 
