@@ -46,7 +46,7 @@ def _diagnose(args: tuple) -> tuple[str, list, float, float, float, str | None]:
     except AssertionError as e:
         problem = str(e)
     t = time.perf_counter()
-    # today's defaults, not the thresholds the cached run was recorded with (meta.json keeps those)
+    # the current defaults, not the thresholds the cached run was recorded with (meta.json keeps those)
     report = analyze(run, thresholds=Thresholds())
     dt = time.perf_counter() - t
     train_s = float(run.meta.get("zoo_train_seconds", float("nan")))
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
 
 def field_main(substr: str, cache_dir: str, no_cache: bool) -> int:
     """Score the field corpus: each case trained (or loaded), its health checked, analysed with
-    today's defaults; every Critical/High/Medium finding is a false alarm, printed with its text.
+    the current defaults; every Critical/High/Medium finding is a false alarm, printed with its text.
     A case whose package is missing is skipped, saying what to install. 1 when a case did not
     train healthily."""
     import torch

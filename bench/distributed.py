@@ -108,7 +108,7 @@ def worker(args) -> None:
                 ts.append(time.perf_counter() - t)
             rec.detach()
             work[name] = statistics.median(ts)
-        # the replica check's own work per checked step on each rank (issue 25): the fingerprint, then
+        # the replica check's own work per checked step on each rank: the fingerprint, then
         # a rank other than 0 posts it to the store and rank 0 reads the previous step's posts and compares
         rec = Recorder(model, opt, histogram_every=0)
         step(1, rec)

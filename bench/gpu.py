@@ -482,8 +482,7 @@ def launch_shapes(dev: torch.device) -> None:
     """The fused kernel's launch shape (collect/_fused.py: entries a program reads per iteration,
     its warps, the programs a tensor is split over), timed on synthetic tensors the sizes of the
     large model's 147 gradients and 147 weights: milliseconds (median of 25, synchronized), the
-    bandwidth it reaches, and its rows against the first shape's. Not yet run on a GPU (session 20's
-    device time ran out): the shipped shape read ~1 TB/s of the H100's ~3."""
+    bandwidth it reaches, and its rows against the first shape's."""
     import statistics
     import time
 

@@ -21,53 +21,11 @@
 The machine is shared: medians over interleaved blocks, and the spread of the block ratios is printed.
 Prints a summary and one JSON line.
 
-Measured here (2 shared cores, load 3.5-5; ``--rounds 6 --steps 50``; the same bench on the code
-before and after issues 15/16, one after the other):
-
-=====================================  ==================  ==============================
-                                       before              after
-=====================================  ==================  ==============================
-panel / Recorder cell, median (mean)   1.76 (1.79)         1.00-1.17 (0.92-1.12), 4 runs
-panel / Recorder ms/step, median       1.06                1.00-1.06
-post-cell wall minus the loop          988 ms              26-38 ms (Recorder alone 11-16)
-kernel -> page updates                 2.1/s, 127 KB       3.6/s; patches 7-9 KB
-big run 1,000 x 2,000: cell, paint     3.7 s, 4.2 s        0.21-0.52 s, 0.41-0.74 s
-1,000-row table re-render              134 ms              7-16 ms
-canvases kept per re-display           4.0                 0.0
-=====================================  ==================  ==============================
-
-The block ratios spread from 0.6 to 1.8 on this machine (other jobs): the cell ratio's target
-(<= 1.05) is within that noise, not resolved by it.
-
-Issue 23 (the static panel made when a cell ends) and 22.4, measured the same way on a heavily
-shared machine (2 cores, load 11-16 from other jobs; ``--rounds 4 --steps 40 --big-layers 0
---redisplays 0``; before = the code before issue 23, after = today's; three runs each, interleaved
-before/after):
-
-=====================================  ==========================  ==========================
-                                       before                      after
-=====================================  ==========================  ==========================
-panel / Recorder cell, median          1.124, 1.015, 1.089         1.075, 1.045, 1.068
-panel / Recorder cell, mean            1.130, 1.072, 1.192         1.040, 1.131, 1.070
-panel / Recorder ms/step, median       1.047, 1.025, 1.129         0.980, 1.027, 1.012
-rounds (cell ratio), min-max           0.81-1.74                   0.86-1.40
-post-cell wall minus the loop (panel)  87, 56, 43 ms               44, 53, 47 ms (Recorder 14-26)
-panel's own share of the training      (not measured)              2.2-4.2% of the loop per block
-thread (training_thread_s)
-=====================================  ==========================  ==========================
-
 Where a front end draws the panel, the end of a cell waits for nothing new (the static panel is
-made by the analysis thread after the reply), so the post-cell time is unchanged; the panel's own
-work on the training thread is bounded at 5% by the throttle (``schedule.TRAINING_SHARE``); the
-analysis thread's GIL time is on top of it and shows only in the step times. The <= 1.05 target
-is not resolved by this machine's noise (the medians' median after: 1.068).
-
-On the quiet machine at the end of that work (load < 1, nothing else running; ``--rounds 6 --steps
-50``): panel / Recorder cell 1.052 median, 1.050 mean with the analysis every 2 s at most; with
-every 5 s at most (``schedule.Worker.min_gap``), two runs: 1.037 / 1.032 median, 1.042 / 1.052 mean
-(rounds 0.98-1.20); step 1.006 / 1.001 median; post-cell 17.8 ms (Recorder 7 ms); updates 3.6/s of
-~10 KB; big run 1,000 x 2,000 cell 0.37 s, first paint 0.45 s; 1,000-row table 7.3 ms; 0 canvases
-kept per re-display.
+made by the analysis thread after the reply); the panel's own work on the training thread is
+bounded at 5% by the throttle (``schedule.TRAINING_SHARE``); the analysis thread's GIL time is on
+top of it and shows only in the step times. The figures, with the commands that reproduce them,
+are in docs/costs.md.
 """
 
 from __future__ import annotations

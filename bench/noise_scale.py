@@ -1,4 +1,4 @@
-"""The gradient noise scale against ground truth, a batch-size sweep, and what it costs (issue 26).
+"""The gradient noise scale against ground truth, a batch-size sweep, and what it costs.
 
 1. **Estimate vs exact.** For small models on sklearn's digits (logistic regression, an MLP, a tiny
    CNN; ``--gpt2``: a tiny GPT-2 on character sequences), B_simple = tr(Σ)/|G|² is computed exactly
@@ -27,26 +27,8 @@
     python bench/noise_scale.py [--seeds 5] [--steps 200] [--b 64] [--models logreg,mlp,cnn,gpt2] [--sweep] [--cost]
     python bench/noise_scale.py --present [--seeds 3] [--steps 240]
 
-Measured on a 2-core CPU (the tables are in docs/noise-scale.md and docs/costs.md):
-``--b 64 --seeds 20`` (GPT-2: ``--seeds 5 --steps 120``), at the default cadence (the first 10
-steps, then one in 8). Median relative error of the panel's value (EMA over 20
-measured steps) against the exact B_simple, ± its sd over seeds: at initialisation -1.6% ± 4.8%
-(logistic regression, exact 31), -1.2% ± 4.0% (MLP, 29), -2.9% ± 5.9% (CNN, 95), +1.0% ± 2.8%
-(GPT-2, 28); after 300 SGD steps +2.9% ± 34% (927), +0.4% ± 38% (918), +12% ± 39% (250), +0.9% ±
-6.3% (GPT-2, 26); the exact value inside the 95% interval in 115 of 130 runs (one step in 4:
-117; every step measured, ``noise_every=1``: 114 of the 120 without GPT-2, against 106).
-Sweep (training loss 0.05): steps 586, 296, 146, 89, 51, 37, 27, 25, 22 for batches 8 ... 2,048;
-fitted B_crit 268; exact B_simple along a reference run 29 at the start, median 456. Cost
-(``--cost``, session 15, one step in 4, blocks of 20 steps): the noise scale 1.024x (MLP, 6
-tensors) and 1.005x (bench transformer) a recorded accumulation step without it; split_backward
-1.41x and 1.13x the step it splits.
-``--present --seeds 3 --steps 240`` (thirds at steps 72, 152, 232; median over seeds of estimate /
-exact, a step with no estimate counted as 0; the 20-row EMA before in brackets): GRU 1.07, 0.67, 0.69
-(1.05, 0.67, 0.61); patch transformer 0.31, 0.51, 0.66 (0.30, 0.50, 0.47); breast-cancer MLP 0.07,
-0.11, 1.04 (0.03, 0.03, 0.12); diabetes MLP 0.03, 0.37, 0.69 (0.06, 0.36, 1.03). Within 1.5x at every
-third: the GRU only. Where B_simple rises 10-100x within the first 70 steps (the three others), the
-rows of that stretch still hold the first third, and a heavy-tailed tr(Σ) (a handful of examples
-hold most of it) reads low over few rows; the exact value inside the 95% interval in 18 of 36.
+The figures, with the commands that reproduce them, are in docs/noise-scale.md (estimate vs exact,
+the sweep, the present) and docs/costs.md (the cost).
 """
 
 from __future__ import annotations

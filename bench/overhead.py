@@ -240,7 +240,7 @@ def host_syncs(fn) -> int:
 
 
 def large_ratio(blocks: int, steps: int, device: str, batch: int = 8, seq: int = 256) -> None:
-    """Issue 17's GPU check: a ~100M-parameter transformer, bare vs recorded, interleaved; each
+    """The GPU check: a ~100M-parameter transformer, bare vs recorded, interleaved; each
     timed step ends with a device synchronize (in every variant alike) so its time is the GPU's."""
     dev = torch.device(device)
     model = make_model(d=768, layers=12, vocab=16000).to(dev)
@@ -290,7 +290,7 @@ def large_ratio(blocks: int, steps: int, device: str, batch: int = 8, seq: int =
 NOISE = "gradwidget noise scale, 2 micro-batches"
 #: the same accumulating step recorded without the noise probe: the probe's own share of ``NOISE``
 NOISE_OFF = "gradwidget, noise_scale=False, 2 micro-batches"
-#: what each variant of the comparison (issue 22) runs beside the same training step
+#: what each variant of the comparison runs beside the same training step
 COMPARE_VARIANTS = (
     "bare",
     "gradwidget defaults",
@@ -671,10 +671,8 @@ def compare_paired(
 
     Every variant runs in this process, so each pair of blocks shares its memory, threads and
     load; Python's full collections, which land in whichever block is running, are timed and
-    taken out of the per-group ratios, and counted (paired.py). One process per variant was tried
-    (session 21): each process then has a speed of its own (the same Llama-style pair read 1.044x
-    and 1.090x in two runs, its noise-scale pair 1.069x and 1.046x), a spread rounds cannot
-    average out."""
+    taken out of the per-group ratios, and counted (paired.py). Not one process per variant:
+    each process has a speed of its own, a spread that rounds cannot average out."""
     from paired import interleaved_rounds, ratio_summary, summary_text, timed
 
     cuda = torch.device(device).type == "cuda"
@@ -796,7 +794,7 @@ def main() -> None:
         "--compare",
         nargs="*",
         choices=["transformer", "llama"],
-        help="the comparison of issue 22 (bare, gradwidget, the panel, wandb, TensorBoard, the floor) on these models",
+        help="the comparison (bare, gradwidget, the panel, wandb, TensorBoard, the floor) on these models",
     )
     ap.add_argument(
         "--paired",

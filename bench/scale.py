@@ -1,4 +1,4 @@
-"""What many tensors cost (issue 17): for 100 / 1,000 / 10,000 parameter tensors, in one table,
+"""What many tensors cost: for 100 / 1,000 / 10,000 parameter tensors, in one table,
 the recording ratio to a bare training step with the defaults (``trace_nonfinite="auto"``: NaN-origin
 tracing, turned off after its cost is measured where it costs more than it is worth), with tracing
 forced on (``True``) and without it (``False``) (a stack of tiny Linear layers, the worst case:

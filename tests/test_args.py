@@ -1,4 +1,4 @@
-"""Every argument is checked where it is given (issue 24), naming the argument and what it may be:
+"""Every argument is checked where it is given, naming the argument and what it may be:
 thresholds when a Thresholds is made (so the Recorder, analyze and ArrayRecorder share it), yes/no
 options, a run's slice and downsampling, compare's labels."""
 

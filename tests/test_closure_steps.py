@@ -1,4 +1,4 @@
-"""Steps of closure optimizers (issue 24): with ``optimizer.step(closure)`` (LBFGS, or SGD given a
+"""Steps of closure optimizers: with ``optimizer.step(closure)`` (LBFGS, or SGD given a
 closure) the gradient is made inside step(), after its pre-hook. Each recorded step carries the
 gradient its own closure made at the parameters the step starts from, step 0 included, and the
 closure's loss."""

@@ -1,4 +1,4 @@
-"""Many small tensors are stacked by shape and reduced together (collect/_groups.py, issue 17):
+"""Many small tensors are stacked by shape and reduced together (collect/_groups.py):
 every statistic stays the per-tensor one, and the plan follows gradients that come and go."""
 
 import math

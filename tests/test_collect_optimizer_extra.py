@@ -1,4 +1,4 @@
-"""The Recorder records the model whatever else its optimizer holds (issue 21, item 4): a head
+"""The Recorder records the model whatever else its optimizer holds: a head
 replaced after the optimizer was built records, and the analysis names the new head as
 ``not_in_optimizer``; a learnable loss temperature or multi-task loss weights in the same
 optimizer are legitimate and record without a word beyond ``repr``."""

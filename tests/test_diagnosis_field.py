@@ -1,4 +1,4 @@
-"""Diagnoses on runs the zoo does not contain, trained here on real models (issue 21): healthy
+"""Diagnoses on runs the zoo does not contain, trained here on real models: healthy
 fine-tuning and short noisy runs get no finding a user would act on, and total damage is Critical.
 Each case was a false alarm (or an understated one) before the rules read trends with a statistic
 that knows noise and run length, and read frozen parts as fine-tuning."""

@@ -1,4 +1,4 @@
-"""Readers of a live run (issue 24): while training appends in another thread (the README's threaded
+"""Readers of a live run: while training appends in another thread (the README's threaded
 pattern), every reader (to_frame, to_ascii, summary, analyze, export, the panel's copy) sees one
 consistent snapshot: ``Run.snapshot()``, views bounded by the last complete step."""
 

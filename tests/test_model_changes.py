@@ -1,4 +1,4 @@
-"""Models and optimizers that change while training (issue 24): parameters that appear, change or are
+"""Models and optimizers that change while training: parameters that appear, change or are
 re-created are followed, or named in one warning where they cannot be; copies of the model carry no
 Recorder; a new optimizer is followed; steps with no gradient at all are said, not silently empty."""
 

@@ -1,4 +1,4 @@
-"""The gradient noise scale (issue 26): the Recorder's hooks see each micro-batch's gradient and the
+"""The gradient noise scale: the Recorder's hooks see each micro-batch's gradient and the
 accumulated one; the estimate matches B_simple computed exactly from per-example gradients; the run
 keeps, saves and reloads the series; analyze() names a batch far from it; one batch size is said."""
 

@@ -1,4 +1,4 @@
-"""A NaN that never reaches the gradients is not the run's non-finite origin (issue 24): a
+"""A NaN that never reaches the gradients is not the run's non-finite origin: a
 validation forward under torch.no_grad(), or a validation loss logged to the Recorder, while every
 recorded gradient stays finite. A NaN that does reach them is still traced to its origin."""
 

@@ -1,4 +1,4 @@
-"""Norms without overflow or underflow wherever the value fits float32 (issue 24): finite gradients
+"""Norms without overflow or underflow wherever the value fits float32: finite gradients
 whose squares leave float32's range still get their true norm, max |g| is never altered, and tiny
 gradients are not read as zeros (no dead units)."""
 

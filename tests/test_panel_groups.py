@@ -1,4 +1,4 @@
-"""Past plots.MAX_DRAWN_ROWS layers the panel draws groups (issue 17): each group row's numbers are
+"""Past plots.MAX_DRAWN_ROWS layers the panel draws groups: each group row's numbers are
 the documented merge of its members' (rules.merge_of), the same rows as the static figures, and
 expanding a group puts its members in its place; below the cap nothing changes."""
 

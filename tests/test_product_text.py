@@ -1,7 +1,8 @@
 """Product text describes what the software does now. Development history (sessions, issue numbers,
 "this machine", "this morning", dated measurement logs, a design document outside the repository)
 belongs in git and CHANGELOG.md, not in the README, the documentation, the bench READMEs, or the
-package's docstrings, comments and messages. Each failure names the file and line."""
+docstrings, comments and messages of the package, the benchmarks and the tests. Each failure names
+the file and line."""
 
 from __future__ import annotations
 
@@ -47,6 +48,12 @@ def code_files() -> list[Path]:
     return sorted((ROOT / "gradwidget").rglob("*.py")) + sorted((ROOT / "docs").rglob("*.py"))
 
 
+def bench_and_test_files() -> list[Path]:
+    """The benchmarks and the tests, less this file (its patterns name the words)."""
+    files = sorted((ROOT / "bench").rglob("*.py")) + sorted((ROOT / "tests").rglob("*.py"))
+    return [f for f in files if f.resolve() != Path(__file__).resolve() and ".zoo-cache" not in f.parts]
+
+
 def prose_lines(path: Path) -> list[tuple[int, str]]:
     """The comments and string literals (docstrings, messages) of a Python file, line by line."""
     out = []
@@ -72,6 +79,13 @@ def offences(path: Path, lines, *patterns: re.Pattern) -> list[str]:
 
 def code_offences(path: Path) -> list[str]:
     return offences(path, prose_lines(path), CODE_TIMINGS)
+
+
+def bench_and_test_offences(path: Path) -> list[str]:
+    """The process words only: a benchmark's timing literal is a target or a printed format
+    ("target < 16 ms"), a test's sets the scale of a fixture ("a 150 ms collection"); neither is a
+    measurement log. A bench's measured figures live on the costs page, not in its docstring."""
+    return offences(path, prose_lines(path))
 
 
 def test_the_words_are_caught():
@@ -111,3 +125,12 @@ def test_the_package_comments_and_docstrings_carry_no_history():
     for path in code_files():
         bad += code_offences(path)
     assert not bad, "development history in the package's comments or docstrings:\n" + "\n".join(bad)
+
+
+def test_the_bench_and_test_comments_and_docstrings_carry_no_history():
+    files = bench_and_test_files()
+    assert any(f.parts[-2] == "bench" for f in files) and any(f.name == "conftest.py" for f in files)
+    bad = []
+    for path in files:
+        bad += bench_and_test_offences(path)
+    assert not bad, "development history in bench/ or tests/ comments or docstrings:\n" + "\n".join(bad)

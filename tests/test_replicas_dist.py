@@ -1,4 +1,4 @@
-"""Replicas out of sync (issue 25), reproduced with real DDP on 2-4 gloo processes.
+"""Replicas out of sync, reproduced with real DDP on 2-4 gloo processes.
 
 Each broken pattern must be found on the step it begins, naming the rank(s) at fault (of two ranks
 both, blaming neither, unless one alone is set up differently; of three or more the minority); the healthy

@@ -1,4 +1,4 @@
-"""Resuming a run folder (issue 24): ``Recorder(..., resume=True)`` continues the steps of a run
+"""Resuming a run folder: ``Recorder(..., resume=True)`` continues the steps of a run
 directory after a crash (or a finished phase), checked against the model's layers; a different
 model is refused clearly and the folder left as it was."""
 

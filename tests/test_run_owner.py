@@ -1,4 +1,4 @@
-"""One owner per run folder, and what is in memory is on disk (issue 24): a second writer on a folder
+"""One owner per run folder, and what is in memory is on disk: a second writer on a folder
 a live Recorder is writing is refused (overwrite=True included); a writer whose files were removed
 under it stops, saying so, and never rewrites meta.json over the run now there; a step whose
 optimizer.step() raised is written like any other."""

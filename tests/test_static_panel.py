@@ -1,4 +1,4 @@
-"""The static panel (issue 23): what a GradientPanel's output shows where no widget runs. It is
+"""The static panel: what a GradientPanel's output shows where no widget runs. It is
 readable (every layer named, a step axis on round numbers, the colour scale and the marks, the
 diagnoses whole, the health table), made from the run and its analysis alone (the same bytes
 whatever thread finished first), and the outputs a panel was shown in before training are updated

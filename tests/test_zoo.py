@@ -29,7 +29,7 @@ def test_heldout_labels_hold(zoo_cache):
         try:
             run = zoo.load_or_run(case, zoo_cache)
         except zoo.PendingCase:
-            continue  # gradwidget cannot record it yet (a head replaced after the optimizer: issue 21)
+            continue  # gradwidget cannot record it yet (a head replaced after the optimizer)
         zoo.check(case, run, zoo_cache)
 
 
@@ -49,7 +49,7 @@ def test_fast_covers_every_cause_and_every_arch():
 
 
 def test_the_corpus_looks_like_the_field():
-    """Issue 21: 12+ architectures, 60+ healthy calibration runs, every cause on 4+ architectures
+    """12+ architectures, 60+ healthy calibration runs, every cause on 4+ architectures
     (calibration and held out together) and on 2+ in calibration, a held-out share near a third."""
     every = zoo.CASES + zoo.HELDOUT
     assert len({c.arch for c in every}) >= 12

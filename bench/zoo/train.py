@@ -104,7 +104,7 @@ def train(
         except ValueError as e:
             if not s.after_optimizer:
                 raise
-            raise PendingCase(f"gradwidget.Recorder refuses this setup (issue 21, item 4): {e}") from e
+            raise PendingCase(f"gradwidget.Recorder refuses this setup: {e}") from e
         with rec:
             for step in range(steps):
                 for hook in s.on_step:

@@ -1,4 +1,4 @@
-"""The comparison panel end to end (issue 14): a real JupyterLab and kernel, the demo's vanishing
+"""The comparison panel end to end: a real JupyterLab and kernel, the demo's vanishing
 sigmoid MLP before and after the fix (ReLU), GradientPanel.compare in Debian's Chromium. Scrubbing
 moves the cursor of both heatmaps (canvas pixels), the difference map is drawn (its pixels are the
 diverging map's), and the mode switches from the page and from Python.
