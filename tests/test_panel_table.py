@@ -120,4 +120,6 @@ def test_a_rows_action_is_its_diagnosis_action_unprefixed(runs, case):
         else:
             assert "diagnosis" not in r
     top = [r for r in rows if r.get("diagnosis") == 0]
-    assert len(top) >= 2 and len({r["suggestion"] for r in top}) == 1  # one action for all its rows
+    # the top diagnosis's rows are the layers it names, and they share its one action
+    assert {r["layer"] for r in top} == set(diags[0].layers) & {r["layer"] for r in rows}
+    assert top and len({r["suggestion"] for r in top}) == 1
