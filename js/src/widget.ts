@@ -26,6 +26,14 @@ const TAKE_OVER_AT_MS = [0, 50, 300, 1500, 3000, 6000, 10000, 20000, 40000];
  *  that over, for as long as it keeps looking. */
 const RELEASED = new Map<PanelView, Handover>();
 
+/** Each view's place in the order views were made (a later view of a model replaces earlier ones),
+ *  and the newest place whose state a view took over: a view never takes over a state older than
+ *  one it holds (a stale view of the same model, detached or released late on a busy page, would
+ *  otherwise overwrite what the user set in the view it replaced). */
+const MADE = new WeakMap<PanelView, number>();
+const HOLDS = new WeakMap<PanelView, number>();
+let made = 0;
+
 /** `view` takes over the detached (or just released) views of its model. It keeps looking for
  *  the whole window after a take-over: a view found at one look may be a stale one of the same model
  *  (released by an earlier replacement, its state kept for its own successor), while the view this
@@ -41,7 +49,11 @@ function takeOver(view: PanelView): void {
       state = old.handover();
     }
     if (!view.sameModel(state)) continue;
-    view.adopt(state);
+    const place = MADE.get(old) ?? 0;
+    if (place > (HOLDS.get(view) ?? 0)) {
+      view.adopt(state);
+      HOLDS.set(view, place);
+    }
     old.dispose();
     VIEWS.delete(old);
     RELEASED.delete(old);
@@ -50,6 +62,7 @@ function takeOver(view: PanelView): void {
 
 function render({ model, el, signal }: { model: PanelModel; el: HTMLElement; signal?: AbortSignal }): () => void {
   const view = new PanelView(model, el);
+  MADE.set(view, ++made);
   // tests and the benchmark reach the view through the element
   (el as HTMLElement & { gradwidget?: PanelView }).gradwidget = view;
   VIEWS.add(view);
