@@ -36,6 +36,7 @@ import contextlib
 import functools
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,20 +220,27 @@ class StepReplay:
             )
 
 
-def _cut(x, depth: int = 0):
+def _map_tensors(x, leaf: Callable[[torch.Tensor], torch.Tensor], levels: int, depth: int = 0):
+    """``x`` with ``leaf`` applied to every tensor, tuples, lists and dicts rebuilt ``levels`` deep."""
+    if isinstance(x, torch.Tensor):
+        return leaf(x)
+    if depth >= levels:
+        return x
+    if type(x) in (tuple, list):
+        return type(x)(_map_tensors(v, leaf, levels, depth + 1) for v in x)
+    if type(x) is dict:
+        return {k: _map_tensors(v, leaf, levels, depth + 1) for k, v in x.items()}
+    return x
+
+
+def _cut(x):
     """``x`` with every tensor that has a graph behind it (made by code before the model, say a
     frozen encoder called apart) replaced by a detached copy that requires grad: the replay's
     backward stops at the model's inputs, as the tracer's events do, and never walks into a graph
     that the training's backward has freed. Containers are rebuilt, a few levels deep."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().requires_grad_(x.requires_grad) if x.grad_fn is not None else x
-    if depth >= 3:
-        return x
-    if type(x) in (tuple, list):
-        return type(x)(_cut(v, depth + 1) for v in x)
-    if type(x) is dict:
-        return {k: _cut(v, depth + 1) for k, v in x.items()}
-    return x
+    return _map_tensors(
+        x, lambda t: t.detach().requires_grad_(t.requires_grad) if t.grad_fn is not None else t, levels=3
+    )
 
 
 def _outermost(roots: list[tuple[torch.Tensor, Any]]) -> list[tuple[torch.Tensor, Any]]:
@@ -255,18 +263,14 @@ def _outermost(roots: list[tuple[torch.Tensor, Any]]) -> list[tuple[torch.Tensor
     return [(t, g) for t, g in roots if id(t.grad_fn) not in inner]
 
 
-def _copied(x, depth: int = 0):
+def _copied(x):
     """``x`` with every tensor replaced by a copy (requiring grad as it did); containers rebuilt,
     a few levels deep, as ``_cut`` does."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().clone().requires_grad_(x.requires_grad) if x.is_floating_point() else x.clone()
-    if depth >= 4:
-        return x
-    if type(x) in (tuple, list):
-        return type(x)(_copied(v, depth + 1) for v in x)
-    if type(x) is dict:
-        return {k: _copied(v, depth + 1) for k, v in x.items()}
-    return x
+    return _map_tensors(
+        x,
+        lambda t: t.detach().clone().requires_grad_(t.requires_grad) if t.is_floating_point() else t.clone(),
+        levels=4,
+    )
 
 
 #: the hook dicts of a module whose hooks a replay would run, and the global ones
