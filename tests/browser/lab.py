@@ -114,6 +114,9 @@ def jupyter_lab(root_dir: Path, timeout: float = 180, app: str = "lab"):
         f"--ServerApp.root_dir={root_dir}",
         "--ServerApp.open_browser=False",
         f"--{cls}.user_settings_dir={root_dir / '.lab-settings'}",
+        # a workspace of its own: the default one (in the user's config folder) would reopen the
+        # notebooks of an earlier server, missing here
+        f"--{cls}.workspaces_dir={root_dir / '.lab-workspaces'}",
     ]
     if app == "lab":
         cmd += ["--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
