@@ -19,7 +19,9 @@
   swapped for a copy): the steps have nothing to record; said once instead of recording nothing
   silently.
 
-Private to ``gradwidget.collect``; the state it changes is the Recorder's (``_state``).
+Private to ``gradwidget.collect``. The watch owns its hooks and what it has seen; it changes
+nothing of the Recorder's: it reads the recorded parameters and asks the Recorder, through the
+callbacks of a ``WatchHost``, to follow what it found.
 """
 
 from __future__ import annotations
@@ -27,15 +29,16 @@ from __future__ import annotations
 import functools
 import warnings
 import weakref
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
+import torch
 from torch import nn
 
 from .._warnings import GradwidgetWarning
 from ._hooks import Hook
-from ._inputs import _clean_compiled, _module_of
-from ._stats import StepStatistics
+from ._inputs import _clean_compiled
 
 
 def _weak(method) -> Hook:
@@ -53,15 +56,38 @@ def _names_list(names: list[str], most: int = 5) -> str:
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
-class ModelWatch:
-    """Watches ``rec``'s model and optimizer for the changes above (composition: the Recorder owns
-    one and calls it at each step; ``remove`` takes its hooks off)."""
+@dataclass(frozen=True)
+class WatchHost:
+    """What a ``ModelWatch`` sees of its Recorder and may ask of it (the Recorder changes its own
+    state: the watch calls these)."""
 
-    def __init__(self, rec: Any) -> None:  # the Recorder (typed loosely: no import cycle with it)
-        self.rec = rec
+    model: nn.Module
+    #: the recorded parameters by index (read only: the Recorder replaces one when ``rebind`` asks)
+    params: Sequence[torch.Tensor]
+    names: Sequence[str]
+    #: names that are not recorded on purpose (tied to a recorded one, skipped by the user)
+    unrecorded: Collection[str]
+    optimizer: Callable[[], Any]
+    attached: Callable[[], bool]
+    #: parameters re-created under their names with the same shape and dtype: ``[(index, new)]``
+    rebind: Callable[[list], None]
+    #: a lazy parameter got its shape: ``(index, tensor)``
+    lazy_ready: Callable[[int, torch.Tensor], None]
+    #: the optimizer's parameters changed (``add_param_group``)
+    optimizer_changed: Callable[[], None]
+    #: another optimizer steps this model in place of the Recorder's
+    adopt_optimizer: Callable[[Any], None]
+
+
+class ModelWatch:
+    """Watches a Recorder's model and optimizer for the changes above (composition: the Recorder
+    owns one and calls it at each step; ``remove`` takes its hooks off)."""
+
+    def __init__(self, host: WatchHost) -> None:
+        self.host = host
         self.changed = False  # a module or parameter of the model was (re)assigned since the last look
-        self._modules = {id(m) for m in rec.model.modules()}
-        self._opt_sig = self._signature(rec.optimizer)
+        self._modules = {id(m) for m in host.model.modules()}
+        self._opt_sig = self._signature(host.optimizer())
         self._told_nograd = self._told_change = False
         self._candidate: tuple[int, int] | None = None  # (id of a foreign optimizer, our steps when it stepped)
         self._own_steps = 0
@@ -76,7 +102,7 @@ class ModelWatch:
             nn_module.register_module_module_registration_hook(_weak(self._registered)),
             nn_module.register_module_parameter_registration_hook(_weak(self._registered)),
         ]
-        if rec.optimizer is not None:
+        if host.optimizer() is not None:
             self._handles.append(optim.register_optimizer_step_pre_hook(_weak(self._any_step)))
         self._lazy_handle: Any = None
 
@@ -92,17 +118,16 @@ class ModelWatch:
     def watch_lazy(self, lazy: list[int]) -> None:
         """Put the gradient hooks of lazy parameters ``lazy`` (indices) on once a forward has given
         them a shape."""
-        self._lazy_handle = self.rec.model.register_forward_hook(Hook(functools.partial(self._lazy_ready, lazy)))
+        self._lazy_handle = self.host.model.register_forward_hook(Hook(functools.partial(self._lazy_ready, lazy)))
 
     def _lazy_ready(self, lazy: list[int], module, args, output) -> None:
-        rec = self.rec
         left = []
         for i in lazy:
-            p = rec._params[i]
+            p = self.host.params[i]
             if nn.parameter.is_lazy(p):
                 left.append(i)
-            elif rec._order is None:
-                rec._hook_arrival(i, p)
+            else:
+                self.host.lazy_ready(i, p)
         lazy[:] = left
         if not left and self._lazy_handle is not None:
             self._lazy_handle.remove()
@@ -119,14 +144,13 @@ class ModelWatch:
     def before_step(self) -> None:
         """At the start of a step: follow reassigned parameters, and an optimizer whose parameters
         changed (``add_param_group``)."""
-        rec = self.rec
         if self.changed:
             self.changed = False
             self._follow_parameters()
-        sig = self._signature(rec.optimizer)
+        sig = self._signature(self.host.optimizer())
         if sig != self._opt_sig:
             self._opt_sig = sig
-            rec._plan_updates()
+            self.host.optimizer_changed()
 
     @staticmethod
     def _signature(opt) -> tuple:
@@ -137,13 +161,12 @@ class ModelWatch:
         return (id(opt.param_groups), len(opt.param_groups), *(len(g["params"]) for g in opt.param_groups))
 
     def _follow_parameters(self) -> None:
-        rec = self.rec
-        named = {_clean_compiled(n): p for n, p in rec.model.named_parameters()}
-        ours = set(rec._names)
-        tied = {n for names in rec._tied.values() for n in names}
+        host = self.host
+        named = {_clean_compiled(n): p for n, p in host.model.named_parameters()}
+        ours = set(host.names)
         rebound, reshaped, gone = [], [], []
-        for i, name in enumerate(rec._names):
-            old, new = rec._params[i], named.get(name)
+        for i, name in enumerate(host.names):
+            old, new = host.params[i], named.get(name)
             if new is None:
                 gone.append(name)
                 self._gone.append(i)
@@ -153,16 +176,9 @@ class ModelWatch:
                     self._gone.append(i)
                 else:
                     rebound.append((i, new))
-        added = [n for n in named if n not in ours and n not in tied and n not in rec.skipped]
-        for i, new in rebound:
-            del rec._pindex[id(rec._params[i])]
-            rec._params[i] = new
-            rec._pindex[id(new)] = i
-            if rec.optimizer is None or rec._order is None:  # arrival hooks still needed
-                rec._hook_arrival(i, new)
-        if rebound and rec._order is not None:
-            rec._stats = StepStatistics([rec._params[i] for i in rec._order])
-            rec._plan_updates()
+        added = [n for n in named if n not in ours and n not in host.unrecorded]
+        if rebound:
+            host.rebind(rebound)
         if (added or reshaped or gone) and not self._told_change:
             self._told_change = True
             parts = [
@@ -171,7 +187,7 @@ class ModelWatch:
                 if names
             ]
             warnings.warn(
-                f"gradwidget: the {type(rec.model).__name__} changed while training ({'; '.join(parts)}). "
+                f"gradwidget: the {type(host.model).__name__} changed while training ({'; '.join(parts)}). "
                 "The Recorder keeps the layers it started with (re-created ones of the same name and "
                 "shape are followed); a reshaped or removed one records no gradient from now on and a "
                 "new one is not recorded. Build a new Recorder (with a new log_dir) to record the model "
@@ -180,54 +196,42 @@ class ModelWatch:
                 stacklevel=4,
             )
 
-    def mask_gone(self, values: np.ndarray) -> None:
-        """No values for the columns of parameters no longer in the model: the old tensor's last
-        gradient and weight are not the layer's."""
-        rec = self.rec
-        if self._gone and rec._order is not None:
-            cols = [c for c, i in enumerate(rec._order) if i in set(self._gone)]
-            values[:, cols] = np.nan
+    def mask_gone(self, values: np.ndarray, order: Sequence[int]) -> None:
+        """No values for the columns (parameter indices ``order``) of parameters no longer in the
+        model: the old tensor's last gradient and weight are not the layer's."""
+        if self._gone:
+            gone = set(self._gone)
+            values[:, [c for c, i in enumerate(order) if i in gone]] = np.nan
 
     # ------------------------------------------------------------------ columns that start training
-    def after_collect(self, values: np.ndarray, nonfinite_row: int) -> None:
-        """A column marked frozen that requires and has a gradient now (unfrozen) becomes trainable."""
-        rec = self.rec
-        run = rec.run
-        if run is None:
-            return
+    def woken(self, values: np.ndarray, nonfinite_row: int, run, columns: Sequence[torch.Tensor]) -> list[int]:
+        """The columns marked frozen in ``run`` that require and have a gradient now (unfrozen;
+        ``columns``: the parameter of each column): the Recorder makes them trainable."""
         if self._frozen is None:  # the frozen columns, kept: this runs every step
             self._frozen = np.array([c for c, info in enumerate(run.layers) if info.status == "frozen"], np.intp)
         if not self._frozen.size:
-            return
+            return []
         has = ~np.isnan(values[nonfinite_row, self._frozen])
         if not has.any():
-            return
+            return []
         # a ``.grad`` left on a parameter frozen since (peft freezes a trained base without clearing
         # it) is read at every step too: unfrozen means it requires a gradient again
-        woke = [c for c in self._frozen[has].tolist() if rec._stats.ordered[c].requires_grad]
-        if not woke:
-            return
-        self._frozen = np.setdiff1d(self._frozen, woke).astype(np.intp)
-        assert rec._order is not None
-        nxt = 1 + max(info.backward_index for info in run.layers)
-        for k, c in enumerate(woke):
-            run.layers[c].status, run.layers[c].backward_index = "trainable", nxt + k
-            rec._graph.wanted.add(_module_of(rec.model, rec._names[rec._order[c]])[0])
-        rec._plan_updates()
-        if rec._writer is not None:
-            rec._writer.write_meta()
+        woke = [c for c in self._frozen[has].tolist() if columns[c].requires_grad]
+        if woke:
+            self._frozen = np.setdiff1d(self._frozen, woke).astype(np.intp)
+        return woke
 
     # ------------------------------------------------------------------ steps with nothing to record
-    def no_gradient(self, step: int) -> None:
-        """A step at which no recorded parameter had a gradient: said once."""
-        rec = self.rec
-        check = rec._reset_check
+    def no_gradient(self, step: int, check) -> None:
+        """A step at which no recorded parameter had a gradient: said once (``check``: the
+        Recorder's zero_grad check, or None)."""
+        model = self.host.model
         if self._told_nograd or (check is not None and check.steps < 2):
             return  # the gradient check has not watched a whole step yet: said at the next one
         self._told_nograd = True
         if check is not None and check.cleared:  # this step's backward brought one: cleared before the step
             warnings.warn(
-                f"gradwidget: step {step} of {type(rec.model).__name__}: the gradients this step's backward "
+                f"gradwidget: step {step} of {type(model).__name__}: the gradients this step's backward "
                 "brought were gone when optimizer.step() ran, so the optimizer moves no weight: is "
                 "optimizer.zero_grad() called between loss.backward() and optimizer.step()?",
                 GradwidgetWarning,
@@ -235,7 +239,7 @@ class ModelWatch:
             )
             return
         warnings.warn(
-            f"gradwidget: step {step} of {type(rec.model).__name__}: none of its parameters has a gradient, "
+            f"gradwidget: step {step} of {type(model).__name__}: none of its parameters has a gradient, "
             "so there is nothing to record. Is the loss computed from copies of them "
             "(torch.func.functional_call with copied parameters, a copy of the model)? The Recorder "
             "records the gradients of the model it was given",
@@ -248,21 +252,21 @@ class ModelWatch:
         self._own_steps += 1
 
     def _any_step(self, optimizer, args, kwargs):
-        rec = self.rec
-        if optimizer is rec.optimizer or not rec.attached:
+        host = self.host
+        if optimizer is host.optimizer() or not host.attached():
             return None
         held = {id(p) for g in optimizer.param_groups for p in g["params"]}
-        if not any(id(p) in held for p in rec._params):
+        if not any(id(p) in held for p in host.params):
             return None  # another model's optimizer (a GAN's other half)
         if self.changed:  # a layer replaced with the optimizer: follow it first
             self.changed = False
             self._follow_parameters()
-        current = {id(p) for p in rec.model.parameters()}
-        need = {id(p) for p in rec._params if p.requires_grad and id(p) in current}
+        current = {id(p) for p in host.model.parameters()}
+        need = {id(p) for p in host.params if p.requires_grad and id(p) in current}
         again = self._candidate == (id(optimizer), self._own_steps)
         if need <= held or again:  # it replaces ours, or ours has stopped stepping
             self._candidate = None
-            rec._adopt_optimizer(optimizer)
+            host.adopt_optimizer(optimizer)
             self._opt_sig = self._signature(optimizer)
         else:
             self._candidate = (id(optimizer), self._own_steps)

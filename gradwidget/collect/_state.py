@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..run import Run
     from ..storage import ResumePoint, RunWriter
     from ..thresholds import Thresholds
+    from ._changes import ModelWatch
     from ._grad_reset import GradResetCheck
     from ._graph import GraphCapture
     from ._stats import StepStatistics
@@ -84,13 +85,12 @@ class _RecorderState:
     _noise_off: str | None
     _noise_step: NoiseStep | None
     _noise_row: tuple | None
-    _watch: Any  # a _changes.ModelWatch, or None under torch.distributed
+    _watch: ModelWatch | None  # None under torch.distributed
     _opt_handles: list[Any]
     # the parameters, and the columns they become at the first step
     _names: list[str]
     _params: list[torch.Tensor]
     _tied: dict[int, tuple[str, ...]]
-    _pindex: dict[int, int]
     _order: list[int] | None
     _graph: GraphCapture  # the layers' data-flow edges
     _stats: StepStatistics  # the statistics of each column's parameter (set at the first step)
@@ -120,6 +120,7 @@ class _RecorderState:
         def _plan_updates(self) -> None: ...
         def _finish_unstepped(self) -> None: ...
         def _adopt_optimizer(self, optimizer) -> None: ...
+        def _make_trainable(self, cols: list[int]) -> None: ...
         @property
         def attached(self) -> bool: ...
         def _window(self, n_layers: int) -> int | None: ...

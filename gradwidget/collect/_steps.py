@@ -267,7 +267,7 @@ class _Steps(_RecorderState):
                 )
             if not self._arrival:
                 if self._watch is not None and self.optimizer is not None:
-                    self._watch.no_gradient(self._pending.get("step", step_no))
+                    self._watch.no_gradient(self._pending.get("step", step_no), self._reset_check)
                 return  # no gradient has arrived yet: nothing to record
             self._start()
             if before_update and self._reset_check is not None:
@@ -308,8 +308,8 @@ class _Steps(_RecorderState):
     def _append_step(self, step_no: int, pend: dict, values: np.ndarray, hist, complete: bool = True) -> None:
         """Append one step's values with its loss, learning rate and global norm to the Run
         (``complete=False``: its update norms are filled in by ``_post_step``)."""
-        if self._watch is not None:
-            self._watch.mask_gone(values)  # layers no longer in the model: no values
+        if self._watch is not None and self._order is not None:
+            self._watch.mask_gone(values, self._order)  # layers no longer in the model: no values
         user_step = pend.get("step", step_no)
         loss = pend.get("loss")
         if isinstance(loss, torch.Tensor):
@@ -345,8 +345,13 @@ class _Steps(_RecorderState):
             self._adopt_late_layers(values)
         if self._watch is not None:
             if np.isnan(values[_M["nonfinite"]]).all():
-                self._watch.no_gradient(user_step)
-            self._watch.after_collect(values, _M["nonfinite"])
+                self._watch.no_gradient(user_step, self._reset_check)
+            woke = self._watch.woken(values, _M["nonfinite"], run, self._stats.ordered)
+            if woke:  # unfrozen: trainable from now on, with update norms
+                self._make_trainable(woke)
+                self._plan_updates()
+                if self._writer is not None:
+                    self._writer.write_meta()
 
     def _trace_origin(self, values: np.ndarray | None, recorded: bool = True) -> None:
         """Look in the steps traced since the last recorded one for the first NaN/Inf's origin;
@@ -573,16 +578,22 @@ class _Steps(_RecorderState):
         late = [c for c in self._unused_cols if has[c]]
         if not late:
             return
-        run, order = self.run, self._order
-        assert run is not None and order is not None  # only the recording rank, after the first step
         self._unused_cols = [c for c in self._unused_cols if not has[c]]
-        nxt = 1 + max(layer.backward_index for layer in run.layers)
-        for k, c in enumerate(late):
-            run.layers[c].status, run.layers[c].backward_index = "trainable", nxt + k
-            self._graph.wanted.add(_module_of(self.model, self._names[order[c]])[0])
+        self._make_trainable(late)
         self._graph.capture_late()
         if self._writer is not None:
             self._writer.write_meta()
+
+    def _make_trainable(self, cols: list[int]) -> None:
+        """Columns that start having a gradient after the first step (a late layer, an unfrozen one)
+        become trainable, placed after the layers seen so far in the backward order (their real
+        arrival was not observed); their modules' edges are wanted from the next forward."""
+        run, order = self.run, self._order
+        assert run is not None and order is not None  # only the recording rank, after the first step
+        nxt = 1 + max(layer.backward_index for layer in run.layers)
+        for k, c in enumerate(cols):
+            run.layers[c].status, run.layers[c].backward_index = "trainable", nxt + k
+            self._graph.wanted.add(_module_of(self.model, self._names[order[c]])[0])
 
     def _finish_step(self) -> None:
         run = self.run

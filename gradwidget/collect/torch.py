@@ -38,7 +38,7 @@ from .._args import check_bool, check_bool_or_auto, check_count
 from ..run import Run, _as_step
 from ..storage import check_log_dir, check_resume, resume_point
 from ..thresholds import as_thresholds
-from ._changes import ModelWatch
+from ._changes import ModelWatch, WatchHost
 from ._graph import GraphCapture
 from ._hooks import remove_tensor_hooks
 from ._inputs import (
@@ -60,6 +60,7 @@ from ._meta import MetaFollow
 from ._probe import Probe
 from ._noise import NOISE_EVERY, SHARDED_TEXT, NoiseProbe, split_backward
 from ._setup import _Setup
+from ._stats import StepStatistics
 from ._steps import _Steps
 from .loss_graph import LossGraphProbe
 from ._replay import StepReplay
@@ -221,7 +222,6 @@ class Recorder(_Setup, _Steps):
         self._names = [_clean_compiled(n) for n, _ in named]
         self._params = [p for _, p in named]
         self._tied = _tied_names(model, self._params)
-        self._pindex = {id(p): i for i, p in enumerate(self._params)}
         #: tensors the optimizer holds that are not the model's (a loss temperature, multi-task loss
         #: weights, the head a replaced ``model.classifier`` left behind): not recorded, said in repr
         self.optimizer_extra = _optimizer_extra(model, optimizer, all_named)
@@ -277,7 +277,21 @@ class Recorder(_Setup, _Steps):
 
         self._step_hooks = step_hooks
         #: follows a model and optimizer that change while training (not under torch.distributed)
-        self._watch = ModelWatch(self) if self._dist is None else None
+        if self._dist is None:
+            self._watch = ModelWatch(
+                WatchHost(
+                    model=model,
+                    params=self._params,
+                    names=self._names,
+                    unrecorded={n for names in self._tied.values() for n in names} | set(self.skipped),
+                    optimizer=lambda: self.optimizer,
+                    attached=lambda: self._attached,
+                    rebind=self._rebind,
+                    lazy_ready=self._lazy_ready,
+                    optimizer_changed=self._plan_updates,
+                    adopt_optimizer=self._adopt_optimizer,
+                )
+            )
         lazy = []
         for i, p in enumerate(self._params):
             if p.requires_grad:
@@ -342,6 +356,22 @@ class Recorder(_Setup, _Steps):
         self._opt_handles.append(optimizer.register_step_post_hook(self._post_step))
         if self._step_hooks and (self._dist is None or not self._dist.sharded):
             self._wrap_zero_grad()
+
+    def _rebind(self, rebound: list) -> None:
+        """Parameters re-created under their names with the same shape and dtype (``[(index, new)]``,
+        found by the ``ModelWatch``): recorded from now on in place of the old ones."""
+        for i, new in rebound:
+            self._params[i] = new
+            if self.optimizer is None or self._order is None:  # arrival hooks still needed
+                self._hook_arrival(i, new)
+        if self._order is not None:
+            self._stats = StepStatistics([self._params[i] for i in self._order])
+            self._plan_updates()
+
+    def _lazy_ready(self, i: int, p: torch.Tensor) -> None:
+        """Lazy parameter ``i`` has its shape (its first forward): its gradient's arrival is watched."""
+        if self._order is None:
+            self._hook_arrival(i, p)
 
     def _adopt_optimizer(self, optimizer) -> None:
         """Record the steps of ``optimizer`` from now on, in place of the old one's (a new optimizer
@@ -478,6 +508,12 @@ class Recorder(_Setup, _Steps):
         if self._snap_taken:
             self._snap_taken = False
             self._finish_step()
+
+    @property
+    def layer_names(self) -> list[str]:
+        """The names of the parameters it records, in the model's order (the run's columns, once
+        the first step has set their order, are ``run.layer_names``)."""
+        return list(self._names)
 
     @property
     def attached(self) -> bool:

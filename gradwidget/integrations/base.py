@@ -67,8 +67,9 @@ class TrainerRecording:
         return not self._closed and (self.recorder is None or self.recorder.attached)
 
     @property
-    def _names(self) -> list[str] | None:
-        return None if self.recorder is None else self.recorder._names
+    def layer_names(self) -> list[str] | None:
+        """The names of the parameters recorded (None before training starts)."""
+        return None if self.recorder is None else self.recorder.layer_names
 
     def log(self, loss=None, lr=None, step: int | None = None) -> None:
         """Attach a loss, learning rate or step number of your own to the next recorded step."""

@@ -31,13 +31,11 @@ def source_layer_names(source) -> list[str] | None:
     run = getattr(source, "run", None) if not isinstance(source, Run) else source
     if isinstance(run, Run):
         return run.layer_names
-    names = getattr(source, "_names", None)  # a Recorder before its first step
-    if isinstance(names, list):
-        return names
     if is_module(source):
         model = getattr(source, "module", source) if type(source).__name__ == "DistributedDataParallel" else source
         return [n for n, _ in model.named_parameters()]
-    return None
+    names = getattr(source, "layer_names", None)  # a Recorder (or trainer callback) before its first step
+    return names if isinstance(names, list) else None
 
 
 def check_layer_option(layer, names: list[str]) -> None:

@@ -131,7 +131,7 @@ class PanelSync(PanelBase):
         """The traits of a full update of ``run`` (and ``self._view``, what the static image shows)."""
         empty = {k: b"" for k in ("heat", "flags", "col_steps", "loss", "hist_all", "detail", "hists", "hist_steps")}
         if run is None:
-            meta, arrays = P.empty_view(self.metric, len(getattr(self.recorder, "_names", []) or []))
+            meta, arrays = P.empty_view(self.metric, len(getattr(self.recorder, "layer_names", None) or []))
             return {**empty, "meta": meta}
         rows = self._rows_of(run)
         meta, arrays = P.heat_view(run, self.metric, self.columns, rows)
