@@ -39,6 +39,7 @@ from torch import nn
 from .._warnings import GradwidgetWarning
 from ._hooks import Hook
 from ._inputs import _clean_compiled
+from ._probe import Probe
 
 
 def _weak(method) -> Hook:
@@ -79,9 +80,9 @@ class WatchHost:
     adopt_optimizer: Callable[[Any], None]
 
 
-class ModelWatch:
+class ModelWatch(Probe):
     """Watches a Recorder's model and optimizer for the changes above (composition: the Recorder
-    owns one and calls it at each step; ``remove`` takes its hooks off)."""
+    owns one and calls it at each step; ``close`` takes its hooks off)."""
 
     def __init__(self, host: WatchHost) -> None:
         self.host = host
@@ -106,7 +107,7 @@ class ModelWatch:
             self._handles.append(optim.register_optimizer_step_pre_hook(_weak(self._any_step)))
         self._lazy_handle: Any = None
 
-    def remove(self) -> None:
+    def close(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles = []

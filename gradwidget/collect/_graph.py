@@ -13,13 +13,14 @@ from torch import nn
 
 from ._hooks import Hook
 from ._inputs import _compiling, _module_of
+from ._probe import Probe
 
 _MAX_GRAPH_VISITS = 200_000
 #: forwards captured again, at most, to find the edges of layers first used after the first step
 _LATE_CAPTURES = 16
 
 
-class GraphCapture:
+class GraphCapture(Probe):
     """The edges between ``model``'s parameter-owning modules, from the grad_fns their forwards
     consume and produce. ``order_pending()`` says whether the Recorder still needs the modules in
     first-forward order (``fwd_modules``); ``on_captured()`` runs after each capture."""
@@ -96,7 +97,7 @@ class GraphCapture:
         self.edges = (self.edges or set()) | self._walk()
         self.wanted -= set(self._mod_in) | set(self._mod_out.values())
         self._mod_in, self._mod_out = {}, {}
-        self.remove()
+        self._uninstall()
         self._on_captured()
 
     def capture_late(self) -> None:
@@ -106,7 +107,10 @@ class GraphCapture:
             self._late_captures += 1
             self.install()
 
-    def remove(self) -> None:
+    def close(self) -> None:
+        self._uninstall()
+
+    def _uninstall(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles = []

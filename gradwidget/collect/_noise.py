@@ -52,6 +52,7 @@ from ..noise_series import NOISE_MIN_ROWS, NoiseSeries
 from ._groups import Plan, grad_of
 from ._hooks import Hook, TensorHooks
 from ._kernels import HostCopy, acc_dtype, norms, stacked, stacked_norms, stored_values
+from ._probe import Probe
 
 #: "auto" keeps its hooks this many steps; with one batch size on every one, it removes them (one:
 #: accumulation shows at the first step, and the hooks then cost nothing in the steps NaN tracing's
@@ -158,7 +159,7 @@ class _Backward:
     incr: list[tuple[int, torch.Tensor]] = field(default_factory=list)
 
 
-class NoiseProbe:
+class NoiseProbe(Probe):
     """Hooks that see each backward's gradient increment and the accumulated gradient of ``params``."""
 
     # this step's state (``_reset_step``): what this backward's hooks saw (``_Backward``); per
@@ -257,7 +258,10 @@ class NoiseProbe:
     def measuring(self, value: bool) -> None:
         self._hooks.on = value
 
-    def remove(self) -> None:
+    def close(self) -> None:
+        self._uninstall()
+
+    def _uninstall(self) -> None:
         self._hooks.remove()
         if self._fwd_handle is not None:
             self._fwd_handle.remove()
@@ -480,7 +484,7 @@ class NoiseProbe:
         self._reset_step()
         self.user_batch = None
         if self._once:  # armed for one split step only (its parts are micro-batches by construction)
-            self.remove()
+            self._uninstall()
         if k == 0 or incr is None or acc is None or lost:
             return None
         if k * self.world_size < 2 or one_batch:
@@ -489,7 +493,7 @@ class NoiseProbe:
             # epoch's last, short accumulation) is no reason to stop measuring
             if self.mode == "auto" and self._one_size >= ONE_SIZE_STEPS and not self.rows:
                 self.one_size_note = ONE_BATCH_TEXT if one_batch else ONE_SIZE_TEXT
-                self.remove()
+                self._uninstall()
             return None
         self.two_sizes_seen = True
         if not counted and not told and not self._once and self.world_size == 1:
@@ -505,7 +509,7 @@ class NoiseProbe:
         return NoiseStep(incr, acc, k, list(sizes), mask)
 
     @staticmethod
-    def queue(st: NoiseStep, pack: HostCopy) -> None:
+    def queue_step(st: NoiseStep, pack: HostCopy) -> None:
         """Put the step's two vectors in the recorder's packed host copy."""
         st.handle = pack.add(torch.stack([st.incr_sq, st.acc_sq]))
 

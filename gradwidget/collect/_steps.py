@@ -286,7 +286,7 @@ class _Steps(_RecorderState):
         riders = [self._tracer.queue] if self._tracer is not None else []
         riders += [probe.queue for probe in self._probes]
         if noise is not None:
-            riders.append(functools.partial(NoiseProbe.queue, noise))
+            riders.append(functools.partial(NoiseProbe.queue_step, noise))
         values, hist, loss, pack = self._stats.collect(with_hist, logged, tuple(riders))
         self._noise_row = self._noise.row(noise, pack, self._order) if noise is not None and self._noise else None
         if loss is not None:

@@ -249,6 +249,7 @@ class Recorder(_Setup, _Steps):
         self._reset_check = None  # the zero_grad check (``_grad_reset``), planned with the update norms
         self._attached = True
         self._graph = GraphCapture(model, lambda: self._order is None, self._store_edges)  # layer edges
+        self._probes.append(self._graph)
         self._unused_cols: list[int] = []
         self._tracer: NonfiniteTracer | None = None
         self._replay: StepReplay | None = None  # "auto": the origin by replaying the first non-finite step
@@ -292,6 +293,7 @@ class Recorder(_Setup, _Steps):
                     adopt_optimizer=self._adopt_optimizer,
                 )
             )
+            self._probes.append(self._watch)
         lazy = []
         for i, p in enumerate(self._params):
             if p.requires_grad:
@@ -310,6 +312,7 @@ class Recorder(_Setup, _Steps):
         if noise_scale and (self._dist is None or not self._dist.sharded):
             world = self._dist.world_size if self._dist is not None and self._dist.kind == "ddp" else 1
             self._noise = NoiseProbe(model, self._params, batch_size, world, noise_scale, noise_every)
+            self._probes.append(self._noise)
         elif noise_scale and self._dist is not None:  # sharded: said in the run, not silently absent
             self._noise_off = SHARDED_TEXT.format(kind=self._dist.kind)
         if trace_nonfinite:
@@ -440,17 +443,12 @@ class Recorder(_Setup, _Steps):
             self._finish_unstepped()
         for h in self._handles + self._opt_handles:
             h.remove()
-        self._graph.remove()
         remove_tensor_hooks(self._grad_handles, self._params)
         self._handles, self._opt_handles, self._grad_handles = [], [], []
-        if self._watch is not None:
-            self._watch.remove()
         if self._exchange is not None and self.run is not None:
             self._trace_origin(None)  # take what other ranks posted since the last recorded step
         self._stop_looking()
         self._loss_probe = None  # closed with the probes
-        if self._noise is not None:
-            self._noise.remove()
         self._unwrap_zero_grad()
         self._update_bufs = None
         for probe in reversed(self._probes):
