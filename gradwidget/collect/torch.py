@@ -64,6 +64,7 @@ from ._steps import _Steps
 from .loss_graph import LossGraphProbe
 from ._replay import StepReplay
 from ._trace_cost import PairedMeter
+from ._train_mode import TrainModeCheck
 from .nonfinite import NonfiniteTracer
 
 __all__ = ["Recorder", "norms"]  # norms: the fused kernel, for the trainer callbacks
@@ -299,6 +300,9 @@ class Recorder(_Setup, _Steps):
         self._graph.install()
         self._loss_probe = LossGraphProbe(model)  # one step to see a loss with its graph
         self._probes.append(self._loss_probe)
+        train_mode = TrainModeCheck.of(model)  # None for a model without normalisation or dropout modules
+        if train_mode is not None:
+            self._probes.append(train_mode)
         if trace_nonfinite == "auto" and self._dist is None:
             self._replay = StepReplay(model)
         if noise_scale and (self._dist is None or not self._dist.sharded):
