@@ -31,3 +31,18 @@ def check_count(name: str, value, minimum: int, also: str = "") -> int:
     if value < minimum:
         raise ValueError(f"{name} must be {also}{kind}, got {value!r}")
     return int(value)
+
+
+#: what ``objective=`` accepts: ``"auto"`` reads the loss's graph; ``"loss"`` says it is a loss to
+#: minimise (its trajectory is judged); the others say it is not (no trajectory claims).
+OBJECTIVES = ("auto", "loss", "adversarial", "policy_gradient", "other")
+
+
+def check_objective(objective) -> str:
+    """``objective`` if it is one of ``OBJECTIVES``; a clear error otherwise (the API's edge)."""
+    if not isinstance(objective, str) or objective not in OBJECTIVES:
+        raise ValueError(
+            f"objective must be one of {', '.join(repr(o) for o in OBJECTIVES)} (what the loss is: 'loss' "
+            f"for a loss to minimise, 'adversarial' for a GAN's, 'policy_gradient', 'other'), not {objective!r}"
+        )
+    return objective

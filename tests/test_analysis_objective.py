@@ -349,3 +349,113 @@ def test_a_normalize_meant_for_unit_pixels_on_0_255_pixels_is_input_scale():
     run = _train(model, opt, batch, lambda b: F.cross_entropy(model(b[0]), b[1]), 60)
     top = analyze(run).diagnoses[0]
     assert top.cause == "input_scale" and "normalise the inputs" in top.action
+
+
+# --------------------------------------------------------------------------- the objective stated when recording
+def _gan_generator(steps=150):
+    """A GAN as tutorials write it: the discriminator (three Adam steps at a larger learning rate)
+    is frozen with ``requires_grad_(False)`` for the generator's step, so the generator loss's graph
+    holds no tensor another optimizer trains and reads as a plain BCE; as the discriminator learns,
+    the generator's loss rises. Returns (generator, its optimizer, a function training ``steps``
+    steps that calls ``log(loss)`` at each)."""
+    torch.manual_seed(0)
+    G = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 2))
+    D = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt_g, opt_d = torch.optim.Adam(G.parameters(), 2e-3), torch.optim.Adam(D.parameters(), 1e-2)
+    ones, zeros = torch.ones(32, 1), torch.zeros(32, 1)
+
+    def train(log):
+        for _ in range(steps):
+            real = torch.randn(32, 2) * 0.3 + 3.0
+            fake = G(torch.randn(32, 2))
+            D.requires_grad_(True)
+            for _ in range(3):
+                opt_d.zero_grad()
+                d = F.binary_cross_entropy_with_logits(D(real), ones)
+                d = d + F.binary_cross_entropy_with_logits(D(fake.detach()), zeros)
+                d.backward()
+                opt_d.step()
+            D.requires_grad_(False)
+            opt_g.zero_grad()
+            loss = F.binary_cross_entropy_with_logits(D(fake), ones)
+            loss.backward()
+            log(loss)
+            opt_g.step()
+
+    return G, opt_g, train
+
+
+def _record_gan(log_dir, **options):
+    G, opt, train = _gan_generator()
+    with Recorder(G, opt, log_dir=log_dir, **options) as rec:
+        train(lambda loss: rec.log(loss=loss))
+    return rec.run
+
+
+def test_an_objective_stated_to_the_recorder_reaches_the_folder_the_report_and_compare(tmp_path):
+    import html
+
+    from gradwidget import compare, load_run
+    from gradwidget.cli import main
+
+    unstated = _record_gan(tmp_path / "auto")
+    stated = _record_gan(tmp_path / "gan", objective="adversarial")
+    assert "objective" not in unstated.meta and stated.meta["objective"] == "adversarial"
+    # the same training: read as a loss to minimise, its rising loss is a divergence
+    top = analyze(load_run(tmp_path / "auto")).diagnoses[0]
+    assert top.cause == "lr_too_high" and top.priority == "Critical" and "diverged" in top.evidence
+    # stated: read back from the folder's meta.json, no claim on the loss's trajectory
+    run = load_run(tmp_path / "gan")
+    assert run.meta["objective"] == "adversarial"
+    rep = analyze(run)
+    assert not _serious(rep) and rep.overall_health == "Healthy"
+    assert not any("diverged" in d.evidence for d in rep.diagnoses)
+    assert all("information only: objective='adversarial'" in d.evidence for d in rep.diagnoses)
+    assert "objective: objective='adversarial': the loss's trajectory is not judged" in rep.notes
+    # an explicit objective overrides the stated one
+    assert analyze(run, objective="loss").diagnoses[0].priority == "Critical"
+    # gradwidget report DIR reads it too
+    out = tmp_path / "report.html"
+    assert main(["report", str(tmp_path / "gan"), "-o", str(out)]) == 0
+    page = html.unescape(out.read_text())
+    assert "objective='adversarial'" in page and "Critical" not in page.split("<details")[0]
+    # and compare on the folders: the alarm disappeared once the objective was stated
+    cmp = compare(tmp_path / "auto", tmp_path / "gan", labels=["auto", "stated"])
+    assert cmp.reports[0].overall_health == "Critical" and cmp.reports[1].overall_health == "Healthy"
+
+
+def test_an_objective_given_to_the_panel_is_used_by_its_analysis():
+    from gradwidget import GradientPanel
+
+    G, opt, train = _gan_generator()
+    panel = GradientPanel(G, opt, objective="adversarial")
+    try:
+        train(lambda loss: panel.recorder.log(loss=loss))
+        panel.flush()
+        rep = panel.report
+        assert panel.run.meta["objective"] == "adversarial"
+        assert not _serious(rep) and any("objective='adversarial'" in n for n in rep.notes)
+    finally:
+        panel.close()
+
+
+def test_a_wrong_objective_is_refused_where_it_is_given():
+    from gradwidget import GradientPanel
+    from gradwidget.integrations.base import TrainerRecording
+
+    model = nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    message = r"objective must be one of 'auto', 'loss', 'adversarial', 'policy_gradient', 'other' .* not 'gan'"
+    for make in (
+        lambda: Recorder(model, opt, objective="gan"),
+        lambda: GradientPanel(model, opt, objective="gan"),
+        lambda: TrainerRecording(objective="gan"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            make()
+    # refused before anything was attached: a Recorder built now is the only one on the model
+    assert not model._forward_hooks and not model._forward_pre_hooks
+    with Recorder(model, opt, objective="policy_gradient") as rec:
+        model(torch.randn(4, 3)).sum().backward()
+        opt.step()
+    assert rec.run.meta["objective"] == "policy_gradient"

@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 
 from ..run import Run
+from .._args import check_objective
 from ..thresholds import as_thresholds
 from . import causes, dynamics, evidence, flow, health, network, noise_scale, nonfinite, stats
-from .task import check_objective, task_of
+from .task import task_of
 from .report import Report
 from .weights import analyze_weights, weights_from_module
 
@@ -38,10 +39,11 @@ def analyze(
     (``{name: array}`` or a torch module) adds the weight section; ``previous_weights`` adds drift
     between the two snapshots. Runs longer than ``max_rows`` recorded steps are analysed on bounded
     views (see ``stats.Series``); extremes and flag counts stay exact. ``objective`` says what the
-    loss is (``task.OBJECTIVES``): ``"auto"`` reads it off the loss's autograd graph (or
-    ``run.meta["objective"]``); ``"loss"`` a loss to minimise; ``"adversarial"``,
-    ``"policy_gradient"`` or ``"other"`` an objective whose trajectory is not judged. The report's
-    notes say what was assumed.
+    loss is (``gradwidget._args.OBJECTIVES``): ``"auto"`` takes what the user stated when recording
+    (``Recorder(..., objective=...)``, kept in ``run.meta["objective"]``), else reads it off the
+    loss's autograd graph; ``"loss"`` a loss to minimise; ``"adversarial"``, ``"policy_gradient"``
+    or ``"other"`` an objective whose trajectory is not judged. Any other value overrides the one
+    stated when recording. The report's notes say what was assumed.
     """
     check_objective(objective)
     weights, previous_weights = _check_args(run, weights, previous_weights, max_rows)

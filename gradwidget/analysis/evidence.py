@@ -71,6 +71,9 @@ __all__ = [
 _NORM = re.compile(r"norm", re.I)
 _RECURRENT = re.compile(r"^(LSTM|GRU|RNN)(Cell)?$|LSTM|GRU", re.I)
 _ATTENTION = re.compile(r"attention|attn", re.I)
+#: normalisation that subtracts a per-channel mean over the batch or the instance: a bias right
+#: before it changes nothing, so its gradient is (up to rounding) zero
+_MEAN_REMOVING = re.compile(r"BatchNorm|InstanceNorm", re.I)
 _EMBEDDING = re.compile(r"embedding", re.I)
 
 
@@ -377,7 +380,8 @@ def input_rms(run: Run, arch: Architecture, rows: int = 8) -> float:
     """The root-mean-square size of the data entering the first layer, read off its gradients: for
     a Linear/Conv with a bias, ||dL/dW|| ~ ||dL/db|| x rms(input) x sqrt(fan_in), so their ratio
     estimates the input's scale (about 1 for normalised data). Median over the first ``rows``
-    recorded steps; NaN when the first layer has no bias or takes token ids."""
+    recorded steps; NaN when the first layer has no bias, takes token ids, or feeds a batch or
+    instance norm (which removes what the bias adds: its gradient is rounding, not a measure)."""
     if arch.token_input or run.n_steps == 0:
         return float("nan")
     ins = arch.input_layers
@@ -386,6 +390,9 @@ def input_rms(run: Run, arch: Architecture, rows: int = 8) -> float:
     if not w or not b:
         return float("nan")
     wi, bi = w[0], b[0]
+    after = {int(d) for u, d in run.edges if u in (wi, bi)}
+    if any(_MEAN_REMOVING.search(run.layers[j].module_type) for j in after):
+        return float("nan")
     shape = run.layers[wi].shape
     fan_in = int(np.prod(shape[1:]))
     g = run.metric("grad_norm")[:rows].astype(np.float64)

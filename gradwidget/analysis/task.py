@@ -1,5 +1,6 @@
 """What the run optimises, read from the loss's own autograd graph (``collect.loss_graph``) or
-stated by the user (``analyze(run, objective=...)``): which function made the loss, whether it is a
+stated by the user (``Recorder(..., objective=...)``, kept in ``run.meta["objective"]``, or
+``analyze(run, objective=...)``, which overrides it): which function made the loss, whether it is a
 sum over the batch, how many classes a cross entropy reads, and whether the loss is one to minimise
 at all. The causes read it instead of guessing from the model's output width:
 
@@ -20,11 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._args import OBJECTIVES
 from ..collect.loss_graph import LossGraph
 
-#: what ``objective=`` accepts: ``"auto"`` reads the loss's graph; ``"loss"`` says it is a loss to
-#: minimise (its trajectory is judged); the others say it is not (no trajectory claims).
-OBJECTIVES = ("auto", "loss", "adversarial", "policy_gradient", "other")
 #: the graph's reducing op -> the loss's kind
 _KINDS = {
     "NllLoss": "nll",
@@ -75,16 +74,6 @@ class Task:
     def per_example(self, y):
         """The loss per example: a summed loss divided by the batch it sums over."""
         return y / self.batch if self.summed and self.batch else y
-
-
-def check_objective(objective) -> str:
-    """``objective`` if it is one of ``OBJECTIVES``; a clear error otherwise (the API's edge)."""
-    if not isinstance(objective, str) or objective not in OBJECTIVES:
-        raise ValueError(
-            f"objective must be one of {', '.join(repr(o) for o in OBJECTIVES)} (what the loss is: 'loss' "
-            f"for a loss to minimise, 'adversarial' for a GAN's, 'policy_gradient', 'other'), not {objective!r}"
-        )
-    return objective
 
 
 def task_of(run, objective: str = "auto") -> Task:

@@ -114,6 +114,8 @@ class _Setup(_RecorderState):
                     "every": self.every,
                 },
             )
+            if self.objective != "auto":  # stated by the user: read by every analysis of the run
+                self.run.meta["objective"] = self.objective
             if self.skipped:
                 self.run.meta["skipped"] = dict(self.skipped)
             if self.optimizer_extra is not None:

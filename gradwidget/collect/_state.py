@@ -59,6 +59,7 @@ class _RecorderState:
     update_every: int
     max_steps: int | str | None
     memory_budget: int
+    objective: str
     thresholds: Thresholds
     log_dir: Any
     _overwrite: bool

@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .._args import check_bool, check_bool_or_auto, check_count
+from .._args import check_bool, check_bool_or_auto, check_count, check_objective
 from ..run import Run, _as_step
 from ..storage import check_log_dir, check_resume, resume_point
 from ..thresholds import as_thresholds
@@ -65,6 +65,7 @@ from ._steps import _Steps
 from .loss_graph import LossGraphProbe
 from ._replay import StepReplay
 from ._trace_cost import PairedMeter
+from ._train_mode import TrainModeCheck
 from .nonfinite import NonfiniteTracer
 
 __all__ = ["Recorder", "norms"]  # norms: the fused kernel, for the trainer callbacks
@@ -119,6 +120,12 @@ class Recorder(_Setup, _Steps):
     batch_size: the examples in one micro-batch (one backward); None (default) reads it from the
         first dimension of the first tensor the model is called with. ``log(batch_size=...)``
         sets it for one step.
+    objective: what the logged loss is, for the analysis: ``"auto"`` (default) reads it off the
+        loss's autograd graph; ``"loss"`` a loss to minimise (its trajectory is judged);
+        ``"adversarial"`` (a GAN's), ``"policy_gradient"`` or ``"other"`` an objective that is not
+        minimised on its own (no claim on its trajectory). Kept in ``run.meta["objective"]`` (the
+        run folder's meta.json), so the panel, ``gradwidget report``, ``load_run`` + ``analyze`` and
+        ``compare`` read the run with it; ``analyze(run, objective=...)`` overrides it.
 
     One Recorder per model: building another on the same model detaches this one (with a warning),
     as re-running a notebook cell does. With an optimizer, ``optimizer.zero_grad`` is wrapped on the
@@ -158,6 +165,7 @@ class Recorder(_Setup, _Steps):
         noise_every: int = NOISE_EVERY,
         batch_size: int | None = None,
         resume: bool | int = False,
+        objective: str = "auto",
     ) -> None:
         model, optimizer = _unwrapped(model), _unwrapped_optimizer(optimizer)
         if not isinstance(model, nn.Module):
@@ -177,6 +185,7 @@ class Recorder(_Setup, _Steps):
         noise_every = check_count("noise_every", noise_every, 1)
         if batch_size is not None:
             batch_size = check_count("batch_size", batch_size, 1)
+        self.objective = check_objective(objective)
         flags = {"overwrite": overwrite, "track_updates": track_updates}
         for flag, value in dict(flags, step_hooks=step_hooks).items():
             check_bool(flag, value)
@@ -307,6 +316,9 @@ class Recorder(_Setup, _Steps):
         self._graph.install()
         self._loss_probe = LossGraphProbe(model)  # one step to see a loss with its graph
         self._probes.append(self._loss_probe)
+        train_mode = TrainModeCheck.of(model)  # None for a model without normalisation or dropout modules
+        if train_mode is not None:
+            self._probes.append(train_mode)
         if trace_nonfinite == "auto" and self._dist is None:
             self._replay = StepReplay(model)
         if noise_scale and (self._dist is None or not self._dist.sharded):

@@ -10,6 +10,7 @@ from collections import defaultdict
 
 import torch
 
+from .._args import check_objective
 from ..collect._inputs import _check_number
 from ..collect.torch import Recorder, norms
 from ..schema import _as_step
@@ -48,6 +49,8 @@ class TrainerRecording:
             raise TypeError(
                 f"unknown Recorder option(s) {', '.join(unknown)}; options are {', '.join(o for o in RECORDER_OPTIONS)}"
             )
+        if "objective" in recorder_options:  # refused here, not when training starts
+            check_objective(recorder_options["objective"])
         self._options = dict(recorder_options, log_dir=log_dir)
         #: callbacks called with the Run after each recorded step (shared with the Recorder)
         self.on_step: list = []

@@ -89,7 +89,9 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
     columns: step columns sent before the browser reports its width.
     live: follow a run directory (``from_run``) as it grows.
     poll_interval: seconds between polls of a followed run directory.
-    **recorder_kwargs: passed to ``Recorder`` when ``source`` is a model.
+    **recorder_kwargs: passed to ``Recorder`` when ``source`` is a model: among them ``objective``
+        (what the loss is: ``"auto"``, ``"loss"``, ``"adversarial"``, ``"policy_gradient"``,
+        ``"other"``), kept in the run's meta and used by every analysis the panel shows.
     """
 
     _esm = _BUNDLE if _BUNDLE.is_file() else _MISSING_ESM
