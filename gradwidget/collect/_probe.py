@@ -11,8 +11,9 @@ column layout, the Run and its writer, and calls its probes in order at each ste
 
 The probes: the layers' data-flow graph (``_graph``), the model and optimizer changes
 (``_changes``), the loss's graph (``loss_graph``), the gradient noise scale (``_noise``), the
-zero_grad check (``_grad_reset``) and the replicas' exchange (``_replica_exchange``). The NaN
-tracer and its replay are not: they come off once the first non-finite step's origin is found.
+zero_grad check (``_grad_reset``), the training-mode check (``_train_mode``) and the replicas'
+exchange (``_replica_exchange``). The NaN tracer and its replay are not: they come off once the
+first non-finite step's origin is found.
 
 A new instrument is a module with a ``Probe`` subclass that overrides what it needs, added to the
 Recorder's list where it is planned. Private to ``gradwidget.collect``.
