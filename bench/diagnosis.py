@@ -240,7 +240,8 @@ def summary(results: list) -> str:
     acc = score.cause_accuracy(results)
     if acc["n"]:
         out.append(
-            f"== mistakes ({acc['n']}): right cause first {_pct(acc['top1'])}, within the first two {_pct(acc['top2'])}"
+            f"== mistakes ({acc['n']}): right cause first {_pct(acc['top1'])}, within the first two {_pct(acc['top2'])}; "
+            f"right cause first at Medium or above {_pct(acc['top1_alarm'])}"
         )
         out.append(
             "   per cause (first / first two / cases): "
@@ -252,6 +253,7 @@ def summary(results: list) -> str:
             + ("" if byid[i].rank is None else f", right cause at rank {byid[i].rank + 1}")
             for i in acc["misses"]
         ]
+        out += [f"   found only at Low {i} [{byid[i].case.cause}]" for i in acc["low_only"]]
     ls = score.layer_scores(results)
     if ls["n"]:
         out.append(

@@ -82,16 +82,20 @@ def false_alarms(results: list[Result]) -> list[Result]:
 
 def cause_accuracy(results: list[Result]) -> dict:
     """Over the mistakes: the fraction with the right cause ranked first and within the first two,
-    and the ids of those that miss (right cause not first)."""
+    the fraction with the right cause first as an alarm (Medium or above: Low is advice a user may
+    not act on), the ids of those that miss (right cause not first) and of those found only at Low."""
     ms = [r for r in results if not r.case.healthy]
     n = len(ms)
     top1 = [r for r in ms if r.rank == 0]
     top2 = [r for r in ms if r.rank is not None and r.rank < 2]
+    low = [r for r in top1 if r.match is not None and r.match.priority not in ALARM_PRIORITIES]
     return {
         "n": n,
         "top1": len(top1) / n if n else float("nan"),
         "top2": len(top2) / n if n else float("nan"),
+        "top1_alarm": (len(top1) - len(low)) / n if n else float("nan"),
         "misses": [r.case.id for r in ms if r.rank != 0],
+        "low_only": [r.case.id for r in low],
     }
 
 
