@@ -3,13 +3,16 @@
 * ``report``: the HTML report of the demo run (``report.png``);
 * ``panel``, ``gpt2``: the live panel in JupyterLab on the demo (``panel.png``) and on a Hugging Face
   GPT-2 (tiny config) trained with a learning rate 30x too high (``panel_gpt2.png``, the zoo's case);
+* ``bert``: the live panel on a small random-init BERT-style classifier trained with the Hugging Face
+  ``Trainer`` and ``GradwidgetCallback``, at a learning rate that works (``panel_bert.png``) and 50x
+  higher (``panel_bert_lr.png``);
 * ``exports``, ``exports_gpt2``: a notebook executed headless (nbclient) and exported, its static
   panel photographed: plain ``nbconvert --to html`` without the widget state (``static.png``,
   ``static_gpt2.png``) and ``nbconvert --to gradwidget`` with it (``exported.png``,
   ``exported_gpt2.png``); the demo's notebook is the README's workflow (the panel shown before
   training), the GPT-2's opens the run of ``gpt2`` (``GradientPanel.from_run``).
 
-    python docs/screenshots.py [--out docs] [--steps 200] [--only report|panel|gpt2|exports|exports_gpt2]
+    python docs/screenshots.py [--out docs] [--steps 200] [--only report|panel|gpt2|bert|exports|exports_gpt2]
 
 Each is photographed in headless Chromium with the network off; ``tests/test_screenshots.py``
 runs this and checks what each drew.
@@ -82,6 +85,64 @@ def train_gpt2(run_dir: Path) -> str:
     case = next(c for c in CASES if c.arch == "gpt2" and c.mistake == "lr_too_high")
     run_case(case).save(run_dir, overwrite=True)
     return case.id
+
+
+#: the learning rate that trains ``train_bert``'s classifier (to 99% accuracy in 150 steps), and 50x it.
+BERT_LR = 5e-4
+BERT_LR_HIGH = 50 * BERT_LR
+
+
+def train_bert(run_dir: Path, lr: float, steps: int = 150, seed: int = 0) -> dict:
+    """A small random-init BERT-style classifier (2 layers, d64) trained by the Hugging Face
+    ``Trainer`` with ``GradwidgetCallback(log_dir=run_dir)`` (AdamW, linear decay) on token
+    sequences whose label says whether token 7 occurs more often than token 8; its training loss
+    and its accuracy on 512 of its sequences."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+
+    from gradwidget.integrations.transformers import GradwidgetCallback
+
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    cfg = BertConfig(
+        vocab_size=200,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        num_labels=2,
+    )
+    model = BertForSequenceClassification(cfg)
+    g = torch.Generator().manual_seed(seed)
+    n, seq = 2048, 24
+    ids = torch.randint(5, 200, (n, seq), generator=g)
+    label = torch.randint(0, 2, (n,), generator=g)
+    extra = torch.randint(1, 5, (n,), generator=g)
+    for i in range(n):  # 1-4 more of the label's token, in random places; [CLS] first
+        ids[i, : extra[i]] = 7 if label[i] else 8
+        ids[i] = ids[i][torch.randperm(seq, generator=g)]
+    ids[:, 0] = 2
+    mask = torch.ones(seq, dtype=torch.long)
+    data = [{"input_ids": ids[i], "attention_mask": mask, "labels": int(label[i])} for i in range(n)]
+    args = TrainingArguments(
+        output_dir=str(Path(run_dir).parent / f"{Path(run_dir).name}-trainer"),
+        per_device_train_batch_size=32,
+        max_steps=steps,
+        learning_rate=lr,
+        logging_steps=steps,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=seed,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[GradwidgetCallback(log_dir=run_dir)])
+    loss = trainer.train().training_loss
+    model.eval()
+    with torch.no_grad():
+        pred = model(input_ids=ids[:512], attention_mask=mask.expand(512, seq)).logits.argmax(-1)
+    return {"loss": float(loss), "accuracy": float((pred == label[:512]).float().mean())}
 
 
 #: how many steps the exported demo notebook trains.
@@ -229,13 +290,25 @@ def shoot_panel(run_dir: Path, out: Path, work: Path, timeout: float = 180, name
             target = root.first if root.count() else page.locator(".jp-OutputArea-output").last
             target.screenshot(path=str(out / name))
             diagnoses = page.evaluate("() => Array.from(document.querySelectorAll('.gw-dhead'), d => d.textContent)")
+            verdict = page.evaluate("() => document.querySelector('.gw-verdict')?.textContent ?? ''")
+            # the health table's layer names, as shown (each row's distinct label) and whole (its tooltip)
+            names = page.evaluate(
+                "() => Array.from(document.querySelectorAll('.gw-health td.gw-name'), "
+                "td => [td.textContent.replace(/^[▸▾]\\s*/, '').trim(), td.title || ''])"
+            )
         finally:
             browser.close()
-    return {"panel_png": str(out / name), "canvases": canvases, "diagnoses": diagnoses}
+    return {
+        "panel_png": str(out / name),
+        "canvases": canvases,
+        "diagnoses": diagnoses,
+        "verdict": verdict,
+        "names": names,
+    }
 
 
 #: what ``--only`` picks: each makes the pictures named in the module's docstring.
-PICTURES = ["report", "panel", "gpt2", "exports", "exports_gpt2"]
+PICTURES = ["report", "panel", "gpt2", "bert", "exports", "exports_gpt2"]
 
 
 def main(argv=None) -> int:
@@ -262,6 +335,10 @@ def main(argv=None) -> int:
             info["gpt2_case"] = train_gpt2(gpt2)
         if "gpt2" in wanted:
             info["gpt2"] = shoot_panel(gpt2, out, work, name="panel_gpt2.png")
+        if "bert" in wanted:
+            for key, lr, name in (("bert", BERT_LR, "panel_bert.png"), ("bert_lr", BERT_LR_HIGH, "panel_bert_lr.png")):
+                trained = train_bert(work / f"{key}-run", lr)
+                info[key] = shoot_panel(work / f"{key}-run", out, work, name=name) | {"trained": trained, "lr": lr}
         if "exports" in wanted:
             expect = {"layers": demo_layers(), "last_step": DEMO_STEPS - 1}
             info["exports"] = shoot_exports(DEMO_CELLS, expect, out, work)

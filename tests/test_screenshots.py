@@ -83,6 +83,32 @@ def test_gpt2_panel_screenshot_shows_its_diagnosis(tmp_path):
     assert w >= 400 and h >= 300
 
 
+def test_bert_trainer_panel_screenshots_healthy_and_lr_too_high(tmp_path):
+    """A small random-init BERT-style classifier trained by the Hugging Face Trainer, in the live
+    panel: at a learning rate that works (99% accuracy) the verdict says healthy; at 50x it (the
+    model stays at chance) the panel names the learning rate, not the data; the table's labels tell
+    the layers apart (the three embeddings, the three dense layers of a block)."""
+    pytest.importorskip("transformers")
+    if not shutil.which("jupyter", path=str(Path(sys.executable).parent)):
+        pytest.skip("jupyter lab is not installed next to this Python")
+    info = _run(["--only", "bert"], tmp_path)
+    good, bad = info["bert"], info["bert_lr"]
+    assert good["trained"]["accuracy"] >= 0.95 and bad["trained"]["accuracy"] <= 0.65, (good["trained"], bad["trained"])
+    assert good["verdict"].startswith("Healthy: nothing found in 150 recorded steps"), good["verdict"]
+    assert good["diagnoses"] == [], good["diagnoses"]
+    assert bad["verdict"].startswith(("Critical: learning rate too high", "High: learning rate too high")), bad[
+        "verdict"
+    ]
+    assert not any(d.startswith("the model learns nothing") for d in bad["diagnoses"]), bad["diagnoses"]
+    for shot in (good, bad):
+        shown = [label for label, _ in shot["names"]]
+        whole = [name for _, name in shot["names"]]
+        assert len(shown) == len(set(shown)) and len(whole) == len(set(whole)), shot["names"]
+        assert any("word_embeddings" in label for label in shown), shown
+        w, h = _png_size(shot["panel_png"])
+        assert w >= 400 and h >= 300
+
+
 @pytest.fixture(scope="module")
 def demo_exports(tmp_path_factory) -> dict:
     """The README's workflow executed headless and exported both ways (static.png, exported.png)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..evidence import LOSS_SMOOTH_STEPS, LOSS_SPIKE, adaptive_optimizer, line_search_optimizer, weight_growth
+from ...rules import vanishing_flags
 from ..stats import _quiet, dead_flags
 from ..stats import fmt_num as _fmt
 from ._base import CauseRule, Context, Diagnosis
@@ -50,14 +51,22 @@ def find(c: Context) -> Diagnosis | None:
     # a line search (LBFGS) sets each step's length itself: its steps' size is no learning rate's
     sized_by_lr = not line_search_optimizer(run)
     hi = np.flatnonzero(ratio > too_high) if sized_by_lr else np.zeros(0, int)
-    if adaptive_optimizer(run):  # an adaptive optimizer's first step is lr per entry, whatever the gradient
-        hi = hi[hi > 0]
+    first_lr = ""
+    if adaptive_optimizer(run) and hi.size and hi[0] == 0:
+        # an adaptive optimizer's first step moves each weight by about the learning rate, whatever
+        # the gradient: its ratio is the learning rate against the weights' size. It is evidence
+        # only when that step moved the typical layer by a whole weight norm and the loss then did
+        # not fall cleanly (the weights were knocked far from where they started)
+        if clean or ratio[0] <= UPDATE_RATIO_UNLOGGED:
+            hi = hi[1:]
+        else:
+            first_lr = " (an adaptive optimizer's first step moves each weight by about the learning rate)"
     if hi.size:
         signals.append(
             (
                 int(steps_u[hi[0]]),
                 f"the typical layer's update was {_fmt(float(ratio[hi[0]]))} of its weight norm at step "
-                f"{int(steps_u[hi[0]])} (healthy: {t.update_ratio_low:g} to {t.update_ratio_high:g})",
+                f"{int(steps_u[hi[0]])}{first_lr} (healthy: {t.update_ratio_low:g} to {t.update_ratio_high:g})",
             )
         )
     wg = weight_growth(run)
@@ -80,7 +89,7 @@ def find(c: Context) -> Diagnosis | None:
     layers = [run.layer_names[i] for i in order if c.s.trainable[i] and np.isfinite(wg[i])]
     nonfinite = L.nonfinite_step is not None or (c.s.exact["nonfinite_share"] > 0).any()
     nf_after_rise = L.nonfinite_step is not None and L.rebound_step is not None and L.rebound_step < L.nonfinite_step
-    text = "; ".join(s for _, s in signals)
+    text = "; ".join(s for _, s in signals) + _grey_after(c, first)
     if nf_after_rise or (nonfinite and first is not None):
         text += "; then the values went NaN/Inf"
     return Diagnosis(
@@ -90,6 +99,28 @@ def find(c: Context) -> Diagnosis | None:
         first,
         text,
         float(np.clip(0.4 + 0.3 * len(signals), 0, 1)),
+    )
+
+
+def _grey_after(c: Context, first: int | None) -> str:
+    """The layers whose gradients sat below the vanishing threshold on most steps after ``first``
+    though not before it (the heatmap's grey, which the large steps explain), as a sentence; ""
+    when none did."""
+    run, t = c.run, c.t
+    if first is None or run.n_steps < 4:
+        return ""
+    after = run.steps > first
+    if after.sum() < 2:
+        return ""
+    flags = vanishing_flags(run.metric("mean_abs"), t) & c.s.trainable[None, :]
+    before = flags[~after].mean(axis=0) if (~after).any() else np.zeros(run.n_layers)
+    grey = (flags[after].mean(axis=0) >= 0.5) & (before < 0.5)
+    n = int(grey.sum())
+    if not n:
+        return ""
+    return (
+        f"; after it the gradients of {n} layer{'s' * (n != 1)} stayed below the vanishing threshold "
+        f"{t.vanishing:g} on most steps (grey in the heatmap), as they were not before"
     )
 
 
