@@ -147,6 +147,40 @@ def test_batchnorm_frozen_before_its_statistics_were_estimated_is_named():
     assert "remove the .eval() calls on the normalisation layers" in d.action
 
 
+def _dropout_mlp() -> nn.Sequential:
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 4))
+
+
+def test_model_eval_left_on_in_a_model_with_only_dropout_is_medium_and_explains_nothing():
+    """No normalisation module: the gradients are right, the dropout is off (Medium, no layer)."""
+    torch.manual_seed(1)
+    run = _train(_dropout_mlp(), evaluate_at=40)
+    seen = run.meta["train_mode"]
+    assert seen["norm"] == 0 and seen["dropout"] == 1 and seen["model_eval"] == seen["dropout_eval"] == STEPS - 40
+    d = _eval_mode(analyze(run))
+    assert d is not None and d.priority == "Medium" and d.first_step == 40 and d.layers == [] and not d.explains
+    assert f"on {STEPS - 40} of {STEPS} recorded optimizer steps: its 1 dropout module off" in d.evidence
+    assert d.action.startswith("call model.train() before the training loop and again after each evaluation")
+    torch.manual_seed(1)
+    rep = analyze(_train(_dropout_mlp()))  # trained in training mode
+    assert _eval_mode(rep) is None and not _serious(rep), _serious(rep)
+
+
+def test_dropout_modules_switched_off_one_by_one_while_the_model_trains_are_not_named():
+    """``m.eval()`` on each dropout module (the model itself training) turns the regularisation off by
+    choice, as ``p=0`` would: no finding."""
+    torch.manual_seed(1)
+
+    def off(model):
+        for m in model.modules():
+            if isinstance(m, nn.Dropout):
+                m.eval()
+
+    run = _train(_dropout_mlp(), before=off)
+    assert run.meta["train_mode"]["dropout_eval"] == STEPS and run.meta["train_mode"]["model_eval"] == 0
+    assert _eval_mode(analyze(run)) is None
+
+
 def test_a_model_without_normalisation_or_dropout_gets_no_probe():
     torch.manual_seed(1)
     model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 64, 4))

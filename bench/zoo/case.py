@@ -22,6 +22,7 @@ CAUSES: tuple[str, ...] = (
     "cleared_before_step",
     "half_weights",
     "learns_nothing",
+    "eval_mode",
 )
 HEALTHY = "healthy"
 

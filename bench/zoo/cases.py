@@ -45,13 +45,18 @@ def _model(arch: str, variant: tuple) -> nn.Module:
     return build(arch, **dict(variant))
 
 
-def _first_module(arch: str, type_name: str) -> str:
-    """Path of the first module of class ``type_name`` in ``arch``'s model (paths inside
-    transformers models change between its releases; class names do not)."""
-    path = next((n for n, m in _model(arch, ()).named_modules() if type(m).__name__ == type_name), None)
-    if path is None:
+def _modules(arch: str, type_name: str) -> tuple[str, ...]:
+    """Paths of the modules of class ``type_name`` in ``arch``'s model (paths inside transformers
+    models change between its releases; class names do not)."""
+    paths = tuple(n for n, m in _model(arch, ()).named_modules() if type(m).__name__ == type_name)
+    if not paths:
         raise LookupError(f"{arch} has no {type_name} module")
-    return path
+    return paths
+
+
+def _first_module(arch: str, type_name: str) -> str:
+    """Path of the first module of class ``type_name`` in ``arch``'s model."""
+    return _modules(arch, type_name)[0]
 
 
 def _add(
@@ -302,3 +307,37 @@ for _arch in ("mlp", "lstm", "gpt2", "llama"):
 # teach it the token frequencies): the loss stays at chance with healthy training.
 for _arch, _opt in [("mlp", "adamw"), ("cnn", "sgd"), ("bert", "adamw"), ("vit", "adamw")]:
     _add(_arch, _opt, "labels_apart", "learns_nothing", apply=[mk.shuffle_labels_apart])
+
+# model.eval() left on while training: called once before the loop, or for an evaluation at some step
+# with no model.train() after it. Where it matters: the ResNet's BatchNorms (labelled: the cause
+# names them) and dropout (the tabular MLP's, BERT's and GPT-2's at the libraries' default 0.1; no
+# layer is at fault). Slow: BERT's evaluation comes at step 60, past the 50 steps a detection is
+# expected within.
+_add(
+    "resnet",
+    "sgd",
+    "eval_before_loop",
+    "eval_mode",
+    apply=[mk.eval_left_on(0)],
+    faults=_modules("resnet", "BatchNorm2d"),
+)
+_add("tabular", "adamw", "eval_left_on", "eval_mode", apply=[mk.eval_left_on(40)], task="wine", style="wine")
+_add(
+    "bert",
+    "adamw",
+    "eval_left_on",
+    "eval_mode",
+    variant={"dropout": 0.1},
+    apply=[mk.eval_left_on(60)],
+    style="dropout",
+    slow=True,
+)
+_add(
+    "gpt2",
+    "adamw",
+    "eval_before_loop",
+    "eval_mode",
+    variant={"dropout": 0.1},
+    apply=[mk.eval_left_on(0)],
+    style="dropout",
+)

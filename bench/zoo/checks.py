@@ -234,7 +234,17 @@ def _at_chance(case, run, silent) -> None:
     assert end >= 0.95 * chance_loss(case), f"{case.id}: the loss left chance level ({end:.3g})"
 
 
+def _eval_mode(case, run, silent) -> None:
+    seen = run.meta.get("train_mode") or {}
+    steps, on = seen.get("steps", 0), seen.get("model_eval", 0)
+    assert steps and on >= 0.25 * steps, f"{case.id}: the model was not in eval mode while training: {seen}"
+    for kind in ("norm", "dropout"):  # every such module off with it
+        assert seen.get(f"{kind}_eval", 0) == (on if seen.get(kind) else 0), f"{case.id}: {kind} modules: {seen}"
+    assert seen.get("most_norm_eval", 0) == seen.get("norm", 0), f"{case.id}: a normalisation module trained: {seen}"
+
+
 _CHECKS = {
+    "eval_mode": _eval_mode,
     "learns_nothing": _at_chance,
     "cleared_before_step": _cleared,
     "half_weights": _half,

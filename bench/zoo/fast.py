@@ -39,6 +39,7 @@ FAST_IDS: tuple[str, ...] = (
     "mlp-sgd-s0-cleared_before_step",
     "mlp-adamw-s0-half_weights",
     "mlp-adamw-s0-labels_apart",
+    "tabular-adamw-s0-eval_left_on-wine",
 )
 _unknown = set(FAST_IDS) - set(RECIPES)
 assert not _unknown, f"FAST_IDS names no case: {sorted(_unknown)}"

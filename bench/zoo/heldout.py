@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from . import mistakes as mk
 from .case import Case
-from .cases import _add, _first_module
+from .cases import _add, _first_module, _modules
+from .models import DIGITS_HF
 
 HELDOUT: list[Case] = []
 
@@ -136,3 +137,17 @@ _h("resnet", "sgd", "loss_scale", "loss_scale", apply=[mk.summed_loss(128)])
 _h("resnet", "sgd", "cleared_before_step", "cleared_before_step", apply=[mk.clear_before_step])
 _h("gru", "adamw", "half_weights", "half_weights", apply=[mk.half_weights])
 _h("resnet", "adamw", "labels_apart", "learns_nothing", apply=[mk.shuffle_labels_apart])
+# model.eval() left on after an evaluation: ViT with dropout (SGD), the ResNet's BatchNorms (AdamW, on
+# the digits), their statistics estimated for 30 steps before they froze
+_h("vit", "sgd", "eval_left_on", "eval_mode", variant={"dropout": 0.1}, apply=[mk.eval_left_on(30)], style="dropout")
+_h(
+    "resnet",
+    "adamw",
+    "eval_left_on",
+    "eval_mode",
+    variant=DIGITS_HF,
+    task="digits",
+    style="digits",
+    apply=[mk.eval_left_on(30)],
+    faults=_modules("resnet", "BatchNorm2d"),
+)

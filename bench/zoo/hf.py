@@ -1,5 +1,6 @@
 """The zoo's transformers models, built from tiny configs of their real classes (random init, no
-download). Dropout is off so healthy runs are deterministic; sizes are keyword arguments so one
+download). Dropout is off unless a case asks for it (``dropout``, the libraries' default 0.1) so
+healthy runs are deterministic; sizes are keyword arguments so one
 architecture fits the synthetic tasks and the real ones (8 x 8 grey digits, a 97-character text)."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 from torch import nn
 
 
-def gpt2(vocab: int = 64, layers: int = 2, positions: int = 32) -> nn.Module:
+def gpt2(vocab: int = 64, layers: int = 2, positions: int = 32, dropout: float = 0.0) -> nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = GPT2Config(
@@ -18,9 +19,9 @@ def gpt2(vocab: int = 64, layers: int = 2, positions: int = 32) -> nn.Module:
         n_head=2,
         bos_token_id=0,
         eos_token_id=0,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
+        resid_pdrop=dropout,
+        embd_pdrop=dropout,
+        attn_pdrop=dropout,
     )
     return GPT2LMHeadModel(cfg)
 
@@ -86,7 +87,7 @@ def t5(vocab: int = 97) -> nn.Module:
     return T5ForConditionalGeneration(cfg)
 
 
-def bert(vocab: int = 64, labels: int = 4) -> nn.Module:
+def bert(vocab: int = 64, labels: int = 4, dropout: float = 0.0) -> nn.Module:
     from transformers import BertConfig, BertForSequenceClassification
 
     cfg = BertConfig(
@@ -96,8 +97,8 @@ def bert(vocab: int = 64, labels: int = 4) -> nn.Module:
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=32,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
     )
     cfg.num_labels = labels
     return BertForSequenceClassification(cfg)
@@ -141,7 +142,7 @@ def convnext(channels: int = 1, labels: int = 10) -> nn.Module:
     return ConvNextForImageClassification(cfg)
 
 
-def vit(channels: int = 3, size: int = 32, patch: int = 8, labels: int = 4) -> nn.Module:
+def vit(channels: int = 3, size: int = 32, patch: int = 8, labels: int = 4, dropout: float = 0.0) -> nn.Module:
     from transformers import ViTConfig, ViTForImageClassification
 
     cfg = ViTConfig(
@@ -152,8 +153,8 @@ def vit(channels: int = 3, size: int = 32, patch: int = 8, labels: int = 4) -> n
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
     )
     cfg.num_labels = labels
     return ViTForImageClassification(cfg)

@@ -268,3 +268,14 @@ def shuffle_labels_apart(s: Setup) -> None:
         return x, task.y[torch.randint(0, len(task.y), (len(y),), generator=gen)]
 
     task.batch = apart  # type: ignore[method-assign]
+
+
+def eval_left_on(at: int) -> Mistake:
+    """``model.eval()`` for an evaluation at step ``at`` (0: before the training loop) and no
+    ``model.train()`` after it: from then on BatchNorm normalises with running statistics that never
+    update and dropout is off, while the optimizer goes on stepping."""
+
+    def apply(s: Setup) -> None:
+        s.on_step.append(lambda step: step == at and s.model.eval())
+
+    return apply

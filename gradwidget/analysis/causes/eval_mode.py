@@ -1,4 +1,4 @@
-"""``eval_mode``: normalisation layers in eval mode while the optimizer steps. ``model.eval()`` left
+"""``eval_mode``: normalisation or dropout layers in eval mode while the optimizer steps. ``model.eval()`` left
 on (called before the loop, or for an evaluation with no ``model.train()`` after it) makes BatchNorm
 normalise with running statistics that never update, and switches dropout off, while training goes
 on. Seen by the Recorder (``run.meta["train_mode"]``, ``collect/_train_mode``): the modules'
@@ -11,7 +11,11 @@ the model itself in eval mode, or every normalisation and dropout module in eval
 normalisation modules frozen at statistics never estimated from data (``num_batches_tracked`` 0:
 they normalise with mean 0 and variance 1, which no recipe freezes) are the mistake (High). The
 recipe is information (Low, whatever the loss does: frozen pretrained statistics are what the user
-chose, and a fine-tune's loss says nothing of whether they fit) and explains no other finding."""
+chose, and a fine-tune's loss says nothing of whether they fit) and explains no other finding.
+
+A model whose only such modules are dropout (a transformer with LayerNorm, an MLP) under
+``model.eval()`` steps on the right gradients of a model without its regularisation: Medium, and it
+explains no other finding (dropout off makes no gradient wrong)."""
 
 from __future__ import annotations
 
@@ -33,7 +37,10 @@ def _whole(seen: dict) -> bool:
     bound = _bound(int(seen.get("steps", 0)))
     norm, dropout = int(seen.get("norm", 0)), int(seen.get("dropout", 0))
     return int(seen.get("model_eval", 0)) >= bound or (
-        int(seen.get("most_norm_eval", 0)) == norm and dropout > 0 and int(seen.get("dropout_eval", 0)) >= bound
+        norm > 0
+        and int(seen.get("most_norm_eval", 0)) == norm
+        and dropout > 0
+        and int(seen.get("dropout_eval", 0)) >= bound
     )
 
 
@@ -46,13 +53,21 @@ def find(c: Context) -> Diagnosis | None:
     dropout_eval, most = int(seen.get("dropout_eval", 0)), int(seen.get("most_norm_eval", 0))
     never = int(seen.get("never_estimated", 0))
     bound = _bound(steps)
-    if not norm or norm_eval < bound:
+    dropout_only = not norm and dropout > 0 and model_eval >= bound and dropout_eval >= bound
+    if not dropout_only and (not norm or norm_eval < bound):
         return None
     names = set(seen.get("eval_norms") or [])
     run = c.run
     layers = [info.name for info in run.layers if info.module in names and info.status == "trainable"]
     s = "s" * (norm > 1)
-    if _whole(seen):
+    if dropout_only:
+        evidence = (
+            f"the model was in eval mode (model.eval()) on {model_eval} of {steps} recorded optimizer steps: its "
+            f"{dropout} dropout module{'s' * (dropout > 1)} off on {dropout_eval} of them, while the optimizer "
+            "stepped (the gradients are right, the regularisation is gone)"
+        )
+        priority = "Medium"
+    elif _whole(seen):
         what = (
             f"the model was in eval mode (model.eval()) on {model_eval} of {steps} recorded optimizer steps"
             if model_eval >= bound
@@ -93,7 +108,7 @@ def find(c: Context) -> Diagnosis | None:
         layers,
         int(first) if isinstance(first, int) else None,
         evidence,
-        1.0 if priority == "High" else 0.3,
+        {"High": 1.0, "Medium": 0.6}.get(priority, 0.3),
     )
 
 
@@ -116,10 +131,11 @@ def action(d: Diagnosis, c: Context) -> str:
 
 RULE = CauseRule(
     "eval_mode",
-    "normalisation layers in eval mode while training",
+    "normalisation or dropout layers in eval mode while training",
     find,
     action,
     kind="observation",
     explains=("lr_too_high", "lr_too_low", "plateau", "exploding", "vanishing", "dead_units", "saturated_output"),
-    explains_when=lambda cause, symptom: cause.priority != "Low",  # a recipe explains nothing
+    # a recipe, or dropout off, explains nothing
+    explains_when=lambda cause, symptom: cause.priority not in ("Medium", "Low"),
 )
