@@ -121,6 +121,27 @@ def test_a_too_high_rate_rules_out_a_too_low_one_and_folds_what_it_explains():
     assert found["nonfinite"].after == "lr_too_high" and not any("lr_too_low" in e for e in hi.explains)
 
 
+def test_a_symptom_that_began_after_the_damage_is_not_raised_by_it():
+    """Measured damage raises the symptoms that could have done it: one that began before the
+    loss went NaN keeps its priority; one that began after it is its consequence and stays Low,
+    saying why."""
+    from types import SimpleNamespace
+
+    from gradwidget.analysis import causes
+    from gradwidget.analysis.causes._engine import cap_symptoms
+    from gradwidget.analysis.damage import Damage
+
+    found = {
+        "lr_too_high": causes.Diagnosis("lr_too_high", "High", ["l0.weight"], 5, "lr evidence", 0.5),
+        "vanishing": causes.Diagnosis("vanishing", "Medium", ["l1.weight"], 12, "vanishing evidence", 0.5),
+    }
+    nan = Damage("nonfinite", "the loss diverged (NaN/Inf from step 9)", True, 9)
+    cap_symptoms(found, SimpleNamespace(damage=nan), causes.RULES)
+    assert found["lr_too_high"].priority == "High" and found["lr_too_high"].evidence.endswith(nan.text)
+    assert found["vanishing"].priority == "Low"
+    assert "began at step 12, after the damage" in found["vanishing"].evidence
+
+
 def test_a_diagnosis_prints_as_two_readable_lines():
     """``report.diagnoses`` in a notebook: each diagnosis its priority, title, layers (two and how
     many more), since when, and on a second line the action; not the dataclass' field dump."""

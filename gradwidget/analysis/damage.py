@@ -37,15 +37,19 @@ class Damage:
     kind: str  #: nonfinite, diverged, chance, stalled
     text: str  #: in words, with the numbers
     total: bool  #: the run is lost (NaN, diverged, never left chance): its top finding is Critical
+    #: the step the damage began (the first NaN/Inf, the loss's rebound), when it has one: a symptom
+    #: that began after it is its consequence, not its cause (chance level and a stall have none)
+    onset: int | None = None
 
 
 def damage(run, L: LossEvidence, task: Task, chance_tolerance: float) -> Damage | None:
     """The damage the logged loss shows, or None (none measured, or none measurable)."""
     if L.nonfinite_step is not None:
-        return Damage("nonfinite", f"the loss diverged (NaN/Inf from step {L.nonfinite_step})", True)
+        return Damage("nonfinite", f"the loss diverged (NaN/Inf from step {L.nonfinite_step})", True, L.nonfinite_step)
     bad = np.nansum(run.metric("nonfinite"), axis=1) > 0 if run.n_steps else np.zeros(0, bool)
     if bad.any():  # a NaN loss is stored as not logged: the gradients say it
-        return Damage("nonfinite", f"the gradients went NaN/Inf from step {int(run.steps[np.argmax(bad)])}", True)
+        first = int(run.steps[np.argmax(bad)])
+        return Damage("nonfinite", f"the gradients went NaN/Inf from step {first}", True, first)
     if not L.logged:
         return None
     if not task.judged:
@@ -56,6 +60,7 @@ def damage(run, L: LossEvidence, task: Task, chance_tolerance: float) -> Damage 
             f"the loss diverged: it climbed back to {L.rebound_to:.3g} from {L.rebound_from:.3g} and ended at "
             f"{L.end:.3g}, above its start {L.start:.3g}",
             True,
+            L.rebound_step,
         )
     chance = task.chance
     if chance is not None and L.trend is not None and L.trend.n >= MIN_POINTS:

@@ -72,8 +72,9 @@ def _no_damage(c: Context) -> str:
 
 
 def cap_symptoms(found: dict[str, Diagnosis], c: Context, rules: Sequence[CauseRule]) -> None:
-    """A symptom without measured damage to the objective is at most Low; with damage it keeps its
-    priority and its evidence says what the loss shows. In place."""
+    """A symptom without measured damage to the objective is at most Low, and so is one that began
+    after the damage did (the first NaN, the loss's rebound): it cannot be what did it. With damage
+    it can explain, it keeps its priority and its evidence says what the loss shows. In place."""
     by_name = {r.name: r for r in rules}
     dmg = c.damage
     for d in found.values():
@@ -82,6 +83,10 @@ def cap_symptoms(found: dict[str, Diagnosis], c: Context, rules: Sequence[CauseR
         if dmg is None:
             d.priority = "Low"
             d.evidence += f"; {_no_damage(c)}"
+        elif dmg.onset is not None and d.first_step is not None and d.first_step > dmg.onset:
+            # it began after the damage: a consequence of what went wrong, not what did it
+            d.priority = "Low"
+            d.evidence += f"; information only: it began at step {d.first_step}, after the damage ({dmg.text})"
         else:
             d.evidence += f"; {dmg.text}"
 
