@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 
 
-from . import plots
+from ._look import HEALTH_COLORS, HEALTH_COLUMNS, format_cell
 from .outputs import to_ascii
 from .run import Run
 
@@ -51,7 +51,7 @@ def health_table_html(report, max_rows: int = 200, suggestions: bool = True, com
     """
     report = _as_report(report)
     df = report.layers
-    cols = [c for c in plots.HEALTH_COLUMNS if c[0] in df.columns]
+    cols = [c for c in HEALTH_COLUMNS if c[0] in df.columns]
     if compact:
         by = {c[0]: c for c in cols}
         cols = [by[k] for k in COMPACT_COLUMNS if k in by]
@@ -62,10 +62,10 @@ def health_table_html(report, max_rows: int = 200, suggestions: bool = True, com
     for _, row in df.head(max_rows).iterrows():
         tds = []
         for c, _, fmt in cols:
-            text = plots.format_cell(row[c], fmt)
+            text = format_cell(row[c], fmt)
             style = _TD
             if c == "health":
-                color = plots.HEALTH_COLORS.get(str(row[c]), plots.HEALTH_COLORS["Unknown"])
+                color = HEALTH_COLORS.get(str(row[c]), HEALTH_COLORS["Unknown"])
                 style += f"background:{color};color:#fff;font-weight:bold;"
             elif c == "layer":
                 style += "font-family:monospace;" + ("min-width:9em;" if compact else "white-space:nowrap;")
@@ -125,6 +125,8 @@ def static_mimebundle(run, step=None, layer=None, metric: str = "grad_norm", rep
     if run is None or (not isinstance(run, Run) and getattr(run, "run", 0) is None):
         note = '<p style="font-family:sans-serif;color:#666">GradientPanel: no step recorded yet</p>'
         return {"text/html": f'<div class="{FALLBACK_CLASS}">{note}</div>'}
+    from . import plots  # the static figure (matplotlib), drawn only where one is asked for
+
     run = plots.check_run(run)
     fig = plots.panel_figure(run, step=step, layer=layer, metric=metric)
     png = plots.figure_to_png(fig, dpi=dpi)

@@ -14,6 +14,7 @@ from enum import Enum
 
 import numpy as np
 
+from ._scale import log_levels
 from .jsonsafe import number
 from .run import Run
 
@@ -167,15 +168,6 @@ def export_csv(run: Run, path, force: bool = False) -> None:
                     + [_cell(float(m[i, j])) for m in more]
                     + sc
                 )
-
-
-def log_levels(values: np.ndarray) -> tuple[float, float]:
-    """The log10 range used for colour/intensity: 1st..99th percentile of finite positive values."""
-    v = values[np.isfinite(values) & (values > 0)]
-    if v.size == 0:
-        return (0.0, 1.0)
-    lo, hi = np.percentile(np.log10(v), [1, 99])
-    return (float(lo), float(hi if hi > lo else lo + 1.0))
 
 
 def to_ascii(run: Run, width: int = 80, metric: str = "grad_norm") -> str:

@@ -34,10 +34,12 @@ PLACE = {
     "gradwidget.origin": "base",
     "gradwidget.rules": "base",
     "gradwidget._look": "base",
+    "gradwidget._scale": "run",
     # the Run and its folder
     "gradwidget.run": "run",
     "gradwidget.run_append": "run",
     "gradwidget.run_views": "run",
+    "gradwidget._rows": "run",
     "gradwidget.noise_series": "run",
     "gradwidget.storage": "run",
     # recording
@@ -140,5 +142,20 @@ def test_the_figures_never_import_the_panel():
         module = module_name(path)
         bad += [
             f"{module}:{line} imports {t}" for line, t in imported(path, module) if t.startswith("gradwidget.panel")
+        ]
+    assert bad == []
+
+
+def test_the_live_panel_never_imports_the_figures():
+    """The panel draws in the page; its colour scale, rows and static copy are numpy
+    (``gradwidget._scale``, ``gradwidget._rows``, ``panel/static.py``): only the comparison's static
+    image draws a matplotlib figure (``plots``), where one is asked for."""
+    bad = []
+    for path in sorted((ROOT / "panel").rglob("*.py")):
+        module = module_name(path)
+        if module == "gradwidget.panel.compare_widget":
+            continue
+        bad += [
+            f"{module}:{line} imports {t}" for line, t in imported(path, module) if t.startswith("gradwidget.plots")
         ]
     assert bad == []

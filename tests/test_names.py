@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gradwidget.plots.common import elide
+from gradwidget._look import elide
 
 CASES_TS = Path(__file__).resolve().parents[1] / "js" / "tests" / "names.cases.ts"
 

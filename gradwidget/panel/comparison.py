@@ -54,7 +54,7 @@ def _rows(values: np.ndarray, index: np.ndarray, fill) -> np.ndarray:
 def compare_view(a: Run, b: Run, metric: str, columns: int, labels: list[str]) -> tuple[dict, dict]:
     """``meta`` and the arrays of the comparison panel: heat/flags (the first run), heat_b/flags_b
     (the later one), diff, col_steps and loss (the later run's), on shared rows and columns."""
-    from ..plots import diff_limit, shared_scale
+    from .._scale import diff_limit, shared_scale
 
     names, ia, ib = row_layout(a, b)
     steps = np.union1d(all_steps(a), all_steps(b))

@@ -133,7 +133,7 @@ def merged(values: np.ndarray, metric: str, rows: Rows | None) -> np.ndarray:
 def heat_view(run: Run, metric: str, columns: int, rows: Rows | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """``meta`` and the heatmap's arrays (heat, flags, col_steps, loss, hist_all) of ``run``, one
     row per layer or per row of ``rows`` (``rows.row_layout``)."""
-    from ..plots import color_scale
+    from .._scale import color_scale
 
     full = run.with_history()
     steps = full.steps
@@ -199,7 +199,7 @@ def heat_view(run: Run, metric: str, columns: int, rows: Rows | None = None) -> 
 def _scale(values: np.ndarray) -> tuple[float, float]:
     """The colour range of grouped rows: the static figures' rule (``plots.color_range``) on the
     merged values, as the static figure of the same groups computes it."""
-    from ..plots import color_range
+    from .._scale import color_range
 
     return color_range(values) if len(values) else (0.0, 1.0)
 

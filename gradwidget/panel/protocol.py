@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._look import DIFF_NODATA, HEALTH_COLORS, MARKS, METRIC_LABELS
+from .._look import DIFF_NODATA, DIFF_STOPS, HEALTH_COLORS, MARKS, METRIC_LABELS, VIRIDIS_HEX
 from ..rules import merge_of
 from ..run import METRICS
 
@@ -203,21 +203,6 @@ TABLE_KEYS = (
 )
 #: views of a comparison (the ``mode`` trait).
 COMPARE_MODES = ("side", "diff")
-#: colour stops of the difference map (``plots.DIFF_CMAP``, diverging, centred on no change), evenly
-#: spaced from -meta.diff_max to +meta.diff_max; the page interpolates between them.
-N_DIFF_STOPS = 17
-
-
-def diff_stops() -> list[str]:
-    """``N_DIFF_STOPS`` hex colours of ``plots.DIFF_CMAP`` (made from matplotlib's own map)."""
-    from matplotlib import colormaps
-
-    from ..plots import DIFF_CMAP
-
-    rgb = colormaps[DIFF_CMAP](np.linspace(0, 1, N_DIFF_STOPS))[:, :3]
-    return ["#%02x%02x%02x" % tuple(int(round(c * 255)) for c in row) for row in rgb]
-
-
 #: the most diagnoses the panel lists.
 MAX_DIAGNOSES = 5
 assert set(METRIC_LABELS) == set(METRICS)
@@ -256,6 +241,7 @@ def constants_json() -> dict:
         "max_diagnoses": MAX_DIAGNOSES,
         "table_keys": list(TABLE_KEYS),
         "compare_modes": list(COMPARE_MODES),
-        "diff_stops": diff_stops(),
+        "diff_stops": list(DIFF_STOPS),
         "diff_nodata": DIFF_NODATA,
+        "viridis": VIRIDIS_HEX,
     }

@@ -5,7 +5,7 @@ One HTML block, inline styles only (no stylesheet, no script, nothing fetched): 
 diagnoses, each whole (cause, where, since when, the action) with its evidence under a
 ``<details>``; an SVG with the heatmap image (``static.heat_png``, the page's colours, made in
 milliseconds from the arrays the panel already sent) and, drawn around it as SVG text, every
-layer's name (elided by ``plots.elide``, the full name in a ``<title>`` shown on hover), a step axis
+layer's name (elided by ``_look.elide``, the full name in a ``<title>`` shown on hover), a step axis
 on round numbers, the colour bar and the marks' legend; then the health table. Everything is
 computed from its inputs alone, so the same run gives the same bytes whatever thread finished
 first.
@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from ..plots.common import elide
+from .._look import elide
 from .protocol import MARKS, METRIC_LABELS
 from .static import heat_png, viridis
 

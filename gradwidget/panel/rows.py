@@ -73,7 +73,7 @@ def _holds(group: tuple[int, int], expanded: list[tuple[int, int]]) -> bool:
 def row_layout(run: Run, expanded=(), max_rows: int | None = None) -> Rows | None:
     """The rows of ``run`` with the groups holding a range of ``expanded`` shown as their members;
     None when every layer has its own row (at most ``max_rows``, the static figures' cap)."""
-    from ..plots import MAX_DRAWN_ROWS, layer_row_groups
+    from .._rows import MAX_DRAWN_ROWS, layer_row_groups
 
     cap = MAX_DRAWN_ROWS if max_rows is None else int(max_rows)
     top = layer_row_groups(run, cap)

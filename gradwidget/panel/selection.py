@@ -51,7 +51,7 @@ class PanelSelection(PanelBase):
 
 def _top_groups(run: Run) -> list:
     """The panel's top-level groups of layers (the static figures'); none below the row cap."""
-    from ..plots import layer_row_groups
+    from .._rows import layer_row_groups
 
     g = layer_row_groups(run)
     return g[0] if g is not None else []

@@ -10,6 +10,7 @@ import zlib
 
 import numpy as np
 
+from .._look import VIRIDIS_HEX
 from .protocol import FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING, MARKS
 
 #: the image's size in pixels, at most (cells are repeated to fill it, at most MAX_CELL pixels a
@@ -19,12 +20,10 @@ _LUT: np.ndarray | None = None
 
 
 def viridis() -> np.ndarray:
-    """viridis as 256 RGB rows (uint8), the page's colour map."""
+    """viridis as 256 RGB rows (uint8), the page's colour map (``_look.VIRIDIS_HEX``)."""
     global _LUT
     if _LUT is None:
-        from matplotlib import colormaps  # the colour map only (no pyplot, no figure)
-
-        _LUT = (colormaps["viridis"](np.linspace(0, 1, 256))[:, :3] * 255).round().astype(np.uint8)
+        _LUT = np.frombuffer(bytes.fromhex(VIRIDIS_HEX), np.uint8).reshape(256, 3)
     return _LUT
 
 

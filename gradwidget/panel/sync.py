@@ -154,8 +154,6 @@ class PanelSync(PanelBase):
             version = run.version if run is not None else -1
             if not force and version == self._pushed_version:
                 return True
-            from .. import plots  # noqa: F401  (colour scale, default layer: imported outside an update's timed cost)
-
             t_start = time.monotonic()
             try:
                 values = self._payload(run, version)
@@ -196,7 +194,7 @@ class PanelSync(PanelBase):
                 return run.layer_index(self._initial_layer)
             except (KeyError, IndexError):
                 pass
-        from ..plots import default_layer
+        from .._rows import default_layer
 
         return int(default_layer(run))
 

@@ -45,11 +45,12 @@ from .common import (
     short_name,
 )
 from .distributions import histogram_over_time, histogram_plot
-from .heatmaps import DIFF_CMAP, comparison_figure, diff_limit, difference_heatmap, flow_heatmap, layer_bars
-from .overview import default_layer, panel_figure
+from .._rows import MAX_DRAWN_ROWS, default_layer, drawn_rows, layer_row_groups
+from .._scale import SCALE_MAX_CELLS, color_range, color_scale, diff_limit, shared_scale
+from .heatmaps import DIFF_CMAP, comparison_figure, difference_heatmap, flow_heatmap, layer_bars
+from .overview import panel_figure
 from .noise import noise_scale_plot
-from .rows import MAX_DRAWN_ROWS, drawn_rows, layer_row_groups
-from .scale import SCALE_MAX_CELLS, cell_colors, color_range, color_scale, shared_scale
+from .scale import cell_colors
 from .series import loss_plot, metric_series, weight_plot
 from .table import HEALTH_COLUMNS, format_cell, health_table_figure
 

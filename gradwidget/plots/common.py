@@ -9,10 +9,10 @@ from typing import Sequence
 
 from matplotlib.figure import Figure
 
-from .._look import MARKS, METRIC_LABELS
+from .._look import MARKS, METRIC_LABELS, elide
 from ..run import Run
 from ..schema import metric_index
-from .rows import drawn_rows
+from .._rows import drawn_rows
 
 CMAP_NAME = "viridis"
 VANISHING_COLOR, EXPLODING_COLOR, NONFINITE_COLOR, NODATA_COLOR = (
@@ -82,47 +82,6 @@ def literal(text: str) -> str:
     escaped, so ``$x^2$`` is not typeset as math and ``$\\foo$`` or ``$$`` cannot fail the figure
     (matplotlib shows ``\\$`` as a plain ``$`` in text without math)."""
     return text.replace("$", r"\$")
-
-
-def elide(name: str, width: int = 28) -> str:
-    """A layer name in at most ``width`` characters, keeping what tells it from its neighbours: the
-    parameter (``weight``), its module (``c_attn``) and every block index with the word before it
-    (``h.3``); the other parts of the path go first, the outermost first (``transformer.h.3.attn.
-    c_attn.weight`` -> ``…h.3…c_attn.weight``), then the block words, then the module; a name still
-    too long is cut in the middle. ``js/src/names.ts`` is the page's copy (tests/test_names.py)."""
-    if len(name) <= width:
-        return name
-    parts = name.split(".")
-    n = len(parts)
-    index = {i for i, p in enumerate(parts) if p.isdigit()}
-    before = {i - 1 for i in index if i > 0} - index
-    leaf = {n - 1, n - 2} if n > 2 else set(range(n))
-    order = [i for i in range(n) if i not in index | before | leaf]
-    order += sorted(before - leaf) + [i for i in sorted(leaf) if i != n - 1]
-    kept = [True] * n
-    text = name
-    for i in order:
-        kept[i] = False
-        text = _joined(parts, kept)
-        if len(text) <= width:
-            return text
-    if len(text) > width:
-        tail = (width - 1) // 2 + (width - 1) % 2
-        text = text[: width - 1 - tail] + "…" + text[-tail:]
-    return text
-
-
-def _joined(parts: Sequence[str], kept: Sequence[bool]) -> str:
-    """The kept parts joined by '.', each run of dropped ones shown as one '…'."""
-    out = ""
-    gap = False
-    for p, k in zip(parts, kept):
-        if not k:
-            gap = True
-            continue
-        out += ("…" if gap else "." if out else "") + p
-        gap = False
-    return out + ("…" if gap else "")
 
 
 def short_name(name: str, width: int = 28) -> str:

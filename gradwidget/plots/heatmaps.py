@@ -23,7 +23,8 @@ from .common import (
     new_ax,
     metric_label,
 )
-from .scale import mark_legend, cell_colors, color_scale, shared_scale
+from .._scale import color_scale, diff_limit, shared_scale
+from .scale import cell_colors, mark_legend
 
 
 def flow_heatmap(
@@ -94,14 +95,6 @@ def flow_heatmap(
 #: the difference map's colour map: diverging, centred on no change, colour-blind safe (blue: the
 #: later run's gradient is smaller, red: larger).
 DIFF_CMAP = "RdBu_r"
-
-
-def diff_limit(log_ratio: np.ndarray) -> float:
-    """The difference map's symmetric range in decades: the 99th percentile of |log10 ratio| (at
-    least 0.1, so noise around no change stays pale); the live panel sends it as ``meta.diff_max``."""
-    v = np.abs(np.asarray(log_ratio, np.float64))
-    v = v[np.isfinite(v)]
-    return float(max(np.percentile(v, 99), 0.1)) if v.size else 1.0
 
 
 def comparison_figure(cmp, metric: str = "grad_norm", label: str | None = None) -> Figure:

@@ -3,27 +3,13 @@ the layer it focuses on when none is chosen."""
 
 from __future__ import annotations
 
-import numpy as np
 from matplotlib.figure import Figure
 
-from ..run import Run
 from .common import check_metric, check_run, empty_note, literal, metric_label, short_name
 from .distributions import histogram_plot
 from .heatmaps import flow_heatmap, layer_bars
-from .rows import layer_row_groups
+from .._rows import default_layer, layer_row_groups
 from .series import loss_plot, metric_series
-
-
-def default_layer(run: Run) -> int:
-    """The layer a static view focuses on when none is chosen: the one flagged most often
-    (non-finite, exploding, vanishing, in that order of weight), else the input-side layer;
-    -1 (none) when the run has no layers."""
-    if run.n_layers == 0:
-        return -1
-    if run.n_steps == 0:
-        return 0
-    score = 1e6 * run.nonfinite().sum(axis=0) + 1e3 * run.exploding().sum(axis=0) + run.vanishing().sum(axis=0)
-    return int(np.argmax(score)) if score.max() > 0 else 0
 
 
 def panel_figure(run, step: int | None = None, layer: int | str | None = None, metric: str = "grad_norm") -> Figure:

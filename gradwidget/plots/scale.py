@@ -3,7 +3,6 @@ the cell colours it gives, marks included."""
 
 from __future__ import annotations
 
-from typing import Sequence
 
 import numpy as np
 from matplotlib import colormaps
@@ -11,41 +10,9 @@ from matplotlib.colors import Normalize, to_rgba
 from matplotlib.patches import Patch
 from matplotlib.transforms import offset_copy
 
-from ..outputs import log_levels
+from .._scale import color_scale
 from ..run import Run
 from .common import CMAP_NAME, EXPLODING_COLOR, NODATA_COLOR, NONFINITE_COLOR, VANISHING_COLOR, check_metric
-
-
-#: most cells ``color_range`` reads; a larger array is read at an even stride (the 1st..99th
-#: percentiles of a million evenly spread cells are the whole array's to a fraction of a percent).
-SCALE_MAX_CELLS = 1 << 20
-
-
-def color_range(values: np.ndarray) -> tuple[float, float]:
-    """THE colour scale of gradwidget, shared by these figures and the live panel (the kernel sends
-    it to the front end in ``meta["scale"]``): ``(lo, hi)`` in log10, the 1st..99th percentile of
-    log10 of the finite, non-zero cells of ``values`` (``outputs.log_levels``), over every step and
-    layer at once. ``(0, 1)`` when there is no such cell."""
-    v = np.asarray(values).ravel()
-    if v.size > SCALE_MAX_CELLS:
-        v = v[:: -(-v.size // SCALE_MAX_CELLS)]
-    return log_levels(v)
-
-
-def color_scale(run: Run, metric: str = "grad_norm") -> tuple[float, float]:
-    """The log10 range (lo, hi) of the colour scale of a run's metric: ``color_range`` over every
-    step of the run, its folded ``history`` included (as the live panel's ``meta["scale"]``)."""
-    check_metric(metric)
-    full = run.with_history()
-    return color_range(full.metric(metric)) if full.n_steps else (0.0, 1.0)
-
-
-def shared_scale(runs: Sequence[Run], metric: str = "grad_norm") -> tuple[float, float]:
-    """One log10 colour range over every step of several runs (a comparison: equal colours mean
-    equal values in every run's heatmap)."""
-    check_metric(metric)
-    full = [r.with_history() for r in runs]
-    return color_range(np.concatenate([r.metric(metric).ravel() for r in full if r.n_steps] or [np.zeros(0)]))
 
 
 def cell_colors(run: Run, metric: str = "grad_norm", scale: tuple[float, float] | None = None) -> np.ndarray:

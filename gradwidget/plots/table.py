@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 from matplotlib.figure import Figure
 
-from .._look import HEALTH_COLORS
+from .._look import HEALTH_COLORS, HEALTH_COLUMNS, format_cell
 from .common import new_ax, literal, short_name
 
 
@@ -17,33 +16,6 @@ def _health_frame(report):
             f"got {type(report).__name__}"
         )
     return layers
-
-
-#: columns of the health table, in order, with their headers and formats.
-HEALTH_COLUMNS = (
-    ("layer", "layer", "{}"),
-    ("module_type", "type", "{}"),
-    ("health", "health", "{}"),
-    ("grad_norm_median", "median ‖g‖", "{:.2e}"),
-    ("mean_abs_median", "median mean|g|", "{:.2e}"),
-    ("max_abs_max", "max |g|", "{:.2e}"),
-    ("zero_frac_mean", "zeros", "{:.0%}"),
-    ("trend", "trend", "{}"),
-    ("flags", "flags", "{}"),
-)
-
-
-def format_cell(value, fmt: str) -> str:
-    if isinstance(value, (list, tuple, set, np.ndarray)):
-        return ", ".join(str(v) for v in value)
-    if value is None:
-        return ""
-    if isinstance(value, float) and value != value:
-        return "–"
-    try:
-        return fmt.format(value)
-    except (ValueError, TypeError):
-        return str(value)
 
 
 def health_table_figure(report, ax=None, max_rows: int = 40) -> Figure:

@@ -1,9 +1,12 @@
-"""Which rows a layers figure draws: every layer, or past ``MAX_DRAWN_ROWS`` consecutive layers
-merged by module path (each merged row measured as one tensor, ``Run.merge_layers``)."""
+"""Which rows a layers view draws (the panel's heatmap, its static copy and every figure): every
+layer, or past ``MAX_DRAWN_ROWS`` consecutive layers merged by module path (each merged row
+measured as one tensor, ``Run.merge_layers``); and the layer a view focuses on first. Numpy only."""
 
 from __future__ import annotations
 
-from ..run import Run
+import numpy as np
+
+from .run import Run
 
 
 #: most rows a layers figure draws: beyond it, layers are merged (``drawn_rows``) so the figure's
@@ -65,3 +68,15 @@ def drawn_rows(run: Run, max_rows: int = MAX_DRAWN_ROWS) -> Run:
     (``Run.merge_layers``: each group measured as one tensor, labelled with its size)."""
     g = layer_row_groups(run, max_rows)
     return run if g is None else run.merge_layers(*g)
+
+
+def default_layer(run: Run) -> int:
+    """The layer a static view focuses on when none is chosen: the one flagged most often
+    (non-finite, exploding, vanishing, in that order of weight), else the input-side layer;
+    -1 (none) when the run has no layers."""
+    if run.n_layers == 0:
+        return -1
+    if run.n_steps == 0:
+        return 0
+    score = 1e6 * run.nonfinite().sum(axis=0) + 1e3 * run.exploding().sum(axis=0) + run.vanishing().sum(axis=0)
+    return int(np.argmax(score)) if score.max() > 0 else 0
