@@ -11,6 +11,7 @@ import html
 
 
 from . import plots
+from ._look import HEALTH_NOTES
 from .outputs import to_ascii
 from .run import Run
 
@@ -64,9 +65,12 @@ def health_table_html(report, max_rows: int = 200, suggestions: bool = True, com
         for c, _, fmt in cols:
             text = plots.format_cell(row[c], fmt)
             style = _TD
+            title = ""
             if c == "health":
                 color = plots.HEALTH_COLORS.get(str(row[c]), plots.HEALTH_COLORS["Unknown"])
                 style += f"background:{color};color:#fff;font-weight:bold;"
+                note = HEALTH_NOTES.get(str(row[c]))
+                title = f' title="{_esc(note)}"' if note else ""  # why a state that is no grade is normal
             elif c == "layer":
                 style += "font-family:monospace;" + ("min-width:9em;" if compact else "white-space:nowrap;")
             elif c == "suggestion" and compact:
@@ -74,7 +78,7 @@ def health_table_html(report, max_rows: int = 200, suggestions: bool = True, com
             elif fmt != "{}":
                 style += "text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;"
             cell = _esc(text).replace(".", ".<wbr>") if compact and c == "layer" else _esc(text)  # breaks at dots
-            tds.append(f'<td style="{style}">{cell}</td>')
+            tds.append(f'<td style="{style}"{title}>{cell}</td>')
         layer = _esc(row["layer"]) if "layer" in df.columns else ""
         body.append(f'<tr data-layer="{layer}">{"".join(tds)}</tr>')
     more = ""
