@@ -98,6 +98,7 @@ def rounding_ratio(dtype: str) -> float:
 def cannot_move(
     mean_abs: np.ndarray,
     zero_frac: np.ndarray,
+    nonfinite: np.ndarray,
     module: np.ndarray,
     limit: np.ndarray,
     trainable: np.ndarray,
@@ -106,16 +107,21 @@ def cannot_move(
     """Per layer: a parameter the loss cannot move, its gradient zero up to float rounding by the
     model's symmetry (an attention key bias, a bias before BatchNorm), whatever its name.
 
-    ``mean_abs``, ``zero_frac``: ``(rows, layers)`` from the first recorded step on (evenly spaced
-    steps of a long run); ``module``: ``(layers,)`` ids, equal for the tensors of one module;
+    ``mean_abs``, ``zero_frac``, ``nonfinite``: ``(rows, layers)`` from the first recorded step on
+    (evenly spaced steps of a long run; a step with a NaN/Inf gradient counts, as one that is not
+    rounding); ``module``: ``(layers,)`` ids, equal for the tensors of one module;
     ``limit``: ``(layers,)`` ``rounding_ratio`` of each one's dtype. A step's *reference* is the
     largest mean |g| among the module's trainable tensors with a gradient that is not (all) exact
-    zeros. A trainable layer cannot move when its mean |g| is at most ``limit`` times the reference
-    on its first step with a gradient and on all but ``minor_issue_ratio`` of its steps, and the
-    reference itself is below ``vanishing`` on fewer than ``minor_issue_ratio`` of them. What this
+    zeros. A trainable layer cannot move when its mean |g| is at most ``limit`` times the reference,
+    and not exact zeros, on its first step with a gradient and on all but ``minor_issue_ratio`` of
+    its steps, and the reference itself is below ``vanishing`` on fewer than ``critical_issue_ratio``
+    of them (a module starved on most steps is the module's problem; a small random-init
+    transformer's key weight dips below ``vanishing`` on 10-20% of steps while its bias is
+    rounding). What this
     tells apart: a vanishing region of a deep sigmoid net fades weight and bias together (ratio
     about 1, and the reference vanishes too); a dead ReLU layer's module is exact zeros (no
-    reference); a starved layer whatever its name shares its module's fate."""
+    reference), and the next layer's weight, fed only zeros, is exact zeros beside its live bias;
+    a starved layer whatever its name shares its module's fate."""
     L = mean_abs.shape[1] if mean_abs.ndim == 2 else 0
     out = np.zeros(L, bool)
     if not L or not mean_abs.shape[0]:
@@ -133,8 +139,10 @@ def cannot_move(
         usable &= np.asarray(trainable)[order][None, :]
         ref = np.maximum.reduceat(np.where(usable, a, -np.inf), starts, axis=1)
         ref = np.repeat(ref, sizes, axis=1)  # per column: its module's largest usable mean |g|
-        known = np.isfinite(a)
-        low = known & (ref > 0) & (a <= np.asarray(limit, np.float64)[order][None, :] * ref)
+        known = np.isfinite(a) | (np.asarray(nonfinite)[:, order] > 0)
+        # rounding noise is not exact zeros: a tensor all zeros beside a live one is dead (a weight
+        # whose input is all zeros), not invariant
+        low = usable & (ref > 0) & (a <= np.asarray(limit, np.float64)[order][None, :] * ref)
         n_known = known.sum(axis=0)
         first = np.argmax(known, axis=0)  # the first step with a gradient
         at_first = low[first, np.arange(L)]
@@ -145,7 +153,7 @@ def cannot_move(
         & (n_known > 0)
         & at_first
         & (share_low >= 1 - thresholds.minor_issue_ratio)
-        & (weak_ref < thresholds.minor_issue_ratio)
+        & (weak_ref < thresholds.critical_issue_ratio)
     )
     out[order] = ok
     return out

@@ -258,6 +258,7 @@ class Run(RunAppend):
         return cannot_move(
             sample[:, metric_index("mean_abs")],
             sample[:, metric_index("zero_frac")],
+            sample[:, metric_index("nonfinite")],
             np.array([ids[m] for m in mods], np.intp),
             np.array([rounding_ratio(info.dtype) for info in self.layers]),
             self.trainable_mask(),

@@ -40,7 +40,16 @@ def _diagnosed(rep):
 
 
 # --------------------------------------------------------------------------- the rule on arrays
-def _rule(bias_ratio, weight=1e-3, zero_frac_w=0.0, steps=20, first_ratio=None, dtype="float32"):
+def _rule(
+    bias_ratio,
+    weight=1e-3,
+    zero_frac_w=0.0,
+    steps=20,
+    first_ratio=None,
+    dtype="float32",
+    zero_frac_b=0.0,
+    nonfinite_after=None,
+):
     """A module of a weight (mean |g| ``weight``) and a bias at ``bias_ratio`` times it."""
     rng = np.random.default_rng(0)
     w = weight * np.exp(0.3 * rng.standard_normal(steps))
@@ -50,8 +59,12 @@ def _rule(bias_ratio, weight=1e-3, zero_frac_w=0.0, steps=20, first_ratio=None, 
     ma = np.stack([w, b], axis=1)
     zf = np.zeros_like(ma)
     zf[:, 0] = zero_frac_w
+    zf[:, 1] = zero_frac_b
+    nf = np.zeros_like(ma)
+    if nonfinite_after is not None:  # NaN/Inf gradients from that step on
+        ma[nonfinite_after:], nf[nonfinite_after:] = np.nan, 16
     limit = np.full(2, rounding_ratio(dtype))
-    return cannot_move(ma, zf, np.zeros(2, np.intp), limit, np.ones(2, bool), Thresholds())
+    return cannot_move(ma, zf, nf, np.zeros(2, np.intp), limit, np.ones(2, bool), Thresholds())
 
 
 def test_the_rule_reads_rounding_against_its_module_not_a_name_or_an_absolute_level():
@@ -61,10 +74,13 @@ def test_the_rule_reads_rounding_against_its_module_not_a_name_or_an_absolute_le
     assert list(_rule(1e-7)) == [False, True]  # float32 rounding next to a healthy weight
     assert list(_rule(1e-7, weight=1e-12)) == [False, False]  # the module itself vanishes: no reference
     assert list(_rule(1e-7, zero_frac_w=1.0)) == [False, False]  # the weight is exact zeros (dead): none
+    assert list(_rule(0.0, zero_frac_b=1.0)) == [False, False]  # exact zeros beside a live tensor: dead, not rounding
     assert list(_rule(1e-2)) == [False, False]  # 100x below its weight: small, but signal (e.g. raw inputs)
     assert list(_rule(1e-7, first_ratio=0.5)) == [False, False]  # not from the first step: it became small
     assert list(_rule(1e-3, dtype="bfloat16")) == [False, True]  # bfloat16 rounds 65,000x coarser
     assert list(_rule(1e-3, dtype="float32")) == [False, False]
+    # one finite step, then NaN/Inf gradients (a float16 net): no run of rounding to judge by
+    assert list(_rule(1e-7, nonfinite_after=1)) == [False, False]
 
 
 # --------------------------------------------------------------------------- a BERT-style model
