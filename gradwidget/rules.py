@@ -117,11 +117,10 @@ def cannot_move(
     its steps, and the reference itself is below ``vanishing`` on fewer than ``critical_issue_ratio``
     of them (a module starved on most steps is the module's problem; a small random-init
     transformer's key weight dips below ``vanishing`` on 10-20% of steps while its bias is
-    rounding). What this
-    tells apart: a vanishing region of a deep sigmoid net fades weight and bias together (ratio
-    about 1, and the reference vanishes too); a dead ReLU layer's module is exact zeros (no
-    reference), and the next layer's weight, fed only zeros, is exact zeros beside its live bias;
-    a starved layer whatever its name shares its module's fate."""
+    rounding). What this tells apart: a vanishing region of a deep sigmoid net fades weight and
+    bias together (ratio about 1, and the reference vanishes too); a dead ReLU layer's module is
+    exact zeros (no reference), and the next layer's weight, fed only zeros, is exact zeros beside
+    its live bias; a starved layer whatever its name shares its module's fate."""
     L = mean_abs.shape[1] if mean_abs.ndim == 2 else 0
     out = np.zeros(L, bool)
     if not L or not mean_abs.shape[0]:
@@ -133,29 +132,32 @@ def cannot_move(
     sizes = np.diff(np.r_[starts, L])
     if not (sizes > 1).any():  # no module with two tensors: nothing to compare with
         return out
-    a = np.asarray(mean_abs, np.float64)[:, order]
+    # layers as rows (contiguous), in module order: the per-module reductions run along axis 0
+    a = np.asarray(mean_abs, np.float32).T[order]
+    tr = np.asarray(trainable, bool)[order]
     with np.errstate(invalid="ignore"):
-        usable = np.isfinite(a) & (np.asarray(zero_frac)[:, order] < thresholds.dead_zero_fraction) & (a > 0)
-        usable &= np.asarray(trainable)[order][None, :]
-        ref = np.maximum.reduceat(np.where(usable, a, -np.inf), starts, axis=1)
-        ref = np.repeat(ref, sizes, axis=1)  # per column: its module's largest usable mean |g|
-        known = np.isfinite(a) | (np.asarray(nonfinite)[:, order] > 0)
+        usable = (a > 0) & (np.asarray(zero_frac).T[order] < thresholds.dead_zero_fraction) & tr[:, None]
+        v = np.where(usable, a, np.float32(-np.inf))
+        ref = v[starts]  # each module's largest usable mean |g| (one pass per member position:
+        for j in range(1, int(sizes.max())):  # numpy's reduceat is 30x slower over many small modules)
+            g = np.flatnonzero(sizes > j)
+            ref[g] = np.maximum(ref[g], v[starts[g] + j])
+        ref = np.repeat(ref, sizes, axis=0)
+        known = ~np.isnan(a) | (np.asarray(nonfinite).T[order] > 0)  # a gradient, finite or not
         # rounding noise is not exact zeros: a tensor all zeros beside a live one is dead (a weight
-        # whose input is all zeros), not invariant
-        low = usable & (ref > 0) & (a <= np.asarray(limit, np.float64)[order][None, :] * ref)
-        n_known = known.sum(axis=0)
-        first = np.argmax(known, axis=0)  # the first step with a gradient
-        at_first = low[first, np.arange(L)]
-        share_low = low.sum(axis=0) / np.maximum(n_known, 1)
-        weak_ref = (known & ~((ref >= thresholds.vanishing) & np.isfinite(ref))).sum(axis=0) / np.maximum(n_known, 1)
-    ok = (
-        np.asarray(trainable)[order]
-        & (n_known > 0)
+        # whose input is all zeros), not invariant; NaN/Inf is not rounding either
+        low = usable & np.isfinite(a) & (ref > 0) & (a <= np.asarray(limit, np.float32)[order][:, None] * ref)
+        n_known = np.maximum(known.sum(axis=1), 1)
+        at_first = low[np.arange(L), np.argmax(known, axis=1)]  # on the first step with a gradient
+        share_low = low.sum(axis=1) / n_known
+        weak_ref = (known & ~(ref >= thresholds.vanishing)).sum(axis=1) / n_known
+    out[order] = (
+        tr
+        & known.any(axis=1)
         & at_first
         & (share_low >= 1 - thresholds.minor_issue_ratio)
         & (weak_ref < thresholds.critical_issue_ratio)
     )
-    out[order] = ok
     return out
 
 

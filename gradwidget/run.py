@@ -252,15 +252,17 @@ class Run(RunAppend):
         if n == 0 or self.n_layers == 0:
             return np.zeros(self.n_layers, bool)
         rows = np.unique(np.linspace(0, n - 1, min(n, CANNOT_MOVE_ROWS)).round().astype(np.intp))
-        sample = self._M3[rows]
+        which = [metric_index(m) for m in ("mean_abs", "zero_frac", "nonfinite")]
+        ma, zf, nf = np.moveaxis(self._M3[rows[:, None], np.array(which)[None, :]], 1, 0)  # only these three
         mods = [info.module or info.name.rsplit(".", 1)[0] for info in self.layers]
         ids = {m: k for k, m in enumerate(dict.fromkeys(mods))}
+        ratios = {d: rounding_ratio(d) for d in {info.dtype for info in self.layers}}
         return cannot_move(
-            sample[:, metric_index("mean_abs")],
-            sample[:, metric_index("zero_frac")],
-            sample[:, metric_index("nonfinite")],
+            ma,
+            zf,
+            nf,
             np.array([ids[m] for m in mods], np.intp),
-            np.array([rounding_ratio(info.dtype) for info in self.layers]),
+            np.array([ratios[info.dtype] for info in self.layers]),
             self.trainable_mask(),
             self.thresholds,
         )
