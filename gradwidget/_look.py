@@ -7,8 +7,19 @@ from typing import Sequence
 
 import numpy as np
 
-#: the colour of each health grade.
-HEALTH_COLORS = {"Healthy": "#2e7d32", "Warning": "#ef8f00", "Critical": "#c62828", "Unknown": "#8a8a8a"}
+from .rules import CANNOT_MOVE, CANNOT_MOVE_WHY
+
+#: the colour of each health grade (a parameter the loss cannot move: a neutral blue-grey, neither
+#: a warning nor Healthy's green).
+HEALTH_COLORS = {
+    "Healthy": "#2e7d32",
+    "Warning": "#ef8f00",
+    "Critical": "#c62828",
+    "Unknown": "#8a8a8a",
+    CANNOT_MOVE: "#546e7a",
+}
+#: what a health grade means where its name alone does not say (a badge's tooltip, a cell's title).
+HEALTH_NOTES = {CANNOT_MOVE: CANNOT_MOVE_WHY}
 #: colours of marked cells, outside viridis' gamut (heatmap, bars, legend, static images).
 MARKS = {"vanishing": "#c8c8c8", "exploding": "#e3120b", "nonfinite": "#ff00ff", "nodata": "#ffffff"}
 #: a metric in words.

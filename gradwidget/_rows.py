@@ -71,12 +71,16 @@ def drawn_rows(run: Run, max_rows: int = MAX_DRAWN_ROWS) -> Run:
 
 
 def default_layer(run: Run) -> int:
-    """The layer a static view focuses on when none is chosen: the one flagged most often
-    (non-finite, exploding, vanishing, in that order of weight), else the input-side layer;
-    -1 (none) when the run has no layers."""
+    """The layer a view focuses on when none is chosen: the one flagged most often (non-finite,
+    exploding, vanishing, in that order of weight; a parameter the loss cannot move is never flagged
+    vanishing, ``Run.cannot_move``), else the first layer the loss can move; -1 (none) when the
+    run has no layers."""
     if run.n_layers == 0:
         return -1
     if run.n_steps == 0:
         return 0
     score = 1e6 * run.nonfinite().sum(axis=0) + 1e3 * run.exploding().sum(axis=0) + run.vanishing().sum(axis=0)
-    return int(np.argmax(score)) if score.max() > 0 else 0
+    if score.max() > 0:
+        return int(np.argmax(score))
+    movable = np.flatnonzero(~run.cannot_move())
+    return int(movable[0]) if movable.size else 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 
 
-from ._look import HEALTH_COLORS, HEALTH_COLUMNS, format_cell
+from ._look import HEALTH_COLORS, HEALTH_COLUMNS, HEALTH_NOTES, format_cell
 from .outputs import to_ascii
 from .run import Run
 
@@ -64,9 +64,12 @@ def health_table_html(report, max_rows: int = 200, suggestions: bool = True, com
         for c, _, fmt in cols:
             text = format_cell(row[c], fmt)
             style = _TD
+            title = ""
             if c == "health":
                 color = HEALTH_COLORS.get(str(row[c]), HEALTH_COLORS["Unknown"])
                 style += f"background:{color};color:#fff;font-weight:bold;"
+                note = HEALTH_NOTES.get(str(row[c]))
+                title = f' title="{_esc(note)}"' if note else ""  # why a state that is no grade is normal
             elif c == "layer":
                 style += "font-family:monospace;" + ("min-width:9em;" if compact else "white-space:nowrap;")
             elif c == "suggestion" and compact:
@@ -74,7 +77,7 @@ def health_table_html(report, max_rows: int = 200, suggestions: bool = True, com
             elif fmt != "{}":
                 style += "text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap;"
             cell = _esc(text).replace(".", ".<wbr>") if compact and c == "layer" else _esc(text)  # breaks at dots
-            tds.append(f'<td style="{style}">{cell}</td>')
+            tds.append(f'<td style="{style}"{title}>{cell}</td>')
         layer = _esc(row["layer"]) if "layer" in df.columns else ""
         body.append(f'<tr data-layer="{layer}">{"".join(tds)}</tr>')
     more = ""

@@ -1,10 +1,13 @@
 """The rules every view of a Run applies, written once: which layer-steps are flagged (the Run's
-``vanishing()/exploding()/nonfinite()`` and the panel's flag bits), how steps fold into one
+``vanishing()/exploding()/nonfinite()`` and the panel's flag bits), which parameters the loss
+cannot move (``cannot_move``: never flagged vanishing or dead), how steps fold into one
 (``Run.downsample_by``, the folded history, the panel's columns) and which recorded step is
 nearest a step the user names.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -67,6 +70,95 @@ def vanishing_flags(mean_abs: np.ndarray, thresholds: Thresholds) -> np.ndarray:
 def vanishing_mask(mean_abs: np.ndarray, thresholds: Thresholds, trainable: np.ndarray) -> np.ndarray:
     """``vanishing_flags`` on trainable layers only (a frozen layer's zero is no problem)."""
     return vanishing_flags(mean_abs, thresholds) & trainable[None, :]
+
+
+#: machine epsilon of each floating dtype a parameter may have (numpy knows no bfloat16).
+EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "bfloat16": 2.0**-7, "float16": 2.0**-10}
+#: evenly spaced recorded steps (the first among them) ``Run.cannot_move`` judges a run on: the
+#: shares it reads are then known to about 1%, at a cost bounded whatever the run's length.
+CANNOT_MOVE_ROWS = 256
+#: the state of a parameter the loss cannot move, in every health table: normal, not a finding.
+CANNOT_MOVE = "Cannot move"
+#: the text that says why a parameter "cannot move", wherever its state is shown.
+CANNOT_MOVE_WHY = (
+    "the loss cannot move it (zero by construction): its gradient stays at float rounding next to its "
+    "module's other parameters on nearly every step, e.g. an attention key bias (softmax ignores a shift shared "
+    "by all keys) or a bias right before BatchNorm (the norm subtracts it again)"
+)
+
+
+def rounding_ratio(dtype: str) -> float:
+    """How far below its module's gradient a parameter's gradient is float rounding, not signal:
+    sqrt(eps) of its dtype, the midpoint in orders of magnitude between rounding (eps, where a sum
+    that cancels exactly by the model's symmetry ends up) and a gradient as large as its module's
+    (1). float32: 3.5e-4, bfloat16: 0.088, float16: 0.031; 0 (never) for a dtype without an entry."""
+    return math.sqrt(EPS.get(str(dtype), 0.0))
+
+
+def cannot_move(
+    mean_abs: np.ndarray,
+    zero_frac: np.ndarray,
+    nonfinite: np.ndarray,
+    module: np.ndarray,
+    limit: np.ndarray,
+    trainable: np.ndarray,
+    thresholds: Thresholds,
+) -> np.ndarray:
+    """Per layer: a parameter the loss cannot move, its gradient zero up to float rounding by the
+    model's symmetry (an attention key bias, a bias before BatchNorm), whatever its name.
+
+    ``mean_abs``, ``zero_frac``, ``nonfinite``: ``(rows, layers)`` from the first recorded step on
+    (evenly spaced steps of a long run; a step with a NaN/Inf gradient counts, as one that is not
+    rounding); ``module``: ``(layers,)`` ids, equal for the tensors of one module;
+    ``limit``: ``(layers,)`` ``rounding_ratio`` of each one's dtype. A step's *reference* is the
+    largest mean |g| among the module's trainable tensors with a gradient that is not (all) exact
+    zeros. A trainable layer cannot move when its mean |g| is at most ``limit`` times the reference,
+    and not exact zeros, on its first step with a gradient and on all but ``minor_issue_ratio`` of
+    its steps, and the reference itself is below ``vanishing`` on fewer than ``critical_issue_ratio``
+    of them (a module starved on most steps is the module's problem; a small random-init
+    transformer's key weight dips below ``vanishing`` on 10-20% of steps while its bias is
+    rounding). What this tells apart: a vanishing region of a deep sigmoid net fades weight and
+    bias together (ratio about 1, and the reference vanishes too); a dead ReLU layer's module is
+    exact zeros (no reference), and the next layer's weight, fed only zeros, is exact zeros beside
+    its live bias; a starved layer whatever its name shares its module's fate."""
+    L = mean_abs.shape[1] if mean_abs.ndim == 2 else 0
+    out = np.zeros(L, bool)
+    if not L or not mean_abs.shape[0]:
+        return out
+    module = np.asarray(module)
+    order = np.argsort(module, kind="stable")
+    m = module[order]
+    starts = np.flatnonzero(np.r_[True, m[1:] != m[:-1]])
+    sizes = np.diff(np.r_[starts, L])
+    if not (sizes > 1).any():  # no module with two tensors: nothing to compare with
+        return out
+    # layers as rows (contiguous), in module order: the per-module reductions run along axis 0
+    a = np.asarray(mean_abs, np.float32).T[order]
+    tr = np.asarray(trainable, bool)[order]
+    with np.errstate(invalid="ignore"):
+        usable = (a > 0) & (np.asarray(zero_frac).T[order] < thresholds.dead_zero_fraction) & tr[:, None]
+        v = np.where(usable, a, np.float32(-np.inf))
+        ref = v[starts]  # each module's largest usable mean |g| (one pass per member position:
+        for j in range(1, int(sizes.max())):  # numpy's reduceat is 30x slower over many small modules)
+            g = np.flatnonzero(sizes > j)
+            ref[g] = np.maximum(ref[g], v[starts[g] + j])
+        ref = np.repeat(ref, sizes, axis=0)
+        known = ~np.isnan(a) | (np.asarray(nonfinite).T[order] > 0)  # a gradient, finite or not
+        # rounding noise is not exact zeros: a tensor all zeros beside a live one is dead (a weight
+        # whose input is all zeros), not invariant; NaN/Inf is not rounding either
+        low = usable & np.isfinite(a) & (ref > 0) & (a <= np.asarray(limit, np.float32)[order][:, None] * ref)
+        n_known = np.maximum(known.sum(axis=1), 1)
+        at_first = low[np.arange(L), np.argmax(known, axis=1)]  # on the first step with a gradient
+        share_low = low.sum(axis=1) / n_known
+        weak_ref = (known & ~(ref >= thresholds.vanishing)).sum(axis=1) / n_known
+    out[order] = (
+        tr
+        & known.any(axis=1)
+        & at_first
+        & (share_low >= 1 - thresholds.minor_issue_ratio)
+        & (weak_ref < thresholds.critical_issue_ratio)
+    )
+    return out
 
 
 def over_threshold_mask(max_abs: np.ndarray, thresholds: Thresholds) -> np.ndarray:

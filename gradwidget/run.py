@@ -21,7 +21,15 @@ from .noise_series import NoiseSeries
 from .origin import NONFINITE_PHASES, NonfiniteOrigin
 from .run_append import GROWTH_DIVISOR, RunAppend
 from .schema import _as_step as _as_step  # collect/torch.py imports it from here
-from .rules import exploding_flags, nearest_index, nonfinite_mask, vanishing_mask
+from .rules import (
+    CANNOT_MOVE_ROWS,
+    cannot_move,
+    exploding_flags,
+    nearest_index,
+    nonfinite_mask,
+    rounding_ratio,
+    vanishing_mask,
+)
 from .schema import (
     HIST_EDGES,
     HIST_HI,
@@ -232,8 +240,32 @@ class Run(RunAppend):
 
     # ----------------------------------------------------------------- flags (the original crate's animator)
     def vanishing(self) -> np.ndarray:
-        """Boolean ``(steps, layers)``: mean |g| below ``thresholds.vanishing`` (frozen layers excluded)."""
-        return vanishing_mask(self.metric("mean_abs"), self.thresholds, self.trainable_mask())
+        """Boolean ``(steps, layers)``: mean |g| below ``thresholds.vanishing`` (frozen layers and
+        those the loss cannot move, ``cannot_move``, excluded)."""
+        return vanishing_mask(self.metric("mean_abs"), self.thresholds, self.trainable_mask() & ~self.cannot_move())
+
+    def cannot_move(self) -> np.ndarray:
+        """Boolean ``(layers,)``: parameters the loss cannot move, their gradient zero up to float
+        rounding by the model's symmetry (``rules.cannot_move``), judged on ``CANNOT_MOVE_ROWS``
+        evenly spaced steps from the first."""
+        n = self.n_steps
+        if n == 0 or self.n_layers == 0:
+            return np.zeros(self.n_layers, bool)
+        rows = np.unique(np.linspace(0, n - 1, min(n, CANNOT_MOVE_ROWS)).round().astype(np.intp))
+        which = [metric_index(m) for m in ("mean_abs", "zero_frac", "nonfinite")]
+        ma, zf, nf = np.moveaxis(self._M3[rows[:, None], np.array(which)[None, :]], 1, 0)  # only these three
+        mods = [info.module or info.name.rsplit(".", 1)[0] for info in self.layers]
+        ids = {m: k for k, m in enumerate(dict.fromkeys(mods))}
+        ratios = {d: rounding_ratio(d) for d in {info.dtype for info in self.layers}}
+        return cannot_move(
+            ma,
+            zf,
+            nf,
+            np.array([ids[m] for m in mods], np.intp),
+            np.array([ratios[info.dtype] for info in self.layers]),
+            self.trainable_mask(),
+            self.thresholds,
+        )
 
     def exploding(self) -> np.ndarray:
         """Boolean ``(steps, layers)``: max |g| above ``thresholds.exploding`` or non-finite."""

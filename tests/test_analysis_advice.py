@@ -118,7 +118,8 @@ def test_causes_rank_by_priority_then_precedence_and_give_one_verdict():
     assert causes.verdict(c) == "Warning" and causes.verdict(c[2:]) == "Healthy" and causes.verdict([]) == "Healthy"
     assert causes.verdict([causes.Diagnosis("nonfinite", "Critical", [], 0, "e", 1.0)]) == "Critical"
     run = synth(np.full((10, 3), 0.1))
-    h = causes.layer_verdicts(run, c + [causes.Diagnosis("nonfinite", "Critical", ["l1.weight"], 0, "e", 1.0)])
+    found = c + [causes.Diagnosis("nonfinite", "Critical", ["l1.weight"], 0, "e", 1.0)]
+    h = causes.layer_verdicts(run, found, run.cannot_move())
     assert list(h) == ["Healthy", "Critical", "Healthy"]
 
 

@@ -14,6 +14,7 @@ import copy
 import numpy as np
 import pandas as pd
 
+from ..rules import CANNOT_MOVE_WHY
 from ..run import Run
 from .._args import check_objective
 from ..thresholds import as_thresholds
@@ -81,7 +82,7 @@ def analyze(
         notes.append(f"objective: {task.assumed}")
     ctx = causes.Context(s, factors, regs, dyn, loss, evidence.architecture(run), task)
     found = causes.diagnose(ctx)
-    hl["health"] = causes.layer_verdicts(run, found)  # one verdict: the layers the diagnoses name
+    hl["health"] = causes.layer_verdicts(run, found, s.cannot_move)  # one verdict: the layers the diagnoses name
     overall = causes.verdict(found)
     if overall == "Healthy" and (hl["health"] == "Unknown").all():  # nothing recorded to judge
         overall = "Unknown"
@@ -160,6 +161,8 @@ def _layers_table(run: Run, s: stats.Series, fl: pd.DataFrame, hl: pd.DataFrame,
     for r in found:  # ranked: the first per layer is its top diagnosis
         for n in r.layers:
             top.setdefault(n, (r.cause, f"{n}: {r.action}"))
+    for i in np.flatnonzero(hl["health"].to_numpy() == health.CANNOT_MOVE):  # normal: say why
+        top.setdefault(run.layer_names[i], ("", f"nothing to do: {CANNOT_MOVE_WHY}"))
     ex = s.exact
     return pd.DataFrame(
         {

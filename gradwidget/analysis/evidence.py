@@ -63,7 +63,6 @@ __all__ = [
     "update_ratio_series",
     "weights_moved",
     "weight_growth",
-    "zero_by_design",
 ]
 
 
@@ -75,16 +74,6 @@ _ATTENTION = re.compile(r"attention|attn", re.I)
 #: before it changes nothing, so its gradient is (up to rounding) zero
 _MEAN_REMOVING = re.compile(r"BatchNorm|InstanceNorm", re.I)
 _EMBEDDING = re.compile(r"embedding", re.I)
-
-
-_KEY_BIAS = re.compile(r"(^|\.)(key|k_proj|k|to_k|wk)\.bias$")
-
-
-def zero_by_design(name: str) -> bool:
-    """A parameter whose gradient is exactly zero by the model's symmetry, not by a fault: an
-    attention key bias (adding one vector to every key shifts each query's scores by a constant,
-    which softmax ignores)."""
-    return bool(_KEY_BIAS.search(name))
 
 
 def is_embedding(module_type: str) -> bool:
@@ -376,18 +365,19 @@ def depth_attenuation(run: Run, arch: Architecture) -> tuple[np.ndarray, int | N
 
 
 # --------------------------------------------------------------------------- input scale
-def input_rms(run: Run, arch: Architecture, rows: int = 8) -> float:
+def input_rms(run: Run, arch: Architecture, cannot_move: np.ndarray, rows: int = 8) -> float:
     """The root-mean-square size of the data entering the first layer, read off its gradients: for
     a Linear/Conv with a bias, ||dL/dW|| ~ ||dL/db|| x rms(input) x sqrt(fan_in), so their ratio
     estimates the input's scale (about 1 for normalised data). Median over the first ``rows``
-    recorded steps; NaN when the first layer has no bias, takes token ids, or feeds a batch or
-    instance norm (which removes what the bias adds: its gradient is rounding, not a measure)."""
+    recorded steps; NaN when the first layer has no bias, its bias is one the loss cannot move
+    (``cannot_move``, per layer: its gradient is rounding, not a measure), it feeds a batch or
+    instance norm (which removes what the bias adds) or it takes token ids."""
     if arch.token_input or run.n_steps == 0:
         return float("nan")
     ins = arch.input_layers
     w = [i for i in ins if run.layers[i].name.endswith("weight") and len(run.layers[i].shape) >= 2]
     b = [i for i in ins if run.layers[i].name.endswith("bias")]
-    if not w or not b:
+    if not w or not b or cannot_move[b[0]]:
         return float("nan")
     wi, bi = w[0], b[0]
     after = {int(d) for u, d in run.edges if u in (wi, bi)}

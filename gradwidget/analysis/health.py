@@ -25,12 +25,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .evidence import zero_by_design
+from ..rules import CANNOT_MOVE
 from .risk_factor import RiskFactor
 from .stats import Series, _quiet, fmt_num as _fmt, log10_pos, lstsq_slope, nanmedian, quantiles
 
 
-HEALTH = ("Healthy", "Warning", "Critical", "Unknown")
+HEALTH = ("Healthy", "Warning", "Critical", "Unknown", CANNOT_MOVE)
 #: a layer with more than this many risk factors is Critical even if none alone is (the original crate: > 2).
 MAX_WARNING_FACTORS = 2
 
@@ -59,7 +59,9 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
     ``relative_vanishing`` times below / ``relative_exploding`` above the typical layer (the upper
     quartile of the layers that are neither vanishing nor dead, see ``REFERENCE_QUANTILE``); stability below
     ``unstable``; oscillation; median update/weight ratio outside the healthy band. A dead layer
-    (exact zeros) is not also reported as vanishing or weak."""
+    (exact zeros) is not also reported as vanishing or weak. A parameter the loss cannot move
+    (``Series.cannot_move``: its gradient is rounding noise) gets only the non-finite and exploding
+    factors: every other statistic of its gradient is a statistic of that noise."""
     run, t, ex = s.run, s.run.thresholds, s.exact
     names = run.layer_names
     out: list[RiskFactor] = []
@@ -69,11 +71,11 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
             out.append(RiskFactor(names[i], kind, float(np.clip(sev[i], 0, 1)), bool(crit[i]), text(i)))
 
     L = run.n_layers
-    ok = s.trainable & (ex["known_steps"] > 0)
-    by_design = np.array([zero_by_design(n) for n in names])  # a zero gradient there is no symptom
+    got = s.trainable & (ex["known_steps"] > 0)
+    ok = got & ~s.cannot_move  # a gradient that is rounding noise has no other symptom
     nfs = ex["nonfinite_share"]
     add(
-        ok & (nfs > 0),
+        got & (nfs > 0),
         "nonfinite",
         np.ones(L),
         np.ones(L, bool),
@@ -85,7 +87,7 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
     es = ex["exploding_share"]
     finite_max = ex["max_abs_finite"]
     add(
-        ok & (es > 0) & (nfs == 0),
+        got & (es > 0) & (nfs == 0),
         "exploding",
         0.5 + 0.5 * es,
         np.ones(L, bool),
@@ -95,7 +97,7 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
     ds = ex["dead_share"]
     dead = ds >= t.minor_issue_ratio  # exact zeros: "dead" is the sharper diagnosis than "vanishing"
     add(
-        ok & (vs >= t.minor_issue_ratio) & ~dead & ~by_design,
+        ok & (vs >= t.minor_issue_ratio) & ~dead,
         "vanishing",
         vs,
         vs >= t.critical_issue_ratio,
@@ -105,7 +107,7 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
         ),
     )
     add(
-        ok & dead & ~by_design,
+        ok & dead,
         "dead",
         ds,
         ds >= t.critical_issue_ratio,
@@ -118,7 +120,7 @@ def risk_factors(s: Series, flow: pd.DataFrame) -> list[RiskFactor]:
     lo, hi = np.log10(t.relative_vanishing), np.log10(t.relative_exploding)
     with np.errstate(invalid="ignore"):
         add(
-            ok & (rel < lo) & ~(vs >= t.minor_issue_ratio) & ~dead & ~by_design,
+            ok & (rel < lo) & ~(vs >= t.minor_issue_ratio) & ~dead,
             "weak",
             (lo - rel) / max(-lo, 1e-12),
             np.zeros(L, bool),

@@ -151,7 +151,9 @@ class Report:
         h = self.layers["health"].value_counts()
         span = f"steps {int(run.steps[0])}–{int(run.steps[-1])}" if run.n_steps else "no steps"
         graded = ", ".join(
-            f"{int(h.get(k, 0))} {k.lower()}" for k in ("Critical", "Warning", "Healthy", "Unknown") if h.get(k, 0)
+            f"{int(h.get(k, 0))} {k.lower()}"
+            for k in ("Critical", "Warning", "Healthy", "Unknown", health.CANNOT_MOVE)
+            if h.get(k, 0)
         )
         more = []
         tr = self.loss.trend if self.loss.logged else None

@@ -186,13 +186,17 @@ def _chunk_reductions(c: np.ndarray, t, k: int, with_coarse: bool) -> tuple:
 CHUNK_BYTES = 1 << 20
 
 
-def exact_reductions(run: Run, chunk: int | None = None, block: int = 0, threads: int = 2) -> dict[str, np.ndarray]:
+def exact_reductions(
+    run: Run, chunk: int | None = None, block: int = 0, threads: int = 2, movable: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """Per-layer values one step can change, computed over every recorded step: the largest max |g|
     (inf when a step was non-finite; ``max_abs_finite`` ignores those), the total count of non-finite
     entries, and the share of steps each of the original crate's flags fired (vanishing, exploding, dead,
     non-finite). One pass over contiguous chunks of rows (``CHUNK_BYTES`` per metric, so a chunk's
     temporaries stay in cache), all reductions together (chunks spread over ``threads`` threads: numpy
-    releases the GIL). With ``block`` > 0 the same pass also returns
+    releases the GIL). The vanishing and dead shares count only on ``movable`` layers (trainable
+    ones the loss can move, ``Run.cannot_move``; computed when not given). With ``block`` > 0 the
+    same pass also returns
     ``coarse_grad_norm``: the gradient norm averaged over blocks of ``block`` steps aligned to the last
     step (finite values only; a partial first block is left out)."""
     t = run.thresholds
@@ -222,7 +226,8 @@ def exact_reductions(run: Run, chunk: int | None = None, block: int = 0, threads
     nf_total, nf_steps, van, expl, dead, known = (
         sum((p[i] for p in parts), np.zeros(L, np.float64 if i == 1 else np.int64)) for i in range(1, 7)
     )
-    trainable = run.trainable_mask()
+    if movable is None:
+        movable = run.trainable_mask() & ~run.cannot_move()
     d = max(n, 1)
     finite_max = np.where(mx_max > -np.inf, mx_max, np.nan)
     out = {
@@ -230,9 +235,9 @@ def exact_reductions(run: Run, chunk: int | None = None, block: int = 0, threads
         "max_abs_finite": finite_max,
         "nonfinite_total": nf_total,
         "nonfinite_share": nf_steps / d,
-        "vanishing_share": van / d * trainable,
+        "vanishing_share": van / d * movable,
         "exploding_share": expl / d,
-        "dead_share": dead / d * trainable,
+        "dead_share": dead / d * movable,
         "known_steps": known,
     }
     if block:
@@ -367,13 +372,15 @@ class Series:
         self.recent = np.where(np.isfinite(rec), rec, np.nan)  # non-finite steps are counted apart
         self.recent_steps = run.steps[max(0, n - max_rows) :]
         self.block = max(1, -(-n // max_rows))
-        self.exact = exact_reductions(run, block=self.block)
+        self.trainable = run.trainable_mask()
+        #: per layer: a parameter the loss cannot move (``Run.cannot_move``): no symptom is read off it
+        self.cannot_move = run.cannot_move()
+        self.exact = exact_reductions(run, block=self.block, movable=self.trainable & ~self.cannot_move)
         self._stats: pd.DataFrame | None = None
         self._metric_stats: dict[str, dict[str, np.ndarray]] = {}
         self.coarse = log10_pos(self.exact.pop("coarse_grad_norm"))
         m = (n // self.block) * self.block
         self.coarse_steps = run.steps[n - m :][:: self.block] if n else run.steps
-        self.trainable = run.trainable_mask()
         self._update_ratio: np.ndarray | None = None
         self._update_rows: np.ndarray | None = None
         self._rms: tuple[np.ndarray, np.ndarray] | None = None

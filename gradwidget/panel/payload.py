@@ -45,10 +45,11 @@ def cell_flags(
 ) -> np.ndarray:
     """uint8 ``(steps, layers)`` flag bits by the Run's flag rules (``gradwidget.run``), on the
     given metric arrays (the window and the folded history together). No data: NaN mean |g|
-    without a non-finite count (the layer got no gradient that step). ``trainable``: per column
-    (a group's rows: any member trainable), the run's layers' by default."""
+    without a non-finite count (the layer got no gradient that step). ``trainable``: per column,
+    whether it may be flagged vanishing (a group's rows: any member may); by default the run's
+    trainable layers the loss can move (``Run.cannot_move``)."""
     nf = nonfinite_mask(nonfinite)
-    trainable = run.trainable_mask() if trainable is None else trainable
+    trainable = run.trainable_mask() & ~run.cannot_move() if trainable is None else trainable
     f = np.where(vanishing_mask(mean_abs, run.thresholds, trainable), FLAG_VANISHING, 0).astype(np.uint8)
     f |= np.where(over_threshold_mask(max_abs, run.thresholds), FLAG_EXPLODING, 0).astype(np.uint8)
     f |= np.where(nf, FLAG_NONFINITE, 0).astype(np.uint8)
@@ -144,7 +145,7 @@ def heat_view(run: Run, metric: str, columns: int, rows: Rows | None = None) -> 
     trainable = None
     if rows is not None:
         mets = {m: merged(v, m, rows) for m, v in mets.items()}
-        trainable = rows.trainable
+        trainable = np.logical_or.reduceat(run.trainable_mask() & ~run.cannot_move(), rows.starts)
     values = mets[metric]
     heat = reduce_blocks(values, k, fold_of(metric)).T
     flags = reduce_blocks(cell_flags(run, mets["mean_abs"], mets["max_abs"], mets["nonfinite"], trainable), k, "or").T

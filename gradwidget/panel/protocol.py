@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._look import DIFF_NODATA, DIFF_STOPS, HEALTH_COLORS, MARKS, METRIC_LABELS, VIRIDIS_HEX
-from ..rules import merge_of
+from .._look import DIFF_NODATA, DIFF_STOPS, HEALTH_COLORS, HEALTH_NOTES, MARKS, METRIC_LABELS, VIRIDIS_HEX
+from ..rules import CANNOT_MOVE, merge_of
 from ..run import METRICS
 
 
@@ -162,8 +162,9 @@ FLAGS = {"vanishing": 1, "exploding": 2, "nonfinite": 4, "nodata": 8}
 FLAG_VANISHING, FLAG_EXPLODING, FLAG_NONFINITE, FLAG_NODATA = (
     FLAGS[k] for k in ("vanishing", "exploding", "nonfinite", "nodata")
 )
-#: sort order of the health grades (worst first when sorted descending).
-HEALTH_RANK = {"Critical": 3, "Warning": 2, "Unknown": 1, "Healthy": 0}
+#: sort order of the health grades (worst first when sorted descending; a parameter the loss cannot
+#: move after the Healthy ones).
+HEALTH_RANK = {"Critical": 3, "Warning": 2, "Unknown": 1, "Healthy": 0, CANNOT_MOVE: -1}
 #: how a group row's value is made from its members' (``rules.merge_of``), per metric: the legend and
 #: the tooltip of a group row say it.
 MERGE_LABELS = {
@@ -234,6 +235,7 @@ def constants_json() -> dict:
         "flags": FLAGS,
         "health_rank": HEALTH_RANK,
         "health_colors": HEALTH_COLORS,
+        "health_notes": HEALTH_NOTES,
         "marks": MARKS,
         "metrics": list(METRICS),
         "metric_labels": METRIC_LABELS,

@@ -30,7 +30,6 @@ class Rows:
     depth: np.ndarray  #: (R,) how many expanded groups hold the row
     parents: list[tuple[int, int] | None]  #: the innermost expanded group holding the row
     numel: np.ndarray  #: (layers,) each layer's size, at least 1 (the merge's weights)
-    trainable: np.ndarray  #: (R,) any of the row's layers trainable (a frozen group never vanishes)
     entries: list[dict]  #: ``meta.layers``: one per row, a group's with its range, nesting and parent
 
     @property
@@ -111,7 +110,6 @@ def row_layout(run: Run, expanded=(), max_rows: int | None = None) -> Rows | Non
         np.asarray(depth, np.intp),
         parents,
         numel=np.array([max(1, li.numel) for li in run.layers], np.float64),
-        trainable=np.logical_or.reduceat(run.trainable_mask(), first),
         entries=_entries(run, starts, counts, labels, depth, parents),
     )
 

@@ -179,13 +179,18 @@ export const CONSTANTS = {
     "Critical": 3,
     "Warning": 2,
     "Unknown": 1,
-    "Healthy": 0
+    "Healthy": 0,
+    "Cannot move": -1
   },
   "health_colors": {
     "Healthy": "#2e7d32",
     "Warning": "#ef8f00",
     "Critical": "#c62828",
-    "Unknown": "#8a8a8a"
+    "Unknown": "#8a8a8a",
+    "Cannot move": "#546e7a"
+  },
+  "health_notes": {
+    "Cannot move": "the loss cannot move it (zero by construction): its gradient stays at float rounding next to its module's other parameters on nearly every step, e.g. an attention key bias (softmax ignores a shift shared by all keys) or a bias right before BatchNorm (the norm subtracts it again)"
   },
   "marks": {
     "vanishing": "#c8c8c8",
@@ -281,6 +286,7 @@ export const FLAG_NONFINITE = CONSTANTS.flags.nonfinite;
 export const FLAG_NODATA = CONSTANTS.flags.nodata;
 export const HEALTH_RANK: Record<string, number> = CONSTANTS.health_rank;
 export const HEALTH_COLORS: Record<string, string> = CONSTANTS.health_colors;
+export const HEALTH_NOTES: Record<string, string> = CONSTANTS.health_notes;
 export const METRIC_LABELS: Record<string, string> = CONSTANTS.metric_labels;
 /** How a group row's value is made from its members', per metric (gradwidget/rules.py merge_of). */
 export const MERGE_LABELS: Record<string, string> = CONSTANTS.merge_labels;

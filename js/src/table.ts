@@ -6,7 +6,7 @@
 
 import { fmt } from "./colormap";
 import { distinctLabels } from "./names";
-import { HEALTH_COLORS, HEALTH_RANK, Row } from "./protocol";
+import { HEALTH_COLORS, HEALTH_NOTES, HEALTH_RANK, Row } from "./protocol";
 
 export type { Row };
 
@@ -70,7 +70,7 @@ function sortValue(row: Row, key: string): number | string | null {
   return String(v).toLowerCase();
 }
 
-/** The table's order before a user sorts: grouped by health (Critical first, Healthy last), within a
+/** The table's order before a user sorts: grouped by health (Critical first, Healthy then "Cannot move" last), within a
  *  health the rows of one diagnosis together (the top diagnosis first), then layer order. */
 export function healthOrder(rows: Row[]): Row[] {
   const rank = (r: Row) => HEALTH_RANK[String(r.health)] ?? 1;
@@ -443,9 +443,10 @@ export class HealthTable {
     if (c.kind === "health") {
       const badge = document.createElement("span");
       const h = String(v ?? "Unknown");
-      badge.className = `gw-badge gw-${h.toLowerCase()}`;
+      badge.className = `gw-badge gw-${h.toLowerCase().replace(/\s+/g, "-")}`;
       badge.style.background = HEALTH_COLORS[h] ?? HEALTH_COLORS.Unknown;
       badge.textContent = h;
+      if (HEALTH_NOTES[h]) badge.title = HEALTH_NOTES[h]; // why a state that is no grade (e.g. "Cannot move") is normal
       td.append(badge);
       return td;
     }

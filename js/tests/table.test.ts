@@ -98,6 +98,13 @@ describe("the table before a user sorts", () => {
     expect(shown.map((_, i) => startsGroup(shown, i))).toEqual([true, false, false, true, true, true]);
   });
 
+  it("puts the parameters the loss cannot move after the Healthy ones, as their own group", () => {
+    const inert: Row = { index: 6, layer: "key.bias", health: "Cannot move", suggestion: "" };
+    const shown = healthOrder([inert, ...grid]);
+    expect(shown.map((r) => r.health).slice(-2)).toEqual(["Healthy", "Cannot move"]);
+    expect(startsGroup(shown, shown.length - 1)).toBe(true);
+  });
+
   it("says a diagnosis' action once, on its first row", () => {
     const shown = sortRows(grid, null);
     const said = shown.map((_, i) => suggestionText(shown, i));

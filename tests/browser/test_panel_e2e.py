@@ -58,7 +58,8 @@ for s in range(6):
     v = np.full((len(METRICS), 2), np.nan, np.float32); v[METRICS.index("nonfinite")] = 16
     bad.append(s, v)
 display(GradientPanel(Run(["a", "b"])), GradientPanel(bad))""",
-    # 4: 450 tensors (75 blocks of 6): past the row cap the panel draws one row per block
+    # 4: 450 tensors (75 blocks of 6): past the row cap the panel draws one row per block; the bias
+    # of blocks.3.lin1 is float32 rounding next to its weight (a tensor the loss cannot move)
     """import numpy as np
 from gradwidget import GradientPanel, METRICS, Run
 from gradwidget.run import LayerInfo
@@ -68,6 +69,8 @@ big = Run([LayerInfo(f"blocks.{i // 6}.lin{(i // 2) % 3}.{'weight' if i % 2 == 0
 for s in range(8):
     v = np.exp(rng.standard_normal((len(METRICS), 450))).astype(np.float32) * 0.1
     v[METRICS.index("nonfinite")] = 0
+    v[METRICS.index("zero_frac"), 20:22] = 0
+    v[METRICS.index("mean_abs"), 21] = 1e-8 * v[METRICS.index("mean_abs"), 20]
     big.append(s, v)
 big_panel = GradientPanel(big)
 big_panel""",
@@ -453,7 +456,8 @@ def test_empty_and_all_non_finite_runs_say_so(page):
 
 def test_a_panel_of_many_tensors_expands_and_collapses_a_group_through_the_kernel(page):
     """Past the row cap: group rows; the table's ▸ sends ``expanded`` to the kernel, whose update puts
-    the group's members in its place; their ▾ folds them back."""
+    the group's members in its place; their ▾ folds them back. A member the loss cannot move reads
+    so, with why in its badge's tooltip."""
     n = page.evaluate("() => document.querySelectorAll('.gw-root').length")
     page.evaluate(RUN_CELL_JS, 4)
     page.wait_for_function(f"() => document.querySelectorAll('.gw-root').length > {n}")
@@ -469,9 +473,19 @@ def test_a_panel_of_many_tensors_expands_and_collapses_a_group_through_the_kerne
     assert kernel(page, "print(big_panel.expanded, big_panel.meta['rows'])").strip() == "[[18, 24]] 80"
     names = page.evaluate(f"() => {view}.meta.layers.slice(3, 9).map(l => l.name)")
     assert names == [f"blocks.3.lin{k}.{p}" for k in range(3) for p in ("weight", "bias")]
-    member = root.locator("table.gw-health tr[data-layer='blocks.3.lin1.bias']")
+    member = root.locator("table.gw-health tr[data-layer='blocks.3.lin1.weight']")
     assert member.count() == 1 and member.locator("button.gw-toggle").inner_text() == "▾"
+    assert member.locator(".gw-badge").inner_text() == "Healthy"
     assert root.locator(".gw-count").inner_text() == "80 of 80 rows · 450 layers"
+    # its bias is listed after the Healthy rows, as the one that cannot move, with why in the tooltip
+    root.locator("input.gw-filter").fill("cannot move")
+    inert = root.locator("table.gw-health tbody tr")
+    page.wait_for_function(f"() => {big}.querySelectorAll('table.gw-health tbody tr').length === 1")
+    assert inert.get_attribute("data-layer") == "blocks.3.lin1.bias"
+    note = kernel(page, "from gradwidget.rules import CANNOT_MOVE_WHY; print(CANNOT_MOVE_WHY)").strip()
+    badge = inert.locator(".gw-badge")
+    assert badge.inner_text() == "Cannot move" and badge.get_attribute("title") == note
+    root.locator("input.gw-filter").fill("")
     root.screenshot(path=str(ARTIFACTS / "panel_many_tensors_expanded.png"))
     member.locator("button.gw-toggle").click()
     page.wait_for_function(f"() => {view}.meta.rows === 75")

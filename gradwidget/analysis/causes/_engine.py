@@ -12,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..health import CANNOT_MOVE
 from ._base import PRIORITY_ORDER, CauseRule, Context, Diagnosis
 
 
@@ -152,10 +153,11 @@ def verdict(diagnoses: list[Diagnosis]) -> str:
     return "Healthy"
 
 
-def layer_verdicts(run, diagnoses: list[Diagnosis]) -> np.ndarray:
+def layer_verdicts(run, diagnoses: list[Diagnosis], cannot_move: np.ndarray) -> np.ndarray:
     """Per layer, the worst health any diagnosis gives it: Critical for a Critical one naming it,
-    Warning for a High or Medium one; Healthy otherwise; Unknown for a layer without any gradient
-    that no diagnosis names (frozen layers: their status says why)."""
+    Warning for a High or Medium one; Healthy otherwise, or ``CANNOT_MOVE`` for a parameter the loss
+    cannot move (``cannot_move``, per layer: normal, and said so); Unknown for a layer without any
+    gradient that no diagnosis names (frozen layers: their status says why)."""
     L = run.n_layers
     rank = np.zeros(L, int)  # 0 healthy, 1 warning, 2 critical
     idx = {n: i for i, n in enumerate(run.layer_names)}
@@ -168,4 +170,5 @@ def layer_verdicts(run, diagnoses: list[Diagnosis]) -> np.ndarray:
     got = np.isfinite(run.metric("grad_norm")).any(axis=0) if run.n_steps else np.zeros(L, bool)
     out = np.where(rank == 2, "Critical", np.where(rank == 1, "Warning", "Healthy")).astype(object)
     out[(rank == 0) & ~got] = "Unknown"
+    out[(rank == 0) & got & np.asarray(cannot_move, bool)] = CANNOT_MOVE
     return out

@@ -16,7 +16,7 @@ INPUT_RMS_LOW = 0.01
 
 
 def find(c: Context) -> Diagnosis | None:
-    rms = input_rms(c.run, c.arch)
+    rms = input_rms(c.run, c.arch, c.s.cannot_move)
     if not np.isfinite(rms) or INPUT_RMS_LOW <= rms <= INPUT_RMS_HIGH:
         return None
     layers = [c.run.layer_names[i] for i in c.arch.input_layers]

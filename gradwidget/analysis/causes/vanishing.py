@@ -16,7 +16,7 @@ from ._shared import first_flagged_step, names_of, start_step
 
 #: the vanishing layers must make up at least this share of the input side they span: the gradient
 #: fades on its way back to the input. An isolated weak layer between healthy ones (an attention
-#: query/key at initialisation, a key bias whose gradient is zero by symmetry) is not that problem.
+#: query/key at initialisation) is not that problem.
 VANISHING_PREFIX_SHARE = 0.8
 #: decades the RMS gradient entry may fall from the output layer to the input layer before it is
 #: vanishing (healthy zoo runs: under 3 on every step), and how far below the output a layer must
@@ -83,9 +83,10 @@ def _fading_with_depth(c: Context) -> Diagnosis | None:
     with _quiet():
         below = -np.nanmedian(lv - lv[:, [out]], axis=0)
     emb = c.embedding
-    starved = (below >= STARVED_DECADES) & ~emb & c.s.trainable
+    can = c.s.trainable & ~c.s.cannot_move & ~emb  # a gradient that is rounding noise is never starved
+    starved = (below >= STARVED_DECADES) & can
     mods = {run.layers[i].module for i in np.flatnonzero(starved)}
-    starved |= np.array([info.module in mods for info in run.layers]) & ~emb & c.s.trainable  # bias with its weight
+    starved |= np.array([info.module in mods for info in run.layers]) & can  # bias with its weight
     bi = np.array([info.backward_index for info in run.layers])
     idx = [i for i in np.argsort(-bi, kind="stable") if starved[i]]
     if not idx:
