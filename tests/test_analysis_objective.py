@@ -435,6 +435,10 @@ def test_an_objective_given_to_the_panel_is_used_by_its_analysis():
         rep = panel.report
         assert panel.run.meta["objective"] == "adversarial"
         assert not _serious(rep) and any("objective='adversarial'" in n for n in rep.notes)
+        # the panel says what it assumed, beside its verdict
+        assert panel.verdict.endswith("the loss read as objective='adversarial', its trajectory not judged"), (
+            panel.verdict
+        )
     finally:
         panel.close()
 

@@ -715,6 +715,8 @@ def test_a_run_with_nothing_found_says_so_in_its_verdict():
     d = {"priority": "High", "title": "learning rate too high", "layers": ["fc.weight"], "first_step": 12}
     assert verdict_line([d, d], 40) == "High: learning rate too high in fc.weight since step 12 (+1 more below)"
     assert GradientPanel(Run(["a"])).verdict == ""  # no step: nothing analysed, no verdict
+    said = verdict_line([], 315, "cross entropy over 10 classes")
+    assert said == "Healthy: nothing found in 315 recorded steps · the loss read as cross entropy over 10 classes"
 
 
 def test_the_analysis_runs_on_a_copy_off_the_training_thread(monkeypatch):

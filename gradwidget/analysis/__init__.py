@@ -98,6 +98,7 @@ def analyze(
         nonfinite_origin=nonfinite.nonfinite_origin(run),
         noise_scale=ctx.noise,
         notes=notes,
+        task=task,
     )
     report._series = s
     report._parts.update(flow=fl, health=hl, risk_factors=factors, regions=regs, dynamics=dyn)

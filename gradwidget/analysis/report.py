@@ -104,6 +104,8 @@ class Report:
     nonfinite_origin: NonfiniteOrigin | None = None  #: the module, step and pass that made the first NaN/Inf
     noise_scale: NoiseScale | None = None  #: the gradient noise scale B_simple, when the run saw two batch sizes
     notes: list = field(default_factory=list)
+    #: what the loss was read as (``task.Task``: from its graph, or as ``objective=`` said)
+    task: Any = field(default=None, metadata={"json": False})
     _series: Any = field(default=None, repr=False, metadata={"json": False})
     _parts: dict = field(default_factory=dict, repr=False, metadata={"json": False})
 

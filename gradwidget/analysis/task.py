@@ -57,6 +57,7 @@ class Task:
     batch: int | None = None  #: the examples a summed loss sums over
     terms: int = 1  #: terms added into the loss (a reconstruction plus a KL term: 2)
     assumed: str = ""  #: what the analysis assumed, in words (the report's note)
+    reading: str = ""  #: what the loss was read as, in a few words (the panel's verdict line)
 
     @property
     def chance(self) -> float | None:
@@ -85,7 +86,12 @@ def task_of(run, objective: str = "auto") -> Task:
         objective = stated if stated in OBJECTIVES else "auto"
     graph = LossGraph.of_run(run)
     if objective in ("adversarial", "policy_gradient", "other"):
-        return Task(objective, False, assumed=f"objective={objective!r}: the loss's trajectory is not judged")
+        return Task(
+            objective,
+            False,
+            assumed=f"objective={objective!r}: the loss's trajectory is not judged",
+            reading=f"objective={objective!r}, its trajectory not judged",
+        )
     parts = turns(run) if objective == "auto" else 0
     if parts:
         return Task(
@@ -95,12 +101,14 @@ def task_of(run, objective: str = "auto") -> Task:
             "training one part on its own loss, as a GAN's generator and discriminator): the logged loss "
             "interleaves their objectives and its trajectory is not judged; pass objective='loss' if it is "
             "one loss to minimise",
+            reading="optimizers taking turns, as a GAN's: its trajectory not judged",
         )
     if graph is None:
         return Task(
             "unknown",
             True,
             assumed="the loss was logged without its graph: read as a loss to minimise, with no chance level",
+            reading="a loss to minimise (its graph not seen)",
         )
     if graph.foreign and objective == "auto":
         return Task(
@@ -110,6 +118,7 @@ def task_of(run, objective: str = "auto") -> Task:
             assumed=f"the loss depends on {graph.foreign} trainable tensors outside the recorded model (another "
             "network's, as a GAN's generator loss depends on its discriminator): its trajectory is not judged; "
             "pass objective='loss' if it is a loss to minimise",
+            reading="adversarial (it depends on another network): its trajectory not judged",
         )
     if graph.reducer is None and not graph.cross_entropy:
         return Task(
@@ -122,6 +131,9 @@ def task_of(run, objective: str = "auto") -> Task:
                 if objective == "loss"
                 else "its trajectory is not judged; pass objective='loss' if it is a loss to minimise"
             ),
+            reading="a loss to minimise (objective='loss')"
+            if objective == "loss"
+            else "a custom expression: its trajectory not judged",
         )
     kind = "cross_entropy" if graph.cross_entropy else _KINDS.get(graph.reducer or "", (graph.reducer or "").lower())
     classes = graph.classes
@@ -135,7 +147,14 @@ def task_of(run, objective: str = "auto") -> Task:
     if t.terms > 1:
         what += f", plus {t.terms - 1} more term{'s' * (t.terms > 2)}"
     return Task(
-        kind, True, classes, graph.summed, graph.batch, t.terms, f"the loss's graph shows a {what}: a loss to minimise"
+        kind,
+        True,
+        classes,
+        graph.summed,
+        graph.batch,
+        t.terms,
+        f"the loss's graph shows a {what}: a loss to minimise",
+        what,
     )
 
 

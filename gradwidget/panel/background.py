@@ -75,7 +75,9 @@ class PanelBackground(PanelBase):
             self._layer_rows = layer_rows
             rows = group_rows(layer_rows, self._rows_of(snap), snap)
             changed = changed_rows(self.table, rows)
-            values: dict = {"diagnoses": diagnoses, "verdict": verdict_line(diagnoses, snap.n_steps) if report else ""}
+            reading = report.task.reading if report is not None and report.loss.logged and report.task else ""
+            verdict = verdict_line(diagnoses, snap.n_steps, reading) if report is not None else ""
+            values: dict = {"diagnoses": diagnoses, "verdict": verdict}
             # the static panel's table (with the diagnoses: the analysis of this version); a live
             # analysis (not ``final``) makes none, and leaves the last one
             if final or report is None:

@@ -222,16 +222,20 @@ def table_from_run(run: Run) -> list[dict]:
     return rows
 
 
-def verdict_line(diagnoses: list[dict], n_steps: int) -> str:
+def verdict_line(diagnoses: list[dict], n_steps: int, reading: str = "") -> str:
     """The analysis in one line, always shown above the heatmap (``analysis.report.verdict_line``,
-    which the report's summary says too), with how many more diagnoses follow."""
+    which the report's summary says too), with how many more diagnoses follow and what the loss
+    was read as (``reading``: ``Task.reading``, "" when no loss was logged)."""
     from ..analysis.report import verdict_line as line
 
+    read = f" · the loss read as {reading}" if reading else ""
     if not diagnoses:
-        return line(None, "", None, None, n_steps)
+        return line(None, "", None, None, n_steps) + read
     d = diagnoses[0]
     more = f" (+{len(diagnoses) - 1} more below)" if len(diagnoses) > 1 else ""
-    return line(d["priority"], d["title"], d["layers"][0] if d["layers"] else None, d["first_step"], n_steps) + more
+    return (
+        line(d["priority"], d["title"], d["layers"][0] if d["layers"] else None, d["first_step"], n_steps) + more + read
+    )
 
 
 def analyse(run: Run) -> tuple[Any, list[dict], list[dict]]:
