@@ -18,7 +18,9 @@ const VIEWS = new Set<PanelView>();
 
 /** When a new view looks for the one it replaces: the front end attaches the new view and detaches
  *  the old one when it gets to it, seconds later on a busy page, so it keeps looking for a while. */
-const TAKE_OVER_AT_MS = [0, 50, 300, 1500, 3000, 6000, 10000, 20000, 40000];
+const TAKE_OVER_AT_MS = [0, 50, 300, 1500, 3000, 6000, 10000, 20000, 40000, 80000, 120000];
+/** How long after it is made a view replaces the views of its model that are released: the last look. */
+const REPLACES_FOR_MS = TAKE_OVER_AT_MS[TAKE_OVER_AT_MS.length - 1];
 
 /** Views their front end released (disposed) while shown, with what the user set there (taken just
  *  before: a disposed view keeps no DOM and no data): a front end that replaces an output may
@@ -31,8 +33,33 @@ const RELEASED = new Map<PanelView, Handover>();
  *  one it holds (a stale view of the same model, detached or released late on a busy page, would
  *  otherwise overwrite what the user set in the view it replaced). */
 const MADE = new WeakMap<PanelView, number>();
+/** when each view was made (``performance.now()``) */
+const BORN = new WeakMap<PanelView, number>();
 const HOLDS = new WeakMap<PanelView, number>();
 let made = 0;
+
+/** Hand `state`, what the user set in `old` (released by its front end just now), to the newest
+ *  view of the same model made after it, and within ``REPLACES_FOR_MS`` of now, that is on the page
+ *  already (a front end that renders the new view first and releases the old one late, on a busy
+ *  page). False when there is none yet: the view that replaces it takes it over when it looks. An
+ *  older view of the same panel shown elsewhere is never touched. */
+function handOver(old: PanelView, state: Handover): boolean {
+  const place = MADE.get(old) ?? 0;
+  const since = performance.now() - REPLACES_FOR_MS;
+  let newest: PanelView | null = null;
+  for (const v of VIEWS) {
+    const at = MADE.get(v) ?? 0;
+    if (v === old || v.isDisposed || !v.root.isConnected || at <= place || (BORN.get(v) ?? 0) < since) continue;
+    if (!v.sameModel(state)) continue;
+    if (!newest || at > (MADE.get(newest) ?? 0)) newest = v;
+  }
+  if (!newest) return false;
+  if (place > (HOLDS.get(newest) ?? 0)) {
+    newest.adopt(state);
+    HOLDS.set(newest, place);
+  }
+  return true;
+}
 
 /** `view` takes over the detached (or just released) views of its model. It keeps looking for
  *  the whole window after a take-over: a view found at one look may be a stale one of the same model
@@ -63,17 +90,23 @@ function takeOver(view: PanelView): void {
 function render({ model, el, signal }: { model: PanelModel; el: HTMLElement; signal?: AbortSignal }): () => void {
   const view = new PanelView(model, el);
   MADE.set(view, ++made);
+  BORN.set(view, performance.now());
   // tests and the benchmark reach the view through the element
   (el as HTMLElement & { gradwidget?: PanelView }).gradwidget = view;
   VIEWS.add(view);
   // the old view is detached once the new one is in the page: look a few times
   const timers: ReturnType<typeof setTimeout>[] = [];
   for (const ms of TAKE_OVER_AT_MS) timers.push(setTimeout(() => takeOver(view), ms));
+  let released = false;
   const release = () => {
+    // once: a front end may both abort the signal and call the cleanup, in either order (a second
+    // call would forget the state kept for the view that replaces this one)
+    if (released) return;
+    released = true;
     timers.forEach(clearTimeout);
     const state = (view.shown || view.adopted) && !view.isDisposed ? view.handover() : null;  // not once taken over
     view.dispose();
-    if (!state) {
+    if (!state || handOver(view, state)) {
       VIEWS.delete(view);
       return;
     }
@@ -81,7 +114,7 @@ function render({ model, el, signal }: { model: PanelModel; el: HTMLElement; sig
     setTimeout(() => {
       VIEWS.delete(view);
       RELEASED.delete(view);
-    }, TAKE_OVER_AT_MS[TAKE_OVER_AT_MS.length - 1] + 1000);
+    }, REPLACES_FOR_MS + 1000);
   };
   signal?.addEventListener("abort", release, { once: true });
   return () => {
