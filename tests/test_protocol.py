@@ -43,6 +43,7 @@ def test_every_synced_trait_is_declared_by_its_row_and_every_ts_trait_is_declare
     assert set(panel) == {n for n, t in TRAITS.items() if t.owner == "panel"}
     assert set(comparison) == set(TRAITS) and {TRAITS[n].owner for n in set(comparison) - set(panel)} == {"comparison"}
     assert all(isinstance(t, Synced) and t.row is TRAITS[n] for n, t in comparison.items())
+    assert all(t.default_value == TRAITS[n].initial() for n, t in comparison.items() if TRAITS[n].kind != "json")
     ts = PROTOCOL_TS.read_text()
     body = re.search(r"export interface Traits \{(.*?)\n\}", ts, re.S).group(1)
     assert set(re.findall(r"^\s+(\w+):", body, re.M)) == set(TRAITS)

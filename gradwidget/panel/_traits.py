@@ -41,6 +41,8 @@ class Synced(t.TraitType[Any, Any]):
             )
         self.row = row
         self.help = row.doc
+        if row.kind != "json":  # an immutable default is the trait's default_value; a JSON one is made fresh
+            self.default_value = row.initial()
 
     def make_dynamic_default(self) -> Any:
         assert self.row is not None
