@@ -143,9 +143,9 @@ def payload_bytes(steps: int, columns: int, layers: int = 24) -> dict:
         run.append(s, v, {"loss": 1.0 / (1 + s)}, hist=hist)
     build_s = time.perf_counter() - t0
     panel = GradientPanel(run, columns=columns)
-    panel._worker.wait(600)  # a run this size has its health table from the analysis thread
+    panel._analysis.wait(600)  # a run this size has its health table from the analysis thread
     t0 = time.perf_counter()
-    panel._push(force=True)
+    panel._sync.push(force=True)
     push_ms = (time.perf_counter() - t0) * 1e3
     data_keys = [
         "meta",

@@ -127,7 +127,7 @@ def panel_costs(run: Run) -> tuple[float, float, float, float, float, int]:
     panel = GradientPanel(run)
     build = time.perf_counter() - t
     try:
-        panel._worker.wait(timeout=600)
+        panel._analysis.wait(timeout=600)
         with_table = time.perf_counter() - t
         times = []
         for _ in range(3):

@@ -159,3 +159,33 @@ def test_the_live_panel_never_imports_the_figures():
             f"{module}:{line} imports {t}" for line, t in imported(path, module) if t.startswith("gradwidget.plots")
         ]
     assert bad == []
+
+
+def test_the_panel_modules_import_no_circle():
+    """No panel module imports one that imports it back, directly or through others, not even inside a
+    function: the widget composes its parts, and a part (``compare_widget``'s comparison among them)
+    never imports the widget."""
+    mods = {module_name(p): p for p in sorted((ROOT / "panel").rglob("*.py"))}
+
+    def module_of(target: str) -> str | None:
+        hits = [m for m in mods if target == m or (target.startswith(m + ".") and m != "gradwidget.panel")]
+        return max(hits, key=len) if hits else None
+
+    graph = {m: {module_of(t) for _, t in imported(p, m)} - {None, m} for m, p in mods.items()}
+    assert "gradwidget.panel.compare_widget" in graph["gradwidget.panel.widget"]  # the check sees the edge
+
+    def circle_from(start: str) -> list[str] | None:
+        stack = [(start, [start])]
+        seen = set()
+        while stack:
+            m, path = stack.pop()
+            for n in sorted(graph.get(m, ())):
+                if n == start:
+                    return [*path, n]
+                if n not in seen:
+                    seen.add(n)
+                    stack.append((n, [*path, n]))
+        return None
+
+    circles = [c for c in map(circle_from, sorted(graph)) if c is not None]
+    assert circles == []

@@ -52,7 +52,7 @@ def test_table_grades_are_the_analysis_grades(runs, case):
     assert _grades(rows) == want
     # and the panel's table (built on its analysis thread) says the same
     p = GradientPanel(run)
-    assert p._worker.wait(60)
+    assert p._analysis.wait(60)
     assert _grades(p.table) == want
 
 

@@ -190,12 +190,12 @@ def test_where_a_front_end_draws_the_panel_the_analysis_thread_updates_its_outpu
     for s in range(100, 120):
         rec.step(s)
     p._after_cell()
-    assert p._worker.wait(60)
+    assert p._analysis.wait(60)
     updates = [(data["text/html"], thread) for kind, data, thread in published if kind == "update"]
     assert len(updates) == 1 and updates[0][1] == "gradwidget-analysis"
     assert "cursor at step 119" in updates[0][0] and "gradwidget-diagnoses" in updates[0][0]
     p._after_cell()  # a cell that recorded nothing: no update
-    assert p._worker.wait(60) and len(published) == 2
+    assert p._analysis.wait(60) and len(published) == 2
 
 
 def test_a_panel_shown_again_in_the_training_cell_updates_its_first_output_too(monkeypatch):

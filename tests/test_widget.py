@@ -185,8 +185,8 @@ def until(condition, timeout: float = 30.0) -> None:
 def rate_limit_passed(panel) -> None:
     """The next step's update goes out at once: the throttle's last update is long past (a sleep
     would depend on how long an update took to build, i.e. on the machine's load)."""
-    panel._throttle.cancel()
-    panel._throttle.last = float("-inf")
+    panel._sync.throttle.cancel()
+    panel._sync.throttle.last = float("-inf")
 
 
 def test_step_snaps_to_recorded_steps_and_sends_detail():
@@ -437,7 +437,7 @@ def test_after_a_cell_the_panel_sends_the_last_step_and_its_static_image():
         assert p.meta["last_step"] == 139 and p.step == 139 and p.static_step == 139
         assert p.static_png == "data:image/png;base64," + base64.b64encode(view_png(p, 139)).decode("ascii")
         # the health table of that final state follows from the analysis thread (an export shows both)
-        assert p._worker.wait(30)
+        assert p._analysis.wait(30)
         assert "gradwidget-health" in p.static_html and 'data-layer="0.weight"' in p.static_html
         pushes = p.push_count
         shell.run_cell("x = 1")  # nothing recorded: nothing sent
@@ -503,7 +503,7 @@ def test_a_page_message_waits_for_an_update_in_flight_and_is_not_written_over():
     p.set_state({"layer": 1})
     holding, done = threading.Event(), threading.Event()
 
-    def update_in_flight():  # what _push does: read the layer, work, write it back, all locked
+    def update_in_flight():  # what an update does (LiveSync.push): read the layer, work, write it back, all locked
         with p._lock:
             layer = p.layer
             holding.set()
@@ -725,7 +725,6 @@ def test_the_analysis_runs_on_a_copy_off_the_training_thread(monkeypatch):
     import threading
 
     import gradwidget.panel.background as W
-    from gradwidget.panel.payload import snapshot
 
     seen = []
     real = W.analyse
@@ -740,8 +739,8 @@ def test_the_analysis_runs_on_a_copy_off_the_training_thread(monkeypatch):
     seen.clear()
     for s in range(100, 160):
         rec.step(s)
-    p._worker.submit((snapshot(rec.run), False), force=True)
-    assert p._worker.wait(30)
+    p._analysis.submit(rec.run, False, force=True)
+    assert p._analysis.wait(30)
     assert seen and all(name == "gradwidget-analysis" for name, _ in seen)
     assert all(r is not rec.run for _, r in seen)
     assert seen[-1][1].n_steps == rec.run.n_steps and seen[-1][1].version == rec.run.version
@@ -755,7 +754,7 @@ def test_a_big_run_paints_first_and_its_table_follows():
     run = synthetic_run(SYNC_ANALYSIS_CELLS // 100 + 10, layers=names, hist_every=0)
     p = GradientPanel(run)
     assert p.meta["n_steps"] == run.n_steps and p.heat  # the heatmap is there at once
-    assert p._worker.wait(120)
+    assert p._analysis.wait(120)
     assert len(p.table) == 100 and p.static_html
 
 

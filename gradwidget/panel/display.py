@@ -1,67 +1,59 @@
-"""A panel's notebook outputs: the widget view plus the static panel (``rendition``) for places
-where no widget runs, and the outputs kept current. A mixin of GradientPanel.
+"""The notebook outputs, a part of the panel: the outputs it was displayed in, kept current.
 
 A panel is usually shown before training (``panel`` in one cell, the loop in the next), when there
-is nothing to draw yet. It is therefore displayed with a display id (``_ipython_display_``), and
-after each cell that recorded steps the outputs it was shown in are updated (``_update_outputs``,
-IPython's ``update_display``) with the static panel of the run as it ended: a notebook saved from
-JupyterLab or Notebook 7 (which apply an update from a later cell to the earlier output) or
-executed headless (nbclient, ``nbconvert --execute``) holds the final state in its outputs, not
-only in its widget state. Called from the main thread after the cell, or from the analysis thread
-once it has made the static panel (``background._after_cell``)."""
+is nothing to draw yet. It is therefore displayed with a display id (``show``), and after each cell
+that recorded steps the outputs it was shown in are updated (``update``, IPython's
+``update_display``) with the static panel of the run as it ended: a notebook saved from JupyterLab
+or Notebook 7 (which apply an update from a later cell to the earlier output) or executed headless
+(nbclient, ``nbconvert --execute``) holds the final state in its outputs, not only in its widget
+state. The panel makes the mime bundle; this part owns the display handles, the run version they
+show, and whether a front end drew the panel."""
 
 from __future__ import annotations
 
-import base64
-
-from ..outputs import to_ascii
-from .base import PanelBase
+from typing import Callable
 
 
-class PanelDisplay(PanelBase):
-    def _ipython_display_(self, **kwargs) -> None:
-        """Shown as a notebook output (the last expression of a cell, or ``display(panel)``): the
-        mime bundle published with a display id that later updates reuse."""
+class Outputs:
+    def __init__(self) -> None:
+        self._displays: list = []  # [IPython display handle, run version it shows]
+        #: the run version the outputs show (-1: none)
+        self.version = -1
+        self._due = False  # the analysis thread updates them after its next final static panel
+        #: a front end drew the panel (its page said so)
+        self.seen = False
+
+    def show(self, bundle: tuple[dict, dict], version: int) -> None:
+        """Publish the panel's mime bundle as an output with a display id that later updates reuse
+        (``version``: the run version its static panel shows, -1: none yet)."""
         from IPython.display import display
 
-        data, md = self._repr_mimebundle_()
+        data, md = bundle
         handle = display(data, metadata=md, raw=True, display_id=True)
         if handle is not None:
-            run = self.run
-            # with the run's version its static panel shows (-1: none yet)
-            self._displays.append([handle, run.version if run is not None and run.n_steps else -1])
+            self._displays.append([handle, version])
 
-    def _update_outputs(self) -> None:
-        """Every output this panel was displayed in that shows an older state, again: the same
+    def update(self, bundle: Callable[[], tuple[dict, dict]], version: int) -> None:
+        """Every output that shows an older state than run version ``version``, again: the same
         widget view, the new static panel (an output made at the end of the cell that trained
         already shows it, and is left alone: updating it would only render its view again)."""
-        run = self.run
-        version = run.version if run is not None else -1
-        self._outputs_version = version
+        self.version = version
         stale = [d for d in self._displays if d[1] != version]
         if not stale:
             return
-        data, md = self._repr_mimebundle_()
+        data, md = bundle()
         for d in stale:
             d[0].update(data, metadata=md, raw=True)
             d[1] = version
 
-    def _static_bundle(self) -> dict:
-        """``image/png`` (the heatmap), ``text/html`` (the static panel) and ``text/plain`` (an ASCII
-        heatmap) of the run as it is now (the analysis of this state is waited for)."""
-        from ..fallback import FALLBACK_CLASS, static_fallback_html
-        from .background import AFTER_CELL_WAIT
-        from .rendition import rendition_html
+    def due_after_analysis(self, version: int) -> None:
+        """The outputs show run version ``version`` once the analysis thread has made its static panel."""
+        self.version = version
+        self._due = True
 
-        run = self.run
-        if run is not None and run.n_steps:
-            self._final_static(AFTER_CELL_WAIT)
-        if run is None or run.n_steps == 0 or not self.static_png:
-            meta = {**self.meta, "message": self.meta.get("message") or "no step recorded yet"}
-            note = f"GradientPanel: {meta['message']}"
-            return {"text/html": rendition_html(meta, {}, None, None, [], ""), "text/plain": note}
-        png64 = self.static_png.split(",", 1)[1]
-        html = self.static_html
-        if FALLBACK_CLASS not in html:  # a comparison: its figures' image and its table
-            html = static_fallback_html(base64.b64decode(png64), html)
-        return {"image/png": png64, "text/html": html, "text/plain": to_ascii(run, width=60)}
+    def take_due(self, current: bool) -> bool:
+        """The analysis thread made a final static panel (``current``: of the run as it is now):
+        True once, when the outputs wait for it (then update them)."""
+        due = self._due and current
+        self._due = self._due and not due
+        return due

@@ -19,7 +19,7 @@ MAX_NOISE_POINTS = 512
 
 def noise_values(report) -> dict:
     """``{"noise": (5, N) float64 array, "noise_text": str}`` of a Report (``b""`` when it has no
-    noise scale); ``PanelBase._set`` encodes the array by the protocol."""
+    noise scale); the ``noise`` trait encodes the array (its row of ``protocol.TRAITS``)."""
     ns = getattr(report, "noise_scale", None)
     if ns is None or not ns.rows:
         why = no_estimate_note(getattr(report, "run", None)) or ""

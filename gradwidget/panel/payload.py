@@ -29,10 +29,6 @@ from .rows import Rows
 MAX_HISTS = 128
 #: most layers for which every layer's newest histogram (``hist_all``) is sent (256 bytes a layer).
 MAX_HIST_ALL_LAYERS = 4096
-#: the most heatmap columns (screen pixels of step axis) the panel is ever sent (a very wide, HiDPI
-#: screen), and the fewest
-PANEL_MAX_COLUMNS = 4096
-PANEL_MIN_COLUMNS = 16
 
 
 def column_block(n_steps: int, columns: int) -> int:

@@ -1,23 +1,63 @@
 """The contract between the kernel and the page, written once on this side (``js/src/protocol.ts``
 is the other side; ``tests/test_protocol.py`` checks that the two agree).
 
-Every synced trait is a row of ``TRAITS``: its name, what travels (JSON, binary buffer, scalar),
-the dtype and shape of a binary one, and the direction (``out``: kernel -> page, ``both``: either
-way, ``in``: page -> kernel). Binary traits are made by ``encode`` only, which checks dtype and
-shape, so a buffer the page cannot decode is a kernel error, not a blank panel. Flag bits and health
-ranks are defined here and nowhere else in Python; the words and colours a person sees (metric labels,
-health and marked-cell colours) in ``gradwidget._look``, which the static figures read too.
+Every synced trait is declared once, as a row of ``TRAITS``: its name, what travels (JSON, binary
+buffer, scalar), the dtype and shape of a binary one, the direction (``out``: kernel -> page,
+``both``: either way, ``in``: page -> kernel), its default, its validation and the widget that
+carries it (``panel``: every panel; ``comparison``: a comparison's only). A widget makes its traits
+from these rows (``_traits.Synced``): a value set from Python or the page is checked by its row
+(``Trait.validate``: a clear error with what is allowed), and an array set on a binary trait is
+encoded by ``encode``, which checks dtype and shape, so a buffer the page cannot decode is a kernel
+error, not a blank panel. Flag bits and health ranks are defined here and nowhere else in Python;
+the words and colours a person sees (metric labels, health and marked-cell colours) in
+``gradwidget._look``, which the static figures read too.
 """
 
 from __future__ import annotations
 
+import copy
+import operator
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
 from .._look import DIFF_NODATA, DIFF_STOPS, HEALTH_COLORS, HEALTH_NOTES, MARKS, METRIC_LABELS, VIRIDIS_HEX
 from ..rules import CANNOT_MOVE, merge_of
 from ..run import METRICS
+
+#: views of a comparison (the ``mode`` trait).
+COMPARE_MODES = ("side", "diff")
+#: the range of the ``columns`` trait (a value outside it is clamped to it): the most heatmap columns
+#: (screen pixels of step axis) the panel is ever sent (a very wide, HiDPI screen), and the fewest
+PANEL_MIN_COLUMNS = 16
+PANEL_MAX_COLUMNS = 4096
+#: the empty value of each kind of trait (a row's default when it names none).
+_EMPTY: dict[str, Any] = {"bytes": b"", "int": 0, "bool": False, "str": "", "json": []}
+
+
+def _one_of(what: str, allowed) -> Callable[[Any], Any]:
+    def check(value):
+        if value not in allowed:
+            raise ValueError(f"unknown {what} {value!r}; choose one of {list(allowed)}")
+        return value
+
+    return check
+
+
+def _clamped(lo: int, hi: int) -> Callable[[Any], Any]:
+    return lambda value: int(min(hi, max(lo, value)))
+
+
+def _layer_ranges(value) -> list:
+    """``expanded``: distinct layer ranges [start, stop] with 0 <= start < stop."""
+    out: list = []
+    for r in value:
+        if len(r) != 2 or not 0 <= int(r[0]) < int(r[1]):
+            raise ValueError(f"expanded holds layer ranges [start, stop] with 0 <= start < stop, got {r!r}")
+        if [int(r[0]), int(r[1])] not in out:
+            out.append([int(r[0]), int(r[1])])
+    return out
 
 
 @dataclass(frozen=True)
@@ -28,6 +68,39 @@ class Trait:
     doc: str
     dtype: str = ""  #: numpy dtype of a bytes trait
     shape: str = ""  #: its shape, in words of ``meta``
+    default: Any = None  #: None: the kind's empty value (``_EMPTY``)
+    check: Callable[[Any], Any] | None = None  #: the value's own rule, after the kind's (raises ValueError)
+    owner: str = "panel"  #: panel (every panel) | comparison (a comparison's only)
+
+    def initial(self) -> Any:
+        """A fresh default value (a JSON one is never shared between widgets)."""
+        return copy.deepcopy(_EMPTY[self.kind] if self.default is None else self.default)
+
+    def validate(self, value) -> Any:
+        """``value`` as the trait holds it: of the trait's kind (an array encoded for a binary
+        trait), passing its rule; TypeError or ValueError that say what is allowed otherwise."""
+        kind = self.kind
+        if kind == "bytes":
+            value = bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else encode(self.name, value)
+        elif kind == "int":
+            if isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{self.name} must be an int, got {value!r}")
+            try:
+                value = operator.index(value)
+            except TypeError:
+                raise TypeError(f"{self.name} must be an int, got {type(value).__name__} {value!r}") from None
+        elif kind == "bool":
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{self.name} must be True or False, got {value!r}")
+            value = bool(value)
+        elif kind == "str":
+            if not isinstance(value, str):
+                raise TypeError(f"{self.name} must be a str, got {type(value).__name__} {value!r}")
+        elif kind == "json":
+            want = type(self.initial())
+            if not isinstance(value, want):
+                raise TypeError(f"{self.name} must be a {want.__name__}, got {type(value).__name__}")
+        return self.check(value) if self.check is not None else value
 
 
 TRAITS: dict[str, Trait] = {
@@ -41,6 +114,7 @@ TRAITS: dict[str, Trait] = {
             "plots.MAX_DRAWN_ROWS layers a group with start, count, depth, parent; grouped), heat metric, metrics, "
             "thresholds, first/last step, steps per column (block), histogram range, message + level, scale [lo, hi] "
             "(log10 colour range), hist_all_step",
+            default={},
         ),
         Trait(
             "heat",
@@ -55,7 +129,7 @@ TRAITS: dict[str, Trait] = {
         Trait("col_steps", "bytes", "out", "first user step of each column", "float64", "(cols,)"),
         Trait("loss", "bytes", "out", "mean loss per column (NaN: not logged)", "float32", "(cols,)"),
         Trait("detail", "bytes", "out", "every metric of every row at detail_step", "float32", "(metrics, rows)"),
-        Trait("detail_step", "int", "out", "the recorded step of detail (-1: none)"),
+        Trait("detail_step", "int", "out", "the recorded step of detail (-1: none)", default=-1),
         Trait(
             "hists",
             "bytes",
@@ -65,7 +139,7 @@ TRAITS: dict[str, Trait] = {
             "(H, n_bins)",
         ),
         Trait("hist_steps", "bytes", "out", "their steps", "float64", "(H,)"),
-        Trait("hist_layer", "int", "out", "the layer hists belong to (-1: none; its row when grouped)"),
+        Trait("hist_layer", "int", "out", "the layer hists belong to (-1: none; its row when grouped)", default=-1),
         Trait("hist_all", "bytes", "out", "every row's histogram at meta.hist_all_step", "uint32", "(rows, n_bins)"),
         Trait(
             "table",
@@ -90,16 +164,25 @@ TRAITS: dict[str, Trait] = {
         Trait("static_png", "str", "out", "data URL of the static image (shown when the saved state lost the buffers)"),
         Trait("static_html", "str", "out", "the health table (HTML) that goes with static_png"),
         Trait("live", "bool", "out", "updates are flowing (a recorder attached or a directory followed)"),
-        Trait("step", "int", "both", "scrubbed step (a recorded user step)"),
+        Trait("step", "int", "both", "scrubbed step (a recorded user step; the widget snaps a value to the nearest)"),
         Trait(
             "layer",
             "int",
             "both",
             "selected layer (depth-order index; -1 none); inside a collapsed group, the "
-            "group's row shows it (selecting a group row selects its first layer)",
+            "group's row shows it (selecting a group row selects its first layer); the widget checks it against "
+            "its layers",
+            default=-1,
         ),
-        Trait("metric", "str", "both", "metric of the heatmap, bars and series (one of METRICS)"),
-        Trait("follow", "bool", "both", "the cursor follows the newest step"),
+        Trait(
+            "metric",
+            "str",
+            "both",
+            "metric of the heatmap, bars and series (one of METRICS)",
+            default="mean_abs",
+            check=_one_of("metric", METRICS),
+        ),
+        Trait("follow", "bool", "both", "the cursor follows the newest step", default=True),
         Trait(
             "choice",
             "int",
@@ -114,13 +197,32 @@ TRAITS: dict[str, Trait] = {
             "the newest page choice the kernel applied: until it reaches the page's own, the page keeps its "
             "choice on screen and takes no cursor from the kernel",
         ),
-        Trait("columns", "int", "in", "step columns the heatmap can show (its width in device pixels)"),
         Trait(
-            "expanded", "json", "both", "layer ranges [start, stop] whose groups show their members (rows.row_layout)"
+            "columns",
+            "int",
+            "in",
+            "step columns the heatmap can show (its width in device pixels; clamped to "
+            "[PANEL_MIN_COLUMNS, PANEL_MAX_COLUMNS])",
+            default=1024,
+            check=_clamped(PANEL_MIN_COLUMNS, PANEL_MAX_COLUMNS),
         ),
-        # a comparison of two runs (GradientPanel.compare): heat/flags are the first run's, on the same
-        # rows (layers matched by name) and columns (steps aligned by step number) as these
-        Trait("labels", "json", "out", "the compared runs' labels, first (reference) then later ([]: one run)"),
+        Trait(
+            "expanded",
+            "json",
+            "both",
+            "layer ranges [start, stop] whose groups show their members (rows.row_layout)",
+            check=_layer_ranges,
+        ),
+        # a comparison of two runs (GradientPanel.compare), on a comparison only: heat/flags are the
+        # first run's, on the same rows (layers matched by name) and columns (steps aligned by step
+        # number) as these
+        Trait(
+            "labels",
+            "json",
+            "out",
+            "the compared runs' labels, first (reference) then later (absent: one run)",
+            owner="comparison",
+        ),
         Trait(
             "heat_b",
             "bytes",
@@ -128,9 +230,16 @@ TRAITS: dict[str, Trait] = {
             "the later run's heat metric on heat's rows and columns",
             "float32",
             "(rows, cols)",
+            owner="comparison",
         ),
         Trait(
-            "flags_b", "bytes", "out", "the later run's flag bits on heat's rows and columns", "uint8", "(rows, cols)"
+            "flags_b",
+            "bytes",
+            "out",
+            "the later run's flag bits on heat's rows and columns",
+            "uint8",
+            "(rows, cols)",
+            owner="comparison",
         ),
         Trait(
             "diff",
@@ -139,8 +248,17 @@ TRAITS: dict[str, Trait] = {
             "log10(heat_b / heat) (NaN: no value in one run); meta.diff_max: its colour range",
             "float32",
             "(rows, cols)",
+            owner="comparison",
         ),
-        Trait("mode", "str", "both", "a comparison's view: side (both heatmaps, one scale) or diff (difference map)"),
+        Trait(
+            "mode",
+            "str",
+            "both",
+            "a comparison's view: side (both heatmaps, one scale) or diff (difference map)",
+            default="side",
+            check=_one_of("mode", COMPARE_MODES),
+            owner="comparison",
+        ),
         Trait(
             "noise",
             "bytes",
@@ -202,8 +320,6 @@ TABLE_KEYS = (
     "count",
     "parent",
 )
-#: views of a comparison (the ``mode`` trait).
-COMPARE_MODES = ("side", "diff")
 #: the most diagnoses the panel lists.
 MAX_DIAGNOSES = 5
 assert set(METRIC_LABELS) == set(METRICS)

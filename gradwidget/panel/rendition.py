@@ -255,3 +255,58 @@ def run_rendition(run, report=None, metric: str = "mean_abs", columns: int = 600
     cols = int(meta["cols"])
     html = health_table_html(report, compact=True) if table else ""
     return rendition_html(meta, arrays, cols - 1, int(run.steps[-1]), diagnoses_from_report(report, run), html)
+
+
+class StaticRendition:
+    """The static rendition, a part of the panel: the static copy of what the page shows (its
+    ``static_png`` and ``static_html`` traits, the notebook output's image and HTML) kept for
+    exports and saved notebooks.
+
+    It owns the view last sent to the page (``note_view``), the health table's HTML of the analysis
+    it goes with (``note_table``), and what the copy was last made from; ``make`` returns the
+    traits' new values (the panel sets them) only when one of those changed. Milliseconds."""
+
+    def __init__(self) -> None:
+        self._view: tuple | None = None  # (version, step, heat, flags, scale, cursor column, meta, col_steps)
+        self._table: tuple[int, str] = (-1, "")  # (run version, the health table's HTML)
+        self._key: tuple | None = None  # what the copy was made from
+        #: the run version the copy shows (-1: none)
+        self.version = -1
+        #: the step the copy shows (``GradientPanel.static_step``)
+        self.step: int | None = None
+
+    def note_view(self, version: int, step: int, arrays: dict, meta: dict, cursor: int) -> None:
+        """The view of a full update: the heatmap arrays sent, at ``step`` (column ``cursor``)."""
+        self._view = (version, step, arrays["heat"], arrays["flags"], meta["scale"], cursor, meta, arrays["col_steps"])
+
+    def note_table(self, version: int, html: str) -> None:
+        """The health table (HTML) of the analysis of run version ``version`` (-1: none)."""
+        self._table = (version, html)
+
+    @property
+    def table_version(self) -> int:
+        """The run version of the analysis whose table the copy shows (-1: none yet)."""
+        return self._table[0]
+
+    def made(self, version: int, step: int | None) -> None:
+        """A copy of run version ``version`` at ``step`` was made elsewhere (a comparison's figures)."""
+        self.version, self.step = version, step
+
+    def make(self, layer: int, metric: str, diagnoses: list) -> dict | None:
+        """``static_png`` (the heatmap last sent, as an image) and ``static_html`` (``rendition_html``:
+        that image with its names, axis and legend around it, the diagnoses and the health table of
+        the analysis noted last); None when nothing changed since the last copy or no view was sent."""
+        view = self._view
+        if view is None:
+            return None
+        version, step, heat, flags, scale, col, meta, col_steps = view
+        table_version, table = self._table
+        analysed = table_version >= 0
+        key = (version, table_version, layer, metric)
+        if key == self._key:
+            return None
+        png = heat_png(heat, flags, scale, col)
+        arrays = {"heat": heat, "flags": flags, "col_steps": col_steps}
+        html = rendition_html(meta, arrays, col, step, list(diagnoses) if analysed else [], table if analysed else "")
+        self.version, self.step, self._key = version, step, key
+        return {"static_png": _png_uri(png), "static_html": html}

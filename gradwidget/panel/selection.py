@@ -1,57 +1,78 @@
-"""Choosing rows from Python: select a layer, expand a group of layers into its members or fold it
-back (the panel groups rows past ``plots.MAX_DRAWN_ROWS`` layers). A mixin of GradientPanel: it sets
-the panel's ``layer`` and ``expanded`` traits, whose validators and observers send the change."""
+"""The selection, a part of the panel: which layer is selected and in what order the page's
+choices are applied.
+
+The cursor and the selected layer (``protocol.CHOICE_KEYS``) have one owner, the kernel, and one
+order: the page numbers each choice it makes (the ``choice`` trait) and the kernel applies one only
+when it is newer than the last it applied (``choice_applied``, sent back in the same update), so a
+drag position that arrives late never overwrites a later one. A layer chosen by the user (from the
+page or Python) is never moved by the analysis; before one is, the panel shows the layer given to
+its constructor, else the top diagnosis' first layer, else the layer a user would look at first.
+
+The panel asks this part; the part keeps its state and touches no trait (the panel sets them)."""
 
 from __future__ import annotations
 
 from ..run import Run
-from .base import PanelBase
+from .protocol import CHOICE_KEYS
 from .rows import toggled
 
 
-class PanelSelection(PanelBase):
-    def select(self, layer) -> None:
-        """Select a layer by name or column index (after an update a training thread is sending,
-        which would write its own selection back over it: ``PanelSync.set_state``)."""
-        with self._lock:
-            self.layer = self._need_run().layer_index(layer)
+class Selection:
+    def __init__(self, initial_layer=None) -> None:
+        #: the layer given to the constructor (a name or column index; None: none)
+        self.initial = initial_layer
+        self._chosen = False
 
-    def expand(self, layer) -> None:
-        """Show ``layer`` (a name or column index) in its own row: every group holding it (past
-        ``plots.MAX_DRAWN_ROWS`` layers the panel groups them) shows its members."""
-        run = self._need_run()
-        i = run.layer_index(layer)
-        if [i, i + 1] not in self.expanded:
-            self.expanded = [*self.expanded, [i, i + 1]]
+    def page_choice(self, sync_data: dict, applied: int) -> tuple[dict, int | None]:
+        """A message from the page, without a choice older than the newest applied (``applied``),
+        and the number of the choice it carries when that one is new (None: none or a stale one)."""
+        seq = sync_data.get("choice")
+        if seq is None:
+            return sync_data, None
+        if int(seq) > applied:
+            return sync_data, int(seq)
+        return {k: v for k, v in sync_data.items() if k not in CHOICE_KEYS and k != "choice"}, None
 
-    def collapse(self, layer=None) -> None:
-        """Fold back every group holding ``layer`` (a name or column index); all groups when None."""
-        if layer is None:
-            self.expanded = []
-            return
-        run = self._need_run()
-        i = run.layer_index(layer)
-        for g in _top_groups(run):
-            if g[0] <= i <= g[-1]:
-                self.expanded = toggled(self.expanded, (g[0], g[-1] + 1), expand=False)
+    def chose(self) -> None:
+        """The user selected a layer (then the analysis never moves it)."""
+        self._chosen = True
 
-    def _need_run(self) -> Run:
-        run = self.run
-        if run is None:
-            raise ValueError("no step has been recorded yet: layers are known after the first step")
-        return run
+    def analysis_may_pick(self) -> bool:
+        """The analysis may select its top diagnosis' first layer: nothing chosen or given yet."""
+        return not self._chosen and self.initial is None
 
-    @property
-    def layer_name(self) -> str | None:
-        run = self.run
-        if run is None or self.layer < 0 or self.layer >= run.n_layers:
-            return None
-        return run.layers[self.layer].name
+    def default_layer(self, run: Run) -> int:
+        """The layer shown before one is chosen: the one given to the constructor, else the layer a
+        user would look at first (``_rows.default_layer``)."""
+        if self.initial is not None:
+            try:
+                return run.layer_index(self.initial)
+            except (KeyError, IndexError):
+                pass
+        from .._rows import default_layer
+
+        return int(default_layer(run))
 
 
-def _top_groups(run: Run) -> list:
-    """The panel's top-level groups of layers (the static figures'); none below the row cap."""
+def need_run(run: Run | None) -> Run:
+    if run is None:
+        raise ValueError("no step has been recorded yet: layers are known after the first step")
+    return run
+
+
+def expanded_with(run: Run, expanded: list, layer) -> list:
+    """``expanded`` with every group holding ``layer`` (a name or column index) showing its members."""
+    i = run.layer_index(layer)
+    return expanded if [i, i + 1] in expanded else [*expanded, [i, i + 1]]
+
+
+def collapsed(run: Run, expanded: list, layer) -> list:
+    """``expanded`` with every group holding ``layer`` (a name or column index) folded back."""
     from .._rows import layer_row_groups
 
-    g = layer_row_groups(run)
-    return g[0] if g is not None else []
+    i = run.layer_index(layer)
+    groups = layer_row_groups(run)  # the panel's top-level groups (the static figures'); none below the row cap
+    for g in groups[0] if groups is not None else []:
+        if g[0] <= i <= g[-1]:
+            expanded = toggled(expanded, (g[0], g[-1] + 1), expand=False)
+    return expanded

@@ -4,7 +4,15 @@
     panel = GradientPanel(run)                 # a Run (or a Recorder) you already have
     panel = GradientPanel.from_run(path, live=True)   # a run directory, followed as it grows
 
-The traits are listed in ``protocol.TRAITS`` (the page's side: ``js/src/protocol.ts``).
+Each trait is declared once, in ``protocol.TRAITS`` (the page's side: ``js/src/protocol.ts``), and
+made here by ``_traits.Synced``. The panel is composed of parts that own their state: the source
+(``source.Source``: the recorder, held weakly, the Run or the run directory), the live sync
+(``sync.LiveSync``: throttled full updates and patches), the selection (``selection.Selection``: the
+order of the page's choices, the layer shown first), the static rendition
+(``rendition.StaticRendition``: the static copy for exports and saved notebooks), the background
+analysis (``background.Analysis``: its thread and the Report) and the notebook outputs
+(``display.Outputs``); a comparison (``ComparisonPanel``) adds the comparison
+(``compare_widget.Comparing``). The panel sets the traits and hands each part what it asks for.
 
 What runs where
 ---------------
@@ -31,26 +39,34 @@ two-way sync live during training, run the loop in a background thread and leave
 
 from __future__ import annotations
 
+import base64
 import pathlib
 import threading
 import time
 import warnings
-import weakref
 
 import anywidget
 import numpy as np
 import traitlets as t
 
 from .._warnings import GradwidgetWarning
+from ..outputs import to_ascii
 from ..run import Run
 from . import payload as P
-from .options import check_layer_option, check_options, is_module, source_layer_names
-from .schedule import Throttle, Worker, own_cell, poll_directory, unwatch_cells, watch_cells
-from .background import PanelBackground, import_analysis
-from .display import PanelDisplay
-from .selection import PanelSelection
-from .sync import PanelSync
-from .validation import PanelValidation
+from ._traits import Synced
+from .background import AFTER_CELL_DELAY, AFTER_CELL_WAIT, Analysis, analysis_of
+from .compare_widget import Comparing
+from .display import Outputs
+from .noise import noise_values
+from .options import check_layer_option, check_options, source_layer_names
+from .protocol import TRAITS
+from .rendition import StaticRendition, rendition_html
+from .rows import Rows, row_layout
+from .schedule import own_cell, unwatch_cells, watch_cells
+from .selection import Selection, collapsed, expanded_with, need_run
+from .source import Source
+from .sync import LiveSync
+from .table import changed_rows, group_rows, verdict_line
 
 _BUNDLE = pathlib.Path(__file__).parent.parent / "static" / "widget.js"
 BUNDLE_MISSING = (
@@ -72,7 +88,7 @@ export default { render };
 )
 
 
-class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, PanelBackground, anywidget.AnyWidget):
+class GradientPanel(anywidget.AnyWidget):
     """A live panel of how gradients flow through a network: the top diagnoses, a scrubbable
     layers x steps heatmap, per-layer bars at the scrubbed step, the layer health table, the
     selected layer's histogram and metric over time.
@@ -96,39 +112,37 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
 
     _esm = _BUNDLE if _BUNDLE.is_file() else _MISSING_ESM
 
-    meta = t.Dict().tag(sync=True)
-    heat = t.Bytes(b"").tag(sync=True)
-    flags = t.Bytes(b"").tag(sync=True)
-    col_steps = t.Bytes(b"").tag(sync=True)
-    loss = t.Bytes(b"").tag(sync=True)
-    detail = t.Bytes(b"").tag(sync=True)
-    detail_step = t.Int(-1).tag(sync=True)
-    hists = t.Bytes(b"").tag(sync=True)
-    hist_steps = t.Bytes(b"").tag(sync=True)
-    hist_layer = t.Int(-1).tag(sync=True)
-    hist_all = t.Bytes(b"").tag(sync=True)
-    table = t.List(t.Dict()).tag(sync=True)
-    diagnoses = t.List(t.Dict()).tag(sync=True)
-    verdict = t.Unicode("").tag(sync=True)
-    static_png = t.Unicode("").tag(sync=True)
-    static_html = t.Unicode("").tag(sync=True)
-    live = t.Bool(False).tag(sync=True)
-    step = t.Int(0).tag(sync=True)
-    layer = t.Int(-1).tag(sync=True)
-    metric = t.Unicode("mean_abs").tag(sync=True)
-    follow = t.Bool(True).tag(sync=True)
-    choice = t.Int(0).tag(sync=True)
-    choice_applied = t.Int(0).tag(sync=True)
-    columns = t.Int(1024).tag(sync=True)
-    expanded = t.List(t.List(t.Int())).tag(sync=True)
-    # a comparison of two runs (``GradientPanel.compare``; empty for one run)
-    labels = t.List(t.Unicode()).tag(sync=True)
-    heat_b = t.Bytes(b"").tag(sync=True)
-    flags_b = t.Bytes(b"").tag(sync=True)
-    diff = t.Bytes(b"").tag(sync=True)
-    mode = t.Unicode("side").tag(sync=True)
-    noise = t.Bytes(b"").tag(sync=True)
-    noise_text = t.Unicode("").tag(sync=True)
+    # the traits (each declared in protocol.TRAITS, with its kind, default and validation)
+    meta = Synced()
+    heat = Synced()
+    flags = Synced()
+    col_steps = Synced()
+    loss = Synced()
+    detail = Synced()
+    detail_step = Synced()
+    hists = Synced()
+    hist_steps = Synced()
+    hist_layer = Synced()
+    hist_all = Synced()
+    table = Synced()
+    diagnoses = Synced()
+    verdict = Synced()
+    static_png = Synced()
+    static_html = Synced()
+    live = Synced()
+    step = Synced()
+    layer = Synced()
+    metric = Synced()
+    follow = Synced()
+    choice = Synced()
+    choice_applied = Synced()
+    columns = Synced()
+    expanded = Synced()
+    noise = Synced()
+    noise_text = Synced()
+
+    #: new heatmap columns may travel alone while training (a comparison sends whole updates)
+    _patches = True
 
     def __init__(
         self,
@@ -151,113 +165,43 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
         known = source_layer_names(source)
         if known is not None:
             check_layer_option(layer, known)
-        # the recorder is held weakly: the model's hooks keep it alive while the model is (one the
-        # user passed is held strongly too, until the panel is closed), so a panel never keeps a
-        # model or its optimizer's state alive; the run it recorded stays (``run``)
-        self._recorder_ref: weakref.ref | None = None
-        self._recorder_hold = None
-        self._recorded: Run | None = None
-        self._reader = None
-        self._static_run: Run | None = None
-        self._own_recorder = False
-        self._lock = threading.RLock()
-        self._internal = 0
-        self._pushed_version = -1
-        self._seq = 0  # numbers the heatmap updates: a patch names the one it extends (meta["seq"])
-        self._shape: dict | None = None  # payload.view_shape of the last heatmap sent
-        self._patched = False  # the page holds columns sent as patches (custom messages)
-        self._hist_all_sent = 0.0  # when a patch last carried hist_all
-        self._static_version = -1
-        self._static_table: tuple[int, str] = (-1, "")  # (run version, the static panel's health table)
-        self._static_key: tuple | None = None  # what static_html was made from
-        self._displays: list = []  # [IPython display handle, run version it shows] of this panel's outputs
-        self._outputs_version = -1  # the run's version those outputs show
-        self._outputs_due = False  # the analysis thread updates them after its next final static panel
-        self._views_seen = False  # a front end drew this panel (its page said so)
-        self._view: tuple | None = None  # (version, step, heat, flags, scale, cursor column, meta, col_steps) last sent
-        self._report = None
-        self._report_version = -1
-        self._analysed_version = -1
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._throttle = Throttle(max_rate, lambda: self._push(patch=True), self._trailing)
-        self._worker = Worker(self._job, warm=import_analysis)
-        self._poll_interval = float(poll_interval)
-        self._initial_layer = None if isinstance(layer, (int, np.integer)) and layer == -1 else layer
-        self._layer_chosen = False  # a user selected a layer (then the analysis does not)
-        self._layer_rows: list = []  # the analysis' health rows, one per layer (grouped when sent)
-        self.push_count = 0  # updates sent (tests and benchmarks read it)
+        self._lock = threading.RLock()  # one update at a time: a training thread's, a page message's
+        self._internal = 0  # traits being set by the panel itself (observers leave them alone)
+        self._rows_cache: tuple | None = None
+        # the parts
+        self._selection = Selection(None if isinstance(layer, (int, np.integer)) and layer == -1 else layer)
+        self._sync = LiveSync(self, max_rate, self._trailing, patches=self._patches)
+        self._static = StaticRendition()
+        self._analysis = Analysis(self._analyse, self._finished)
+        self._outputs = Outputs()
         #: seconds the panel's work took on the training thread (bench/live.py reads it)
         self.training_thread_s = 0.0
-        #: the step the static image (``static_png``, the mime bundle's ``image/png``) shows
-        self.static_step: int | None = None
         self._ready = False
-
-        self._attach_source(source, optimizer, recorder_kwargs, live)
+        self._source = Source(source, optimizer, recorder_kwargs, live, self._on_step)
         try:
             if known is None and self.run is not None:  # a run directory: its layers are known now
                 check_layer_option(layer, self.run.layer_names)
             super().__init__(metric=metric, columns=columns)
             self._own_layout = self.layout
             self._ready = True
-            self._push(force=True)
-            self._analyse_now_or_later()
+            self._sync.push(force=True)
+            self._analysis.now_or_later(self.run, fixed=self._source.fixed is not None)
         except BaseException:
-            self._release_source()
+            self._source.release()
             raise
-        if self._reader is not None and live:
-            self._start_polling()
-        if self.recorder is not None or (self._reader is not None and live):
+        if self._source.directory and live:
+            self._follow(float(poll_interval))
+        if self.recorder is not None or (self._source.directory and live):
             watch_cells(self)
-            self._worker.start()
+            self._analysis.start()
         own_cell(self)
         self.on_msg(self._on_page_message)
 
-    # ----------------------------------------------------------------- sources
-    def _attach_source(self, source, optimizer, recorder_kwargs: dict, live: bool) -> None:
-        if isinstance(source, (str, pathlib.PurePath)):
-            from ..storage import RunReader
-
-            if optimizer is not None or recorder_kwargs:
-                raise TypeError("a run directory takes no optimizer or recorder options")
-            self._reader = RunReader(source)
-            return
-        if live:
-            raise ValueError(
-                "live=True follows a run directory: pass its path (GradientPanel.from_run(path, live=True))"
-            )
-        if isinstance(source, Run):
-            if optimizer is not None or recorder_kwargs:
-                raise TypeError(
-                    "a Run takes no optimizer or recorder options, got "
-                    + ", ".join(["optimizer"] * (optimizer is not None) + sorted(recorder_kwargs))
-                )
-            self._static_run = source
-            return
-        if source is not None and hasattr(source, "on_step") and hasattr(source, "run") and hasattr(source, "log"):
-            if optimizer is not None or recorder_kwargs:
-                raise TypeError("pass optimizer and recorder options to the Recorder itself, not to GradientPanel")
-            recorder = self._recorder_hold = source
-        elif is_module(source):
-            from ..collect.torch import Recorder
-
-            recorder = Recorder(source, optimizer, **recorder_kwargs)
-            self._own_recorder = True
-        elif source is not None and isinstance(getattr(source, "run", None), Run):  # an analysis Report
-            self._static_run = source.run
-            return
-        else:
-            raise TypeError(
-                "GradientPanel needs a torch.nn.Module (with its optimizer), a Recorder, a Run or the path "
-                f"of a run directory, got {type(source).__name__}"
-            )
-        self._recorder_ref = weakref.ref(recorder)
-        recorder.on_step.append(self._on_step)
-
+    # ----------------------------------------------------------------- the source
     @property
     def recorder(self):
         """The Recorder this panel shows (None for a run, or once its model is gone)."""
-        return self._recorder_ref() if self._recorder_ref is not None else None
+        return self._source.recorder
 
     @classmethod
     def from_run(cls, path, live: bool = False, **kwargs) -> GradientPanel:
@@ -268,27 +212,18 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
     @classmethod
     def compare(
         cls, run_a, run_b, *, labels=None, mode: str = "side", metric: str = "mean_abs", columns: int = 1024, **kwargs
-    ) -> GradientPanel:
+    ) -> ComparisonPanel:
         """Before and after the fix: ``run_a`` (the reference: a Run or a run directory) and ``run_b``
         (a Run, a run directory, or the current training: a GradientPanel or a Recorder) on one
         colour scale side by side (``mode="side"``) or as a difference map (``mode="diff"``: log10
         of the later run over the first), one cursor for both (steps aligned by step number), and
         the health table with both runs' health and the change (``gradwidget.compare``)."""
-        from .compare_widget import ComparisonPanel
-
         return ComparisonPanel(run_a, run_b, labels=labels, mode=mode, metric=metric, columns=columns, **kwargs)
 
     @property
     def run(self) -> Run | None:
         """The Run shown (None before a hooked model's first recorded step)."""
-        rec = self.recorder
-        if rec is not None and rec.run is not None:
-            self._recorded = rec.run
-        if self._recorder_ref is not None:
-            return self._recorded
-        if self._reader is not None:
-            return self._reader.run
-        return self._static_run
+        return self._source.run
 
     @property
     def report(self):
@@ -296,12 +231,17 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
         run = self.run
         if run is None:
             raise ValueError("no step has been recorded yet: train the model first")
-        if self._report is None or self._report_version != run.version:
-            from ..analysis import analyze
+        return self._analysis.report(run)
 
-            self._report = analyze(run)
-            self._report_version = run.version
-        return self._report
+    @property
+    def push_count(self) -> int:
+        """Updates sent to the page (tests and benchmarks read it)."""
+        return self._sync.count
+
+    @property
+    def static_step(self) -> int | None:
+        """The step the static image (``static_png``, the mime bundle's ``image/png``) shows."""
+        return self._static.step
 
     def log(self, loss=None, lr=None, step: int | None = None) -> None:
         """Attach the loss (and learning rate, or your own step number) to the next recorded step."""
@@ -309,55 +249,40 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
             raise TypeError("log() needs a panel that records a model: GradientPanel(model, optimizer)")
         self.recorder.log(loss=loss, lr=lr, step=step)
 
-    def _release_source(self) -> None:
-        """Remove this panel's callback from its recorder, and the hooks of a recorder it created."""
-        rec = self.recorder
-        if rec is not None:
-            if self._on_step in rec.on_step:
-                rec.on_step.remove(self._on_step)
-            if self._own_recorder:
-                rec.detach()
-
     def _replaced(self) -> None:
         """The cell that made this panel runs again: remove the hooks of the recorder it made, stop
         its threads and close its widget (the page drops its view); its run stays readable."""
-        self._release_source()
+        self._source.release()
         self.close()
 
     def detach(self) -> None:
         """Stop recording (remove the hooks of the recorder this panel created) and send the final view."""
-        self._release_source()
+        self._source.release()
         self.stop()
 
     def stop(self) -> None:
         """Stop following a run directory; send the final view and its static image."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
-        self._thread = None
+        self._source.stop()
         self.flush()
 
     def flush(self) -> None:
         """Send everything now (data, static image, and the analysis, waited for), ignoring the rate limit."""
-        self._throttle.cancel()
-        self._push(force=True)
+        self._sync.cancel()
+        self._sync.push(force=True)
         self._refresh_static()
         run = self.run
-        if run is not None and run.version != self._analysed_version:
-            self._worker.submit((P.snapshot(run), False), force=True)
-            self._worker.wait()
+        if run is not None and run.version != self._analysis.version:
+            self._analysis.submit(run, False, force=True)
+            self._analysis.wait()
 
     refresh = flush
 
     def close(self) -> None:
-        if hasattr(self, "_stop"):  # construction may have failed before the threads existed
-            self._stop.set()
-            self._throttle.cancel()
-            self._worker.stop()
-        rec = self.recorder if hasattr(self, "_recorder_ref") else None
-        if rec is not None and self._on_step in rec.on_step:
-            rec.on_step.remove(self._on_step)
-        self._recorder_hold = None  # a closed panel keeps no recorder (nor its model) alive
+        if hasattr(self, "_analysis"):  # construction may have failed before the parts existed
+            self._sync.cancel()
+            self._analysis.stop()
+        if hasattr(self, "_source"):  # a closed panel keeps no recorder (nor its model) alive
+            self._source.close()
         unwatch_cells(self)
         layout = getattr(self, "_own_layout", None)
         super().close()
@@ -370,6 +295,124 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
             return "GradientPanel(no step recorded yet)"
         return f"GradientPanel({run.n_layers} layers, {run.n_steps} steps)"
 
+    # ----------------------------------------------------------------- selection (public)
+    def select(self, layer) -> None:
+        """Select a layer by name or column index (after an update a training thread is sending,
+        which would write its own selection back over it)."""
+        with self._lock:
+            self.layer = need_run(self.run).layer_index(layer)
+
+    def expand(self, layer) -> None:
+        """Show ``layer`` (a name or column index) in its own row: every group holding it (past
+        ``plots.MAX_DRAWN_ROWS`` layers the panel groups them) shows its members."""
+        self.expanded = expanded_with(need_run(self.run), self.expanded, layer)
+
+    def collapse(self, layer=None) -> None:
+        """Fold back every group holding ``layer`` (a name or column index); all groups when None."""
+        self.expanded = [] if layer is None else collapsed(need_run(self.run), self.expanded, layer)
+
+    @property
+    def layer_name(self) -> str | None:
+        run = self.run
+        if run is None or self.layer < 0 or self.layer >= run.n_layers:
+            return None
+        return run.layers[self.layer].name
+
+    # ----------------------------------------------------------------- traits: checks and changes
+    @t.validate("layer")
+    def _check_layer(self, proposal):
+        v = int(proposal["value"])
+        run = self.run
+        n = run.n_layers if run is not None else None
+        if v < -1 or (n is not None and v >= n):
+            raise t.TraitError(
+                f"layer must be -1 (none) or a column index below {n}, got {v}; "
+                "use panel.select(name) to select by name"
+            )
+        return v
+
+    @t.validate("step")
+    def _check_step(self, proposal):
+        return self._snap(int(proposal["value"]))
+
+    @t.observe("step")
+    def _step_changed(self, change):
+        if self._internal or not self._ready:
+            return
+        run = self.run
+        if run is not None and run.n_steps:
+            last = int(run.steps[-1])
+            # the page says "follow" (End, or the newest column) with the newest step *it* had: a
+            # training cell has recorded more since, and the kernel reads the message only when the
+            # cell ends. Following is the user's last action: keep it, at the newest step now.
+            following = getattr(self, "_property_lock", {}).get("follow") is True
+            self._internal += 1
+            try:
+                self.follow = following or change["new"] >= last
+                if following and change["new"] != last:
+                    self.step = last
+            finally:
+                self._internal -= 1
+        self._send_detail()
+
+    @t.observe("layer")
+    def _layer_changed(self, change):
+        if not self._internal and self._ready:
+            self._selection.chose()  # by the user (page or Python): the analysis never moves it
+            self._send_detail()
+
+    @t.observe("metric", "columns")
+    def _view_changed(self, change):
+        if not self._internal and self._ready:
+            self._sync.push(force=True)
+
+    @t.observe("expanded")
+    def _rows_changed(self, change):
+        """Expanding or collapsing a group changes the rows: the heatmap and the table are sent again."""
+        if not self._internal and self._ready:
+            with self._lock:
+                self._sync.push(force=True)
+                self._regroup_table()
+
+    # ----------------------------------------------------------------- traits: setting and messages
+    def set_state(self, sync_data) -> None:
+        """A message from the page (ipywidgets calls this on the kernel's thread): a choice of step,
+        follow or layer older than the newest applied is dropped (``selection.Selection``), and
+        ``choice_applied`` goes back in the same update. The message waits for an update a
+        training thread is sending (an update reads the selection and writes it back)."""
+        with self._lock:
+            sync_data, fresh = self._selection.page_choice(sync_data, self.choice_applied)
+            with self.hold_sync():
+                if sync_data:
+                    super().set_state(sync_data)
+                if fresh is not None:
+                    self._set({"choice_applied": fresh})
+
+    def _set(self, values: dict) -> None:
+        """Set traits from the kernel (an array on a binary trait is encoded by it), in one message."""
+        self._internal += 1
+        try:
+            with self.hold_sync():
+                for k, v in values.items():
+                    setattr(self, k, v)
+        finally:
+            self._internal -= 1
+
+    def _hold(self, values: dict) -> None:
+        """Keep ``values`` as the traits' values without sending them (the page has them from a
+        patch); set straight into traitlets' storage, so no observer runs and nothing is sent."""
+        for k, v in values.items():
+            self._trait_values[k] = TRAITS[k].validate(v)
+
+    def _on_page_message(self, widget, content, buffers) -> None:
+        """The page could not apply a patch (it missed the update it extends): send everything.
+        Or the page drew the panel: a front end shows it live (``_after_cell``)."""
+        if isinstance(content, dict) and content.get("kind") == "rendered":
+            self._outputs.seen = True
+        if isinstance(content, dict) and content.get("kind") == "resend":
+            self._sync.resend()
+            self.send_state(["table"])
+
     # ----------------------------------------------------------------- live updates
     def _on_step(self, run: Run) -> None:
         """Called by the recorder after each recorded step (in the training thread); the time it
@@ -381,46 +424,198 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
     def _ping(self) -> None:
         """A step arrived (on the thread that appends): send on the throttle; hand a copy of the
         run to the analysis thread when it is due."""
-        self._throttle.ping()
+        self._sync.ping()
         run = self.run
-        if run is not None and self._worker.due() and run.version != self._analysed_version:
-            self._worker.submit((P.snapshot(run), False))
+        if run is not None and self._analysis.due() and run.version != self._analysis.version:
+            self._analysis.submit(run, False)
 
     def _trailing(self) -> None:
         """The last update of a burst (timer thread); when no step comes for a second (training
         finished or paused), the static image and the final analysis follow."""
         run = self.run
-        if run is None or run.version == self._pushed_version:
+        if run is None or run.version == self._sync.version:
             return
-        if not self._push(check_version=True, patch=True):
-            self._throttle.ping()
+        if not self._sync.push(check_version=True, patch=True):
+            self._sync.ping()
             return
         version = run.version
 
         def idle():
-            if self.run is not None and self.run.version == version and not self._stop.is_set():
-                self._worker.submit((P.snapshot(self.run), True), force=True)
+            run = self.run
+            if run is not None and run.version == version and not self._source.stopped:
+                self._analysis.submit(run, True, force=True)
 
         tm = threading.Timer(1.0, idle)
         tm.daemon = True
         tm.start()
 
-    def _start_polling(self) -> None:
+    def _follow(self, interval: float) -> None:
+        """Follow the run directory as it grows (``from_run(path, live=True)``)."""
         self.live = True
 
         def done():
             self.live = False
 
-        self._thread = poll_directory(self._reader, self._poll_interval, self._stop, self._ping, done)
+        self._source.follow(interval, self._ping, done)
 
-    # ----------------------------------------------------------------- sending
+    def _is_live(self) -> bool:
+        return self._source.is_live()
+
+    # ----------------------------------------------------------------- what a full update carries
+    def _rows_of(self, run: Run | None) -> Rows | None:
+        """The panel's rows (``rows.row_layout``) for ``run``'s layers and the ``expanded`` groups,
+        kept while neither changes (a few ms for 10,000 tensors)."""
+        if run is None:
+            return None
+        key = (run.layer_names, tuple(map(tuple, self.expanded)))
+        cached = self._rows_cache
+        if cached is None or cached[0] != key:
+            cached = self._rows_cache = (key, row_layout(run, self.expanded))
+        return cached[1]
+
+    def _payload(self, run: Run | None, version: int) -> dict:
+        """The traits of a full update of ``run`` (its view goes to the static rendition too)."""
+        empty = {k: b"" for k in ("heat", "flags", "col_steps", "loss", "hist_all", "detail", "hists", "hist_steps")}
+        if run is None:
+            meta, arrays = P.empty_view(self.metric, len(getattr(self.recorder, "layer_names", None) or []))
+            return {**empty, "meta": meta}
+        rows = self._rows_of(run)
+        meta, arrays = P.heat_view(run, self.metric, self.columns, rows)
+        values: dict = {**empty, "meta": meta, **arrays}
+        if run.n_steps:
+            step = int(run.steps[-1]) if self.follow else self._snap(self.step)
+            layer = self.layer if 0 <= self.layer < run.n_layers else self._selection.default_layer(run)
+            scalars, detail = P.detail_view(run, step, layer, rows)
+            values.update(scalars, **detail, step=step, layer=layer)
+            col = int(np.searchsorted(arrays["col_steps"], step, side="right")) - 1
+            self._static.note_view(version, step, arrays, meta, col)
+        return values
+
     def _snap(self, step: int) -> int:
         return P.nearest_step(self.run, step)
 
-    # ----------------------------------------------------------------- notebook output
+    def _send_detail(self) -> None:
+        with self._lock:
+            try:
+                scalars, arrays = P.detail_view(self.run, self.step, self.layer, self._rows_of(self.run))
+            except Exception:  # a torn read while a training thread appends: its next update
+                return  # carries the detail of this step and layer
+            self._set({"detail": b"", "hists": b"", "hist_steps": b"", **scalars, **arrays})
+
+    # ----------------------------------------------------------------- the analysis and the static copy
+    def _analyse(self, snap: Run, final: bool) -> None:
+        """Analyse a copy of the run (on the analysis thread) and send the table and diagnoses;
+        ``final``: also the table's HTML kept with the static copy (not needed while training)."""
+        if snap.version == self._analysis.version and not (final and self._static.table_version != snap.version):
+            return
+        report, layer_rows, diagnoses, html = analysis_of(snap, final)
+        with self._lock:
+            if snap.version < self._analysis.version:
+                return
+            run = self.run
+            if report is not None and run is not None and run.version == snap.version:
+                self._analysis.keep(report, snap.version)
+            self._analysis.note(snap.version, layer_rows)
+            rows = group_rows(layer_rows, self._rows_of(snap), snap)
+            changed = changed_rows(self.table, rows)
+            reading = report.task.reading if report is not None and report.loss.logged and report.task else ""
+            verdict = verdict_line(diagnoses, snap.n_steps, reading) if report is not None else ""
+            values: dict = {"diagnoses": diagnoses, "verdict": verdict}
+            # the static copy's table (with the diagnoses: the analysis of this version); a live
+            # analysis (not ``final``) makes none, and leaves the last one
+            if final or report is None:
+                self._static.note_table(snap.version, html or "")
+            if report is not None:
+                values.update(noise_values(report))
+            if changed is not None and self.comm is not None:
+                if changed:  # only the rows that changed travel; the page splices them in
+                    self.send({"kind": "rows", "model_id": self.model_id, "rows": [[i, rows[i]] for i in changed]})
+                self._hold({"table": rows})
+            else:
+                values["table"] = rows
+            # nothing chosen yet: the top diagnosis' first layer is what a user looks at first
+            top = diagnoses[0]["layer_index"] if diagnoses else -1
+            pick = top >= 0 and self._selection.analysis_may_pick() and top != self.layer
+            if pick:
+                values["layer"] = top
+            self._set(values)
+            if pick:
+                self._send_detail()
+
+    def _finished(self, snap: Run) -> None:
+        """After a final analysis (the burst of steps is over): the static copy, and the outputs
+        that wait for it."""
+        with self._lock:
+            self._refresh_static()
+            run = self.run
+            due = self._outputs.take_due(run is not None and run.version == snap.version)
+        if due:
+            self._update_outputs()
+
+    def _regroup_table(self) -> None:
+        """The health table on the rows shown now (after a group was expanded or collapsed)."""
+        run = self.run
+        layer_rows = self._analysis.layer_rows
+        if run is not None and layer_rows:
+            self._set({"table": group_rows(layer_rows, self._rows_of(run), run)})
+
+    def _refresh_static(self) -> None:
+        """``static_png`` and ``static_html`` made again when the view or the analysis changed
+        (``rendition.StaticRendition``); milliseconds."""
+        values = self._static.make(self.layer, self.metric, self.diagnoses)
+        if values is not None:
+            self._set(values)
+
+    def _final_static(self, wait: float) -> None:
+        """The static copy of the run as it is now, made from its analysis (waited for, at most
+        ``wait`` seconds; it runs on the analysis thread): the same output whatever thread finishes first."""
+        run = self.run
+        if run is None or run.n_steps == 0 or self._analysis.on_thread():  # the analysis thread has just made it
+            return
+        self._sync.cancel()
+        self._sync.push(force=True)
+        if self._static.table_version != run.version:
+            self._analysis.submit(run, True, force=True)
+            self._analysis.wait(timeout=wait)
+        with self._lock:
+            self._refresh_static()
+
+    # ----------------------------------------------------------------- notebook outputs
+    def _after_cell(self) -> None:
+        """After a cell ran (IPython ``post_run_cell``), if it recorded steps: the outputs this panel
+        was displayed in get the static panel of the run as it ended (``_update_outputs``), so that
+        the saved notebook holds it. Where no front end draws the panel (nbclient, ``nbconvert
+        --execute``: the page never said ``rendered``), the final view is sent, the analysis of the
+        final state waited for and the outputs updated here. Where a front end draws it, nothing is
+        waited for: the final view goes out now, and the analysis thread, right after the cell's
+        reply, makes the static panel (into the widget state, as the live panel's table) and then
+        updates the outputs (once a cell, off the training thread)."""
+        run = self.run
+        if run is None or run.version == self._outputs.version:
+            return
+        if not self._outputs.seen:
+            self._final_static(AFTER_CELL_WAIT)
+            self._update_outputs()
+            return
+        self._sync.cancel()
+        self._sync.push(force=True)
+        self._outputs.due_after_analysis(run.version)
+        self._analysis.submit(run, True, force=True, delay=AFTER_CELL_DELAY)
+
+    def _ipython_display_(self, **kwargs) -> None:
+        """Shown as a notebook output (the last expression of a cell, or ``display(panel)``): the
+        mime bundle published with a display id that later updates reuse."""
+        bundle = self._repr_mimebundle_()
+        run = self.run
+        self._outputs.show(bundle, run.version if run is not None and run.n_steps else -1)
+
+    def _update_outputs(self) -> None:
+        """Every output this panel was displayed in that shows an older state, again."""
+        run = self.run
+        self._outputs.update(self._repr_mimebundle_, run.version if run is not None else -1)
+
     def _repr_mimebundle_(self, **kwargs):
-        """The widget view plus the static panel (``display.PanelDisplay._static_bundle``) for places
-        where no widget runs."""
+        """The widget view plus the static panel (``_static_bundle``) for places where no widget runs."""
         out = super()._repr_mimebundle_(**kwargs)
         data, md = out if isinstance(out, tuple) else (out, {})
         data = dict(data)
@@ -428,3 +623,112 @@ class GradientPanel(PanelSelection, PanelValidation, PanelSync, PanelDisplay, Pa
             if k == "text/plain" or k not in data:
                 data[k] = v
         return data, md
+
+    def _static_bundle(self) -> dict:
+        """``image/png`` (the heatmap), ``text/html`` (the static panel) and ``text/plain`` (an ASCII
+        heatmap) of the run as it is now (the analysis of this state is waited for)."""
+        from ..fallback import FALLBACK_CLASS, static_fallback_html
+
+        run = self.run
+        if run is not None and run.n_steps:
+            self._final_static(AFTER_CELL_WAIT)
+        if run is None or run.n_steps == 0 or not self.static_png:
+            meta = {**self.meta, "message": self.meta.get("message") or "no step recorded yet"}
+            note = f"GradientPanel: {meta['message']}"
+            return {"text/html": rendition_html(meta, {}, None, None, [], ""), "text/plain": note}
+        png64 = self.static_png.split(",", 1)[1]
+        html = self.static_html
+        if FALLBACK_CLASS not in html:  # a comparison: its figures' image and its table
+            html = static_fallback_html(base64.b64decode(png64), html)
+        return {"image/png": png64, "text/html": html, "text/plain": to_ascii(run, width=60)}
+
+
+class ComparisonPanel(GradientPanel):
+    """Two runs in one panel (``GradientPanel.compare``): the first (reference) and the later one,
+    on one colour scale side by side (``mode="side"``) or as a difference map (``mode="diff"``),
+    one cursor for both. The later run is the panel's own source; the comparison
+    (``compare_widget.Comparing``) owns the first, the labels and the shared rows."""
+
+    # the comparison's own traits (protocol.TRAITS rows of owner "comparison")
+    labels = Synced()
+    heat_b = Synced()
+    flags_b = Synced()
+    diff = Synced()
+    mode = Synced()
+
+    _patches = False
+
+    def __init__(self, run_a, run_b, *, labels=None, mode: str = "side", **kwargs) -> None:
+        self._comparing = Comparing(run_a, run_b, labels, mode)
+        super().__init__(self._comparing.source, **kwargs)
+        self._set({"labels": list(self._comparing.labels), "mode": mode})
+
+    @property
+    def base(self) -> Run:
+        """The first (reference) run."""
+        return self._comparing.base
+
+    @property
+    def comparison(self):
+        """``gradwidget.compare(first, later)`` of the current state (None before the later run's
+        first step), recomputed when the later run has changed."""
+        return self._comparing.comparison(self.run)
+
+    def select(self, layer) -> None:
+        """Select a row by layer name (the first run's name) or row index."""
+        self.layer = self._comparing.row(layer)
+
+    @t.validate("layer")
+    def _check_layer(self, proposal):
+        try:
+            return self._comparing.check_row(int(proposal["value"]))
+        except ValueError as e:
+            raise t.TraitError(str(e)) from None
+
+    def _payload(self, run: Run | None, version: int) -> dict:
+        """Both runs on shared rows and columns; no per-step detail."""
+        return self._comparing.payload(
+            run, self.metric, self.columns, self.follow, self.step, self.layer, self._selection.default_layer
+        )
+
+    def _snap(self, step: int) -> int:
+        return self._comparing.snap(self.run, step)
+
+    def _send_detail(self) -> None:
+        """Exact per-step values and histograms belong to one run: the comparison shows the heatmaps'
+        columns instead (nothing to send)."""
+
+    def _analyse(self, snap: Run, final: bool) -> None:
+        """The comparison of the reference with a copy of the later run: the health table (both
+        runs' health and the change), the later run's diagnoses, and the verdict as HTML."""
+        if snap.version == self._analysis.version and not (final and self._static.table_version != snap.version):
+            return
+        cmp, rows, diagnoses, html = self._comparing.analyse(snap)
+        with self._lock:
+            if snap.version < self._analysis.version:
+                return
+            self._comparing.keep(cmp, snap.version)
+            self._analysis.note(snap.version)
+            self._static.note_table(snap.version, html)
+            values: dict = {"table": rows, "diagnoses": diagnoses, "static_html": html}
+            if self.meta.get("version") == snap.version:  # the verdict goes with the heatmaps it is about
+                values["meta"] = {**self.meta, **self._comparing.verdict_of(snap.version)}
+            self._set(values)
+
+    def _refresh_static(self) -> None:
+        """``static_png``: the comparison's figures (both heatmaps on one scale, the difference map)."""
+        run = self.run
+        if run is None or run.n_steps == 0 or run.version == self._static.version:
+            return
+        self._set({"static_png": self._comparing.static_png(run, self.metric)})
+        self._static.made(run.version, int(run.steps[-1]))
+
+    def _repr_mimebundle_(self, **kwargs):
+        data, md = super()._repr_mimebundle_(**kwargs)
+        cmp = self.comparison
+        if cmp is not None:
+            data["text/plain"] = cmp.summary_text()
+        return data, md
+
+    def __repr__(self) -> str:
+        return f"GradientPanel.compare({' vs '.join(self._comparing.labels)})"

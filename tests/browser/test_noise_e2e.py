@@ -58,6 +58,8 @@ def panel_state(run) -> dict:
     assert p.report is not None  # the analysis (and with it the noise traits) has run
     state = {}
     for name, t in TRAITS.items():
+        if t.owner != "panel":  # a comparison's own
+            continue
         v = getattr(p, name)
         state[name] = {"b64": base64.b64encode(v).decode()} if t.kind == "bytes" else v
     return state
