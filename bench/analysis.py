@@ -59,6 +59,7 @@ def synthetic_run(n_layers: int, n_steps: int, seed: int = 0) -> Run:
     m[:, 7] = np.nan
     m[::10, 7] = 1e-3
     run._metrics = m
+    run._nonfinite = m[:, 5].astype(np.float64)  # the exact non-finite counts (Run._NF)
     run._steps = np.arange(n_steps, dtype=np.int64)
     sc = np.full((n_steps, 3), np.nan)
     sc[:, 0] = 1 / np.sqrt(1 + np.arange(n_steps)) + 0.01 * rng.random(n_steps)

@@ -133,6 +133,12 @@ def _cell(x: float) -> str:
     return "" if x != x else f"{x:.8e}"
 
 
+def _count_cell(x: float) -> str:
+    """A count for the CSV (the non-finite entries): empty where nothing was recorded (NaN), else
+    its whole number, every digit of it."""
+    return "" if x != x else str(int(x))
+
+
 def export_csv(run: Run, path, force: bool = False) -> None:
     """Write the CSV timeline, one row per step and layer: the original crate's columns first
     (``CSV_COLUMNS``), then every other metric and the step's loss, learning rate and global norm
@@ -165,7 +171,10 @@ def export_csv(run: Run, path, force: bool = False) -> None:
                         int(van[i, j]),
                         int(exp[i, j]),
                     ]
-                    + [_cell(float(m[i, j])) for m in more]
+                    + [
+                        (_count_cell if name == "nonfinite" else _cell)(float(m[i, j]))
+                        for name, m in zip(CSV_MORE, more)
+                    ]
                     + sc
                 )
 

@@ -217,7 +217,7 @@ def merge_layers_at(a: np.ndarray, metric: str, starts: np.ndarray, numel: np.nd
     layers beginning at ``starts`` (increasing, the first 0), by ``merge_of(metric)``; ``numel``:
     each layer's size (weights). A member with no value (NaN: no gradient that step, an unused
     parameter) is left out, so one unused tensor does not blank its group; NaN when no member has
-    a value. Accumulated in float64; float32 out."""
+    a value. Accumulated in float64; float32 out, except a sum (the non-finite counts): float64, exact."""
     starts = np.asarray(starts, np.intp)
     a = np.asarray(a)
     how = merge_of(metric)
@@ -236,4 +236,4 @@ def merge_layers_at(a: np.ndarray, metric: str, starts: np.ndarray, numel: np.nd
             out = np.add.reduceat(v * w, starts, axis=1) / np.add.reduceat(w, starts, axis=1)
             out = np.sqrt(out) if how == "pooled" else out
         out[~np.logical_or.reduceat(has, starts, axis=1)] = np.nan
-    return out.astype(np.float32)
+    return out if how == "sum" else out.astype(np.float32)

@@ -1,8 +1,9 @@
 """The Run: a columnar store of per-step, per-layer gradient statistics.
 
 Everything downstream (analysis, widget, plots, reports) reads a Run; collectors append to it.
-Per recorded step and layer it holds ``len(METRICS)`` float32 values (32 bytes); every
-``histogram_every`` steps a histogram of log10|g| (``N_BINS`` uint32 counts, 256 bytes per layer).
+Per recorded step and layer it holds ``len(METRICS)`` float32 values (32 bytes) and the count of
+non-finite entries again as float64 (8 bytes: exact up to 2**53, where float32 stops at 2**24); every
+``histogram_every`` steps a histogram of log10|g| (``N_BINS`` uint64 counts, 512 bytes per layer).
 With a rolling window (``max_steps``) the steps that fall out are folded into ``history``, a
 decimated copy whose length never exceeds ``history_capacity`` rows, so memory stays bounded.
 """
@@ -37,6 +38,7 @@ from .schema import (
     HIST_LOG2_LO,
     METRICS,
     N_BINS,
+    NONFINITE_ROW,
     SCALARS,
     metric_index,
     scalar_index,
@@ -61,7 +63,16 @@ __all__ = [
     "NonfiniteOrigin",
     "Run",
     "check_max_steps",
+    "step_bytes",
 ]
+
+
+def step_bytes(n_layers: int, histogram_every: int = 0) -> float:
+    """Bytes a Run holds per recorded step of ``n_layers`` layers with a histogram every
+    ``histogram_every`` steps (0: none): the float32 metrics and float64 non-finite counts, the step
+    number and scalars, and the uint64 histogram counts (docs/costs.md, Memory)."""
+    per_step = (4 * len(METRICS) + 8) * n_layers + 8 * (1 + len(SCALARS))
+    return per_step + (8 * N_BINS * n_layers / histogram_every if histogram_every else 0)
 
 
 def check_max_steps(max_steps) -> None:
@@ -76,6 +87,7 @@ def concat_rows(a: "Run", b: "Run") -> "Run":
     r = a._slice_rows(0, a.n_steps)
     r._steps = np.concatenate([a.steps, b.steps])
     r._metrics = np.concatenate([a._M3, b._M3])
+    r._nonfinite = np.concatenate([a._NF, b._NF])
     r._scalars = np.concatenate([a._S2, b._S2])
     r._n = r._cap = len(r._steps)
     return r
@@ -112,11 +124,13 @@ class Run(RunAppend):
         self._cap = 0
         self._steps = np.zeros(0, np.int64)
         self._metrics = np.zeros((0, len(METRICS), L), np.float32)
+        #: the exact non-finite counts (float64; their row in ``_metrics`` holds them rounded to float32)
+        self._nonfinite = np.zeros((0, L), np.float64)
         self._scalars = np.zeros((0, len(SCALARS)), np.float64)
         self._hn = 0
         self._hs = 0  # physical row of the first histogram in the window
         self._hist_steps = np.zeros(0, np.int64)
-        self._hist = np.zeros((0, L, N_BINS), np.uint32)
+        self._hist = np.zeros((0, L, N_BINS), np.uint64)
         self.history: Run | None = None  # decimated steps that fell out of the window
         self.history_block = 1
         self._pending: Run | None = None
@@ -154,7 +168,7 @@ class Run(RunAppend):
                 r._n -= 1
                 if r._hn and r._hist_steps[r._hs + r._hn - 1] == self._steps[self._s + self._n - 1]:
                     r._hn -= 1
-            for name in ("_steps", "_metrics", "_scalars", "_hist_steps", "_hist"):
+            for name in ("_steps", "_metrics", "_nonfinite", "_scalars", "_hist_steps", "_hist"):
                 view = getattr(self, name).view()
                 view.flags.writeable = False
                 setattr(r, name, view)
@@ -194,16 +208,31 @@ class Run(RunAppend):
 
     @property
     def _M3(self) -> np.ndarray:
-        """``(steps, metrics, layers)`` view of the window."""
+        """``(steps, metrics, layers)`` float32 view of the window (its non-finite counts rounded to
+        float32: exact below 2**24, their zero, non-zero and NaN exact; ``_NF`` has them exact)."""
         return self._metrics[self._s : self._s + self._n]
+
+    @property
+    def _NF(self) -> np.ndarray:
+        """``(steps, layers)`` float64 view of the window's exact non-finite counts."""
+        return self._nonfinite[self._s : self._s + self._n]
+
+    def _row(self, i: int) -> np.ndarray:
+        """Step row ``i`` of the window as ``append`` takes it: ``(METRICS, layers)`` float64, the
+        non-finite counts exact."""
+        row = self._M3[i].astype(np.float64)
+        row[NONFINITE_ROW] = self._NF[i]
+        return row
 
     @property
     def _S2(self) -> np.ndarray:
         return self._scalars[self._s : self._s + self._n]
 
     def metric(self, name: str) -> np.ndarray:
-        """A ``(steps, layers)`` float32 view of one metric."""
-        return self._M3[:, metric_index(name), :]
+        """A ``(steps, layers)`` view of one metric: float32, except the non-finite counts (float64,
+        exact)."""
+        i = metric_index(name)
+        return self._NF if i == NONFINITE_ROW else self._M3[:, i, :]
 
     @property
     def metrics(self) -> dict[str, np.ndarray]:
@@ -313,7 +342,7 @@ class Run(RunAppend):
         hist_at = {int(s): k for k, s in enumerate(old.hist_steps)}
         for i, step in enumerate(old.steps.tolist()):
             k = hist_at.get(step)
-            self.append(step, old._M3[i], dict(zip(SCALARS, old._S2[i])), old.hist[k] if k is not None else None)
+            self.append(step, old._row(i), dict(zip(SCALARS, old._S2[i])), old.hist[k] if k is not None else None)
         if old.noise is not None and len(old.noise):
             self.noise = NoiseSeries(self.n_layers, self.max_steps)
             self.noise.extend(old.noise.window().copy())
@@ -334,7 +363,7 @@ class Run(RunAppend):
             dec = pend._slice_rows(0, full).downsample_by(k)
             h = self.history
             for i in range(dec.n_steps):
-                h.append(int(dec.steps[i]), dec._M3[i], dict(zip(SCALARS, dec._S2[i])))
+                h.append(int(dec.steps[i]), dec._row(i), dict(zip(SCALARS, dec._S2[i])))
         self._pending = pend._slice_rows(full, pend.n_steps) if full < pend.n_steps else None
         if self.history.n_steps > self.history_capacity:
             self.history = self.history.downsample_by(2)
@@ -346,6 +375,7 @@ class Run(RunAppend):
         n = max(0, b - a)
         r._steps = self.steps[a:b].copy()
         r._metrics = self._M3[a:b].copy()
+        r._nonfinite = self._NF[a:b].copy()
         r._scalars = self._S2[a:b].copy()
         r._n = r._cap = n
         if self._hn:
@@ -405,7 +435,7 @@ class Run(RunAppend):
 
     def nbytes(self) -> int:
         """Bytes held by the arrays (capacity included), history included."""
-        b = self._steps.nbytes + self._metrics.nbytes + self._scalars.nbytes
+        b = self._steps.nbytes + self._metrics.nbytes + self._nonfinite.nbytes + self._scalars.nbytes
         b += self._hist.nbytes + self._hist_steps.nbytes
         return b + (self.history.nbytes() if self.history is not None else 0)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .schema import METRICS, N_BINS, SCALARS, _as_step, scalar_row
+from .schema import METRICS, N_BINS, NONFINITE_ROW, SCALARS, _as_step, scalar_row
 
 if TYPE_CHECKING:
     import threading
@@ -39,6 +39,7 @@ class RunAppend:
         _cap: int
         _steps: np.ndarray
         _metrics: np.ndarray
+        _nonfinite: np.ndarray
         _scalars: np.ndarray
         _hn: int
         _hs: int
@@ -51,6 +52,8 @@ class RunAppend:
         def steps(self) -> np.ndarray: ...
         @property
         def _M3(self) -> np.ndarray: ...
+        @property
+        def _NF(self) -> np.ndarray: ...
         @property
         def _S2(self) -> np.ndarray: ...
         @property
@@ -79,11 +82,14 @@ class RunAppend:
         # docs/costs.md)
         steps = np.empty(cap, np.int64)
         mets = np.empty((cap, len(METRICS), L), np.float32)
+        nf = np.empty((cap, L), np.float64)
         sc = np.empty((cap, len(SCALARS)), np.float64)
         steps[: self._n] = self.steps
         mets[: self._n] = self._M3
+        nf[: self._n] = self._NF
         sc[: self._n] = self._S2
-        self._steps, self._metrics, self._scalars, self._cap, self._s = steps, mets, sc, cap, 0
+        self._steps, self._metrics, self._nonfinite, self._scalars = steps, mets, nf, sc
+        self._cap, self._s = cap, 0
 
     def append(
         self,
@@ -93,12 +99,13 @@ class RunAppend:
         hist: np.ndarray | None = None,
         complete: bool = True,
     ) -> None:
-        """Add one step. ``values`` is ``(len(METRICS), layers)``; ``hist`` is ``(layers, N_BINS)``.
+        """Add one step. ``values`` is ``(len(METRICS), layers)`` (float64 keeps the non-finite counts
+        exact; the other metrics are stored as float32); ``hist`` is ``(layers, N_BINS)`` counts.
         ``complete=False``: the row is still being filled (the update norms ``optimizer.step()``
         makes); snapshots leave it out until ``complete_last()`` or the next append."""
         if self._frozen:
             raise ValueError("a snapshot of a run is read-only: append to the run it was taken from")
-        values = np.asarray(values, np.float32)
+        values = np.asarray(values, np.float64)
         if values.shape != (len(METRICS), self.n_layers):
             raise ValueError(f"values must have shape {(len(METRICS), self.n_layers)}, got {values.shape}")
         step = _as_step(step)
@@ -113,7 +120,9 @@ class RunAppend:
             self._grow(self._n + 1)
             i = self._s + self._n
             self._steps[i] = step
-            self._metrics[i] = values
+            with np.errstate(over="ignore"):  # beyond float32's range: inf, as a float32 statistic is
+                self._metrics[i] = values
+            self._nonfinite[i] = values[NONFINITE_ROW]
             self._scalars[i] = row
             self._n += 1
             self._open = not complete
@@ -126,7 +135,11 @@ class RunAppend:
         ``cols``: only while that step is still open (``append(..., complete=False)``)."""
         if not self._open:
             raise ValueError("only a step appended with complete=False can still be filled in")
-        self._metrics[self._s + self._n - 1, metric, cols] = values
+        i = self._s + self._n - 1
+        with np.errstate(over="ignore"):
+            self._metrics[i, metric, cols] = values
+        if metric == NONFINITE_ROW:
+            self._nonfinite[i, cols] = values
 
     def complete_last(self) -> None:
         """The newest step is complete: snapshots taken from now on include it."""
@@ -145,6 +158,8 @@ class RunAppend:
         hist = np.asarray(hist)
         if hist.shape != (self.n_layers, N_BINS):
             raise ValueError(f"hist must have shape {(self.n_layers, N_BINS)}, got {hist.shape}")
+        if hist.dtype.kind != "u" and hist.size and not (hist >= 0).all():
+            raise ValueError("hist must hold counts (numbers >= 0): a negative or NaN count is no count")
         return hist
 
     def _put_hist(self, step: int, hist: np.ndarray) -> None:
@@ -155,7 +170,7 @@ class RunAppend:
                 cap = self._hist.shape[0]
             else:
                 cap = max(8, self._hn + 1 + self._hn // GROWTH_DIVISOR)
-            h = np.zeros((cap, self.n_layers, N_BINS), np.uint32)
+            h = np.zeros((cap, self.n_layers, N_BINS), np.uint64)
             hs = np.zeros(cap, np.int64)
             h[: self._hn], hs[: self._hn] = self.hist, self.hist_steps
             self._hist, self._hist_steps, self._hs = h, hs, 0

@@ -11,7 +11,7 @@ import numpy as np
 from .layers import LayerInfo
 from .rules import fold_of, merge_layers_at, reduce_blocks
 from .run import Run, concat_rows
-from .schema import METRICS
+from .schema import METRICS, NONFINITE_ROW
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,6 +43,7 @@ def slice_run(run: Run, steps: slice | None = None, layers: Sequence[int | str] 
     )
     out._steps, out._n, out._cap = r._steps, r._n, r._n
     out._metrics = r._metrics[:, :, idx].copy()
+    out._nonfinite = r._nonfinite[:, idx].copy()
     out._scalars = r._scalars
     out._hist, out._hist_steps, out._hn = r._hist[:, idx].copy(), r._hist_steps, r._hn
     out.noise = r.noise.select_layers(idx) if r.noise is not None else None
@@ -58,6 +59,7 @@ def downsample_by(run: Run, k: int) -> "Run":
     m = run._M3
     parts = [reduce_blocks(m[:, j], k, fold_of(name)) for j, name in enumerate(METRICS)]
     r._metrics = np.stack(parts, axis=1)
+    r._nonfinite = reduce_blocks(run._NF, k, fold_of("nonfinite"))
     r._steps = reduce_blocks(run.steps, k, "first")
     r._scalars = reduce_blocks(run._S2, k, "mean")
     r._n = r._cap = len(r._steps)
@@ -69,8 +71,8 @@ def merge_layers(run: Run, groups: Sequence[Sequence[int]], names: Sequence[str]
     """A run with one layer per group of this run's layers, each group measured as if its
     tensors were one: L2 norms (gradient, weight, update) combined in quadrature, mean |g| and
     zero fraction weighted by size, max |g| the largest, std from the members' variances
-    weighted by size (their signed means are not recorded), non-finite counts summed,
-    histograms added (``rules.merge_of``; a member without a value that step is left out).
+    weighted by size (their signed means are not recorded), non-finite counts summed (exactly),
+    histograms added in 64 bits (``rules.merge_of``; a member without a value that step is left out).
     Why: a figure of 10,000 tensors needs rows it can draw, and a merged row must say the truth about its members."""
     run = run.snapshot()  # a consistent view while training appends (Run.snapshot)
     if len(groups) != len(names):
@@ -97,9 +99,12 @@ def merge_layers(run: Run, groups: Sequence[Sequence[int]], names: Sequence[str]
         m = run._M3[:, :, order]
         r._metrics = np.stack(
             [merge_layers_at(m[:, k], name, starts, numel[order]) for k, name in enumerate(METRICS)], axis=1
-        )
+        ).astype(np.float32)
+        r._nonfinite = merge_layers_at(run._NF[:, order], "nonfinite", starts, numel[order])  # summed exactly
+        r._metrics[:, NONFINITE_ROW] = r._nonfinite
     else:
         r._metrics = np.zeros((run._n, len(METRICS), 0), np.float32)
+        r._nonfinite = np.zeros((run._n, 0), np.float64)
     r._steps, r._scalars = run.steps.copy(), run._S2.copy()
     r._n = r._cap = run._n
     if run._hn:

@@ -18,6 +18,9 @@ METRICS: tuple[str, ...] = (
     "weight_norm",  # L2 norm of the parameter itself
     "update_norm",  # L2 norm of the optimizer's change to the parameter (NaN without an optimizer)
 )
+#: the row of the non-finite counts in a step's ``(METRICS, layers)`` values: a Run keeps them
+#: exact (float64) beside its float32 metrics
+NONFINITE_ROW = METRICS.index("nonfinite")
 #: per step scalars.
 SCALARS: tuple[str, ...] = ("loss", "lr", "global_norm")
 

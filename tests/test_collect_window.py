@@ -13,7 +13,9 @@ from gradwidget.collect.torch import Recorder
 def test_the_window_is_stated_in_the_repr():
     model = nn.Linear(4, 1)
     rec = Recorder(model, memory_budget=64 << 20)
-    per_step = 32 * 2 + 32 + 256 * 2 / 10  # two layers, histograms every 10 steps
+    per_step = (
+        40 * 2 + 32 + 512 * 2 / 10
+    )  # two layers (float32 metrics, the exact non-finite count), uint64 histograms every 10 steps
     n = int((64 << 20) / (2 * per_step))
     assert f"keeping the last {n:,} steps in memory (max_steps='auto': a 64 MiB memory_budget)" in repr(rec)
     rec.detach()

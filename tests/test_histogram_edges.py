@@ -93,9 +93,9 @@ def test_bfloat16_gradients_at_the_dtypes_max_have_a_finite_mean(backend):
     assert got == {HIST_LOG2_LO + N_BINS - 1: 8}
 
 
-def test_merged_histograms_count_in_64_bits_and_are_never_saved_wrapped(tmp_path):
+def test_merged_histograms_count_in_64_bits_and_are_saved_unwrapped(tmp_path):
     """Two layers of 3e9 entries in one bin: their group holds 6e9 (it wrapped to 1.7e9 in 32
-    bits); a run directory keeps 32-bit counts, so saving that merged run is refused, not wrapped."""
+    bits); a run directory keeps 64-bit counts (format 2), so the merged run saves and loads whole."""
     from gradwidget import Run, load_run
     from gradwidget.schema import METRICS
 
@@ -105,8 +105,7 @@ def test_merged_histograms_count_in_64_bits_and_are_never_saved_wrapped(tmp_path
     run.append(0, np.ones((len(METRICS), 2), np.float32), {"loss": 1.0}, hist)
     merged = run.merge_layers([[0, 1]], ["model"])
     assert int(merged.hist[0, 0, 40]) == 6_000_000_000
-    with pytest.raises(ValueError, match="6000000000 does not fit a run directory's 32-bit counts"):
-        merged.save(tmp_path / "merged")
-    assert not (tmp_path / "merged").exists()  # refused before anything was written
-    run.save(tmp_path / "run")  # the layers themselves fit, and merge the same after loading
+    merged.save(tmp_path / "merged")
+    assert int(load_run(tmp_path / "merged").hist[0, 0, 40]) == 6_000_000_000
+    run.save(tmp_path / "run")  # the layers merge the same after loading
     assert int(load_run(tmp_path / "run").merge_layers([[0, 1]], ["model"]).hist[0, 0, 40]) == 6_000_000_000

@@ -89,6 +89,8 @@ def test_a_group_rows_value_is_the_documented_merge_of_its_members(metric):
     run = many_layers()
     run._metrics[2, M[metric], 7] = np.nan  # one member without a value that step
     run._metrics[3, M[metric], 12:18] = np.nan  # a whole group without one
+    if metric == "nonfinite":  # the exact counts, kept beside the float32 block
+        run._nonfinite[2, 7] = run._nonfinite[3, 12:18] = np.nan
     groups, labels = plots.layer_row_groups(run)
     rows = row_layout(run)
     assert rows is not None and rows.n == len(groups) == 75 and 1 < rows.n <= plots.MAX_DRAWN_ROWS
@@ -117,7 +119,7 @@ def test_group_flags_detail_and_histograms_are_the_members_merged():
     run = many_layers()
     th = run.thresholds
     run._metrics[1, M["max_abs"], 20] = 10 * th.exploding  # one member explodes: its group does
-    run._metrics[1, M["nonfinite"], 40] = 3  # one member has a NaN: its group does
+    run._metrics[1, M["nonfinite"], 40] = run._nonfinite[1, 40] = 3  # one member has a NaN: its group does
     run._metrics[1, M["mean_abs"], 60] = 0.0  # one member vanishes: its group does not
     run._metrics[1, M["mean_abs"], 66:72] = th.vanishing / 10  # every member vanishes: the group does
     rows = row_layout(run)
@@ -234,7 +236,7 @@ def test_a_change_of_rows_is_never_sent_as_a_patch_of_columns():
 
 def test_grouped_group_table_row_is_the_members_merged():
     run = many_layers()
-    run._metrics[:, M["nonfinite"], 8] = 2  # blocks.1.lin1.weight: NaN every step
+    run._metrics[:, M["nonfinite"], 8] = run._nonfinite[:, 8] = 2  # blocks.1.lin1.weight: NaN every step
     panel = GradientPanel(run)
     try:
         row = next(r for r in panel.table if r["index"] == 6)
@@ -546,7 +548,7 @@ def test_a_hooked_model_of_many_tensors_trains_with_grouped_rows_kept_expanded()
         g = run.metric("grad_norm").astype(np.float64)
         detail = np.frombuffer(panel.detail, np.float32).reshape(len(METRICS), 151)
         np.testing.assert_allclose(detail[M["grad_norm"], 12], np.sqrt(g[-1, 22] ** 2 + g[-1, 23] ** 2), rtol=1e-6)
-        hist_all = np.frombuffer(panel.hist_all, np.uint32).reshape(151, N_BINS)
+        hist_all = np.frombuffer(panel.hist_all, np.float64).reshape(151, N_BINS)
         np.testing.assert_array_equal(hist_all[12], run.hist[-1][22:24].sum(axis=0))
     finally:
         panel.detach()

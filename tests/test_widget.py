@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import traitlets
 
+from gradwidget.panel.payload import MAX_HISTS
 from gradwidget.rules import reduce_blocks
 from gradwidget.run import METRICS, N_BINS, Run
 from gradwidget.widget import (
@@ -100,7 +101,7 @@ def test_traits_of_a_run():
     assert p.hist_layer == 0
     hs = np.frombuffer(p.hist_steps, np.float64)
     np.testing.assert_array_equal(hs, run.hist_steps)
-    assert np.frombuffer(p.hists, np.uint32).reshape(len(hs), N_BINS).sum() == 100 * len(hs)
+    assert np.frombuffer(p.hists, np.float64).reshape(len(hs), N_BINS).sum() == 100 * len(hs)
     assert len(p.table) == 4 and {r["layer"] for r in p.table} == set(L_NAMES)
     assert p.table[0]["health"] in ("Healthy", "Warning", "Critical", "Unknown")
     assert not p.live
@@ -150,7 +151,8 @@ def test_payload_is_bounded_for_100k_steps(long_run):
     data_bytes = sum(
         len(getattr(p, k)) for k in ("heat", "flags", "col_steps", "loss", "detail", "hists", "hist_steps")
     )
-    assert data_bytes < 8 * 2048 * 5 + 2048 * 12 + 40_000
+    # heat + flags, col_steps + loss, the histograms (float64 counts) and their steps, detail
+    assert data_bytes <= 8 * 2048 * 5 + 2048 * 12 + MAX_HISTS * (N_BINS + 1) * 8 + 8 * len(METRICS) * 4
     # the single non-finite step is still marked in its column, and the run's message says so
     flags = np.frombuffer(p.flags, np.uint8).reshape(8, m["cols"])
     col = np.flatnonzero(flags[7] & FLAG_NONFINITE)
@@ -489,7 +491,7 @@ def test_every_layers_newest_histogram_is_sent():
     run = synthetic_run(45, hist_every=10)
     p = GradientPanel(run)
     assert p.meta["hist_all_step"] == int(run.hist_steps[-1]) == 80
-    np.testing.assert_array_equal(np.frombuffer(p.hist_all, np.uint32).reshape(4, N_BINS), run.hist[-1])
+    np.testing.assert_array_equal(np.frombuffer(p.hist_all, np.float64).reshape(4, N_BINS), run.hist[-1])
     assert GradientPanel(synthetic_run(5, hist_every=0)).hist_all == b""
 
 

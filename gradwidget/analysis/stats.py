@@ -136,7 +136,7 @@ def layer_statistics(run: Run, metrics=METRICS, max_rows: int = STAT_ROWS) -> pd
     sample = run._M3[rows]  # one gather for every metric
     parts = []
     for m in metrics:
-        st = column_stats(sample[:, METRICS.index(m)])
+        st = column_stats(run.metric(m)[rows] if m == "nonfinite" else sample[:, METRICS.index(m)])  # exact counts
         df = pd.DataFrame({"metric": m, "layer": names, **st})
         parts.append(df)
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["metric", "layer", *STAT_NAMES])
@@ -151,12 +151,13 @@ def dead_flags(zero_frac: np.ndarray, grad_norm: np.ndarray, t) -> np.ndarray:
         return (zero_frac >= t.dead_zero_fraction) | (grad_norm == 0)
 
 
-def _chunk_reductions(c: np.ndarray, t, k: int, with_coarse: bool) -> tuple:
-    """The exact reductions of one contiguous chunk of rows ``(rows, metrics, layers)``."""
+def _chunk_reductions(c: np.ndarray, nf: np.ndarray, t, k: int, with_coarse: bool) -> tuple:
+    """The exact reductions of one contiguous chunk of rows ``(rows, metrics, layers)`` and its
+    exact non-finite counts ``nf`` ``(rows, layers)``."""
     j = {m: i for i, m in enumerate(METRICS)}
     L = c.shape[2]
     with np.errstate(invalid="ignore", divide="ignore"):
-        mx, nf = c[:, j["max_abs"]], c[:, j["nonfinite"]]
+        mx = c[:, j["max_abs"]]
         nfb = nf > 0
         cm = np.fmax.reduce(mx, axis=0)  # ignores NaN (no data); +inf marks a non-finite step
         bad = np.isposinf(cm)
@@ -201,7 +202,7 @@ def exact_reductions(
     step (finite values only; a partial first block is left out)."""
     t = run.thresholds
     L, n = run.n_layers, run.n_steps
-    M = run._M3
+    M, NF = run._M3, run.metric("nonfinite")
     k = max(1, block)
     head = n - (n // k) * k if block else n
     if chunk is None:
@@ -211,7 +212,7 @@ def exact_reductions(
 
     def work(ab):
         a, b = ab
-        return _chunk_reductions(M[a:b], t, k, bool(block) and a >= head)
+        return _chunk_reductions(M[a:b], NF[a:b], t, k, bool(block) and a >= head)
 
     if threads > 1 and len(bounds) > 2:
         from concurrent.futures import ThreadPoolExecutor
@@ -405,7 +406,7 @@ class Series:
         as ``stats``), computed once per metric."""
         if metric not in self._metric_stats:
             rows = sample_rows(self.run.n_steps, min(self.max_rows, STAT_ROWS))
-            self._metric_stats[metric] = column_stats(self.run._M3[rows, METRICS.index(metric)])
+            self._metric_stats[metric] = column_stats(self.run.metric(metric)[rows])
         return self._metric_stats[metric][name]
 
 

@@ -290,7 +290,7 @@ def octave_bins(c: np.ndarray, nonzero: np.ndarray) -> np.ndarray:
     out = c[:, :N_BINS].copy()
     counted = out.sum(axis=1) + c[:, N_BINS + 1]
     out[:, 0] += np.maximum(0, np.rint(nonzero).astype(np.int64) - counted)
-    return out.astype(np.uint32)
+    return out.astype(np.uint64)
 
 
 class HostCopy:

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._warnings import GradwidgetWarning
 from ..noise_series import noise_dtype
-from ..run import METRICS, N_BINS, LayerInfo, Run
+from ..run import LayerInfo, Run, step_bytes
 from ._grad_reset import GradResetCheck
 from ._hooks import remove_tensor_hooks
 from ._groups import UpdateSnapshot
@@ -214,9 +214,7 @@ class _Setup(_RecorderState):
         up to twice the window; docs/costs.md, Memory), at least 1,000."""
         if self.max_steps is None or isinstance(self.max_steps, int):
             return self.max_steps
-        per_step: float = 4 * len(METRICS) * n_layers + 32
-        if self.histogram_every:
-            per_step += 4 * N_BINS * n_layers / self.histogram_every
+        per_step = step_bytes(n_layers, self.histogram_every)
         noise = getattr(self, "_noise", None)
         if noise is not None and noise.keeps_rows:  # run.noise: a row a measured step
             per_step += noise_dtype(n_layers).itemsize / noise.every

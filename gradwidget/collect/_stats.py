@@ -58,8 +58,8 @@ class StepStatistics:
         statistics, exponent counts, the loss and what each of ``riders`` queues in it are copied to
         the host once; a rider reads its part from the returned copy."""
         L = len(self.ordered)
-        out = np.full((len(METRICS), L), np.nan, np.float32)
-        hist = np.zeros((L, N_BINS), np.uint32) if with_hist else None
+        out = np.full((len(METRICS), L), np.nan, np.float64)  # float64: the non-finite counts exact
+        hist = np.zeros((L, N_BINS), np.uint64) if with_hist else None
         with torch.no_grad():
             pack, wparts, gparts = self._queue(with_hist)
             loss_at = pack.add(loss.detach().float().mean()) if isinstance(loss, torch.Tensor) else None

@@ -26,10 +26,10 @@ def log_hist(a: np.ndarray) -> np.ndarray:
     a = np.abs(np.asarray(a, dtype=np.float64))
     a = a[np.isfinite(a) & (a > 0)]
     if a.size == 0:
-        return np.zeros(N_BINS, np.uint32)
+        return np.zeros(N_BINS, np.uint64)
     _, e = np.frexp(a)  # a = m * 2**e with 0.5 <= m < 1, so floor(log2 a) = e - 1
     idx = np.clip(e.astype(np.int64) - 1 - HIST_LOG2_LO, 0, N_BINS - 1)
-    return np.bincount(idx, minlength=N_BINS).astype(np.uint32)
+    return np.bincount(idx, minlength=N_BINS).astype(np.uint64)
 
 
 def array_stats(g: np.ndarray, w: np.ndarray | None = None, prev_w: np.ndarray | None = None) -> np.ndarray:
@@ -156,7 +156,7 @@ class ArrayRecorder:
             )
         cols = np.empty((len(METRICS), len(names)))
         hist_now = self.histogram_every and self._count % self.histogram_every == 0
-        hist = np.zeros((len(names), N_BINS), np.uint32) if hist_now else None
+        hist = np.zeros((len(names), N_BINS), np.uint64) if hist_now else None
         new_w = {}  # kept only once the step is recorded: a rejected call must not move the baseline
         for j, n in enumerate(names):
             g = _to_numpy(gradients[n], f"gradient {n!r}")

@@ -334,7 +334,7 @@ class DistContext:
         summed over ranks (``S``) and the largest |g| over ranks (``mx``), with the unsharded
         element counts."""
         L = S.shape[0]
-        out = np.full((len(METRICS), L), np.nan, np.float32)
+        out = np.full((len(METRICS), L), np.nan, np.float64)  # float64: the non-finite counts exact
         n = self._numel
         has = S[:, _P["has_grad"]] > 0
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -357,7 +357,7 @@ class DistContext:
             out[_M["update_norm"], stepped] = np.sqrt(S[stepped, _P["update_sumsq"]])
         hist = None
         if S.shape[1] > len(PARTIALS):
-            hist = np.rint(S[:, len(PARTIALS) :]).astype(np.uint32)
+            hist = np.rint(S[:, len(PARTIALS) :]).astype(np.uint64)
         return out, hist
 
 

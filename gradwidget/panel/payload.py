@@ -149,7 +149,7 @@ def heat_view(run: Run, metric: str, columns: int, rows: Rows | None = None) -> 
     R = L if rows is None else rows.n
     lo, hi = color_scale(run, metric) if rows is None else _scale(values)
     hs = run.hist_steps
-    hist_all = run.hist[-1] if len(hs) and R <= MAX_HIST_ALL_LAYERS else np.zeros((0, N_BINS), np.uint32)
+    hist_all = run.hist[-1] if len(hs) and R <= MAX_HIST_ALL_LAYERS else np.zeros((0, N_BINS), np.uint64)
     if rows is not None and len(hist_all):
         hist_all = np.add.reduceat(hist_all, rows.starts, axis=0)
     layers = (
@@ -264,7 +264,7 @@ def detail_view(run: Run | None, step: int, layer: int, rows: Rows | None = None
             idx = np.unique(np.linspace(0, len(hs) - 1, min(len(hs), MAX_HISTS)).round().astype(int))
             at = int(np.searchsorted(hs, step, side="right")) - 1  # the histogram at or before the step
             idx = np.unique(np.append(idx, at)) if at >= 0 else idx
-            arrays["hists"] = run.hist[idx, a:b, :].sum(axis=1, dtype=np.uint64).astype(np.uint32)
+            arrays["hists"] = run.hist[idx, a:b, :].sum(axis=1, dtype=np.uint64)
             arrays["hist_steps"] = hs[idx].astype(np.float64)
     return scalars, arrays
 

@@ -19,7 +19,7 @@ from ..files import open_to_append
 from ..run import Run
 from ._owner import claim
 from .folders import check_log_dir, is_run_dir
-from .layout import as_path, file_size
+from .layout import FORMAT_VERSION, as_path, file_size
 from .meta import parse_meta
 from .reader import RunReader
 
@@ -91,6 +91,7 @@ def resume_point(path, shapes: dict[str, tuple], after: int | None = None) -> Re
     try:
         reader = RunReader(path)
         run = reader.run
+        _check_format(path, reader.format_version)
         _check_layers(path, run, shapes)
         meta = parse_meta(path / "meta.json")
         sizes = {"steps.bin": reader._soff, "hist.bin": reader._hoff, "noise.bin": reader._noff}
@@ -120,6 +121,19 @@ def _cut_after(run: Run, after: int, reader: RunReader) -> tuple[Run, dict[str, 
         "noise.bin": n_noise * reader._ndt.itemsize,
     }
     return kept, sizes
+
+
+def _check_format(path, version: int) -> None:
+    """A run in an older format is not continued: its files would mix two record layouts."""
+    if version == FORMAT_VERSION:
+        return
+    copy = f"{path}-v{FORMAT_VERSION}"
+    raise ValueError(
+        f"cannot resume {path}: its records are in run format {version} (an older gradwidget's: float32 NaN/Inf "
+        f"counts, 32-bit histogram counts) and this gradwidget appends format {FORMAT_VERSION} records only. "
+        f"Copy the run into the current format and resume the copy: gradwidget.load_run({str(path)!r}).save({copy!r}), "
+        f"then Recorder(..., log_dir={copy!r}, resume=True); or record into a new log_dir"
+    )
 
 
 def _check_layers(path, run: Run, shapes: dict[str, tuple]) -> None:

@@ -13,21 +13,31 @@ from ..run import METRICS, N_BINS, SCALARS
 
 
 FORMAT = "gradwidget-run"
-FORMAT_VERSION = 1
+#: the format a writer writes. Format 1 (read, never written) kept every metric, the non-finite
+#: count included, as float32 (exact only up to 2**24) and histogram counts as uint32
+FORMAT_VERSION = 2
+#: the formats a reader reads (a meta.json without "version" is format 1)
+READ_VERSIONS = (1, 2)
 
 
 class RunFormatError(ValueError):
     """A run directory that is missing, unreadable or not a gradwidget run."""
 
 
-def step_dtype(n_layers: int) -> np.dtype:
+def step_dtype(n_layers: int, version: int = FORMAT_VERSION) -> np.dtype:
+    """A step record: the step number, the scalars as float64, each metric as float32 per layer,
+    except the non-finite count, float64 from format 2 on (every count exact up to 2**53; NaN:
+    the layer had no gradient that step)."""
+    exact = "<f8" if version >= 2 else "<f4"
     fields: list[tuple] = [("step", "<i8")] + [(s, "<f8") for s in SCALARS]
-    fields += [(m, "<f4", (n_layers,)) for m in METRICS]
+    fields += [(m, exact if m == "nonfinite" else "<f4", (n_layers,)) for m in METRICS]
     return np.dtype(fields)
 
 
-def hist_dtype(n_layers: int) -> np.dtype:
-    return np.dtype([("step", "<i8"), ("counts", "<u4", (n_layers, N_BINS))])
+def hist_dtype(n_layers: int, version: int = FORMAT_VERSION) -> np.dtype:
+    """A histogram record: the step number and each layer's ``N_BINS`` counts, uint64 from format 2
+    on (uint32 in format 1)."""
+    return np.dtype([("step", "<i8"), ("counts", "<u8" if version >= 2 else "<u4", (n_layers, N_BINS))])
 
 
 #: the files a run directory is made of: no export or report is written over one of them, and a

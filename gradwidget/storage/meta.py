@@ -9,7 +9,7 @@ from pathlib import Path
 from ..files import replace_atomically
 from ..run import HIST_EDGES, LAYER_STATUSES, METRICS, N_BINS, SCALARS, LayerInfo, NonfiniteOrigin, Run
 from ..thresholds import Thresholds
-from .layout import FORMAT, FORMAT_VERSION, RunFormatError, open_regular
+from .layout import FORMAT, FORMAT_VERSION, READ_VERSIONS, RunFormatError, open_regular
 
 
 def meta_dict(run: Run, run_id: str | None = None, created: str | None = None) -> dict:
@@ -72,13 +72,17 @@ def read_meta(path: Path) -> dict:
         )
     meta = parse_meta(mp)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise RunFormatError(f"{mp} is not a gradwidget run description")
-    version = meta.get("version", FORMAT_VERSION)
-    if not _is_int(version) or version < 1:
-        raise RunFormatError(f'{mp} is corrupt: "version" must be a positive integer, got {version!r}')
-    if version > FORMAT_VERSION:
+        said = meta.get("format") if isinstance(meta, dict) else None
         raise RunFormatError(
-            f"{path} was written by a newer gradwidget (format {version}); upgrade gradwidget to read it"
+            f'{mp} is not a gradwidget run description: its "format" is {said!r:.40}, a run\'s is {FORMAT!r}'
+        )
+    version = format_version(meta)
+    if not _is_int(version) or version < 1:
+        raise RunFormatError(f'{mp} is corrupt: "version" must be a positive integer, got {version!r:.40}')
+    if version not in READ_VERSIONS:
+        raise RunFormatError(
+            f"{path} was written by a newer gradwidget (run format {version}; this gradwidget reads formats "
+            f"{READ_VERSIONS[0]} to {READ_VERSIONS[-1]}): upgrade gradwidget to read it"
         )
     if meta.get("metrics") != list(METRICS) or meta.get("scalars") != list(SCALARS):
         raise RunFormatError(f"{mp} lists metrics this gradwidget does not know: {meta.get('metrics')}")
@@ -86,6 +90,11 @@ def read_meta(path: Path) -> dict:
     if problem:
         raise RunFormatError(f"{mp} is corrupt: {problem}")
     return meta
+
+
+def format_version(meta: dict):
+    """The run format a meta.json says its records have ("version"; format 1 when it says none)."""
+    return meta.get("version", 1)
 
 
 def _is_int(x) -> bool:

@@ -10,7 +10,7 @@ import numpy as np
 from .._warnings import GradwidgetWarning
 from ..run import LayerInfo, NonfiniteOrigin, Run
 from .layout import RunFormatError, file_size, as_path, hist_dtype, step_dtype
-from .meta import meta_signature, read_meta, run_from_meta
+from .meta import format_version, meta_signature, read_meta, run_from_meta
 from ..noise_series import NoiseSeries, noise_dtype
 from .records import append_records, bad_hist_record, bad_noise_record, bad_step_record, layer_mismatch, read_records
 
@@ -36,7 +36,12 @@ class RunReader:
         meta = read_meta(self.path)
         run = run_from_meta(meta, mp)
         self._meta_sig, self._run_id = sig, meta.get("run_id")
-        self._sdt, self._hdt = step_dtype(run.n_layers), hist_dtype(run.n_layers)
+        #: the format of the folder's records (``layout.READ_VERSIONS``)
+        self.format_version = format_version(meta)
+        self._sdt, self._hdt = (
+            step_dtype(run.n_layers, self.format_version),
+            hist_dtype(run.n_layers, self.format_version),
+        )
         self._soff = self._hoff = self._noff = 0
         self._ndt = noise_dtype(run.n_layers)
         self._take_new(run)
@@ -89,7 +94,11 @@ class RunReader:
         hsize, ssize = file_size(self.path / "hist.bin"), file_size(self.path / "steps.bin")
         n_hist, n_steps = hsize // self._hdt.itemsize, ssize // self._sdt.itemsize
         if n_hist > n_steps + 1:  # checked before reading either: one histogram at most per step
-            why = layer_mismatch(self.path / "steps.bin", run.n_layers) if ssize % self._sdt.itemsize else None
+            why = (
+                layer_mismatch(self.path / "steps.bin", run.n_layers, self.format_version)
+                if ssize % self._sdt.itemsize
+                else None
+            )
             raise RunFormatError(
                 f"{self.path / 'hist.bin'} is damaged: it holds {n_hist} histogram records "
                 f"but steps.bin only {n_steps} steps" + (f" ({why})" if why else "")
@@ -103,7 +112,7 @@ class RunReader:
             raise RunFormatError(
                 f"{self.path / 'steps.bin'} is damaged: record {rec_no} is not a valid step ({bad[1]}). "
                 + (
-                    layer_mismatch(self.path / "steps.bin", run.n_layers)
+                    layer_mismatch(self.path / "steps.bin", run.n_layers, self.format_version)
                     or f"The file is corrupt, or meta.json lists a different number of layers ({run.n_layers}) "
                     "than it was written with."
                 )
@@ -225,7 +234,7 @@ def load_run(path) -> Run:
     """
     reader = RunReader(path)
     if reader.truncated_bytes:
-        mismatch = layer_mismatch(reader.path / "steps.bin", reader.run.n_layers)
+        mismatch = layer_mismatch(reader.path / "steps.bin", reader.run.n_layers, reader.format_version)
         if mismatch:
             raise RunFormatError(f"{reader.path / 'steps.bin'} does not match meta.json: {mismatch}")
         warnings.warn(f"{path}: ignored {reader.truncated_bytes} bytes of an unfinished last step", GradwidgetWarning)

@@ -13,7 +13,8 @@ from .layout import RunFormatError, file_size, hist_dtype, open_regular, step_dt
 
 
 def step_records(run: Run, a: int = 0, b: int | None = None) -> np.ndarray:
-    """The records of the run's step rows ``a`` to ``b`` (default: all)."""
+    """The records (``step_dtype``, the format written) of the run's step rows ``a`` to ``b``
+    (default: all); the non-finite counts exact."""
     b = run.n_steps if b is None else b
     rec = np.zeros(max(0, b - a), step_dtype(run.n_layers))
     rec["step"] = run.steps[a:b]
@@ -25,16 +26,8 @@ def step_records(run: Run, a: int = 0, b: int | None = None) -> np.ndarray:
 
 
 def hist_records(run: Run, a: int = 0, b: int | None = None) -> np.ndarray:
-    """The records of the run's histograms ``a`` to ``b`` (default: all). A run directory keeps
-    32-bit counts; a count beyond them (a merged run's group of more than 2**32 - 1 entries in one
-    bin) is refused, never wrapped."""
+    """The records (``hist_dtype``: 64-bit counts) of the run's histograms ``a`` to ``b`` (default: all)."""
     counts = run.hist[a:b]
-    limit = np.iinfo(np.uint32).max
-    if counts.size and int(counts.max()) > limit:
-        raise ValueError(
-            f"a histogram count of {int(counts.max())} does not fit a run directory's 32-bit counts (at most "
-            f"{limit}): save the run before merging its layers (Run.merge_layers), and merge after loading"
-        )
     rec = np.zeros(len(counts), hist_dtype(run.n_layers))
     rec["step"], rec["counts"] = run.hist_steps[a:b], counts
     return rec
@@ -125,11 +118,12 @@ def _plausible_records(recs: np.ndarray) -> bool:
     return bool(ok_zf.all() and ok_nf.all())
 
 
-def layer_mismatch(p: Path, n_layers: int) -> str | None:
-    """If steps.bin is not whole records of ``n_layers`` layers but is whole, plausible records
-    (at least two) of another layer count, a sentence naming both numbers; else None."""
+def layer_mismatch(p: Path, n_layers: int, version: int) -> str | None:
+    """If steps.bin (format ``version``) is not whole records of ``n_layers`` layers but is whole,
+    plausible records (at least two) of another layer count, a sentence naming both numbers; else None."""
     size = file_size(p)
-    base, per_layer = step_dtype(0).itemsize, step_dtype(1).itemsize - step_dtype(0).itemsize
+    base = step_dtype(0, version).itemsize
+    per_layer = step_dtype(1, version).itemsize - base
     # two records of a candidate must fit in a read chunk: the probe reads no more than that
     top = (min(size, READ_CHUNK_BYTES) // 2 - base) // per_layer
     if top < 1:
@@ -140,7 +134,7 @@ def layer_mismatch(p: Path, n_layers: int) -> str | None:
     for n in fits.tolist():
         if n == n_layers:
             continue
-        dt = step_dtype(n)
+        dt = step_dtype(n, version)
         with open_regular(p) as f:
             k = min(_PROBE_RECORDS, READ_CHUNK_BYTES // dt.itemsize, size // dt.itemsize)
             recs = np.frombuffer(f.read(k * dt.itemsize), dtype=dt)
@@ -150,7 +144,7 @@ def layer_mismatch(p: Path, n_layers: int) -> str | None:
         return None
     n = min(plausible)[1]
     return (
-        f"meta.json lists {n_layers} layers, but steps.bin holds {size // step_dtype(n).itemsize} whole "
+        f"meta.json lists {n_layers} layers, but steps.bin holds {size // step_dtype(n, version).itemsize} whole "
         f"records of {n} layers: meta.json belongs to another run (or was edited)"
     )
 
@@ -167,7 +161,8 @@ def _norms_agree(recs: np.ndarray) -> bool:
 
 
 def append_records(run: Run, recs: np.ndarray) -> None:
-    """Append step records (``step_dtype``) to ``run``."""
+    """Append step records (``step_dtype``, either format) to ``run``: each row as float64, so the
+    non-finite counts of format 2 stay exact."""
     for r in recs:
         run.append(int(r["step"]), np.stack([r[m] for m in METRICS]), {s: r[s] for s in SCALARS})
 

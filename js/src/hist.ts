@@ -6,7 +6,7 @@ import { Rect } from "./layout";
 import { beginPlot, Theme } from "./theme";
 
 export interface HistData {
-  counts: Uint32Array; // n_bins
+  counts: Float64Array; // n_bins (counts, exact up to 2**53)
   lo: number; // log10 of the first edge
   hi: number; // log10 of the last edge
 }

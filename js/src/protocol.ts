@@ -3,7 +3,7 @@
 // fails when the two differ. Every trait the page reads is in `PanelModel`; binary ones are decoded
 // by `decodeTraits` only, which checks each buffer's length against `meta`.
 
-import { asFloat32, asFloat64, asUint32, asUint8, Binary, byteLength } from "./decode";
+import { asFloat32, asFloat64, asUint8, Binary, byteLength } from "./decode";
 
 // BEGIN CONSTANTS
 export const CONSTANTS = {
@@ -46,7 +46,7 @@ export const CONSTANTS = {
     "hists": {
       "kind": "bytes",
       "direction": "out",
-      "dtype": "uint32"
+      "dtype": "float64"
     },
     "hist_steps": {
       "kind": "bytes",
@@ -61,7 +61,7 @@ export const CONSTANTS = {
     "hist_all": {
       "kind": "bytes",
       "direction": "out",
-      "dtype": "uint32"
+      "dtype": "float64"
     },
     "table": {
       "kind": "json",
@@ -441,7 +441,7 @@ export interface HeatData {
   flags: Uint8Array;
   colSteps: Float64Array;
   loss: Float32Array;
-  histAll: Uint32Array; // layers x bins, newest histogram step
+  histAll: Float64Array; // layers x bins, newest histogram step (counts)
   /** a comparison: the later run (rows x cols, same rows and columns) and log10(later / first) */
   heatB: Float32Array;
   flagsB: Uint8Array;
@@ -456,7 +456,7 @@ export function decodeHeat(m: PanelModel): HeatData {
   const meta = { ...emptyMeta(), ...(m.get("meta") || {}) } as Meta;
   const out: HeatData = {
     meta, heat: new Float32Array(0), flags: new Uint8Array(0), colSteps: new Float64Array(0),
-    loss: new Float32Array(0), histAll: new Uint32Array(0), heatB: new Float32Array(0),
+    loss: new Float32Array(0), histAll: new Float64Array(0), heatB: new Float32Array(0),
     flagsB: new Uint8Array(0), diff: new Float32Array(0), error: "",
   };
   try {
@@ -489,9 +489,9 @@ export function decodeHeat(m: PanelModel): HeatData {
   try {
     const ha = m.get("hist_all");
     const n = rowCount(meta) * meta.n_bins;
-    out.histAll = n > 0 && byteLength(ha) === n * 4 ? asUint32(ha, n) : new Uint32Array(0);
+    out.histAll = n > 0 && byteLength(ha) === n * 8 ? asFloat64(ha, n) : new Float64Array(0);
   } catch {
-    out.histAll = new Uint32Array(0);
+    out.histAll = new Float64Array(0);
   }
   return out;
 }
@@ -500,7 +500,7 @@ export function decodeHeat(m: PanelModel): HeatData {
 export interface DetailData {
   detail: Float32Array; // metrics x layers
   detailStep: number;
-  hists: Uint32Array; // H x bins
+  hists: Float64Array; // H x bins (counts)
   histSteps: Float64Array;
   histLayer: number;
 }
@@ -541,12 +541,12 @@ export function decodeDetail(m: PanelModel, meta: Meta): DetailData {
     const detail = L && byteLength(d) === meta.metrics.length * L * 4 ? asFloat32(d) : new Float32Array(0);
     const histSteps = byteLength(m.get("hist_steps")) > 0 ? asFloat64(m.get("hist_steps")) : new Float64Array(0);
     const hs = m.get("hists");
-    const hists = nb && byteLength(hs) === histSteps.length * nb * 4 ? asUint32(hs) : new Uint32Array(0);
+    const hists = nb && byteLength(hs) === histSteps.length * nb * 8 ? asFloat64(hs) : new Float64Array(0);
     return {
       detail, detailStep: Number(m.get("detail_step") ?? -1), hists,
       histSteps: hists.length ? histSteps : new Float64Array(0), histLayer: Number(m.get("hist_layer") ?? -1),
     };
   } catch {
-    return { detail: new Float32Array(0), detailStep: -1, hists: new Uint32Array(0), histSteps: new Float64Array(0), histLayer: -1 };
+    return { detail: new Float32Array(0), detailStep: -1, hists: new Float64Array(0), histSteps: new Float64Array(0), histLayer: -1 };
   }
 }

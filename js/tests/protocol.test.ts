@@ -47,12 +47,12 @@ describe("protocol", () => {
   it("drops histograms whose length does not match their steps", () => {
     const ok = decodeDetail(model({
       detail: new DataView(new Float32Array(4).buffer), detail_step: 7,
-      hists: new DataView(new Uint32Array(8).buffer), hist_steps: new DataView(new Float64Array(2).buffer), hist_layer: 1,
+      hists: new DataView(new Float64Array(8).buffer), hist_steps: new DataView(new Float64Array(2).buffer), hist_layer: 1,
     }), { ...decodeHeat(model({ meta })).meta });
     expect(ok.detail.length).toBe(4);
     expect(ok.hists.length).toBe(8);
     const bad = decodeDetail(model({
-      hists: new DataView(new Uint32Array(7).buffer), hist_steps: new DataView(new Float64Array(2).buffer),
+      hists: new DataView(new Float64Array(7).buffer), hist_steps: new DataView(new Float64Array(2).buffer),
     }), { ...decodeHeat(model({ meta })).meta });
     expect(bad.hists.length).toBe(0);
     expect(bad.histSteps.length).toBe(0);

@@ -57,7 +57,7 @@ export class PanelView {
   dispFlags: Uint8Array = new Uint8Array(0);
   colSteps: Float64Array = new Float64Array(0);
   loss: Float32Array = new Float32Array(0);
-  histAll: Uint32Array = new Uint32Array(0); // layers x bins, newest histogram step
+  histAll: Float64Array = new Float64Array(0); // layers x bins, newest histogram step (counts)
   noise: NoiseData = decodeNoise(null); // the gradient noise scale per measured step
   // a comparison (GradientPanel.compare): the later run and log10(later / first), display order
   heatB: Float32Array = new Float32Array(0);
@@ -632,6 +632,6 @@ export class PanelView {
     this.heat = this.dispHeat = this.heatB = this.dispHeatB = this.dispDiff = new Float32Array(0);
     this.dispFlagsB = new Uint8Array(0);
     this.flags = this.dispFlags = new Uint8Array(0);
-    this.histAll = new Uint32Array(0);
+    this.histAll = new Float64Array(0);
   }
 }
