@@ -27,7 +27,7 @@ from .rows import Rows
 
 #: most histogram steps of one layer sent at once (evenly thinned beyond).
 MAX_HISTS = 128
-#: most layers for which every layer's newest histogram (``hist_all``) is sent (256 bytes a layer).
+#: most layers for which every layer's newest histogram (``hist_all``) is sent (512 bytes a layer).
 MAX_HIST_ALL_LAYERS = 4096
 
 
