@@ -124,7 +124,7 @@ def payload_bytes(steps: int, columns: int, layers: int = 24) -> dict:
     from ipywidgets.widgets.widget import _remove_buffers
 
     from gradwidget.run import METRICS, N_BINS, Run
-    from gradwidget.widget import GradientPanel
+    from gradwidget import GradientPanel
 
     names = [f"{i}.{'weight' if i % 2 == 0 else 'bias'}" for i in range(layers)]
     run = Run(names)

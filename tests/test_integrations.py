@@ -413,7 +413,7 @@ def test_recording_before_compiling_and_a_compiled_submodule_strip_orig_mod():
 def test_gradient_panel_follows_a_callback_before_during_and_after_training():
     pytest.importorskip("lightning.pytorch")
     from gradwidget.integrations.lightning import GradwidgetCallback
-    from gradwidget.widget import GradientPanel
+    from gradwidget import GradientPanel
 
     cb = GradwidgetCallback()
     panel = GradientPanel(cb, max_rate=1e6)  # before training: no run yet, following the callback
@@ -440,7 +440,7 @@ def test_gradient_panel_follows_a_hf_trainer_training_in_a_thread(tmp_path):
     import threading
 
     from gradwidget.integrations.transformers import GradwidgetCallback
-    from gradwidget.widget import GradientPanel
+    from gradwidget import GradientPanel
 
     cb = GradwidgetCallback()
     panel = GradientPanel(cb, max_rate=1e6)
@@ -459,7 +459,7 @@ def test_gradient_panel_follows_a_hf_trainer_training_in_a_thread(tmp_path):
 
 def test_importing_gradwidget_imports_no_trainer_library():
     code = (
-        "import sys, gradwidget, gradwidget.integrations; import gradwidget.widget; "
+        "import sys, gradwidget, gradwidget.integrations; import gradwidget.panel.widget; "
         "bad = [m for m in ('transformers', 'lightning', 'pytorch_lightning', 'accelerate') if m in sys.modules]; "
         "print(bad); assert not bad"
     )

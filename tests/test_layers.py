@@ -56,7 +56,6 @@ PLACE = {
     "gradwidget.fallback": "outputs",
     "gradwidget.export": "outputs",
     "gradwidget.panel": "outputs",
-    "gradwidget.widget": "outputs",
     "gradwidget.demo": "outputs",
     "gradwidget.cli": "outputs",
     "gradwidget.__main__": "outputs",

@@ -5,7 +5,7 @@ from pathlib import Path
 import nbformat
 
 from gradwidget.plots import metric_label
-from gradwidget.widget import GradientPanel
+from gradwidget import GradientPanel
 
 ROOT = Path(__file__).resolve().parents[1]
 

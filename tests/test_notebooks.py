@@ -29,17 +29,9 @@ BUDGET = 240
 pytestmark = pytest.mark.slow
 
 
-def need_widget():
-    try:
-        from gradwidget.widget import GradientPanel  # noqa: F401
-    except ImportError as e:
-        pytest.skip(f"gradwidget.widget is not importable yet: {e}")
-
-
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
     """Run every notebook once (in a copy of notebooks/) and keep the results: name -> (nb, seconds)."""
-    need_widget()
     from nbclient import NotebookClient
 
     work = tmp_path_factory.mktemp("notebooks")
@@ -119,7 +111,6 @@ def test_plain_html_export(executed, name):
 
 def test_nbconvert_execute_to_gradwidget_command(tmp_path):
     """What a user types: execute and export in one go (execution saves widget state)."""
-    need_widget()
     import subprocess
     import sys
 

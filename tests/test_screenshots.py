@@ -45,10 +45,6 @@ def _png_size(path) -> tuple[int, int]:
 
 
 def test_report_screenshot(tmp_path):
-    try:
-        from gradwidget.analysis import analyze  # noqa: F401
-    except ImportError:
-        pytest.skip("gradwidget.analysis.analyze is not in this tree yet")
     info = _run(["--only", "report", "--steps", "150"], tmp_path)
     assert info["blocked"] == [] and info["report_images"] >= 6
     w, h = _png_size(info["report_png"])
@@ -56,10 +52,6 @@ def test_report_screenshot(tmp_path):
 
 
 def test_live_panel_screenshot(tmp_path):
-    try:
-        from gradwidget.widget import GradientPanel  # noqa: F401
-    except ImportError:
-        pytest.skip("gradwidget.widget is not in this tree yet")
     if not shutil.which("jupyter", path=str(Path(sys.executable).parent)):
         pytest.skip("jupyter lab is not installed next to this Python")
     info = _run(["--only", "panel", "--steps", "150"], tmp_path)

@@ -13,16 +13,10 @@ import traitlets
 from gradwidget.panel.payload import MAX_HISTS
 from gradwidget.rules import reduce_blocks
 from gradwidget.run import METRICS, N_BINS, Run
-from gradwidget.widget import (
-    FLAG_EXPLODING,
-    FLAG_NODATA,
-    FLAG_NONFINITE,
-    FLAG_VANISHING,
-    PANEL_MAX_COLUMNS,
-    GradientPanel,
-    column_block,
-    table_from_run,
-)
+from gradwidget import GradientPanel
+from gradwidget.panel.payload import column_block
+from gradwidget.panel.protocol import FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING, PANEL_MAX_COLUMNS
+from gradwidget.panel.table import table_from_run
 
 L_NAMES = ["0.weight", "0.bias", "2.weight", "2.bias"]
 
@@ -829,7 +823,7 @@ def test_table_updates_carry_the_rows_that_changed():
 
 def test_panel_flags_follow_the_runs_flag_rules():
     """The heatmap's flag bits are the Run's vanishing()/exploding()/nonfinite(), not a copy of them."""
-    from gradwidget.widget import cell_flags
+    from gradwidget.panel.payload import cell_flags
 
     run = synthetic_run(n_steps=30, nonfinite_at=12)
     f = cell_flags(run, run.metric("mean_abs"), run.metric("max_abs"), run.metric("nonfinite"))
