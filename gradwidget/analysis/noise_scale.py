@@ -16,13 +16,14 @@ present, not of the run so far (``present``):
   one in 8: ``collect._noise``).
 - **A row weighs the steps it stands for, over |G|² when it was taken** (``row_scale``): the gap
   since the row before (a first row 1, a row one in 8 counts 8), over the squared norm of the
-  gradient stepped with in the rows just before it read as |G|² with the B_simple found there. So
-  the ratio of the averages is an average of B_simple over the steps: the first steps, whose |G|²
-  is 100-1,000x the later one, do not hold it, nor do the rows of small B_simple outweigh the
-  later ones.
+  gradient stepped with in the rows just before it, read as |G|² with the lower bound of B_simple
+  found there. So the ratio of the averages is an average of B_simple over the steps: the first
+  steps, whose |G|² is 100-1,000x the later one, do not hold it, nor do the rows of small B_simple
+  outweigh the later ones.
 - **The lag is taken out where it stands out of the noise**: the averages at 64 and 32 steps give
-  the lag's first order (exact for a B_simple growing exponentially), taken in the share it stands
-  out of its own noise; the share not taken stays in the interval.
+  the lag's first order (exact for a B_simple growing exponentially), taken where it stands more
+  than 2 sd out of its own noise (three quarters of it at 4 sd); the share not taken stays in
+  the interval.
 - **The interval comes from the rows' own noise** (``noise_cov``), in 1/B_simple, where the rows'
   noise adds up linearly: the variance of one row's estimates, in units of its size, from the
   differences between consecutive rows (a slow trend hardly enters them) over the last
@@ -55,7 +56,7 @@ VAR_ROWS = 100
 #: rows before a row whose gradient size sets its weight (``row_scale``)
 SIZE_ROWS = 3
 #: passes of ``present``'s weights after the first: each reads |G|² at a row from its size and the
-#: B_simple the pass before found at the row before
+#: lower bound of B_simple the pass before found at the row before
 WEIGHT_PASSES = 2
 #: the lag correction is taken in full where it stands this many variances of its own noise out of
 #: it, in part down to one, not at all below: 1 - LAG_SURE var(d) / d² (a positive-part shrinkage)
@@ -245,17 +246,19 @@ def present(
     interval is a plain normal one there, and where it reaches 0 B_simple has no upper bound.
 
     - **Weights**: a row stands for the steps since the row before (``row_scale``), over |G|² when
-      it was taken: its gradient's size over the rows before it, read as |G|² with the B_simple
-      the previous pass found at the row before, size / (1 + B_simple / b_big) (``WEIGHT_PASSES``).
+      it was taken: its gradient's size over the rows before it, read as |G|² with the lower 95%
+      bound of B_simple the previous pass found at the row before, size / (1 + bound / b_big)
+      (``WEIGHT_PASSES``; the bound, not the estimate, whose heavy upper tail where |G|² is barely
+      resolved would make the weights as noisy as the rows).
       The ratio of the averages is then an average of B_simple over the steps; weighted by the size
       alone, it leaned towards the rows of small B_simple, and a noise scale growing 10-100x read
       a tenth of its value.
     - **Lag**: the averages decay with ``tau`` and ``tau / 2`` steps. An average lags a trend by
       about its time constant, so q(tau) + 2 (q(tau / 2) - q(tau)) takes the lag's first order out
-      (exactly, for a B_simple growing or falling exponentially). That correction is taken in the
-      share d² / (d² + var d) it stands out of its own noise (d = q(tau / 2) - q(tau)): a noise scale
-      that holds still keeps the precision of the ``tau`` average, and the share not taken stays
-      in ``se``, as the lag it may still be.
+      (exactly, for a B_simple growing or falling exponentially). With d = q(tau / 2) - q(tau), the
+      share 1 - ``LAG_SURE`` var(d) / d² of that correction is taken (none below 2 sd of its own
+      noise): a noise scale that holds still keeps the precision of the ``tau`` average, and the
+      share not taken stays in ``se``, as the lag it may still be.
     - **Noise**: one row's variance of |G|² - q tr(Σ), in units of its size, from the differences of
       consecutive rows (``noise_cov``), times the squares of each row's weight in the combination."""
     g2, tr = np.asarray(g2, np.float64), np.asarray(tr, np.float64)
