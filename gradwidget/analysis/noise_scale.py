@@ -9,33 +9,34 @@ equations, whose solution is unbiased:
 
 Each step's pair is noisy (|G|² may even come out negative), so, as in the paper, the two are
 averaged separately over steps and B_simple is their ratio. What is shown is an estimate of the
-present, not of the run so far:
+present, not of the run so far (``present``):
 
 - **The time constant is in steps, not rows** (``TAU_STEPS``, 64): a row ``age`` steps old weighs
   ``exp(-age / 64)``, whatever the cadence of the measured steps (the first 10 back to back, then
   one in 8: ``collect._noise``).
-- **A row weighs the steps it stands for, over its gradient's size** (``row_weights``): the gap since
-  the row before (a first row 1, a row one in 8 counts 8), divided by the squared norm of the
-  gradient the optimizer stepped with in the rows just before it. The first steps' |G|² is 100-1,000x the later one; averaged
-  by rows, they held B_simple at a tenth of its value for hundreds of steps.
-- **The interval comes from the rows' own noise** (``noise_cov``): the variance of one row's
-  estimates, in units of its size, from the differences between consecutive rows (a slow trend
-  hardly enters them) over the last ``VAR_ROWS`` rows, times the weights' sum of squares; the delta
-  method gives the ratio's 95% interval. When the interval of |G|² reaches 0 (a batch far below
-  B_simple resolves tr(Σ) well and |G|² hardly at all), B_simple has no upper bound and its lower
-  bound is tr(Σ)'s lower bound over |G|²'s upper bound: "at least N".
+- **A row weighs the steps it stands for, over |G|² when it was taken** (``row_scale``): the gap
+  since the row before (a first row 1, a row one in 8 counts 8), over the squared norm of the
+  gradient stepped with in the rows just before it, read as |G|² with the lower bound of B_simple
+  found there. So the ratio of the averages is an average of B_simple over the steps: the first
+  steps, whose |G|² is 100-1,000x the later one, do not hold it, nor do the rows of small B_simple
+  outweigh the later ones.
+- **The lag is taken out where it stands out of the noise**: the averages at 64 and 32 steps give
+  the lag's first order (exact for a B_simple growing exponentially), taken where it stands more
+  than 2 sd out of its own noise (three quarters of it at 4 sd); the share not taken stays in
+  the interval.
+- **The interval comes from the rows' own noise** (``noise_cov``), in 1/B_simple, where the rows'
+  noise adds up linearly: the variance of one row's estimates, in units of its size, from the
+  differences between consecutive rows (a slow trend hardly enters them) over the last
+  ``VAR_ROWS`` rows. Where it reaches 0 (a batch far below B_simple resolves tr(Σ) well and |G|²
+  hardly at all), B_simple has no upper bound and the estimate is a lower bound: "at least N".
 
 Each row is read at the batch sizes it was given: a row whose big gradient is no bigger than its
 small ones (several ``backward()`` calls on one batch, recorded as one size) holds no second size
 and is left out, never read as one.
 
-Checked against the exact value at the step itself (``bench/noise_scale.py --present``: every
-example's gradient, four models, three seeds): at the end of runs whose noise scale grew 10-100x it
-reads closer than the 20-row average did (a breast-cancer MLP: 1.04x the exact value, against
-0.12x), but not yet at the first third of such a run (0.03-0.3x: the rows of the rise are still in
-the average), and where a handful of examples hold most of tr(Σ) a few rows read it low. The
-interval holds only the rows' noise, not that lag: it held the exact value in 18 of 36 there.
-Pure numpy: no torch, no I/O.
+How close it comes to the exact value at the step, and where it cannot (|G|² not resolved far
+below B_simple; a handful of examples holding most of tr(Σ); the exact value itself jumping 2-3x
+between measured steps under Adam): docs/noise-scale.md. Pure numpy: no torch, no I/O.
 
 B_simple estimates the critical batch size: below it a larger batch trains in proportionally fewer
 steps (with the learning rate raised to match); above it, more examples per step buy little.
@@ -52,8 +53,14 @@ import numpy as np
 TAU_STEPS = 64
 #: rows the per-row noise (``noise_cov``) is averaged over
 VAR_ROWS = 100
-#: rows before a row whose gradient size sets its weight (``row_weights``)
+#: rows before a row whose gradient size sets its weight (``row_scale``)
 SIZE_ROWS = 3
+#: passes of ``present``'s weights after the first: each reads |G|² at a row from its size and the
+#: lower bound of B_simple the pass before found at the row before
+WEIGHT_PASSES = 2
+#: the lag correction is taken in full where it stands this many variances of its own noise out of
+#: it, in part down to one, not at all below: 1 - LAG_SURE var(d) / d² (a positive-part shrinkage)
+LAG_SURE = 4.0
 #: z of a two-sided 95% normal interval
 Z95 = 1.959964
 #: z of a one-sided 95% bound (what a finding that B_simple lies beyond a bound tests)
@@ -93,16 +100,14 @@ def decayed(steps: np.ndarray, x: np.ndarray, tau: float) -> np.ndarray:
     return out
 
 
-def row_weights(steps: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each row's weight before the decay: the steps it stands for (the gap since the row before,
-    at least 1: the first rows, measured back to back, count one step each and a row one in 8
-    counts 8) over the size of the gradient when it was taken (the geometric mean of ``scale``, the
-    squared norm of the gradient the optimizer stepped with, over the ``SIZE_ROWS`` rows before it;
-    the first row its own). So a row counts in proportion to its share of the steps, not to its size: the first
-    steps' gradients, 100-1,000x larger than later ones, would otherwise hold the average for
-    hundreds of steps. The rows before, not the row itself: a weight that shrank with its own
-    row's noise would take the large draws of tr(Σ) out of the average (2.5x too low at a batch
-    20x below B_simple). Returns ``(weight, gap, size)``; a row without a size weighs 0."""
+def row_scale(steps: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's ``(gap, size)``: the steps it stands for (the gap since the row before, at least 1:
+    the first rows, measured back to back, count one step each and a row one in 8 counts 8) and
+    the size of the gradient when it was taken (the geometric mean of ``scale``, the squared norm of
+    the gradient the optimizer stepped with, over the ``SIZE_ROWS`` rows before it; the first row
+    its own; NaN without one). The rows before, not the row itself: a weight that shrank with its
+    own row's noise would take the large draws of tr(Σ) out of the average (2.5x too low at a batch
+    20x below B_simple)."""
     steps = np.asarray(steps, np.float64)
     gap = np.maximum(np.diff(steps, prepend=steps[:1] - 1.0), 1.0)
     sc = np.asarray(scale, np.float64)
@@ -117,7 +122,7 @@ def row_weights(steps: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.nd
     with np.errstate(invalid="ignore", divide="ignore"):
         size = np.exp(np.where(cnt > 0, tot / np.maximum(cnt, 1), ls))  # the first row: its own
     good = np.isfinite(size) & (size > 0)
-    return np.where(good, gap / np.where(good, size, 1.0), 0.0), gap, np.where(good, size, np.nan)
+    return gap, np.where(good, size, np.nan)
 
 
 def noise_cov(x: np.ndarray, y: np.ndarray, rows: int = VAR_ROWS) -> np.ndarray:
@@ -229,42 +234,98 @@ class NoiseScale:
         return f"by module, of {len(done)}: lowest {one(*done[0])}, highest {one(*done[-1])}"
 
 
-def smoothed(
-    steps: np.ndarray, g2: np.ndarray, tr: np.ndarray, scale: np.ndarray, tau: float = TAU_STEPS, z: float = Z95
+def present(
+    steps: np.ndarray, g2: np.ndarray, tr: np.ndarray, scale: np.ndarray, b_big=np.inf, tau: float = TAU_STEPS
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(B_simple, lo, hi)`` per row (and column) from per-row ``|G|²`` and ``tr(Σ)`` estimates at
-    ``steps``: the ratio of their averages, each row weighted by ``row_weights`` (``scale``: the
-    squared norm of each row's big gradient) times ``exp(-age / tau)`` (its age in steps),
-    and the interval of that ratio at ``z`` (delta method; the per-row noise from ``noise_cov``).
-    Where ``|G|²`` is not resolved (its interval reaches 0) B_simple has no upper bound and its
-    lower bound is tr(Σ)'s lower bound over |G|²'s upper bound."""
+    """``(q, se, trace)`` per row (and column) from per-row ``|G|²`` and ``tr(Σ)`` estimates at
+    ``steps``: ``q`` estimates |G|²/tr(Σ) = 1/B_simple at the row's own step, ``se`` its standard
+    error, ``trace`` the weighted sum of tr(Σ) (B_simple is known where it is above 0; ``bounds``).
+    ``scale``: each row's squared norm of the big gradient, ``b_big`` its batch (one or per row).
+
+    In 1/B_simple the rows' noise adds up linearly (|G|², the noisy one, is the numerator), so the
+    interval is a plain normal one there, and where it reaches 0 B_simple has no upper bound.
+
+    - **Weights**: a row stands for the steps since the row before (``row_scale``), over |G|² when
+      it was taken: its gradient's size over the rows before it, read as |G|² with the lower 95%
+      bound of B_simple the previous pass found at the row before, size / (1 + bound / b_big)
+      (``WEIGHT_PASSES``; the bound, not the estimate, whose heavy upper tail where |G|² is barely
+      resolved would make the weights as noisy as the rows).
+      The ratio of the averages is then an average of B_simple over the steps; weighted by the size
+      alone, it leaned towards the rows of small B_simple, and a noise scale growing 10-100x read
+      a tenth of its value.
+    - **Lag**: the averages decay with ``tau`` and ``tau / 2`` steps. An average lags a trend by
+      about its time constant, so q(tau) + 2 (q(tau / 2) - q(tau)) takes the lag's first order out
+      (exactly, for a B_simple growing or falling exponentially). With d = q(tau / 2) - q(tau), the
+      share 1 - ``LAG_SURE`` var(d) / d² of that correction is taken (none below 2 sd of its own
+      noise): a noise scale that holds still keeps the precision of the ``tau`` average, and the
+      share not taken stays in ``se``, as the lag it may still be.
+    - **Noise**: one row's variance of |G|² - q tr(Σ), in units of its size, from the differences of
+      consecutive rows (``noise_cov``), times the squares of each row's weight in the combination."""
     g2, tr = np.asarray(g2, np.float64), np.asarray(tr, np.float64)
-    w, gap, size = row_weights(steps, scale)
+    steps = np.asarray(steps, np.float64)
+    gap, size = row_scale(steps, scale)
     col = (slice(None),) + (None,) * (g2.ndim - 1)
-    W = decayed(steps, w, tau)[col]
+    ok = np.isfinite(size)
+    unit = np.where(ok, size, 1.0)[col]
+    bb = np.broadcast_to(np.asarray(b_big, np.float64), steps.shape)[col]
     with np.errstate(invalid="ignore", divide="ignore"):
-        mg = decayed(steps, w[col] * np.nan_to_num(g2), tau) / W
-        ms = decayed(steps, w[col] * np.nan_to_num(tr), tau) / W
-        # the sum of the squared weights (each row's noise, in units of its size: ``gap`` = w size)
-        q = decayed(steps, gap * gap, tau / 2.0)[col] / (W * W)
-        xg, xs = g2 / size[col], tr / size[col]
-        var_g = q * noise_cov(xg, xg)
-        var_s = q * noise_cov(xs, xs)
-        cov = q * noise_cov(xg, xs)
-        b = np.where(mg > 0, ms / mg, np.nan)
-        var_b = np.maximum(var_s - 2 * b * cov + b * b * var_g, 0.0) / (mg * mg)
-        se_b, se_g, se_s = np.sqrt(var_b), np.sqrt(var_g), np.sqrt(var_s)
-        resolved = mg - z * se_g > 0  # False where the noise is not known yet (NaN)
-        lo = np.where(resolved, b - z * se_b, (ms - z * se_s) / (mg + z * se_g))
-        lo = np.where(np.isfinite(lo), np.maximum(lo, 0.0), 0.0)
-        hi = np.where(resolved, b + z * se_b, np.inf)
-        # tr(Σ) is a sum of variances: an average not above 0 measured nothing B_simple can be read
-        # from (too few rows, or a big gradient holding more than its micro-batches: past steps'
-        # gradients never reset). Unknown, not a negative batch size
-        known = ms > 0
-        b, hi, lo = np.where(known, b, np.nan), np.where(known, hi, np.nan), np.where(known, lo, 0.0)
-    # B_simple is NaN where the average |G|² is not above 0; its lower bound may still say much
-    return b, np.where(np.isfinite(ms), lo, np.nan), np.where(np.isfinite(ms), hi, np.nan)
+        xg, xs = np.where(ok[col], g2 / unit, np.nan), np.where(ok[col], tr / unit, np.nan)
+        vgg, vss, vgs = noise_cov(xg, xg), noise_cov(xs, xs), noise_cov(xg, xs)
+        g, s = np.nan_to_num(g2), np.nan_to_num(tr)
+        before = np.zeros(g2.shape)  # B_simple the previous pass found at the row before
+        for _ in range(WEIGHT_PASSES + 1):
+            h = np.where(ok, gap, 0.0)[col] * (1.0 + before / bb)  # a row's weight times its size
+            w = h / unit
+            s1, s2 = decayed(steps, w * s, tau), decayed(steps, w * s, tau / 2)
+            q1, q2 = decayed(steps, w * g, tau) / s1, decayed(steps, w * g, tau / 2) / s2
+            k2, k3, k4 = (decayed(steps, h * h, tau / n) for n in (2, 3, 4))
+            ve = np.maximum(vgg - 2 * q1 * vgs + q1 * q1 * vss, 0.0)  # one row's, per unit of size²
+            var1 = ve * k2 / s1**2
+            var_d = ve * (k4 / s2**2 - 2 * k3 / (s1 * s2) + k2 / s1**2)
+            cov_d = ve * (k3 / (s1 * s2) - k2 / s1**2)
+            d = q2 - q1
+            take = np.clip(np.nan_to_num(1.0 - LAG_SURE * var_d / (d * d)), 0.0, 1.0)
+            q = q1 + 2 * take * d
+            var = var1 + 4 * take * cov_d + 4 * take * take * var_d + (2 * (1 - take) * d) ** 2
+            se = np.sqrt(np.maximum(var, 0.0))
+            trace = np.where(s2 > 0, s1, np.minimum(s1, s2))  # both averages of tr(Σ) above 0, or not
+            _, lo, _ = bounds(q, se, trace, Z95)
+            best = np.nan_to_num(lo)
+            before = np.concatenate([np.zeros((1,) + g2.shape[1:]), best[:-1]])
+    return q, se, trace
+
+
+def bounds(q: np.ndarray, se: np.ndarray, trace: np.ndarray, z: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(B_simple, lo, hi)`` from ``present``'s ``(q, se, trace)`` at ``z``: 1/q and the interval
+    q ± z se turned over. Where its upper end reaches 0 (|G|² not resolved), B_simple has no upper
+    bound (inf) and its lower bound is 1 / (q + z se): "at least N". Where the average tr(Σ) is not
+    above 0, B_simple is unknown (NaN; lo 0): tr(Σ) is a sum of variances, so such an average
+    measured nothing it can be read from (too few rows, or a big gradient holding more than its
+    micro-batches: past steps' gradients never reset), never a negative batch size. NaN bounds
+    where no row weighs yet."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        known = trace > 0
+        top, bottom = q + z * se, q - z * se
+        b = np.where(known & (q > 0), 1.0 / q, np.nan)
+        lo = np.where(known & (top > 0), 1.0 / top, 0.0)
+        lo = np.where(np.isfinite(lo), lo, 0.0)
+        hi = np.where(known, np.where(bottom > 0, 1.0 / bottom, np.inf), np.nan)
+    seen = np.isfinite(trace)
+    return b, np.where(seen, lo, np.nan), np.where(seen, hi, np.nan)
+
+
+def smoothed(
+    steps: np.ndarray,
+    g2: np.ndarray,
+    tr: np.ndarray,
+    scale: np.ndarray,
+    tau: float = TAU_STEPS,
+    z: float = Z95,
+    b_big=np.inf,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(B_simple, lo, hi)`` per row (and column): ``present`` read at ``z`` (``bounds``). Without
+    ``b_big`` the weights take each row's size for |G|²."""
+    return bounds(*present(steps, g2, tr, scale, b_big, tau), z)
 
 
 def _groups(names: list[str]) -> dict[str, list[int]]:
@@ -287,9 +348,10 @@ def noise_scale(run, tau: float = TAU_STEPS) -> NoiseScale | None:
     if not len(rows):
         return None
     g2, tr = two_size_estimates(rows["b_small"], rows["b_big"], rows["small_total"], rows["big_total"])
-    steps, scale = rows["step"], rows["big_total"]
-    b, lo, hi = smoothed(steps, g2, tr, scale, tau)
-    _, floor, ceiling = smoothed(steps, g2, tr, scale, tau, Z_ONE)
+    steps, scale, b_big = rows["step"], rows["big_total"], rows["b_big"]
+    now = present(steps, g2, tr, scale, b_big, tau)
+    b, lo, hi = bounds(*now, Z95)
+    _, floor, ceiling = bounds(*now, Z_ONE)
     groups = {}
     by = _groups(run.layer_names)
     if len(by) > 1:
@@ -298,7 +360,7 @@ def noise_scale(run, tau: float = TAU_STEPS) -> NoiseScale | None:
         per_s = np.stack([small[:, cols].sum(axis=1) for cols in by.values()], axis=1)
         per_b = np.stack([big[:, cols].sum(axis=1) for cols in by.values()], axis=1)
         gg, gt = two_size_estimates(rows["b_small"], rows["b_big"], per_s, per_b)
-        gb, glo, ghi = smoothed(steps, gg, gt, scale, tau)
+        gb, glo, ghi = smoothed(steps, gg, gt, scale, tau, b_big=b_big)
         groups = {k: (float(gb[-1, j]), float(glo[-1, j]), float(ghi[-1, j])) for j, k in enumerate(by)}
     meta = run.meta.get("noise_scale") or {}
     every, first = meta.get("every", 1), meta.get("first", 0)

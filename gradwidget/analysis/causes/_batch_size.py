@@ -11,10 +11,11 @@ both, and why those, is written there), decided on what is resolved, for the las
 - ``batch_too_large``: B_simple and its upper bound below the batch / 10 and / 3. It needs |G|²
   resolved (above 0 with its bound), else B_simple has no upper bound.
 - ``batch_too_small``: B_simple above 10x the batch and its lower bound above 3x. Where |G|² is
-  resolved that is the ratio's bound; where it is not but tr(Σ) is, it is tr(Σ)'s lower bound over
-  |G|²'s upper bound (and, where the average |G|² is not above 0, that bound must pass 10x alone),
-  and the finding says what that is: "the critical batch is at least N". A batch far below the
-  noise scale is exactly where |G|² is hard to resolve, so this side must not wait for it.
+  resolved that is the ratio's bound; where it is not but tr(Σ) is, it is the bound from |G|²'s
+  upper bound (one-sided), and the finding says what that is: "the critical batch is at least
+  N". Where the average |G|² is not above 0, B_simple's estimate is beyond any batch and the bound
+  decides. A batch far below the noise scale is exactly where |G|² is hard to resolve, so this
+  side must not wait for it.
 
 Information (Low priority), never a fault: both train.
 """
@@ -77,8 +78,8 @@ def find_batch(c: Context, small: bool) -> Diagnosis | None:
     floor = ns.floor if ns.floor is not None else ns.lo
     ceiling = ns.ceiling if ns.ceiling is not None else ns.hi
     with np.errstate(invalid="ignore", divide="ignore"):
-        if small:  # no point estimate (the average |G|² not above 0): the bound alone says how far
-            est = np.where(np.isfinite(ns.b_simple), ns.b_simple, floor)
+        if small:  # the average |G|² not above 0: the estimate is beyond any batch, the bound decides
+            est = np.where(np.isfinite(ns.b_simple), ns.b_simple, np.inf)
             cond = (floor > sure * B) & (est > far_bound * B)
         else:
             cond = (sure * ceiling < B) & (far_bound * ns.b_simple < B)
