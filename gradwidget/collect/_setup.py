@@ -189,7 +189,7 @@ class _Setup(_RecorderState):
         assert self.run is not None
         self.run.continue_from(old)
         if "nonfinite_origin" in old.meta:  # found before the crash: neither tracer nor replay is needed
-            self._stop_looking()
+            self._nonfinite.stop()
         self._recorded = old.n_steps
 
     def _open_writer(self) -> None:

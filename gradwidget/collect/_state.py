@@ -26,12 +26,10 @@ if TYPE_CHECKING:
     from ._meta import MetaFollow
     from ._probe import Probe
     from ._noise import NoiseProbe, NoiseStep
-    from ._replay import StepReplay
+    from ._nonfinite_probe import NonfiniteProbe
     from ._replica_exchange import ReplicaExchange
-    from .distributed import DistContext, OriginExchange
+    from .distributed import DistContext
     from .loss_graph import LossGraphProbe
-    from ._trace_cost import PairedMeter, TraceCost
-    from .nonfinite import NonfiniteTracer
 
 
 @dataclass
@@ -73,13 +71,7 @@ class _RecorderState:
     _writer: RunWriter | None
     _meta: MetaFollow
     _dist: DistContext | None
-    _exchange: OriginExchange | None
-    _tracer: NonfiniteTracer | None
-    _replay: StepReplay | None
-    trace_nonfinite: bool | str
-    _trace_meter: PairedMeter | None
-    _trace_off: dict | None
-    _trace_measured: TraceCost | None
+    _nonfinite: NonfiniteProbe
     _loss_probe: LossGraphProbe | None
     _replicas: ReplicaExchange | None
     _noise: NoiseProbe | None
@@ -134,6 +126,4 @@ class _RecorderState:
         def _unwrap_zero_grad(self) -> None: ...
         def _record_unstepped(self) -> None: ...
         def _finish_step(self) -> None: ...
-        def _trace_origin(self, values: np.ndarray | None, recorded: bool = True) -> None: ...
-        def _stop_looking(self) -> None: ...
         def note_meta(self, values: dict, now: bool = True) -> None: ...

@@ -29,6 +29,7 @@ beside it: ``_inputs`` (argument checks, wrappers, names), ``_steps`` (hooks and
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Callable
 
 import torch
@@ -63,10 +64,8 @@ from ._setup import _Setup
 from ._stats import StepStatistics
 from ._steps import _Steps
 from .loss_graph import LossGraphProbe
-from ._replay import StepReplay
-from ._trace_cost import PairedMeter
+from ._nonfinite_probe import NonfiniteProbe
 from ._train_mode import TrainModeCheck
-from .nonfinite import NonfiniteTracer
 
 __all__ = ["Recorder", "norms"]  # norms: the fused kernel, for the trainer callbacks
 
@@ -180,7 +179,7 @@ class Recorder(_Setup, _Steps):
         if not (max_steps is None or max_steps == "auto"):
             max_steps = check_count("max_steps", max_steps, 1, "'auto', None or ")
         memory_budget = _bytes_arg("memory_budget", memory_budget)
-        self.trace_nonfinite = check_bool_or_auto("trace_nonfinite", trace_nonfinite)
+        trace_nonfinite = check_bool_or_auto("trace_nonfinite", trace_nonfinite)
         noise_scale = check_bool_or_auto("noise_scale", noise_scale)
         noise_every = check_count("noise_every", noise_every, 1)
         if batch_size is not None:
@@ -260,28 +259,29 @@ class Recorder(_Setup, _Steps):
         self._graph = GraphCapture(model, lambda: self._order is None, self._store_edges)  # layer edges
         self._probes.append(self._graph)
         self._unused_cols: list[int] = []
-        self._tracer: NonfiniteTracer | None = None
-        self._replay: StepReplay | None = None  # "auto": the origin by replaying the first non-finite step
-        # "auto": the tracer's cost is measured (not under torch.distributed: the ranks would decide apart)
-        self._trace_meter = PairedMeter() if trace_nonfinite == "auto" and self._dist is None else None
-        self._trace_off: dict | None = None  # why "auto" turned tracing off, for run.meta
-        self._trace_measured = None  # the TraceCost "auto" decided on
-        self._exchange = None  # distributed: where the ranks' non-finite origins meet
         self._loss_probe = None
         self._noise: NoiseProbe | None = None
         self._noise_off: str | None = None  # why there is no noise probe, when one was asked for
         self._noise_step = self._noise_row = None
-        if self._dist is not None and trace_nonfinite:
-            self._exchange = self._dist.origin_exchange()
         self._replicas = None
+        nonfinite = functools.partial(
+            NonfiniteProbe,
+            model,
+            trace_nonfinite,
+            run=lambda: self.run,
+            write_meta=self._write_meta,
+            dist=self._dist,
+            every=every,
+        )
         if self._dist is not None and self._dist.inert:
             # replicated gradients (DDP): rank 0 records them; the other ranks only trace their own
             # NaN origin (an optimizer step hook ends each step), unless trace_nonfinite=False,
             # and take part in the replica check (its hook first: _inert_step removes itself from
             # inside the optimizer's loop over its hooks, which only the last one may do)
             self._attach_replica_check()
-            if trace_nonfinite and optimizer is not None:
-                self._tracer = NonfiniteTracer(model)
+            self._nonfinite = nonfinite(tracer=optimizer is not None)
+            self._probes.append(self._nonfinite)
+            if optimizer is not None and self._nonfinite.looking:
                 self._handles.append(optimizer.register_step_pre_hook(self._inert_step))
             return
 
@@ -319,16 +319,15 @@ class Recorder(_Setup, _Steps):
         train_mode = TrainModeCheck.of(model)  # None for a model without normalisation or dropout modules
         if train_mode is not None:
             self._probes.append(train_mode)
-        if trace_nonfinite == "auto" and self._dist is None:
-            self._replay = StepReplay(model)
         if noise_scale and (self._dist is None or not self._dist.sharded):
             world = self._dist.world_size if self._dist is not None and self._dist.kind == "ddp" else 1
             self._noise = NoiseProbe(model, self._params, batch_size, world, noise_scale, noise_every)
             self._probes.append(self._noise)
         elif noise_scale and self._dist is not None:  # sharded: said in the run, not silently absent
             self._noise_off = SHARDED_TEXT.format(kind=self._dist.kind)
-        if trace_nonfinite:
-            self._tracer = NonfiniteTracer(model)
+        #: the NaN/Inf origin: the tracer, its replay and its cost meter (``_nonfinite_probe``)
+        self._nonfinite = nonfinite()
+        self._probes.append(self._nonfinite)
         self._attach_replica_check()  # after the step pre-hook: rank 0 labels the step it recorded
 
     def _attach_replica_check(self) -> None:
@@ -457,9 +456,6 @@ class Recorder(_Setup, _Steps):
             h.remove()
         remove_tensor_hooks(self._grad_handles, self._params)
         self._handles, self._opt_handles, self._grad_handles = [], [], []
-        if self._exchange is not None and self.run is not None:
-            self._trace_origin(None)  # take what other ranks posted since the last recorded step
-        self._stop_looking()
         self._loss_probe = None  # closed with the probes
         self._unwrap_zero_grad()
         self._update_bufs = None
@@ -528,6 +524,20 @@ class Recorder(_Setup, _Steps):
     @property
     def attached(self) -> bool:
         return self._attached
+
+    @property
+    def trace_nonfinite(self) -> bool | str:
+        """How the NaN/Inf origin is looked for (the argument given)."""
+        return self._nonfinite.mode
+
+    def tracing_text(self) -> str:
+        """How the NaN origin is looked for, and why, in words (``repr(recorder)``)."""
+        return self._nonfinite.text()
+
+    def _write_meta(self) -> None:
+        """Write the run's meta to its folder now (a finding)."""
+        if self._writer is not None:
+            self._writer.write_meta()
 
     def __repr__(self) -> str:
         state = "attached" if self._attached else "detached"
