@@ -11,11 +11,11 @@ column layout, the Run and its writer, and calls its probes in order at each ste
 - ``on_step(ctx)``: on a recorded step, after the copy and after the step is in the run;
 - ``close()``: on ``detach()``, in reverse order of the probes.
 
-The probes: the layers' data-flow graph (``_graph``), the model and optimizer changes
-(``_changes``), the loss's graph (``loss_graph``), the gradient noise scale (``_noise``), the
-zero_grad check (``_grad_reset``), the training-mode check (``_train_mode``), the replicas'
-exchange (``_replica_exchange``) and the NaN tracing (``_nonfinite_probe``: the tracer, its replay
-and its cost meter).
+The probes: the layers' data-flow graph (``_graph``), the update norms (``_updates``), the model
+and optimizer changes (``_changes``), the loss's graph (``loss_graph``), the gradient noise scale
+(``_noise``), the zero_grad check (``_grad_reset``), the training-mode check (``_train_mode``),
+the replicas' exchange (``_replica_exchange``) and the NaN tracing (``_nonfinite_probe``: the
+tracer, its replay and its cost meter).
 
 A new instrument is a module with a ``Probe`` subclass that overrides what it needs, added to the
 Recorder's list where it is planned. Private to ``gradwidget.collect``.

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ._grad_reset import GradResetCheck
     from ._graph import GraphCapture
     from ._stats import StepStatistics
+    from ._updates import UpdateNorms
     from ._inputs import OptimizerExtra
     from ._meta import MetaFollow
     from ._probe import Probe
@@ -54,7 +55,6 @@ class _RecorderState:
     optimizer: torch.optim.Optimizer | None
     every: int
     histogram_every: int
-    update_every: int
     max_steps: int | str | None
     memory_budget: int
     objective: str
@@ -89,8 +89,7 @@ class _RecorderState:
     _stats: StepStatistics  # the statistics of each column's parameter (set at the first step)
     _col_of: dict[int, int]
     _unused_cols: list[int]
-    _update_cols: np.ndarray
-    _update_bufs: Any  # an UpdateSnapshot, or the sharded path's (params, buffers)
+    _updates: UpdateNorms
     _reset_check: GradResetCheck | None
     _probes: list[Probe]
     _step_hooks: bool
@@ -110,7 +109,7 @@ class _RecorderState:
     if TYPE_CHECKING:  # methods one part calls on another
 
         def _start(self) -> None: ...
-        def _plan_updates(self) -> None: ...
+        def _plan_optimizer(self) -> None: ...
         def _finish_unstepped(self) -> None: ...
         def _adopt_optimizer(self, optimizer) -> None: ...
         def _make_trainable(self, cols: list[int]) -> None: ...

@@ -14,7 +14,7 @@ import torch
 from .._warnings import GradwidgetWarning
 from ._groups import grad_of
 from ._inputs import _module_of
-from ._kernels import HostCopy, norms, stored_values
+from ._kernels import norms, stored_values
 from ._noise import NoiseProbe, append_noise
 from ._probe import StepContext
 from ._stats import _M
@@ -187,34 +187,16 @@ class _Steps(_RecorderState):
         if self._closure_open:  # a closure the optimizer never called: the gradients as they are
             self._closure_open = False
             self._on_step()
-        if self._update_bufs is None or not self._snap_taken:
+        if not self._updates.waiting:
             return
-        self._snap_taken = False
         if self._dist is not None and self._dist.sharded:
             assert self._dist_step is not None  # begun at the pre-hook, waiting for this update
-            self._dist.local_update_sumsq(self._update_bufs, self._update_cols, self._dist_step.partials)
+            self._updates.measure_sharded(self._dist_step.partials)
             self._end_sharded_step()
             return
-        run, snap = self.run, self._update_bufs
-        assert run is not None  # not sharded: this process records
-        pack = HostCopy()
-        with torch.no_grad():
-            parts = snap.norms(pack)
-        if parts:
-            pack.fetch()
-            for pos, at in parts:
-                v = pack.get(at)
-                v[~snap.has_grad[pos]] = np.nan  # not updated by the step: no norm, not a false 0
-                run.set_last(_M["update_norm"], self._update_cols[pos], v)
+        assert self.run is not None  # not sharded: this process records
+        self._updates.measure(self.run)
         self._finish_step()
-
-    def _snapshot_updates(self) -> None:
-        """Copy the parameters this step will update: those the optimizer holds that have a gradient
-        now (optimizers skip grad=None); every other column keeps a NaN update norm, not a false 0."""
-        with torch.no_grad():
-            self._update_bufs.take()
-
-    _snap_taken = False
 
     # ------------------------------------------------------------------ the step
     def _on_step(self, before_update: bool = False) -> None:
@@ -224,8 +206,8 @@ class _Steps(_RecorderState):
             self._nonfinite.weigh(self._count - 1)  # last: its clock runs from the end of one step to the next
 
     def _step(self, before_update: bool) -> None:
-        if self._snap_taken:  # the last step's optimizer.step() raised (and was caught): finish it
-            self._snap_taken = False
+        if self._updates.waiting:  # the last step's optimizer.step() raised (and was caught): finish it
+            self._updates.forget()
             self._finish_step()
         if self._watch is not None:
             self._watch.before_step()  # parameters re-created, an optimizer's parameters changed
@@ -284,7 +266,7 @@ class _Steps(_RecorderState):
         self._noise_row = self._noise.row(noise, pack, self._order) if noise is not None and self._noise else None
         if loss is not None:
             pend["loss"] = loss
-        measure = before_update and self._update_bufs is not None and self._recorded % self.update_every == 0
+        measure = before_update and self._updates.due(self._recorded)
         training_loss = None if outside else pend.get("loss")
         self._append_step(
             step_no, pend, values, hist, complete=not measure, training_loss=training_loss, skipped=skipped
@@ -292,9 +274,8 @@ class _Steps(_RecorderState):
         if self._noise is not None:
             append_noise(self.run, self._writer, self._noise, self._noise_row)
         self._recorded += 1
-        if measure:
-            self._snapshot_updates()
-            self._snap_taken = True
+        if measure:  # the parameters this step will update, copied
+            self._updates.take()
             return  # finished in _post_step once the update norms are known
         self._finish_step()
 
@@ -353,7 +334,7 @@ class _Steps(_RecorderState):
             woke = self._watch.woken(values, _M["nonfinite"], run, self._stats.ordered)
             if woke:  # unfrozen: trainable from now on, with update norms
                 self._make_trainable(woke)
-                self._plan_updates()
+                self._plan_optimizer()
                 if self._writer is not None:
                     self._writer.write_meta()
 
@@ -375,7 +356,7 @@ class _Steps(_RecorderState):
     def _begin_sharded_step(self, step_no: int, with_hist: bool, before_update: bool) -> None:
         """Every rank computes partial sums over its shards; with an update to measure, the one
         collective waits for the optimizer step post-hook so the update's partials ride along."""
-        measure = before_update and self._update_bufs is not None and self._recorded % self.update_every == 0
+        measure = before_update and self._updates.due(self._recorded)
         pend, self._pending = self._pending, {}
         self._recorded += 1
         dist = self._dist
@@ -383,8 +364,7 @@ class _Steps(_RecorderState):
         partials = dist.local_partials(self._params, with_hist, self._nonfinite.queue)
         self._dist_step = ShardedStep(step_no, pend, partials, measure)
         if measure:
-            dist.snapshot(self._update_bufs)
-            self._snap_taken = True
+            self._updates.take()
             return
         self._end_sharded_step()
 
@@ -395,7 +375,7 @@ class _Steps(_RecorderState):
         if reduced is None:
             self._nonfinite.find(None)  # this rank's own origin, posted for rank 0
             return  # not rank 0: rank 0 records and writes
-        values, hist = dist.statistics(*reduced, getattr(self, "_update_cols", None), st.measure)
+        values, hist = dist.statistics(*reduced, self._updates.cols, st.measure)
         self._append_step(st.step_no, st.pend, values, hist)  # its probes look for a NaN origin
         self._finish_step()
 

@@ -66,6 +66,7 @@ from ._steps import _Steps
 from .loss_graph import LossGraphProbe
 from ._nonfinite_probe import NonfiniteProbe
 from ._train_mode import TrainModeCheck
+from ._updates import UpdateNorms
 
 __all__ = ["Recorder", "norms"]  # norms: the fused kernel, for the trainer callbacks
 
@@ -213,7 +214,6 @@ class Recorder(_Setup, _Steps):
         self.log_dir, self._overwrite = log_dir, overwrite
         self._track_updates_asked = track_updates
         self.track_updates = track_updates and optimizer is not None
-        self.update_every = update_every
 
         all_named = list(model.named_parameters())
         if not all_named:
@@ -252,12 +252,14 @@ class Recorder(_Setup, _Steps):
         self._order: list[int] | None = None  # column -> parameter index
         self._writer = None
         self._meta = MetaFollow()  # run.meta's changes into the folder's meta.json (``_meta``)
-        self._update_bufs = None
         self._probes: list[Probe] = []  # the instruments (``_probe``), called in this order
         self._reset_check = None  # the zero_grad check (``_grad_reset``), planned with the update norms
         self._attached = True
         self._graph = GraphCapture(model, lambda: self._order is None, self._store_edges)  # layer edges
         self._probes.append(self._graph)
+        sharded = self._dist if self._dist is not None and self._dist.sharded else None
+        self._updates = UpdateNorms(update_every, sharded)  # planned at the first step
+        self._probes.append(self._updates)
         self._unused_cols: list[int] = []
         self._loss_probe = None
         self._noise: NoiseProbe | None = None
@@ -298,7 +300,7 @@ class Recorder(_Setup, _Steps):
                     attached=lambda: self._attached,
                     rebind=self._rebind,
                     lazy_ready=self._lazy_ready,
-                    optimizer_changed=self._plan_updates,
+                    optimizer_changed=self._plan_optimizer,
                     adopt_optimizer=self._adopt_optimizer,
                 )
             )
@@ -380,7 +382,7 @@ class Recorder(_Setup, _Steps):
                 self._hook_arrival(i, new)
         if self._order is not None:
             self._stats = StepStatistics([self._params[i] for i in self._order])
-            self._plan_updates()
+            self._plan_optimizer()
 
     def _lazy_ready(self, i: int, p: torch.Tensor) -> None:
         """Lazy parameter ``i`` has its shape (its first forward): its gradient's arrival is watched."""
@@ -398,7 +400,7 @@ class Recorder(_Setup, _Steps):
         self.optimizer = optimizer
         self.track_updates = self._track_updates_asked
         self._register_optimizer()
-        self._plan_updates()
+        self._plan_optimizer()
         try:  # what the new optimizer holds beyond the model (repr, run.meta)
             self.optimizer_extra = _optimizer_extra(self.model, optimizer, list(self.model.named_parameters()))
         except ValueError:  # none of the model's parameters as they are now: nothing to say beyond them
@@ -458,7 +460,6 @@ class Recorder(_Setup, _Steps):
         self._handles, self._opt_handles, self._grad_handles = [], [], []
         self._loss_probe = None  # closed with the probes
         self._unwrap_zero_grad()
-        self._update_bufs = None
         for probe in reversed(self._probes):
             probe.close()
         self._probes = []
@@ -511,8 +512,8 @@ class Recorder(_Setup, _Steps):
     def _finish_unstepped(self) -> None:
         """Finish (write, tell on_step) a step ``record_step`` recorded whose ``optimizer.step()``
         never ran (AMP skipped it, or training stopped): no update norm, none measured."""
-        if self._snap_taken:
-            self._snap_taken = False
+        if self._updates.waiting:
+            self._updates.forget()
             self._finish_step()
 
     @property
@@ -524,6 +525,11 @@ class Recorder(_Setup, _Steps):
     @property
     def attached(self) -> bool:
         return self._attached
+
+    @property
+    def update_every(self) -> int:
+        """The update norm is measured one recorded step in this many."""
+        return self._updates.every
 
     @property
     def trace_nonfinite(self) -> bool | str:
