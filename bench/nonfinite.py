@@ -70,7 +70,7 @@ def timing(steps: int, batch: int, seq: int, clock=time.perf_counter) -> dict[st
             if i >= 3:  # the first steps set the recorders up and warm the caches: not timed
                 times[name].append(clock() - t)
     auto = setups["recording, default (replay)"][2]
-    assert auto._trace_measured is not None, auto.tracing_text()  # "auto" measured the tracer
+    assert auto._nonfinite.measured is not None, auto.tracing_text()  # "auto" measured the tracer
     print(f"  {auto.tracing_text()}")
     for _, _, rec, _ in setups.values():
         rec.detach()

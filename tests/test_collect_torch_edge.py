@@ -77,7 +77,7 @@ def test_graph_capture_ends_at_the_first_step_when_the_root_forward_never_runs()
             opt.step()
         # no graph-capture hook is left behind holding grad_fns (and the activations they keep);
         # the NaN-origin tracer's and replay's hooks stay while they watch (they hold no grad_fn)
-        owners = {id(rec._tracer), id(rec._replay)}
+        owners = {id(rec._nonfinite.tracer), id(rec._nonfinite.replay)}
         for m in model.modules():
             hooks = [getattr(h, "fn", h) for h in (*m._forward_hooks.values(), *m._forward_pre_hooks.values())]
             assert all(id(getattr(getattr(h, "func", h), "__self__", None)) in owners for h in hooks)

@@ -371,7 +371,7 @@ def test_the_probe_measures_its_first_rows_in_a_row_then_one_recorded_step_in_no
         rec = Recorder(model, opt, **{"trace_nonfinite": False, **kw})
         if "trace_nonfinite" in kw:
             # measured its tracer for sure: the pairs never end early (a hooked step is no dearer)
-            rec._trace_meter.clock = rec._trace_meter.cpu_clock = iter(range(10**6)).__next__
+            rec._nonfinite.meter.clock = rec._nonfinite.meter.cpu_clock = iter(range(10**6)).__next__
         accumulate(rec, model, opt, X, Y, steps=steps, b=8, micro=3)
         rec.detach()
         rows[tuple(kw.items())] = rec.run.noise.rows

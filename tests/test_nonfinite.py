@@ -35,7 +35,7 @@ def test_names_the_module_step_and_pass(name):
     bad = {rec.run.layers[c].name for c in np.flatnonzero(rec.run.metric("nonfinite")[row] > 0)}
     assert set(origin.params_reached) == bad
     # the tracer is gone once the origin is known: no hook left on any module
-    assert rec._tracer is None
+    assert rec._nonfinite.tracer is None
     assert all(not m._forward_pre_hooks and not m._forward_hooks for m in rec.model.modules())
 
 
@@ -133,7 +133,7 @@ def test_healthy_training_has_no_origin_and_keeps_tracing_until_detached(trace):
         model(torch.randn(4, 6, 16), mask=mask, is_causal=True).pow(2).mean().backward()
         opt.step()
     assert rec.run.nonfinite_origin is None and analyze(rec.run).nonfinite_origin is None
-    part = rec._tracer if trace is True else rec._replay  # the default: one hook on the root module
+    part = rec._nonfinite.tracer if trace is True else rec._nonfinite.replay  # the default: one hook on the root module
     assert part is not None and part.attached
     rec.detach()
     assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())

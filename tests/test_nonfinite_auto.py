@@ -56,7 +56,7 @@ def test_a_dear_tracer_is_taken_off_and_the_replay_still_names_the_origin(monkey
     assert rec.trace_nonfinite == "auto" and "while its cost is measured" in repr(rec)
     msgs = _gradwidget_warnings(lambda: _train(model, rec, opt, DECIDED + 1))
     assert not msgs  # nothing is lost: no warning
-    assert rec._tracer is None and rec._trace_measured is not None
+    assert rec._nonfinite.tracer is None and rec._nonfinite.measured is not None
     assert "NaN origin by replaying the first non-finite step" in repr(rec)
     assert "per-module tracing off: steps took" in repr(rec) and "201 module calls per step" in repr(rec)
     # only the replay's two hooks on the root module are left
@@ -77,7 +77,7 @@ def test_a_free_tracer_is_kept(monkeypatch):
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     rec = Recorder(model, opt)
     _train(model, rec, opt, DECIDED + 1)
-    assert rec._tracer is not None and rec._tracer.attached
+    assert rec._nonfinite.tracer is not None and rec._nonfinite.tracer.attached
     assert "NaN tracing on (trace_nonfinite='auto': steps took" in repr(rec) and "kept" in repr(rec)
     rec.detach()
     assert _no_hooks(model)
@@ -104,7 +104,7 @@ def test_the_hooks_alternate_during_the_warm_up(monkeypatch):
     rec = Recorder(model, opt)
     seen = []
     for _ in range(DECIDED):
-        seen.append(rec._tracer.attached)
+        seen.append(rec._nonfinite.tracer.attached)
         _train(model, rec, opt, 1)
     assert seen[: _trace_cost.WARMUP_STEPS] == [True] * _trace_cost.WARMUP_STEPS
     measured = seen[_trace_cost.WARMUP_STEPS :]
@@ -254,7 +254,11 @@ def test_a_big_output_gradient_is_not_held(monkeypatch):
 
 def test_false_traces_and_measures_nothing():
     rec = Recorder(nn.Linear(2, 2), trace_nonfinite=False)
-    assert rec._trace_meter is None and rec._replay is None and "NaN tracing off (trace_nonfinite=False)" in repr(rec)
+    assert (
+        rec._nonfinite.meter is None
+        and rec._nonfinite.replay is None
+        and "NaN tracing off (trace_nonfinite=False)" in repr(rec)
+    )
 
 
 def test_auto_keeps_tracing_on_under_torch_distributed(monkeypatch):
@@ -271,7 +275,7 @@ def test_auto_keeps_tracing_on_under_torch_distributed(monkeypatch):
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         rec = Recorder(model, opt)
         _train(model, rec, opt, DECIDED + 1)
-        assert rec._trace_meter is None and rec._tracer is not None and rec._replay is None
+        assert rec._nonfinite.meter is None and rec._nonfinite.tracer is not None and rec._nonfinite.replay is None
         assert "kept on under torch.distributed" in repr(rec)
         rec.detach()
     finally:
@@ -355,7 +359,7 @@ def test_a_replay_that_fails_never_stops_the_training(monkeypatch):
     assert rec.run.n_steps == DECIDED + 4 and rec.run.nonfinite_origin is None
     off = rec.run.meta["nonfinite_tracing"]
     assert off["stopped_at_step"] == DECIDED + 1 and "failed (RuntimeError: something" in off["reason"]
-    assert rec._replay is None
+    assert rec._nonfinite.replay is None
 
 
 def test_a_model_whose_own_forward_never_runs_says_so(monkeypatch):

@@ -4,16 +4,18 @@ A probe owns its hooks (one group, which ``close`` removes), its state, its cade
 adds to the run; the Recorder (``collect/torch.py``) owns the model and optimizer references, the
 column layout, the Run and its writer, and calls its probes in order at each step:
 
+- ``every_step(label, loss, skipped, recorded)``: at every step, recorded or not, before it is
+  recorded;
 - ``before_update()``: at an optimizer step, before the optimizer updates the parameters;
 - ``queue(pack)``: on a recorded step, queue device tensors in the step's one host copy;
 - ``on_step(ctx)``: on a recorded step, after the copy and after the step is in the run;
 - ``close()``: on ``detach()``, in reverse order of the probes.
 
-The probes: the layers' data-flow graph (``_graph``), the model and optimizer changes
-(``_changes``), the loss's graph (``loss_graph``), the gradient noise scale (``_noise``), the
-zero_grad check (``_grad_reset``), the training-mode check (``_train_mode``) and the replicas'
-exchange (``_replica_exchange``). The NaN tracer and its replay are not: they come off once the
-first non-finite step's origin is found.
+The probes: the layers' data-flow graph (``_graph``), the update norms (``_updates``), the model
+and optimizer changes (``_changes``), the loss's graph (``loss_graph``), the gradient noise scale
+(``_noise``), the zero_grad check (``_grad_reset``), the training-mode check (``_train_mode``),
+the replicas' exchange (``_replica_exchange``) and the NaN tracing (``_nonfinite_probe``: the
+tracer, its replay and its cost meter).
 
 A new instrument is a module with a ``Probe`` subclass that overrides what it needs, added to the
 Recorder's list where it is planned. Private to ``gradwidget.collect``.
@@ -22,9 +24,10 @@ Recorder's list where it is planned. Private to ``gradwidget.collect``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from ._kernels import HostCopy
 
@@ -32,16 +35,26 @@ from ._kernels import HostCopy
 @dataclass
 class StepContext:
     """What a probe sees of one recorded step: its number (the user's), the ``(METRICS, L)``
-    values just recorded, and ``note_meta(values, now)``, the one way to add to the run's meta
-    (``Recorder.note_meta``: in its folder at once, or within one flush interval)."""
+    values just recorded, ``note_meta(values, now)``, the one way to add to the run's meta
+    (``Recorder.note_meta``: in its folder at once, or within one flush interval), the step's
+    training loss (None when none was logged, or one logged without a graph), whether the
+    optimizer skipped the step (AMP), and the recorded parameters in column order."""
 
     step: int
     values: np.ndarray
     note_meta: Callable[[dict, bool], None]
+    loss: float | torch.Tensor | None = None
+    skipped: bool = False
+    weights: list[torch.Tensor] = field(default_factory=list)
 
 
 class Probe:
     """An instrument of the Recorder (see the module docstring); every method does nothing."""
+
+    def every_step(self, label: int, loss, skipped: bool, recorded: bool) -> None:
+        """At every step, recorded or not, before it is recorded: ``label`` its number (the user's,
+        when given), ``loss`` the loss logged for it (a tensor or a number, or None), ``skipped``
+        the optimizer did not take it, ``recorded`` it is one to record."""
 
     def before_update(self) -> None:
         """At an optimizer step, before the parameters are updated."""

@@ -6,14 +6,11 @@ from __future__ import annotations
 import math
 import warnings
 
-import numpy as np
-
 from .._warnings import GradwidgetWarning
 from ..noise_series import noise_dtype
 from ..run import LayerInfo, Run, step_bytes
 from ._grad_reset import GradResetCheck
 from ._hooks import remove_tensor_hooks
-from ._groups import UpdateSnapshot
 from ._inputs import _module_of
 from ._state import _RecorderState
 from ._stats import StepStatistics
@@ -132,7 +129,7 @@ class _Setup(_RecorderState):
         self._col_of = {pi: c for c, pi in enumerate(self._order)}
         self._stats = StepStatistics([self._params[i] for i in self._order])
         self._unused_cols = [c for c, layer in enumerate(layers) if layer.status == "unused"]
-        self._plan_updates()
+        self._plan_optimizer()
         if self.log_dir is not None and self.run is not None:
             self._open_writer()
         # with an optimizer, arrival hooks are only needed once: drop them to keep steps cheap
@@ -140,10 +137,10 @@ class _Setup(_RecorderState):
             remove_tensor_hooks(self._grad_handles, self._params)
             self._grad_handles = []
 
-    def _plan_updates(self) -> None:
-        """Which columns' update norms are measured (the trainable parameters the optimizer holds)
-        and the buffers that copy them before a step, and which parameter the zero_grad check
-        watches: at the first step, and again when the model or the optimizer changed (``_changes``)."""
+    def _plan_optimizer(self) -> None:
+        """Which columns' update norms are measured (the trainable parameters the optimizer holds:
+        ``_updates``), and which parameter the zero_grad check watches: at the first step, and again
+        when the model or the optimizer changed (``_changes``)."""
         if self.optimizer is None or self._order is None:
             return
         stepped = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
@@ -159,12 +156,7 @@ class _Setup(_RecorderState):
         cols = [
             c for c, pi in enumerate(self._order) if self._params[pi].requires_grad and id(self._params[pi]) in stepped
         ]
-        params = [self._params[self._order[c]] for c in cols]
-        self._update_cols = np.array(cols, dtype=np.int64)
-        if self._dist is not None and self._dist.sharded:
-            self._update_bufs = self._dist.update_buffers(params)
-        else:
-            self._update_bufs = UpdateSnapshot(params)
+        self._updates.plan(cols, [self._params[self._order[c]] for c in cols])
 
     def _plan_reset_check(self, stepped: set[int]) -> None:
         """Watch one parameter the optimizer holds for a gradient not reset between steps
@@ -189,7 +181,7 @@ class _Setup(_RecorderState):
         assert self.run is not None
         self.run.continue_from(old)
         if "nonfinite_origin" in old.meta:  # found before the crash: neither tracer nor replay is needed
-            self._stop_looking()
+            self._nonfinite.stop()
         self._recorded = old.n_steps
 
     def _open_writer(self) -> None:

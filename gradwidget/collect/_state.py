@@ -22,16 +22,15 @@ if TYPE_CHECKING:
     from ._grad_reset import GradResetCheck
     from ._graph import GraphCapture
     from ._stats import StepStatistics
+    from ._updates import UpdateNorms
     from ._inputs import OptimizerExtra
     from ._meta import MetaFollow
     from ._probe import Probe
     from ._noise import NoiseProbe, NoiseStep
-    from ._replay import StepReplay
+    from ._nonfinite_probe import NonfiniteProbe
     from ._replica_exchange import ReplicaExchange
-    from .distributed import DistContext, OriginExchange
+    from .distributed import DistContext
     from .loss_graph import LossGraphProbe
-    from ._trace_cost import PairedMeter, TraceCost
-    from .nonfinite import NonfiniteTracer
 
 
 @dataclass
@@ -56,7 +55,6 @@ class _RecorderState:
     optimizer: torch.optim.Optimizer | None
     every: int
     histogram_every: int
-    update_every: int
     max_steps: int | str | None
     memory_budget: int
     objective: str
@@ -73,13 +71,7 @@ class _RecorderState:
     _writer: RunWriter | None
     _meta: MetaFollow
     _dist: DistContext | None
-    _exchange: OriginExchange | None
-    _tracer: NonfiniteTracer | None
-    _replay: StepReplay | None
-    trace_nonfinite: bool | str
-    _trace_meter: PairedMeter | None
-    _trace_off: dict | None
-    _trace_measured: TraceCost | None
+    _nonfinite: NonfiniteProbe
     _loss_probe: LossGraphProbe | None
     _replicas: ReplicaExchange | None
     _noise: NoiseProbe | None
@@ -97,8 +89,7 @@ class _RecorderState:
     _stats: StepStatistics  # the statistics of each column's parameter (set at the first step)
     _col_of: dict[int, int]
     _unused_cols: list[int]
-    _update_cols: np.ndarray
-    _update_bufs: Any  # an UpdateSnapshot, or the sharded path's (params, buffers)
+    _updates: UpdateNorms
     _reset_check: GradResetCheck | None
     _probes: list[Probe]
     _step_hooks: bool
@@ -118,7 +109,7 @@ class _RecorderState:
     if TYPE_CHECKING:  # methods one part calls on another
 
         def _start(self) -> None: ...
-        def _plan_updates(self) -> None: ...
+        def _plan_optimizer(self) -> None: ...
         def _finish_unstepped(self) -> None: ...
         def _adopt_optimizer(self, optimizer) -> None: ...
         def _make_trainable(self, cols: list[int]) -> None: ...
@@ -134,6 +125,4 @@ class _RecorderState:
         def _unwrap_zero_grad(self) -> None: ...
         def _record_unstepped(self) -> None: ...
         def _finish_step(self) -> None: ...
-        def _trace_origin(self, values: np.ndarray | None, recorded: bool = True) -> None: ...
-        def _stop_looking(self) -> None: ...
         def note_meta(self, values: dict, now: bool = True) -> None: ...

@@ -12,13 +12,11 @@ import numpy as np
 import torch
 
 from .._warnings import GradwidgetWarning
-from ..run import NonfiniteOrigin
 from ._groups import grad_of
 from ._inputs import _module_of
-from ._kernels import HostCopy, norms, stored_values
+from ._kernels import norms, stored_values
 from ._noise import NoiseProbe, append_noise
 from ._probe import StepContext
-from ._replay import MAX_MISSES
 from ._stats import _M
 from ._state import ShardedStep, _RecorderState
 
@@ -189,45 +187,27 @@ class _Steps(_RecorderState):
         if self._closure_open:  # a closure the optimizer never called: the gradients as they are
             self._closure_open = False
             self._on_step()
-        if self._update_bufs is None or not self._snap_taken:
+        if not self._updates.waiting:
             return
-        self._snap_taken = False
         if self._dist is not None and self._dist.sharded:
             assert self._dist_step is not None  # begun at the pre-hook, waiting for this update
-            self._dist.local_update_sumsq(self._update_bufs, self._update_cols, self._dist_step.partials)
+            self._updates.measure_sharded(self._dist_step.partials)
             self._end_sharded_step()
             return
-        run, snap = self.run, self._update_bufs
-        assert run is not None  # not sharded: this process records
-        pack = HostCopy()
-        with torch.no_grad():
-            parts = snap.norms(pack)
-        if parts:
-            pack.fetch()
-            for pos, at in parts:
-                v = pack.get(at)
-                v[~snap.has_grad[pos]] = np.nan  # not updated by the step: no norm, not a false 0
-                run.set_last(_M["update_norm"], self._update_cols[pos], v)
+        assert self.run is not None  # not sharded: this process records
+        self._updates.measure(self.run)
         self._finish_step()
-
-    def _snapshot_updates(self) -> None:
-        """Copy the parameters this step will update: those the optimizer holds that have a gradient
-        now (optimizers skip grad=None); every other column keeps a NaN update norm, not a false 0."""
-        with torch.no_grad():
-            self._update_bufs.take()
-
-    _snap_taken = False
 
     # ------------------------------------------------------------------ the step
     def _on_step(self, before_update: bool = False) -> None:
         try:
             self._step(before_update)
         finally:
-            self._weigh_tracing()  # last: the meter's clock runs from the end of one step to the next
+            self._nonfinite.weigh(self._count - 1)  # last: its clock runs from the end of one step to the next
 
     def _step(self, before_update: bool) -> None:
-        if self._snap_taken:  # the last step's optimizer.step() raised (and was caught): finish it
-            self._snap_taken = False
+        if self._updates.waiting:  # the last step's optimizer.step() raised (and was caught): finish it
+            self._updates.forget()
             self._finish_step()
         if self._watch is not None:
             self._watch.before_step()  # parameters re-created, an optimizer's parameters changed
@@ -236,13 +216,11 @@ class _Steps(_RecorderState):
         self._graph.capture_late()
         step_no = self._count
         self._count += 1
-        if self._tracer is not None:
-            # with an optimizer, a step not read at its step pre-hook is one it skipped (AMP)
-            self._tracer.end_step(
-                self._pending.get("step", step_no),
-                self._pending.get("loss"),
-                skipped=self.optimizer is not None and not before_update,
-            )
+        # with an optimizer, a step not read at its step pre-hook is one it skipped (AMP)
+        skipped = self.optimizer is not None and not before_update
+        recorded = step_no % self.every == 0
+        for probe in self._probes:
+            probe.every_step(self._pending.get("step", step_no), self._pending.get("loss"), skipped, recorded)
         self._noise_step = None
         if self._noise is not None:
             self._noise_step = self._noise.end_step()
@@ -250,13 +228,11 @@ class _Steps(_RecorderState):
             # step while "auto" times the NaN tracer (its pairs of steps then carry the probe's
             # work on both sides, whatever the cadence)
             due = self._count % self.every == 0 and self._noise.due(self._count // self.every)
-            self._noise.measuring = due or self._trace_meter is not None
+            self._noise.measuring = due or self._nonfinite.weighing
         if before_update:
             for probe in self._probes:
                 probe.before_update()
-        if step_no % self.every:
-            if self._replay is not None:
-                self._replay.clear()  # a step not recorded is not replayed: its gradients are not read
+        if not recorded:
             return
         if self._order is None:
             if self._dist is not None and self._dist.order_from_forward and self._graph.fwd_modules:
@@ -283,31 +259,40 @@ class _Steps(_RecorderState):
         outside = isinstance(logged, torch.Tensor) and not logged.requires_grad
         assert self._order is not None  # set by the first step, before any is collected
         noise = self._noise_step  # the gradient at two batch sizes (``_noise``), in the same copy
-        riders = [self._tracer.queue] if self._tracer is not None else []
-        riders += [probe.queue for probe in self._probes]
+        riders = [probe.queue for probe in self._probes]
         if noise is not None:
             riders.append(functools.partial(NoiseProbe.queue_step, noise))
         values, hist, loss, pack = self._stats.collect(with_hist, logged, tuple(riders))
         self._noise_row = self._noise.row(noise, pack, self._order) if noise is not None and self._noise else None
         if loss is not None:
             pend["loss"] = loss
-        measure = before_update and self._update_bufs is not None and self._recorded % self.update_every == 0
-        self._append_step(step_no, pend, values, hist, complete=not measure)
+        measure = before_update and self._updates.due(self._recorded)
+        training_loss = None if outside else pend.get("loss")
+        self._append_step(
+            step_no, pend, values, hist, complete=not measure, training_loss=training_loss, skipped=skipped
+        )
         if self._noise is not None:
             append_noise(self.run, self._writer, self._noise, self._noise_row)
-        self._trace_origin(values)
-        skipped = self.optimizer is not None and not before_update
-        self._replay_origin(values, None if outside else pend.get("loss"), skipped=skipped)
         self._recorded += 1
-        if measure:
-            self._snapshot_updates()
-            self._snap_taken = True
+        if measure:  # the parameters this step will update, copied
+            self._updates.take()
             return  # finished in _post_step once the update norms are known
         self._finish_step()
 
-    def _append_step(self, step_no: int, pend: dict, values: np.ndarray, hist, complete: bool = True) -> None:
+    def _append_step(
+        self,
+        step_no: int,
+        pend: dict,
+        values: np.ndarray,
+        hist,
+        complete: bool = True,
+        training_loss=None,
+        skipped: bool = False,
+    ) -> None:
         """Append one step's values with its loss, learning rate and global norm to the Run
-        (``complete=False``: its update norms are filled in by ``_post_step``)."""
+        (``complete=False``: its update norms are filled in by ``_post_step``), then show it to
+        the probes (``training_loss``: the loss to trace, None for one logged without a graph;
+        ``skipped``: the optimizer skipped the step)."""
         if self._watch is not None and self._order is not None:
             self._watch.mask_gone(values, self._order)  # layers no longer in the model: no values
         user_step = pend.get("step", step_no)
@@ -337,7 +322,7 @@ class _Steps(_RecorderState):
             )
             user_step = int(run.steps[-1]) + 1
         run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist, complete=complete)
-        ctx = StepContext(user_step, values, self.note_meta)
+        ctx = StepContext(user_step, values, self.note_meta, training_loss, skipped, self._stats.ordered)
         for probe in self._probes:
             probe.on_step(ctx)
         self._warn_window()
@@ -349,185 +334,20 @@ class _Steps(_RecorderState):
             woke = self._watch.woken(values, _M["nonfinite"], run, self._stats.ordered)
             if woke:  # unfrozen: trainable from now on, with update norms
                 self._make_trainable(woke)
-                self._plan_updates()
+                self._plan_optimizer()
                 if self._writer is not None:
                     self._writer.write_meta()
-
-    def _trace_origin(self, values: np.ndarray | None, recorded: bool = True) -> None:
-        """Look in the steps traced since the last recorded one for the first NaN/Inf's origin;
-        once found, remove the tracer's hooks and keep the origin in the run (and its directory).
-        Distributed: every rank posts its own and rank 0 keeps the earliest (``OriginExchange``).
-        ``values``: this step's recorded metrics (None on ranks that do not hold the run)."""
-        origin = None
-        run = self.run
-        if self._tracer is not None:
-            traces = self._tracer.take()
-            if traces:
-                reached, current = None, traces[-1].step
-                if run is not None and values is not None:
-                    bad = values[_M["nonfinite"]] > 0
-                    names = [run.layers[c].name for c in np.flatnonzero(bad)[::-1]]  # nearest the loss first
-                    reached = lambda s: names if s == current else None  # noqa: E731
-                module_of = (lambda layer: run.layers[run.layer_index(layer)].module) if run is not None else None
-                origin = self._tracer.origin(traces, reached, module_of)
-                spoiled = self.trace_nonfinite == "auto" and origin is not None and origin.step == current
-                if spoiled and self._weights_nonfinite(values):
-                    origin = None  # made by weights a step not traced had spoiled ("auto"): not its origin
-            if origin is not None:
-                self._tracer.remove()
-                self._tracer = None
-                if recorded and self.run is not None and origin.step == current:
-                    origin.step = int(self.run.steps[-1])  # the step as recorded
-                if self._exchange is not None:
-                    from .distributed import clean_name, type_name
-
-                    assert self._dist is not None  # an exchange is made only under torch.distributed
-                    origin.module_type = type_name(self.model.get_submodule(origin.module))  # FSDP's classes
-                    origin.module, origin.rank = clean_name(origin.module), self._dist.rank
-                    self._exchange.post(origin.to_dict())
-        if self.run is None:
-            return
-        self._note_tracing()
-        if self._exchange is not None:
-            from ._origin import earliest
-
-            origin = earliest([NonfiniteOrigin.from_dict(d) for d in self._exchange.gather()])
-        if origin is not None and origin != self.run.nonfinite_origin:
-            self.run.nonfinite_origin = origin
-            if self._writer is not None:
-                self._writer.write_meta()
-
-    # ------------------------------------------------------------------ the origin by replay ("auto")
-    def _replay_origin(self, values: np.ndarray, loss, skipped: bool) -> None:
-        """With ``trace_nonfinite="auto"``: on the first recorded step whose gradients or loss are
-        non-finite, replay it under a tracer before the optimizer applies it (``_replay``).
-        ``loss``: the step's training loss (None for one logged without a graph)."""
-        rp, run = self._replay, self.run
-        if rp is None or run is None:
-            return
-        bad = values[_M["nonfinite"]] > 0
-        if run.nonfinite_origin is not None or not (bad.any() or (loss is not None and not np.isfinite(loss))):
-            rp.clear()
-            return
-        step = int(run.steps[-1])
-        if self._weights_nonfinite(values):
-            why = "the weights were already non-finite: the NaN began at a step not recorded"
-            self._stop_replay(step, why + (f" (every={self.every})" if self.every > 1 else ""))
-            return
-        names = [run.layers[c].name for c in np.flatnonzero(bad)[::-1]]  # nearest the loss first
-
-        def module_of(layer: str) -> str:
-            return run.layers[run.layer_index(layer)].module
-
-        origin, note = rp.origin(step, loss, skipped, names or None, module_of)
-        if origin is not None:
-            run.nonfinite_origin = origin
-            if note is not None:
-                run.meta["nonfinite_tracing"] = {"stopped_at_step": step, "reason": note}
-            if self._writer is not None:
-                self._writer.write_meta()
-            self._stop_looking()  # found: no hook is left on any module
-        elif rp.failed or not skipped:  # a step AMP's GradScaler skipped has no backward origin, by design: go on
-            rp.misses += 1
-            if rp.failed or rp.misses >= MAX_MISSES:
-                self._stop_replay(step, note or "no origin was found")
-
-    def _weights_nonfinite(self, values: np.ndarray | None) -> bool:
-        """Whether a weight held a NaN/Inf at this recorded step (False where not known)."""
-        if values is None:
-            return False
-        # a norm overflows float32 long before its entries do (entries of 1e20): look at those tensors
-        suspect = np.flatnonzero(~np.isfinite(values[_M["weight_norm"]]))
-        return any(not bool(torch.isfinite(self._stats.ordered[c]).all()) for c in suspect)
-
-    def _stop_looking(self) -> None:
-        """Take the NaN tracer's and the replay's hooks off (an origin found, or the recorder detached)."""
-        if self._tracer is not None:
-            self._tracer.remove()
-            self._tracer = None
-        if self._replay is not None:
-            self._replay.remove()
-            self._replay = None
-
-    def _stop_replay(self, step: int, why: str) -> None:
-        """Take the replay's hooks off and say in the run why no origin was found."""
-        if self._replay is not None:
-            self._replay.remove()
-            self._replay = None
-        self._trace_off = {"stopped_at_step": int(step), "reason": why}
-        self._note_tracing()
-
-    # ------------------------------------------------------------------ what tracing costs ("auto")
-    def _weigh_tracing(self) -> None:
-        """With ``trace_nonfinite="auto"``: during the warm-up, put the per-module tracer's hooks on
-        and off for alternate steps; once its cost is measured (``_trace_cost``), keep it only if
-        it is free. Without it the first non-finite step is still replayed (``_replay``)."""
-        meter, tracer = self._trace_meter, self._tracer
-        if meter is None:
-            return
-        if tracer is None:  # it found the origin, and is gone
-            self._trace_meter = None
-            return
-        if meter.tracing and not tracer.step_calls:
-            # hooks on, yet no module call traced: the model runs compiled (torch.compile traces the
-            # hooks as nothing), and putting hooks on and off would recompile it. Left as they are.
-            self._trace_meter = None
-            return
-        cost = meter.end_step(self._count - 1, tracer.step_calls)
-        if cost is None:
-            tracer.hooks_on() if meter.tracing else tracer.hooks_off()
-            meter.restart()
-            return
-        self._trace_meter, self._trace_measured = None, cost  # measured: decided once
-        if not cost.too_dear:
-            tracer.hooks_on()
-            return
-        # the steps traced but not recorded yet (every > 1) still name an origin if they hold one
-        self._trace_origin(None, recorded=False)
-        if self._tracer is not None:
-            self._tracer.remove()
-            self._tracer = None
-
-    def _note_tracing(self) -> None:
-        """Put why tracing stopped into the run's meta (and its directory), once the run exists."""
-        if self._trace_off is None or self.run is None or "nonfinite_tracing" in self.run.meta:
-            return
-        self.run.meta["nonfinite_tracing"] = dict(self._trace_off)
-        if self._writer is not None:
-            self._writer.write_meta()
-
-    def tracing_text(self) -> str:
-        """How the NaN origin is looked for, and why, in words (``repr(recorder)``)."""
-        mode = f"trace_nonfinite={self.trace_nonfinite!r}"
-        measured = self._trace_measured.text() if self._trace_measured is not None else None
-        if self.run is not None and self.run.nonfinite_origin is not None and self.trace_nonfinite:
-            return "NaN tracing done (origin found)"
-        if self._trace_off is not None:
-            return (
-                f"NaN origin not found ({mode}, step {self._trace_off['stopped_at_step']}: {self._trace_off['reason']})"
-            )
-        if self._tracer is not None:
-            if self._trace_meter is not None:
-                return f"NaN tracing on every module call while its cost is measured ({mode})"
-            if self.trace_nonfinite == "auto" and self._dist is not None:
-                return f"NaN tracing on ({mode}, kept on under torch.distributed: the ranks decide alike)"
-            kept = f": {measured}, kept" if measured is not None else ": hooks on every module call, every step"
-            return f"NaN tracing on ({mode}{kept})"
-        if self._replay is not None:
-            why = f"; per-module tracing off: {measured}" if measured is not None else ""
-            return f"NaN origin by replaying the first non-finite step ({mode}{why})"
-        return f"NaN tracing off ({mode})"
 
     def _inert_step(self, optimizer, args, kwargs) -> None:
         """A DDP rank other than 0 (which records nothing): end the traced step; on the steps
         rank 0 records, look for this rank's origin and post it."""
         step_no, self._count = self._count, self._count + 1
         pend, self._pending = self._pending, {}
-        assert self._tracer is not None  # hooked only while tracing; removed once the origin is posted
-        self._tracer.end_step(pend.get("step", step_no), pend.get("loss"))
-        if step_no % self.every == 0:
-            self._trace_origin(None)
-        if self._tracer is None:  # found and posted: nothing more to do on this rank
+        recorded = step_no % self.every == 0
+        self._nonfinite.every_step(pend.get("step", step_no), pend.get("loss"), False, recorded)
+        if recorded:
+            self._nonfinite.find(None)
+        if not self._nonfinite.looking:  # found and posted: nothing more to do on this rank
             for h in self._handles:
                 h.remove()
             self._handles = []
@@ -536,18 +356,15 @@ class _Steps(_RecorderState):
     def _begin_sharded_step(self, step_no: int, with_hist: bool, before_update: bool) -> None:
         """Every rank computes partial sums over its shards; with an update to measure, the one
         collective waits for the optimizer step post-hook so the update's partials ride along."""
-        measure = before_update and self._update_bufs is not None and self._recorded % self.update_every == 0
+        measure = before_update and self._updates.due(self._recorded)
         pend, self._pending = self._pending, {}
         self._recorded += 1
         dist = self._dist
         assert dist is not None
-        partials = dist.local_partials(
-            self._params, with_hist, self._tracer.queue if self._tracer is not None else None
-        )
+        partials = dist.local_partials(self._params, with_hist, self._nonfinite.queue)
         self._dist_step = ShardedStep(step_no, pend, partials, measure)
         if measure:
-            dist.snapshot(self._update_bufs)
-            self._snap_taken = True
+            self._updates.take()
             return
         self._end_sharded_step()
 
@@ -556,11 +373,10 @@ class _Steps(_RecorderState):
         assert st is not None and dist is not None
         reduced = dist.reduce(st.partials)
         if reduced is None:
-            self._trace_origin(None)  # this rank's own origin, posted for rank 0
+            self._nonfinite.find(None)  # this rank's own origin, posted for rank 0
             return  # not rank 0: rank 0 records and writes
-        values, hist = dist.statistics(*reduced, getattr(self, "_update_cols", None), st.measure)
-        self._append_step(st.step_no, st.pend, values, hist)
-        self._trace_origin(values)
+        values, hist = dist.statistics(*reduced, self._updates.cols, st.measure)
+        self._append_step(st.step_no, st.pend, values, hist)  # its probes look for a NaN origin
         self._finish_step()
 
     def _store_edges(self) -> None:

@@ -29,6 +29,7 @@ beside it: ``_inputs`` (argument checks, wrappers, names), ``_steps`` (hooks and
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Callable
 
 import torch
@@ -63,10 +64,9 @@ from ._setup import _Setup
 from ._stats import StepStatistics
 from ._steps import _Steps
 from .loss_graph import LossGraphProbe
-from ._replay import StepReplay
-from ._trace_cost import PairedMeter
+from ._nonfinite_probe import NonfiniteProbe
 from ._train_mode import TrainModeCheck
-from .nonfinite import NonfiniteTracer
+from ._updates import UpdateNorms
 
 __all__ = ["Recorder", "norms"]  # norms: the fused kernel, for the trainer callbacks
 
@@ -180,7 +180,7 @@ class Recorder(_Setup, _Steps):
         if not (max_steps is None or max_steps == "auto"):
             max_steps = check_count("max_steps", max_steps, 1, "'auto', None or ")
         memory_budget = _bytes_arg("memory_budget", memory_budget)
-        self.trace_nonfinite = check_bool_or_auto("trace_nonfinite", trace_nonfinite)
+        trace_nonfinite = check_bool_or_auto("trace_nonfinite", trace_nonfinite)
         noise_scale = check_bool_or_auto("noise_scale", noise_scale)
         noise_every = check_count("noise_every", noise_every, 1)
         if batch_size is not None:
@@ -214,7 +214,6 @@ class Recorder(_Setup, _Steps):
         self.log_dir, self._overwrite = log_dir, overwrite
         self._track_updates_asked = track_updates
         self.track_updates = track_updates and optimizer is not None
-        self.update_every = update_every
 
         all_named = list(model.named_parameters())
         if not all_named:
@@ -253,35 +252,38 @@ class Recorder(_Setup, _Steps):
         self._order: list[int] | None = None  # column -> parameter index
         self._writer = None
         self._meta = MetaFollow()  # run.meta's changes into the folder's meta.json (``_meta``)
-        self._update_bufs = None
         self._probes: list[Probe] = []  # the instruments (``_probe``), called in this order
         self._reset_check = None  # the zero_grad check (``_grad_reset``), planned with the update norms
         self._attached = True
         self._graph = GraphCapture(model, lambda: self._order is None, self._store_edges)  # layer edges
         self._probes.append(self._graph)
+        sharded = self._dist if self._dist is not None and self._dist.sharded else None
+        self._updates = UpdateNorms(update_every, sharded)  # planned at the first step
+        self._probes.append(self._updates)
         self._unused_cols: list[int] = []
-        self._tracer: NonfiniteTracer | None = None
-        self._replay: StepReplay | None = None  # "auto": the origin by replaying the first non-finite step
-        # "auto": the tracer's cost is measured (not under torch.distributed: the ranks would decide apart)
-        self._trace_meter = PairedMeter() if trace_nonfinite == "auto" and self._dist is None else None
-        self._trace_off: dict | None = None  # why "auto" turned tracing off, for run.meta
-        self._trace_measured = None  # the TraceCost "auto" decided on
-        self._exchange = None  # distributed: where the ranks' non-finite origins meet
         self._loss_probe = None
         self._noise: NoiseProbe | None = None
         self._noise_off: str | None = None  # why there is no noise probe, when one was asked for
         self._noise_step = self._noise_row = None
-        if self._dist is not None and trace_nonfinite:
-            self._exchange = self._dist.origin_exchange()
         self._replicas = None
+        nonfinite = functools.partial(
+            NonfiniteProbe,
+            model,
+            trace_nonfinite,
+            run=lambda: self.run,
+            write_meta=self._write_meta,
+            dist=self._dist,
+            every=every,
+        )
         if self._dist is not None and self._dist.inert:
             # replicated gradients (DDP): rank 0 records them; the other ranks only trace their own
             # NaN origin (an optimizer step hook ends each step), unless trace_nonfinite=False,
             # and take part in the replica check (its hook first: _inert_step removes itself from
             # inside the optimizer's loop over its hooks, which only the last one may do)
             self._attach_replica_check()
-            if trace_nonfinite and optimizer is not None:
-                self._tracer = NonfiniteTracer(model)
+            self._nonfinite = nonfinite(tracer=optimizer is not None)
+            self._probes.append(self._nonfinite)
+            if optimizer is not None and self._nonfinite.looking:
                 self._handles.append(optimizer.register_step_pre_hook(self._inert_step))
             return
 
@@ -298,7 +300,7 @@ class Recorder(_Setup, _Steps):
                     attached=lambda: self._attached,
                     rebind=self._rebind,
                     lazy_ready=self._lazy_ready,
-                    optimizer_changed=self._plan_updates,
+                    optimizer_changed=self._plan_optimizer,
                     adopt_optimizer=self._adopt_optimizer,
                 )
             )
@@ -319,16 +321,15 @@ class Recorder(_Setup, _Steps):
         train_mode = TrainModeCheck.of(model)  # None for a model without normalisation or dropout modules
         if train_mode is not None:
             self._probes.append(train_mode)
-        if trace_nonfinite == "auto" and self._dist is None:
-            self._replay = StepReplay(model)
         if noise_scale and (self._dist is None or not self._dist.sharded):
             world = self._dist.world_size if self._dist is not None and self._dist.kind == "ddp" else 1
             self._noise = NoiseProbe(model, self._params, batch_size, world, noise_scale, noise_every)
             self._probes.append(self._noise)
         elif noise_scale and self._dist is not None:  # sharded: said in the run, not silently absent
             self._noise_off = SHARDED_TEXT.format(kind=self._dist.kind)
-        if trace_nonfinite:
-            self._tracer = NonfiniteTracer(model)
+        #: the NaN/Inf origin: the tracer, its replay and its cost meter (``_nonfinite_probe``)
+        self._nonfinite = nonfinite()
+        self._probes.append(self._nonfinite)
         self._attach_replica_check()  # after the step pre-hook: rank 0 labels the step it recorded
 
     def _attach_replica_check(self) -> None:
@@ -381,7 +382,7 @@ class Recorder(_Setup, _Steps):
                 self._hook_arrival(i, new)
         if self._order is not None:
             self._stats = StepStatistics([self._params[i] for i in self._order])
-            self._plan_updates()
+            self._plan_optimizer()
 
     def _lazy_ready(self, i: int, p: torch.Tensor) -> None:
         """Lazy parameter ``i`` has its shape (its first forward): its gradient's arrival is watched."""
@@ -399,7 +400,7 @@ class Recorder(_Setup, _Steps):
         self.optimizer = optimizer
         self.track_updates = self._track_updates_asked
         self._register_optimizer()
-        self._plan_updates()
+        self._plan_optimizer()
         try:  # what the new optimizer holds beyond the model (repr, run.meta)
             self.optimizer_extra = _optimizer_extra(self.model, optimizer, list(self.model.named_parameters()))
         except ValueError:  # none of the model's parameters as they are now: nothing to say beyond them
@@ -457,12 +458,8 @@ class Recorder(_Setup, _Steps):
             h.remove()
         remove_tensor_hooks(self._grad_handles, self._params)
         self._handles, self._opt_handles, self._grad_handles = [], [], []
-        if self._exchange is not None and self.run is not None:
-            self._trace_origin(None)  # take what other ranks posted since the last recorded step
-        self._stop_looking()
         self._loss_probe = None  # closed with the probes
         self._unwrap_zero_grad()
-        self._update_bufs = None
         for probe in reversed(self._probes):
             probe.close()
         self._probes = []
@@ -515,8 +512,8 @@ class Recorder(_Setup, _Steps):
     def _finish_unstepped(self) -> None:
         """Finish (write, tell on_step) a step ``record_step`` recorded whose ``optimizer.step()``
         never ran (AMP skipped it, or training stopped): no update norm, none measured."""
-        if self._snap_taken:
-            self._snap_taken = False
+        if self._updates.waiting:
+            self._updates.forget()
             self._finish_step()
 
     @property
@@ -528,6 +525,25 @@ class Recorder(_Setup, _Steps):
     @property
     def attached(self) -> bool:
         return self._attached
+
+    @property
+    def update_every(self) -> int:
+        """The update norm is measured one recorded step in this many."""
+        return self._updates.every
+
+    @property
+    def trace_nonfinite(self) -> bool | str:
+        """How the NaN/Inf origin is looked for (the argument given)."""
+        return self._nonfinite.mode
+
+    def tracing_text(self) -> str:
+        """How the NaN origin is looked for, and why, in words (``repr(recorder)``)."""
+        return self._nonfinite.text()
+
+    def _write_meta(self) -> None:
+        """Write the run's meta to its folder now (a finding)."""
+        if self._writer is not None:
+            self._writer.write_meta()
 
     def __repr__(self) -> str:
         state = "attached" if self._attached else "detached"
