@@ -216,11 +216,12 @@ def test_one_host_copy_per_recorded_step_plus_one_for_update_norms(monkeypatch):
     import gradwidget.collect._groups as groups
     import gradwidget.collect._kernels as kernels
     import gradwidget.collect._stats as stats
-    import gradwidget.collect._steps as steps
+    import gradwidget.collect._skipped as skipped
+    import gradwidget.collect._updates as updates
     import gradwidget.collect.torch as collect
 
     # the recorder's modules (the packed copy lives in the kernels)
-    recorder_files = tuple(m.__file__ for m in (collect, kernels, groups, stats, steps))
+    recorder_files = tuple(m.__file__ for m in (collect, kernels, groups, stats, skipped, updates))
     copies = []
 
     def counting(name):

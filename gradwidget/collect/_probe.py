@@ -17,8 +17,9 @@ and optimizer changes (``_changes``), the loss's graph (``loss_graph``), the gra
 the replicas' exchange (``_replica_exchange``) and the NaN tracing (``_nonfinite_probe``: the
 tracer, its replay and its cost meter).
 
-A new instrument is a module with a ``Probe`` subclass that overrides what it needs, added to the
-Recorder's list where it is planned. Private to ``gradwidget.collect``.
+A new instrument is one module with a ``Probe`` subclass that overrides what it needs, and one
+line in ``Recorder.__init__`` that builds it and appends it to the Recorder's probes (their order
+is the order they are called in). Private to ``gradwidget.collect``.
 """
 
 from __future__ import annotations

@@ -20,32 +20,45 @@ per parameter (a tensor holding NaN/Inf costs one more read, to count them). Lay
 data-flow edges come from the real autograd graph, captured on the first forward (again for a
 layer first used later). What this costs is written down in docs/costs.md.
 
-This module holds the Recorder's construction, public API and first-step setup; its parts live
-beside it: ``_inputs`` (argument checks, wrappers, names), ``_steps`` (hooks and the step),
-``_stats`` (a step's statistics), ``_graph`` (backward-graph edges), ``_groups`` and ``_kernels``
-(grouping and the reductions).
+The Recorder (this module) owns the model and optimizer references, the column layout, the Run and
+its writer, the step bookkeeping (its gradient-arrival and optimizer step hooks) and a list of
+probes (``_probe``), each of which owns its hooks, state and cadence and sees a recorded step
+through a ``StepContext``: the layers' graph (``_graph``), the update norms (``_updates``), the
+model and optimizer changes (``_changes``), the loss graph (``loss_graph``), the training-mode and
+zero_grad checks (``_train_mode``, ``_grad_reset``), the noise scale (``_noise``), the NaN origin
+(``_nonfinite_probe``) and the replicas' exchange (``_replica_exchange``). Its other parts get
+what they need as arguments: ``_inputs`` (argument checks, wrappers, names), ``_layout`` (the
+columns and the window), ``_skipped`` (steps AMP skipped), ``_stats`` (a step's statistics),
+``_groups`` and ``_kernels`` (grouping and the reductions).
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-from typing import Callable
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
 import torch
 from torch import nn
 
 from .._args import check_bool, check_bool_or_auto, check_count, check_objective
+from .._warnings import GradwidgetWarning
 from ..run import Run, _as_step
 from ..storage import check_log_dir, check_resume, resume_point
 from ..thresholds import as_thresholds
 from ._changes import ModelWatch, WatchHost
+from ._grad_reset import GradResetCheck
 from ._graph import GraphCapture
 from ._hooks import remove_tensor_hooks
 from ._inputs import (
     _bytes_arg,
     _check_number,
     _clean_compiled,
+    _module_of,
     _optimizer_extra,
     _recordable,
     _hands_over,
@@ -57,21 +70,42 @@ from ._inputs import (
     _unwrapped_optimizer,
 )
 from ._kernels import norms
+from ._layout import column_order, layer_infos, window, window_text
 from ._meta import MetaFollow
-from ._probe import Probe
-from ._noise import NOISE_EVERY, SHARDED_TEXT, NoiseProbe, split_backward
-from ._setup import _Setup
-from ._stats import StepStatistics
-from ._steps import _Steps
-from .loss_graph import LossGraphProbe
+from ._noise import NOISE_EVERY, SHARDED_TEXT, NoiseProbe, NoiseStep, append_noise, split_backward
 from ._nonfinite_probe import NonfiniteProbe
+from ._probe import Probe, StepContext
+from ._skipped import SkippedSteps
+from ._stats import _M, StepStatistics
 from ._train_mode import TrainModeCheck
 from ._updates import UpdateNorms
+from .loss_graph import LossGraphProbe
+
+if TYPE_CHECKING:
+    from ..storage import RunWriter
+    from ._replica_exchange import ReplicaExchange
+    from .distributed import DistContext
 
 __all__ = ["Recorder", "norms"]  # norms: the fused kernel, for the trainer callbacks
 
 
-class Recorder(_Setup, _Steps):
+@dataclass
+class ShardedStep:
+    """A sharded step between its partial sums and the one collective that combines them (which
+    waits for the optimizer's post-hook when the step measures update norms)."""
+
+    step_no: int
+    pend: dict[str, Any]
+    partials: np.ndarray
+    measure: bool
+
+    @property
+    def label(self) -> int:
+        """The step number the run records it under (the user's, when given)."""
+        return int(self.pend.get("step", self.step_no))
+
+
+class Recorder:
     """Hooks a model (and optionally its optimizer) and records per-layer gradient statistics.
 
     Parameters
@@ -196,7 +230,7 @@ class Recorder(_Setup, _Steps):
                 "resume=True continues the run in log_dir: give a log_dir, and not overwrite=True (which replaces it)"
             )
         #: how the model is distributed (None in a single process: no distributed code runs)
-        self._dist = None
+        self._dist: DistContext | None = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             from .distributed import attach
 
@@ -250,22 +284,33 @@ class Recorder(_Setup, _Steps):
         self._recorded = 0
         self._pending: dict = {}
         self._order: list[int] | None = None  # column -> parameter index
-        self._writer = None
+        self._dist_step: ShardedStep | None = None  # a sharded step waiting for its collective
+        self._requeued = False  # the end-of-backward callback queued again, behind DDP's or FSDP's
+        self._closure_open = False  # a closure step not recorded yet (its closure has not run)
+        #: steps AMP skipped, seen at the zero_grad after them (``_skipped``)
+        self._zero_grad = SkippedSteps(lambda: self._params, self._on_step, self._note_discarded, self._passive)
+        self._in_step = False  # inside optimizer.step(), whose closure (LBFGS) may call zero_grad
+        self._step_frame: Any = None  # the frame of the step() call being recorded
+        self._window_told = False  # the window's folding was said
+        self._writer: RunWriter | None = None
         self._meta = MetaFollow()  # run.meta's changes into the folder's meta.json (``_meta``)
         self._probes: list[Probe] = []  # the instruments (``_probe``), called in this order
-        self._reset_check = None  # the zero_grad check (``_grad_reset``), planned with the update norms
+        #: the zero_grad check (``_grad_reset``), planned with the update norms
+        self._reset_check: GradResetCheck | None = None
         self._attached = True
+        self._step_hooks = step_hooks
         self._graph = GraphCapture(model, lambda: self._order is None, self._store_edges)  # layer edges
         self._probes.append(self._graph)
         sharded = self._dist if self._dist is not None and self._dist.sharded else None
         self._updates = UpdateNorms(update_every, sharded)  # planned at the first step
         self._probes.append(self._updates)
         self._unused_cols: list[int] = []
-        self._loss_probe = None
+        self._loss_probe: LossGraphProbe | None = None
         self._noise: NoiseProbe | None = None
         self._noise_off: str | None = None  # why there is no noise probe, when one was asked for
-        self._noise_step = self._noise_row = None
-        self._replicas = None
+        self._noise_step: NoiseStep | None = None
+        self._noise_row: tuple | None = None
+        self._replicas: ReplicaExchange | None = None
         nonfinite = functools.partial(
             NonfiniteProbe,
             model,
@@ -287,7 +332,6 @@ class Recorder(_Setup, _Steps):
                 self._handles.append(optimizer.register_step_pre_hook(self._inert_step))
             return
 
-        self._step_hooks = step_hooks
         #: follows a model and optimizer that change while training (not under torch.distributed)
         if self._dist is None:
             self._watch = ModelWatch(
@@ -371,7 +415,7 @@ class Recorder(_Setup, _Steps):
             self._opt_handles.append(optimizer.register_step_pre_hook(self._pre_step))
         self._opt_handles.append(optimizer.register_step_post_hook(self._post_step))
         if self._step_hooks and (self._dist is None or not self._dist.sharded):
-            self._wrap_zero_grad()
+            self._zero_grad.wrap(optimizer)
 
     def _rebind(self, rebound: list) -> None:
         """Parameters re-created under their names with the same shape and dtype (``[(index, new)]``,
@@ -396,7 +440,7 @@ class Recorder(_Setup, _Steps):
         for h in self._opt_handles:
             h.remove()
         self._opt_handles = []
-        self._unwrap_zero_grad()
+        self._zero_grad.unwrap()
         self.optimizer = optimizer
         self.track_updates = self._track_updates_asked
         self._register_optimizer()
@@ -450,8 +494,8 @@ class Recorder(_Setup, _Steps):
     def detach(self) -> None:
         """Remove every hook this recorder installed and close its run directory (recording first
         a last backward no optimizer step consumed)."""
-        if self._attached and self.optimizer is not None and self._zero_grad_wrapper is not None:
-            self._record_unstepped()
+        if self._attached and self._zero_grad.wrapped:
+            self._zero_grad.flush()
         if self._attached and self._dist is None:
             self._finish_unstepped()
         for h in self._handles + self._opt_handles:
@@ -459,7 +503,7 @@ class Recorder(_Setup, _Steps):
         remove_tensor_hooks(self._grad_handles, self._params)
         self._handles, self._opt_handles, self._grad_handles = [], [], []
         self._loss_probe = None  # closed with the probes
-        self._unwrap_zero_grad()
+        self._zero_grad.unwrap()
         for probe in reversed(self._probes):
             probe.close()
         self._probes = []
@@ -477,7 +521,7 @@ class Recorder(_Setup, _Steps):
 
     def __exit__(self, exc_type, *exc) -> None:
         if exc_type is not None:
-            self._stepped = True  # training failed: its last gradients are no skipped step to record
+            self._zero_grad.stepped = True  # training failed: its last gradients are no skipped step to record
         self.detach()
 
     def split_backward(self, loss_fn, *batch, parts: int = 2):
@@ -545,6 +589,16 @@ class Recorder(_Setup, _Steps):
         if self._writer is not None:
             self._writer.write_meta()
 
+    def _note_discarded(self, n: int) -> None:
+        """``n`` backwards' finite gradients were dropped by zero_grad before any step used them."""
+        if self.run is not None:
+            self.run.meta["discarded_backwards"] = n
+
+    def _passive(self) -> bool:
+        """Whether a zero_grad call is only passed on: a closure's backwards belong to the step
+        under way, and a detached recorder still wrapped records nothing."""
+        return self._in_step or not self._attached
+
     def __repr__(self) -> str:
         state = "attached" if self._attached else "detached"
         extra = f", {self.optimizer_extra.text()}" if self.optimizer_extra is not None else ""
@@ -552,3 +606,480 @@ class Recorder(_Setup, _Steps):
             f"<Recorder {type(self.model).__name__} {state}, {self.window_text()}, {self.tracing_text()}{extra}, "
             f"{self.run!r}>"
         )
+
+    def window_text(self) -> str:
+        """How many steps the in-memory run keeps, and what decided it, in words."""
+        return window_text(self.max_steps, self.memory_budget, self._window(len(self._names)))
+
+    def _window(self, n_layers: int) -> int | None:
+        """Steps kept in memory (``_layout.window``)."""
+        noise = self._noise if self._noise is not None and self._noise.keeps_rows else None
+        return window(
+            self.max_steps,
+            self.memory_budget,
+            self.histogram_every,
+            n_layers,
+            noise.every if noise is not None else None,
+        )
+
+    def _warn_window(self) -> None:
+        """Say once, when the window of ``max_steps="auto"`` (which the user never chose) starts to
+        fold steps into the coarser ``run.history``, how to keep more."""
+        if self._window_told or self.max_steps != "auto" or self.run is None or self.run.history is None:
+            return
+        self._window_told = True
+        disk = f"; every step is still written to {self.log_dir}" if self._writer is not None else ""
+        warnings.warn(
+            f"gradwidget: {self.window_text()}; older steps are now folded into run.history at a "
+            f"coarser resolution{disk}. Keep more with Recorder(..., memory_budget=<bytes>) or "
+            "max_steps=None (every step; memory grows with the run)",
+            GradwidgetWarning,
+            stacklevel=2,
+        )
+
+    # ------------------------------------------------------------------ setup at the first step
+    def _start(self) -> None:
+        """Fix the columns (depth order = reverse of gradient arrival) and create the Run."""
+        arrived = self._arrival
+        if self._graph.capturing and not self._graph.seen:
+            # no forward hook ran outside a compiled graph (torch.compile): gradients arrived in the
+            # compiled backward's output order, not the graph's; the model's own order is closer
+            arrived = sorted(arrived, reverse=True)
+        self._order = column_order(arrived, len(self._params))
+        if self._resume is not None:  # the columns of the run continued, whose files hold them so
+            at = {name: i for i, name in enumerate(self._names)}
+            self._order = [at[info.name] for info in self._resume.run.layers]
+        dist = self._dist if self._dist is not None and self._dist.sharded else None
+        if dist is not None:
+            dist.prepare(self._names, self._params, self._order)
+        layers = layer_infos(self.model, self._names, self._params, self._tied, self._order, arrived, dist)
+        if self._dist is not None and not self._dist.is_writer:
+            self.run = None  # sharded, not rank 0: partial sums go to rank 0, which records
+        else:
+            self.run = Run(
+                layers,
+                thresholds=self.thresholds,
+                max_steps=self._window(len(layers)),
+                edges=self._graph.layer_edges(self._order, self._names),
+                meta={
+                    "model": type(self.model).__name__,
+                    "optimizer": type(self.optimizer).__name__ if self.optimizer is not None else None,
+                    "every": self.every,
+                },
+            )
+            if self.objective != "auto":  # stated by the user: read by every analysis of the run
+                self.run.meta["objective"] = self.objective
+            if self.skipped:
+                self.run.meta["skipped"] = dict(self.skipped)
+            if self.optimizer_extra is not None:
+                self.run.meta["optimizer_extra"] = self.optimizer_extra.to_dict()
+            if self._resume is not None:
+                self._continue(self._resume.run)
+            if self._dist is not None:
+                from .distributed import type_name
+
+                self.run.meta["model"] = type_name(self.model)
+                self.run.meta["distributed"] = {"kind": self._dist.kind, "world_size": self._dist.world_size}
+            if self._noise_off is not None:
+                self.run.meta["noise_scale"] = {"unavailable": self._noise_off}
+        self._col_of = {pi: c for c, pi in enumerate(self._order)}
+        self._stats = StepStatistics([self._params[i] for i in self._order])
+        self._unused_cols = [c for c, layer in enumerate(layers) if layer.status == "unused"]
+        self._plan_optimizer()
+        if self.log_dir is not None and self.run is not None:
+            self._open_writer()
+        # with an optimizer, arrival hooks are only needed once: drop them to keep steps cheap
+        if self.optimizer is not None:
+            remove_tensor_hooks(self._grad_handles, self._params)
+            self._grad_handles = []
+
+    def _plan_optimizer(self) -> None:
+        """Which columns' update norms are measured (the trainable parameters the optimizer holds:
+        ``_updates``), and which parameter the zero_grad check watches: at the first step, and again
+        when the model or the optimizer changed (``_changes``)."""
+        if self.optimizer is None or self._order is None:
+            return
+        stepped = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
+        if self.run is not None:  # the trainable layers it does not hold (a target or EMA copy, or a mistake)
+            self.run.meta["not_in_optimizer"] = [
+                self.run.layers[c].name
+                for c, pi in enumerate(self._order)
+                if self._params[pi].requires_grad and id(self._params[pi]) not in stepped
+            ]
+        self._plan_reset_check(stepped)
+        if not self.track_updates:
+            return
+        cols = [
+            c for c, pi in enumerate(self._order) if self._params[pi].requires_grad and id(self._params[pi]) in stepped
+        ]
+        self._updates.plan(cols, [self._params[self._order[c]] for c in cols])
+
+    def _plan_reset_check(self, stepped: set[int]) -> None:
+        """Watch one parameter the optimizer holds for a gradient not reset between steps
+        (``_grad_reset``), keeping the counts when the model changed; not under torch.distributed,
+        where each rank's backward brings its own part of the reduced gradient."""
+        if self._dist is not None or not self._step_hooks:
+            return
+        assert self._order is not None  # planned from the first step on
+        cols = [pi for pi in self._order if id(self._params[pi]) in stepped]
+        held, names = [self._params[pi] for pi in cols], [self._names[pi] for pi in cols]
+        old, self._reset_check = self._reset_check, GradResetCheck.choose(held, names)
+        if old is not None:
+            old.close()
+            self._probes.remove(old)
+            if self._reset_check is not None:
+                self._reset_check.continue_from(old)
+        if self._reset_check is not None:
+            self._probes.append(self._reset_check)
+
+    def _continue(self, old: Run) -> None:
+        """Put the run this recorder resumes in front of its own (``Run.continue_from``)."""
+        assert self.run is not None
+        self.run.continue_from(old)
+        if "nonfinite_origin" in old.meta:  # found before the crash: neither tracer nor replay is needed
+            self._nonfinite.stop()
+        self._recorded = old.n_steps
+
+    def _open_writer(self) -> None:
+        """Start the run directory (inside the first optimizer step, so a failure here, say the
+        folder removed since construction, is a loud warning and an explicit stop, not an
+        exception that skips the update); later write failures are the writer's (``live``)."""
+        from ..storage import RunWriter, RunWriteWarning
+
+        try:
+            assert self.run is not None  # only the process that holds the run writes
+            self._writer = RunWriter(self.log_dir, self.run, overwrite=self._overwrite, live=True, resume=self._resume)
+        except OSError as e:
+            warnings.warn(
+                f"gradwidget: not recording to {self.log_dir}: {e}. The run is kept in memory "
+                "only (recorder.run); save it with recorder.run.save(folder)",
+                RunWriteWarning,
+                stacklevel=2,
+            )
+
+    # ------------------------------------------------------------------ hooks
+    def _hook_arrival(self, i: int, p: torch.Tensor) -> None:
+        """Note when parameter ``i``'s gradient arrives (the first backward's order fixes the columns)
+        and, without an optimizer, end the step when its backward ends. With an optimizer the hooks
+        are removed after the first step: tensor hooks then, whose dict ``remove_tensor_hooks``
+        can unhook from autograd (a removed post-accumulate-grad hook leaves its dict called for
+        every parameter in every backward); without one they stay, after accumulation."""
+
+        def hook(_):
+            if self._order is None and i not in self._arrival_set:
+                self._arrival.append(i)
+                self._arrival_set.add(i)
+            if self.optimizer is None and not self._in_backward:
+                self._in_backward = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+
+        register = p.register_post_accumulate_grad_hook if self.optimizer is None else p.register_hook
+        self._grad_handles.append(register(hook))
+
+    def _end_of_backward(self) -> None:
+        if self._dist is not None and not self._requeued:
+            # DDP (and FSDP) queue their own end-of-backward callback, which finishes the gradient
+            # reduction, after ours: run once more behind it, so the reduced gradients are read
+            self._requeued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+            return
+        self._requeued = False
+        self._in_backward = False
+        self._on_step()
+
+    def _pre_step(self, optimizer, args, kwargs):
+        if self._nested_step(sys._getframe(1)):
+            return None
+        if self._watch is not None:
+            self._watch.own_step()
+        self._zero_grad.stepped = self._in_step = True
+        # args: (optimizer, *step's arguments), as the step wrapper passes them to its hooks
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if callable(closure):  # LBFGS: the step's gradient is made inside step(), by the closure
+            return self._recording_closure(closure, args, kwargs)
+        self._on_step(before_update=True)
+        return None
+
+    def _recording_closure(self, closure, args, kwargs) -> tuple[tuple, dict]:
+        """``optimizer.step(closure)``: the step is recorded right after the closure's first call,
+        with the gradient it made at the parameters the step starts from (the pre-hook runs before
+        it, when the gradients are still the last step's, or none at step 0), and its loss when
+        none was logged. Later calls (LBFGS's line search) belong to the same step."""
+        self._closure_open = True
+
+        def recording_closure():
+            loss = closure()
+            if self._closure_open:
+                self._closure_open = False
+                if isinstance(loss, torch.Tensor) and loss.numel() == 1 and "loss" not in self._pending:
+                    self._pending["loss"] = loss
+                    if self._loss_probe is not None:
+                        self._loss_probe.see(loss)
+                self._on_step(before_update=True)
+            return loss
+
+        if "closure" in kwargs:
+            return args, dict(kwargs, closure=recording_closure)
+        return (args[0], recording_closure, *args[2:]), kwargs
+
+    def _nested_step(self, caller) -> bool:
+        """Is this step() call inside another one being recorded (an optimizer subclass whose step
+        calls ``super().step()``: both are hooked)? ``caller``: the frame of torch's step wrapper
+        that runs the hooks; the outer call's is kept while it runs. One that raised is no longer
+        on the stack, so the next step() is a step again."""
+        outer = self._step_frame
+        if outer is not None and outer is not caller:
+            f = caller.f_back
+            while f is not None:
+                if f is outer:
+                    return True
+                f = f.f_back
+        self._step_frame = caller
+        return False
+
+    def _post_step(self, optimizer, args, kwargs) -> None:
+        caller = sys._getframe(1)
+        if self._step_frame is not None and self._step_frame is not caller:
+            return  # the end of a nested step() call (``_nested_step``): the outer one ends the step
+        self._step_frame = None
+        self._in_step = False
+        if self._closure_open:  # a closure the optimizer never called: the gradients as they are
+            self._closure_open = False
+            self._on_step()
+        if not self._updates.waiting:
+            return
+        if self._dist is not None and self._dist.sharded:
+            assert self._dist_step is not None  # begun at the pre-hook, waiting for this update
+            self._updates.measure_sharded(self._dist_step.partials)
+            self._end_sharded_step()
+            return
+        assert self.run is not None  # not sharded: this process records
+        self._updates.measure(self.run)
+        self._finish_step()
+
+    # ------------------------------------------------------------------ the step
+    def _on_step(self, before_update: bool = False) -> None:
+        try:
+            self._step(before_update)
+        finally:
+            self._nonfinite.weigh(self._count - 1)  # last: its clock runs from the end of one step to the next
+
+    def _step(self, before_update: bool) -> None:
+        if self._updates.waiting:  # the last step's optimizer.step() raised (and was caught): finish it
+            self._updates.forget()
+            self._finish_step()
+        if self._watch is not None:
+            self._watch.before_step()  # parameters re-created, an optimizer's parameters changed
+        if self._graph.capturing and self._graph.seen:  # else (LBFGS's first step() runs before its
+            self._graph.finish()  # closure) keep watching
+        self._graph.capture_late()
+        step_no = self._count
+        self._count += 1
+        # with an optimizer, a step not read at its step pre-hook is one it skipped (AMP)
+        skipped = self.optimizer is not None and not before_update
+        recorded = step_no % self.every == 0
+        for probe in self._probes:
+            probe.every_step(self._pending.get("step", step_no), self._pending.get("loss"), skipped, recorded)
+        self._noise_step = None
+        if self._noise is not None:
+            self._noise_step = self._noise.end_step()
+            # the next step is measured if it is a recorded step the probe has ``due``, and every
+            # step while "auto" times the NaN tracer (its pairs of steps then carry the probe's
+            # work on both sides, whatever the cadence)
+            due = self._count % self.every == 0 and self._noise.due(self._count // self.every)
+            self._noise.measuring = due or self._nonfinite.weighing
+        if before_update:
+            for probe in self._probes:
+                probe.before_update()
+        if not recorded:
+            return
+        if self._order is None:
+            if self._dist is not None and self._dist.order_from_forward and self._graph.fwd_modules:
+                # sharded gradients arrive per FSDP group (FSDP1: without per-parameter hooks at all),
+                # not in autograd order: derive the order from the first forward instead
+                self._arrival = self._dist.fallback_arrival(
+                    self._names, self._params, self._graph.fwd_modules, set(self._arrival) if self._arrival else None
+                )
+            if not self._arrival:
+                if self._watch is not None and self.optimizer is not None:
+                    self._watch.no_gradient(self._pending.get("step", step_no), self._reset_check)
+                return  # no gradient has arrived yet: nothing to record
+            self._start()
+            if before_update and self._reset_check is not None:
+                self._reset_check.before_update()  # planned by _start: the first gradient, for the next step
+        with_hist = self.histogram_every > 0 and self._recorded % self.histogram_every == 0
+        if self._dist is not None and self._dist.sharded:
+            self._begin_sharded_step(step_no, with_hist, before_update)
+            return
+        pend, self._pending = self._pending, {}
+        logged = pend.get("loss")
+        # a logged loss tensor without an autograd graph (a validation loss under no_grad) is not the
+        # training's: a NaN in it alone is no origin to replay (``StepTrace.loss_outside_training``)
+        outside = isinstance(logged, torch.Tensor) and not logged.requires_grad
+        assert self._order is not None  # set by the first step, before any is collected
+        noise = self._noise_step  # the gradient at two batch sizes (``_noise``), in the same copy
+        riders = [probe.queue for probe in self._probes]
+        if noise is not None:
+            riders.append(functools.partial(NoiseProbe.queue_step, noise))
+        values, hist, loss, pack = self._stats.collect(with_hist, logged, tuple(riders))
+        self._noise_row = self._noise.row(noise, pack, self._order) if noise is not None and self._noise else None
+        if loss is not None:
+            pend["loss"] = loss
+        measure = before_update and self._updates.due(self._recorded)
+        training_loss = None if outside else pend.get("loss")
+        self._append_step(
+            step_no, pend, values, hist, complete=not measure, training_loss=training_loss, skipped=skipped
+        )
+        if self._noise is not None:
+            append_noise(self.run, self._writer, self._noise, self._noise_row)
+        self._recorded += 1
+        if measure:  # the parameters this step will update, copied
+            self._updates.take()
+            return  # finished in _post_step once the update norms are known
+        self._finish_step()
+
+    def _append_step(
+        self,
+        step_no: int,
+        pend: dict,
+        values: np.ndarray,
+        hist,
+        complete: bool = True,
+        training_loss=None,
+        skipped: bool = False,
+    ) -> None:
+        """Append one step's values with its loss, learning rate and global norm to the Run
+        (``complete=False``: its update norms are filled in by ``_post_step``), then show it to
+        the probes (``training_loss``: the loss to trace, None for one logged without a graph;
+        ``skipped``: the optimizer skipped the step)."""
+        if self._watch is not None and self._order is not None:
+            self._watch.mask_gone(values, self._order)  # layers no longer in the model: no values
+        user_step = pend.get("step", step_no)
+        loss = pend.get("loss")
+        if isinstance(loss, torch.Tensor):
+            loss = float(loss.detach().float().mean().cpu())
+        lr = pend.get("lr")
+        if lr is None and self.optimizer is not None:
+            lr = self.optimizer.param_groups[0].get("lr")
+        if isinstance(lr, torch.Tensor):
+            lr = float(lr)
+        # total norm over the tensors that have a gradient, as clip_grad_norm_ computes it
+        has_grad = ~np.isnan(values[_M["nonfinite"]])
+        gn = values[_M["grad_norm"], has_grad].astype(np.float64)
+        global_norm = pend.get("global_norm")
+        if global_norm is None:
+            global_norm = float(np.sqrt(np.sum(gn * gn))) if gn.size else float("nan")
+        elif isinstance(global_norm, torch.Tensor):
+            global_norm = float(global_norm.detach().float().cpu())
+        run = self.run
+        assert run is not None  # called on the recording rank only
+        if run.n_steps and user_step <= run.steps[-1]:
+            warnings.warn(
+                f"gradwidget: step {user_step} does not increase (last was "
+                f"{int(run.steps[-1])}); recording it as {int(run.steps[-1]) + 1}",
+                GradwidgetWarning,
+            )
+            user_step = int(run.steps[-1]) + 1
+        run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist, complete=complete)
+        ctx = StepContext(user_step, values, self.note_meta, training_loss, skipped, self._stats.ordered)
+        for probe in self._probes:
+            probe.on_step(ctx)
+        self._warn_window()
+        if self._unused_cols:
+            self._adopt_late_layers(values)
+        if self._watch is not None:
+            if np.isnan(values[_M["nonfinite"]]).all():
+                self._watch.no_gradient(user_step, self._reset_check)
+            woke = self._watch.woken(values, _M["nonfinite"], run, self._stats.ordered)
+            if woke:  # unfrozen: trainable from now on, with update norms
+                self._make_trainable(woke)
+                self._plan_optimizer()
+                if self._writer is not None:
+                    self._writer.write_meta()
+
+    def _inert_step(self, optimizer, args, kwargs) -> None:
+        """A DDP rank other than 0 (which records nothing): end the traced step; on the steps
+        rank 0 records, look for this rank's origin and post it."""
+        step_no, self._count = self._count, self._count + 1
+        pend, self._pending = self._pending, {}
+        recorded = step_no % self.every == 0
+        self._nonfinite.every_step(pend.get("step", step_no), pend.get("loss"), False, recorded)
+        if recorded:
+            self._nonfinite.find(None)
+        if not self._nonfinite.looking:  # found and posted: nothing more to do on this rank
+            for h in self._handles:
+                h.remove()
+            self._handles = []
+
+    # ------------------------------------------------------------------ sharded (FSDP) steps
+    def _begin_sharded_step(self, step_no: int, with_hist: bool, before_update: bool) -> None:
+        """Every rank computes partial sums over its shards; with an update to measure, the one
+        collective waits for the optimizer step post-hook so the update's partials ride along."""
+        measure = before_update and self._updates.due(self._recorded)
+        pend, self._pending = self._pending, {}
+        self._recorded += 1
+        dist = self._dist
+        assert dist is not None
+        partials = dist.local_partials(self._params, with_hist, self._nonfinite.queue)
+        self._dist_step = ShardedStep(step_no, pend, partials, measure)
+        if measure:
+            self._updates.take()
+            return
+        self._end_sharded_step()
+
+    def _end_sharded_step(self) -> None:
+        st, self._dist_step, dist = self._dist_step, None, self._dist
+        assert st is not None and dist is not None
+        reduced = dist.reduce(st.partials)
+        if reduced is None:
+            self._nonfinite.find(None)  # this rank's own origin, posted for rank 0
+            return  # not rank 0: rank 0 records and writes
+        values, hist = dist.statistics(*reduced, self._updates.cols, st.measure)
+        self._append_step(st.step_no, st.pend, values, hist)  # its probes look for a NaN origin
+        self._finish_step()
+
+    def _store_edges(self) -> None:
+        """The layer edges a capture found, into the run (a capture after the first step: a late layer)."""
+        if self.run is not None:
+            self.run.edges = np.asarray(self._graph.layer_edges(self._order, self._names), np.int32).reshape(-1, 2)
+            if self._writer is not None:
+                self._writer.write_meta()
+
+    def _adopt_late_layers(self, values: np.ndarray) -> None:
+        """A layer marked unused at the first step that now has a gradient becomes trainable, placed
+        after the layers of the first backward (its real arrival order was not observed), and the
+        next forward is captured for its edges; the run directory's meta is rewritten."""
+        has = ~np.isnan(values[_M["nonfinite"]])
+        late = [c for c in self._unused_cols if has[c]]
+        if not late:
+            return
+        self._unused_cols = [c for c in self._unused_cols if not has[c]]
+        self._make_trainable(late)
+        self._graph.capture_late()
+        if self._writer is not None:
+            self._writer.write_meta()
+
+    def _make_trainable(self, cols: list[int]) -> None:
+        """Columns that start having a gradient after the first step (a late layer, an unfrozen one)
+        become trainable, placed after the layers seen so far in the backward order (their real
+        arrival was not observed); their modules' edges are wanted from the next forward."""
+        run, order = self.run, self._order
+        assert run is not None and order is not None  # only the recording rank, after the first step
+        nxt = 1 + max(layer.backward_index for layer in run.layers)
+        for k, c in enumerate(cols):
+            run.layers[c].status, run.layers[c].backward_index = "trainable", nxt + k
+            self._graph.wanted.add(_module_of(self.model, self._names[order[c]])[0])
+
+    def _finish_step(self) -> None:
+        run = self.run
+        if run is None:  # (never: only the process that holds the run finishes steps)
+            return
+        run.complete_last()
+        if self._writer is not None:
+            self._writer.append_new()
+            self._meta.step_end(self._writer)
+        for fn in list(self.on_step):
+            try:
+                fn(run)
+            except Exception as e:  # noqa: BLE001 - a display callback must never stop training
+                warnings.warn(f"gradwidget: an on_step callback failed: {e!r}", GradwidgetWarning)
