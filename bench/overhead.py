@@ -656,7 +656,7 @@ def periodic_steps(inst) -> list[int]:
     update norms, the noise scale); none for a bare variant or another tool."""
     if not isinstance(inst, Recorder):
         return [1]
-    noise = inst._noise.every if inst._noise is not None and inst._noise.armed else 1
+    noise = inst.noise_every or 1
     return [inst.every * max(n, 1) for n in (inst.histogram_every, inst.update_every, noise)]
 
 

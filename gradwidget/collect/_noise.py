@@ -24,8 +24,8 @@ runs one step's backward in parts (the cheapest opt-in: the same examples, no ex
 The noise scale moves slowly (it grows as the loss falls), and the estimate is a moving average over
 rows anyway: after its first ``NOISE_MIN_ROWS`` rows, taken at consecutive recorded steps so that the
 first estimate comes as soon as it can, the probe measures one recorded step in ``every``
-(``NOISE_EVERY`` by default), and on the others its hooks are switched off (the Recorder asks
-``due`` and sets ``measuring``; ``_hooks.TensorHooks``: a parameter's hook dict unhooked from
+(``NOISE_EVERY`` by default), and on the others its hooks are switched off (``every_step``
+decides for the next step; ``_hooks.TensorHooks``: a parameter's hook dict unhooked from
 autograd, or a no-op in C in it where it holds other hooks). That divides its cost by ``every``
 and leaves the estimate's precision as it was: the moving average spans the same number of rows,
 each the same number as before, over more steps (docs/costs.md).
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from types import FrameType
@@ -52,7 +53,7 @@ from ..noise_series import NOISE_MIN_ROWS, NoiseSeries
 from ._groups import Plan, grad_of
 from ._hooks import Hook, TensorHooks
 from ._kernels import HostCopy, acc_dtype, norms, stacked, stacked_norms, stored_values
-from ._probe import Probe
+from ._probe import Probe, StepContext
 
 #: "auto" keeps its hooks this many steps; with one batch size on every one, it removes them (one:
 #: accumulation shows at the first step, and the hooks then cost nothing in the steps NaN tracing's
@@ -186,8 +187,22 @@ class NoiseProbe(Probe):
         world_size: int = 1,
         mode="auto",
         every: int = NOISE_EVERY,
+        *,
+        record_every: int = 1,
+        steps: int = 0,
+        run: Callable[[], Any] = lambda: None,
+        also_measure: Callable[[], bool] = lambda: False,
     ) -> None:
         self.params, self.world_size, self.mode, self.every = params, world_size, mode, every
+        # the Recorder's: one step in ``record_every`` is recorded, ``steps`` were seen before this
+        # probe (a resumed run's), ``run()`` the run the rows go to
+        # (None before the first step, and off the recording rank), ``also_measure()`` whether the
+        # next step is measured whatever the cadence (while the NaN tracer's cost is weighed, its
+        # pairs of steps carry this probe's work on both sides)
+        self._record_every, self._run, self._also_measure = record_every, run, also_measure
+        self._steps = steps  # optimizer steps ended (``every_step``), as the Recorder counts them
+        self._step: NoiseStep | None = None  # the step being recorded: its vectors, in the host copy
+        self._copy: HostCopy | None = None
         self._hooks = TensorHooks()  # switched off while not ``measuring``
         self.rows = 0  # steps measured at two batch sizes so far (``due``)
         self.fixed_batch = batch_size
@@ -508,10 +523,49 @@ class NoiseProbe(Probe):
         mask[list(seen)] = True
         return NoiseStep(incr, acc, k, list(sizes), mask)
 
-    @staticmethod
-    def queue_step(st: NoiseStep, pack: HostCopy) -> None:
-        """Put the step's two vectors in the recorder's packed host copy."""
-        st.handle = pack.add(torch.stack([st.incr_sq, st.acc_sq]))
+    # ------------------------------------------------------------------ the probe's steps
+    def every_step(self, label: int, loss, skipped: bool, recorded: bool) -> None:
+        """Close this step (its vectors kept for the recording, if it is recorded), then switch the
+        hooks on for the next step if it is one to measure (``due``)."""
+        st = self.end_step()
+        self._step = st if recorded else None
+        self._steps += 1
+        n, every = self._steps, self._record_every
+        self.measuring = (n % every == 0 and self.due(n // every)) or self._also_measure()
+
+    def queue(self, pack: HostCopy) -> None:
+        """Put the recorded step's two vectors in the recorder's packed host copy."""
+        st = self._step
+        if st is not None:
+            st.handle = pack.add(torch.stack([st.incr_sq, st.acc_sq]))
+            self._copy = pack
+
+    def on_step(self, ctx: StepContext) -> None:
+        """Add the step's row (if it saw two batch sizes) to ``run.noise``, and keep
+        ``run.meta["noise_scale"]`` saying how the sizes were seen (in the folder at once)."""
+        st, pack, self._step, self._copy = self._step, self._copy, None, None
+        run = self._run()
+        if run is None:
+            return
+        row = self.row(st, pack, ctx.order) if st is not None and pack is not None else None
+        if row is not None:
+            if run.noise is None:
+                run.noise = NoiseSeries(run.n_layers, run.max_steps)
+            run.noise.append(ctx.step, *row)
+        meta = self.meta()
+        if (row is not None or self.one_size_note is not None) and run.meta.get("noise_scale") != meta:
+            ctx.note_meta({"noise_scale": meta}, True)
+
+    def tell_batch(self, size: int, source: str = "log") -> None:
+        """The examples in each of this step's micro-batches, as the user said (``source``: how)."""
+        self.user_batch, self.source = size, source
+
+    def split(self, loss_fn, batch: tuple, parts: int) -> torch.Tensor:
+        """This step's forward and backward in ``parts`` slices (``Recorder.split_backward``),
+        measured whatever the cadence."""
+        self.arm(once=not self.armed)
+        self.measuring = True
+        return split_backward(loss_fn, batch, parts, lambda n: self.tell_batch(n, "split_backward"))
 
     def row(self, st: NoiseStep, pack: HostCopy, order: list[int]) -> tuple[float, float, int, np.ndarray, np.ndarray]:
         """``(b_small, b_big, n_small, small_sq, big_sq)`` in column ``order``, after the copy.
@@ -561,19 +615,3 @@ def split_backward(loss_fn, batch: tuple, parts: int = 2, sizes=None) -> torch.T
         total = loss.detach() if total is None else total + loss.detach()
     assert total is not None
     return total
-
-
-def append_noise(run, writer, probe: NoiseProbe, row: tuple | None) -> None:
-    """Add this recorded step's noise row (if it saw two batch sizes) to ``run.noise``, and keep
-    ``run.meta["noise_scale"]`` saying how the sizes were seen (its directory's meta.json too)."""
-    if run is None:
-        return
-    if row is not None:
-        if run.noise is None:
-            run.noise = NoiseSeries(run.n_layers, run.max_steps)
-        run.noise.append(int(run.steps[-1]), *row)
-    meta = probe.meta()
-    if (row is not None or probe.one_size_note is not None) and run.meta.get("noise_scale") != meta:
-        run.meta["noise_scale"] = meta
-        if writer is not None:
-            writer.write_meta()

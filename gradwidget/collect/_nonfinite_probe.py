@@ -219,7 +219,11 @@ class NonfiniteProbe(Probe):
         self._write_meta()
 
     # ------------------------------------------------------------------ what tracing costs ("auto")
-    def weigh(self, step: int) -> None:
+    def continues(self, run: Run) -> None:
+        if "nonfinite_origin" in run.meta:  # found before the crash: neither tracer nor replay is needed
+            self.stop()
+
+    def after_step(self, step: int) -> None:
         """At the end of step ``step`` (recorded or not, last of its work: the meter's clock runs from
         the end of one step to the end of the next). During the warm-up, put the tracer's hooks on
         and off for alternate steps; once its cost is measured (``_trace_cost``), keep it only if it

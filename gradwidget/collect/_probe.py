@@ -9,6 +9,8 @@ column layout, the Run and its writer, and calls its probes in order at each ste
 - ``before_update()``: at an optimizer step, before the optimizer updates the parameters;
 - ``queue(pack)``: on a recorded step, queue device tensors in the step's one host copy;
 - ``on_step(ctx)``: on a recorded step, after the copy and after the step is in the run;
+- ``after_step(step)``: at every step, after all of its work, recorded or not;
+- ``continues(run)``: once, when the Recorder resumes ``run`` (its folder's), before it records;
 - ``close()``: on ``detach()``, in reverse order of the probes.
 
 The probes: the layers' data-flow graph (``_graph``), the update norms (``_updates``), the model
@@ -39,7 +41,9 @@ class StepContext:
     values just recorded, ``note_meta(values, now)``, the one way to add to the run's meta
     (``Recorder.note_meta``: in its folder at once, or within one flush interval), the step's
     training loss (None when none was logged, or one logged without a graph), whether the
-    optimizer skipped the step (AMP), and the recorded parameters in column order."""
+    optimizer skipped the step (AMP), the recorded parameters in column order, and the index of
+    each column's parameter among the model's recorded parameters (the order the Recorder was
+    given them in)."""
 
     step: int
     values: np.ndarray
@@ -47,6 +51,7 @@ class StepContext:
     loss: float | torch.Tensor | None = None
     skipped: bool = False
     weights: list[torch.Tensor] = field(default_factory=list)
+    order: list[int] = field(default_factory=list)
 
 
 class Probe:
@@ -65,6 +70,12 @@ class Probe:
 
     def on_step(self, ctx: StepContext) -> None:
         """A recorded step is in the run (and its host copy fetched)."""
+
+    def after_step(self, step: int) -> None:
+        """Step ``step`` (the Recorder's count from 0, recorded or not) is over, all its work done."""
+
+    def continues(self, run) -> None:
+        """The Recorder resumes ``run``, read from its folder, before its first step is recorded."""
 
     def close(self) -> None:
         """Remove every hook this probe installed and let go of its state."""

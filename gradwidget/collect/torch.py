@@ -72,7 +72,7 @@ from ._inputs import (
 from ._kernels import norms
 from ._layout import column_order, layer_infos, window, window_text
 from ._meta import MetaFollow
-from ._noise import NOISE_EVERY, SHARDED_TEXT, NoiseProbe, NoiseStep, append_noise, split_backward
+from ._noise import NOISE_EVERY, SHARDED_TEXT, NoiseProbe
 from ._nonfinite_probe import NonfiniteProbe
 from ._probe import Probe, StepContext
 from ._skipped import SkippedSteps
@@ -308,8 +308,6 @@ class Recorder:
         self._loss_probe: LossGraphProbe | None = None
         self._noise: NoiseProbe | None = None
         self._noise_off: str | None = None  # why there is no noise probe, when one was asked for
-        self._noise_step: NoiseStep | None = None
-        self._noise_row: tuple | None = None
         self._replicas: ReplicaExchange | None = None
         nonfinite = functools.partial(
             NonfiniteProbe,
@@ -367,7 +365,18 @@ class Recorder:
             self._probes.append(train_mode)
         if noise_scale and (self._dist is None or not self._dist.sharded):
             world = self._dist.world_size if self._dist is not None and self._dist.kind == "ddp" else 1
-            self._noise = NoiseProbe(model, self._params, batch_size, world, noise_scale, noise_every)
+            self._noise = NoiseProbe(
+                model,
+                self._params,
+                batch_size,
+                world,
+                noise_scale,
+                noise_every,
+                record_every=every,
+                steps=self._count,
+                run=lambda: self.run,
+                also_measure=lambda: self._nonfinite.weighing,
+            )
             self._probes.append(self._noise)
         elif noise_scale and self._dist is not None:  # sharded: said in the run, not silently absent
             self._noise_off = SHARDED_TEXT.format(kind=self._dist.kind)
@@ -464,8 +473,7 @@ class Recorder:
         the explosion clipping hid stays visible). ``batch_size``: the examples in each of this
         step's micro-batches (call it before the backwards; for the gradient noise scale)."""
         if batch_size is not None and self._noise is not None:
-            self._noise.user_batch = check_count("batch_size", batch_size, 1)
-            self._noise.source = "log"
+            self._noise.tell_batch(check_count("batch_size", batch_size, 1))
         if global_norm is not None:
             self._pending["global_norm"] = _check_number("global_norm", global_norm)
         if loss is not None:
@@ -533,15 +541,7 @@ class Recorder:
         backwards instead of one (bench/noise_scale.py measures it)."""
         if self._noise is None:
             raise RuntimeError("split_backward needs Recorder(..., noise_scale='auto' or True) (not under FSDP)")
-        self._noise.arm(once=not self._noise.armed)
-        self._noise.measuring = True  # asked for at this step, whatever the probe's cadence
-        parts = check_count("parts", parts, 2)
-        noise = self._noise
-
-        def told(n: int) -> None:  # each part's size: the small batch
-            noise.user_batch, noise.source = n, "split_backward"
-
-        return split_backward(loss_fn, batch, parts, told)
+        return self._noise.split(loss_fn, batch, check_count("parts", parts, 2))
 
     def record_step(self) -> None:
         """Record the gradients as they are now as one optimizer step, for a Recorder built with
@@ -574,6 +574,13 @@ class Recorder:
     def update_every(self) -> int:
         """The update norm is measured one recorded step in this many."""
         return self._updates.every
+
+    @property
+    def noise_every(self) -> int | None:
+        """The gradient noise scale is measured one recorded step in this many, after its first
+        rows (None while it is not measured: asked off, unavailable, or "auto" saw one batch size)."""
+        noise = self._noise
+        return noise.every if noise is not None and noise.armed else None
 
     @property
     def trace_nonfinite(self) -> bool | str:
@@ -736,8 +743,8 @@ class Recorder:
         """Put the run this recorder resumes in front of its own (``Run.continue_from``)."""
         assert self.run is not None
         self.run.continue_from(old)
-        if "nonfinite_origin" in old.meta:  # found before the crash: neither tracer nor replay is needed
-            self._nonfinite.stop()
+        for probe in self._probes:
+            probe.continues(old)
         self._recorded = old.n_steps
 
     def _open_writer(self) -> None:
@@ -862,7 +869,8 @@ class Recorder:
         try:
             self._step(before_update)
         finally:
-            self._nonfinite.weigh(self._count - 1)  # last: its clock runs from the end of one step to the next
+            for probe in self._probes:
+                probe.after_step(self._count - 1)
 
     def _step(self, before_update: bool) -> None:
         if self._updates.waiting:  # the last step's optimizer.step() raised (and was caught): finish it
@@ -880,14 +888,6 @@ class Recorder:
         recorded = step_no % self.every == 0
         for probe in self._probes:
             probe.every_step(self._pending.get("step", step_no), self._pending.get("loss"), skipped, recorded)
-        self._noise_step = None
-        if self._noise is not None:
-            self._noise_step = self._noise.end_step()
-            # the next step is measured if it is a recorded step the probe has ``due``, and every
-            # step while "auto" times the NaN tracer (its pairs of steps then carry the probe's
-            # work on both sides, whatever the cadence)
-            due = self._count % self.every == 0 and self._noise.due(self._count // self.every)
-            self._noise.measuring = due or self._nonfinite.weighing
         if before_update:
             for probe in self._probes:
                 probe.before_update()
@@ -917,12 +917,8 @@ class Recorder:
         # training's: a NaN in it alone is no origin to replay (``StepTrace.loss_outside_training``)
         outside = isinstance(logged, torch.Tensor) and not logged.requires_grad
         assert self._order is not None  # set by the first step, before any is collected
-        noise = self._noise_step  # the gradient at two batch sizes (``_noise``), in the same copy
-        riders = [probe.queue for probe in self._probes]
-        if noise is not None:
-            riders.append(functools.partial(NoiseProbe.queue_step, noise))
-        values, hist, loss, pack = self._stats.collect(with_hist, logged, tuple(riders))
-        self._noise_row = self._noise.row(noise, pack, self._order) if noise is not None and self._noise else None
+        riders = tuple(probe.queue for probe in self._probes)
+        values, hist, loss, pack = self._stats.collect(with_hist, logged, riders)
         if loss is not None:
             pend["loss"] = loss
         measure = before_update and self._updates.due(self._recorded)
@@ -930,8 +926,6 @@ class Recorder:
         self._append_step(
             step_no, pend, values, hist, complete=not measure, training_loss=training_loss, skipped=skipped
         )
-        if self._noise is not None:
-            append_noise(self.run, self._writer, self._noise, self._noise_row)
         self._recorded += 1
         if measure:  # the parameters this step will update, copied
             self._updates.take()
@@ -981,7 +975,8 @@ class Recorder:
             )
             user_step = int(run.steps[-1]) + 1
         run.append(user_step, values, {"loss": loss, "lr": lr, "global_norm": global_norm}, hist, complete=complete)
-        ctx = StepContext(user_step, values, self.note_meta, training_loss, skipped, self._stats.ordered)
+        assert self._order is not None  # set by the first step, before any is appended
+        ctx = StepContext(user_step, values, self.note_meta, training_loss, skipped, self._stats.ordered, self._order)
         for probe in self._probes:
             probe.on_step(ctx)
         self._warn_window()
