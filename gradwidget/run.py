@@ -208,8 +208,8 @@ class Run(RunAppend):
 
     @property
     def _M3(self) -> np.ndarray:
-        """``(steps, metrics, layers)`` float32 view of the window (its non-finite counts rounded to
-        float32: exact below 2**24, their zero, non-zero and NaN exact; ``_NF`` has them exact)."""
+        """``(steps, metrics, layers)`` float32 view of the window (``block``): its non-finite row is
+        NaN, never read; ``_NF`` holds those counts."""
         return self._metrics[self._s : self._s + self._n]
 
     @property
@@ -227,6 +227,12 @@ class Run(RunAppend):
     @property
     def _S2(self) -> np.ndarray:
         return self._scalars[self._s : self._s + self._n]
+
+    def block(self, rows=slice(None)) -> np.ndarray:
+        """``(rows, METRICS, layers)`` float32: every metric of the window's ``rows`` (an index, a
+        slice or an array of them) in one gather, a view for an index or a slice. The non-finite
+        counts' row there is NaN: they are kept once, exact, in ``metric("nonfinite")`` (float64)."""
+        return self._M3[rows]
 
     def metric(self, name: str) -> np.ndarray:
         """A ``(steps, layers)`` view of one metric: float32, except the non-finite counts (float64,
@@ -281,8 +287,9 @@ class Run(RunAppend):
         if n == 0 or self.n_layers == 0:
             return np.zeros(self.n_layers, bool)
         rows = np.unique(np.linspace(0, n - 1, min(n, CANNOT_MOVE_ROWS)).round().astype(np.intp))
-        which = [metric_index(m) for m in ("mean_abs", "zero_frac", "nonfinite")]
-        ma, zf, nf = np.moveaxis(self._M3[rows[:, None], np.array(which)[None, :]], 1, 0)  # only these three
+        which = [metric_index(m) for m in ("mean_abs", "zero_frac")]
+        ma, zf = np.moveaxis(self._M3[rows[:, None], np.array(which)[None, :]], 1, 0)  # only these two
+        nf = self._NF[rows]
         mods = [info.module or info.name.rsplit(".", 1)[0] for info in self.layers]
         ids = {m: k for k, m in enumerate(dict.fromkeys(mods))}
         ratios = {d: rounding_ratio(d) for d in {info.dtype for info in self.layers}}

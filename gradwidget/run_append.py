@@ -122,7 +122,8 @@ class RunAppend:
             self._steps[i] = step
             with np.errstate(over="ignore"):  # beyond float32's range: inf, as a float32 statistic is
                 self._metrics[i] = values
-            self._nonfinite[i] = values[NONFINITE_ROW]
+            self._nonfinite[i] = values[NONFINITE_ROW]  # kept once, exact: its float32 slot is NaN
+            self._metrics[i, NONFINITE_ROW] = np.nan
             self._scalars[i] = row
             self._n += 1
             self._open = not complete
@@ -136,10 +137,11 @@ class RunAppend:
         if not self._open:
             raise ValueError("only a step appended with complete=False can still be filled in")
         i = self._s + self._n - 1
-        with np.errstate(over="ignore"):
-            self._metrics[i, metric, cols] = values
         if metric == NONFINITE_ROW:
             self._nonfinite[i, cols] = values
+            return
+        with np.errstate(over="ignore"):
+            self._metrics[i, metric, cols] = values
 
     def complete_last(self) -> None:
         """The newest step is complete: snapshots taken from now on include it."""

@@ -101,7 +101,7 @@ def merge_layers(run: Run, groups: Sequence[Sequence[int]], names: Sequence[str]
             [merge_layers_at(m[:, k], name, starts, numel[order]) for k, name in enumerate(METRICS)], axis=1
         ).astype(np.float32)
         r._nonfinite = merge_layers_at(run._NF[:, order], "nonfinite", starts, numel[order])  # summed exactly
-        r._metrics[:, NONFINITE_ROW] = r._nonfinite
+        r._metrics[:, NONFINITE_ROW] = np.nan  # kept once, in _nonfinite (Run.block)
     else:
         r._metrics = np.zeros((run._n, len(METRICS), 0), np.float32)
         r._nonfinite = np.zeros((run._n, 0), np.float64)

@@ -136,6 +136,27 @@ def test_a_histogram_count_above_2_32_round_trips_a_folder_and_reaches_the_panel
     assert np.frombuffer(encode("hist_all", arrays["hist_all"]), np.float64).reshape(2, N_BINS)[0, 30] == BIG
 
 
+def test_the_nonfinite_counts_have_one_owner_the_exact_column_never_the_float32_block():
+    nf = METRICS.index("nonfinite")
+    run = Run(["a", "b", "c"])
+    for step in range(4):
+        values = np.ones((len(METRICS), 3))
+        values[nf] = [NANS, 0, np.nan]  # c: no gradient
+        run.append(step, values, {"loss": 1.0}, complete=step != 3)
+    run.set_last(nf, np.array([1]), np.array([NANS + 2.0]))  # the open step, filled in later
+    run.complete_last()
+    for r in (run, run.slice(layers=["a", "b"]), run.downsample_by(2), run.merge_layers([[0, 1]], ["ab"])):
+        assert np.isnan(r.block()[:, nf]).all()  # never a rounded second copy
+        assert r.metric("nonfinite").dtype == np.float64
+    assert run.metric("nonfinite")[:, 0].tolist() == [NANS] * 4
+    assert run.metric("nonfinite")[-1, 1] == NANS + 2 and run.metric("nonfinite")[0, 1] == 0
+    assert int(run.merge_layers([[0, 1]], ["ab"]).metric("nonfinite")[-1, 0]) == 2 * NANS + 2
+    # the panel's detail row takes the exact column (sent as float32, like every metric there)
+    _, arrays = P.detail_view(run, 3, 0)
+    d = arrays["detail"][nf]
+    assert d[0] == np.float32(NANS) and d[1] == np.float32(NANS + 2) and np.isnan(d[2])
+
+
 def _recorded(path, steps: int = 4):
     torch.manual_seed(1)
     model = nn.Sequential(nn.Conv1d(2, 3, 3), nn.Flatten(), nn.Linear(3 * 6, 2))

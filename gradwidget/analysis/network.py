@@ -116,7 +116,7 @@ def dropped_edges_note(run: Run) -> str:
 def no_flow_flags(run: Run, rows=None) -> np.ndarray:
     """Boolean (rows, layers): the layer had no usable gradient (vanishing or dead) at that step."""
     t = run.thresholds
-    c = run._M3[slice(None) if rows is None else rows]  # one gather for both metrics
+    c = run.block(slice(None) if rows is None else rows)  # one gather for both metrics
     with np.errstate(invalid="ignore"):
         return vanishing_flags(c[:, METRICS.index("mean_abs")], t) | (
             c[:, METRICS.index("zero_frac")] >= t.dead_zero_fraction

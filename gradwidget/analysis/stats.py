@@ -133,7 +133,7 @@ def layer_statistics(run: Run, metrics=METRICS, max_rows: int = STAT_ROWS) -> pd
     (on at most ``max_rows`` evenly spaced steps; see the module docstring)."""
     rows = sample_rows(run.n_steps, max_rows)
     names = np.array(run.layer_names, dtype=object)
-    sample = run._M3[rows]  # one gather for every metric
+    sample = run.block(rows)  # one gather for every metric
     parts = []
     for m in metrics:
         st = column_stats(run.metric(m)[rows] if m == "nonfinite" else sample[:, METRICS.index(m)])  # exact counts
@@ -202,7 +202,7 @@ def exact_reductions(
     step (finite values only; a partial first block is left out)."""
     t = run.thresholds
     L, n = run.n_layers, run.n_steps
-    M, NF = run._M3, run.metric("nonfinite")
+    M, NF = run.block(), run.metric("nonfinite")
     k = max(1, block)
     head = n - (n // k) * k if block else n
     if chunk is None:
@@ -286,7 +286,7 @@ def update_ratio_rows(run: Run, max_rows: int = MAX_ROWS) -> np.ndarray:
     """``update_norm / weight_norm`` per step and layer over the most recent ``2 * max_rows`` steps,
     keeping only steps where an update was measured (update_norm is measured every few steps); inf
     where the update or the weight norm overflowed."""
-    c = run._M3[max(0, run.n_steps - 2 * max_rows) :]
+    c = run.block(slice(max(0, run.n_steps - 2 * max_rows), None))
     u, w = c[:, METRICS.index("update_norm")], c[:, METRICS.index("weight_norm")]
     rows = ~np.isnan(u).all(axis=1) | np.isinf(w).any(axis=1)  # the others are all NaN: dropped below
     u, w = u[rows].astype(np.float64), w[rows].astype(np.float64)

@@ -22,6 +22,7 @@ from ..rules import (
     vanishing_mask,
 )
 from ..run import HIST_HI, HIST_LO, METRICS, N_BINS, Run
+from ..schema import NONFINITE_ROW
 from .protocol import FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING
 from .rows import Rows
 
@@ -248,7 +249,8 @@ def detail_view(run: Run | None, step: int, layer: int, rows: Rows | None = None
     steps = run.steps
     i = int(np.searchsorted(steps, step))
     if i < len(steps) and steps[i] == step:
-        d = run._M3[i]
+        d = run.block(i).copy()
+        d[NONFINITE_ROW] = run.metric("nonfinite")[i]  # exact below 2**24: the trait is float32
         if rows is not None:
             d = np.stack([merged(d[k][None, :], name, rows)[0] for k, name in enumerate(METRICS)])
         arrays["detail"] = d
