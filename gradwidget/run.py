@@ -217,7 +217,7 @@ class Run(RunAppend):
         """``(steps, layers)`` float64 view of the window's exact non-finite counts."""
         return self._nonfinite[self._s : self._s + self._n]
 
-    def _row(self, i: int) -> np.ndarray:
+    def step_row(self, i: int) -> np.ndarray:
         """Step row ``i`` of the window as ``append`` takes it: ``(METRICS, layers)`` float64, the
         non-finite counts exact."""
         row = self._M3[i].astype(np.float64)
@@ -349,7 +349,7 @@ class Run(RunAppend):
         hist_at = {int(s): k for k, s in enumerate(old.hist_steps)}
         for i, step in enumerate(old.steps.tolist()):
             k = hist_at.get(step)
-            self.append(step, old._row(i), dict(zip(SCALARS, old._S2[i])), old.hist[k] if k is not None else None)
+            self.append(step, old.step_row(i), dict(zip(SCALARS, old._S2[i])), old.hist[k] if k is not None else None)
         if old.noise is not None and len(old.noise):
             self.noise = NoiseSeries(self.n_layers, self.max_steps)
             self.noise.extend(old.noise.window().copy())
@@ -370,7 +370,7 @@ class Run(RunAppend):
             dec = pend._slice_rows(0, full).downsample_by(k)
             h = self.history
             for i in range(dec.n_steps):
-                h.append(int(dec.steps[i]), dec._row(i), dict(zip(SCALARS, dec._S2[i])))
+                h.append(int(dec.steps[i]), dec.step_row(i), dict(zip(SCALARS, dec._S2[i])))
         self._pending = pend._slice_rows(full, pend.n_steps) if full < pend.n_steps else None
         if self.history.n_steps > self.history_capacity:
             self.history = self.history.downsample_by(2)

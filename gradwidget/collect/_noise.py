@@ -24,7 +24,7 @@ runs one step's backward in parts (the cheapest opt-in: the same examples, no ex
 The noise scale moves slowly (it grows as the loss falls), and the estimate is a moving average over
 rows anyway: after its first ``NOISE_MIN_ROWS`` rows, taken at consecutive recorded steps so that the
 first estimate comes as soon as it can, the probe measures one recorded step in ``every``
-(``NOISE_EVERY`` by default), and on the others its hooks are switched off (``every_step``
+(``NOISE_EVERY`` by default), and on the others its hooks are switched off (``after_step``
 decides for the next step; ``_hooks.TensorHooks``: a parameter's hook dict unhooked from
 autograd, or a no-op in C in it where it holds other hooks). That divides its cost by ``every``
 and leaves the estimate's precision as it was: the moving average spans the same number of rows,
@@ -189,18 +189,15 @@ class NoiseProbe(Probe):
         every: int = NOISE_EVERY,
         *,
         record_every: int = 1,
-        steps: int = 0,
         run: Callable[[], Any] = lambda: None,
         also_measure: Callable[[], bool] = lambda: False,
     ) -> None:
         self.params, self.world_size, self.mode, self.every = params, world_size, mode, every
-        # the Recorder's: one step in ``record_every`` is recorded, ``steps`` were seen before this
-        # probe (a resumed run's), ``run()`` the run the rows go to
+        # the Recorder's: one step in ``record_every`` is recorded, ``run()`` the run the rows go to
         # (None before the first step, and off the recording rank), ``also_measure()`` whether the
         # next step is measured whatever the cadence (while the NaN tracer's cost is weighed, its
         # pairs of steps carry this probe's work on both sides)
         self._record_every, self._run, self._also_measure = record_every, run, also_measure
-        self._steps = steps  # optimizer steps ended (``every_step``), as the Recorder counts them
         self._step: NoiseStep | None = None  # the step being recorded: its vectors, in the host copy
         self._copy: HostCopy | None = None
         self._hooks = TensorHooks()  # switched off while not ``measuring``
@@ -525,12 +522,13 @@ class NoiseProbe(Probe):
 
     # ------------------------------------------------------------------ the probe's steps
     def every_step(self, label: int, loss, skipped: bool, recorded: bool) -> None:
-        """Close this step (its vectors kept for the recording, if it is recorded), then switch the
-        hooks on for the next step if it is one to measure (``due``)."""
+        """Close this step (its vectors kept for the recording, if it is recorded)."""
         st = self.end_step()
         self._step = st if recorded else None
-        self._steps += 1
-        n, every = self._steps, self._record_every
+
+    def after_step(self, step: int) -> None:
+        """Switch the hooks on for the next step if it is one to measure (``due``)."""
+        n, every = step + 1, self._record_every
         self.measuring = (n % every == 0 and self.due(n // every)) or self._also_measure()
 
     def queue(self, pack: HostCopy) -> None:

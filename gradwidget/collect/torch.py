@@ -373,7 +373,6 @@ class Recorder:
                 noise_scale,
                 noise_every,
                 record_every=every,
-                steps=self._count,
                 run=lambda: self.run,
                 also_measure=lambda: self._nonfinite.weighing,
             )

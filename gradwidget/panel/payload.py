@@ -22,7 +22,6 @@ from ..rules import (
     vanishing_mask,
 )
 from ..run import HIST_HI, HIST_LO, METRICS, N_BINS, Run
-from ..schema import NONFINITE_ROW
 from .protocol import FLAG_EXPLODING, FLAG_NODATA, FLAG_NONFINITE, FLAG_VANISHING
 from .rows import Rows
 
@@ -249,8 +248,7 @@ def detail_view(run: Run | None, step: int, layer: int, rows: Rows | None = None
     steps = run.steps
     i = int(np.searchsorted(steps, step))
     if i < len(steps) and steps[i] == step:
-        d = run.block(i).copy()
-        d[NONFINITE_ROW] = run.metric("nonfinite")[i]  # exact below 2**24: the trait is float32
+        d = run.step_row(i).astype(np.float32)  # the non-finite counts exact below 2**24: the trait is float32
         if rows is not None:
             d = np.stack([merged(d[k][None, :], name, rows)[0] for k, name in enumerate(METRICS)])
         arrays["detail"] = d
