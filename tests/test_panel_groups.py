@@ -75,7 +75,7 @@ def test_small_runs_have_one_row_per_layer_and_nothing_new():
         assert all("count" not in x for x in meta["layers"])
         heat = np.frombuffer(panel.heat, np.float32).reshape(meta["rows"], meta["cols"])
         np.testing.assert_array_equal(heat, run.metric("mean_abs").T)
-        assert len(panel.detail) == len(METRICS) * run.n_layers * 4
+        assert len(panel.detail) == len(METRICS) * run.n_layers * 8  # float64
         assert {r["index"] for r in panel.table} == set(range(run.n_layers))
         assert all(r.get("count") is None and r.get("parent") is None for r in panel.table)
         panel.expanded = [[0, 6]]  # no group to expand: the same rows
@@ -161,7 +161,7 @@ def test_expanding_a_group_puts_its_members_in_its_place_and_collapsing_restores
         np.testing.assert_array_equal(heat[11:], old[6:])
         members = [r for r in panel.table if r.get("parent") == [30, 36]]
         assert sorted(r["index"] for r in members) == list(range(30, 36)) and len(panel.table) == 80
-        assert len(panel.detail) == len(METRICS) * 80 * 4
+        assert len(panel.detail) == len(METRICS) * 80 * 8  # float64
         panel.expanded = toggled(panel.expanded, (30, 36), expand=False)
         assert panel.expanded == [] and panel.meta["layers"] == meta0["layers"] and panel.heat == heat0
         assert panel.table == table0
@@ -546,7 +546,7 @@ def test_a_hooked_model_of_many_tensors_trains_with_grouped_rows_kept_expanded()
         run = panel.run
         np.testing.assert_array_equal(heat[11], run.metric("mean_abs")[:, 21])
         g = run.metric("grad_norm").astype(np.float64)
-        detail = np.frombuffer(panel.detail, np.float32).reshape(len(METRICS), 151)
+        detail = np.frombuffer(panel.detail, np.float64).reshape(len(METRICS), 151)
         np.testing.assert_allclose(detail[M["grad_norm"], 12], np.sqrt(g[-1, 22] ** 2 + g[-1, 23] ** 2), rtol=1e-6)
         hist_all = np.frombuffer(panel.hist_all, np.float64).reshape(151, N_BINS)
         np.testing.assert_array_equal(hist_all[12], run.hist[-1][22:24].sum(axis=0))

@@ -151,10 +151,10 @@ def test_the_nonfinite_counts_have_one_owner_the_exact_column_never_the_float32_
     assert run.metric("nonfinite")[:, 0].tolist() == [NANS] * 4
     assert run.metric("nonfinite")[-1, 1] == NANS + 2 and run.metric("nonfinite")[0, 1] == 0
     assert int(run.merge_layers([[0, 1]], ["ab"]).metric("nonfinite")[-1, 0]) == 2 * NANS + 2
-    # the panel's detail row takes the exact column (sent as float32, like every metric there)
+    # the panel's detail row takes the exact column, sent as float64
     _, arrays = P.detail_view(run, 3, 0)
     d = arrays["detail"][nf]
-    assert d[0] == np.float32(NANS) and d[1] == np.float32(NANS + 2) and np.isnan(d[2])
+    assert d.dtype == np.float64 and d[0] == NANS and d[1] == NANS + 2 and np.isnan(d[2])
 
 
 def _recorded(path, steps: int = 4):

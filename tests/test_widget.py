@@ -90,7 +90,9 @@ def test_traits_of_a_run():
     # follows the newest step; exact values there; the most flagged layer is selected
     assert p.step == 98 and p.follow
     assert p.detail_step == 98
-    np.testing.assert_allclose(f32(p.detail).reshape(len(METRICS), 4), np.stack([run.metric(m)[-1] for m in METRICS]))
+    np.testing.assert_allclose(
+        np.frombuffer(p.detail, np.float64).reshape(len(METRICS), 4), np.stack([run.metric(m)[-1] for m in METRICS])
+    )
     assert p.layer == 0 and p.layer_name == "0.weight"
     assert p.hist_layer == 0
     hs = np.frombuffer(p.hist_steps, np.float64)
@@ -192,7 +194,8 @@ def test_step_snaps_to_recorded_steps_and_sends_detail():
     assert p.step in (36, 38) and not p.follow
     assert p.detail_step == p.step
     np.testing.assert_allclose(
-        f32(p.detail).reshape(len(METRICS), 4), np.stack([run.metric(m)[p.step // 2] for m in METRICS])
+        np.frombuffer(p.detail, np.float64).reshape(len(METRICS), 4),
+        np.stack([run.metric(m)[p.step // 2] for m in METRICS]),
     )
     p.step = 10**9
     assert p.step == 98 and p.follow

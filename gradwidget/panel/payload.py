@@ -248,10 +248,10 @@ def detail_view(run: Run | None, step: int, layer: int, rows: Rows | None = None
     steps = run.steps
     i = int(np.searchsorted(steps, step))
     if i < len(steps) and steps[i] == step:
-        d = run.step_row(i).astype(np.float32)  # the non-finite counts exact below 2**24: the trait is float32
+        d = run.step_row(i)  # float64: the non-finite counts exact at any size
         if rows is not None:
             d = np.stack([merged(d[k][None, :], name, rows)[0] for k, name in enumerate(METRICS)])
-        arrays["detail"] = d
+        arrays["detail"] = d.astype(np.float64)
         scalars["detail_step"] = int(step)
     if 0 <= layer < run.n_layers:
         scalars["hist_layer"] = int(layer)

@@ -128,7 +128,14 @@ TRAITS: dict[str, Trait] = {
         Trait("flags", "bytes", "out", "flag bits (FLAGS) OR-ed over each column's steps", "uint8", "(rows, cols)"),
         Trait("col_steps", "bytes", "out", "first user step of each column", "float64", "(cols,)"),
         Trait("loss", "bytes", "out", "mean loss per column (NaN: not logged)", "float32", "(cols,)"),
-        Trait("detail", "bytes", "out", "every metric of every row at detail_step", "float32", "(metrics, rows)"),
+        Trait(
+            "detail",
+            "bytes",
+            "out",
+            "every metric of every row at detail_step; float64 holds the non-finite counts exactly",
+            "float64",
+            "(metrics, rows)",
+        ),
         Trait("detail_step", "int", "out", "the recorded step of detail (-1: none)", default=-1),
         Trait(
             "hists",

@@ -36,7 +36,7 @@ export const CONSTANTS = {
     "detail": {
       "kind": "bytes",
       "direction": "out",
-      "dtype": "float32"
+      "dtype": "float64"
     },
     "detail_step": {
       "kind": "int",
@@ -498,7 +498,7 @@ export function decodeHeat(m: PanelModel): HeatData {
 
 /** Exact values at one step and one layer's histograms. */
 export interface DetailData {
-  detail: Float32Array; // metrics x layers
+  detail: Float64Array; // metrics x layers (float64: the non-finite counts exact)
   detailStep: number;
   hists: Float64Array; // H x bins (counts)
   histSteps: Float64Array;
@@ -538,7 +538,7 @@ export function decodeDetail(m: PanelModel, meta: Meta): DetailData {
   const nb = meta.n_bins;
   try {
     const d = m.get("detail");
-    const detail = L && byteLength(d) === meta.metrics.length * L * 4 ? asFloat32(d) : new Float32Array(0);
+    const detail = L && byteLength(d) === meta.metrics.length * L * 8 ? asFloat64(d) : new Float64Array(0);
     const histSteps = byteLength(m.get("hist_steps")) > 0 ? asFloat64(m.get("hist_steps")) : new Float64Array(0);
     const hs = m.get("hists");
     const hists = nb && byteLength(hs) === histSteps.length * nb * 8 ? asFloat64(hs) : new Float64Array(0);
@@ -547,6 +547,6 @@ export function decodeDetail(m: PanelModel, meta: Meta): DetailData {
       histSteps: hists.length ? histSteps : new Float64Array(0), histLayer: Number(m.get("hist_layer") ?? -1),
     };
   } catch {
-    return { detail: new Float32Array(0), detailStep: -1, hists: new Float64Array(0), histSteps: new Float64Array(0), histLayer: -1 };
+    return { detail: new Float64Array(0), detailStep: -1, hists: new Float64Array(0), histSteps: new Float64Array(0), histLayer: -1 };
   }
 }

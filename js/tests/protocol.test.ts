@@ -46,10 +46,14 @@ describe("protocol", () => {
 
   it("drops histograms whose length does not match their steps", () => {
     const ok = decodeDetail(model({
-      detail: new DataView(new Float32Array(4).buffer), detail_step: 7,
+      detail: new DataView(new Float64Array([1, 2, 16777217, 4]).buffer), detail_step: 7,
       hists: new DataView(new Float64Array(8).buffer), hist_steps: new DataView(new Float64Array(2).buffer), hist_layer: 1,
     }), { ...decodeHeat(model({ meta })).meta });
     expect(ok.detail.length).toBe(4);
+    expect(ok.detail[2]).toBe(16777217); // float64: a non-finite count above 2**24 stays exact
+    // float32 bytes are not the detail (half the length): none, rather than misread values
+    expect(decodeDetail(model({ detail: new DataView(new Float32Array(4).buffer), detail_step: 7 }),
+      { ...decodeHeat(model({ meta })).meta }).detail.length).toBe(0);
     expect(ok.hists.length).toBe(8);
     const bad = decodeDetail(model({
       hists: new DataView(new Float64Array(7).buffer), hist_steps: new DataView(new Float64Array(2).buffer),

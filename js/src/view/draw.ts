@@ -51,10 +51,10 @@ export function nearestCol(colSteps: ArrayLike<number>, step: number): number {
 
 /** Values and flags of every layer (display order) at the cursor: exact from `detail` when the
  *  kernel has sent the cursor's step, else the heatmap column. */
-export function barValues(v: PanelView): { values: Float32Array; flags: Uint8Array; exact: boolean } {
+export function barValues(v: PanelView): { values: Float64Array; flags: Uint8Array; exact: boolean } {
   const R = v.order.length;
   const C = v.meta.cols;
-  const values = new Float32Array(R);
+  const values = new Float64Array(R);
   const flags = new Uint8Array(R);
   const L = rowCount(v.meta); // detail is per row
   const d = v.detail;
