@@ -113,6 +113,13 @@ class NonfiniteProbe(Probe):
         self.find(ctx.values, ctx.weights)
         self._replay_origin(ctx)
 
+    def elsewhere(self) -> None:
+        self.find(None)  # this rank's own origin, posted for the rank that records
+
+    @property
+    def needs_steps(self) -> bool:
+        return self.looking
+
     def close(self) -> None:
         if self._exchange is not None and self._run() is not None:
             self.find(None)  # take what other ranks posted since the last recorded step

@@ -11,6 +11,10 @@ column layout, the Run and its writer, and calls its probes in order at each ste
 - ``on_step(ctx)``: on a recorded step, after the copy and after the step is in the run;
 - ``after_step(step)``: at every step, after all of its work, recorded or not;
 - ``continues(run)``: once, when the Recorder resumes ``run`` (its folder's), before it records;
+- ``elsewhere()``: on a process that holds no run (a DDP rank other than 0, a sharded rank that
+  does not hold the run), at each step another process records, once this process's part of it is
+  done; such a process calls ``every_step`` (and ``queue``, sharded) too, and its step hook stays
+  while a probe ``needs_steps``;
 - ``close()``: on ``detach()``, in reverse order of the probes.
 
 The probes: the layers' data-flow graph (``_graph``), the update norms (``_updates``), the model
@@ -76,6 +80,15 @@ class Probe:
 
     def continues(self, run) -> None:
         """The Recorder resumes ``run``, read from its folder, before its first step is recorded."""
+
+    def elsewhere(self) -> None:
+        """A step another process records is over here (this process holds no run)."""
+
+    @property
+    def needs_steps(self) -> bool:
+        """On a process that holds no run: whether this probe still needs the Recorder's step hook
+        (it is removed once none does)."""
+        return False
 
     def close(self) -> None:
         """Remove every hook this probe installed and let go of its state."""

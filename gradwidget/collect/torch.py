@@ -69,7 +69,7 @@ from ._inputs import (
     _unwrapped,
     _unwrapped_optimizer,
 )
-from ._kernels import norms
+from ._kernels import HostCopy, norms
 from ._layout import column_order, layer_infos, window, window_text
 from ._meta import MetaFollow
 from ._noise import NOISE_EVERY, SHARDED_TEXT, NoiseProbe
@@ -326,7 +326,7 @@ class Recorder:
             self._attach_replica_check()
             self._nonfinite = nonfinite(tracer=optimizer is not None)
             self._probes.append(self._nonfinite)
-            if optimizer is not None and self._nonfinite.looking:
+            if optimizer is not None and any(probe.needs_steps for probe in self._probes):
                 self._handles.append(optimizer.register_step_pre_hook(self._inert_step))
             return
 
@@ -992,15 +992,18 @@ class Recorder:
                     self._writer.write_meta()
 
     def _inert_step(self, optimizer, args, kwargs) -> None:
-        """A DDP rank other than 0 (which records nothing): end the traced step; on the steps
-        rank 0 records, look for this rank's origin and post it."""
+        """A DDP rank other than 0 (which records nothing): the probes' ``every_step``, and on the
+        steps rank 0 records their ``elsewhere`` (the NaN probe looks for this rank's origin and
+        posts it); the hook goes once no probe needs it."""
         step_no, self._count = self._count, self._count + 1
         pend, self._pending = self._pending, {}
         recorded = step_no % self.every == 0
-        self._nonfinite.every_step(pend.get("step", step_no), pend.get("loss"), False, recorded)
+        for probe in self._probes:
+            probe.every_step(pend.get("step", step_no), pend.get("loss"), False, recorded)
         if recorded:
-            self._nonfinite.find(None)
-        if not self._nonfinite.looking:  # found and posted: nothing more to do on this rank
+            for probe in self._probes:
+                probe.elsewhere()
+        if not any(probe.needs_steps for probe in self._probes):  # nothing more to do on this rank
             for h in self._handles:
                 h.remove()
             self._handles = []
@@ -1014,20 +1017,26 @@ class Recorder:
         self._recorded += 1
         dist = self._dist
         assert dist is not None
-        partials = dist.local_partials(self._params, with_hist, self._nonfinite.queue)
+        partials = dist.local_partials(self._params, with_hist, self._queue_probes)
         self._dist_step = ShardedStep(step_no, pend, partials, measure)
         if measure:
             self._updates.take()
             return
         self._end_sharded_step()
 
+    def _queue_probes(self, pack: HostCopy) -> None:
+        """Every probe's tensors into a sharded step's host copy (``Probe.queue``)."""
+        for probe in self._probes:
+            probe.queue(pack)
+
     def _end_sharded_step(self) -> None:
         st, self._dist_step, dist = self._dist_step, None, self._dist
         assert st is not None and dist is not None
         reduced = dist.reduce(st.partials)
-        if reduced is None:
-            self._nonfinite.find(None)  # this rank's own origin, posted for rank 0
-            return  # not rank 0: rank 0 records and writes
+        if reduced is None:  # not rank 0: rank 0 records and writes
+            for probe in self._probes:
+                probe.elsewhere()
+            return
         values, hist = dist.statistics(*reduced, self._updates.cols, st.measure)
         self._append_step(st.step_no, st.pend, values, hist)  # its probes look for a NaN origin
         self._finish_step()
