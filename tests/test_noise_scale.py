@@ -838,3 +838,35 @@ def test_a_batch_far_below_an_unresolved_noise_scale_is_named_on_its_lower_bound
     assert d.cause == "batch_too_small" and 3 * 16 < ns.floor[-1] <= exact  # the one-sided bound, holding
     assert f"the critical batch is at least {ns.floor[-1]:,.0f}" in d.evidence
     assert "at least 10x below it" not in d.evidence and "raise the batch towards" in d.action
+
+
+def test_a_long_runs_groups_read_only_the_rows_their_last_estimate_depends_on():
+    """Per-module estimates are taken from the rows within the average's horizon (``last_rows``):
+    on 3,000 rows of two modules whose noise scale moves, they equal the estimate over every row
+    (what lies before weighs under exp(-40)), and the whole-run series is untouched."""
+    from conftest import make_run
+
+    from gradwidget.analysis.noise_scale import last_rows
+    from gradwidget.noise_series import NoiseSeries
+
+    n = 3000
+    run = make_run(n_steps=n, layers=("enc.w", "head.w"))
+    run.noise = NoiseSeries(2)
+    rng = np.random.default_rng(3)
+    for step in range(1, n):
+        g2 = np.array([1e-2, 4e-3]) * (1 + 50 * np.exp(-step / 300))
+        tr = np.array([2.0, 1.0])
+        small = (g2 + tr / 16) * (1 + 0.05 * rng.normal(size=2))
+        big = (g2 + tr / 64) * (1 + 0.02 * rng.normal(size=2))
+        run.noise.append(step, 16, 64, 4, small, big)
+    ns = noise_scale(run)
+    rows = run.noise.window()
+    assert last_rows(rows["step"], 64).start > 0  # the horizon leaves rows out
+    for j, name in enumerate(("enc", "head")):
+        gg, gt = two_size_estimates(rows["b_small"], rows["b_big"], rows["small_sq"][:, j], rows["big_sq"][:, j])
+        full = [x[-1] for x in smoothed(rows["step"], gg, gt, rows["big_total"], b_big=rows["b_big"])]
+        np.testing.assert_allclose(ns.groups[name], full, rtol=1e-6)
+    g2, tr = two_size_estimates(rows["b_small"], rows["b_big"], rows["small_total"], rows["big_total"])
+    np.testing.assert_array_equal(
+        ns.b_simple, smoothed(rows["step"], g2, tr, rows["big_total"], b_big=rows["b_big"])[0]
+    )

@@ -61,6 +61,9 @@ WEIGHT_PASSES = 2
 #: the lag correction is taken in full where it stands this many variances of its own noise out of
 #: it, in part down to one, not at all below: 1 - LAG_SURE var(d) / d² (a positive-part shrinkage)
 LAG_SURE = 4.0
+#: time constants an exponential average reaches back: a row older than this weighs under
+#: exp(-40) ~ 4e-18 of a new one (``decayed``'s blocks; ``last_rows``)
+HORIZON_TAUS = 40.0
 #: z of a two-sided 95% normal interval
 Z95 = 1.959964
 #: z of a one-sided 95% bound (what a finding that B_simple lies beyond a bound tests)
@@ -83,7 +86,7 @@ def two_size_estimates(b_small, b_big, small_sq, big_sq) -> tuple[np.ndarray, np
 def decayed(steps: np.ndarray, x: np.ndarray, tau: float) -> np.ndarray:
     """Per row n, ``sum over rows i <= n of exp(-(steps[n] - steps[i]) / tau) * x[i]`` (along the
     first axis; ``steps`` increasing): cumulative sums a block at a time, each block at most
-    ``40 tau`` steps long so the factors stay well inside float64."""
+    ``HORIZON_TAUS`` time constants long so the factors stay well inside float64."""
     s = np.asarray(steps, np.float64)
     x = np.asarray(x, np.float64)
     out = np.empty_like(x)
@@ -91,7 +94,7 @@ def decayed(steps: np.ndarray, x: np.ndarray, tau: float) -> np.ndarray:
     carry = np.zeros(x.shape[1:], np.float64)  # the sum so far, decayed to the block's first step
     i, n = 0, len(s)
     while i < n:
-        j = max(int(np.searchsorted(s, s[i] + 40.0 * tau, side="right")), i + 1)
+        j = max(int(np.searchsorted(s, s[i] + HORIZON_TAUS * tau, side="right")), i + 1)
         t = ((s[i:j] - s[i]) / tau).reshape(shape)
         out[i:j] = np.exp(-t) * (carry + np.cumsum(x[i:j] * np.exp(t), axis=0))
         if j < n:
@@ -328,6 +331,16 @@ def smoothed(
     return bounds(*present(steps, g2, tr, scale, b_big, tau), z)
 
 
+def last_rows(steps: np.ndarray, tau: float) -> slice:
+    """The rows the estimate at the last row reads (``present``): those within ``HORIZON_TAUS``
+    time constants of its step, and of its row for the per-row noise (``noise_cov``, averaged over
+    ``VAR_ROWS``); what lies before weighs under exp(-40) of them."""
+    steps = np.asarray(steps, np.float64)
+    by_step = int(np.searchsorted(steps, steps[-1] - HORIZON_TAUS * tau, side="left"))
+    by_row = len(steps) - int(HORIZON_TAUS * VAR_ROWS / 2.0) - SIZE_ROWS - 1
+    return slice(max(0, min(by_step, by_row)), None)
+
+
 def _groups(names: list[str]) -> dict[str, list[int]]:
     from .groups import _module_keys  # the module prefixes the layer groups use
 
@@ -354,13 +367,14 @@ def noise_scale(run, tau: float = TAU_STEPS) -> NoiseScale | None:
     _, floor, ceiling = bounds(*now, Z_ONE)
     groups = {}
     by = _groups(run.layer_names)
-    if len(by) > 1:
-        small = np.nan_to_num(rows["small_sq"].astype(np.float64), posinf=0.0)
-        big = np.nan_to_num(rows["big_sq"].astype(np.float64), posinf=0.0)
+    if len(by) > 1:  # only the last row's estimate per group: the rows it reads
+        recent = rows[last_rows(steps, tau)]
+        small = np.nan_to_num(recent["small_sq"].astype(np.float64), posinf=0.0)
+        big = np.nan_to_num(recent["big_sq"].astype(np.float64), posinf=0.0)
         per_s = np.stack([small[:, cols].sum(axis=1) for cols in by.values()], axis=1)
         per_b = np.stack([big[:, cols].sum(axis=1) for cols in by.values()], axis=1)
-        gg, gt = two_size_estimates(rows["b_small"], rows["b_big"], per_s, per_b)
-        gb, glo, ghi = smoothed(steps, gg, gt, scale, tau, b_big=b_big)
+        gg, gt = two_size_estimates(recent["b_small"], recent["b_big"], per_s, per_b)
+        gb, glo, ghi = smoothed(recent["step"], gg, gt, recent["big_total"], tau, b_big=recent["b_big"])
         groups = {k: (float(gb[-1, j]), float(glo[-1, j]), float(ghi[-1, j])) for j, k in enumerate(by)}
     meta = run.meta.get("noise_scale") or {}
     every, first = meta.get("every", 1), meta.get("first", 0)
