@@ -51,8 +51,10 @@ import numpy as np
 
 #: the average's time constant in steps: a row ``age`` steps old weighs ``exp(-age / TAU_STEPS)``
 TAU_STEPS = 64
-#: rows the per-row noise (``noise_cov``) is averaged over
+#: rows the per-row noise (``noise_cov``) is averaged over: an exponential average whose time
+#: constant is half of them
 VAR_ROWS = 100
+VAR_TAU_ROWS = VAR_ROWS / 2.0
 #: rows before a row whose gradient size sets its weight (``row_scale``)
 SIZE_ROWS = 3
 #: passes of ``present``'s weights after the first: each reads |G|² at a row from its size and the
@@ -128,11 +130,11 @@ def row_scale(steps: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndar
     return gap, np.where(good, size, np.nan)
 
 
-def noise_cov(x: np.ndarray, y: np.ndarray, rows: int = VAR_ROWS) -> np.ndarray:
+def noise_cov(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Per row, the covariance of one row's ``x`` and ``y`` around what they estimate (``x`` with
     itself: its variance), from the products of the differences of consecutive rows (half their
-    mean: a trend moving slowly between rows hardly enters it), averaged over the last ~``rows``
-    rows (an exponential average, normalised); NaN until two differences exist."""
+    mean: a trend moving slowly between rows hardly enters it), averaged over the last ~``VAR_ROWS``
+    rows (an exponential average over ``VAR_TAU_ROWS``, normalised); NaN until two differences exist."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     dx = np.diff(x, axis=0, prepend=x[:1] * np.nan)
     dy = np.diff(y, axis=0, prepend=y[:1] * np.nan)
@@ -140,8 +142,7 @@ def noise_cov(x: np.ndarray, y: np.ndarray, rows: int = VAR_ROWS) -> np.ndarray:
     d2 = np.where(np.isfinite(d), d / 2.0, 0.0)
     seen = np.isfinite(d).astype(np.float64)
     steps = np.arange(len(x), dtype=np.float64)
-    tau = rows / 2.0
-    num, den = decayed(steps, d2, tau), decayed(steps, seen, tau)
+    num, den = decayed(steps, d2, VAR_TAU_ROWS), decayed(steps, seen, VAR_TAU_ROWS)
     cnt = np.cumsum(seen, axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(cnt >= 2, num / den, np.nan)
@@ -337,7 +338,7 @@ def last_rows(steps: np.ndarray, tau: float) -> slice:
     ``VAR_ROWS``); what lies before weighs under exp(-40) of them."""
     steps = np.asarray(steps, np.float64)
     by_step = int(np.searchsorted(steps, steps[-1] - HORIZON_TAUS * tau, side="left"))
-    by_row = len(steps) - int(HORIZON_TAUS * VAR_ROWS / 2.0) - SIZE_ROWS - 1
+    by_row = len(steps) - int(HORIZON_TAUS * VAR_TAU_ROWS) - SIZE_ROWS - 1
     return slice(max(0, min(by_step, by_row)), None)
 
 

@@ -51,20 +51,21 @@ class StepStatistics:
         return _fused.takes(device, dtype)
 
     def collect(
-        self, with_hist: bool, loss=None, riders: tuple[Callable[[HostCopy], None], ...] = ()
+        self, with_hist: bool, loss=None, also: Callable[[HostCopy], None] | None = None
     ) -> tuple[np.ndarray, np.ndarray | None, object, HostCopy]:
         """This step's ``(METRICS, L)`` values, ``(L, N_BINS)`` histogram (on histogram steps), loss
         (a tensor loss read in the same copy) and the fetched copy: weight norms, gradient
-        statistics, exponent counts, the loss and what each of ``riders`` queues in it are copied to
-        the host once; a rider reads its part from the returned copy."""
+        statistics, exponent counts, the loss and what ``also(pack)`` queues in it are copied to
+        the host once (as ``distributed``'s ``local_partials`` takes it); what it queued is read
+        from the returned copy."""
         L = len(self.ordered)
         out = np.full((len(METRICS), L), np.nan, np.float64)  # float64: the non-finite counts exact
         hist = np.zeros((L, N_BINS), np.uint64) if with_hist else None
         with torch.no_grad():
             pack, wparts, gparts = self._queue(with_hist)
             loss_at = pack.add(loss.detach().float().mean()) if isinstance(loss, torch.Tensor) else None
-        for ride in riders:
-            ride(pack)
+        if also is not None:
+            also(pack)
         pack.fetch()
         for cols, at in wparts:
             out[_M["weight_norm"], cols] = pack.get(at)

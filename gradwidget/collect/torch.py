@@ -916,8 +916,7 @@ class Recorder:
         # training's: a NaN in it alone is no origin to replay (``StepTrace.loss_outside_training``)
         outside = isinstance(logged, torch.Tensor) and not logged.requires_grad
         assert self._order is not None  # set by the first step, before any is collected
-        riders = tuple(probe.queue for probe in self._probes)
-        values, hist, loss, pack = self._stats.collect(with_hist, logged, riders)
+        values, hist, loss, pack = self._stats.collect(with_hist, logged, self._queue_probes)
         if loss is not None:
             pend["loss"] = loss
         measure = before_update and self._updates.due(self._recorded)
@@ -1025,7 +1024,7 @@ class Recorder:
         self._end_sharded_step()
 
     def _queue_probes(self, pack: HostCopy) -> None:
-        """Every probe's tensors into a sharded step's host copy (``Probe.queue``)."""
+        """Every probe's tensors into a recorded step's host copy (``Probe.queue``)."""
         for probe in self._probes:
             probe.queue(pack)
 

@@ -251,7 +251,7 @@ def detail_view(run: Run | None, step: int, layer: int, rows: Rows | None = None
         d = run.step_row(i)  # float64: the non-finite counts exact at any size
         if rows is not None:
             d = np.stack([merged(d[k][None, :], name, rows)[0] for k, name in enumerate(METRICS)])
-        arrays["detail"] = d.astype(np.float64)
+        arrays["detail"] = np.asarray(d, np.float64)  # float64 already: no copy
         scalars["detail_step"] = int(step)
     if 0 <= layer < run.n_layers:
         scalars["hist_layer"] = int(layer)
