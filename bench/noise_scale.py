@@ -20,6 +20,9 @@
    measured step of each third of the run, the exact B_simple at that step's parameters (every
    example's gradient, ``torch.func``) against the estimate the panel shows there and its 95%
    interval, and against a textbook baseline: the ratio of two 20-row EMAs, one weight per row.
+   Beside them, what the data allows: the spread of one row's |G|² estimate over |G|² (exact, from
+   Σ and G), and so the rows an average needs for |G|² within a third (9 times its square),
+   against the rows the 64-step average holds at the default cadence.
 4. **Cost** (``--cost``): a recorded accumulation step (4 micro-batches) with ``noise_scale=False``
    vs True, and a plain step vs ``Recorder.split_backward`` (the opt-in for one batch size),
    interleaved, medians; torch single-threaded.
@@ -45,7 +48,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from gradwidget.analysis.noise_scale import noise_scale
+from gradwidget.analysis.noise_scale import TAU_STEPS, noise_scale
 from gradwidget.collect._noise import NOISE_EVERY
 from gradwidget.collect.torch import Recorder
 from gradwidget.noise_series import NOISE_MIN_ROWS
@@ -316,8 +319,13 @@ def _loss(kind: str, out, y):
     return F.cross_entropy(out, y) if kind == "ce" else F.mse_loss(out.squeeze(-1), y)
 
 
-def exact_at(model: nn.Module, X, Y, kind: str) -> float:
-    """B_simple = tr(Σ)/|G|² over the data set at the model's parameters (every example's gradient)."""
+def exact_at(model: nn.Module, X, Y, kind: str, b: int = 16, micro: int = 4) -> tuple[float, float]:
+    """``(B_simple, row noise)`` over the data set at the model's parameters (every example's
+    gradient): B_simple = tr(Σ)/|G|², and the standard deviation of one measured row's |G|²
+    estimate over |G|² itself. A row of ``micro`` micro-batches of ``b`` examples drawn with
+    replacement estimates |G|² by the mean of X_iᵀX_j over its pairs of micro-batch gradients (what
+    the two-size formula reduces to), a U-statistic whose variance is
+    2 tr(C²) / (m (m - 1)) + 4 GᵀCG / m with C = Σ / b and m = ``micro``."""
     params = {k: v.detach() for k, v in model.named_parameters()}
 
     def one(p, x, y):
@@ -325,8 +333,17 @@ def exact_at(model: nn.Module, X, Y, kind: str) -> float:
 
     per = vmap(grad(one), in_dims=(None, 0, 0))(params, X, Y)
     flat = torch.cat([v.reshape(len(X), -1) for v in per.values()], 1).double()
+    n = len(flat)
     G = flat.mean(0)
-    return float((flat - G).pow(2).sum(1).mean() / G.pow(2).sum())
+    dev = flat - G
+    g2 = float(G.pow(2).sum())
+    tr = float(dev.pow(2).sum(1).mean())
+    # tr(Σ²) = |Σ|_F², from the smaller of the two Gram matrices
+    gram = dev @ dev.T if n <= dev.shape[1] else dev.T @ dev
+    tr_sq = float(gram.pow(2).sum()) / n**2
+    gsg = float((dev @ G).pow(2).mean())  # GᵀΣG
+    var = 2 * tr_sq / b**2 / (micro * (micro - 1)) + 4 * gsg / b / micro
+    return tr / g2, math.sqrt(var) / g2
 
 
 def ema20(rows) -> np.ndarray:
@@ -362,7 +379,7 @@ def present_run(name: str, seed: int, steps: int, b: int = 16, micro: int = 4) -
         rec = Recorder(model, opt, histogram_every=0, trace_nonfinite=False)
     for s in range(steps):
         if s in at:
-            exact[s] = exact_at(model, X, Y, kind)
+            exact[s] = exact_at(model, X, Y, kind, b, micro)
         opt.zero_grad()
         for _ in range(micro):
             idx = torch.randint(0, len(X), (b,), generator=gen)
@@ -383,7 +400,8 @@ def present_run(name: str, seed: int, steps: int, b: int = 16, micro: int = 4) -
                 "seed": seed,
                 "third": third,
                 "step": s,
-                "exact": exact[s],
+                "exact": exact[s][0],
+                "row_noise": exact[s][1],
                 "estimate": float(ns.b_simple[k]),
                 "lo": float(ns.lo[k]),
                 "hi": float(ns.hi[k]),
@@ -396,9 +414,10 @@ def present_run(name: str, seed: int, steps: int, b: int = 16, micro: int = 4) -
 def present(models, seeds: int, steps: int) -> list[dict]:
     print(f"4 micro-batches of 16 per step, Adam lr 1e-3, {steps} steps, the default Recorder")
     print(
-        "| model | seed | third (step) | exact B_simple | estimate | 95% interval | estimate / exact | 20-row EMA / exact |"
+        "| model | seed | third (step) | exact B_simple | estimate | 95% interval | estimate / exact | 20-row EMA / exact "
+        "| one row's sd of \\|G\\|² / \\|G\\|² |"
     )
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     rows = []
     for name in models:
         for seed in range(seeds):
@@ -407,13 +426,19 @@ def present(models, seeds: int, steps: int) -> list[dict]:
                 hi = f"{r['hi']:,.0f}" if np.isfinite(r["hi"]) else "inf"
                 print(
                     f"| {name} | {seed} | {r['third']} ({r['step']}) | {r['exact']:,.0f} | {r['estimate']:,.0f} | "
-                    f"{r['lo']:,.0f}–{hi} | {r['estimate'] / r['exact']:.2f} | {r['before'] / r['exact']:.2f} |",
+                    f"{r['lo']:,.0f}–{hi} | {r['estimate'] / r['exact']:.2f} | {r['before'] / r['exact']:.2f} | "
+                    f"{r['row_noise']:.2f} |",
                     flush=True,
                 )
+    # the rows a time constant of the default cadence holds, as independent rows: (1 + r) / (1 - r)
+    # for weights falling by r = exp(-every / tau) from one row to the next
+    fall = math.exp(-NOISE_EVERY / TAU_STEPS)
+    held_rows = (1 + fall) / (1 - fall)
     print(
-        "\n| model | third | median estimate / exact | within 1.5x | exact inside the 95% interval | median 20-row EMA / exact |"
+        "\n| model | third | median estimate / exact | within 1.5x | exact inside the 95% interval "
+        f"| median 20-row EMA / exact | rows needed for \\|G\\|² within a third (the average holds {held_rows:.0f}) |"
     )
-    print("| --- | --- | ---: | --- | ---: | ---: |")
+    print("| --- | --- | ---: | --- | ---: | ---: | ---: |")
     models_ok = 0
     for name in models:
         every = True
@@ -424,7 +449,10 @@ def present(models, seeds: int, steps: int) -> list[dict]:
             held = sum(r["lo"] <= r["exact"] <= r["hi"] for r in sel)
             ok = 1 / 1.5 <= ratio <= 1.5
             every = every and ok
-            print(f"| {name} | {third} | {ratio:.2f} | {'yes' if ok else 'no'} | {held}/{len(sel)} | {old:.2f} |")
+            need = float(np.median([9 * r["row_noise"] ** 2 for r in sel]))
+            print(
+                f"| {name} | {third} | {ratio:.2f} | {'yes' if ok else 'no'} | {held}/{len(sel)} | {old:.2f} | {need:,.0f} |"
+            )
         models_ok += every
     held = sum(r["lo"] <= r["exact"] <= r["hi"] for r in rows)
     print(
