@@ -65,6 +65,7 @@ def test_resume_with_gradient_accumulation_continues_every_file(tmp_path):
     noise = run.noise.rows["step"].tolist()
     assert noise[: len(first.noise)] == first.noise.rows["step"].tolist()  # the earlier rows, kept
     assert noise == sorted(set(noise)) and noise[-1] > 11  # and new ones after them, once each
+    assert [s for s in noise if s > 11] == [16]  # at the run's cadence: its first rows are not measured again
     assert rec.run.noise.rows["step"].tolist() == noise  # the panel sees what the folder holds
     assert run.meta["noise_scale"]["two_sizes"] == "accumulation"  # the meta goes on too
 

@@ -260,6 +260,12 @@ class NoiseProbe(Probe):
         probe holds ``NOISE_MIN_ROWS`` rows (the first estimate), then one in ``every``."""
         return self.rows < NOISE_MIN_ROWS or recorded % self.every == 0
 
+    def continues(self, run) -> None:
+        """Resuming ``run``: its rows count with the ones measured since, so a run that has its first
+        estimate goes on at one recorded step in ``every`` rather than measuring its first rows again."""
+        if run.noise is not None:
+            self.rows += len(run.noise)
+
     @property
     def measuring(self) -> bool:
         """Whether this step is measured (set by the Recorder at each step's end for the next one:
