@@ -203,7 +203,8 @@ def test_a_nan_made_at_a_step_not_recorded_is_said_not_guessed(monkeypatch, tmp_
         off = run.meta["nonfinite_tracing"]
         assert off["stopped_at_step"] == bad + 1 and "weights were already non-finite" in off["reason"]
         found = [r for r in analyze(run).diagnoses if getattr(r, "cause", None) == "nonfinite"]
-        assert found and "origin not traced" in found[0].evidence, analyze(run).diagnoses
+        assert found and "origin not traced at step" in found[0].evidence, analyze(run).diagnoses
+        assert "trace_nonfinite=True" in found[0].action  # the one change that finds it next time
     assert "NaN origin not found" in repr(rec)
 
 

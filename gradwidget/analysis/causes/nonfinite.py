@@ -48,7 +48,7 @@ def find(c: Context) -> Diagnosis | None:
             parts.append(f"a layer's weight norm had grown {grown:.3g}x by then")
     elif isinstance(off := run.meta.get("nonfinite_tracing"), dict):  # "auto" stopped the tracer before
         at, why = off.get("stopped_at_step", "?"), off.get("reason", "it cost more than it was worth")
-        parts.append(f"origin not traced: tracing was turned off at step {at} because {why}")
+        parts.append(f"origin not traced at step {at}: {why}")
     return Diagnosis("nonfinite", "Critical", layers, first, "; ".join(parts), 1.0, origin=origin)
 
 
@@ -75,11 +75,16 @@ def action(d: Diagnosis, c: Context) -> str:
             "divisions, sqrt and log there, or clamp its input; under fp16/bf16 autocast keep that op "
             "in float32" + grown
         )
-    return (
-        "find where it starts (gradwidget records the origin with the torch Recorder): check the loss "
-        "for log(0) or division by zero, add an eps to divisions and sqrt, and use a GradScaler under "
-        "fp16 autocast"
+    checks = (
+        "check the loss for log(0) or division by zero, add an eps to divisions and sqrt, and use a "
+        "GradScaler under fp16 autocast"
     )
+    if isinstance(run.meta.get("nonfinite_tracing"), dict):  # the torch Recorder looked, and could not trace it
+        return (
+            "record it again with Recorder(model, optimizer, trace_nonfinite=True) to find the module "
+            f"where it starts (hooks on every step; the evidence says why this run could not); {checks}"
+        )
+    return f"find where it starts (gradwidget records the origin with the torch Recorder): {checks}"
 
 
 def _folded_as(symptom: Diagnosis, cause: Diagnosis) -> Fold:
