@@ -1,6 +1,7 @@
 """Healthy training patterns of code written by others that a diagnosis must not call mistakes: a
 DQN-style target network (trainable, not held by the optimizer, never reached by the loss), a
-zero_grad skipped on a rare step, a GAN whose two optimizers take turns over one module."""
+zero_grad skipped on a rare step, a GAN whose two optimizers take turns over one module, a GAN's
+discriminator with a Recorder of its own, an ensemble of two recorded models."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from gradwidget import Recorder, analyze
+from gradwidget import Recorder, analyze, load_run
 from gradwidget.analysis.task import task_of
 
 ALARMS = ("Critical", "High", "Medium")
@@ -156,3 +157,73 @@ def test_a_gan_trained_by_two_optimizers_in_turn_is_adversarial(zero_after):
     assert task.kind == "adversarial" and not task.judged and "take turns over 2 disjoint parts" in task.assumed
     assert task_of(run, "loss").judged  # the user can say it is one loss to minimise
     assert not [d for d in analyze(run).diagnoses if d.priority in ALARMS]
+
+
+def _ring(n: int) -> torch.Tensor:
+    """Points on a ring of eight Gaussians (a GAN's usual 2-d target)."""
+    a = torch.randint(0, 8, (n,)) * (2 * torch.pi / 8)
+    return torch.stack([a.cos(), a.sin()], 1) * 2 + 0.05 * torch.randn(n, 2)
+
+
+def _two_recorder_gan(tmp_path, steps: int, d_recorder_late: bool = False):
+    """PyTorch's DCGAN recipe on 2-d points with a Recorder on each network: the discriminator's step
+    on real and detached fake points, then the generator's step through the discriminator. With
+    ``d_recorder_late`` the discriminator's Recorder is built after the generator's first step."""
+    torch.manual_seed(0)
+    G = nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 2))
+    D = nn.Sequential(nn.Linear(2, 64), nn.LeakyReLU(0.2), nn.Linear(64, 64), nn.LeakyReLU(0.2), nn.Linear(64, 1))
+    opt_g = torch.optim.Adam(G.parameters(), 1e-3, betas=(0.5, 0.999))
+    opt_d = torch.optim.Adam(D.parameters(), 1e-3, betas=(0.5, 0.999))
+    bce = nn.BCEWithLogitsLoss()
+    rec_g, rec_d = Recorder(G, opt_g), None
+    for step in range(steps):
+        if rec_d is None and (step == 1 or not d_recorder_late):
+            rec_d = Recorder(D, opt_d, log_dir=tmp_path / "d")
+        real, fake = _ring(128), G(torch.randn(128, 8))
+        d_loss = bce(D(real), torch.ones(128, 1)) + bce(D(fake.detach()), torch.zeros(128, 1))
+        opt_d.zero_grad()
+        d_loss.backward()
+        if rec_d is not None:
+            rec_d.log(loss=d_loss)
+        opt_d.step()
+        g_loss = bce(D(fake), torch.ones(128, 1))
+        opt_g.zero_grad()
+        g_loss.backward()
+        rec_g.log(loss=g_loss)
+        opt_g.step()
+    rec_g.detach()
+    rec_d.detach()
+    return rec_g.run, rec_d.run
+
+
+@pytest.mark.parametrize("d_recorder_late", [False, True])
+def test_a_discriminator_with_its_own_recorder_is_read_as_one_not_as_a_classifier(tmp_path, d_recorder_late):
+    """Its loss rises as the generator learns: not a loss to minimise on its own. The generator's
+    loss runs through its parameters, which tells its Recorder, whichever was built first."""
+    run_g, run_d = _two_recorder_gan(tmp_path, 400, d_recorder_late)
+    assert task_of(run_g).kind == "adversarial"  # its loss reads the discriminator
+    for run in (run_d, load_run(tmp_path / "d")):  # the folder says it too
+        assert run.meta["read_by"] == "Sequential"
+        task = task_of(run)
+        assert task.kind == "adversarial" and not task.judged and "discriminator or critic" in task.reading
+        assert task_of(run, "loss").judged  # the user can say it is one loss to minimise
+        assert not [d for d in analyze(run).diagnoses if d.priority in ALARMS], analyze(run).diagnoses
+
+
+def test_two_models_trained_side_by_side_do_not_read_each_other():
+    """An ensemble: two classifiers on the same batches, a Recorder each; neither loss reads the other."""
+    torch.manual_seed(0)
+    nets = [nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3)) for _ in range(2)]
+    opts = [torch.optim.SGD(n.parameters(), lr=0.1) for n in nets]
+    recs = [Recorder(n, o) for n, o in zip(nets, opts)]
+    for _ in range(20):
+        x, y = torch.randn(32, 4), torch.randint(0, 3, (32,))
+        for net, opt, rec in zip(nets, opts, recs):
+            loss = nn.functional.cross_entropy(net(x), y)
+            opt.zero_grad()
+            loss.backward()
+            rec.log(loss=loss)
+            opt.step()
+    for rec in recs:
+        rec.detach()
+        assert "read_by" not in rec.run.meta and task_of(rec.run).kind == "cross_entropy"

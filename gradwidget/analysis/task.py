@@ -8,7 +8,9 @@ at all. The causes read it instead of guessing from the model's output width:
   or ``nll_loss`` with C classes; a binary cross entropy: ln 2 per output);
 - a summed loss is read per example (divided by the batch it sums over);
 - an objective that is not minimised on its own (adversarial: the loss depends on trainable tensors
-  outside the recorded model, as a GAN generator's depends on its discriminator, or the recorded
+  outside the recorded model, as a GAN generator's depends on its discriminator; another recorded
+  model's loss depends on this one's parameters, as the generator's on the discriminator's, whose
+  own Recorder then reads it as a discriminator or critic (``run.meta["read_by"]``); or the recorded
   steps take turns over disjoint parts of the model, each part trained by its own optimizer on its
   own loss, as a GAN's generator and discriminator are when one Recorder sees both; a policy
   gradient; an expression with no loss function in it) gives no claim on the loss's trajectory: its
@@ -102,6 +104,17 @@ def task_of(run, objective: str = "auto") -> Task:
             "interleaves their objectives and its trajectory is not judged; pass objective='loss' if it is "
             "one loss to minimise",
             reading="optimizers taking turns, as a GAN's: its trajectory not judged",
+        )
+    read_by = run.meta.get("read_by") if isinstance(run.meta, dict) else None
+    if isinstance(read_by, str) and objective == "auto":
+        return Task(
+            "adversarial",
+            False,
+            summed=graph.summed if graph is not None else None,
+            assumed=f"another recorded model's loss ({read_by}'s) depends on this model's parameters: it is "
+            "that model's discriminator or critic, whose loss the other works against, so its trajectory is "
+            "not judged; pass objective='loss' if it is a loss to minimise",
+            reading=f"a discriminator or critic (a {read_by}'s loss reads it): its trajectory not judged",
         )
     if graph is None:
         return Task(

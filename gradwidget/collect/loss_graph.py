@@ -28,6 +28,7 @@ goes on into the model, bounded by ``MAX_NODES``.
 from __future__ import annotations
 
 import re
+import weakref
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
@@ -226,7 +227,9 @@ def _classes(node) -> int | None:
     return None
 
 
-def walk(loss_fn, outputs: dict | None = None, max_nodes: int = MAX_NODES, own: set | None = None) -> LossGraph:
+def walk(
+    loss_fn, outputs: dict | None = None, max_nodes: int = MAX_NODES, own: set | None = None, found: list | None = None
+) -> LossGraph:
     """Walk a loss's graph from ``loss_fn`` (its ``grad_fn``) towards the model's output.
 
     ``outputs`` maps the nodes that made the model's output (and its submodules' outputs worth
@@ -234,7 +237,7 @@ def walk(loss_fn, outputs: dict | None = None, max_nodes: int = MAX_NODES, own: 
     ops on the shortest path from the loss to such a node (or none found) and every ``PATTERNS``
     mistake on the way, looked for across the model's output too (``nn.Softmax`` as its last module).
     With ``own`` (the ids of the model's parameters) it also counts the trainable tensors outside
-    the model that the loss depends on."""
+    the model that the loss depends on, and appends them to ``found`` when given."""
     outputs = outputs or {}
     parent: dict = {loss_fn: None}
     queue, found_out, mistakes, reducer = deque([loss_fn]), None, [], None
@@ -248,7 +251,11 @@ def walk(loss_fn, outputs: dict | None = None, max_nodes: int = MAX_NODES, own: 
             continue
         name = op_name(node)
         if name == "AccumulateGrad":
-            foreign += own is not None and id(getattr(node, "variable", None)) not in own
+            var = getattr(node, "variable", None)
+            if own is not None and id(var) not in own:
+                foreign += 1
+                if found is not None and var is not None:
+                    found.append(var)
             continue
         if classes is None and found_out is None:
             classes = _classes(node)
@@ -288,23 +295,47 @@ def _path(parent: dict, node) -> list[str]:
     return out[::-1]
 
 
+#: the loss-graph probes of this process's attached Recorders: a model whose parameters another
+#: recorded model's loss depends on is that model's discriminator or critic (``LossGraphProbe.read_by``)
+_ATTACHED: weakref.WeakSet[LossGraphProbe] = weakref.WeakSet()
+
+
 class LossGraphProbe(Probe):
     """Forward hooks on the model (and on its softmax/sigmoid modules) that note which autograd
     nodes made their outputs in the latest forward, so that :func:`walk` knows where the model
     ends. ``see(loss)`` walks the first loss given with its graph; at the first recorded step the
     probe stores the result in the run and removes its hooks (also when a step went by without
-    such a loss: the user logs numbers, or a detached tensor). A probe of the Recorder (``_probe``)."""
+    such a loss: the user logs numbers, or a detached tensor). A probe of the Recorder (``_probe``).
+
+    It also tells the other attached Recorders' probes which of the trainable tensors outside its
+    model its loss depends on: one whose model holds them is read by this model's loss (a GAN's
+    discriminator, whose parameters the generator's loss runs through; an actor's critic), and
+    says so in its run (``run.meta["read_by"]``, at its next recorded step): its own loss is not
+    one to minimise on its own."""
 
     def __init__(self, model) -> None:
         self.result: LossGraph | None = None
         self._outputs: dict = {}
         self._own = {id(p) for p in model.parameters()}
+        self._name = type(model).__name__
+        self._foreign: list[weakref.ref] = []  # the trainable tensors outside the model its loss read
+        self.read_by: str | None = None  # the model whose loss reads this one's parameters
+        self._read_noted = False
         self._compiled = False  # a forward ran inside torch.compile: removing hooks would recompile it
         self.settled = False  # its one step went by: it looks no more
         self._handles = [model.register_forward_pre_hook(Hook(self._clear))]
         for path, m in model.named_modules():
             if path == "" or type(m).__name__ in SQUASH_MODULES:
                 self._handles.append(m.register_forward_hook(Hook(self._note(path))))
+        for other in list(_ATTACHED):  # a loss walked before this Recorder was built
+            other._tell_readers(self)
+        _ATTACHED.add(self)
+
+    def _tell_readers(self, other: LossGraphProbe) -> None:
+        """Tell ``other`` if this probe's loss reads its model's parameters."""
+        if other is not self and other.read_by is None:
+            if any(id(t) in other._own for r in self._foreign if (t := r()) is not None):
+                other.read_by = self._name
 
     def _clear(self, module, args) -> None:
         import torch
@@ -342,13 +373,21 @@ class LossGraphProbe(Probe):
             return
         fn = getattr(loss, "grad_fn", None)
         if self.result is None and fn is not None:
-            self.result = walk(fn, self._outputs, own=self._own)
+            found: list = []
+            self.result = walk(fn, self._outputs, own=self._own, found=found)
             self._outputs = {}
+            self._foreign = [weakref.ref(t) for t in found]
+            for other in list(_ATTACHED):
+                self._tell_readers(other)
 
     def on_step(self, ctx: StepContext) -> None:
         """At the first recorded step: store the result in ``run.meta["loss_graph"]`` (and the run
         directory's meta.json) and remove the hooks. Under torch.compile the hooks (which compile
-        to nothing) stay until ``close``: taking them off would recompile the model."""
+        to nothing) stay until ``close``: taking them off would recompile the model. Once another
+        model's loss is found to read this one's parameters, ``run.meta["read_by"]`` says which."""
+        if self.read_by is not None and not self._read_noted:
+            self._read_noted = True
+            ctx.note_meta({"read_by": self.read_by}, True)
         if self.settled:
             return
         self.settled = True
@@ -357,9 +396,13 @@ class LossGraphProbe(Probe):
         if self._compiled:
             self._outputs = {}
         else:
-            self.close()
+            self._unhook()
 
-    def close(self) -> None:
+    def _unhook(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles, self._outputs = [], {}
+
+    def close(self) -> None:
+        self._unhook()
+        _ATTACHED.discard(self)

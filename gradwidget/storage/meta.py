@@ -147,6 +147,7 @@ RUN_META_FIELDS: dict[str, type | tuple | dict] = {
     },
     "grad_reset": {"layer": str, "checked": int, "carried": int, "first_step": int},
     "loss_graph": dict,
+    "read_by": str,
     "nonfinite_tracing": dict,
     "replicas": dict,
     "clipped_at": (int, float),
