@@ -204,7 +204,7 @@ def to_ascii(run: Run, width: int = 80, metric: str = "grad_norm") -> str:
     names = r.layer_names
     wname = max(5, max(len(n) for n in names))
     out = [
-        f"Gradient Flow Animation ({metric}, log scale 1e{lo:.1f}..1e{hi:.1f}; step → right, layer ↓;"
+        f"Gradient Flow Animation ({metric}, log scale {10.0**lo:.2g}..{10.0**hi:.2g}; step → right, layer ↓;"
         f" {MARK_EXPLODING} exploding, {MARK_NONFINITE} non-finite)",
         f"{'layer':>{wname}}  " + "".join(str(i % 10) for i in range(r.n_steps)),
         "─" * (wname + 2 + r.n_steps),

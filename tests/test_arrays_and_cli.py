@@ -1,4 +1,5 @@
 import json
+import re
 import subprocess
 import sys
 
@@ -78,7 +79,10 @@ def test_cli_export_ascii_and_errors(tmp_path, capsys):
     assert main(["export", str(tmp_path / "r"), "--format", "csv", "-o", str(tmp_path / "o.csv")]) == 0
     assert (tmp_path / "o.csv").read_text().splitlines()[0].startswith("step,layer,mean_abs_grad")
     assert main(["ascii", str(tmp_path / "r")]) == 0
-    assert "Gradient Flow Animation" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Gradient Flow Animation" in out
+    lo, hi = re.search(r"log scale (\S+)\.\.(\S+);", out).groups()  # the scale's ends as numbers
+    assert (lo, hi) == ("1.7e-09", "0.87")  # the grad norms, sqrt(3) x 1e-9 and sqrt(3) x 0.5, as numbers
     assert main(["ascii", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "r"), "-o", str(tmp_path / "o.xml")]) == 2
