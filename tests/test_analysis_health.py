@@ -246,22 +246,6 @@ def test_stability_trend_sources_and_forecast():
     assert srcs and {x.kind for x in srcs} >= {"Instability"}
 
 
-def test_overall_health_rules():
-    import pandas as pd
-
-    def oh(hs, nonfinite=False):
-        ex = {"nonfinite_share": np.array([0.1 if nonfinite else 0.0])}
-        return health.overall_health(pd.DataFrame({"health": hs}), ex)
-
-    assert oh(["Healthy"] * 10) == "Healthy"
-    assert oh(["Healthy"] * 10, nonfinite=True) == "Critical"
-    assert oh(["Critical"] * 4 + ["Healthy"] * 6) == "Critical"
-    assert oh(["Critical"] + ["Healthy"] * 9) == "Warning"
-    assert oh(["Warning"] * 2 + ["Healthy"] * 8) == "Warning"
-    assert oh(["Warning"] + ["Healthy"] * 19) == "Healthy"
-    assert oh(["Unknown"] * 3) == "Unknown"
-
-
 def test_remaining_classifications_fire():
     rng = np.random.default_rng(3)
     # interaction between two moderately correlated layers: Neutral

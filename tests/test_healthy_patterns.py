@@ -227,3 +227,45 @@ def test_two_models_trained_side_by_side_do_not_read_each_other():
     for rec in recs:
         rec.detach()
         assert "read_by" not in rec.run.meta and task_of(rec.run).kind == "cross_entropy"
+
+
+def _amp_mlp(growth_interval: int = 2000, steps: int = 200):
+    """An MLP under float16 autocast with torch.amp.GradScaler starting at 2**24: its first
+    backwards overflow and the scaler skips them, lowering its scale, as mixed precision does.
+    ``growth_interval=1`` doubles the scale back after every good step, so about every other step
+    overflows."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 128), nn.GELU(), nn.Linear(128, 10))
+    opt = torch.optim.AdamW(model.parameters(), 1e-3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**24, growth_interval=growth_interval)
+    x_all = torch.randn(1024, 32)
+    y_all = (x_all @ torch.randn(32, 10)).argmax(1)
+    with Recorder(model, opt) as rec:
+        for _ in range(steps):
+            idx = torch.randint(0, 1024, (64,))
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = nn.functional.cross_entropy(model(x_all[idx]), y_all[idx])
+            opt.zero_grad()
+            scaler.scale(loss).backward()
+            rec.log(loss=loss)
+            scaler.step(opt)
+            scaler.update()
+    return rec.run
+
+
+def test_steps_a_grad_scaler_skips_are_loss_scaling_not_a_nan():
+    run = _amp_mlp()
+    overflowed = run.nonfinite().any(1)
+    assert 1 <= overflowed.sum() <= 10 and overflowed[0]  # the first steps, at 2**24
+    report = analyze(run)
+    (nf,) = [d for d in report.diagnoses if d.cause == "nonfinite"]
+    assert nf.priority == "Low" and "left out of the weights" in nf.evidence and "init_scale" in nf.action
+    assert report.overall_health == "Healthy"
+    assert not [d for d in report.diagnoses if d.priority in ALARMS]
+
+
+def test_a_scaler_that_skips_every_other_step_is_named():
+    run = _amp_mlp(growth_interval=1, steps=120)
+    assert run.nonfinite().any(1).mean() > 0.2
+    (nf,) = [d for d in analyze(run).diagnoses if d.cause == "nonfinite"]
+    assert nf.priority == "Medium" and "trace_nonfinite=True" in nf.action

@@ -29,6 +29,8 @@ def pathological_run(n_steps=30, histogram_every=5, seed=0):
         if s == 12:
             g["broken"][3] = np.nan
         w = {k: rng.normal(0, 1, 64) for k in g}
+        if s > 12:  # an update with the NaN gradient leaves the weights NaN
+            w["broken"][:] = np.nan
         rec.record(s, g, weights=w, loss=1.0 / (s + 1))
     return rec.run
 

@@ -42,12 +42,29 @@ class Damage:
     onset: int | None = None
 
 
+def skipped_rows(run, L: LossEvidence) -> np.ndarray | None:
+    """The recorded steps (rows) with non-finite gradients in a trainable layer, when every one of
+    them was left out of the weights (every trainable layer's weight norm finite at the next
+    recorded step) and the loss stayed finite: AMP's GradScaler skipping a step whose scaled
+    gradient overflowed, by design, which harms nothing. None otherwise (also when the weights were
+    not recorded, or the last step is one of them: what the optimizer did with it is unknown)."""
+    if L.nonfinite_step is not None or not run.n_steps:
+        return None
+    trainable = np.flatnonzero(run.trainable_mask())
+    rows = np.flatnonzero((run.metric("nonfinite")[:, trainable] > 0).any(axis=1))
+    if not rows.size or rows[-1] + 1 >= run.n_steps:
+        return None
+    after = run.metric("weight_norm")[np.ix_(rows + 1, trainable)]
+    return rows if bool(np.isfinite(after).all()) else None
+
+
 def damage(run, L: LossEvidence, task: Task, chance_tolerance: float) -> Damage | None:
-    """The damage the logged loss shows, or None (none measured, or none measurable)."""
+    """The damage the logged loss shows, or None (none measured, or none measurable). Non-finite
+    gradients that were left out of the weights (``skipped_rows``) are none."""
     if L.nonfinite_step is not None:
         return Damage("nonfinite", f"the loss diverged (NaN/Inf from step {L.nonfinite_step})", True, L.nonfinite_step)
     bad = np.nansum(run.metric("nonfinite"), axis=1) > 0 if run.n_steps else np.zeros(0, bool)
-    if bad.any():  # a NaN loss is stored as not logged: the gradients say it
+    if bad.any() and skipped_rows(run, L) is None:  # a NaN loss is stored as not logged: the gradients say it
         first = int(run.steps[np.argmax(bad)])
         return Damage("nonfinite", f"the gradients went NaN/Inf from step {first}", True, first)
     if not L.logged:

@@ -260,21 +260,3 @@ def _similar(llog: np.ndarray, names: list[str], tol: float, k: int = 5) -> list
         cand.sort(key=lambda j: abs(llog[j] - srt[p]))
         out[i] = [names[j] for j in cand[:k]]
     return out
-
-
-def overall_health(health: pd.DataFrame, exact: dict) -> str:
-    """Critical when any layer had non-finite gradients or more than 30% of known layers are Critical
-    (as the original crate); Warning when any layer is Critical or more than 10% are Warning; Unknown without any
-    known layer; else Healthy."""
-    h = health["health"]
-    known = h != "Unknown"
-    n = int(known.sum())
-    if n == 0:
-        return "Unknown"
-    crit = float((h == "Critical").sum()) / n
-    warn = float((h == "Warning").sum()) / n
-    if (exact["nonfinite_share"] > 0).any() or crit > 0.3:
-        return "Critical"
-    if crit > 0 or warn > 0.1:
-        return "Warning"
-    return "Healthy"

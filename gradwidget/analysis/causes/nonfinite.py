@@ -1,5 +1,9 @@
-"""``nonfinite``: NaN/Inf gradients or loss. Reads the per-layer non-finite counts, the loss, and
-the recorded origin (the module and pass that made the first NaN/Inf). Always Critical. As a
+"""``nonfinite``: NaN/Inf gradients or loss. Reads the per-layer non-finite counts, the loss, the
+weight norms and the recorded origin (the module and pass that made the first NaN/Inf). Critical,
+except where every step with non-finite gradients was left out of the weights (the next recorded
+step's weight norms all finite) and the loss stayed finite: AMP's GradScaler skipping a step whose
+scaled gradient overflowed, and lowering its scale, by design. That is Low while it stays rare
+(``SKIPPED_ROUTINE``), Medium beyond it (the training stalls while the scale backs off). As a
 symptom of another cause it is kept right after it when its origin is known (where it began is
 worth its own line), folded into it otherwise."""
 
@@ -7,9 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..damage import skipped_rows
 from ..nonfinite import weight_growth as origin_weight_growth
 from ._base import CauseRule, Context, Diagnosis, Fold
 from ._shared import names_of
+
+#: share of the recorded steps whose non-finite gradients were left out of the weights (skipped)
+#: up to which it is routine loss scaling: Low; beyond it Medium
+SKIPPED_ROUTINE = 0.05
 
 
 def find(c: Context) -> Diagnosis | None:
@@ -46,6 +55,16 @@ def find(c: Context) -> Diagnosis | None:
         grown = origin_weight_growth(run, origin)
         if grown >= c.t.weight_blowup:  # the steps had blown the weights up: the module only overflowed first
             parts.append(f"a layer's weight norm had grown {grown:.3g}x by then")
+    elif (skipped := skipped_rows(run, c.loss)) is not None:
+        share = len(skipped) / run.n_steps
+        parts.append(
+            f"each of these {len(skipped)} of {run.n_steps} recorded steps was left out of the weights: they "
+            "stayed finite, as did the loss (AMP's GradScaler skipping a step whose scaled gradient "
+            "overflowed, and lowering its scale)"
+        )
+        return Diagnosis(
+            "nonfinite", "Low" if share <= SKIPPED_ROUTINE else "Medium", layers, first, "; ".join(parts), 0.6
+        )
     elif isinstance(off := run.meta.get("nonfinite_tracing"), dict):  # "auto" stopped the tracer before
         at, why = off.get("stopped_at_step", "?"), off.get("reason", "it cost more than it was worth")
         parts.append(f"origin not traced at step {at}: {why}")
@@ -74,6 +93,18 @@ def action(d: Diagnosis, c: Context) -> str:
             f"fix {o.module}: {where} makes the first NaN/Inf from finite values — add an eps to "
             "divisions, sqrt and log there, or clamp its input; under fp16/bf16 autocast keep that op "
             "in float32" + grown
+        )
+    if o is None and d.priority != "Critical":  # skipped steps (``skipped_rows``)
+        if d.priority == "Low":
+            return (
+                "nothing to change while it stays rare: GradScaler skips an overflowing step and lowers its "
+                "scale; to skip fewer, start from a lower scale (torch.amp.GradScaler(init_scale=2.0**10)) "
+                "or train under bfloat16 autocast, which needs no scaler"
+            )
+        return (
+            "find the op that overflows under float16: record with Recorder(model, optimizer, "
+            "trace_nonfinite=True) and keep that op in float32 (autocast(enabled=False) around it), or "
+            "train under bfloat16 autocast, which needs no scaler"
         )
     checks = (
         "check the loss for log(0) or division by zero, add an eps to divisions and sqrt, and use a "
