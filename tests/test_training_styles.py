@@ -208,3 +208,32 @@ def test_lbfgs_trained_to_convergence_is_healthy():
     assert loss[-1] < 1e-4 * loss[0]  # the premise: it converged
     found = [(d.cause, d.priority) for d in analyze(rec.run).diagnoses]
     assert not [f for f in found if f[1] in ("Critical", "High", "Medium")], found
+
+
+def test_a_forgotten_optimizer_step_is_said_once_not_left_as_an_empty_run():
+    """backward() and zero_grad() but never optimizer.step(): the model does not train and nothing
+    is recorded; the Recorder says so once, at the NO_STEP_BACKWARDS-th dropped backward."""
+    import pytest
+
+    from gradwidget.collect.torch import NO_STEP_BACKWARDS
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    rec = Recorder(m, opt)
+
+    def iteration():
+        x = torch.randn(8, 10)
+        loss = F.cross_entropy(m(x), (x[:, 0] > 0).long())
+        opt.zero_grad()
+        loss.backward()
+        rec.log(loss=loss)
+
+    for _ in range(NO_STEP_BACKWARDS):  # the first zero_grad drops nothing: NO_STEP_BACKWARDS - 1 so far
+        iteration()
+    with pytest.warns(UserWarning, match=r"SGD\.step\(\) has not run once.*call optimizer\.step\(\)"):
+        iteration()
+    for _ in range(5):
+        iteration()  # said once
+    rec.detach()
+    assert rec.run is None

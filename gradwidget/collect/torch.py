@@ -89,6 +89,12 @@ if TYPE_CHECKING:
 __all__ = ["Recorder", "norms"]  # norms: the fused kernel, for the trainer callbacks
 
 
+#: backwards whose gradients zero_grad dropped, with no optimizer step yet, after which the Recorder
+#: says that the optimizer never steps (``Recorder._note_discarded``): more than the micro-batches of
+#: one step of an accumulation loop that zeroes each of them
+NO_STEP_BACKWARDS = 16
+
+
 @dataclass
 class ShardedStep:
     """A sharded step between its partial sums and the one collective that combines them (which
@@ -596,9 +602,21 @@ class Recorder:
             self._writer.write_meta()
 
     def _note_discarded(self, n: int) -> None:
-        """``n`` backwards' finite gradients were dropped by zero_grad before any step used them."""
+        """``n`` backwards' finite gradients were dropped by zero_grad before any step used them.
+        Before any optimizer step at all, the ``NO_STEP_BACKWARDS``-th says so, once: nothing is
+        recorded until the optimizer steps, and a forgotten ``optimizer.step()`` would otherwise
+        leave the run empty without a word."""
         if self.run is not None:
             self.run.meta["discarded_backwards"] = n
+        elif n == NO_STEP_BACKWARDS:
+            warnings.warn(
+                f"gradwidget: optimizer.zero_grad() has dropped the gradients of {n} backward passes and "
+                f"{type(self.optimizer).__name__}.step() has not run once, so the model is not training "
+                "and nothing is recorded: call optimizer.step() after loss.backward(), before "
+                "optimizer.zero_grad()",
+                GradwidgetWarning,
+                stacklevel=3,
+            )
 
     def _passive(self) -> bool:
         """Whether a zero_grad call is only passed on: a closure's backwards belong to the step
