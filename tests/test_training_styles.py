@@ -237,3 +237,44 @@ def test_a_forgotten_optimizer_step_is_said_once_not_left_as_an_empty_run():
         iteration()  # said once
     rec.detach()
     assert rec.run is None
+
+
+def _scheduled_mlp(make_scheduler, steps: int = 300):
+    """An MLP on a separable 5-class task with Adam (lr 3e-3) and a scheduler stepped after every
+    optimizer step."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 5))
+    opt = torch.optim.Adam(m.parameters(), lr=3e-3)
+    sched = make_scheduler(opt)
+    x_all = torch.randn(2048, 20)
+    y_all = (x_all[:, :5] + 0.5 * torch.randn(2048, 5)).argmax(1)
+    with Recorder(m, opt) as rec:
+        for _ in range(steps):
+            idx = torch.randint(0, 2048, (64,))
+            loss = F.cross_entropy(m(x_all[idx]), y_all[idx])
+            opt.zero_grad()
+            loss.backward()
+            rec.log(loss=loss)
+            opt.step()
+            sched.step()
+    return analyze(rec.run)
+
+
+def test_a_scheduler_written_for_epochs_stepped_every_batch_is_a_learning_rate_gone_too_low():
+    """StepLR(step_size=30, gamma=0.1) meant for epochs, stepped once per batch: the learning rate is
+    1e-9 of its peak by step 270 and the loss stops falling early. Named, with the fix."""
+    report = _scheduled_mlp(lambda opt: torch.optim.lr_scheduler.StepLR(opt, 30, 0.1))
+    top = report.diagnoses[0]
+    assert top.cause == "lr_too_low" and top.priority in ("Medium", "High"), report.diagnoses
+    assert "the learning rate fell to" in top.evidence and "once per epoch" in top.action
+
+
+def test_schedules_that_end_at_zero_are_not_a_learning_rate_too_low():
+    """Cosine and linear decays to zero over the run spend only its last steps near zero."""
+    for make in (
+        lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, 300),
+        lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / 300)),
+    ):
+        report = _scheduled_mlp(make)
+        assert "lr_too_low" not in [d.cause for d in report.diagnoses], report.diagnoses
+        assert not [d for d in report.diagnoses if d.priority in ("Critical", "High", "Medium")]

@@ -1,8 +1,11 @@
 """``lr_too_low``: steps too small to make progress. Reads the typical layer's update/weight ratio
-(below ``Thresholds.update_ratio_low`` while the loss does not fall) and the loss's trend: a fall
-that is real (its Theil-Sen slope's confidence interval below zero) but slow. Trainable parameters
-whose weight norm starts at zero (zero-initialised layers, LoRA's B matrices) have no ratio and do
-not count; neither do adapters' first steps."""
+(below ``Thresholds.update_ratio_low`` while the loss does not fall), the loss's trend (a fall that
+is real, its Theil-Sen slope's confidence interval below zero, but slow), and the logged learning
+rate: a schedule that took it to nearly nothing (``DEAD_LR`` of its peak) for a good part of the
+run (``DEAD_LR_SHARE``) while the loss stopped falling there (a scheduler stepped once per batch
+where it was written for epochs). Trainable parameters whose weight norm starts at zero
+(zero-initialised layers, LoRA's B matrices) have no ratio and do not count; neither do adapters'
+first steps."""
 
 from __future__ import annotations
 
@@ -22,6 +25,14 @@ SLOW_FALL_MIN_STEPS = 20
 #: calibration runs: 2.9e-3 and up; its slow lr_too_low run, GPT-2 with SGD: 1.5e-3). A loss that
 #: falls slowly under large steps is a hard task or a small adapter, not a small learning rate.
 SLOW_FALL_MAX_UPDATE = 2e-3
+#: a learning rate at or below this share of its peak no longer trains (a cosine or linear decay to
+#: zero spends the last 2% of its run or less there)
+DEAD_LR = 1e-3
+#: ... and a run that spent at least this share of its recorded steps there, the loss not falling
+#: over them (its median over their last tenth above ``DEAD_LR_FALL`` of the first tenth's), had
+#: its schedule end too early
+DEAD_LR_SHARE = 0.25
+DEAD_LR_FALL = 0.95
 
 
 def find(c: Context) -> Diagnosis | None:
@@ -35,7 +46,8 @@ def find(c: Context) -> Diagnosis | None:
     loss = f"; the loss moved from {L.start:.3g} to {L.end:.3g}" if L.logged else ""
     tiny = med < t.update_ratio_low and not (L.logged and not L.flat and L.fell)
     slow = None if tiny or med >= SLOW_FALL_MAX_UPDATE else _slow_steady_fall(c)
-    if not tiny and slow is None:
+    dead = None if tiny or slow is not None else decayed(c)
+    if not tiny and slow is None and dead is None:
         return None
     ur = run.metric("update_norm")
     wn = run.metric("weight_norm")
@@ -43,6 +55,18 @@ def find(c: Context) -> Diagnosis | None:
         per_layer = np.nanmedian(np.where(wn > 0, ur / wn, np.nan), axis=0)
     order = np.argsort(np.nan_to_num(per_layer, nan=np.inf))
     layers = [run.layer_names[i] for i in order if np.isfinite(per_layer[i])]
+    if dead is not None:
+        row, peak, low = dead
+        return Diagnosis(
+            "lr_too_low",
+            "Medium",
+            layers,
+            int(run.steps[row]),
+            f"the learning rate fell to {low:.2g} by step {int(run.steps[row])} ({low / peak:.0e} of its peak "
+            f"{peak:.3g}) and stayed there for {(run.n_steps - row) / run.n_steps:.0%} of the recorded steps, "
+            "while the loss stopped falling" + loss,
+            0.7,
+        )
     if tiny:
         return Diagnosis(
             "lr_too_low",
@@ -63,6 +87,30 @@ def find(c: Context) -> Diagnosis | None:
         f"are too small (typical update {med:.2g} of the weight norm)",
         0.5,
     )
+
+
+def decayed(c: Context) -> tuple[int, float, float] | None:
+    """``(row, peak, lr)`` when the logged learning rate fell to ``DEAD_LR`` of its peak for good at
+    recorded step ``row`` (``lr`` there), with at least ``DEAD_LR_SHARE`` of the run after it and the
+    loss not falling over those steps; None otherwise (no learning rate or loss logged)."""
+    run, L = c.run, c.loss
+    if not L.logged or not run.n_steps:
+        return None
+    lr = run.scalar("lr").astype(np.float64)
+    if not np.isfinite(lr).all() or not (lr >= 0).all() or not lr.max() > 0:
+        return None
+    peak = float(lr.max())
+    alive = np.flatnonzero(lr > DEAD_LR * peak)
+    row = int(alive[-1]) + 1 if alive.size else 0
+    n = run.n_steps - row
+    if n < SLOW_FALL_MIN_STEPS or n < DEAD_LR_SHARE * run.n_steps:
+        return None
+    y = run.scalar("loss").astype(np.float64)[row:]
+    y = y[np.isfinite(y)]
+    k = max(1, y.size // 10)
+    if y.size < SLOW_FALL_MIN_STEPS or not np.median(y[-k:]) > DEAD_LR_FALL * np.median(y[:k]):
+        return None
+    return row, peak, float(lr[row])
 
 
 def _slow_steady_fall(c: Context) -> float | None:
@@ -86,6 +134,14 @@ LOW_PRECISION = ("bfloat16", "float16")
 
 
 def action(d: Diagnosis, c: Context) -> str:
+    dead = decayed(c)
+    if dead is not None:
+        return (
+            f"keep the learning rate up while the loss still falls: the schedule took it to {dead[2]:.2g} at step "
+            f"{int(c.run.steps[dead[0]])}, long before the run ended. Step the scheduler once per epoch if it "
+            "was written for epochs, not once per batch, or give it the run's length in steps "
+            "(StepLR(step_size=...), CosineAnnealingLR(T_max=...))"
+        )
     text = lr_change(c.run, "raise", 10, 100)
     low = sorted({info.dtype for info in c.run.layers if info.dtype in LOW_PRECISION and info.status == "trainable"})
     if low:
