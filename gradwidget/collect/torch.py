@@ -615,7 +615,7 @@ class Recorder:
                 "and nothing is recorded: call optimizer.step() after loss.backward(), before "
                 "optimizer.zero_grad()",
                 GradwidgetWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
 
     def _passive(self) -> bool:
