@@ -35,20 +35,33 @@ DEAD_LR_SHARE = 0.25
 DEAD_LR_FALL = 0.95
 
 
-def find(c: Context) -> Diagnosis | None:
+def _reading(c: Context) -> tuple[float, bool, float | None, tuple[int, float, float] | None] | None:
+    """Which reading of too small steps holds, the first of them that does: ``(med, tiny, slow,
+    dead)`` with the typical update/weight ratio ``med`` and one of ``tiny`` (the ratio under the
+    healthy band), ``slow`` (``_slow_steady_fall``) or ``dead`` (``decayed``) set; None when none
+    holds. Read by ``find`` and by ``action``, which says the change that reading calls for."""
     run, L, t = c.run, c.loss, c.t
-    steps_u, ratio = c.update_ratio
+    _, ratio = c.update_ratio
     if not ratio.size or not np.isfinite(ratio).any() or L.converged:  # converged: the rate did its job
         return None
     if line_search_optimizer(run):  # a line search (LBFGS) sets each step's length: no rate to raise
         return None
     med = float(np.nanmedian(ratio))
-    loss = f"; the loss moved from {L.start:.3g} to {L.end:.3g}" if L.logged else ""
     tiny = med < t.update_ratio_low and not (L.logged and not L.flat and L.fell)
     slow = None if tiny or med >= SLOW_FALL_MAX_UPDATE else _slow_steady_fall(c)
     dead = None if tiny or slow is not None else decayed(c)
     if not tiny and slow is None and dead is None:
         return None
+    return med, tiny, slow, dead
+
+
+def find(c: Context) -> Diagnosis | None:
+    run, L, t = c.run, c.loss, c.t
+    reading = _reading(c)
+    if reading is None:
+        return None
+    med, tiny, slow, dead = reading
+    loss = f"; the loss moved from {L.start:.3g} to {L.end:.3g}" if L.logged else ""
     ur = run.metric("update_norm")
     wn = run.metric("weight_norm")
     with _quiet(), np.errstate(invalid="ignore", divide="ignore"):
@@ -134,7 +147,8 @@ LOW_PRECISION = ("bfloat16", "float16")
 
 
 def action(d: Diagnosis, c: Context) -> str:
-    dead = decayed(c)
+    reading = _reading(c)
+    dead = reading[3] if reading is not None else None
     if dead is not None:
         return (
             f"keep the learning rate up while the loss still falls: the schedule took it to {dead[2]:.2g} at step "

@@ -56,15 +56,13 @@ def find(c: Context) -> Diagnosis | None:
         if grown >= c.t.weight_blowup:  # the steps had blown the weights up: the module only overflowed first
             parts.append(f"a layer's weight norm had grown {grown:.3g}x by then")
     elif (skipped := skipped_rows(run, c.loss)) is not None:
-        share = len(skipped) / run.n_steps
         parts.append(
             f"each of these {len(skipped)} of {run.n_steps} recorded steps was left out of the weights: they "
             "stayed finite, as did the loss (AMP's GradScaler skipping a step whose scaled gradient "
             "overflowed, and lowering its scale)"
         )
-        return Diagnosis(
-            "nonfinite", "Low" if share <= SKIPPED_ROUTINE else "Medium", layers, first, "; ".join(parts), 0.6
-        )
+        routine = len(skipped) <= SKIPPED_ROUTINE * run.n_steps
+        return Diagnosis("nonfinite", "Low" if routine else "Medium", layers, first, "; ".join(parts), 0.6)
     elif isinstance(off := run.meta.get("nonfinite_tracing"), dict):  # "auto" stopped the tracer before
         at, why = off.get("stopped_at_step", "?"), off.get("reason", "it cost more than it was worth")
         parts.append(f"origin not traced at step {at}: {why}")
@@ -94,8 +92,9 @@ def action(d: Diagnosis, c: Context) -> str:
             "divisions, sqrt and log there, or clamp its input; under fp16/bf16 autocast keep that op "
             "in float32" + grown
         )
-    if o is None and d.priority != "Critical":  # skipped steps (``skipped_rows``)
-        if d.priority == "Low":
+    skipped = skipped_rows(run, c.loss) if o is None else None  # as ``find`` read it, whatever the rank
+    if skipped is not None:
+        if len(skipped) <= SKIPPED_ROUTINE * run.n_steps:
             return (
                 "nothing to change while it stays rare: GradScaler skips an overflowing step and lowers its "
                 "scale; to skip fewer, start from a lower scale (torch.amp.GradScaler(init_scale=2.0**10)) "
